@@ -1,0 +1,63 @@
+"""Time on the ledger: epoch milliseconds in columns, timezone-aware datetimes in records.
+
+Lease expiry is judged on the ledger database's clock (G1), never on a worker's. Columns store
+epoch milliseconds (suffix ``_ms``) so that SQLite and PostgreSQL compare and add them the same
+way; records expose timezone-aware ``datetime`` values. The one clock seam (STYLE.md, rule 7):
+every ledger query takes an optional ``now`` and otherwise uses the database's clock.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import BigInteger, ColumnElement, cast, literal, literal_column
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def require_aware(value: datetime) -> datetime:
+    """Return ``value`` unchanged if it is timezone-aware.
+
+    Raises:
+        ValueError: ``value`` is naive; agentlease never guesses a time zone.
+    """
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value!r} rejected: pass a timezone-aware datetime")
+    return value
+
+
+def to_ms(value: datetime) -> int:
+    """Epoch milliseconds of an aware datetime. Raises ValueError for a naive one."""
+    return (require_aware(value) - _EPOCH) // timedelta(milliseconds=1)
+
+
+def from_ms(value: int | None) -> datetime | None:
+    """Aware UTC datetime for epoch milliseconds; ``None`` stays ``None``."""
+    if value is None:
+        return None
+    return _EPOCH + timedelta(milliseconds=value)
+
+
+def duration_ms(value: timedelta) -> int:
+    """Whole milliseconds of a duration."""
+    return value // timedelta(milliseconds=1)
+
+
+def db_now_ms(dialect_name: str, now: datetime | None = None) -> ColumnElement[int]:
+    """SQL expression for the current time in epoch milliseconds.
+
+    Args:
+        dialect_name: ``sqlite`` or ``postgresql``.
+        now: injected time (tests); when ``None`` the database's clock is used.
+
+    Raises:
+        ValueError: unsupported dialect, or a naive ``now``.
+    """
+    if now is not None:
+        return literal(to_ms(now), BigInteger)
+    if dialect_name == "sqlite":
+        # Both expressions are stable within one statement and have millisecond precision.
+        return cast(literal_column("(julianday('now') - 2440587.5) * 86400000.0"), BigInteger)
+    if dialect_name == "postgresql":
+        return cast(literal_column("floor(extract(epoch from statement_timestamp()) * 1000)"), BigInteger)
+    raise ValueError(f"unsupported ledger dialect {dialect_name!r}: use sqlite or postgresql")

@@ -1,0 +1,85 @@
+"""The vocabulary of agentlease, defined once (DESIGN.md, "Vocabulary").
+
+Every member says, in a short comment, what moves a task out of that state.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskStatus(StrEnum):
+    """Lifecycle of one task (one tool call of an agent run) in the ledger."""
+
+    PENDING = "pending"
+    """Known to the ledger, never claimed. Left by a claim (-> running) or a cancel."""
+    RUNNING = "running"
+    """An attempt holds a lease. Left by settle, release, dead-letter, cancel, or by a
+    new claim once the lease has lapsed on the ledger's clock."""
+    RELEASED = "released"
+    """An attempt gave the task back for a retry (with an error class). Left by the next claim or a cancel."""
+    SETTLED = "settled"
+    """A settlement receipt exists. Terminal: a settled task never runs again (G6)."""
+    DEAD_LETTERED = "dead_lettered"
+    """Moved out of circulation after a permanent error or too many real attempts. Terminal here."""
+    CANCELLED = "cancelled"
+    """An operator cancelled it. Terminal: expiry never undoes it (G8)."""
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({TaskStatus.SETTLED, TaskStatus.DEAD_LETTERED, TaskStatus.CANCELLED})
+
+
+class Stage(StrEnum):
+    """Stages of one tool call, in order (seed: "Retry policy belongs to the stage")."""
+
+    PREFLIGHT = "preflight"
+    """Checking inputs; no external side effect has started. Left by ``advance(external_call)``."""
+    EXTERNAL_CALL = "external_call"
+    """The request to the external system may be in flight. Left by ``advance(commit)``."""
+    COMMIT = "commit"
+    """The external target may already exist. Left by ``advance(verify)``."""
+    VERIFY = "verify"
+    """Reading the outcome back to build the receipt. Left by settling."""
+    SETTLED = "settled"
+    """The receipt is recorded. Final."""
+
+    @property
+    def order(self) -> int:
+        return _STAGE_ORDER[self]
+
+
+_STAGE_ORDER = {stage: index for index, stage in enumerate(Stage)}
+
+
+class SideEffectClass(StrEnum):
+    """What a tool does to the outside world (DESIGN.md, "side-effect class")."""
+
+    READ_ONLY = "read_only"
+    """No side effect: always safe to reclaim."""
+    IDEMPOTENT = "idempotent"
+    """The provider honours the idempotency key, or the target is deterministic."""
+    FENCED = "fenced"
+    """The downstream rejects writes that carry an older claim generation."""
+    UNSAFE = "unsafe"
+    """Neither: a repeat may duplicate the effect."""
+
+
+class EventKind(StrEnum):
+    """Kinds of entries in the evidence trail (``lease_events``)."""
+
+    CLAIMED = "claimed"
+    RENEWED = "renewed"
+    RELEASED = "released"
+    SETTLED = "settled"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    """A lease lapsed without renewal; written for the old generation when it is superseded."""
+    LEASE_LOST = "lease_lost"
+    """A renewal or settle was refused: the holder's lease lapsed or was superseded."""
+    LATE_UNAPPLIED = "late_unapplied"
+    """A result arrived from a superseded attempt; recorded, never applied (G10)."""

@@ -1,0 +1,126 @@
+"""Errors raised by agentlease. One root, facts as attributes (STYLE.md, rule 9)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class AgentLeaseError(Exception):
+    """Root of every error agentlease raises on purpose."""
+
+
+class ConfigurationError(AgentLeaseError):
+    """A setting, plan or tool declaration is invalid. The message is one line, fit for a user."""
+
+
+class LedgerUnavailableError(AgentLeaseError):
+    """The ledger database cannot be reached or is not migrated."""
+
+
+class TaskNotFoundError(AgentLeaseError):
+    """No task with this id is known to the ledger.
+
+    Attributes:
+        task_id: the id that was looked up.
+    """
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no task {task_id!r} in the ledger")
+        self.task_id = task_id
+
+
+class LeaseLostError(AgentLeaseError):
+    """A guarded lease write affected zero rows (G2).
+
+    The holder's lease lapsed on the ledger's clock, was superseded by a newer claim generation,
+    or the task was settled or cancelled. The holder must stop and start no new side effect.
+
+    Attributes:
+        task_id: the task.
+        generation: the claim generation the caller held.
+        current_generation: the generation the ledger holds now (None if unknown).
+        status: the task's status in the ledger now (None if unknown).
+        operation: which write was refused (``renew``, ``settle``, ``release``, ``dead_letter``).
+    """
+
+    def __init__(
+        self,
+        task_id: str,
+        generation: int,
+        *,
+        operation: str,
+        current_generation: int | None = None,
+        status: str | None = None,
+    ) -> None:
+        super().__init__(
+            f"lease lost on {task_id!r}: {operation} with generation {generation} refused "
+            f"(ledger: generation {current_generation}, status {status})"
+        )
+        self.task_id = task_id
+        self.generation = generation
+        self.current_generation = current_generation
+        self.status = status
+        self.operation = operation
+
+
+class LeaseHeldError(AgentLeaseError):
+    """A claim was refused because another lease on the task is still valid (G1).
+
+    Attributes:
+        task_id: the task.
+        retry_after: time until the current lease lapses on the ledger's clock.
+        holder: the current ``lease_owner``.
+        generation: the generation of the lease that is still valid.
+    """
+
+    def __init__(self, task_id: str, retry_after: timedelta, holder: str | None, generation: int) -> None:
+        super().__init__(
+            f"task {task_id!r} is leased to {holder} (generation {generation}) "
+            f"for another {retry_after.total_seconds():.3f}s"
+        )
+        self.task_id = task_id
+        self.retry_after = retry_after
+        self.holder = holder
+        self.generation = generation
+
+
+class TaskClosedError(AgentLeaseError):
+    """A claim was refused because the task is settled, dead-lettered or cancelled.
+
+    Attributes:
+        task_id: the task.
+        status: its terminal status.
+    """
+
+    def __init__(self, task_id: str, status: str) -> None:
+        super().__init__(f"task {task_id!r} is {status}; it is not claimed again")
+        self.task_id = task_id
+        self.status = status
+
+
+class MissingHeartbeatTimeoutError(ConfigurationError):
+    """A tool call was scheduled without a ``heartbeat_timeout`` (G9): its lease would have no TTL."""
+
+
+class UnknownToolError(ConfigurationError):
+    """A plan or an update names a tool that no worker registered.
+
+    Attributes:
+        tool: the unknown name.
+    """
+
+    def __init__(self, tool: str, known: list[str]) -> None:
+        super().__init__(f"unknown tool {tool!r}; known tools: {', '.join(sorted(known)) or 'none'}")
+        self.tool = tool
+
+
+class ToolError(AgentLeaseError):
+    """Base for errors a tool raises to tell agentlease how its attempt ended."""
+
+
+class RetryableToolError(ToolError):
+    """The attempt failed in a way another attempt may fix (a timeout, a 503)."""
+
+
+class PermanentToolError(ToolError):
+    """The attempt failed deterministically; retrying cannot help. The task is dead-lettered."""

@@ -1,0 +1,86 @@
+"""Engines for the ledger: SQLite (embedded default) and PostgreSQL (production).
+
+``sqlite:///path`` and ``postgresql://...`` URLs are accepted and given their async drivers
+(aiosqlite, asyncpg). On SQLite every transaction starts with ``BEGIN IMMEDIATE`` so that a lease
+write never fails half-way with a stale snapshot when several worker processes share the file;
+WAL mode lets readers proceed meanwhile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from agentlease.errors import ConfigurationError
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for the file lock before failing. Default 30s."""
+
+_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
+
+
+def async_url(url: str) -> str:
+    """Normalise a ledger URL to its async driver.
+
+    Args:
+        url: ``sqlite:///relative.db``, ``sqlite:////abs/path.db``, ``postgresql://user@host/db``,
+            or the same with an explicit async driver.
+
+    Raises:
+        ConfigurationError: not a URL, or a database other than SQLite or PostgreSQL.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigurationError(
+            f"bad ledger URL {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ConfigurationError(f"unsupported ledger database {backend!r} in {url!r}: use sqlite or postgresql")
+    driver = _DRIVERS[backend]
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ConfigurationError("the SQLite ledger needs a file path (sqlite:///PATH); :memory: cannot be shared")
+    return parsed.set(drivername=driver).render_as_string(hide_password=False)
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take transaction control away from the driver; we emit BEGIN IMMEDIATE ourselves.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+    """Create the async engine for a ledger URL.
+
+    Args:
+        url: see :func:`async_url`.
+        pool_size: PostgreSQL connection pool size. Default 10.
+
+    Raises:
+        ConfigurationError: bad URL.
+    """
+    normalised = async_url(url)
+    if normalised.startswith("sqlite"):
+        database = make_url(normalised).database
+        assert database is not None
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(normalised, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _configure_sqlite(engine)
+        return engine
+    return create_async_engine(normalised, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)

@@ -1,0 +1,46 @@
+"""Schema migrations of the ledger, run through Alembic (``agentlease db upgrade``)."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agentlease.errors import LedgerUnavailableError
+
+SCRIPT_LOCATION = "agentlease:migrations"
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """An Alembic ``Config`` for the ledger's migrations; ``url`` sets ``sqlalchemy.url``."""
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url)
+    return config
+
+
+def _upgrade(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    """Bring the ledger schema to ``revision`` (default the newest). Safe to run again.
+
+    Raises:
+        LedgerUnavailableError: the database cannot be reached or refused the migration.
+    """
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(_upgrade, revision)
+    except (SQLAlchemyError, OSError) as exc:
+        raise LedgerUnavailableError(f"cannot migrate the ledger at {engine.url.render_as_string()}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,93 @@
+"""Ledger tables (SQLAlchemy 2.0 declarative). The migrations in ``agentlease/migrations`` make them.
+
+Times are epoch milliseconds judged on the database's clock (``_ms`` columns, see
+:mod:`agentlease.clock`). Every constraint is named through the metadata's naming convention.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+_EventId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class _TraceColumns:
+    """Links into Temporal: workflow id / run id / activity id / attempt of the writing attempt."""
+
+    trace_workflow_id: Mapped[str | None] = mapped_column(String(255))
+    trace_run_id: Mapped[str | None] = mapped_column(String(64))
+    trace_activity_id: Mapped[str | None] = mapped_column(String(255))
+    trace_attempt: Mapped[int | None] = mapped_column(Integer)
+
+
+class TaskRow(_TraceColumns, Base):
+    """One task: lifecycle, current authority and logical action identity kept apart (seed 1)."""
+
+    __tablename__ = "tasks"
+
+    task_id: Mapped[str] = mapped_column(String(400), primary_key=True)
+    agent_run_id: Mapped[str] = mapped_column(String(255), index=True)
+    step_id: Mapped[str] = mapped_column(String(128))
+    tool: Mapped[str] = mapped_column(String(128))
+    side_effect_class: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(24))
+    stage: Mapped[str | None] = mapped_column(String(16))
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    lease_acquired_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+    lease_expires_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+    lease_ttl_ms: Mapped[int] = mapped_column(BigInteger)
+    claim_generation: Mapped[int] = mapped_column(BigInteger, default=0)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    renewal_count: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str] = mapped_column(String(256), index=True)
+    receipt: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    error_class: Mapped[str | None] = mapped_column(String(64))
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    updated_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (Index("ix_tasks_status_lease_expires_at_ms", "status", "lease_expires_at_ms"),)
+
+
+class LeaseEventRow(_TraceColumns, Base):
+    """The evidence trail: claims, renewals with stage and reason, releases, settles, lease losses."""
+
+    __tablename__ = "lease_events"
+
+    event_id: Mapped[int] = mapped_column(_EventId, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(400), index=True)
+    kind: Mapped[str] = mapped_column(String(24))
+    claim_generation: Mapped[int] = mapped_column(BigInteger)
+    lease_owner: Mapped[str | None] = mapped_column(String(255))
+    stage: Mapped[str | None] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class ReceiptRow(Base):
+    """Settlement receipts, unique per idempotency key."""
+
+    __tablename__ = "receipts"
+
+    idempotency_key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(400), index=True)
+    claim_generation: Mapped[int] = mapped_column(BigInteger)
+    receipt: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at_ms: Mapped[int] = mapped_column(BigInteger)

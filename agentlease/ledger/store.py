@@ -1,0 +1,618 @@
+"""The lease ledger: every lease write is one conditional statement judged on the database's clock.
+
+Guarantees held here (DESIGN.md): G1 at most one valid lease per task; G2 a lapsed or superseded
+holder cannot renew, settle, release or dead-letter (zero rows affected raises
+:class:`LeaseLostError`); G3 generations are minted only inside the claim statement; G10 a refused
+settle is recorded as ``late_unapplied`` evidence.
+
+Every method takes an optional ``now`` (aware datetime) for tests; otherwise the database's clock
+decides (STYLE.md, rule 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from agentlease.clock import db_now_ms, duration_ms, from_ms
+from agentlease.enums import EventKind, Stage, TaskStatus
+from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
+from agentlease.ledger.engine import create_ledger_engine
+from agentlease.ledger.schema import LeaseEventRow, ReceiptRow, TaskRow
+from agentlease.records import (
+    Claim,
+    LeaseEvent,
+    SettlementReceipt,
+    StoredReceipt,
+    TaskRecord,
+    TaskSpec,
+    TraceLink,
+)
+
+_CLAIMABLE = (TaskStatus.PENDING.value, TaskStatus.RELEASED.value)
+_T = TaskRow.__table__.c
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """Why a guarded write touched no row, read back in the same transaction."""
+
+    current_generation: int | None
+    status: str | None
+
+
+class Ledger:
+    """Lease operations on the ``tasks``, ``lease_events`` and ``receipts`` tables.
+
+    Args:
+        engine: an async engine from :func:`create_ledger_engine`; the ledger owns it.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._dialect = engine.dialect.name
+
+    @classmethod
+    def from_url(cls, url: str) -> Ledger:
+        """Open a ledger on ``sqlite:///PATH`` or ``postgresql://...`` (see :func:`create_ledger_engine`)."""
+        return cls(create_ledger_engine(url))
+
+    @property
+    def engine(self) -> AsyncEngine:
+        return self._engine
+
+    async def close(self) -> None:
+        """Dispose of the engine's connections."""
+        await self._engine.dispose()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _now(self, now: datetime | None) -> ColumnElement[int]:
+        return db_now_ms(self._dialect, now)
+
+    def _insert(self, table: Any) -> Any:
+        dialect = postgresql if self._dialect == "postgresql" else sqlite
+        return dialect.insert(table)
+
+    def _holds(self, claim: Claim, now_ms: ColumnElement[int]) -> ColumnElement[bool]:
+        """The guard of every holder write (G2): same owner, same generation, lease still valid."""
+        return and_(
+            _T.task_id == claim.task_id,
+            _T.status == TaskStatus.RUNNING.value,
+            _T.lease_owner == claim.owner,
+            _T.claim_generation == claim.generation,
+            _T.lease_expires_at_ms > now_ms,
+        )
+
+    async def _event(
+        self,
+        conn: AsyncConnection,
+        *,
+        task_id: str,
+        kind: EventKind,
+        generation: int,
+        at_ms: int | ColumnElement[int],
+        owner: str | None = None,
+        stage: Stage | str | None = None,
+        reason: str | None = None,
+        details: dict[str, Any] | None = None,
+        trace: TraceLink | None = None,
+    ) -> None:
+        await conn.execute(
+            insert(LeaseEventRow).values(
+                task_id=task_id,
+                kind=kind.value,
+                claim_generation=generation,
+                lease_owner=owner,
+                stage=None if stage is None else str(stage),
+                reason=reason,
+                details=details,
+                at_ms=at_ms,
+                **(trace or TraceLink()).columns(),
+            )
+        )
+
+    async def _refused(
+        self,
+        conn: AsyncConnection,
+        claim: Claim,
+        *,
+        operation: str,
+        kind: EventKind,
+        now_ms: ColumnElement[int],
+        details: dict[str, Any] | None = None,
+    ) -> _Refusal:
+        row = (await conn.execute(select(_T.claim_generation, _T.status).where(_T.task_id == claim.task_id))).first()
+        refusal = _Refusal(None, None) if row is None else _Refusal(row.claim_generation, row.status)
+        await self._event(
+            conn,
+            task_id=claim.task_id,
+            kind=kind,
+            generation=claim.generation,
+            at_ms=now_ms,
+            owner=claim.owner,
+            reason=f"{operation} refused: ledger has generation {refusal.current_generation}, status {refusal.status}",
+            details={"operation": operation, **(details or {})},
+            trace=claim.trace,
+        )
+        return refusal
+
+    def _lost(self, claim: Claim, operation: str, refusal: _Refusal) -> LeaseLostError:
+        return LeaseLostError(
+            claim.task_id,
+            claim.generation,
+            operation=operation,
+            current_generation=refusal.current_generation,
+            status=refusal.status,
+        )
+
+    # -- claim ---------------------------------------------------------------------------------
+
+    async def claim(
+        self, spec: TaskSpec, owner: str, *, trace: TraceLink | None = None, now: datetime | None = None
+    ) -> Claim:
+        """Claim a task for one attempt, minting the next claim generation (G1, G3).
+
+        The task row is created on first sight from ``spec``. The claim is one conditional UPDATE:
+        it succeeds only if the task is pending or released, or running with a lease that has
+        lapsed on the ledger's clock; it sets ``claim_generation = claim_generation + 1`` and
+        ``attempts = attempts + 1`` in the same statement. No caller chooses a generation.
+
+        Args:
+            spec: the task's identity, tool, class, idempotency key and lease TTL.
+            owner: the worker identity that will hold the lease.
+            trace: the Temporal attempt this claim belongs to.
+            now: injected time; default the database's clock.
+
+        Returns:
+            The granted :class:`Claim`, with the previous attempt's last durable stage.
+
+        Raises:
+            LeaseHeldError: another lease is valid; ``retry_after`` is the time until it lapses.
+            TaskClosedError: the task is settled, dead-lettered or cancelled.
+        """
+        trace = trace or TraceLink()
+        now_ms = self._now(now)
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                self._insert(TaskRow.__table__)
+                .values(
+                    task_id=spec.task_id,
+                    agent_run_id=spec.agent_run_id,
+                    step_id=spec.step_id,
+                    tool=spec.tool,
+                    side_effect_class=spec.side_effect_class.value,
+                    status=TaskStatus.PENDING.value,
+                    lease_ttl_ms=duration_ms(spec.lease_ttl),
+                    claim_generation=0,
+                    attempts=0,
+                    renewal_count=0,
+                    idempotency_key=spec.idempotency_key,
+                    created_at_ms=now_ms,
+                    updated_at_ms=now_ms,
+                )
+                .on_conflict_do_nothing(index_elements=["task_id"])
+            )
+            current_q = select(TaskRow.__table__, now_ms.label("now_ms")).where(_T.task_id == spec.task_id)
+            if self._dialect == "postgresql":
+                current_q = current_q.with_for_update(of=TaskRow.__table__)
+            before = (await conn.execute(current_q)).one()
+            if TaskStatus(before.status).is_terminal:
+                raise TaskClosedError(spec.task_id, before.status)
+            granted = (
+                await conn.execute(
+                    update(TaskRow)
+                    .where(
+                        _T.task_id == spec.task_id,
+                        or_(
+                            _T.status.in_(_CLAIMABLE),
+                            and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now_ms),
+                        ),
+                    )
+                    .values(
+                        status=TaskStatus.RUNNING.value,
+                        lease_owner=owner,
+                        lease_acquired_at_ms=now_ms,
+                        lease_expires_at_ms=now_ms + _T.lease_ttl_ms,
+                        claim_generation=_T.claim_generation + 1,
+                        attempts=_T.attempts + 1,
+                        updated_at_ms=now_ms,
+                        **trace.columns(),
+                    )
+                    .returning(*TaskRow.__table__.c)
+                )
+            ).first()
+            if granted is None:
+                raise LeaseHeldError(
+                    spec.task_id,
+                    retry_after=timedelta(milliseconds=max(0, (before.lease_expires_at_ms or 0) - before.now_ms)),
+                    holder=before.lease_owner,
+                    generation=before.claim_generation,
+                )
+            if before.status == TaskStatus.RUNNING.value:
+                # The previous holder neither settled nor released: record why its lease ended.
+                await self._event(
+                    conn,
+                    task_id=spec.task_id,
+                    kind=EventKind.EXPIRED,
+                    generation=before.claim_generation,
+                    at_ms=granted.lease_acquired_at_ms,
+                    owner=before.lease_owner,
+                    stage=before.stage,
+                    reason=(
+                        f"lease lapsed at {from_ms(before.lease_expires_at_ms).isoformat()} without renewal; "
+                        f"superseded by generation {granted.claim_generation} ({owner})"
+                    ),
+                    details={"lease_expires_at_ms": before.lease_expires_at_ms},
+                    trace=TraceLink.from_mapping(before._mapping),
+                )
+            await self._event(
+                conn,
+                task_id=spec.task_id,
+                kind=EventKind.CLAIMED,
+                generation=granted.claim_generation,
+                at_ms=granted.lease_acquired_at_ms,
+                owner=owner,
+                stage=granted.stage,
+                reason=f"attempt {granted.attempts}",
+                details={"lease_expires_at_ms": granted.lease_expires_at_ms},
+                trace=trace,
+            )
+        return Claim(
+            task_id=spec.task_id,
+            generation=granted.claim_generation,
+            owner=owner,
+            acquired_at=from_ms(granted.lease_acquired_at_ms),
+            expires_at=from_ms(granted.lease_expires_at_ms),
+            lease_ttl=timedelta(milliseconds=granted.lease_ttl_ms),
+            attempts=granted.attempts,
+            previous_stage=granted.stage,
+            previous_error_class=granted.error_class,
+            idempotency_key=granted.idempotency_key,
+            trace=trace,
+        )
+
+    # -- holder writes -------------------------------------------------------------------------
+
+    async def renew(
+        self, claim: Claim, *, reason: str, stage: Stage | None = None, now: datetime | None = None
+    ) -> datetime:
+        """Extend the lease by its own TTL, recording the stage first and a specific reason (G2, G5).
+
+        Args:
+            claim: the lease held.
+            reason: what the holder is doing ("committed draft, verifying readback").
+            stage: the stage the holder is entering; ``None`` keeps the current one.
+            now: injected time; default the database's clock.
+
+        Returns:
+            The new expiry (aware, ledger clock).
+
+        Raises:
+            LeaseLostError: the lease lapsed, was superseded, or the task was cancelled or settled.
+                A ``lease_lost`` event is recorded before raising.
+        """
+        now_ms = self._now(now)
+        values: dict[str, Any] = {
+            "lease_expires_at_ms": now_ms + _T.lease_ttl_ms,
+            "renewal_count": _T.renewal_count + 1,
+            "updated_at_ms": now_ms,
+        }
+        if stage is not None:
+            values["stage"] = stage.value
+        async with self._engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    update(TaskRow)
+                    .where(self._holds(claim, now_ms))
+                    .values(**values)
+                    .returning(_T.lease_expires_at_ms, _T.updated_at_ms, _T.stage)
+                )
+            ).first()
+            if row is not None:
+                await self._event(
+                    conn,
+                    task_id=claim.task_id,
+                    kind=EventKind.RENEWED,
+                    generation=claim.generation,
+                    at_ms=row.updated_at_ms,
+                    owner=claim.owner,
+                    stage=row.stage,
+                    reason=reason,
+                    details={"lease_expires_at_ms": row.lease_expires_at_ms},
+                    trace=claim.trace,
+                )
+                return from_ms(row.lease_expires_at_ms)
+            refusal = await self._refused(
+                conn,
+                claim,
+                operation="renew",
+                kind=EventKind.LEASE_LOST,
+                now_ms=now_ms,
+                details={"stage": None if stage is None else stage.value, "renew_reason": reason},
+            )
+        raise self._lost(claim, "renew", refusal)
+
+    async def settle(
+        self,
+        claim: Claim,
+        receipt: SettlementReceipt,
+        *,
+        result: dict[str, Any] | None = None,
+        now: datetime | None = None,
+    ) -> StoredReceipt:
+        """Settle the task with a receipt made after readback (G2, G6, G10).
+
+        The receipt is stored once per idempotency key; the first stored receipt stands.
+
+        Args:
+            claim: the lease held.
+            receipt: the settlement receipt.
+            result: the tool's result, kept as evidence if the settle is refused.
+            now: injected time; default the database's clock.
+
+        Returns:
+            The stored receipt for the task's idempotency key.
+
+        Raises:
+            LeaseLostError: the holder no longer holds the lease; the result is recorded as a
+                ``late_unapplied`` event and nothing else changes.
+        """
+        now_ms = self._now(now)
+        receipt_json = receipt.model_dump(mode="json")
+        async with self._engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    update(TaskRow)
+                    .where(self._holds(claim, now_ms))
+                    .values(
+                        status=TaskStatus.SETTLED.value,
+                        stage=Stage.SETTLED.value,
+                        receipt=receipt_json,
+                        lease_expires_at_ms=None,
+                        updated_at_ms=now_ms,
+                    )
+                    .returning(_T.updated_at_ms)
+                )
+            ).first()
+            if row is not None:
+                await conn.execute(
+                    self._insert(ReceiptRow.__table__)
+                    .values(
+                        idempotency_key=claim.idempotency_key,
+                        task_id=claim.task_id,
+                        claim_generation=claim.generation,
+                        receipt=receipt_json,
+                        created_at_ms=row.updated_at_ms,
+                    )
+                    .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                )
+                await self._event(
+                    conn,
+                    task_id=claim.task_id,
+                    kind=EventKind.SETTLED,
+                    generation=claim.generation,
+                    at_ms=row.updated_at_ms,
+                    owner=claim.owner,
+                    stage=Stage.SETTLED,
+                    reason=f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})",
+                    details={"receipt": receipt_json},
+                    trace=claim.trace,
+                )
+                stored = await self._receipt(conn, claim.idempotency_key)
+                assert stored is not None
+                return stored
+            refusal = await self._refused(
+                conn,
+                claim,
+                operation="settle",
+                kind=EventKind.LATE_UNAPPLIED,
+                now_ms=now_ms,
+                details={"receipt": receipt_json, "result": result},
+            )
+        raise self._lost(claim, "settle", refusal)
+
+    async def release(
+        self,
+        claim: Claim,
+        *,
+        error_class: str,
+        error: str,
+        now: datetime | None = None,
+    ) -> None:
+        """Give the task back for a retry, recording why (DESIGN.md, "release for retry").
+
+        The last durable stage is kept so the next attempt can read it.
+
+        Args:
+            claim: the lease held.
+            error_class: a short class name (``retryable``, ``shutdown``, ``ConnectError``...).
+            error: one line describing the failure.
+            now: injected time; default the database's clock.
+
+        Raises:
+            LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
+        """
+        await self._end_lease(claim, "release", TaskStatus.RELEASED, EventKind.RELEASED, error_class, error, now)
+
+    async def dead_letter(
+        self,
+        claim: Claim,
+        *,
+        error_class: str,
+        error: str,
+        now: datetime | None = None,
+    ) -> None:
+        """Move the task out of circulation for inspection (DESIGN.md, "dead-letter").
+
+        Raises:
+            LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
+        """
+        await self._end_lease(
+            claim, "dead_letter", TaskStatus.DEAD_LETTERED, EventKind.DEAD_LETTERED, error_class, error, now
+        )
+
+    async def _end_lease(
+        self,
+        claim: Claim,
+        operation: str,
+        status: TaskStatus,
+        kind: EventKind,
+        error_class: str,
+        error: str,
+        now: datetime | None,
+    ) -> None:
+        now_ms = self._now(now)
+        async with self._engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    update(TaskRow)
+                    .where(self._holds(claim, now_ms))
+                    .values(
+                        status=status.value,
+                        lease_owner=None,
+                        lease_expires_at_ms=None,
+                        error_class=error_class,
+                        last_error=error,
+                        updated_at_ms=now_ms,
+                    )
+                    .returning(_T.updated_at_ms, _T.stage)
+                )
+            ).first()
+            if row is not None:
+                await self._event(
+                    conn,
+                    task_id=claim.task_id,
+                    kind=kind,
+                    generation=claim.generation,
+                    at_ms=row.updated_at_ms,
+                    owner=claim.owner,
+                    stage=row.stage,
+                    reason=f"{error_class}: {error}",
+                    trace=claim.trace,
+                )
+                return
+            refusal = await self._refused(
+                conn,
+                claim,
+                operation=operation,
+                kind=EventKind.LEASE_LOST,
+                now_ms=now_ms,
+                details={"error_class": error_class, "error": error},
+            )
+        raise self._lost(claim, operation, refusal)
+
+    # -- operator writes -----------------------------------------------------------------------
+
+    async def cancel(self, task_id: str, *, by: str, reason: str, now: datetime | None = None) -> TaskRecord:
+        """Cancel a task: end any claim so its generation can no longer renew or settle (G8).
+
+        Args:
+            task_id: the task.
+            by: who decided (operator name).
+            reason: why.
+            now: injected time; default the database's clock.
+
+        Returns:
+            The cancelled task.
+
+        Raises:
+            TaskNotFoundError: unknown task.
+            TaskClosedError: the task is already settled, dead-lettered or cancelled.
+        """
+        now_ms = self._now(now)
+        async with self._engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    update(TaskRow)
+                    .where(
+                        _T.task_id == task_id,
+                        _T.status.not_in([s.value for s in TaskStatus if s.is_terminal]),
+                    )
+                    .values(
+                        status=TaskStatus.CANCELLED.value,
+                        lease_owner=None,
+                        lease_expires_at_ms=None,
+                        updated_at_ms=now_ms,
+                    )
+                    .returning(*TaskRow.__table__.c)
+                )
+            ).first()
+            if row is None:
+                current = await self._task(conn, task_id)
+                raise TaskClosedError(task_id, current.status)
+            await self._event(
+                conn,
+                task_id=task_id,
+                kind=EventKind.CANCELLED,
+                generation=row.claim_generation,
+                at_ms=row.updated_at_ms,
+                stage=row.stage,
+                reason=reason,
+                details={"by": by},
+            )
+        return TaskRecord.from_row(row)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def _task(self, conn: AsyncConnection, task_id: str) -> TaskRecord:
+        row = (await conn.execute(select(TaskRow.__table__).where(_T.task_id == task_id))).first()
+        if row is None:
+            raise TaskNotFoundError(task_id)
+        return TaskRecord.from_row(row)
+
+    async def _receipt(self, conn: AsyncConnection, idempotency_key: str) -> StoredReceipt | None:
+        row = (
+            await conn.execute(select(ReceiptRow.__table__).where(ReceiptRow.idempotency_key == idempotency_key))
+        ).first()
+        if row is None:
+            return None
+        return StoredReceipt(
+            idempotency_key=row.idempotency_key,
+            task_id=row.task_id,
+            claim_generation=row.claim_generation,
+            receipt=row.receipt,
+        )
+
+    async def get_task(self, task_id: str) -> TaskRecord:
+        """The task's current record. Raises :class:`TaskNotFoundError`."""
+        async with self._engine.connect() as conn:
+            return await self._task(conn, task_id)
+
+    async def list_tasks(self, agent_run_id: str | None = None) -> list[TaskRecord]:
+        """Tasks, oldest first, optionally of one agent run."""
+        query = select(TaskRow.__table__).order_by(_T.created_at_ms, _T.task_id)
+        if agent_run_id is not None:
+            query = query.where(_T.agent_run_id == agent_run_id)
+        async with self._engine.connect() as conn:
+            return [TaskRecord.from_row(row) for row in await conn.execute(query)]
+
+    async def events(self, task_id: str | None = None, *, agent_run_id: str | None = None) -> list[LeaseEvent]:
+        """The evidence trail in order, for one task or one agent run (or all)."""
+        ev = LeaseEventRow.__table__.c
+        query = select(LeaseEventRow.__table__).order_by(ev.event_id)
+        if task_id is not None:
+            query = query.where(ev.task_id == task_id)
+        if agent_run_id is not None:
+            query = query.where(ev.task_id.in_(select(_T.task_id).where(_T.agent_run_id == agent_run_id)))
+        async with self._engine.connect() as conn:
+            return [LeaseEvent.from_row(row) for row in await conn.execute(query)]
+
+    async def receipt(self, idempotency_key: str) -> StoredReceipt | None:
+        """The stored settlement receipt for an idempotency key, if any."""
+        async with self._engine.connect() as conn:
+            return await self._receipt(conn, idempotency_key)
+
+    async def db_now(self) -> datetime:
+        """The ledger database's current time (aware)."""
+        async with self._engine.connect() as conn:
+            value = (await conn.execute(select(self._now(None)))).scalar_one()
+        result = from_ms(value)
+        assert result is not None
+        return result
+

@@ -1,0 +1,345 @@
+"""Records: frozen, typed values that cross process and workflow boundaries.
+
+Timestamps are timezone-aware; a naive datetime is rejected (STYLE.md, rule 3). Durations are
+``timedelta``. These models travel through Temporal with the pydantic data converter.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from typing_extensions import Annotated
+
+from agentlease.clock import from_ms, require_aware
+from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+
+AwareDatetime = Annotated[datetime, AfterValidator(require_aware)]
+
+_STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def task_id_for(agent_run_id: str, step_id: str) -> str:
+    """The stable task id: ``"<agent_run_id>/<step_id>"``."""
+    return f"{agent_run_id}/{step_id}"
+
+
+def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
+    """The default idempotency key, ``"<agent_run_id>:<step_id>"`` (G4).
+
+    Made from the run and the step, never from Temporal's ``activity_id`` (a per-run command
+    sequence number that changes when a run is reset or replanned).
+    """
+    return f"{agent_run_id}:{step_id}"
+
+
+class TraceLink(_Frozen):
+    """Where an attempt ran in Temporal: links the evidence trail to the event history."""
+
+    workflow_id: str | None = None
+    run_id: str | None = None
+    activity_id: str | None = None
+    attempt: int | None = None
+
+    @classmethod
+    def from_mapping(cls, m: Any) -> TraceLink:
+        """Read the ``trace_*`` columns of a ``tasks`` or ``lease_events`` row."""
+        return cls(
+            workflow_id=m["trace_workflow_id"],
+            run_id=m["trace_run_id"],
+            activity_id=m["trace_activity_id"],
+            attempt=m["trace_attempt"],
+        )
+
+    def columns(self) -> dict[str, Any]:
+        """The ``trace_*`` column values."""
+        return {
+            "trace_workflow_id": self.workflow_id,
+            "trace_run_id": self.run_id,
+            "trace_activity_id": self.activity_id,
+            "trace_attempt": self.attempt,
+        }
+
+
+class PlanStep(_Frozen):
+    """One tool call of an agent run.
+
+    Attributes:
+        step_id: unique within the run; letters, digits, ``_ . -``; at most 128 characters.
+        tool: the registered tool name.
+        arguments: the tool's arguments (validated by the tool's own argument model).
+        idempotency_key: optional caller-chosen key; default ``"<run>:<step>"``.
+    """
+
+    step_id: str
+    tool: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @field_validator("step_id")
+    @classmethod
+    def _check_step_id(cls, value: str) -> str:
+        if not _STEP_ID.match(value):
+            raise ValueError("step_id must be 1-128 letters, digits, '_', '.', '-', starting with a letter or digit")
+        return value
+
+
+class AgentRunPlan(_Frozen):
+    """Input of ``AgentRunWorkflow``: an ordered list of tool calls.
+
+    Attributes:
+        agent_run_id: the workflow id of the run; ``None`` lets the CLI make one.
+        steps: executed in order; step ids must be unique.
+        keep_open: when true the run waits for ``submit`` updates until a ``close`` signal.
+    """
+
+    agent_run_id: str | None = Field(default=None, min_length=1, max_length=200)
+    steps: list[PlanStep] = Field(default_factory=list)
+    keep_open: bool = False
+
+    @field_validator("steps")
+    @classmethod
+    def _unique_steps(cls, steps: list[PlanStep]) -> list[PlanStep]:
+        seen: set[str] = set()
+        for step in steps:
+            if step.step_id in seen:
+                raise ValueError(f"duplicate step_id {step.step_id!r}")
+            seen.add(step.step_id)
+        return steps
+
+
+class ToolInfo(_Frozen):
+    """What the workflow needs to schedule a tool: its class and its lease bounds.
+
+    Attributes:
+        name: tool name (the Temporal activity type).
+        side_effect_class: see :class:`SideEffectClass`.
+        lease_ttl: heartbeat timeout of each attempt; the lease TTL.
+        start_to_close: upper bound of one attempt.
+        max_attempts: real attempts before the task is dead-lettered.
+    """
+
+    name: str
+    side_effect_class: SideEffectClass
+    lease_ttl: timedelta
+    start_to_close: timedelta
+    max_attempts: int
+
+
+class ToolCall(_Frozen):
+    """Input of one leased activity: the task to claim and the tool's arguments."""
+
+    task_id: str
+    agent_run_id: str
+    step_id: str
+    tool: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+
+
+class TaskSpec(_Frozen):
+    """What the ledger records when it first sees a task."""
+
+    task_id: str
+    agent_run_id: str
+    step_id: str
+    tool: str
+    side_effect_class: SideEffectClass
+    idempotency_key: str
+    lease_ttl: timedelta
+
+    @field_validator("lease_ttl")
+    @classmethod
+    def _positive_ttl(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("lease_ttl must be positive")
+        return value
+
+
+class SettlementReceipt(_Frozen):
+    """Proof, made after reading the external state back, that an outcome is durable.
+
+    Attributes:
+        external_system: what was written (``"http"``, ``"sql:inventory"``...).
+        external_id: the target's own id for the outcome.
+        status: what the readback observed (``"fetched"``, ``"present"``...).
+        details: small JSON-able facts from the readback (sizes, digests).
+        verified_at: when the readback happened (aware).
+    """
+
+    external_system: str
+    external_id: str
+    status: str
+    details: dict[str, Any] = Field(default_factory=dict)
+    verified_at: AwareDatetime
+
+
+class StoredReceipt(_Frozen):
+    """A settlement receipt as the ledger stores it, unique per idempotency key."""
+
+    idempotency_key: str
+    task_id: str
+    claim_generation: int
+    receipt: SettlementReceipt
+
+
+class Claim(_Frozen):
+    """A lease the ledger granted to one attempt.
+
+    Attributes:
+        task_id: the task.
+        generation: claim generation minted by the ledger; the fencing token.
+        owner: ``lease_owner`` (worker identity).
+        acquired_at / expires_at: on the ledger's clock.
+        lease_ttl: the lease's own recorded TTL.
+        attempts: real attempts so far, this one included.
+        previous_stage: the last durable stage of the previous attempt (``None`` for a fresh task).
+        previous_error_class: how the previous attempt ended, if it did.
+        idempotency_key: stable across attempts.
+        trace: the Temporal attempt holding the lease.
+    """
+
+    task_id: str
+    generation: int
+    owner: str
+    acquired_at: AwareDatetime
+    expires_at: AwareDatetime
+    lease_ttl: timedelta
+    attempts: int
+    previous_stage: Stage | None
+    previous_error_class: str | None
+    idempotency_key: str
+    trace: TraceLink = Field(default_factory=TraceLink)
+
+
+class TaskRecord(_Frozen):
+    """One row of the ``tasks`` table, as a frozen value."""
+
+    task_id: str
+    agent_run_id: str
+    step_id: str
+    tool: str
+    side_effect_class: SideEffectClass
+    status: TaskStatus
+    stage: Stage | None
+    lease_owner: str | None
+    lease_acquired_at: AwareDatetime | None
+    lease_expires_at: AwareDatetime | None
+    lease_ttl: timedelta
+    claim_generation: int
+    attempts: int
+    renewal_count: int
+    idempotency_key: str
+    receipt: SettlementReceipt | None
+    trace: TraceLink
+    last_error: str | None
+    error_class: str | None
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> TaskRecord:
+        """Build a record from a ``tasks`` row (a SQLAlchemy ``Row`` or mapping)."""
+        m = row._mapping if hasattr(row, "_mapping") else row
+        return cls(
+            task_id=m["task_id"],
+            agent_run_id=m["agent_run_id"],
+            step_id=m["step_id"],
+            tool=m["tool"],
+            side_effect_class=m["side_effect_class"],
+            status=m["status"],
+            stage=m["stage"],
+            lease_owner=m["lease_owner"],
+            lease_acquired_at=from_ms(m["lease_acquired_at_ms"]),
+            lease_expires_at=from_ms(m["lease_expires_at_ms"]),
+            lease_ttl=timedelta(milliseconds=m["lease_ttl_ms"]),
+            claim_generation=m["claim_generation"],
+            attempts=m["attempts"],
+            renewal_count=m["renewal_count"],
+            idempotency_key=m["idempotency_key"],
+            receipt=m["receipt"],
+            trace=TraceLink.from_mapping(m),
+            last_error=m["last_error"],
+            error_class=m["error_class"],
+            created_at=from_ms(m["created_at_ms"]),
+            updated_at=from_ms(m["updated_at_ms"]),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON form used by the CLI (``--json``)."""
+        data = self.model_dump(mode="json")
+        data["claim_generation"] = self.claim_generation
+        return data
+
+
+class LeaseEvent(_Frozen):
+    """One entry of the evidence trail."""
+
+    event_id: int
+    task_id: str
+    kind: EventKind
+    claim_generation: int
+    lease_owner: str | None
+    stage: Stage | None
+    reason: str | None
+    details: dict[str, Any] | None
+    trace: TraceLink
+    at: AwareDatetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> LeaseEvent:
+        m = row._mapping if hasattr(row, "_mapping") else row
+        return cls(
+            event_id=m["event_id"],
+            task_id=m["task_id"],
+            kind=m["kind"],
+            claim_generation=m["claim_generation"],
+            lease_owner=m["lease_owner"],
+            stage=m["stage"],
+            reason=m["reason"],
+            details=m["details"],
+            trace=TraceLink.from_mapping(m),
+            at=from_ms(m["at_ms"]),
+        )
+
+
+class ToolOutcome(_Frozen):
+    """Result of one leased activity, as the workflow records it."""
+
+    task_id: str
+    status: TaskStatus
+    stage: Stage | None
+    claim_generation: int
+    attempts: int
+    receipt: SettlementReceipt | None = None
+    result: dict[str, Any] | None = None
+
+
+class TaskView(_Frozen):
+    """One task as the ``status`` query of ``AgentRunWorkflow`` reports it."""
+
+    task_id: str
+    step_id: str
+    tool: str
+    status: str
+    stage: Stage | None = None
+    claim_generation: int | None = None
+    attempts: int | None = None
+    idempotency_key: str
+    receipt: SettlementReceipt | None = None
+    error: str | None = None
+
+
+class RunStatus(_Frozen):
+    """Answer of the ``status`` query."""
+
+    agent_run_id: str
+    status: str
+    closed: bool
+    tasks: list[TaskView]
