@@ -83,3 +83,22 @@ class EventKind(StrEnum):
     """A renewal or settle was refused: the holder's lease lapsed or was superseded."""
     LATE_UNAPPLIED = "late_unapplied"
     """A result arrived from a superseded attempt; recorded, never applied (G10)."""
+
+
+class FailureType(StrEnum):
+    """``ApplicationError.type`` values a leased activity raises and the workflow reads."""
+
+    DEAD_LETTERED = "DeadLettered"
+    """Non-retryable: the task was dead-lettered (permanent error or too many real attempts)."""
+    TASK_CANCELLED = "TaskCancelled"
+    """Non-retryable: an operator cancelled the task."""
+    MISSING_HEARTBEAT_TIMEOUT = "MissingHeartbeatTimeout"
+    """Non-retryable: the call was scheduled without a heartbeat timeout (G9)."""
+    LEASE_HELD = "LeaseHeld"
+    """Retryable: an earlier attempt's lease is still valid; ``next_retry_delay`` is the time left."""
+    LEASE_LOST = "LeaseLost"
+    """Retryable: this attempt's lease lapsed or was superseded."""
+
+    @classmethod
+    def non_retryable(cls) -> list[str]:
+        return [cls.DEAD_LETTERED.value, cls.TASK_CANCELLED.value, cls.MISSING_HEARTBEAT_TIMEOUT.value]

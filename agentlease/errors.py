@@ -5,6 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 
+def one_line(exc: BaseException) -> str:
+    """``"<ErrorType>: <first line of the message>"``, for logs, ledger rows and CLI errors."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 class AgentLeaseError(Exception):
     """Root of every error agentlease raises on purpose."""
 

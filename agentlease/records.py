@@ -273,9 +273,7 @@ class TaskRecord(_Frozen):
 
     def as_json(self) -> dict[str, Any]:
         """The JSON form used by the CLI (``--json``)."""
-        data = self.model_dump(mode="json")
-        data["claim_generation"] = self.claim_generation
-        return data
+        return self.model_dump(mode="json")
 
 
 class LeaseEvent(_Frozen):

@@ -8,7 +8,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agentlease.errors import LedgerUnavailableError
+from agentlease.errors import LedgerUnavailableError, one_line
 
 SCRIPT_LOCATION = "agentlease:migrations"
 
@@ -38,9 +38,6 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         async with engine.begin() as connection:
             await connection.run_sync(_upgrade, revision)
     except (SQLAlchemyError, OSError) as exc:
-        raise LedgerUnavailableError(f"cannot migrate the ledger at {engine.url.render_as_string()}: {_one_line(exc)}") from exc
+        cause = one_line(getattr(exc, "orig", None) or exc)
+        raise LedgerUnavailableError(f"cannot migrate the ledger at {engine.url}: {cause}") from exc
 
-
-def _one_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -1,0 +1,137 @@
+"""``sql_upsert``: an idempotent write into a real SQL table, keyed by a deterministic record key.
+
+The target table has the shape of :func:`records_table`. A retry whose previous attempt reached
+``commit`` reads back first and settles from what it finds, without writing again (G6).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+from sqlalchemy import JSON, BigInteger, Column, MetaData, String, Table, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from activities.lease_context import LeaseContext
+from activities.tool import ToolResult, tool
+from agentlease.enums import SideEffectClass, Stage
+from agentlease.errors import PermanentToolError, RetryableToolError
+from agentlease.ledger.engine import create_ledger_engine
+from agentlease.records import SettlementReceipt
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def records_table(name: str, metadata: MetaData | None = None) -> Table:
+    """The shape of a table ``sql_upsert`` writes: one row per record key.
+
+    Columns: ``record_key`` (primary key), ``payload`` (JSON), ``idempotency_key``,
+    ``claim_generation`` (of the attempt that wrote it), ``written_at_ms``.
+    """
+    return Table(
+        name,
+        metadata or MetaData(),
+        Column("record_key", String(256), primary_key=True),
+        Column("payload", JSON, nullable=False),
+        Column("idempotency_key", String(256), nullable=False),
+        Column("claim_generation", BigInteger, nullable=False),
+        Column("written_at_ms", BigInteger, nullable=False),
+    )
+
+
+class SqlUpsertArgs(BaseModel):
+    """Arguments of ``sql_upsert``.
+
+    Attributes:
+        table: target table (lower-case identifier) in ``AGENTLEASE_SQL_TARGET_URL``.
+        row: the JSON payload to store.
+        record_key: the deterministic target; default the task's idempotency key.
+    """
+
+    table: str
+    row: dict[str, Any]
+    record_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+    @field_validator("table")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not _IDENTIFIER.match(value):
+            raise ValueError("table must be a lower-case SQL identifier")
+        return value
+
+
+def payload_digest(payload: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a payload."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+async def _read(conn: AsyncConnection, table: Table, key: str) -> Any:
+    return (await conn.execute(select(table).where(table.c.record_key == key))).first()
+
+
+def _receipt(table: Table, row: Any) -> SettlementReceipt:
+    return SettlementReceipt(
+        external_system=f"sql:{table.name}",
+        external_id=row.record_key,
+        status="present",
+        details={
+            "payload_sha256": payload_digest(row.payload),
+            "claim_generation": row.claim_generation,
+            "idempotency_key": row.idempotency_key,
+        },
+        verified_at=datetime.now(UTC),
+    )
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=15), start_to_close=timedelta(minutes=2))
+async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
+    """Upsert ``row`` under its record key, read it back, settle with a receipt."""
+    if not ctx.settings.sql_target_url:
+        raise PermanentToolError("sql_upsert needs AGENTLEASE_SQL_TARGET_URL")
+    key = args.record_key or ctx.idempotency_key
+    table = records_table(args.table)
+    engine = create_ledger_engine(ctx.settings.sql_target_url, pool_size=2)
+    try:
+        await ctx.advance(Stage.PREFLIGHT, f"checking {table.name}/{key}")
+        if ctx.previous_stage in (Stage.COMMIT, Stage.VERIFY):
+            async with engine.connect() as conn:
+                found = await _read(conn, table, key)
+            if found is not None and found.idempotency_key == ctx.idempotency_key:
+                await ctx.advance(Stage.VERIFY, f"previous attempt reached {ctx.previous_stage}; read back {key}")
+                return ToolResult(receipt=_receipt(table, found), output={"record_key": key, "written": False})
+        dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
+        values = {
+            "record_key": key,
+            "payload": args.row,
+            "idempotency_key": ctx.idempotency_key,
+            "claim_generation": ctx.fencing_token,
+            "written_at_ms": int(datetime.now(UTC).timestamp() * 1000),
+        }
+        statement = dialect.insert(table).values(**values)
+        statement = statement.on_conflict_do_update(
+            index_elements=["record_key"],
+            set_={name: statement.excluded[name] for name in ("payload", "claim_generation", "written_at_ms")},
+        )
+        async with engine.connect() as conn:
+            await ctx.advance(Stage.EXTERNAL_CALL, f"upserting {table.name}/{key}")
+            await conn.execute(statement)
+            await ctx.advance(Stage.COMMIT, f"committing {table.name}/{key}")
+            await conn.commit()
+        await ctx.advance(Stage.VERIFY, f"reading back {table.name}/{key}")
+        async with engine.connect() as conn:
+            found = await _read(conn, table, key)
+        if found is None or payload_digest(found.payload) != payload_digest(args.row):
+            raise RetryableToolError(f"readback of {table.name}/{key} does not show the written row")
+        return ToolResult(receipt=_receipt(table, found), output={"record_key": key, "written": True})
+    except SQLAlchemyError as exc:
+        if "no such table" in str(exc) or "does not exist" in str(exc):
+            raise PermanentToolError(f"target table {table.name!r} does not exist") from None
+        raise RetryableToolError(f"{type(exc).__name__} on {table.name}/{key}") from None
+    finally:
+        await engine.dispose()

@@ -1,0 +1,191 @@
+"""The tool declaration: a tool's side-effect class and lease bounds beside its code.
+
+A tool is an async function ``(ctx: LeaseContext, args: ArgsModel) -> ToolResult`` declared with
+:func:`tool`. Every tool has a lease TTL, which is the ``heartbeat_timeout`` of each attempt (G9):
+declaring one without it is refused.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentlease.enums import SideEffectClass
+from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError, UnknownToolError
+from agentlease.records import SettlementReceipt, ToolInfo
+
+if TYPE_CHECKING:
+    from activities.lease_context import LeaseContext
+
+DEFAULT_START_TO_CLOSE = timedelta(minutes=5)
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+class ToolResult(BaseModel):
+    """What a tool returns: the receipt made after readback, and a small JSON-able output.
+
+    Attributes:
+        receipt: the settlement receipt; a tool settles only through it.
+        output: result data for the agent (kept small: it travels through Temporal history).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    receipt: SettlementReceipt
+    output: dict[str, Any] = Field(default_factory=dict)
+
+
+ToolFunction = Callable[["LeaseContext", Any], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A declared tool.
+
+    Attributes:
+        name: the tool name, also the Temporal activity type.
+        side_effect_class: see :class:`SideEffectClass`.
+        lease_ttl: lease TTL = heartbeat timeout of each attempt.
+        start_to_close: bound of one attempt. Default 5 minutes.
+        max_attempts: real attempts before the task is dead-lettered. Default 5.
+        args_model: the pydantic model of the tool's arguments.
+        fn: the tool's code.
+    """
+
+    name: str
+    side_effect_class: SideEffectClass
+    lease_ttl: timedelta
+    start_to_close: timedelta
+    max_attempts: int
+    args_model: type[BaseModel]
+    fn: ToolFunction
+
+    def info(self) -> ToolInfo:
+        """The part of the declaration the workflow needs to schedule the tool."""
+        return ToolInfo(
+            name=self.name,
+            side_effect_class=self.side_effect_class,
+            lease_ttl=self.lease_ttl,
+            start_to_close=self.start_to_close,
+            max_attempts=self.max_attempts,
+        )
+
+
+def tool(
+    *,
+    side_effect: SideEffectClass,
+    lease_ttl: timedelta | None,
+    start_to_close: timedelta = DEFAULT_START_TO_CLOSE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    name: str | None = None,
+) -> Callable[[ToolFunction], ToolSpec]:
+    """Declare a tool.
+
+    Args:
+        side_effect: the tool's side-effect class.
+        lease_ttl: the lease TTL, used as the activity's ``heartbeat_timeout``; required (G9).
+        start_to_close: bound of one attempt. Default 5 minutes.
+        max_attempts: real attempts before dead-lettering. Default 5.
+        name: tool name; default the function's name.
+
+    Returns:
+        A decorator turning ``async def fn(ctx, args: Model) -> ToolResult`` into a :class:`ToolSpec`.
+
+    Raises:
+        MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
+        ConfigurationError: the function is not async, or its ``args`` is not a pydantic model.
+    """
+
+    def declare(fn: ToolFunction) -> ToolSpec:
+        tool_name = name or fn.__name__
+        if lease_ttl is None or lease_ttl <= timedelta(0):
+            raise MissingHeartbeatTimeoutError(
+                f"tool {tool_name!r} has no lease_ttl: every tool call needs a heartbeat_timeout (G9)"
+            )
+        if start_to_close < lease_ttl:
+            raise ConfigurationError(f"tool {tool_name!r}: start_to_close must be at least lease_ttl")
+        if max_attempts < 1:
+            raise ConfigurationError(f"tool {tool_name!r}: max_attempts must be at least 1")
+        if not inspect.iscoroutinefunction(fn):
+            raise ConfigurationError(f"tool {tool_name!r} must be an async function")
+        params = list(inspect.signature(fn).parameters)
+        hints = get_type_hints(fn)
+        args_model = hints.get(params[1]) if len(params) == 2 else None
+        if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
+            raise ConfigurationError(f"tool {tool_name!r} must take (ctx, args: <pydantic model>)")
+        return ToolSpec(
+            name=tool_name,
+            side_effect_class=side_effect,
+            lease_ttl=lease_ttl,
+            start_to_close=start_to_close,
+            max_attempts=max_attempts,
+            args_model=args_model,
+            fn=fn,
+        )
+
+    return declare
+
+
+class ToolRegistry:
+    """The tools one worker serves, by name."""
+
+    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        for spec in specs:
+            self.add(spec)
+
+    def add(self, spec: ToolSpec) -> None:
+        """Register a tool. Raises :class:`ConfigurationError` for a second tool of the same name."""
+        if spec.name in self._specs and self._specs[spec.name] is not spec:
+            raise ConfigurationError(f"two tools are named {spec.name!r}")
+        self._specs[spec.name] = spec
+
+    def add_module(self, module: ModuleType) -> None:
+        """Register every :class:`ToolSpec` defined at the top level of ``module``."""
+        for value in vars(module).values():
+            if isinstance(value, ToolSpec):
+                self.add(value)
+
+    def get(self, name: str) -> ToolSpec:
+        """The tool named ``name``. Raises :class:`UnknownToolError`."""
+        try:
+            return self._specs[name]
+        except KeyError:
+            raise UnknownToolError(name, list(self._specs)) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def specs(self) -> list[ToolSpec]:
+        return [self._specs[name] for name in self.names()]
+
+    def catalog(self) -> list[ToolInfo]:
+        """What the workflow learns of every tool (see ``describe_tools``)."""
+        return [spec.info() for spec in self.specs()]
+
+
+def load_registry(module_names: Iterable[str] = (), *, builtins: bool = True) -> ToolRegistry:
+    """The built-in tools plus the tools of the named modules (``AGENTLEASE_TOOL_MODULES``).
+
+    Raises:
+        ConfigurationError: a module cannot be imported, or two tools share a name.
+    """
+    registry = ToolRegistry()
+    if builtins:
+        from activities import builtin
+
+        registry.add_module(builtin)
+    for module_name in module_names:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigurationError(f"cannot import tool module {module_name!r}: {exc}") from None
+        registry.add_module(module)
+    return registry

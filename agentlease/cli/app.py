@@ -1,0 +1,312 @@
+"""The ``agentlease`` command line (typer + rich).
+
+Every global flag maps to an ``AGENTLEASE_*`` variable shown by ``--help``. Errors are one line on
+stderr with a non-zero exit: 1 for a failed operation, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, AsyncIterator
+
+import click
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.live import Live
+from sqlalchemy.exc import SQLAlchemyError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError
+
+from agentlease.cli.plans import describe_validation_error, load_plan
+from agentlease.cli.render import events_table, run_table, tasks_table, to_json
+from agentlease.errors import AgentLeaseError, ConfigurationError, LedgerUnavailableError, one_line
+from agentlease.records import RunStatus
+from agentlease.settings import AgentLeaseSettings
+
+app = typer.Typer(
+    name="agentlease",
+    help="Leased agent tool calls on Temporal: fencing tokens, idempotency keys, settlement receipts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="The ledger database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_RPC = timedelta(seconds=5)
+"""Deadline of one query to a run."""
+
+EXAMPLE_PLANS = Path(__file__).resolve().parents[2] / "examples" / "plans"
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    temporal_address: Annotated[
+        str | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_ADDRESS", help="Temporal frontend host:port.")
+    ] = None,
+    namespace: Annotated[str | None, typer.Option(envvar="AGENTLEASE_NAMESPACE", help="Temporal namespace.")] = None,
+    task_queue: Annotated[str | None, typer.Option(envvar="AGENTLEASE_TASK_QUEUE", help="Task queue.")] = None,
+    ledger_url: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_LEDGER_URL", help="sqlite:///PATH or postgresql://USER@HOST:PORT/DB."),
+    ] = None,
+    tool_modules: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_TOOL_MODULES", help="Comma-separated modules whose tools are served."),
+    ] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(envvar="AGENTLEASE_DATA_DIR", help="Files of demo and dev.")
+    ] = None,
+) -> None:
+    overrides = {
+        "temporal_address": temporal_address,
+        "namespace": namespace,
+        "task_queue": task_queue,
+        "ledger_url": ledger_url,
+        "tool_modules": tool_modules,
+        "data_dir": data_dir,
+    }
+    try:
+        ctx.obj = AgentLeaseSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigurationError(f"bad setting: {describe_validation_error(exc)}") from None
+
+
+def _settings(ctx: typer.Context) -> AgentLeaseSettings:
+    return ctx.obj
+
+
+@asynccontextmanager
+async def _ledger(settings: AgentLeaseSettings) -> AsyncIterator[Any]:
+    from agentlease.ledger.store import Ledger
+
+    ledger = Ledger.from_url(settings.ledger_url)
+    try:
+        yield ledger
+    except (SQLAlchemyError, OSError) as exc:
+        cause = one_line(getattr(exc, "orig", None) or exc)
+        if "no such table" in cause or "does not exist" in cause:
+            cause = "the ledger has no schema yet; run `agentlease db upgrade`"
+        raise LedgerUnavailableError(f"ledger {settings.ledger_url}: {cause}") from None
+    finally:
+        await ledger.close()
+
+
+@app.command()
+def worker(ctx: typer.Context) -> None:
+    """Run a worker: the AgentRunWorkflow and every registered tool. Stops on SIGTERM/Ctrl-C."""
+    from worker import serve
+
+    settings = _settings(ctx)
+    err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {settings.ledger_url}")
+    asyncio.run(serve(settings))
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    plan_file: Annotated[Path, typer.Argument(help="Plan JSON: {\"steps\": [{\"step_id\", \"tool\", \"arguments\"}]}")],
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the run with live progress until it ends.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    run_id: Annotated[str | None, typer.Option(help="Agent run id (workflow id); default from the plan or new.")] = None,
+) -> None:
+    """Start an agent run from a plan file on the configured Temporal."""
+    from activities.tool import load_registry
+
+    settings = _settings(ctx)
+    plan = load_plan(plan_file, load_registry(settings.tool_modules))
+    agent_run_id = run_id or plan.agent_run_id or f"run-{uuid.uuid4().hex[:12]}"
+    status = asyncio.run(_start_run(settings, plan.model_copy(update={"agent_run_id": agent_run_id}), wait, as_json))
+    if status is not None:
+        _show_run(status, as_json)
+        if status.status != "completed":
+            raise typer.Exit(1)
+    elif as_json:
+        out.print_json(data={"agent_run_id": agent_run_id})
+    else:
+        out.print(f"started agent run {agent_run_id}")
+
+
+async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_json: bool) -> RunStatus | None:
+    from agentlease.temporal import connect
+    from workflows.agent_run import AgentRunWorkflow
+
+    client = await connect(settings)
+    try:
+        handle = await client.start_workflow(
+            AgentRunWorkflow.run, plan, id=plan.agent_run_id, task_queue=settings.task_queue
+        )
+    except RPCError as exc:
+        raise AgentLeaseError(f"cannot start run {plan.agent_run_id}: {exc.message}") from None
+    if not wait:
+        return None
+    result = asyncio.ensure_future(handle.result())
+    if as_json or not out.is_terminal:
+        return await _result(result, plan.agent_run_id)
+    with Live(console=out, refresh_per_second=4) as live:
+        while not result.done():
+            try:
+                live.update(run_table(await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)))
+            except RPCError:
+                pass  # The run has not been picked up by a worker yet.
+            await asyncio.wait([result], timeout=0.5)
+    return await _result(result, plan.agent_run_id)
+
+
+async def _result(result: Any, agent_run_id: str) -> RunStatus:
+    try:
+        return await result
+    except WorkflowFailureError as exc:
+        raise AgentLeaseError(f"agent run {agent_run_id} failed: {one_line(exc.cause or exc)}") from None
+
+
+def _show_run(status: RunStatus, as_json: bool) -> None:
+    if as_json:
+        out.print_json(to_json(status))
+    else:
+        out.print(run_table(status))
+
+
+@app.command()
+def status(
+    ctx: typer.Context,
+    agent_run_id: Annotated[str, typer.Argument(help="The agent run (workflow) id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show one agent run: every task's status, stage, generation, attempts and receipt."""
+    _show_run(asyncio.run(_run_status(_settings(ctx), agent_run_id)), as_json)
+
+
+async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStatus:
+    from agentlease.temporal import connect
+
+    client = await connect(settings)
+    handle = client.get_workflow_handle(agent_run_id, result_type=RunStatus)
+    try:
+        description = await handle.describe()
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            return await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)
+        if description.status == WorkflowExecutionStatus.COMPLETED:
+            return await handle.result()
+    except RPCError as exc:
+        raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+    raise AgentLeaseError(f"agent run {agent_run_id} is {description.status.name.lower()}")
+
+
+@app.command()
+def tasks(
+    ctx: typer.Context,
+    run_filter: Annotated[str | None, typer.Option("--run", help="Only this agent run.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List tasks as the ledger records them."""
+
+    async def _list() -> list[Any]:
+        async with _ledger(_settings(ctx)) as ledger:
+            return await ledger.list_tasks(run_filter)
+
+    records = asyncio.run(_list())
+    if as_json:
+        out.print_json(to_json(records))
+    else:
+        out.print(tasks_table(records))
+
+
+@app.command()
+def events(
+    ctx: typer.Context,
+    task_id: Annotated[str | None, typer.Argument(help="A task id; omit with --run.")] = None,
+    run_filter: Annotated[str | None, typer.Option("--run", help="Every task of this agent run.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show the evidence trail: claims, renewals, releases, settles, lease losses, late results."""
+    if task_id is None and run_filter is None:
+        raise ConfigurationError("name a task id or --run RUN_ID")
+
+    async def _list() -> list[Any]:
+        async with _ledger(_settings(ctx)) as ledger:
+            return await ledger.events(task_id, agent_run_id=run_filter)
+
+    trail = asyncio.run(_list())
+    if as_json:
+        out.print_json(to_json(trail))
+    else:
+        out.print(events_table(trail, title=f"evidence trail of {task_id or run_filter}"))
+
+
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context) -> None:
+    """Create or migrate the ledger schema to the newest revision."""
+    from agentlease.ledger.migrate import upgrade
+
+    settings = _settings(ctx)
+
+    async def _upgrade() -> None:
+        async with _ledger(settings) as ledger:
+            await upgrade(ledger.engine)
+
+    asyncio.run(_upgrade())
+    out.print(f"ledger {settings.ledger_url} is at the newest schema")
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0,
+) -> None:
+    """Run the bundled example plans end to end on the embedded default, then stop everything."""
+    from agentlease.cli.local import run_demo
+
+    settled = asyncio.run(run_demo(_settings(ctx), EXAMPLE_PLANS, out, err, timeout_s=timeout_s))
+    if not settled:
+        raise typer.Exit(1)
+
+
+@app.command()
+def dev(
+    ctx: typer.Context,
+    port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
+) -> None:
+    """Run the embedded stack in the foreground until Ctrl-C; prints where the Temporal UI is."""
+    from agentlease.cli.local import run_dev
+
+    asyncio.run(run_dev(_settings(ctx), err, port=port, ui_port=ui_port))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point: runs the CLI and turns every expected failure into one line on stderr."""
+    try:
+        app(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        err.print(f"error: {exc.format_message()}")
+        sys.exit(2)
+    except ConfigurationError as exc:
+        err.print(f"error: {exc}")
+        sys.exit(2)
+    except AgentLeaseError as exc:
+        err.print(f"error: {exc}")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

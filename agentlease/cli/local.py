@@ -1,0 +1,89 @@
+"""``agentlease demo`` and ``agentlease dev``: the embedded default stack, run for a user."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from pathlib import Path
+
+from rich.console import Console
+
+from agentlease.cli.plans import load_plan
+from agentlease.cli.render import tasks_table
+from agentlease.devstack import local_stack
+from agentlease.enums import TaskStatus
+from agentlease.errors import AgentLeaseError
+from agentlease.ledger.store import Ledger
+from agentlease.records import RunStatus
+from agentlease.settings import AgentLeaseSettings
+from activities.tool import load_registry
+from workflows.agent_run import AgentRunWorkflow
+
+
+async def run_demo(
+    settings: AgentLeaseSettings, plans_dir: Path, out: Console, err: Console, *, timeout_s: float
+) -> bool:
+    """Start the stack, run every plan in ``plans_dir``, print the ledger's tasks, stop.
+
+    Returns:
+        True when every task of every run settled.
+
+    Raises:
+        AgentLeaseError: the stack could not start, or the runs did not finish within ``timeout_s``.
+    """
+    registry = load_registry(settings.tool_modules)
+    plans = {path.stem: load_plan(path, registry) for path in sorted(plans_dir.glob("*.json"))}
+    if not plans:
+        raise AgentLeaseError(f"no plans in {plans_dir}")
+    err.print("starting the Temporal dev server, the example services and a worker...")
+    async with local_stack(settings) as stack:
+        err.print(f"Temporal UI: {stack.ui_url}  (server {stack.settings.temporal_address})")
+        batch = uuid.uuid4().hex[:8]
+        handles = []
+        for name, plan in plans.items():
+            run_id = f"demo-{name}-{batch}"
+            handles.append(
+                await stack.env.client.start_workflow(
+                    AgentRunWorkflow.run,
+                    plan.model_copy(update={"agent_run_id": run_id}),
+                    id=run_id,
+                    task_queue=stack.settings.task_queue,
+                )
+            )
+            err.print(f"started agent run {run_id} ({len(plan.steps)} steps)")
+        try:
+            async with asyncio.timeout(timeout_s):
+                results = await asyncio.gather(*(h.result() for h in handles))
+        except TimeoutError:
+            raise AgentLeaseError(f"the demo runs did not finish within {timeout_s:.0f}s") from None
+        ledger = Ledger.from_url(stack.settings.ledger_url)
+        try:
+            records = [r for result in results for r in await ledger.list_tasks(result.agent_run_id)]
+        finally:
+            await ledger.close()
+    out.print(tasks_table(records, title="demo: tasks in the ledger"))
+    settled = bool(records) and all(r.status is TaskStatus.SETTLED for r in records)
+    expected = sum(len(plan.steps) for plan in plans.values())
+    settled = settled and len(records) == expected
+    out.print(f"{sum(r.status is TaskStatus.SETTLED for r in records)}/{expected} tasks settled")
+    return settled
+
+
+async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_port: int) -> None:
+    """Run the stack in the foreground until SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with local_stack(settings, port=port, ui_port=ui_port) as stack:
+        s = stack.settings
+        err.print(f"Temporal UI:      {stack.ui_url}")
+        err.print(f"Temporal server:  {s.temporal_address} (namespace {s.namespace}, queue {s.task_queue})")
+        err.print(f"ledger:           {s.ledger_url}")
+        err.print(f"example services: {s.http_base_url}  {s.sql_target_url}")
+        err.print("in another shell:")
+        err.print(f"  export AGENTLEASE_TEMPORAL_ADDRESS={s.temporal_address} AGENTLEASE_LEDGER_URL={s.ledger_url}")
+        err.print("  agentlease run examples/plans/restock.json --wait")
+        err.print("Ctrl-C stops everything.")
+        await stop.wait()

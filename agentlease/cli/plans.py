@@ -1,0 +1,52 @@
+"""Reading plan files for ``agentlease run``: one clear error per problem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from activities.tool import ToolRegistry
+from agentlease.errors import ConfigurationError
+from agentlease.records import AgentRunPlan
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line naming the first invalid field: ``steps.0.tool: Field required``."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "plan"
+    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{extra}"
+
+
+def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
+    """Read and check a plan file: JSON shape, unique step ids, known tools, valid arguments.
+
+    Raises:
+        ConfigurationError: with one line saying what is wrong and where.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"plan {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    try:
+        plan = AgentRunPlan.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigurationError(f"plan {path} is invalid: {describe_validation_error(exc)}") from None
+    if not plan.steps and not plan.keep_open:
+        raise ConfigurationError(f"plan {path} has no steps")
+    for index, step in enumerate(plan.steps):
+        spec = registry.get(step.tool)
+        try:
+            spec.args_model.model_validate(step.arguments)
+        except ValidationError as exc:
+            raise ConfigurationError(
+                f"plan {path}: step {index} ({step.step_id}) arguments for {step.tool}: "
+                f"{describe_validation_error(exc)}"
+            ) from None
+    return plan

@@ -1,0 +1,54 @@
+"""Settings: one ``AGENTLEASE_``-prefixed object (STYLE.md, rule 13).
+
+Every field can be set from the environment (``AGENTLEASE_<FIELD>``) and every CLI flag maps to
+one of these variables. Durations accept seconds (``"30"``) or ISO 8601 (``"PT30S"``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class AgentLeaseSettings(BaseSettings):
+    """Configuration of workers and the CLI.
+
+    Attributes:
+        temporal_address: Temporal frontend ``host:port``. Default ``localhost:7233``.
+        namespace: Temporal namespace. Default ``default``.
+        task_queue: task queue of agent runs and their tool calls. Default ``agentlease``.
+        ledger_url: ``sqlite:///PATH`` (default ``sqlite:///.agentlease/ledger.db``) or
+            ``postgresql://USER@HOST:PORT/DB``.
+        tool_modules: comma-separated import paths of modules whose tools the worker registers.
+        worker_identity: lease owner and Temporal identity; default ``<host>:<pid>``.
+        shutdown_grace: how long running tools may finish after SIGTERM. Default 30s.
+        max_concurrent_activities: tool calls one worker runs at once. Default 100.
+        http_base_url: base for relative URLs of the built-in HTTP tools.
+        sql_target_url: database the ``sql_upsert`` tool writes into.
+        data_dir: where ``demo`` and ``dev`` keep their files. Default ``.agentlease``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
+
+    temporal_address: str = "localhost:7233"
+    namespace: str = "default"
+    task_queue: str = "agentlease"
+    ledger_url: str = "sqlite:///.agentlease/ledger.db"
+    tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    worker_identity: str | None = None
+    shutdown_grace: timedelta = timedelta(seconds=30)
+    max_concurrent_activities: int = Field(default=100, ge=1)
+    http_base_url: str | None = None
+    sql_target_url: str | None = None
+    data_dir: Path = Path(".agentlease")
+
+    @field_validator("tool_modules", mode="before")
+    @classmethod
+    def _split_modules(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value

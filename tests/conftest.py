@@ -1,0 +1,83 @@
+"""Shared fixtures: a fresh ledger database per test, on SQLite and on PostgreSQL.
+
+PostgreSQL is the server named by ``AGENTLEASE_TEST_PG_URL`` (default
+``postgresql://postgres@127.0.0.1:5432/postgres``). Each test gets its own database, dropped
+afterwards. When the server cannot be reached the test is skipped with a reason starting
+"PostgreSQL unavailable" (CI fails on any skipped postgres test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from agentlease.ledger.migrate import upgrade
+from agentlease.ledger.store import Ledger
+
+PG_ADMIN_URL = os.environ.get("AGENTLEASE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+"""The maintenance database used to create and drop the per-test databases."""
+
+PG_CONNECT_TIMEOUT_S = 5.0
+"""How long to wait for the PostgreSQL server before skipping. Default 5s."""
+
+
+def _asyncpg_dsn(url: str) -> str:
+    """asyncpg wants a plain ``postgresql://`` DSN, without a SQLAlchemy driver suffix."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _admin_connection() -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(_asyncpg_dsn(PG_ADMIN_URL), timeout=PG_CONNECT_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        pytest.skip(f"PostgreSQL unavailable at {make_url(PG_ADMIN_URL)!r}: {type(exc).__name__}: {exc}")
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    """URL of a fresh, empty PostgreSQL database, dropped (WITH (FORCE)) after the test."""
+    name = f"agentlease_test_{uuid.uuid4().hex}"
+    admin = await _admin_connection()
+    try:
+        # template0 never has connections, so concurrent test sessions cannot block the copy.
+        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    finally:
+        await admin.close()
+    try:
+        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        admin = await _admin_connection()
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """URL of a SQLite ledger file in the test's temporary directory."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def ledger_url(request: pytest.FixtureRequest) -> str:
+    """A fresh ledger database URL, once on SQLite and once on PostgreSQL."""
+    return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
+
+
+@pytest.fixture
+async def ledger(ledger_url: str) -> AsyncIterator[Ledger]:
+    """A migrated :class:`Ledger` on ``ledger_url``; its engine is disposed afterwards."""
+    opened = Ledger.from_url(ledger_url)
+    try:
+        await upgrade(opened.engine)
+        yield opened
+    finally:
+        await opened.close()

@@ -1,0 +1,381 @@
+"""The ledger's guards (G1, G2, G3, G8, G10) on SQLite and PostgreSQL, with injected time.
+
+Every test takes ``base = await ledger.db_now()`` and passes ``now=base + offset`` so that
+expiry is decided on the ledger's terms without sleeping.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import uuid
+from datetime import datetime, timedelta
+
+import pytest
+
+from agentlease.clock import from_ms
+from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError
+from agentlease.ledger.store import Ledger
+from agentlease.records import (
+    Claim,
+    LeaseEvent,
+    SettlementReceipt,
+    TaskRecord,
+    TaskSpec,
+    idempotency_key_for,
+    task_id_for,
+)
+from tests.eventually import assert_eventually
+from tests.lease_trail import assert_one_valid_lease_at_a_time
+
+TTL = timedelta(seconds=30)
+_GENERATION_LIKE = re.compile(r"(^|_)(gen|generation|token|fenc\w*|epoch|version|attempt)(_|$)", re.IGNORECASE)
+MS = timedelta(milliseconds=1)
+
+
+def make_spec(step_id: str = "fetch", *, ttl: timedelta = TTL) -> TaskSpec:
+    run = f"run-{uuid.uuid4().hex[:12]}"
+    return TaskSpec(
+        task_id=task_id_for(run, step_id),
+        agent_run_id=run,
+        step_id=step_id,
+        tool="http.get",
+        side_effect_class=SideEffectClass.IDEMPOTENT,
+        idempotency_key=idempotency_key_for(run, step_id),
+        lease_ttl=ttl,
+    )
+
+
+def make_receipt(external_id: str, at: datetime) -> SettlementReceipt:
+    return SettlementReceipt(
+        external_system="http",
+        external_id=external_id,
+        status="present",
+        details={"bytes": 42},
+        verified_at=at,
+    )
+
+
+async def row(ledger: Ledger, spec: TaskSpec) -> TaskRecord:
+    return await ledger.get_task(spec.task_id)
+
+
+async def test_renew_after_expiry_raises_lease_lost_and_changes_nothing(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    claim = await ledger.claim(spec, "w1", now=base)
+    assert claim.generation == 1
+    assert claim.expires_at == base.replace(microsecond=base.microsecond // 1000 * 1000) + TTL
+    before = await row(ledger, spec)
+
+    for late in (TTL, TTL + MS, TTL + timedelta(hours=1)):  # expiry itself is already too late
+        with pytest.raises(LeaseLostError) as refused:
+            await ledger.renew(claim, reason="still fetching", stage=Stage.EXTERNAL_CALL, now=base + late)
+        assert refused.value.operation == "renew"
+        assert refused.value.generation == 1
+        assert refused.value.current_generation == 1
+        assert refused.value.status == TaskStatus.RUNNING
+        assert await row(ledger, spec) == before
+
+    lost = [e for e in await ledger.events(spec.task_id) if e.kind == EventKind.LEASE_LOST]
+    assert len(lost) == 3
+    assert all(e.claim_generation == 1 and e.lease_owner == "w1" for e in lost)
+
+
+async def test_renew_within_lease_extends_by_own_ttl_and_records_stage(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    claim = await ledger.claim(spec, "w1", now=base)
+
+    expires = await ledger.renew(claim, reason="request sent", stage=Stage.EXTERNAL_CALL, now=base + TTL - MS)
+    assert expires == claim.expires_at + TTL - MS
+    task = await row(ledger, spec)
+    assert (task.stage, task.renewal_count, task.lease_expires_at) == (Stage.EXTERNAL_CALL, 1, expires)
+    # The renewal moved the expiry: the old expiry no longer ends the lease.
+    await ledger.renew(claim, reason="verifying readback", stage=Stage.VERIFY, now=base + TTL + MS)
+    renewed = [e for e in await ledger.events(spec.task_id) if e.kind == EventKind.RENEWED]
+    assert [(e.stage, e.reason) for e in renewed] == [
+        (Stage.EXTERNAL_CALL, "request sent"),
+        (Stage.VERIFY, "verifying readback"),
+    ]
+
+
+async def test_superseded_generation_cannot_renew_or_settle(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    old = await ledger.claim(spec, "w1", now=base)
+    new = await ledger.claim(spec, "w2", now=base + TTL)
+    assert new.generation == 2
+    before = await row(ledger, spec)
+
+    # Judged at the takeover instant, and also at a time when the old lease looked valid:
+    # the generation alone fences the old holder off.
+    for at in (base + TTL + MS, base + timedelta(seconds=1)):
+        with pytest.raises(LeaseLostError) as renew_refused:
+            await ledger.renew(old, reason="late heartbeat", now=at)
+        assert (renew_refused.value.generation, renew_refused.value.current_generation) == (1, 2)
+        with pytest.raises(LeaseLostError) as settle_refused:
+            await ledger.settle(old, make_receipt("doc-1", at), now=at)
+        assert settle_refused.value.operation == "settle"
+        assert settle_refused.value.current_generation == 2
+        assert await row(ledger, spec) == before
+
+    assert await ledger.receipt(spec.idempotency_key) is None
+    # The current holder is unaffected.
+    await ledger.renew(new, reason="still mine", now=base + TTL + timedelta(seconds=2))
+
+
+async def test_settle_after_cancel_is_refused_and_task_stays_cancelled(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    claim = await ledger.claim(spec, "w1", now=base)
+    cancelled = await ledger.cancel(spec.task_id, by="alice", reason="wrong target", now=base + timedelta(seconds=1))
+    assert cancelled.status == TaskStatus.CANCELLED
+    assert cancelled.lease_expires_at is None
+    before = await row(ledger, spec)
+
+    # Within the lease's original TTL, and long after it would have expired.
+    for at in (base + timedelta(seconds=2), base + TTL + timedelta(minutes=5)):
+        with pytest.raises(LeaseLostError) as refused:
+            await ledger.settle(claim, make_receipt("doc-1", at), result={"ok": True}, now=at)
+        assert refused.value.status == TaskStatus.CANCELLED
+        with pytest.raises(LeaseLostError):
+            await ledger.renew(claim, reason="late heartbeat", now=at)
+        with pytest.raises(TaskClosedError) as closed:
+            await ledger.claim(spec, "w2", now=at)
+        assert closed.value.status == TaskStatus.CANCELLED
+        assert await row(ledger, spec) == before
+
+    assert (await row(ledger, spec)).status == TaskStatus.CANCELLED
+    assert await ledger.receipt(spec.idempotency_key) is None
+    with pytest.raises(TaskClosedError):
+        await ledger.cancel(spec.task_id, by="bob", reason="again", now=base + TTL * 3)
+
+
+@pytest.mark.parametrize("operation", ["release", "dead_letter"])
+async def test_stale_holder_cannot_release_or_dead_letter(ledger: Ledger, operation: str) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    old = await ledger.claim(spec, "w1", now=base)
+    new = await ledger.claim(spec, "w2", now=base + TTL + MS)
+    before = await row(ledger, spec)
+
+    end = getattr(ledger, operation)
+    with pytest.raises(LeaseLostError) as superseded:
+        await end(old, error_class="retryable", error="503 from upstream", now=base + TTL + 2 * MS)
+    assert superseded.value.operation == operation
+    assert (superseded.value.generation, superseded.value.current_generation) == (1, 2)
+    assert await row(ledger, spec) == before
+
+    # Lapsed without a takeover: the holder of generation 2 is stale too.
+    with pytest.raises(LeaseLostError) as lapsed:
+        await end(new, error_class="retryable", error="too late", now=new.expires_at)
+    assert (lapsed.value.generation, lapsed.value.current_generation) == (2, 2)
+    assert await row(ledger, spec) == before
+
+
+@pytest.mark.parametrize("closing", ["settle", "dead_letter", "cancel"])
+async def test_claim_of_closed_task_raises_task_closed(ledger: Ledger, closing: str) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    claim = await ledger.claim(spec, "w1", now=base)
+    at = base + timedelta(seconds=1)
+    if closing == "settle":
+        await ledger.settle(claim, make_receipt("doc-1", at), now=at)
+        status = TaskStatus.SETTLED
+    elif closing == "dead_letter":
+        await ledger.dead_letter(claim, error_class="PermanentToolError", error="404", now=at)
+        status = TaskStatus.DEAD_LETTERED
+    else:
+        await ledger.cancel(spec.task_id, by="alice", reason="not needed", now=at)
+        status = TaskStatus.CANCELLED
+    before = await row(ledger, spec)
+    assert before.status == status
+
+    for later in (timedelta(seconds=2), TTL * 10):
+        with pytest.raises(TaskClosedError) as closed:
+            await ledger.claim(spec, "w2", now=base + later)
+        assert closed.value.status == status
+        assert closed.value.task_id == spec.task_id
+    assert await row(ledger, spec) == before
+
+
+async def test_claim_while_lease_valid_raises_lease_held_with_remaining_ttl(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    await ledger.claim(spec, "w1", now=base)
+    before = await row(ledger, spec)
+
+    with pytest.raises(LeaseHeldError) as held:
+        await ledger.claim(spec, "w2", now=base + timedelta(seconds=12, milliseconds=345))
+    assert held.value.retry_after == TTL - timedelta(seconds=12, milliseconds=345)
+    assert (held.value.holder, held.value.generation) == ("w1", 1)
+    # The same owner does not get a second lease either.
+    with pytest.raises(LeaseHeldError) as same_owner:
+        await ledger.claim(spec, "w1", now=base + TTL - MS)
+    assert same_owner.value.retry_after == MS
+    assert await row(ledger, spec) == before
+
+
+async def test_lease_held_retry_after_follows_renewal(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    claim = await ledger.claim(spec, "w1", now=base)
+    await ledger.renew(claim, reason="long download", now=base + timedelta(seconds=20))
+    with pytest.raises(LeaseHeldError) as held:
+        await ledger.claim(spec, "w2", now=base + timedelta(seconds=21))
+    assert held.value.retry_after == TTL - timedelta(seconds=1)
+
+
+async def test_generations_never_decrease(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    seen: list[int] = []
+
+    async def note() -> None:
+        seen.append((await row(ledger, spec)).claim_generation)
+
+    at = base
+    c1 = await ledger.claim(spec, "w1", now=at)
+    await note()
+    await ledger.release(c1, error_class="retryable", error="503", now=at + MS)
+    await note()
+    c2 = await ledger.claim(spec, "w2", now=at + 2 * MS)
+    await note()
+    with pytest.raises(LeaseHeldError):
+        await ledger.claim(spec, "w3", now=at + 3 * MS)
+    await note()
+    at = c2.expires_at
+    c3 = await ledger.claim(spec, "w3", now=at)  # takeover after lapse
+    await note()
+    for stale in (c1, c2):
+        with pytest.raises(LeaseLostError):
+            await ledger.renew(stale, reason="late", now=at + MS)
+        await note()
+    # Injected time going backwards cannot bring an old generation back either.
+    with pytest.raises(LeaseHeldError):
+        await ledger.claim(spec, "w1", now=base)
+    await note()
+    await ledger.release(c3, error_class="shutdown", error="worker stopping", now=at + 2 * MS)
+    c4 = await ledger.claim(spec, "w1", now=at + 3 * MS)
+    await note()
+
+    assert [c.generation for c in (c1, c2, c3, c4)] == [1, 2, 3, 4]
+    assert seen == sorted(seen)
+    assert seen[-1] == 4
+    assert (await row(ledger, spec)).attempts == 4
+
+
+async def test_no_api_accepts_a_generation(ledger: Ledger) -> None:
+    claim_params = list(inspect.signature(Ledger.claim).parameters)
+    assert claim_params == ["self", "spec", "owner", "trace", "now"]
+    assert not [p for p in claim_params if _GENERATION_LIKE.search(p)]
+    assert not [f for f in TaskSpec.model_fields if _GENERATION_LIKE.search(f)], TaskSpec.model_fields
+    for name in ("renew", "settle", "release", "dead_letter", "cancel"):
+        params = inspect.signature(getattr(Ledger, name)).parameters
+        assert not [p for p in params if _GENERATION_LIKE.search(p)], (name, params)
+
+    # A forged claim carrying a generation the ledger did not mint is refused.
+    spec = make_spec()
+    base = await ledger.db_now()
+    real = await ledger.claim(spec, "w1", now=base)
+    before = await row(ledger, spec)
+    for forged_generation in (real.generation + 1, real.generation + 100):
+        forged = Claim(**{**real.model_dump(), "generation": forged_generation})
+        with pytest.raises(LeaseLostError) as refused:
+            await ledger.renew(forged, reason="forged", now=base + MS)
+        assert refused.value.current_generation == real.generation
+        with pytest.raises(LeaseLostError):
+            await ledger.settle(forged, make_receipt("doc-x", base), now=base + MS)
+    assert await row(ledger, spec) == before
+    await ledger.release(real, error_class="retryable", error="503", now=base + 2 * MS)
+    assert (await ledger.claim(spec, "w2", now=base + 3 * MS)).generation == real.generation + 1
+
+
+async def test_refused_settle_recorded_as_late_unapplied(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    old = await ledger.claim(spec, "w1", now=base)
+    new = await ledger.claim(spec, "w2", now=old.expires_at)
+    late_receipt = make_receipt("doc-late", base + timedelta(seconds=40))
+    at = old.expires_at + timedelta(seconds=10)
+
+    with pytest.raises(LeaseLostError):
+        await ledger.settle(old, late_receipt, result={"status_code": 200}, now=at)
+
+    late = [e for e in await ledger.events(spec.task_id) if e.kind == EventKind.LATE_UNAPPLIED]
+    assert len(late) == 1
+    event = late[0]
+    assert (event.claim_generation, event.lease_owner) == (1, "w1")
+    assert event.details is not None
+    assert event.details["operation"] == "settle"
+    assert event.details["receipt"] == late_receipt.model_dump(mode="json")
+    assert SettlementReceipt.model_validate(event.details["receipt"]) == late_receipt
+    assert event.details["result"] == {"status_code": 200}
+    assert await ledger.receipt(spec.idempotency_key) is None
+    assert (await row(ledger, spec)).receipt is None
+
+    # The current generation settles; its receipt stands, not the late one.
+    good = make_receipt("doc-good", at)
+    stored = await ledger.settle(new, good, now=at + MS)
+    assert (stored.claim_generation, stored.receipt) == (2, good)
+    assert await ledger.receipt(spec.idempotency_key) == stored
+    with pytest.raises(LeaseLostError):
+        await ledger.settle(old, late_receipt, now=at + 2 * MS)
+    assert await ledger.receipt(spec.idempotency_key) == stored
+    settled = [e for e in await ledger.events(spec.task_id) if e.kind == EventKind.SETTLED]
+    assert [e.claim_generation for e in settled] == [2]
+
+
+async def test_takeover_evidence_trail(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    first = await ledger.claim(spec, "w1", now=base)
+    takeover_at = first.expires_at + timedelta(milliseconds=5)
+    second = await ledger.claim(spec, "w2", now=takeover_at)
+
+    events = await ledger.events(spec.task_id)
+    assert [(e.kind, e.claim_generation, e.lease_owner) for e in events] == [
+        (EventKind.CLAIMED, 1, "w1"),
+        (EventKind.EXPIRED, 1, "w1"),
+        (EventKind.CLAIMED, 2, "w2"),
+    ]
+    claimed1, expired1, claimed2 = events
+    assert claimed1.at == first.acquired_at
+    assert expired1.at == claimed2.at == second.acquired_at == takeover_at
+    assert expired1.details == {"lease_expires_at_ms": claimed1.details["lease_expires_at_ms"]}
+    assert from_details(expired1) == first.expires_at
+    assert from_details(claimed2) == second.expires_at
+    intervals = assert_one_valid_lease_at_a_time(events)
+    assert [(i.generation, i.ended_by) for i in intervals] == [(1, "expiry"), (2, "expiry")]
+    assert second.attempts == 2
+
+
+def from_details(event: LeaseEvent) -> datetime:
+    assert event.details is not None
+    value = from_ms(event.details["lease_expires_at_ms"])
+    assert value is not None
+    return value
+
+
+async def test_lease_lapses_on_the_database_clock(ledger: Ledger) -> None:
+    """Without injected time: a short lease lapses on the ledger's clock and can be taken over."""
+    spec = make_spec(ttl=timedelta(milliseconds=300))
+    first = await ledger.claim(spec, "w1")
+    try:
+        await ledger.claim(spec, "w2")
+    except LeaseHeldError as held:
+        assert timedelta(0) <= held.retry_after <= timedelta(milliseconds=300)
+
+    async def take_over() -> Claim:
+        try:
+            return await ledger.claim(spec, "w2")
+        except LeaseHeldError as held:
+            raise AssertionError(f"still held for {held.retry_after}") from held
+
+    second = await assert_eventually(take_over, timeout=10, interval=0.02, message="takeover after lapse")
+    assert second.generation == first.generation + 1
+    assert second.acquired_at >= first.expires_at
+    with pytest.raises(LeaseLostError):
+        await ledger.renew(first, reason="late heartbeat")
