@@ -15,7 +15,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, AsyncIterator
 
-import click
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -89,16 +88,18 @@ def _settings(ctx: typer.Context) -> AgentLeaseSettings:
 
 @asynccontextmanager
 async def _ledger(settings: AgentLeaseSettings) -> AsyncIterator[Any]:
+    from agentlease.ledger.engine import display_url, is_missing_schema
     from agentlease.ledger.store import Ledger
 
     ledger = Ledger.from_url(settings.ledger_url)
     try:
         yield ledger
     except (SQLAlchemyError, OSError) as exc:
-        cause = one_line(getattr(exc, "orig", None) or exc)
-        if "no such table" in cause or "does not exist" in cause:
+        if is_missing_schema(exc):
             cause = "the ledger has no schema yet; run `agentlease db upgrade`"
-        raise LedgerUnavailableError(f"ledger {settings.ledger_url}: {cause}") from None
+        else:
+            cause = one_line(getattr(exc, "orig", None) or exc)
+        raise LedgerUnavailableError(f"ledger {display_url(settings.ledger_url)}: {cause}") from None
     finally:
         await ledger.close()
 
@@ -106,10 +107,12 @@ async def _ledger(settings: AgentLeaseSettings) -> AsyncIterator[Any]:
 @app.command()
 def worker(ctx: typer.Context) -> None:
     """Run a worker: the AgentRunWorkflow and every registered tool. Stops on SIGTERM/Ctrl-C."""
+    from agentlease.ledger.engine import display_url
     from worker import serve
 
     settings = _settings(ctx)
-    err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {settings.ledger_url}")
+    ledger = display_url(settings.ledger_url)
+    err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {ledger}")
     asyncio.run(serve(settings))
 
 
@@ -131,7 +134,7 @@ def run(
     if status is not None:
         _show_run(status, as_json)
         if status.status != "completed":
-            raise typer.Exit(1)
+            raise AgentLeaseError(f"agent run {agent_run_id} is {status.status}")
     elif as_json:
         out.print_json(data={"agent_run_id": agent_run_id})
     else:
@@ -248,6 +251,7 @@ def events(
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Create or migrate the ledger schema to the newest revision."""
+    from agentlease.ledger.engine import display_url
     from agentlease.ledger.migrate import upgrade
 
     settings = _settings(ctx)
@@ -257,7 +261,7 @@ def db_upgrade(ctx: typer.Context) -> None:
             await upgrade(ledger.engine)
 
     asyncio.run(_upgrade())
-    out.print(f"ledger {settings.ledger_url} is at the newest schema")
+    out.print(f"ledger {display_url(settings.ledger_url)} is at the newest schema")
 
 
 @app.command()
@@ -270,7 +274,7 @@ def demo(
 
     settled = asyncio.run(run_demo(_settings(ctx), EXAMPLE_PLANS, out, err, timeout_s=timeout_s))
     if not settled:
-        raise typer.Exit(1)
+        raise AgentLeaseError("not every task of the demo settled")
 
 
 @app.command()
@@ -288,14 +292,14 @@ def dev(
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point: runs the CLI and turns every expected failure into one line on stderr."""
     try:
-        app(args=list(argv) if argv is not None else None, standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+        code = app(args=list(argv) if argv is not None else None, standalone_mode=False)
+    except typer.Abort:
         err.print("aborted")
         sys.exit(130)
-    except click.ClickException as exc:
-        err.print(f"error: {exc.format_message()}")
+    except typer.TyperException as exc:  # click's usage errors, vendored by typer since 0.26
+        # no_args_is_help: typer has already printed the help; it stays silent here too.
+        if type(exc).__name__ != "NoArgsIsHelpError":
+            err.print(f"error: {exc.format_message()}")
         sys.exit(2)
     except ConfigurationError as exc:
         err.print(f"error: {exc}")
@@ -306,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    # Without standalone mode, typer returns the code of `typer.Exit` (and of --help) instead of exiting.
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

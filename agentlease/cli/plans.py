@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from activities.tool import ToolRegistry
-from agentlease.errors import ConfigurationError
+from agentlease.errors import ConfigurationError, UnknownToolError
 from agentlease.records import AgentRunPlan
 
 
@@ -30,6 +30,8 @@ def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
         text = path.read_text()
     except OSError as exc:
         raise ConfigurationError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"plan {path} is not UTF-8 text: byte {exc.start} is invalid") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -41,7 +43,10 @@ def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
     if not plan.steps and not plan.keep_open:
         raise ConfigurationError(f"plan {path} has no steps")
     for index, step in enumerate(plan.steps):
-        spec = registry.get(step.tool)
+        try:
+            spec = registry.get(step.tool)
+        except UnknownToolError as exc:
+            raise ConfigurationError(f"plan {path}: step {index} ({step.step_id}): {exc}") from None
         try:
             spec.args_model.model_validate(step.arguments)
         except ValidationError as exc:

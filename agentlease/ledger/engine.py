@@ -8,6 +8,7 @@ WAL mode lets readers proceed meanwhile.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,15 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from agentlease.errors import ConfigurationError
+from agentlease.errors import ConfigurationError, LedgerUnavailableError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for the file lock before failing. Default 30s."""
+
+PG_CONNECT_TIMEOUT_S = 10.0
+"""How long opening a PostgreSQL connection may take before it fails. Default 10s."""
+
+_PG_UNDEFINED_TABLE = "42P01"
 
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
 
@@ -36,17 +42,35 @@ def async_url(url: str) -> str:
     """
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigurationError(
             f"bad ledger URL {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
         ) from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
-        raise ConfigurationError(f"unsupported ledger database {backend!r} in {url!r}: use sqlite or postgresql")
+        raise ConfigurationError(
+            f"unsupported ledger database {backend!r} in {display_url(url)!r}: use sqlite or postgresql"
+        )
     driver = _DRIVERS[backend]
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise ConfigurationError("the SQLite ledger needs a file path (sqlite:///PATH); :memory: cannot be shared")
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
+
+
+def display_url(url: str) -> str:
+    """``url`` with its password masked, for messages; returned unchanged if it does not parse."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return url
+
+
+def is_missing_schema(exc: BaseException) -> bool:
+    """Whether a database error says the ledger's tables do not exist (``agentlease db upgrade`` fixes it)."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlstate", None) == _PG_UNDEFINED_TABLE:
+        return True
+    return isinstance(orig, sqlite3.OperationalError) and str(orig).startswith("no such table")
 
 
 def _configure_sqlite(engine: AsyncEngine) -> None:
@@ -74,13 +98,26 @@ def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
 
     Raises:
         ConfigurationError: bad URL.
+        LedgerUnavailableError: the directory of a SQLite ledger cannot be created.
     """
     normalised = async_url(url)
     if normalised.startswith("sqlite"):
         database = make_url(normalised).database
         assert database is not None
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        directory = Path(database).expanduser().parent
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LedgerUnavailableError(
+                f"cannot create {directory} for the SQLite ledger: {exc.strerror or exc}"
+            ) from None
         engine = create_async_engine(normalised, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
         _configure_sqlite(engine)
         return engine
-    return create_async_engine(normalised, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    return create_async_engine(
+        normalised,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args={"timeout": PG_CONNECT_TIMEOUT_S},
+    )

@@ -1,0 +1,163 @@
+"""Running the ``agentlease`` console script as a user does: a subprocess, its exit code and output."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+AGENTLEASE = Path(sys.executable).parent / "agentlease"
+"""The console script installed beside this interpreter."""
+
+CLI_TIMEOUT_S = 60.0
+"""Deadline of one CLI run that needs no server. Default 60s."""
+
+WriteFile = Callable[[str, str], Path]
+"""``write_file(name, text)``: writes a file into the working directory and returns its path."""
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """How one run of the console script ended.
+
+    Attributes:
+        args: the arguments after ``agentlease``.
+        returncode: the exit code.
+        stdout: everything printed on stdout.
+        stderr: everything printed on stderr.
+        elapsed_s: wall time of the run, in seconds.
+    """
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    elapsed_s: float
+
+    def __str__(self) -> str:
+        return (
+            f"agentlease {' '.join(self.args)} -> exit {self.returncode} after {self.elapsed_s:.1f}s\n"
+            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+        )
+
+
+@dataclass(frozen=True)
+class Cli:
+    """Runs ``agentlease`` in ``cwd`` with a clean ``AGENTLEASE_*`` environment.
+
+    Attributes:
+        cwd: the working directory of every run (empty at the start of the test).
+        data_dir: the value of ``AGENTLEASE_DATA_DIR``.
+    """
+
+    cwd: Path
+    data_dir: Path
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The caller's environment without ``AGENTLEASE_*`` (and terminal size), plus ``extra``."""
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith("AGENTLEASE_") and k not in ("COLUMNS", "LINES")
+        }
+        env["AGENTLEASE_DATA_DIR"] = str(self.data_dir)
+        env.update(extra or {})
+        return env
+
+    def __call__(self, *args: str, env: Mapping[str, str] | None = None, timeout: float = CLI_TIMEOUT_S) -> CliResult:
+        started = time.monotonic()
+        done = subprocess.run(
+            [str(AGENTLEASE), *args],
+            cwd=self.cwd,
+            env=self.env(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return CliResult(tuple(args), done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+
+
+class Background:
+    """A long-running ``agentlease`` command (``dev``, ``worker``) whose stderr is read line by line.
+
+    Args:
+        cli: where and with which environment it runs.
+        args: the arguments after ``agentlease``.
+        env: extra environment variables.
+    """
+
+    def __init__(self, cli: Cli, *args: str, env: Mapping[str, str] | None = None) -> None:
+        self.args = args
+        self.process = subprocess.Popen(
+            [str(AGENTLEASE), *args],
+            cwd=cli.cwd,
+            env=cli.env(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stderr: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_for_line(self, pattern: str, *, timeout: float) -> re.Match[str]:
+        """Read stderr until a line matches ``pattern``; fail if the process ends or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line matching {pattern!r} within {timeout}s:\n{''.join(self.stderr)}")
+            if line is None:
+                raise AssertionError(f"agentlease {' '.join(self.args)} ended:\n{''.join(self.stderr)}")
+            self.stderr.append(line)
+            if match := re.search(pattern, line):
+                return match
+
+    def stop(self, sig: signal.Signals = signal.SIGINT, *, timeout: float = 60.0) -> int:
+        """Send ``sig``, wait for the exit (killing it after ``timeout``), drain stderr; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            code = self.process.wait(timeout=timeout)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        self._reader.join(timeout=timeout)
+        assert self.process.stderr is not None
+        self.process.stderr.close()
+        while not self._lines.empty():
+            if (line := self._lines.get_nowait()) is not None:
+                self.stderr.append(line)
+        return code
+
+
+def processes_mentioning(text: str) -> list[tuple[int, str]]:
+    """Live processes whose command line contains ``text``, read from ``/proc``: ``(pid, cmdline)``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if text in cmdline:
+            found.append((int(entry.name), cmdline))
+    return found

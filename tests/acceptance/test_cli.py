@@ -1,0 +1,326 @@
+"""The ``agentlease`` command line as a user runs it: the installed console script, in a subprocess.
+
+Each test asserts on the exit code, stdout and stderr. A failure is one line on stderr starting with
+``error:``, with exit code 2 for bad input and 1 for a failed operation, and never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from .runner import Background, Cli, CliResult, WriteFile, processes_mentioning
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_PLANS = sorted((REPO / "examples" / "plans").glob("*.json"))
+RESTOCK_PLAN = REPO / "examples" / "plans" / "restock.json"
+
+BAD_INPUT = 2
+FAILED = 1
+
+UNREACHABLE_TEMPORAL = {"AGENTLEASE_TEMPORAL_ADDRESS": "127.0.0.1:1"}
+FAIL_FAST_S = 15.0
+"""An unreachable server must be reported within this many seconds (the SDK alone may take 30s)."""
+
+
+def assert_one_error_line(result: CliResult, exit_code: int, *fragments: str) -> str:
+    """The run failed with ``exit_code`` and one ``error:`` line on stderr containing ``fragments``."""
+    assert result.returncode == exit_code, result
+    assert "Traceback" not in result.stdout + result.stderr, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result
+    assert lines[0].startswith("error: "), result
+    for fragment in fragments:
+        assert fragment in lines[0], result
+    return lines[0]
+
+
+def settled_task_count() -> int:
+    return sum(len(json.loads(plan.read_text())["steps"]) for plan in EXAMPLE_PLANS)
+
+
+# -- demo ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(240)
+def test_demo_settles_every_task_and_stops_everything(cli: Cli) -> None:
+    result = cli("demo", timeout=200)
+
+    assert result.returncode == 0, result
+    assert "Traceback" not in result.stdout + result.stderr, result
+    expected = settled_task_count()
+    assert expected > 0
+    assert "demo: tasks in the ledger" in result.stdout, result
+    assert f"{expected}/{expected} tasks settled" in result.stdout, result
+    run_ids = re.findall(r"started agent run (\S+)", result.stderr)
+    assert len(run_ids) == len(EXAMPLE_PLANS), result
+
+    # The dev server, its UI and everything else the demo started are gone.
+    assert processes_mentioning(str(cli.data_dir)) == []
+
+    # The ledger the demo left behind agrees, read back through the CLI.
+    ledger = {"AGENTLEASE_LEDGER_URL": f"sqlite:///{cli.data_dir / 'ledger.db'}"}
+    listed = cli("tasks", "--json", env=ledger)
+    assert listed.returncode == 0, listed
+    tasks = json.loads(listed.stdout)
+    assert len(tasks) == expected, listed
+    assert {task["agent_run_id"] for task in tasks} == set(run_ids)
+    assert all(task["status"] == "settled" and task["receipt"] is not None for task in tasks), listed
+
+    trail = cli("events", "--run", run_ids[0], "--json", env=ledger)
+    assert trail.returncode == 0, trail
+    kinds = [event["kind"] for event in json.loads(trail.stdout)]
+    steps = sum(task["agent_run_id"] == run_ids[0] for task in tasks)
+    assert kinds.count("claimed") >= steps and kinds.count("settled") == steps, trail
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.timeout(240)
+def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
+    cli: Cli, background: Callable[..., Background], write_file: WriteFile
+) -> None:
+    dev = background("dev", "--port", str(free_port()), "--ui-port", str(free_port()))
+    exports = dev.wait_for_line(r"export (AGENTLEASE_TEMPORAL_ADDRESS=\S+) (AGENTLEASE_LEDGER_URL=\S+)", timeout=120)
+    env = dict(pair.split("=", 1) for pair in exports.groups())
+    dev.wait_for_line("Ctrl-C stops everything", timeout=10)
+
+    done = cli("run", str(RESTOCK_PLAN), "--wait", "--json", "--run-id", "acc-restock", env=env, timeout=120)
+    assert done.returncode == 0, done
+    run = json.loads(done.stdout)
+    assert run["status"] == "completed", done
+    assert [task["status"] for task in run["tasks"]] == ["settled"] * len(json.loads(RESTOCK_PLAN.read_text())["steps"])
+    shown = cli("status", "acc-restock", "--json", env=env)
+    assert shown.returncode == 0, shown
+    assert json.loads(shown.stdout) == run
+
+    missing = {"steps": [{"step_id": "fetch", "tool": "http_get", "arguments": {"url": "nope.txt"}}]}
+    write_file("missing.json", json.dumps(missing))
+    failed = cli("run", "missing.json", "--wait", "--json", "--run-id", "acc-missing", env=env, timeout=120)
+    assert_one_error_line(failed, FAILED, "agent run acc-missing is failed")
+    assert json.loads(failed.stdout)["tasks"][0]["status"] == "dead_lettered", failed
+    listed = cli("tasks", "--run", "acc-missing", "--json", env=env)
+    assert [task["status"] for task in json.loads(listed.stdout)] == ["dead_lettered"], listed
+
+    assert_one_error_line(cli("status", "no-such-run", env=env), FAILED, "agent run no-such-run")
+
+    assert dev.stop(signal.SIGINT) == 0, "".join(dev.stderr)
+    assert processes_mentioning(str(cli.data_dir)) == []
+
+
+# -- bad plans -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        pytest.param('{"steps": [', ("plan.json is not valid JSON", "line 1 column 12"), id="malformed-json"),
+        pytest.param(
+            '{"steps": [{"step_id": "a", "tool": "teleport", "arguments": {}}]}',
+            ("step 0 (a)", "unknown tool 'teleport'", "http_get"),
+            id="unknown-tool",
+        ),
+        pytest.param(
+            '{"steps": [{"step_id": "up", "tool": "sql_upsert", "arguments": {"row": {"sku": "A"}}}]}',
+            ("step 0 (up)", "sql_upsert", "table: Field required"),
+            id="missing-tool-argument",
+        ),
+        pytest.param(
+            '{"steps": [{"step_id": "a", "arguments": {}}]}',
+            ("plan.json is invalid", "steps.0.tool: Field required"),
+            id="step-without-tool",
+        ),
+    ],
+)
+def test_run_refuses_a_bad_plan(cli: Cli, write_file: WriteFile, text: str, fragments: tuple[str, ...]) -> None:
+    write_file("plan.json", text)
+    # Unreachable Temporal: the plan must be refused before any connection is tried.
+    result = cli("run", "plan.json", env=UNREACHABLE_TEMPORAL)
+    assert_one_error_line(result, BAD_INPUT, *fragments)
+
+
+def test_run_refuses_a_plan_that_is_not_utf8(cli: Cli) -> None:
+    (cli.cwd / "plan.json").write_bytes(b'\xff\xfe{"steps": []}')
+    result = cli("run", "plan.json", env=UNREACHABLE_TEMPORAL)
+    assert_one_error_line(result, BAD_INPUT, "plan.json is not UTF-8")
+
+
+def test_run_refuses_a_missing_plan_file(cli: Cli) -> None:
+    result = cli("run", "no-such-plan.json", env=UNREACHABLE_TEMPORAL)
+    assert_one_error_line(result, BAD_INPUT, "cannot read plan no-such-plan.json", "No such file")
+
+
+# -- unreachable Temporal --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [pytest.param(("run", str(RESTOCK_PLAN)), id="run"), pytest.param(("status", "some-run"), id="status")],
+)
+def test_unreachable_temporal_fails_fast(cli: Cli, args: tuple[str, ...]) -> None:
+    result = cli(*args, env=UNREACHABLE_TEMPORAL)
+    assert_one_error_line(result, FAILED, "cannot reach Temporal at 127.0.0.1:1")
+    assert result.elapsed_s < FAIL_FAST_S, result
+
+
+def test_silent_temporal_fails_fast(cli: Cli) -> None:
+    """A frontend that accepts TCP connections but never answers (the SDK alone waits 30s)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        result = cli("status", "some-run", env={"AGENTLEASE_TEMPORAL_ADDRESS": address})
+    assert_one_error_line(result, FAILED, f"cannot reach Temporal at {address}", "no answer within")
+    assert result.elapsed_s < FAIL_FAST_S + 10, result
+
+
+# -- bad ledgers -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "exit_code", "fragments"),
+    [
+        pytest.param("notaurl", BAD_INPUT, ("bad ledger URL 'notaurl'", "sqlite:///PATH"), id="not-a-url"),
+        pytest.param("mysql://x/y", BAD_INPUT, ("unsupported ledger database 'mysql'",), id="mysql"),
+        pytest.param(
+            "postgresql://postgres@127.0.0.1:notaport/x", BAD_INPUT, ("bad ledger URL",), id="port-not-a-number"
+        ),
+        pytest.param(
+            "postgresql://postgres@127.0.0.1:1/x",
+            FAILED,
+            ("ledger postgresql://postgres@127.0.0.1:1/x", "Connect call failed"),
+            id="unreachable-postgresql",
+        ),
+        pytest.param(
+            "postgresql://postgres:s3cret@127.0.0.1:1/x", FAILED, ("postgres:***@127.0.0.1:1",), id="password-hidden"
+        ),
+        pytest.param(
+            "sqlite:////proc/no-such-dir/ledger.db",
+            FAILED,
+            ("cannot create /proc/no-such-dir for the SQLite ledger",),
+            id="sqlite-dir-not-creatable",
+        ),
+    ],
+)
+def test_tasks_refuses_a_bad_ledger_url(cli: Cli, url: str, exit_code: int, fragments: tuple[str, ...]) -> None:
+    result = cli("tasks", env={"AGENTLEASE_LEDGER_URL": url})
+    line = assert_one_error_line(result, exit_code, *fragments)
+    assert "s3cret" not in line
+    assert result.elapsed_s < FAIL_FAST_S, result
+
+
+def test_tasks_on_a_sqlite_ledger_without_schema_hints_at_db_upgrade(cli: Cli) -> None:
+    result = cli("tasks", env={"AGENTLEASE_LEDGER_URL": f"sqlite:///{cli.cwd / 'ledger.db'}"})
+    assert_one_error_line(result, FAILED, "no schema yet", "agentlease db upgrade")
+
+
+@pytest.mark.postgres
+def test_tasks_on_a_missing_postgresql_database_says_so(cli: Cli, pg_ledger_url: str) -> None:
+    absent = make_url(pg_ledger_url)
+    absent = absent.set(database=f"{absent.database}_absent").render_as_string(hide_password=False)
+    result = cli("tasks", env={"AGENTLEASE_LEDGER_URL": absent})
+    line = assert_one_error_line(result, FAILED, '_absent" does not exist')
+    assert "db upgrade" not in line  # the hint is for a database without tables, not for no database
+
+
+# -- other bad input -------------------------------------------------------------------------------
+
+
+def test_events_needs_a_task_or_a_run(cli: Cli) -> None:
+    assert_one_error_line(cli("events"), BAD_INPUT, "name a task id or --run")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "fragment"),
+    [
+        ("AGENTLEASE_MAX_CONCURRENT_ACTIVITIES", "zero", "max_concurrent_activities"),
+        ("AGENTLEASE_MAX_CONCURRENT_ACTIVITIES", "0", "greater than or equal to 1"),
+        ("AGENTLEASE_SHUTDOWN_GRACE", "soon", "shutdown_grace"),
+    ],
+)
+def test_worker_refuses_a_bad_setting(cli: Cli, variable: str, value: str, fragment: str) -> None:
+    result = cli("worker", env={variable: value, **UNREACHABLE_TEMPORAL})
+    assert_one_error_line(result, BAD_INPUT, "bad setting", fragment)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        pytest.param(("teleport",), "No such command 'teleport'", id="unknown-command"),
+        pytest.param(("tasks", "--bogus"), "No such option: --bogus", id="unknown-option"),
+        pytest.param(("run",), "Missing argument", id="missing-argument"),
+    ],
+)
+def test_usage_errors_are_one_line(cli: Cli, args: tuple[str, ...], fragment: str) -> None:
+    assert_one_error_line(cli(*args), BAD_INPUT, fragment)
+
+
+# -- db upgrade ------------------------------------------------------------------------------------
+
+
+def _upgrade_then_list(cli: Cli, url: str) -> None:
+    ledger = {"AGENTLEASE_LEDGER_URL": url}
+    assert_one_error_line(cli("tasks", env=ledger), FAILED, "agentlease db upgrade")
+
+    upgraded = cli("db", "upgrade", env=ledger)
+    assert upgraded.returncode == 0, upgraded
+    assert "is at the newest schema" in upgraded.stdout, upgraded
+    assert "Traceback" not in upgraded.stdout + upgraded.stderr, upgraded
+
+    again = cli("db", "upgrade", env=ledger)
+    assert again.returncode == 0, again
+
+    listed = cli("tasks", "--json", env=ledger)
+    assert listed.returncode == 0, listed
+    assert json.loads(listed.stdout) == [], listed
+    assert listed.stderr == "", listed
+
+
+def test_db_upgrade_then_tasks_on_sqlite(cli: Cli) -> None:
+    _upgrade_then_list(cli, f"sqlite:///{cli.cwd / 'ledger.db'}")
+
+
+@pytest.mark.postgres
+def test_db_upgrade_then_tasks_on_postgresql(cli: Cli, pg_ledger_url: str) -> None:
+    _upgrade_then_list(cli, pg_ledger_url)
+
+
+# -- help ------------------------------------------------------------------------------------------
+
+COMMANDS = ("worker", "run", "status", "tasks", "events", "demo", "dev", "db")
+GLOBAL_VARIABLES = (
+    "AGENTLEASE_TEMPORAL_ADDRESS",
+    "AGENTLEASE_NAMESPACE",
+    "AGENTLEASE_TASK_QUEUE",
+    "AGENTLEASE_LEDGER_URL",
+    "AGENTLEASE_TOOL_MODULES",
+    "AGENTLEASE_DATA_DIR",
+)
+
+
+def test_help_lists_commands_and_environment_variables(cli: Cli) -> None:
+    result = cli("--help")
+    assert result.returncode == 0, result
+    assert result.stderr == "", result
+    for command in COMMANDS:
+        assert re.search(rf"^\W*{command}\s", result.stdout, re.MULTILINE), (command, result)
+    for variable in GLOBAL_VARIABLES:
+        assert variable in result.stdout, (variable, result)
+
+
+def test_no_arguments_shows_the_help(cli: Cli) -> None:
+    result = cli()
+    assert result.returncode == BAD_INPUT, result
+    assert "Traceback" not in result.stdout + result.stderr, result
+    assert "Usage: agentlease" in result.stdout + result.stderr, result
