@@ -46,6 +46,16 @@ class AgentLeaseSettings(BaseSettings):
     sql_target_url: str | None = None
     data_dir: Path = Path(".agentlease")
 
+    @field_validator("shutdown_grace", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                return value  # ISO 8601 ("PT30S"), parsed by pydantic
+        return value
+
     @field_validator("tool_modules", mode="before")
     @classmethod
     def _split_modules(cls, value: object) -> object:

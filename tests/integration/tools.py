@@ -1,0 +1,133 @@
+"""Tools used by the integration tests (also loaded by worker subprocesses through
+``AGENTLEASE_TOOL_MODULES=tests.integration.tools``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from activities.lease_context import LeaseContext
+from activities.tool import ToolResult, tool
+from agentlease.enums import SideEffectClass, Stage
+from agentlease.errors import LeaseLostError, PermanentToolError
+from agentlease.records import SettlementReceipt
+
+PROBES: dict[str, list[dict[str, Any]]] = {}
+"""What each attempt saw, by task id (in-process workers only)."""
+
+GATES: dict[str, asyncio.Event] = {}
+"""Set by a test to let a held first attempt resume, by task id."""
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+class HoldArgs(BaseModel):
+    hold_first_attempt: bool = True
+
+
+def _receipt(ctx: LeaseContext, system: str) -> SettlementReceipt:
+    return SettlementReceipt(
+        external_system=system,
+        external_id=f"{ctx.claim.task_id}@{ctx.fencing_token}",
+        status="present",
+        details={"generation": ctx.fencing_token, "owner": ctx.worker_identity},
+        verified_at=datetime.now(UTC),
+    )
+
+
+def gate(task_id: str) -> asyncio.Event:
+    return GATES.setdefault(task_id, asyncio.Event())
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=2), start_to_close=timedelta(minutes=2))
+async def held_write(ctx: LeaseContext, args: HoldArgs) -> ToolResult:
+    """First attempt: holds inside external_call until its gate opens, then tries to carry on."""
+    probe: dict[str, Any] = {
+        "generation": ctx.fencing_token,
+        "owner": ctx.worker_identity,
+        "idempotency_key": ctx.idempotency_key,
+        "previous_stage": ctx.previous_stage,
+        "activity_id": activity.info().activity_id,
+    }
+    PROBES.setdefault(ctx.claim.task_id, []).append(probe)
+    await ctx.advance(Stage.PREFLIGHT, "checking the target")
+    await ctx.advance(Stage.EXTERNAL_CALL, "writing the record")
+    if ctx.claim.attempts == 1 and args.hold_first_attempt:
+        # A paused worker notices nothing: a cancellation delivered through heartbeats is ignored.
+        while True:
+            try:
+                await gate(ctx.claim.task_id).wait()
+                break
+            except asyncio.CancelledError:
+                continue
+        try:
+            await ctx.renew("resumed after the pause")
+        except LeaseLostError as exc:
+            probe["renew_error"] = exc
+        return ToolResult(receipt=_receipt(ctx, "held"), output={"written_by": ctx.worker_identity})
+    await ctx.advance(Stage.COMMIT, "record written")
+    await ctx.advance(Stage.VERIFY, "reading the record back")
+    return ToolResult(receipt=_receipt(ctx, "held"), output={"written_by": ctx.worker_identity})
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=3), start_to_close=timedelta(minutes=2))
+async def die_after_commit(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """First attempt: three stages within one heartbeat throttle window, then the process dies."""
+    if ctx.claim.attempts == 1:
+        await ctx.advance(Stage.PREFLIGHT, "checking")
+        await ctx.advance(Stage.EXTERNAL_CALL, "calling")
+        await ctx.advance(Stage.COMMIT, "committing")
+        os._exit(17)
+    details = activity.info().heartbeat_details
+    await ctx.advance(Stage.VERIFY, f"previous attempt reached {ctx.previous_stage}; reading back")
+    return ToolResult(
+        receipt=_receipt(ctx, "dying"),
+        output={
+            "previous_stage": ctx.previous_stage,
+            "temporal_heartbeat_details": details[0] if details else None,
+        },
+    )
+
+
+@tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=5), start_to_close=timedelta(minutes=2))
+async def wait_forever(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Enters preflight and then waits until the attempt is cancelled (worker shutdown)."""
+    await ctx.advance(Stage.PREFLIGHT, "waiting for a slot that never comes")
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+@tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=5))
+async def quick(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Settles at once."""
+    await ctx.advance(Stage.PREFLIGHT, "nothing to check")
+    await ctx.advance(Stage.VERIFY, "nothing to read back")
+    return ToolResult(receipt=_receipt(ctx, "quick"))
+
+
+@tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=3))
+async def gated(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Renews its lease with a specific reason until its gate opens, then settles."""
+    await ctx.advance(Stage.PREFLIGHT, "waiting for the gate")
+    opened = gate(ctx.claim.task_id)
+    while not opened.is_set():
+        try:
+            await asyncio.wait_for(opened.wait(), timeout=0.5)
+        except TimeoutError:
+            await ctx.renew("gate still closed")
+    await ctx.advance(Stage.VERIFY, "gate open")
+    return ToolResult(receipt=_receipt(ctx, "gated"))
+
+
+@tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=5))
+async def always_permanent(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Fails deterministically: dead-lettered on the first attempt."""
+    await ctx.advance(Stage.PREFLIGHT, "validating")
+    raise PermanentToolError("the target rejects this request")
