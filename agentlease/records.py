@@ -85,7 +85,7 @@ class PlanStep(_Frozen):
     @field_validator("step_id")
     @classmethod
     def _check_step_id(cls, value: str) -> str:
-        if not _STEP_ID.match(value):
+        if not _STEP_ID.fullmatch(value):
             raise ValueError("step_id must be 1-128 letters, digits, '_', '.', '-', starting with a letter or digit")
         return value
 

@@ -29,10 +29,10 @@ from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, TaskSpec, idempotency_key_for, task_id_for
 from tests.lease_trail import LeaseInterval, assert_one_valid_lease_at_a_time
 
-SQLITE_LEASE_TTL = timedelta(milliseconds=30)
-PG_LEASE_TTL = timedelta(milliseconds=100)
+SQLITE_LEASE_TTL = timedelta(milliseconds=100)
+PG_LEASE_TTL = timedelta(milliseconds=300)
 """With 16 claimers in one event loop on 2 cores, a winner's release reaches PostgreSQL tens of
-milliseconds after its claim statement; a 30 ms lease would nearly always lapse first and the
+milliseconds after its claim statement (more on a loaded CI machine); a short lease would often lapse first and the
 release path would go untested."""
 PG_CLAIMERS = 16
 PG_ROUNDS = 40
