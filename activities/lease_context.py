@@ -18,6 +18,7 @@ from agentlease.errors import LeaseLostError
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, StoredReceipt
 from agentlease.settings import AgentLeaseSettings
+from reconciliation.policy import RecoveryAction, RecoveryDecision
 
 
 class LeaseHeartbeat(BaseModel):
@@ -40,6 +41,7 @@ class LeaseContext:
         side_effect_class: the tool's class.
         previous_receipt: a receipt already stored for this idempotency key, if any.
         settings: the worker's settings (endpoints of the built-in tools).
+        recovery: the recovery decision for this attempt (``read_back_first`` after ``commit``...).
         stage: the last stage this attempt recorded (``None`` before the first ``advance``).
     """
 
@@ -51,12 +53,14 @@ class LeaseContext:
         side_effect_class: SideEffectClass,
         previous_receipt: StoredReceipt | None,
         settings: AgentLeaseSettings,
+        recovery: RecoveryDecision,
     ) -> None:
         self._ledger = ledger
         self.claim = claim
         self.side_effect_class = side_effect_class
         self.previous_receipt = previous_receipt
         self.settings = settings
+        self.recovery = recovery
         self.stage: Stage | None = None
         self._lost: LeaseLostError | None = None
 
@@ -134,3 +138,6 @@ def _heartbeat(details: Any) -> None:
     # Outside an activity (unit tests of tools) there is nothing to heartbeat to.
     if activity.in_activity():
         activity.heartbeat(details)
+
+
+__all__ = ["LeaseContext", "LeaseHeartbeat", "RecoveryAction"]

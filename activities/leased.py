@@ -1,29 +1,32 @@
 """Leased activities: each tool call claims its task in the ledger before the tool runs.
 
 One Temporal activity per tool (activity type = tool name), taking one typed input
-(:class:`ToolCall`) and returning a :class:`ToolOutcome`. How an attempt ends maps onto Temporal:
+(:class:`ToolCall`) and returning a :class:`ToolOutcome`. At the start of every attempt the
+recovery policy (:mod:`reconciliation.policy`) decides from the ledger's record of the previous
+attempt; after a failure it decides again. How that maps onto Temporal:
 
-========================================  ==========================================================
-ledger says                               Temporal sees
-========================================  ==========================================================
-lease still held by an earlier attempt    retryable ``LeaseHeld`` with ``next_retry_delay`` = time left
-already settled (G6)                      the stored outcome, tool not run
-cancelled / dead-lettered                 non-retryable ``TaskCancelled`` / ``DeadLettered``
-tool raised ``PermanentToolError``        dead-lettered; non-retryable ``DeadLettered``
-too many real attempts                    dead-lettered; non-retryable ``DeadLettered``
-tool raised anything else                 released with its error class; retryable
-lease lost (renew or settle refused)      retryable ``LeaseLost``; a refused settle is ``late_unapplied``
-worker shutdown (SIGTERM past grace)      released with error class ``shutdown``
-========================================  ==========================================================
+==========================================  ========================================================
+ledger / policy says                        Temporal sees
+==========================================  ========================================================
+lease still held by an earlier attempt      retryable ``LeaseHeld``, ``next_retry_delay`` = time left
+receipt exists / already settled (G6)       the stored outcome; the tool does not run
+retry, same key, read back first, readback  the tool runs, with ``ctx.recovery`` saying which
+dead-letter (permanent, too many attempts)  non-retryable ``DeadLettered``
+block (credential)                          non-retryable ``Blocked``
+reconcile (unsafe past external_call, G7)   non-retryable ``NeedsReconciliation``
+cancelled                                   non-retryable ``TaskCancelled``
+tool raised a retryable error               released with its error class; retryable
+lease lost (renew or settle refused)        retryable ``LeaseLost``; a refused settle is ``late_unapplied``
+worker shutdown (SIGTERM past grace)        released with error class ``shutdown``
+==========================================  ========================================================
 """
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -34,13 +37,13 @@ from agentlease.errors import (
     LeaseHeldError,
     LeaseLostError,
     MissingHeartbeatTimeoutError,
-    PermanentToolError,
     TaskClosedError,
     one_line,
 )
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, SettlementReceipt, TaskSpec, ToolCall, ToolInfo, ToolOutcome, TraceLink
 from agentlease.settings import AgentLeaseSettings
+from reconciliation.policy import ErrorClass, RecoveryAction, RecoveryDecision, classify, decide
 from workflows.agent_run import DESCRIBE_TOOLS
 
 
@@ -121,22 +124,20 @@ class LeasedActivities:
             return await self._closed_outcome(exc)
 
         stored = await self._ledger.receipt(claim.idempotency_key)
-        if stored is not None:
-            # G6: an earlier attempt (or task with the same key) already proved the outcome.
+        decision = decide(
+            spec.side_effect_class,
+            claim.previous_stage,
+            receipt_present=stored is not None,
+            error_class=ErrorClass.parse(claim.previous_error_class),
+            real_attempts=claim.attempts - 1,
+            max_attempts=spec.max_attempts,
+        )
+        if decision.action is RecoveryAction.NEVER_RERUN and stored is not None:
+            # G6: an earlier attempt (or a task with the same key) already proved the outcome.
             await self._ledger.settle(claim, stored.receipt)
             return self._settled(claim, stored.receipt, None)
-        if claim.attempts > spec.max_attempts:
-            await self._end(
-                claim,
-                dead_letter=True,
-                error_class="max_attempts",
-                error=f"{claim.attempts - 1} real attempts failed (limit {spec.max_attempts})",
-            )
-            raise ApplicationError(
-                f"{call.task_id}: dead-lettered after {spec.max_attempts} attempts",
-                type=FailureType.DEAD_LETTERED,
-                non_retryable=True,
-            )
+        if not decision.action.runs_tool:
+            await self._park(claim, decision, claim.previous_error_class or "none", "before this attempt ran")
 
         context = LeaseContext(
             ledger=self._ledger,
@@ -144,23 +145,31 @@ class LeasedActivities:
             side_effect_class=spec.side_effect_class,
             previous_receipt=stored,
             settings=self._settings,
+            recovery=decision,
         )
         try:
             args = spec.args_model.model_validate(call.arguments)
             result = await spec.fn(context, args)
         except LeaseLostError as exc:
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
-        except (PermanentToolError, ValidationError) as exc:
-            error = one_line(exc)
-            await self._end(claim, dead_letter=True, error_class=type(exc).__name__, error=error)
-            raise ApplicationError(f"{call.task_id}: {error}", type=FailureType.DEAD_LETTERED, non_retryable=True) from None
         except asyncio.CancelledError:
-            reason = "shutdown" if activity.is_worker_shutdown() else "cancelled"
-            await asyncio.shield(self._end(claim, dead_letter=False, error_class=reason, error=f"attempt {reason}"))
+            error_class = ErrorClass.SHUTDOWN if activity.is_worker_shutdown() else ErrorClass.RETRYABLE
+            await asyncio.shield(self._release(claim, error_class, f"attempt cancelled ({error_class.value})"))
             raise
         except Exception as exc:
-            await self._end(claim, dead_letter=False, error_class=type(exc).__name__, error=one_line(exc))
-            raise ApplicationError(one_line(exc), type=type(exc).__name__) from None
+            error_class = classify(exc)
+            after = decide(
+                spec.side_effect_class,
+                context.stage or claim.previous_stage,
+                receipt_present=False,
+                error_class=error_class,
+                real_attempts=claim.attempts,
+                max_attempts=spec.max_attempts,
+            )
+            if not after.action.runs_tool:
+                await self._park(claim, after, error_class.value, one_line(exc))
+            await self._release(claim, error_class, one_line(exc))
+            raise ApplicationError(one_line(exc), type=error_class.value) from None
 
         try:
             saved = await self._ledger.settle(claim, result.receipt, result=result.output)
@@ -169,12 +178,32 @@ class LeasedActivities:
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
         return self._settled(claim, saved.receipt, result.output)
 
-    async def _end(self, claim: Claim, *, dead_letter: bool, error_class: str, error: str) -> None:
-        end = self._ledger.dead_letter if dead_letter else self._ledger.release
+    async def _release(self, claim: Claim, error_class: ErrorClass, error: str) -> None:
         try:
-            await end(claim, error_class=error_class, error=error)
+            await self._ledger.release(claim, error_class=error_class.value, error=error)
         except LeaseLostError:
             pass  # Already recorded as lease_lost evidence; the newer holder decides.
+
+    async def _park(self, claim: Claim, decision: RecoveryDecision, error_class: str, error: str) -> NoReturn:
+        """Apply a decision that does not run the tool, then fail the attempt non-retryably."""
+        reason = f"{decision.rule} ({error})"
+        if decision.action is RecoveryAction.DEAD_LETTER:
+            write, failure = self._ledger.dead_letter(claim, error_class=error_class, error=reason), FailureType.DEAD_LETTERED
+        elif decision.action is RecoveryAction.BLOCK:
+            write = self._ledger.await_decision(claim, status=TaskStatus.BLOCKED, error_class=error_class, error=reason)
+            failure = FailureType.BLOCKED
+        elif decision.action is RecoveryAction.RECONCILE:
+            write = self._ledger.await_decision(
+                claim, status=TaskStatus.NEEDS_RECONCILIATION, error_class=error_class, error=reason
+            )
+            failure = FailureType.NEEDS_RECONCILIATION
+        else:
+            raise AssertionError(f"{decision.action} runs the tool or settles; it is not parked")
+        try:
+            await write
+        except LeaseLostError as exc:
+            raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
+        raise ApplicationError(f"{claim.task_id}: {reason}", type=failure.value, non_retryable=True)
 
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
         record = await self._ledger.get_task(exc.task_id)
@@ -187,8 +216,12 @@ class LeasedActivities:
                 attempts=record.attempts,
                 receipt=record.receipt,
             )
-        error_type = FailureType.TASK_CANCELLED if record.status is TaskStatus.CANCELLED else FailureType.DEAD_LETTERED
-        raise ApplicationError(str(exc), type=error_type, non_retryable=True)
+        failure = {
+            TaskStatus.CANCELLED: FailureType.TASK_CANCELLED,
+            TaskStatus.BLOCKED: FailureType.BLOCKED,
+            TaskStatus.NEEDS_RECONCILIATION: FailureType.NEEDS_RECONCILIATION,
+        }.get(record.status, FailureType.DEAD_LETTERED)
+        raise ApplicationError(str(exc), type=failure.value, non_retryable=True)
 
     @staticmethod
     def _settled(claim: Claim, receipt: SettlementReceipt, output: dict[str, Any] | None) -> ToolOutcome:

@@ -18,6 +18,10 @@ class TaskStatus(StrEnum):
     new claim once the lease has lapsed on the ledger's clock."""
     RELEASED = "released"
     """An attempt gave the task back for a retry (with an error class). Left by the next claim or a cancel."""
+    BLOCKED = "blocked"
+    """A credential is missing or revoked. Left by a redrive once access is repaired, or a cancel."""
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+    """An unsafe side effect may have happened. Left by a human reconcile decision, or a cancel."""
     SETTLED = "settled"
     """A settlement receipt exists. Terminal: a settled task never runs again (G6)."""
     DEAD_LETTERED = "dead_lettered"
@@ -27,10 +31,17 @@ class TaskStatus(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
+        """Settled, dead-lettered or cancelled."""
         return self in _TERMINAL
+
+    @property
+    def awaits_decision(self) -> bool:
+        """Blocked or needing reconciliation: no claim until a person decides."""
+        return self in _AWAITS_DECISION
 
 
 _TERMINAL = frozenset({TaskStatus.SETTLED, TaskStatus.DEAD_LETTERED, TaskStatus.CANCELLED})
+_AWAITS_DECISION = frozenset({TaskStatus.BLOCKED, TaskStatus.NEEDS_RECONCILIATION})
 
 
 class Stage(StrEnum):
@@ -77,6 +88,8 @@ class EventKind(StrEnum):
     SETTLED = "settled"
     DEAD_LETTERED = "dead_lettered"
     CANCELLED = "cancelled"
+    BLOCKED = "blocked"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
     EXPIRED = "expired"
     """A lease lapsed without renewal; written for the old generation when it is superseded."""
     LEASE_LOST = "lease_lost"
@@ -94,6 +107,10 @@ class FailureType(StrEnum):
     """Non-retryable: an operator cancelled the task."""
     MISSING_HEARTBEAT_TIMEOUT = "MissingHeartbeatTimeout"
     """Non-retryable: the call was scheduled without a heartbeat timeout (G9)."""
+    BLOCKED = "Blocked"
+    """Non-retryable: a credential is missing or revoked; the task waits for access to be repaired."""
+    NEEDS_RECONCILIATION = "NeedsReconciliation"
+    """Non-retryable: an unsafe side effect may have happened; the task waits for a human decision."""
     LEASE_HELD = "LeaseHeld"
     """Retryable: an earlier attempt's lease is still valid; ``next_retry_delay`` is the time left."""
     LEASE_LOST = "LeaseLost"
@@ -101,4 +118,10 @@ class FailureType(StrEnum):
 
     @classmethod
     def non_retryable(cls) -> list[str]:
-        return [cls.DEAD_LETTERED.value, cls.TASK_CANCELLED.value, cls.MISSING_HEARTBEAT_TIMEOUT.value]
+        return [
+            cls.DEAD_LETTERED.value,
+            cls.TASK_CANCELLED.value,
+            cls.MISSING_HEARTBEAT_TIMEOUT.value,
+            cls.BLOCKED.value,
+            cls.NEEDS_RECONCILIATION.value,
+        ]

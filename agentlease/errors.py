@@ -91,7 +91,7 @@ class LeaseHeldError(AgentLeaseError):
 
 
 class TaskClosedError(AgentLeaseError):
-    """A claim was refused because the task is settled, dead-lettered or cancelled.
+    """A claim was refused: the task is settled, dead-lettered, cancelled, or waits for a decision.
 
     Attributes:
         task_id: the task.
@@ -99,7 +99,7 @@ class TaskClosedError(AgentLeaseError):
     """
 
     def __init__(self, task_id: str, status: str) -> None:
-        super().__init__(f"task {task_id!r} is {status}; it is not claimed again")
+        super().__init__(f"task {task_id!r} is {status}; no attempt may claim it")
         self.task_id = task_id
         self.status = status
 
@@ -130,3 +130,38 @@ class RetryableToolError(ToolError):
 
 class PermanentToolError(ToolError):
     """The attempt failed deterministically; retrying cannot help. The task is dead-lettered."""
+
+
+class CredentialToolError(ToolError):
+    """A credential is missing or revoked: the task is blocked until access is repaired (a new
+    worker will not fix authority)."""
+
+
+class AmbiguousSideEffectError(ToolError):
+    """The tool cannot tell whether its side effect happened (a timeout after sending).
+
+    An ``idempotent`` or ``fenced`` tool is retried with the same key; an ``unsafe`` one waits for
+    a reconciliation decision.
+    """
+
+
+class StaleFencingTokenError(AgentLeaseError):
+    """A fenced write carried a generation older than the newest one the resource accepted (G2).
+
+    Raised by the conditional fence statement (:mod:`agentlease.fencing`) inside the writer's
+    transaction, so the writer's statements in that transaction roll back with it.
+
+    Attributes:
+        resource_key: the fenced resource.
+        generation: the claim generation the writer carried.
+        current_generation: the newest generation the resource had accepted (None if unknown).
+    """
+
+    def __init__(self, resource_key: str, generation: int, current_generation: int | None) -> None:
+        super().__init__(
+            f"stale fencing token for {resource_key!r}: generation {generation} refused, "
+            f"the resource has accepted generation {current_generation}"
+        )
+        self.resource_key = resource_key
+        self.generation = generation
+        self.current_generation = current_generation

@@ -121,6 +121,8 @@ class AgentRunWorkflow:
             status = {
                 FailureType.DEAD_LETTERED.value: TaskStatus.DEAD_LETTERED.value,
                 FailureType.TASK_CANCELLED.value: TaskStatus.CANCELLED.value,
+                FailureType.BLOCKED.value: TaskStatus.BLOCKED.value,
+                FailureType.NEEDS_RECONCILIATION.value: TaskStatus.NEEDS_RECONCILIATION.value,
             }.get(kind or "", "failed")
             message = cause.message if isinstance(cause, ApplicationError) else str(err)
             self._views[step.step_id] = view.model_copy(update={"status": status, "error": message})

@@ -202,7 +202,8 @@ class Ledger:
             if self._dialect == "postgresql":
                 current_q = current_q.with_for_update(of=TaskRow.__table__)
             before = (await conn.execute(current_q)).one()
-            if TaskStatus(before.status).is_terminal:
+            status = TaskStatus(before.status)
+            if status.is_terminal or status.awaits_decision:
                 raise TaskClosedError(spec.task_id, before.status)
             granted = (
                 await conn.execute(
@@ -221,6 +222,7 @@ class Ledger:
                         lease_expires_at_ms=now_ms + _T.lease_ttl_ms,
                         claim_generation=_T.claim_generation + 1,
                         attempts=_T.attempts + 1,
+                        error_class=None,
                         updated_at_ms=now_ms,
                         **trace.columns(),
                     )
@@ -272,7 +274,7 @@ class Ledger:
             lease_ttl=timedelta(milliseconds=granted.lease_ttl_ms),
             attempts=granted.attempts,
             previous_stage=granted.stage,
-            previous_error_class=granted.error_class,
+            previous_error_class=before.error_class,
             idempotency_key=granted.idempotency_key,
             trace=trace,
         )
@@ -456,6 +458,27 @@ class Ledger:
         await self._end_lease(
             claim, "dead_letter", TaskStatus.DEAD_LETTERED, EventKind.DEAD_LETTERED, error_class, error, now
         )
+
+    async def await_decision(
+        self,
+        claim: Claim,
+        *,
+        status: TaskStatus,
+        error_class: str,
+        error: str,
+        now: datetime | None = None,
+    ) -> None:
+        """Park the task until a person decides: ``blocked`` or ``needs_reconciliation``.
+
+        No claim is granted while it waits (seed 1, "Recovery needs a policy").
+
+        Raises:
+            ValueError: ``status`` is neither ``blocked`` nor ``needs_reconciliation``.
+            LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
+        """
+        if not status.awaits_decision:
+            raise ValueError(f"{status.value} is not a status that awaits a decision")
+        await self._end_lease(claim, status.value, status, EventKind(status.value), error_class, error, now)
 
     async def _end_lease(
         self,

@@ -320,7 +320,7 @@ async def test_permanent_error_dead_letters(client: Client, settings: AgentLease
         assert (record.status, record.attempts, record.error_class) == (
             TaskStatus.DEAD_LETTERED,
             1,
-            "PermanentToolError",
+            "permanent",
         )
     finally:
         await ledger.close()

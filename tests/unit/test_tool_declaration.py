@@ -75,6 +75,8 @@ def test_scheduling_options_use_the_lease_ttl_as_heartbeat_timeout() -> None:
         FailureType.DEAD_LETTERED,
         FailureType.TASK_CANCELLED,
         FailureType.MISSING_HEARTBEAT_TIMEOUT,
+        FailureType.BLOCKED,
+        FailureType.NEEDS_RECONCILIATION,
     }
 
 

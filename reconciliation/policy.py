@@ -1,0 +1,181 @@
+"""The recovery policy: what happens after an attempt ended badly (pure functions, no I/O).
+
+Both tables of DESIGN.md become one decision, taken at the start of every attempt from the
+ledger's record of the previous one:
+
+- "Retry policy belongs to the stage" (seed 2): preflight -> retry; external_call -> retry with the
+  same idempotency key (``unsafe`` -> reconcile); commit -> read back first; verify -> retry the
+  readback; settled -> never rerun.
+- "Recovery needs a policy" (seed 1): read-only -> reclaim; idempotent with a stable key -> reclaim
+  with the same key; ambiguous non-idempotent side effect -> reconcile; repeated deterministic
+  failure -> dead-letter; missing or revoked credential -> block; human cancellation -> stays
+  cancelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pydantic import ValidationError
+
+from agentlease.enums import SideEffectClass, Stage
+from agentlease.errors import (
+    AmbiguousSideEffectError,
+    CredentialToolError,
+    PermanentToolError,
+)
+
+
+class ErrorClass(StrEnum):
+    """How the previous attempt ended, as the ledger records it (``tasks.error_class``)."""
+
+    RETRYABLE = "retryable"
+    """A transient failure (timeout, 5xx, lease lapse)."""
+    PERMANENT = "permanent"
+    """Deterministic: retrying cannot help."""
+    CREDENTIAL = "credential"
+    """Missing or revoked credential."""
+    AMBIGUOUS = "ambiguous"
+    """The tool could not tell whether its side effect happened."""
+    SHUTDOWN = "shutdown"
+    """Released because its worker shut down: a release for lack of capacity."""
+    CANCELLED = "cancelled"
+    """An operator cancelled the task."""
+
+    @classmethod
+    def parse(cls, value: str | None) -> ErrorClass | None:
+        """The member named ``value``; ``None`` for no value or one this version does not know."""
+        try:
+            return None if value is None else cls(value)
+        except ValueError:
+            return None
+
+
+class RecoveryAction(StrEnum):
+    """The recovery decision (DESIGN.md, "recovery decision")."""
+
+    RUN = "run"
+    """Nothing happened before: run normally."""
+    RETRY = "retry"
+    """No external side effect started (or the tool only reads): run again."""
+    RETRY_SAME_KEY = "retry_same_key"
+    """Run again with the same idempotency key."""
+    READ_BACK_FIRST = "read_back_first"
+    """The target may already exist: read back, and write only if it does not."""
+    RETRY_READBACK = "retry_readback"
+    """The side effect likely completed: only read back."""
+    RECONCILE = "reconcile"
+    """Ambiguous side effect of an unsafe tool: wait for a human decision."""
+    DEAD_LETTER = "dead_letter"
+    """Out of circulation for inspection."""
+    BLOCK = "block"
+    """Wait until access is repaired."""
+    STAY_CANCELLED = "stay_cancelled"
+    """An operator's decision; never undone by expiry."""
+    NEVER_RERUN = "never_rerun"
+    """A receipt exists: settle from it."""
+
+    @property
+    def runs_tool(self) -> bool:
+        """Whether the tool's code runs in this attempt."""
+        return self in _RUNS_TOOL
+
+
+_RUNS_TOOL = frozenset(
+    {
+        RecoveryAction.RUN,
+        RecoveryAction.RETRY,
+        RecoveryAction.RETRY_SAME_KEY,
+        RecoveryAction.READ_BACK_FIRST,
+        RecoveryAction.RETRY_READBACK,
+    }
+)
+
+
+@dataclass(frozen=True)
+class RecoveryDecision:
+    """A decision and the rule it came from.
+
+    Attributes:
+        action: what to do.
+        rule: the table row that decided, quoted for the evidence trail.
+    """
+
+    action: RecoveryAction
+    rule: str
+
+
+def decide(
+    side_effect_class: SideEffectClass,
+    last_stage: Stage | None,
+    *,
+    receipt_present: bool,
+    error_class: ErrorClass | None,
+    real_attempts: int,
+    max_attempts: int,
+) -> RecoveryDecision:
+    """Decide how the next attempt proceeds.
+
+    Args:
+        side_effect_class: the tool's class.
+        last_stage: the last durable stage of the previous attempt (``None``: never started).
+        receipt_present: a settlement receipt exists for the idempotency key.
+        error_class: how the previous attempt ended (``None``: it did not end cleanly, e.g. its
+            lease lapsed, or there was no previous attempt).
+        real_attempts: attempts that really ran the tool before this one (capacity releases excluded).
+        max_attempts: the tool's limit of real attempts. Must be at least 1.
+
+    Returns:
+        The decision. Never retries an ``unsafe`` tool whose previous attempt may have crossed
+        ``external_call`` (G7); never reruns a settled task (G6).
+
+    Raises:
+        ValueError: ``max_attempts`` < 1 or ``real_attempts`` < 0.
+    """
+    if max_attempts < 1 or real_attempts < 0:
+        raise ValueError("max_attempts must be >= 1 and real_attempts >= 0")
+    if receipt_present or last_stage is Stage.SETTLED:
+        return RecoveryDecision(RecoveryAction.NEVER_RERUN, "settled: do not rerun, receipt exists")
+    if error_class is ErrorClass.CANCELLED:
+        return RecoveryDecision(RecoveryAction.STAY_CANCELLED, "human cancellation: keep cancelled")
+    if error_class is ErrorClass.CREDENTIAL:
+        return RecoveryDecision(RecoveryAction.BLOCK, "missing or revoked credential: block until access is repaired")
+    crossed = last_stage is not None and last_stage.order >= Stage.EXTERNAL_CALL.order
+    if side_effect_class is SideEffectClass.UNSAFE and crossed:
+        return RecoveryDecision(
+            RecoveryAction.RECONCILE, "ambiguous non-idempotent side effect: pause for reconciliation"
+        )
+    if error_class is ErrorClass.PERMANENT:
+        return RecoveryDecision(RecoveryAction.DEAD_LETTER, "deterministic failure: dead-letter for inspection")
+    if real_attempts >= max_attempts:
+        return RecoveryDecision(
+            RecoveryAction.DEAD_LETTER,
+            f"repeated failure: {real_attempts} real attempts reached the limit of {max_attempts}",
+        )
+    if last_stage is None and real_attempts == 0:
+        return RecoveryDecision(RecoveryAction.RUN, "first attempt")
+    if side_effect_class is SideEffectClass.READ_ONLY:
+        return RecoveryDecision(RecoveryAction.RETRY, "read-only work: reclaim automatically")
+    if last_stage in (None, Stage.PREFLIGHT):
+        return RecoveryDecision(RecoveryAction.RETRY, "preflight: no external side effect started")
+    if last_stage is Stage.EXTERNAL_CALL:
+        return RecoveryDecision(RecoveryAction.RETRY_SAME_KEY, "external_call: retry with the same idempotency key")
+    if last_stage is Stage.COMMIT:
+        return RecoveryDecision(RecoveryAction.READ_BACK_FIRST, "commit: the target may already exist, read back first")
+    return RecoveryDecision(RecoveryAction.RETRY_READBACK, "verify: the side effect likely completed, retry the readback")
+
+
+def classify(exc: BaseException) -> ErrorClass:
+    """The error class of an exception a tool raised.
+
+    ``PermanentToolError`` and invalid arguments are permanent, ``CredentialToolError`` is a
+    credential error, ``AmbiguousSideEffectError`` is ambiguous; anything else is retryable.
+    """
+    if isinstance(exc, PermanentToolError | ValidationError):
+        return ErrorClass.PERMANENT
+    if isinstance(exc, CredentialToolError):
+        return ErrorClass.CREDENTIAL
+    if isinstance(exc, AmbiguousSideEffectError):
+        return ErrorClass.AMBIGUOUS
+    return ErrorClass.RETRYABLE

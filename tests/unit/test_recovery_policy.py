@@ -1,0 +1,148 @@
+"""The recovery policy over the full cross product of its inputs (DESIGN.md's two tables)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
+from agentlease.enums import SideEffectClass, Stage
+from agentlease.errors import (
+    AmbiguousSideEffectError,
+    CredentialToolError,
+    PermanentToolError,
+    RetryableToolError,
+)
+from reconciliation.policy import ErrorClass, RecoveryAction, classify, decide
+
+STAGES: list[Stage | None] = [None, *Stage]
+ERRORS: list[ErrorClass | None] = [None, *ErrorClass]
+MAX_ATTEMPTS = 3
+
+
+def _all_inputs() -> itertools.product:
+    return itertools.product(SideEffectClass, STAGES, [False, True], ERRORS, range(0, MAX_ATTEMPTS + 2))
+
+
+def _decide(cls: SideEffectClass, stage: Stage | None, receipt: bool, error: ErrorClass | None, attempts: int):
+    return decide(
+        cls, stage, receipt_present=receipt, error_class=error, real_attempts=attempts, max_attempts=MAX_ATTEMPTS
+    )
+
+
+@pytest.mark.parametrize("inputs", list(_all_inputs()), ids=lambda i: "-".join(str(p) for p in i))
+def test_every_input_has_one_principled_decision(inputs: tuple) -> None:
+    cls, stage, receipt, error, attempts = inputs
+    decision = _decide(cls, stage, receipt, error, attempts)
+    crossed = stage is not None and stage.order >= Stage.EXTERNAL_CALL.order
+    if receipt or stage is Stage.SETTLED:
+        expected = RecoveryAction.NEVER_RERUN
+    elif error is ErrorClass.CANCELLED:
+        expected = RecoveryAction.STAY_CANCELLED
+    elif error is ErrorClass.CREDENTIAL:
+        expected = RecoveryAction.BLOCK
+    elif cls is SideEffectClass.UNSAFE and crossed:
+        expected = RecoveryAction.RECONCILE
+    elif error is ErrorClass.PERMANENT or attempts >= MAX_ATTEMPTS:
+        expected = RecoveryAction.DEAD_LETTER
+    elif stage is None and attempts == 0:
+        expected = RecoveryAction.RUN
+    elif cls is SideEffectClass.READ_ONLY or stage in (None, Stage.PREFLIGHT):
+        expected = RecoveryAction.RETRY
+    else:
+        expected = {
+            Stage.EXTERNAL_CALL: RecoveryAction.RETRY_SAME_KEY,
+            Stage.COMMIT: RecoveryAction.READ_BACK_FIRST,
+            Stage.VERIFY: RecoveryAction.RETRY_READBACK,
+        }[stage]
+    assert decision.action is expected
+    assert decision.rule
+
+
+@pytest.mark.parametrize(
+    ("stage", "action"),
+    [
+        (Stage.PREFLIGHT, RecoveryAction.RETRY),
+        (Stage.EXTERNAL_CALL, RecoveryAction.RETRY_SAME_KEY),
+        (Stage.COMMIT, RecoveryAction.READ_BACK_FIRST),
+        (Stage.VERIFY, RecoveryAction.RETRY_READBACK),
+        (Stage.SETTLED, RecoveryAction.NEVER_RERUN),
+    ],
+)
+def test_stage_table_rows(stage: Stage, action: RecoveryAction) -> None:
+    """Seed 2, "Retry policy belongs to the stage", for an idempotent tool."""
+    decision = _decide(SideEffectClass.IDEMPOTENT, stage, False, ErrorClass.RETRYABLE, 1)
+    assert decision.action is action
+
+
+def test_recovery_table_rows() -> None:
+    """Seed 1, "Recovery needs a policy"."""
+    assert _decide(SideEffectClass.READ_ONLY, Stage.VERIFY, False, None, 1).action is RecoveryAction.RETRY
+    assert _decide(SideEffectClass.IDEMPOTENT, Stage.EXTERNAL_CALL, False, None, 1).action is (
+        RecoveryAction.RETRY_SAME_KEY
+    )
+    assert _decide(SideEffectClass.UNSAFE, Stage.EXTERNAL_CALL, False, ErrorClass.AMBIGUOUS, 1).action is (
+        RecoveryAction.RECONCILE
+    )
+    assert _decide(SideEffectClass.FENCED, Stage.PREFLIGHT, False, ErrorClass.RETRYABLE, MAX_ATTEMPTS).action is (
+        RecoveryAction.DEAD_LETTER
+    )
+    assert _decide(SideEffectClass.IDEMPOTENT, Stage.PREFLIGHT, False, ErrorClass.CREDENTIAL, 1).action is (
+        RecoveryAction.BLOCK
+    )
+    assert _decide(SideEffectClass.IDEMPOTENT, Stage.COMMIT, False, ErrorClass.CANCELLED, 1).action is (
+        RecoveryAction.STAY_CANCELLED
+    )
+
+
+@given(
+    cls=st.sampled_from(list(SideEffectClass)),
+    stage=st.sampled_from(STAGES),
+    receipt=st.booleans(),
+    error=st.sampled_from(ERRORS),
+    attempts=st.integers(min_value=0, max_value=50),
+    limit=st.integers(min_value=1, max_value=50),
+)
+def test_properties(
+    cls: SideEffectClass, stage: Stage | None, receipt: bool, error: ErrorClass | None, attempts: int, limit: int
+) -> None:
+    decision = decide(cls, stage, receipt_present=receipt, error_class=error, real_attempts=attempts, max_attempts=limit)
+    crossed = stage is not None and stage.order >= Stage.EXTERNAL_CALL.order
+    # G7: an unsafe tool that may have crossed external_call never runs again without a decision.
+    if cls is SideEffectClass.UNSAFE and crossed:
+        assert not decision.action.runs_tool
+    # G6: settled never reruns.
+    if receipt or stage is Stage.SETTLED:
+        assert decision.action is RecoveryAction.NEVER_RERUN
+    # The limit of real attempts holds.
+    if attempts >= limit:
+        assert not decision.action.runs_tool
+
+
+def test_bad_limits_are_refused() -> None:
+    with pytest.raises(ValueError):
+        decide(SideEffectClass.READ_ONLY, None, receipt_present=False, error_class=None, real_attempts=0, max_attempts=0)
+    with pytest.raises(ValueError):
+        decide(SideEffectClass.READ_ONLY, None, receipt_present=False, error_class=None, real_attempts=-1, max_attempts=1)
+
+
+class _Args(BaseModel):
+    n: int
+
+
+def test_classify_tool_errors() -> None:
+    try:
+        _Args.model_validate({"n": "x"})
+    except ValidationError as invalid:
+        assert classify(invalid) is ErrorClass.PERMANENT
+    assert classify(PermanentToolError("404")) is ErrorClass.PERMANENT
+    assert classify(CredentialToolError("token revoked")) is ErrorClass.CREDENTIAL
+    assert classify(AmbiguousSideEffectError("timeout after send")) is ErrorClass.AMBIGUOUS
+    assert classify(RetryableToolError("503")) is ErrorClass.RETRYABLE
+    assert classify(ConnectionResetError()) is ErrorClass.RETRYABLE
+    assert ErrorClass.parse("shutdown") is ErrorClass.SHUTDOWN
+    assert ErrorClass.parse("ConnectError") is None
+    assert ErrorClass.parse(None) is None
