@@ -1,0 +1,198 @@
+"""Fenced writes to SQL resources: the claim generation as a fencing token (G2).
+
+A downstream service, or a tool writing into a database, keeps one row per fenced resource in
+the table ``fences`` holding the highest claim generation that resource has accepted. A write
+carries the writer's generation; one conditional statement
+
+.. code-block:: sql
+
+    INSERT INTO fences (resource_key, generation, updated_at_ms) VALUES (:key, :generation, :now)
+    ON CONFLICT (resource_key) DO UPDATE
+       SET generation = excluded.generation, updated_at_ms = excluded.updated_at_ms
+     WHERE fences.generation <= excluded.generation
+    RETURNING generation
+
+accepts an equal or newer generation (and moves the fence forward) or returns no row, which
+raises :class:`~agentlease.errors.StaleFencingTokenError`. Because the statement runs in the
+writer's own transaction, the write and the fence move together: a rejected writer's statements
+roll back, and on PostgreSQL the fence row stays locked until the accepted writer commits, so
+writes to one resource commit in fence order. The same statement works on SQLite (>= 3.35;
+the engines of :func:`~agentlease.ledger.engine.create_ledger_engine` serialise writers with
+``BEGIN IMMEDIATE``).
+
+The table lives in the downstream's database, not necessarily the ledger's: it belongs to
+:data:`metadata`, which the downstream creates at startup with :func:`create_fence_table`
+(``metadata.create_all``). The ledger's Alembic migrations do not touch it.
+
+Usage, with the fence checked before the caller's statements::
+
+    async with fenced_write(engine, "publications/42", generation) as conn:
+        await conn.execute(...)
+
+or inside a transaction the caller already has::
+
+    async with engine.begin() as conn:
+        await conn.execute(...)
+        await advance_fence(conn, "publications/42", generation)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Column, MetaData, String, Table, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from agentlease.clock import db_now_ms
+from agentlease.errors import StaleFencingTokenError
+from agentlease.ledger.schema import NAMING_CONVENTION
+
+MAX_GENERATION = 2**63 - 1
+"""The largest generation a ``BIGINT`` column holds."""
+
+MAX_RESOURCE_KEY_LENGTH = 400
+"""Longest resource key, in characters."""
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+"""The downstream-owned metadata holding :data:`fences`."""
+
+fences = Table(
+    "fences",
+    metadata,
+    Column("resource_key", String(MAX_RESOURCE_KEY_LENGTH), primary_key=True),
+    Column("generation", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+)
+"""Highest generation accepted per fenced resource; ``updated_at_ms`` is when it last moved."""
+
+
+@dataclass(frozen=True)
+class FencingToken:
+    """A fenced resource and the claim generation a writer carries for it.
+
+    Attributes:
+        resource_key: the fenced resource, 1 to 400 characters.
+        generation: the writer's claim generation, 0 to 2**63 - 1.
+
+    Raises:
+        ValueError: an empty or too long key, or a generation that is not such an integer.
+    """
+
+    resource_key: str
+    generation: int
+
+    def __post_init__(self) -> None:
+        check_resource_key(self.resource_key)
+        check_generation(self.generation)
+
+
+def check_generation(generation: int) -> int:
+    """Return ``generation`` if it is an integer in 0..2**63 - 1 (a ``bool`` is not).
+
+    Raises:
+        ValueError: anything else.
+    """
+    if isinstance(generation, bool) or not isinstance(generation, int) or not 0 <= generation <= MAX_GENERATION:
+        raise ValueError(f"a fencing generation is an integer from 0 to {MAX_GENERATION}, not {generation!r}")
+    return generation
+
+
+def check_resource_key(resource_key: str) -> str:
+    """Return ``resource_key`` if it is a string of 1 to 400 characters.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if not isinstance(resource_key, str) or not 0 < len(resource_key) <= MAX_RESOURCE_KEY_LENGTH:
+        raise ValueError(f"a fenced resource key has 1 to {MAX_RESOURCE_KEY_LENGTH} characters, not {resource_key!r}")
+    return resource_key
+
+
+def upsert_for(dialect_name: str, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """An ``INSERT`` with ``ON CONFLICT`` support for ``table`` on SQLite or PostgreSQL.
+
+    Raises:
+        ValueError: another dialect.
+    """
+    if dialect_name == "postgresql":
+        return postgresql.insert(table)
+    if dialect_name == "sqlite":
+        return sqlite.insert(table)
+    raise ValueError(f"unsupported dialect {dialect_name!r}: use sqlite or postgresql")
+
+
+async def create_fence_table(engine: AsyncEngine) -> None:
+    """Create ``fences`` in the downstream's database if it does not exist (safe to run again)."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+
+
+async def read_fence(conn: AsyncConnection, resource_key: str) -> int | None:
+    """The highest generation ``resource_key`` has accepted, or ``None`` if it was never fenced."""
+    return (await conn.execute(select(fences.c.generation).where(fences.c.resource_key == resource_key))).scalar()
+
+
+async def advance_fence(
+    conn: AsyncConnection, resource_key: str, generation: int, *, now: datetime | None = None
+) -> None:
+    """Accept ``generation`` for ``resource_key`` inside the caller's transaction, or refuse it.
+
+    One conditional statement: an equal or newer generation is stored (the fence moves forward
+    or stays); an older one changes nothing and raises. Call it inside the transaction that makes
+    the fenced write, so that the write commits only with an accepted fence and rolls back with
+    a refused one.
+
+    Args:
+        conn: a connection inside the caller's transaction (``engine.begin()``).
+        resource_key: the fenced resource, 1 to 400 characters.
+        generation: the writer's claim generation.
+        now: injected time for ``updated_at_ms``; default the database's clock.
+
+    Raises:
+        StaleFencingTokenError: the resource has accepted a newer generation.
+        ValueError: a bad key or generation (see :class:`FencingToken`).
+    """
+    token = FencingToken(resource_key, generation)
+    now_ms = db_now_ms(conn.dialect.name, now)
+    insert = upsert_for(conn.dialect.name, fences).values(
+        resource_key=token.resource_key, generation=token.generation, updated_at_ms=now_ms
+    )
+    statement = insert.on_conflict_do_update(
+        index_elements=[fences.c.resource_key],
+        set_={"generation": insert.excluded.generation, "updated_at_ms": insert.excluded.updated_at_ms},
+        where=fences.c.generation <= insert.excluded.generation,
+    ).returning(fences.c.generation)
+    if (await conn.execute(statement)).first() is None:
+        # On PostgreSQL the refused upsert has locked the row: this read sees what refused us.
+        raise StaleFencingTokenError(token.resource_key, token.generation, await read_fence(conn, token.resource_key))
+
+
+@asynccontextmanager
+async def fenced_write(
+    engine: AsyncEngine, resource_key: str, generation: int, *, now: datetime | None = None
+) -> AsyncIterator[AsyncConnection]:
+    """Open a transaction that has already accepted ``generation``; it commits when the block exits.
+
+    The fence is checked (and moved) before the block runs, so a stale writer never executes its
+    statements; an exception in the block rolls back the fence move with the caller's writes.
+
+    Args:
+        engine: the downstream's engine (see :func:`~agentlease.ledger.engine.create_ledger_engine`).
+        resource_key: the fenced resource, 1 to 400 characters.
+        generation: the writer's claim generation.
+        now: injected time for ``updated_at_ms``; default the database's clock.
+
+    Yields:
+        The connection of the open transaction.
+
+    Raises:
+        StaleFencingTokenError: the resource has accepted a newer generation.
+        ValueError: a bad key or generation.
+    """
+    async with engine.begin() as conn:
+        await advance_fence(conn, resource_key, generation, now=now)
+        yield conn

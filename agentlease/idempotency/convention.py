@@ -1,0 +1,139 @@
+"""The HTTP convention between agentlease tools and downstream services: headers, parsing, hashing.
+
+Pure functions, no I/O; :mod:`agentlease.idempotency.middleware` enforces them and documents the
+whole convention.
+
+Headers:
+
+- ``Idempotency-Key``: identity of one logical action (DESIGN.md "idempotency key"), 1 to 255
+  printable ASCII characters, sent bare (``Idempotency-Key: run-7:publish``, as Stripe takes it)
+  or as a structured-field string (``Idempotency-Key: "run-7:publish"``, as the IETF httpapi
+  draft writes it). Required on ``POST``, ``PUT``, ``PATCH`` and ``DELETE``.
+- ``Fencing-Token``: the writer's claim generation, a decimal integer from 0 to 2**63 - 1.
+- ``Fencing-Resource``: the fenced resource, 1 to 400 characters; when absent, the service's
+  ``resource_for`` function names it (default: the request path).
+- ``Idempotent-Replayed: true``: on a response replayed from storage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from agentlease.fencing import MAX_GENERATION, check_resource_key
+
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+FENCING_TOKEN_HEADER = "Fencing-Token"
+FENCING_RESOURCE_HEADER = "Fencing-Resource"
+REPLAYED_HEADER = "Idempotent-Replayed"
+
+MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""Methods that need an ``Idempotency-Key``; every other method passes through untouched."""
+
+MAX_KEY_LENGTH = 255
+"""Longest idempotency key, in characters."""
+
+_KEY = re.compile(r"^[\x20-\x7e]+$")
+_SF_STRING = re.compile(r'^"((?:[\x20\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
+_GENERATION = re.compile(r"^[0-9]{1,19}$")
+
+
+class HeaderError(ValueError):
+    """A convention header is missing or malformed; the middleware answers 400.
+
+    Attributes:
+        header: the header's name.
+        code: a short machine-readable reason (``missing_idempotency_key``, ``invalid_fencing_token``, ...).
+    """
+
+    def __init__(self, header: str, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.header = header
+        self.code = code
+
+
+def _single(values: list[str], header: str) -> str | None:
+    if len(values) > 1:
+        raise HeaderError(header, f"repeated_{_snake(header)}", f"send {header} once, not {len(values)} times")
+    return values[0].strip() if values else None
+
+
+def _snake(header: str) -> str:
+    return header.lower().replace("-", "_")
+
+
+def parse_idempotency_key(values: list[str]) -> str:
+    """The idempotency key from the values of every ``Idempotency-Key`` header of a request.
+
+    Args:
+        values: the header's values, in order (none when it is absent).
+
+    Returns:
+        The key: bare, or unquoted from a structured-field string.
+
+    Raises:
+        HeaderError: absent, repeated, empty, longer than 255 characters, or not printable ASCII.
+    """
+    header = IDEMPOTENCY_KEY_HEADER
+    raw = _single(values, header)
+    if raw is None:
+        raise HeaderError(header, "missing_idempotency_key", f"{header} is required on POST, PUT, PATCH and DELETE")
+    key = raw
+    if raw.startswith('"'):
+        quoted = _SF_STRING.match(raw)
+        if quoted is None:
+            raise HeaderError(header, "invalid_idempotency_key", f"{header} has a malformed quoted string")
+        key = re.sub(r"\\(.)", r"\1", quoted.group(1))
+    if not key or len(key) > MAX_KEY_LENGTH or not _KEY.match(key):
+        raise HeaderError(
+            header, "invalid_idempotency_key", f"{header} must be 1 to {MAX_KEY_LENGTH} printable ASCII characters"
+        )
+    return key
+
+
+def parse_fencing_token(values: list[str]) -> int | None:
+    """The generation from the values of every ``Fencing-Token`` header, or ``None`` when absent.
+
+    Raises:
+        HeaderError: repeated, or not a decimal integer from 0 to 2**63 - 1 (no sign, no spaces inside).
+    """
+    header = FENCING_TOKEN_HEADER
+    raw = _single(values, header)
+    if raw is None:
+        return None
+    if not _GENERATION.match(raw) or int(raw) > MAX_GENERATION:
+        raise HeaderError(
+            header, "invalid_fencing_token", f"{header} must be a decimal integer from 0 to {MAX_GENERATION}"
+        )
+    return int(raw)
+
+
+def parse_fencing_resource(values: list[str]) -> str | None:
+    """The resource from the values of every ``Fencing-Resource`` header, or ``None`` when absent.
+
+    Raises:
+        HeaderError: repeated, empty or longer than 400 characters.
+    """
+    header = FENCING_RESOURCE_HEADER
+    raw = _single(values, header)
+    if raw is None:
+        return None
+    try:
+        return check_resource_key(raw)
+    except ValueError as exc:
+        raise HeaderError(header, "invalid_fencing_resource", str(exc)) from None
+
+
+def request_hash(method: str, path: str, query: bytes, body: bytes) -> str:
+    """SHA-256 (hex) identifying a request's arguments: method, path, query string and body bytes.
+
+    Two requests with one key but another hash are a misuse of the key (422). The body is
+    compared byte for byte (a client re-sending an action must send the same bytes); the
+    fencing headers are not part of it, so a newer attempt of the same action matches.
+    Each part is length-prefixed, so no two different requests share an input.
+    """
+    digest = hashlib.sha256()
+    for part in (method.upper().encode("ascii"), path.encode("utf-8"), query, body):
+        digest.update(len(part).to_bytes(8, "big"))
+        digest.update(part)
+    return digest.hexdigest()

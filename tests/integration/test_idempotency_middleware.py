@@ -1,0 +1,342 @@
+"""The idempotency middleware in a real Starlette app served by uvicorn on 127.0.0.1.
+
+The service keeps its keys, fences and its own ``publications`` table in one database, a SQLite
+file or a PostgreSQL database. Executions are counted in that table (one row per write) and, for
+handlers that write nothing, in the handler's own counter. Time is injected through the
+middleware's ``clock``; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentlease.fencing import advance_fence
+from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+from examples.downstream import serve_app
+from tests.eventually import assert_eventually
+
+_tables = MetaData()
+publications = Table(
+    "publications",
+    _tables,
+    Column("publication_id", Integer, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(255), nullable=False),
+    Column("article_id", String(64), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("generation", BigInteger),
+)
+
+RETENTION = timedelta(milliseconds=50)
+LOCK_TIMEOUT = timedelta(seconds=5)
+
+
+class FakeClock:
+    """The middleware's clock: frozen until a test moves it."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, by: timedelta) -> None:
+        self.now += by
+
+
+class Publisher:
+    """The service's handlers. A write checks the fence again inside its own transaction."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.entered = 0
+        self.failures = 0
+        self.hold_next = False
+        self.gate = asyncio.Event()
+
+    async def publish(self, request: Request) -> JSONResponse:
+        self.entered += 1
+        if self.hold_next:
+            self.hold_next = False
+            await self.gate.wait()
+        payload = await request.json()
+        fencing = request.state.fencing
+        async with self.engine.begin() as conn:
+            if fencing is not None:
+                await advance_fence(conn, fencing.resource_key, fencing.generation)
+            publication_id = (
+                await conn.execute(
+                    insert(publications)
+                    .values(
+                        idempotency_key=request.state.idempotency_key,
+                        article_id=request.path_params["article_id"],
+                        title=payload["title"],
+                        generation=None if fencing is None else fencing.generation,
+                    )
+                    .returning(publications.c.publication_id)
+                )
+            ).scalar_one()
+        return JSONResponse(
+            {"publication_id": publication_id, "title": payload["title"]},
+            status_code=201,
+            headers={"Location": f"/articles/{request.path_params['article_id']}/{publication_id}"},
+        )
+
+    async def unavailable(self, request: Request) -> JSONResponse:
+        self.failures += 1
+        return JSONResponse({"error": "try later"}, status_code=503)
+
+    async def crash(self, request: Request) -> JSONResponse:
+        self.failures += 1
+        raise RuntimeError("handler crashed")
+
+    async def count(self, request: Request) -> JSONResponse:
+        return JSONResponse({"publications": await self.executions()})
+
+    async def executions(self, key: str | None = None) -> int:
+        query = select(func.count()).select_from(publications)
+        if key is not None:
+            query = query.where(publications.c.idempotency_key == key)
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar_one()
+
+
+@dataclass
+class Service:
+    client: httpx.AsyncClient
+    publisher: Publisher
+    store: IdempotencyStore
+    clock: FakeClock
+
+    async def post(
+        self, path: str, key: str | None, body: dict[str, Any], *, token: int | None = None, **headers: str
+    ) -> httpx.Response:
+        sent = {name.replace("_", "-"): value for name, value in headers.items()}
+        if key is not None:
+            sent["Idempotency-Key"] = key
+        if token is not None:
+            sent["Fencing-Token"] = str(token)
+        return await self.client.post(path, json=body, headers=sent)
+
+
+@asynccontextmanager
+async def running_service(url: str, **options: Any) -> AsyncIterator[Service]:
+    """Create the service's tables at startup, as a downstream does, and serve it on a loopback port."""
+    store = IdempotencyStore.from_url(url, retention=RETENTION, lock_timeout=LOCK_TIMEOUT)
+    clock = FakeClock()
+    try:
+        await store.create_tables()
+        async with store.engine.begin() as conn:
+            await conn.run_sync(_tables.create_all)
+        publisher = Publisher(store.engine)
+        app = Starlette(
+            routes=[
+                Route("/articles/{article_id}", publisher.publish, methods=["POST", "PUT"]),
+                Route("/articles", publisher.count, methods=["GET"]),
+                Route("/unavailable", publisher.unavailable, methods=["POST"]),
+                Route("/crash", publisher.crash, methods=["POST"]),
+            ],
+            middleware=[Middleware(IdempotencyMiddleware, store=store, clock=clock, **options)],
+        )
+        async with serve_app(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+            yield Service(client, publisher, store, clock)
+    finally:
+        await store.close()
+
+
+def is_replay(response: httpx.Response) -> bool:
+    return response.headers.get("idempotent-replayed") == "true"
+
+
+async def test_fifty_concurrent_requests_with_one_key_execute_once(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        body = {"title": "race"}
+        responses = await asyncio.gather(*(svc.post("/articles/1", "k-race", body, token=1) for _ in range(50)))
+
+        assert await svc.publisher.executions("k-race") == 1
+        first = [r for r in responses if r.status_code == 201 and not is_replay(r)]
+        replays = [r for r in responses if is_replay(r)]
+        busy = [r for r in responses if r.status_code == 409]
+        assert len(first) == 1, [r.status_code for r in responses]
+        assert len(first) + len(replays) + len(busy) == 50, [r.status_code for r in responses]
+        for replay in replays:
+            assert (replay.status_code, replay.content) == (201, first[0].content)
+            assert replay.headers["location"] == first[0].headers["location"]
+        for refused in busy:
+            assert refused.json()["error"] == "idempotency_key_in_flight"
+
+        after = await svc.post("/articles/1", "k-race", body, token=1)
+        assert is_replay(after) and (after.status_code, after.content) == (201, first[0].content)
+        assert await svc.publisher.executions() == 1
+
+
+async def test_a_key_in_flight_gets_409_and_then_the_replay(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        svc.publisher.hold_next = True
+        first = asyncio.create_task(svc.post("/articles/2", "k-held", {"title": "held"}))
+        await assert_eventually(lambda: svc.publisher.entered == 1, message="the first request reached the handler")
+
+        busy = await svc.post("/articles/2", "k-held", {"title": "held"})
+        assert busy.status_code == 409 and busy.headers["retry-after"] == "1"
+        assert busy.json()["error"] == "idempotency_key_in_flight"
+        other = await svc.post("/articles/2", "k-held", {"title": "other"})
+        assert (other.status_code, other.json()["error"]) == (422, "idempotency_key_reused")
+
+        svc.publisher.gate.set()
+        done = await first
+        assert done.status_code == 201 and not is_replay(done)
+        again = await svc.post("/articles/2", "k-held", {"title": "held"})
+        assert is_replay(again) and again.json() == done.json()
+        assert (svc.publisher.entered, await svc.publisher.executions()) == (1, 1)
+
+
+async def test_the_same_key_with_other_arguments_gets_422(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        assert (await svc.post("/articles/3", "k-args", {"title": "one"})).status_code == 201
+        other_arguments = [
+            ("/articles/3", {"title": "two"}),
+            ("/articles/4", {"title": "one"}),
+            ("/articles/3?x=1", {"title": "one"}),
+        ]
+        for path, body in other_arguments:
+            reused = await svc.post(path, "k-args", body)
+            assert reused.status_code == 422, path
+            assert reused.json()["error"] == "idempotency_key_reused"
+        put = await svc.client.put("/articles/3", json={"title": "one"}, headers={"Idempotency-Key": "k-args"})
+        assert put.status_code == 422
+        assert await svc.publisher.executions() == 1
+
+
+async def test_stale_fencing_tokens_get_409_and_newer_ones_pass(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        assert (await svc.post("/articles/7", "k-a", {"title": "v5"}, token=5)).status_code == 201
+
+        stale = await svc.post("/articles/7", "k-b", {"title": "v3"}, token=3)
+        assert stale.status_code == 409
+        assert {k: v for k, v in stale.json().items() if k != "detail"} == {
+            "error": "stale_fencing_token",
+            "resource": "/articles/7",
+            "generation": 3,
+            "current_generation": 5,
+        }
+        assert await svc.publisher.executions("k-b") == 0
+
+        # The refusal stored nothing: the action's next attempt (same key, newer token) runs.
+        newer = await svc.post("/articles/7", "k-b", {"title": "v3"}, token=6)
+        assert newer.status_code == 201 and not is_replay(newer)
+        assert (await svc.post("/articles/7", "k-c", {"title": "v6"}, token=6)).status_code == 201  # equal passes
+        # Another path is another resource; the header names a resource explicitly.
+        assert (await svc.post("/articles/8", "k-d", {"title": "x"}, token=1)).status_code == 201
+        named = await svc.post("/articles/9", "k-e", {"title": "x"}, token=2, Fencing_Resource="/articles/7")
+        assert named.status_code == 409 and named.json()["current_generation"] == 6
+        # A completed key replays its own response even with an old token: nothing is written.
+        replay = await svc.post("/articles/7", "k-a", {"title": "v5"}, token=1)
+        assert is_replay(replay) and replay.status_code == 201
+
+        async with svc.store.engine.connect() as conn:
+            rows = (await conn.execute(select(publications.c.idempotency_key, publications.c.generation))).all()
+        assert sorted(rows) == [("k-a", 5), ("k-b", 6), ("k-c", 6), ("k-d", 1)]
+
+
+async def test_expired_keys_can_be_reused(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        first = await svc.post("/articles/5", "k-old", {"title": "first"})
+        assert first.status_code == 201
+        svc.clock.advance(RETENTION - timedelta(milliseconds=1))
+        assert is_replay(await svc.post("/articles/5", "k-old", {"title": "first"}))
+        assert (await svc.post("/articles/5", "k-old", {"title": "second"})).status_code == 422
+
+        svc.clock.advance(timedelta(milliseconds=1))  # the retention has passed
+        reused = await svc.post("/articles/5", "k-old", {"title": "second"})
+        assert reused.status_code == 201 and not is_replay(reused)
+        assert reused.json()["publication_id"] != first.json()["publication_id"]
+        assert await svc.publisher.executions("k-old") == 2
+
+        svc.clock.advance(RETENTION)
+        assert await svc.store.purge_expired(now=svc.clock()) == 1
+        assert await svc.store.purge_expired(now=svc.clock()) == 0
+
+
+async def test_an_in_flight_key_is_taken_over_after_the_lock_timeout(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        svc.publisher.hold_next = True  # stands for a handler whose process hangs or died
+        stuck = asyncio.create_task(svc.post("/articles/6", "k-stuck", {"title": "t"}))
+        await assert_eventually(lambda: svc.publisher.entered == 1, message="the first request reached the handler")
+        assert (await svc.post("/articles/6", "k-stuck", {"title": "t"})).status_code == 409
+
+        svc.clock.advance(LOCK_TIMEOUT)
+        takeover = await svc.post("/articles/6", "k-stuck", {"title": "t"})
+        assert takeover.status_code == 201 and not is_replay(takeover)
+
+        svc.publisher.gate.set()
+        late = await stuck
+        assert late.status_code == 201  # its client learns what it did, but the key keeps the takeover's response
+        replay = await svc.post("/articles/6", "k-stuck", {"title": "t"})
+        assert is_replay(replay) and replay.json() == takeover.json()
+        assert await svc.publisher.executions("k-stuck") == 2
+
+
+async def test_failed_handlers_release_the_key(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        for expected in (1, 2):
+            response = await svc.post("/unavailable", "k-503", {"title": "t"})
+            assert response.status_code == 503 and not is_replay(response)
+            assert svc.publisher.failures == expected
+        for expected in (3, 4):
+            assert (await svc.post("/crash", "k-500", {"title": "t"})).status_code == 500
+            assert svc.publisher.failures == expected
+
+
+async def test_reads_pass_and_malformed_writes_get_400(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        read = await svc.client.get("/articles")
+        assert (read.status_code, read.json()) == (200, {"publications": 0})
+        assert "idempotent-replayed" not in read.headers
+
+        cases = [
+            ({}, "missing_idempotency_key"),
+            ({"Idempotency-Key": ""}, "invalid_idempotency_key"),
+            ({"Idempotency-Key": "k", "Fencing-Token": "-1"}, "invalid_fencing_token"),
+            ({"Idempotency-Key": "k", "Fencing-Token": "seven"}, "invalid_fencing_token"),
+            ({"Idempotency-Key": "k", "Fencing-Token": "1", "Fencing-Resource": "x" * 401}, "invalid_fencing_resource"),
+        ]
+        for headers, code in cases:
+            refused = await svc.client.post("/articles/1", json={"title": "t"}, headers=headers)
+            assert (refused.status_code, refused.json()["error"]) == (400, code), headers
+        repeated = await svc.client.post(
+            "/articles/1", json={"title": "t"}, headers=[("Idempotency-Key", "a"), ("Idempotency-Key", "b")]
+        )
+        assert (repeated.status_code, repeated.json()["error"]) == (400, "repeated_idempotency_key")
+        quoted = await svc.client.post("/articles/1", json={"title": "t"}, headers={"Idempotency-Key": '"k-q"'})
+        assert quoted.status_code == 201
+        assert is_replay(await svc.post("/articles/1", "k-q", {"title": "t"}))  # the same key, bare
+        assert await svc.publisher.executions() == 1
+
+
+async def test_a_service_can_require_the_fencing_token(sqlite_url: str) -> None:
+    async with running_service(sqlite_url, require_fencing_token=True) as svc:
+        refused = await svc.post("/articles/1", "k-t", {"title": "t"})
+        assert (refused.status_code, refused.json()["error"]) == (400, "missing_fencing_token")
+        assert (await svc.post("/articles/1", "k-t", {"title": "t"}, token=1)).status_code == 201
+
+
+@pytest.mark.parametrize("bad", [timedelta(0), timedelta(seconds=-1)])
+def test_store_durations_must_be_positive(sqlite_url: str, bad: timedelta) -> None:
+    with pytest.raises(ValueError, match="retention"):
+        IdempotencyStore.from_url(sqlite_url, retention=bad)
+    with pytest.raises(ValueError, match="lock_timeout"):
+        IdempotencyStore.from_url(sqlite_url, lock_timeout=bad)
