@@ -117,6 +117,31 @@ class Ledger:
             )
         )
 
+    async def _holder_event(
+        self,
+        conn: AsyncConnection,
+        claim: Claim,
+        kind: EventKind,
+        *,
+        at_ms: int | ColumnElement[int],
+        stage: Stage | str | None = None,
+        reason: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        """An evidence-trail entry written on behalf of the holder of ``claim``."""
+        await self._event(
+            conn,
+            task_id=claim.task_id,
+            kind=kind,
+            generation=claim.generation,
+            at_ms=at_ms,
+            owner=claim.owner,
+            stage=stage,
+            reason=reason,
+            details=details,
+            trace=claim.trace,
+        )
+
     async def _refused(
         self,
         conn: AsyncConnection,
@@ -129,16 +154,13 @@ class Ledger:
     ) -> _Refusal:
         row = (await conn.execute(select(_T.claim_generation, _T.status).where(_T.task_id == claim.task_id))).first()
         refusal = _Refusal(None, None) if row is None else _Refusal(row.claim_generation, row.status)
-        await self._event(
+        await self._holder_event(
             conn,
-            task_id=claim.task_id,
-            kind=kind,
-            generation=claim.generation,
+            claim,
+            kind,
             at_ms=now_ms,
-            owner=claim.owner,
             reason=f"{operation} refused: ledger has generation {refusal.current_generation}, status {refusal.status}",
             details={"operation": operation, **(details or {})},
-            trace=claim.trace,
         )
         return refusal
 
@@ -317,17 +339,14 @@ class Ledger:
                 )
             ).first()
             if row is not None:
-                await self._event(
+                await self._holder_event(
                     conn,
-                    task_id=claim.task_id,
-                    kind=EventKind.RENEWED,
-                    generation=claim.generation,
+                    claim,
+                    EventKind.RENEWED,
                     at_ms=row.updated_at_ms,
-                    owner=claim.owner,
                     stage=row.stage,
                     reason=reason,
                     details={"lease_expires_at_ms": row.lease_expires_at_ms},
-                    trace=claim.trace,
                 )
                 return from_ms(row.lease_expires_at_ms)
             refusal = await self._refused(
@@ -394,17 +413,14 @@ class Ledger:
                     )
                     .on_conflict_do_nothing(index_elements=["idempotency_key"])
                 )
-                await self._event(
+                await self._holder_event(
                     conn,
-                    task_id=claim.task_id,
-                    kind=EventKind.SETTLED,
-                    generation=claim.generation,
+                    claim,
+                    EventKind.SETTLED,
                     at_ms=row.updated_at_ms,
-                    owner=claim.owner,
                     stage=Stage.SETTLED,
                     reason=f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})",
                     details={"receipt": receipt_json},
-                    trace=claim.trace,
                 )
                 stored = await self._receipt(conn, claim.idempotency_key)
                 assert stored is not None
@@ -508,16 +524,13 @@ class Ledger:
                 )
             ).first()
             if row is not None:
-                await self._event(
+                await self._holder_event(
                     conn,
-                    task_id=claim.task_id,
-                    kind=kind,
-                    generation=claim.generation,
+                    claim,
+                    kind,
                     at_ms=row.updated_at_ms,
-                    owner=claim.owner,
                     stage=row.stage,
                     reason=f"{error_class}: {error}",
-                    trace=claim.trace,
                 )
                 return
             refusal = await self._refused(
