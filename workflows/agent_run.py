@@ -85,10 +85,12 @@ class AgentRunWorkflow:
             index += 1
             if not await self._execute(step):
                 self._state = RunState.FAILED
+                self._closed = True
                 for rest in self._steps[index:]:
                     self._views[rest.step_id] = self._views[rest.step_id].model_copy(update={"status": "skipped"})
                 return self.status()
         self._state = RunState.COMPLETED
+        self._closed = True
         return self.status()
 
     async def _execute(self, step: PlanStep) -> bool:

@@ -87,10 +87,16 @@ def _settings(ctx: typer.Context) -> AgentLeaseSettings:
 
 
 @asynccontextmanager
-async def _ledger(settings: AgentLeaseSettings) -> AsyncIterator[Any]:
-    from agentlease.ledger.engine import display_url, is_missing_schema
+async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> AsyncIterator[Any]:
+    """The configured ledger; a read on a SQLite file that does not exist is an error, not a new file."""
+    from agentlease.ledger.engine import display_url, is_missing_schema, sqlite_path
     from agentlease.ledger.store import Ledger
 
+    path = sqlite_path(settings.ledger_url)
+    if must_exist and path is not None and not path.exists():
+        raise LedgerUnavailableError(
+            f"no ledger at {path}: set AGENTLEASE_LEDGER_URL (or --ledger-url), or create it with `agentlease db upgrade`"
+        )
     ledger = Ledger.from_url(settings.ledger_url)
     try:
         yield ledger
@@ -257,7 +263,7 @@ def db_upgrade(ctx: typer.Context) -> None:
     settings = _settings(ctx)
 
     async def _upgrade() -> None:
-        async with _ledger(settings) as ledger:
+        async with _ledger(settings, must_exist=False) as ledger:
             await upgrade(ledger.engine)
 
     asyncio.run(_upgrade())

@@ -65,6 +65,19 @@ def display_url(url: str) -> str:
         return url
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite ledger URL; ``None`` for other databases.
+
+    Raises:
+        ConfigurationError: bad URL (see :func:`async_url`).
+    """
+    normalised = async_url(url)
+    if not normalised.startswith("sqlite"):
+        return None
+    database = make_url(normalised).database
+    return None if database is None else Path(database).expanduser()
+
+
 def is_missing_schema(exc: BaseException) -> bool:
     """Whether a database error says the ledger's tables do not exist (``agentlease db upgrade`` fixes it)."""
     orig = getattr(exc, "orig", None) or exc

@@ -208,8 +208,8 @@ def test_silent_temporal_fails_fast(cli: Cli) -> None:
         pytest.param(
             "sqlite:////proc/no-such-dir/ledger.db",
             FAILED,
-            ("cannot create /proc/no-such-dir for the SQLite ledger",),
-            id="sqlite-dir-not-creatable",
+            ("no ledger at /proc/no-such-dir",),
+            id="sqlite-file-missing",
         ),
     ],
 )
@@ -221,8 +221,16 @@ def test_tasks_refuses_a_bad_ledger_url(cli: Cli, url: str, exit_code: int, frag
 
 
 def test_tasks_on_a_sqlite_ledger_without_schema_hints_at_db_upgrade(cli: Cli) -> None:
+    (cli.cwd / "ledger.db").touch()
     result = cli("tasks", env={"AGENTLEASE_LEDGER_URL": f"sqlite:///{cli.cwd / 'ledger.db'}"})
     assert_one_error_line(result, FAILED, "no schema yet", "agentlease db upgrade")
+
+
+def test_reading_a_missing_sqlite_ledger_creates_nothing(cli: Cli) -> None:
+    missing = cli.cwd / "elsewhere" / "ledger.db"
+    result = cli("tasks", env={"AGENTLEASE_LEDGER_URL": f"sqlite:///{missing}"})
+    assert_one_error_line(result, FAILED, f"no ledger at {missing}", "agentlease db upgrade")
+    assert not missing.parent.exists()
 
 
 @pytest.mark.postgres
