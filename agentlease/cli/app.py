@@ -7,6 +7,7 @@ stderr with a non-zero exit: 1 for a failed operation, 2 for bad input.
 from __future__ import annotations
 
 import asyncio
+import signal
 import sys
 import uuid
 from collections.abc import Sequence
@@ -252,6 +253,42 @@ def events(
         out.print_json(to_json(trail))
     else:
         out.print(events_table(trail, title=f"evidence trail of {task_id or run_filter}"))
+
+
+@app.command()
+def sweep(
+    ctx: typer.Context,
+    once: Annotated[bool, typer.Option("--once", help="Sweep once, print the counts and exit.")] = False,
+    interval_s: Annotated[float, typer.Option(help="Seconds between sweeps.")] = 5.0,
+) -> None:
+    """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
+    from activities.tool import load_registry
+    from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings
+
+    settings = _settings(ctx)
+    limits = {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
+    try:
+        options = SweeperSettings(interval=timedelta(seconds=interval_s), max_attempts_by_tool=limits)
+    except ValueError as exc:
+        raise ConfigurationError(f"bad sweeper setting: {exc}") from None
+
+    async def _sweep() -> None:
+        async with _ledger(settings) as ledger:
+            sweeper = ExpiredLeaseSweeper(ledger, options)
+            if once:
+                result = await sweeper.run_once()
+                out.print(
+                    f"examined {result.examined}: released {result.released}, needs reconciliation "
+                    f"{result.needs_reconciliation}, dead-lettered {result.dead_lettered}, skipped {result.skipped}"
+                )
+                return
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await sweeper.run(stop)
+
+    asyncio.run(_sweep())
 
 
 @db_app.command("upgrade")

@@ -639,6 +639,13 @@ class Ledger:
         async with self._engine.connect() as conn:
             return [LeaseEvent.from_row(row) for row in await conn.execute(query)]
 
+    async def receipt_keys(self, conn: AsyncConnection, keys: set[str]) -> set[str]:
+        """Which of ``keys`` have a stored settlement receipt (within ``conn``)."""
+        rows = await conn.execute(
+            select(ReceiptRow.idempotency_key).where(ReceiptRow.idempotency_key.in_(sorted(keys)))
+        )
+        return {row.idempotency_key for row in rows}
+
     async def receipt(self, idempotency_key: str) -> StoredReceipt | None:
         """The stored settlement receipt for an idempotency key, if any."""
         async with self._engine.connect() as conn:

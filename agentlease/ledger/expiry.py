@@ -1,0 +1,167 @@
+"""Ledger queries of the expired-lease sweeper (:mod:`reconciliation.sweeper`).
+
+Reading candidates and recording an expiry are separate statements on purpose: between them the
+task may be claimed again and settled by a newer generation. The write is conditional on the
+generation and the lapse it read, so such a settlement always stands (the River rescuer fix,
+PR #1373). On PostgreSQL the write first locks the row with ``FOR UPDATE SKIP LOCKED`` so that
+several sweepers pass each other by instead of queueing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import and_, select, tuple_, update
+
+from agentlease.clock import from_ms
+from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.ledger.schema import TaskRow
+from agentlease.ledger.store import Ledger
+from agentlease.records import TraceLink
+
+_T = TaskRow.__table__.c
+
+
+@dataclass(frozen=True)
+class ExpiredLease:
+    """A running task whose lease lapsed on the ledger's clock, as the sweeper read it.
+
+    Attributes:
+        task_id / tool / side_effect_class / stage: the task and its last durable stage.
+        generation: the claim generation whose lease lapsed.
+        owner: its ``lease_owner``.
+        expires_at_ms: when it lapsed (epoch ms, ledger clock); also the keyset cursor.
+        attempts: attempts so far.
+        has_receipt: whether a settlement receipt exists for its idempotency key.
+    """
+
+    task_id: str
+    tool: str
+    side_effect_class: SideEffectClass
+    stage: Stage | None
+    generation: int
+    owner: str | None
+    expires_at_ms: int
+    attempts: int
+    has_receipt: bool
+    trace: TraceLink
+
+    @property
+    def cursor(self) -> tuple[int, str]:
+        return (self.expires_at_ms, self.task_id)
+
+
+async def expired_leases(
+    ledger: Ledger, *, limit: int, after: tuple[int, str] | None = None, now: datetime | None = None
+) -> list[ExpiredLease]:
+    """Running tasks whose lease lapsed, oldest lapse first, in keyset batches.
+
+    Args:
+        limit: batch size.
+        after: the cursor of the last lease of the previous batch.
+        now: injected time; default the database's clock.
+    """
+    now_ms = ledger._now(now)
+    query = (
+        select(TaskRow.__table__)
+        .where(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now_ms)
+        .order_by(_T.lease_expires_at_ms, _T.task_id)
+        .limit(limit)
+    )
+    if after is not None:
+        query = query.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > tuple_(*after))
+    async with ledger.engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+        keys = {row.idempotency_key for row in rows}
+        receipts = await ledger.receipt_keys(conn, keys) if keys else set()
+    return [
+        ExpiredLease(
+            task_id=row.task_id,
+            tool=row.tool,
+            side_effect_class=SideEffectClass(row.side_effect_class),
+            stage=None if row.stage is None else Stage(row.stage),
+            generation=row.claim_generation,
+            owner=row.lease_owner,
+            expires_at_ms=row.lease_expires_at_ms,
+            attempts=row.attempts,
+            has_receipt=row.idempotency_key in receipts,
+            trace=TraceLink.from_mapping(row._mapping),
+        )
+        for row in rows
+    ]
+
+
+async def record_expiry(
+    ledger: Ledger,
+    lease: ExpiredLease,
+    *,
+    status: TaskStatus,
+    decision: str,
+    now: datetime | None = None,
+) -> bool:
+    """Record that ``lease`` expired and move its task to ``status``, if nothing changed since it was read.
+
+    Args:
+        lease: as read by :func:`expired_leases`.
+        status: ``released`` (reclaimable), ``needs_reconciliation`` or ``dead_lettered``.
+        decision: the policy rule that chose ``status``, kept in the evidence trail.
+        now: injected time; default the database's clock.
+
+    Returns:
+        True if this call recorded the expiry; False if the task was claimed again, settled,
+        cancelled or recorded by another sweeper meanwhile (nothing is written then).
+
+    Raises:
+        ValueError: ``status`` is not one the sweeper may set.
+    """
+    if status not in (TaskStatus.RELEASED, TaskStatus.NEEDS_RECONCILIATION, TaskStatus.DEAD_LETTERED):
+        raise ValueError(f"the sweeper does not move a task to {status.value}")
+    now_ms = ledger._now(now)
+    unchanged = and_(
+        _T.task_id == lease.task_id,
+        _T.status == TaskStatus.RUNNING.value,
+        _T.claim_generation == lease.generation,
+        _T.lease_expires_at_ms == lease.expires_at_ms,
+        _T.lease_expires_at_ms <= now_ms,
+    )
+    async with ledger.engine.begin() as conn:
+        if ledger.engine.dialect.name == "postgresql":
+            locked = (
+                await conn.execute(select(_T.task_id).where(unchanged).with_for_update(skip_locked=True))
+            ).first()
+            if locked is None:
+                return False
+        row = (
+            await conn.execute(
+                update(TaskRow)
+                .where(unchanged)
+                .values(
+                    status=status.value,
+                    lease_owner=None,
+                    lease_expires_at_ms=None,
+                    error_class="expired",
+                    last_error=f"lease lapsed in stage {lease.stage.value if lease.stage else 'none'}",
+                    updated_at_ms=now_ms,
+                )
+                .returning(_T.updated_at_ms)
+            )
+        ).first()
+        if row is None:
+            return False
+        await ledger._event(
+            conn,
+            task_id=lease.task_id,
+            kind=EventKind.EXPIRED,
+            generation=lease.generation,
+            at_ms=row.updated_at_ms,
+            owner=lease.owner,
+            stage=lease.stage,
+            reason=f"lease lapsed at {from_ms(lease.expires_at_ms).isoformat()}; sweeper: {decision} -> {status.value}",
+            details={"lease_expires_at_ms": lease.expires_at_ms, "by": "sweeper", "next_status": status.value},
+            trace=lease.trace,
+        )
+    return True
+
+
+__all__ = ["ExpiredLease", "expired_leases", "record_expiry"]
