@@ -8,6 +8,7 @@ and releases what remains with error class ``shutdown``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -17,6 +18,8 @@ from contextlib import asynccontextmanager
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.decisions import DecisionActivities
+from agentlease import search_attributes
 from activities.leased import LeasedActivities
 from activities.tool import ToolRegistry, load_registry
 from agentlease.ledger.migrate import upgrade
@@ -24,6 +27,9 @@ from agentlease.ledger.store import Ledger
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
 from workflows.agent_run import AgentRunWorkflow
+
+
+logger = logging.getLogger("agentlease.worker")
 
 
 def default_identity() -> str:
@@ -46,7 +52,7 @@ def build_worker(
         client,
         task_queue=settings.task_queue,
         workflows=[AgentRunWorkflow],
-        activities=leased.activities(),
+        activities=[*leased.activities(), *DecisionActivities(ledger).activities()],
         identity=identity,
         max_concurrent_activities=settings.max_concurrent_activities,
         graceful_shutdown_timeout=settings.shutdown_grace,
@@ -70,6 +76,9 @@ async def running_worker(
     try:
         await upgrade(ledger.engine)
         client = await connect(settings, identity=identity)
+        problem = await search_attributes.ensure_registered(client, settings.namespace)
+        if problem is not None:
+            logger.warning(problem)
         worker = build_worker(client, ledger, registry, settings, identity=identity)
         async with worker:
             yield worker

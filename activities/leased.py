@@ -41,7 +41,7 @@ from agentlease.errors import (
     one_line,
 )
 from agentlease.ledger.store import Ledger
-from agentlease.records import Claim, SettlementReceipt, TaskSpec, ToolCall, ToolInfo, ToolOutcome, TraceLink
+from agentlease.records import Claim, SettlementReceipt, TaskRecord, TaskSpec, ToolCall, ToolInfo, ToolOutcome, TraceLink
 from agentlease.settings import AgentLeaseSettings
 from reconciliation.policy import ErrorClass, RecoveryAction, RecoveryDecision, classify, decide
 from workflows.agent_run import DESCRIBE_TOOLS
@@ -203,7 +203,10 @@ class LeasedActivities:
             await write
         except LeaseLostError as exc:
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
-        raise ApplicationError(f"{claim.task_id}: {reason}", type=failure.value, non_retryable=True)
+        record = await self._ledger.get_task(claim.task_id)
+        raise ApplicationError(
+            f"{claim.task_id}: {reason}", _facts(record), type=failure.value, non_retryable=True
+        )
 
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
         record = await self._ledger.get_task(exc.task_id)
@@ -221,7 +224,7 @@ class LeasedActivities:
             TaskStatus.BLOCKED: FailureType.BLOCKED,
             TaskStatus.NEEDS_RECONCILIATION: FailureType.NEEDS_RECONCILIATION,
         }.get(record.status, FailureType.DEAD_LETTERED)
-        raise ApplicationError(str(exc), type=failure.value, non_retryable=True)
+        raise ApplicationError(str(exc), _facts(record), type=failure.value, non_retryable=True)
 
     @staticmethod
     def _settled(claim: Claim, receipt: SettlementReceipt, output: dict[str, Any] | None) -> ToolOutcome:
@@ -235,3 +238,13 @@ class LeasedActivities:
             result=output,
         )
 
+
+
+def _facts(record: TaskRecord) -> dict[str, Any]:
+    """What the workflow shows of a task that did not settle: failure details of the activity."""
+    return {
+        "status": record.status.value,
+        "stage": None if record.stage is None else record.stage.value,
+        "claim_generation": record.claim_generation,
+        "attempts": record.attempts,
+    }

@@ -55,6 +55,7 @@ class ToolSpec:
         lease_ttl: lease TTL = heartbeat timeout of each attempt.
         start_to_close: bound of one attempt. Default 5 minutes.
         max_attempts: real attempts before the task is dead-lettered. Default 5.
+        requires_approval: whether each call waits for an operator's ``approve`` before it runs.
         args_model: the pydantic model of the tool's arguments.
         fn: the tool's code.
     """
@@ -64,6 +65,7 @@ class ToolSpec:
     lease_ttl: timedelta
     start_to_close: timedelta
     max_attempts: int
+    requires_approval: bool
     args_model: type[BaseModel]
     fn: ToolFunction
 
@@ -75,6 +77,7 @@ class ToolSpec:
             lease_ttl=self.lease_ttl,
             start_to_close=self.start_to_close,
             max_attempts=self.max_attempts,
+            requires_approval=self.requires_approval,
         )
 
 
@@ -84,6 +87,7 @@ def tool(
     lease_ttl: timedelta | None,
     start_to_close: timedelta = DEFAULT_START_TO_CLOSE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    requires_approval: bool | None = None,
     name: str | None = None,
 ) -> Callable[[ToolFunction], ToolSpec]:
     """Declare a tool.
@@ -93,6 +97,8 @@ def tool(
         lease_ttl: the lease TTL, used as the activity's ``heartbeat_timeout``; required (G9).
         start_to_close: bound of one attempt. Default 5 minutes.
         max_attempts: real attempts before dead-lettering. Default 5.
+        requires_approval: each call waits for ``approve`` before its side effect. Default: true
+            for ``unsafe`` tools, false otherwise.
         name: tool name; default the function's name.
 
     Returns:
@@ -126,6 +132,7 @@ def tool(
             lease_ttl=lease_ttl,
             start_to_close=start_to_close,
             max_attempts=max_attempts,
+            requires_approval=side_effect is SideEffectClass.UNSAFE if requires_approval is None else requires_approval,
             args_model=args_model,
             fn=fn,
         )

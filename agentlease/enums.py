@@ -13,6 +13,8 @@ class TaskStatus(StrEnum):
 
     PENDING = "pending"
     """Known to the ledger, never claimed. Left by a claim (-> running) or a cancel."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    """Waits for a person before its side effect. Left by approve (-> pending), reject, or a cancel."""
     RUNNING = "running"
     """An attempt holds a lease. Left by settle, release, dead-letter, cancel, or by a
     new claim once the lease has lapsed on the ledger's clock."""
@@ -25,23 +27,35 @@ class TaskStatus(StrEnum):
     SETTLED = "settled"
     """A settlement receipt exists. Terminal: a settled task never runs again (G6)."""
     DEAD_LETTERED = "dead_lettered"
-    """Moved out of circulation after a permanent error or too many real attempts. Terminal here."""
+    """Moved out of circulation after a permanent error or too many real attempts, for inspection.
+    Left by a redrive (-> released) or a cancel."""
     CANCELLED = "cancelled"
     """An operator cancelled it. Terminal: expiry never undoes it (G8)."""
+    REJECTED = "rejected"
+    """An operator rejected the call before its side effect. Terminal."""
+    ABANDONED = "abandoned"
+    """An operator reconciled an ambiguous task by abandoning it, with a note. Terminal."""
 
     @property
     def is_terminal(self) -> bool:
-        """Settled, dead-lettered or cancelled."""
+        """Settled, cancelled, rejected or abandoned: nothing moves it any more."""
         return self in _TERMINAL
 
     @property
     def awaits_decision(self) -> bool:
-        """Blocked or needing reconciliation: no claim until a person decides."""
+        """Awaiting approval, blocked, needing reconciliation or dead-lettered: no claim until a person decides."""
         return self in _AWAITS_DECISION
 
 
-_TERMINAL = frozenset({TaskStatus.SETTLED, TaskStatus.DEAD_LETTERED, TaskStatus.CANCELLED})
-_AWAITS_DECISION = frozenset({TaskStatus.BLOCKED, TaskStatus.NEEDS_RECONCILIATION})
+_TERMINAL = frozenset({TaskStatus.SETTLED, TaskStatus.CANCELLED, TaskStatus.REJECTED, TaskStatus.ABANDONED})
+_AWAITS_DECISION = frozenset(
+    {
+        TaskStatus.AWAITING_APPROVAL,
+        TaskStatus.BLOCKED,
+        TaskStatus.NEEDS_RECONCILIATION,
+        TaskStatus.DEAD_LETTERED,
+    }
+)
 
 
 class Stage(StrEnum):
@@ -90,6 +104,13 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     BLOCKED = "blocked"
     NEEDS_RECONCILIATION = "needs_reconciliation"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    RECONCILED = "reconciled"
+    """A person decided an ambiguous task: confirm (with a receipt), retry, or abandon."""
+    REDRIVEN = "redriven"
+    """A person sent a dead-lettered or blocked task back to work."""
     EXPIRED = "expired"
     """A lease lapsed without renewal; written for the old generation when it is superseded."""
     LEASE_LOST = "lease_lost"

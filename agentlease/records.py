@@ -123,6 +123,7 @@ class ToolInfo(_Frozen):
         lease_ttl: heartbeat timeout of each attempt; the lease TTL.
         start_to_close: upper bound of one attempt.
         max_attempts: real attempts before the task is dead-lettered.
+        requires_approval: each call waits for an operator's ``approve`` first.
     """
 
     name: str
@@ -130,6 +131,7 @@ class ToolInfo(_Frozen):
     lease_ttl: timedelta
     start_to_close: timedelta
     max_attempts: int
+    requires_approval: bool = False
 
 
 class ToolCall(_Frozen):

@@ -42,6 +42,10 @@ class ErrorClass(StrEnum):
     """Released because its worker shut down: a release for lack of capacity."""
     CANCELLED = "cancelled"
     """An operator cancelled the task."""
+    OPERATOR_RETRY = "operator_retry"
+    """A person reconciled an ambiguous task with ``retry``: one more attempt with the same key."""
+    REDRIVEN = "redriven"
+    """A person sent a dead-lettered or blocked task back to work (its attempt budget restarts)."""
 
     @classmethod
     def parse(cls, value: str | None) -> ErrorClass | None:
@@ -141,6 +145,10 @@ def decide(
         return RecoveryDecision(RecoveryAction.STAY_CANCELLED, "human cancellation: keep cancelled")
     if error_class is ErrorClass.CREDENTIAL:
         return RecoveryDecision(RecoveryAction.BLOCK, "missing or revoked credential: block until access is repaired")
+    if error_class is ErrorClass.OPERATOR_RETRY:
+        return RecoveryDecision(
+            RecoveryAction.RETRY_SAME_KEY, "reconciled by a person: retry with the same idempotency key"
+        )
     crossed = last_stage is not None and last_stage.order >= Stage.EXTERNAL_CALL.order
     if side_effect_class is SideEffectClass.UNSAFE and crossed:
         return RecoveryDecision(

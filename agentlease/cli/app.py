@@ -140,6 +140,11 @@ def run(
     status = asyncio.run(_start_run(settings, plan.model_copy(update={"agent_run_id": agent_run_id}), wait, as_json))
     if status is not None:
         _show_run(status, as_json)
+        if status.status == "waiting":
+            waiting = ", ".join(f"{t.step_id} is {t.status}" for t in status.tasks if t.status in _WAITING_STATUSES)
+            raise AgentLeaseError(
+                f"agent run {agent_run_id} waits for a person ({waiting}); see `agentlease waiting`"
+            )
         if status.status != "completed":
             raise AgentLeaseError(f"agent run {agent_run_id} is {status.status}")
     elif as_json:
@@ -161,17 +166,28 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
         raise AgentLeaseError(f"cannot start run {plan.agent_run_id}: {exc.message}") from None
     if not wait:
         return None
-    result = asyncio.ensure_future(handle.result())
     if as_json or not out.is_terminal:
-        return await _result(result, plan.agent_run_id)
+        return await _follow(handle, plan.agent_run_id, None)
     with Live(console=out, refresh_per_second=4) as live:
-        while not result.done():
-            try:
-                live.update(run_table(await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)))
-            except RPCError:
-                pass  # The run has not been picked up by a worker yet.
-            await asyncio.wait([result], timeout=0.5)
-    return await _result(result, plan.agent_run_id)
+        return await _follow(handle, plan.agent_run_id, live)
+
+
+async def _follow(handle: Any, agent_run_id: str, live: Live | None) -> RunStatus:
+    """Follow a run until it ends or waits for a person."""
+    result = asyncio.ensure_future(handle.result())
+    while not result.done():
+        try:
+            current = await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)
+        except RPCError:
+            current = None  # The run has not been picked up by a worker yet.
+        if current is not None:
+            if live is not None:
+                live.update(run_table(current))
+            if current.status == "waiting":
+                result.cancel()
+                return current
+        await asyncio.wait([result], timeout=0.5)
+    return await _result(result, agent_run_id)
 
 
 async def _result(result: Any, agent_run_id: str) -> RunStatus:
@@ -253,6 +269,137 @@ def events(
         out.print_json(to_json(trail))
     else:
         out.print(events_table(trail, title=f"evidence trail of {task_id or run_filter}"))
+
+
+_WAITING_STATUSES = ("awaiting_approval", "needs_reconciliation", "blocked", "dead_lettered")
+_By = Annotated[str, typer.Option("--by", envvar="AGENTLEASE_OPERATOR", help="Who decides (kept in the evidence trail).")]
+_Why = Annotated[str, typer.Option("--reason", help="Why (kept in the evidence trail).")]
+_Run = Annotated[str, typer.Argument(help="The agent run (workflow) id.")]
+_StepArg = Annotated[str, typer.Argument(help="The step id.")]
+
+
+def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> None:
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from agentlease.temporal import connect
+
+    async def _send() -> RunStatus:
+        client = await connect(settings)
+        handle = client.get_workflow_handle(agent_run_id)
+        try:
+            return await handle.execute_update(update, payload, result_type=RunStatus, rpc_timeout=timedelta(seconds=60))
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            message = getattr(cause, "message", None) or str(cause)
+            raise ConfigurationError(f"{update} refused: {message}") from None
+        except RPCError as exc:
+            raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+
+    _show_run(asyncio.run(_send()), as_json)
+
+
+@app.command()
+def approve(ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, by: _By, reason: _Why,
+            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Approve a tool call that waits for approval (every unsafe tool does, by default)."""
+    from agentlease.decisions import DecisionRequest
+
+    _decide(_settings(ctx), agent_run_id, "approve", _request(DecisionRequest, step_id=step_id, by=by, reason=reason), as_json)
+
+
+@app.command()
+def reject(ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, by: _By, reason: _Why,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Reject a tool call that waits for approval: it never runs."""
+    from agentlease.decisions import DecisionRequest
+
+    _decide(_settings(ctx), agent_run_id, "reject", _request(DecisionRequest, step_id=step_id, by=by, reason=reason), as_json)
+
+
+@app.command()
+def reconcile(
+    ctx: typer.Context,
+    agent_run_id: _Run,
+    step_id: _StepArg,
+    action: Annotated[str, typer.Option(help="confirm | retry | abandon")],
+    by: _By,
+    reason: _Why,
+    external_id: Annotated[str | None, typer.Option(help="With confirm: the external system's id.")] = None,
+    observed: Annotated[str | None, typer.Option(help="With confirm: what you saw, as a JSON object.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Decide a task whose side effect is ambiguous: confirm it happened, retry with the same key, or abandon."""
+    import json
+
+    from agentlease.decisions import ReconcileRequest
+
+    try:
+        seen = {} if observed is None else json.loads(observed)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"--observed is not JSON: {exc.msg}") from None
+    payload = _request(
+        ReconcileRequest, step_id=step_id, by=by, reason=reason, action=action, external_id=external_id, observed=seen
+    )
+    _decide(_settings(ctx), agent_run_id, "reconcile", payload, as_json)
+
+
+@app.command()
+def redrive(ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, by: _By, reason: _Why,
+            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Send a dead-lettered or blocked task back to work (its attempt budget restarts)."""
+    from agentlease.decisions import DecisionRequest
+
+    _decide(_settings(ctx), agent_run_id, "redrive", _request(DecisionRequest, step_id=step_id, by=by, reason=reason), as_json)
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    agent_run_id: _Run,
+    step_id: Annotated[str | None, typer.Argument(help="The step id; omit to cancel the whole run.")] = None,
+    by: _By = "",
+    reason: _Why = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Cancel one task or the whole run; cancelled stays cancelled."""
+    from agentlease.decisions import CancelRequest
+
+    _decide(_settings(ctx), agent_run_id, "cancel", _request(CancelRequest, step_id=step_id, by=by, reason=reason), as_json)
+
+
+def _request(model: Any, **fields: Any) -> Any:
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise ConfigurationError(f"bad decision: {describe_validation_error(exc)}") from None
+
+
+@app.command()
+def waiting(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List every task waiting for a person, and why (from the ledger)."""
+    from agentlease.enums import TaskStatus
+
+    async def _list() -> list[Any]:
+        async with _ledger(_settings(ctx)) as ledger:
+            return [r for r in await ledger.list_tasks() if r.status.awaits_decision]
+
+    records = asyncio.run(_list())
+    if as_json:
+        out.print_json(to_json(records))
+        return
+    out.print(tasks_table(records, title="tasks waiting for a person"))
+    hints = {
+        TaskStatus.AWAITING_APPROVAL: "agentlease approve|reject RUN STEP --by ... --reason ...",
+        TaskStatus.NEEDS_RECONCILIATION: "agentlease reconcile RUN STEP --action confirm|retry|abandon ...",
+        TaskStatus.BLOCKED: "repair access, then agentlease redrive RUN STEP ...",
+        TaskStatus.DEAD_LETTERED: "agentlease redrive RUN STEP ... or agentlease cancel RUN STEP ...",
+    }
+    for record in records:
+        why = record.last_error or record.status.value
+        out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}: {why}  -> {hints[record.status]}")
 
 
 @app.command()

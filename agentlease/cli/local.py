@@ -6,10 +6,14 @@ import asyncio
 import signal
 import uuid
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
+from temporalio.client import WorkflowHandle
+
 from agentlease.cli.plans import load_plan
+from agentlease.decisions import DecisionRequest
 from agentlease.cli.render import tasks_table
 from agentlease.devstack import local_stack
 from agentlease.enums import TaskStatus
@@ -54,7 +58,7 @@ async def run_demo(
             err.print(f"started agent run {run_id} ({len(plan.steps)} steps)")
         try:
             async with asyncio.timeout(timeout_s):
-                results = await asyncio.gather(*(h.result() for h in handles))
+                results = await asyncio.gather(*(_approving(h, err) for h in handles))
         except TimeoutError:
             raise AgentLeaseError(f"the demo runs did not finish within {timeout_s:.0f}s") from None
         ledger = Ledger.from_url(stack.settings.ledger_url)
@@ -68,6 +72,22 @@ async def run_demo(
     settled = settled and len(records) == expected
     out.print(f"{sum(r.status is TaskStatus.SETTLED for r in records)}/{expected} tasks settled")
     return settled
+
+
+async def _approving(handle: WorkflowHandle[Any, RunStatus], err: Console) -> RunStatus:
+    """Wait for a demo run, approving its unsafe steps as the operator ``agentlease demo`` would."""
+    result = asyncio.ensure_future(handle.result())
+    while not result.done():
+        status = await handle.query("status", result_type=RunStatus)
+        for task in status.tasks:
+            if task.status == TaskStatus.AWAITING_APPROVAL.value:
+                err.print(f"approving {status.agent_run_id}/{task.step_id} ({task.tool}) as operator 'agentlease demo'")
+                await handle.execute_update(
+                    "approve",
+                    DecisionRequest(step_id=task.step_id, by="agentlease demo", reason="the demo approves its own plan"),
+                )
+        await asyncio.wait([result], timeout=0.25)
+    return await result
 
 
 async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_port: int) -> None:

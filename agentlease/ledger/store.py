@@ -79,6 +79,30 @@ class Ledger:
         dialect = postgresql if self._dialect == "postgresql" else sqlite
         return dialect.insert(table)
 
+    async def _insert_task(
+        self, conn: AsyncConnection, spec: TaskSpec, status: TaskStatus, now_ms: ColumnElement[int]
+    ) -> None:
+        """Create the task row on first sight; an existing row is left as it is."""
+        await conn.execute(
+            self._insert(TaskRow.__table__)
+            .values(
+                task_id=spec.task_id,
+                agent_run_id=spec.agent_run_id,
+                step_id=spec.step_id,
+                tool=spec.tool,
+                side_effect_class=spec.side_effect_class.value,
+                status=status.value,
+                lease_ttl_ms=duration_ms(spec.lease_ttl),
+                claim_generation=0,
+                attempts=0,
+                renewal_count=0,
+                idempotency_key=spec.idempotency_key,
+                created_at_ms=now_ms,
+                updated_at_ms=now_ms,
+            )
+            .on_conflict_do_nothing(index_elements=["task_id"])
+        )
+
     def _holds(self, claim: Claim, now_ms: ColumnElement[int]) -> ColumnElement[bool]:
         """The guard of every holder write (G2): same owner, same generation, lease still valid."""
         return and_(
@@ -201,25 +225,7 @@ class Ledger:
         trace = trace or TraceLink()
         now_ms = self._now(now)
         async with self._engine.begin() as conn:
-            await conn.execute(
-                self._insert(TaskRow.__table__)
-                .values(
-                    task_id=spec.task_id,
-                    agent_run_id=spec.agent_run_id,
-                    step_id=spec.step_id,
-                    tool=spec.tool,
-                    side_effect_class=spec.side_effect_class.value,
-                    status=TaskStatus.PENDING.value,
-                    lease_ttl_ms=duration_ms(spec.lease_ttl),
-                    claim_generation=0,
-                    attempts=0,
-                    renewal_count=0,
-                    idempotency_key=spec.idempotency_key,
-                    created_at_ms=now_ms,
-                    updated_at_ms=now_ms,
-                )
-                .on_conflict_do_nothing(index_elements=["task_id"])
-            )
+            await self._insert_task(conn, spec, TaskStatus.PENDING, now_ms)
             current_q = select(TaskRow.__table__, now_ms.label("now_ms")).where(_T.task_id == spec.task_id)
             if self._dialect == "postgresql":
                 current_q = current_q.with_for_update(of=TaskRow.__table__)
@@ -545,36 +551,62 @@ class Ledger:
 
     # -- operator writes -----------------------------------------------------------------------
 
-    async def cancel(self, task_id: str, *, by: str, reason: str, now: datetime | None = None) -> TaskRecord:
-        """Cancel a task: end any claim so its generation can no longer renew or settle (G8).
+    async def transition(
+        self,
+        task_id: str,
+        *,
+        allowed: frozenset[TaskStatus] | set[TaskStatus],
+        to: TaskStatus,
+        kind: EventKind,
+        by: str,
+        reason: str,
+        values: dict[str, Any] | None = None,
+        details: dict[str, Any] | None = None,
+        receipt: SettlementReceipt | None = None,
+        spec: TaskSpec | None = None,
+        now: datetime | None = None,
+    ) -> TaskRecord:
+        """An operator's decision: move a task from one of ``allowed`` to ``to``, ending any claim.
+
+        One conditional UPDATE (row count checked) plus an evidence entry naming who decided and
+        why. With ``receipt`` the task is settled by the decision and the receipt stored once per
+        idempotency key. With ``spec`` a task the ledger has not seen yet is created first.
 
         Args:
             task_id: the task.
-            by: who decided (operator name).
-            reason: why.
+            allowed: the statuses the decision applies to.
+            to: the new status.
+            kind: the evidence-trail entry.
+            by / reason: who decided, and why.
+            values: further column values (``attempts=0`` for a redrive...).
+            details: facts for the evidence trail.
+            receipt: the settlement receipt of a ``confirm``.
+            spec: the task's identity, to create it if absent.
             now: injected time; default the database's clock.
 
         Returns:
-            The cancelled task.
+            The task after the decision.
 
         Raises:
-            TaskNotFoundError: unknown task.
-            TaskClosedError: the task is already settled, dead-lettered or cancelled.
+            TaskNotFoundError: unknown task (and no ``spec``).
+            TaskClosedError: the task is not in one of ``allowed``; nothing changed.
         """
         now_ms = self._now(now)
+        receipt_json = None if receipt is None else receipt.model_dump(mode="json")
         async with self._engine.begin() as conn:
+            if spec is not None:
+                await self._insert_task(conn, spec, TaskStatus.PENDING, now_ms)
             row = (
                 await conn.execute(
                     update(TaskRow)
-                    .where(
-                        _T.task_id == task_id,
-                        _T.status.not_in([s.value for s in TaskStatus if s.is_terminal]),
-                    )
+                    .where(_T.task_id == task_id, _T.status.in_([s.value for s in allowed]))
                     .values(
-                        status=TaskStatus.CANCELLED.value,
+                        status=to.value,
                         lease_owner=None,
                         lease_expires_at_ms=None,
                         updated_at_ms=now_ms,
+                        **({"receipt": receipt_json, "stage": Stage.SETTLED.value} if receipt_json else {}),
+                        **(values or {}),
                     )
                     .returning(*TaskRow.__table__.c)
                 )
@@ -582,17 +614,51 @@ class Ledger:
             if row is None:
                 current = await self._task(conn, task_id)
                 raise TaskClosedError(task_id, current.status)
+            if receipt_json is not None:
+                await conn.execute(
+                    self._insert(ReceiptRow.__table__)
+                    .values(
+                        idempotency_key=row.idempotency_key,
+                        task_id=task_id,
+                        claim_generation=row.claim_generation,
+                        receipt=receipt_json,
+                        created_at_ms=row.updated_at_ms,
+                    )
+                    .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                )
             await self._event(
                 conn,
                 task_id=task_id,
-                kind=EventKind.CANCELLED,
+                kind=kind,
                 generation=row.claim_generation,
                 at_ms=row.updated_at_ms,
                 stage=row.stage,
                 reason=reason,
-                details={"by": by},
+                details={"by": by, **(details or {})},
             )
         return TaskRecord.from_row(row)
+
+    async def cancel(
+        self, task_id: str, *, by: str, reason: str, spec: TaskSpec | None = None, now: datetime | None = None
+    ) -> TaskRecord:
+        """Cancel a task: end any claim so its generation can no longer renew or settle (G8).
+
+        Cancelled stays cancelled: no claim, renewal, settle or expiry moves it again.
+
+        Raises:
+            TaskNotFoundError: unknown task (and no ``spec`` to create it).
+            TaskClosedError: the task is already settled, cancelled, rejected or abandoned.
+        """
+        return await self.transition(
+            task_id,
+            allowed={s for s in TaskStatus if not s.is_terminal},
+            to=TaskStatus.CANCELLED,
+            kind=EventKind.CANCELLED,
+            by=by,
+            reason=reason,
+            spec=spec,
+            now=now,
+        )
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from concurrent.futures import Future
 
 from temporalio.testing import WorkflowEnvironment
 
+from agentlease import search_attributes
 from agentlease.devstack import temporal_binary
 
 
@@ -31,6 +32,7 @@ class DevServerThread:
                 ip="127.0.0.1",
                 dev_server_existing_path=temporal_binary(),
                 dev_server_log_level="error",
+                search_attributes=search_attributes.ALL,
             ),
             self._loop,
         )

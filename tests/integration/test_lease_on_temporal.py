@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.tool import load_registry
+from agentlease.decisions import CancelRequest
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.errors import LeaseLostError
 from agentlease.ledger.migrate import upgrade
@@ -303,25 +304,32 @@ async def test_submit_close_and_status(client: Client, settings: AgentLeaseSetti
         await ledger.close()
 
 
-async def test_permanent_error_dead_letters(client: Client, settings: AgentLeaseSettings) -> None:
+async def test_permanent_error_dead_letters_and_waits(client: Client, settings: AgentLeaseSettings) -> None:
+    """A dead-lettered task waits for a person; cancelling it lets the run go on."""
     run_id = f"dead-{uuid.uuid4().hex[:8]}"
     ledger = await _ledger(settings)
     try:
         async with _worker(client, ledger, settings, "worker-dead"):
-            result = await client.execute_workflow(
+            handle = await client.start_workflow(
                 AgentRunWorkflow.run,
                 _plan(run_id, ("bad", "always_permanent", {}), ("after", "quick", {})),
                 id=run_id,
                 task_queue=settings.task_queue,
             )
-        assert result.status == "failed"
-        assert [(t.step_id, t.status) for t in result.tasks] == [("bad", "dead_lettered"), ("after", "skipped")]
-        record = await ledger.get_task(f"{run_id}/bad")
-        assert (record.status, record.attempts, record.error_class) == (
-            TaskStatus.DEAD_LETTERED,
-            1,
-            "permanent",
-        )
+
+            async def waiting() -> None:
+                status = await handle.query("status", result_type=RunStatus)
+                assert status.status == "waiting"
+                assert [(t.step_id, t.status) for t in status.tasks] == [("bad", "dead_lettered"), ("after", "pending")]
+                assert (status.tasks[0].claim_generation, status.tasks[0].attempts) == (1, 1)
+
+            await assert_eventually(waiting, timeout=30, message="the run waits on its dead-lettered step")
+            record = await ledger.get_task(f"{run_id}/bad")
+            assert (record.status, record.attempts, record.error_class) == (TaskStatus.DEAD_LETTERED, 1, "permanent")
+            await handle.execute_update("cancel", CancelRequest(step_id="bad", by="ops", reason="bad request"))
+            result = await asyncio.wait_for(handle.result(), timeout=30)
+        assert result.status == "completed"
+        assert [(t.step_id, t.status) for t in result.tasks] == [("bad", "cancelled"), ("after", "settled")]
     finally:
         await ledger.close()
 

@@ -14,7 +14,13 @@ from temporalio import activity
 from activities.lease_context import LeaseContext
 from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage
-from agentlease.errors import LeaseLostError, PermanentToolError
+from agentlease.errors import (
+    AmbiguousSideEffectError,
+    CredentialToolError,
+    LeaseLostError,
+    PermanentToolError,
+    RetryableToolError,
+)
 from agentlease.records import SettlementReceipt
 
 PROBES: dict[str, list[dict[str, Any]]] = {}
@@ -131,3 +137,50 @@ async def always_permanent(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     """Fails deterministically: dead-lettered on the first attempt."""
     await ctx.advance(Stage.PREFLIGHT, "validating")
     raise PermanentToolError("the target rejects this request")
+
+
+CREDENTIALS_OK: dict[str, bool] = {}
+"""Per task id: whether `needs_credential` finds its credential (set by a test to 'repair access')."""
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=5))
+async def needs_credential(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Blocked until a test repairs its credential."""
+    await ctx.advance(Stage.PREFLIGHT, "loading the credential")
+    if not CREDENTIALS_OK.get(ctx.claim.task_id):
+        raise CredentialToolError("token revoked")
+    await ctx.advance(Stage.VERIFY, "credential valid")
+    return ToolResult(receipt=_receipt(ctx, "credential"))
+
+
+@tool(side_effect=SideEffectClass.UNSAFE, lease_ttl=timedelta(seconds=5))
+async def send_once(ctx: LeaseContext, args: HoldArgs) -> ToolResult:
+    """Unsafe (so it waits for approval); with ``hold_first_attempt`` its first attempt cannot tell
+    whether the send happened."""
+    PROBES.setdefault(ctx.claim.task_id, []).append(
+        {"generation": ctx.fencing_token, "idempotency_key": ctx.idempotency_key, "recovery": ctx.recovery.action}
+    )
+    await ctx.advance(Stage.PREFLIGHT, "checking the recipient")
+    await ctx.advance(Stage.EXTERNAL_CALL, "sending")
+    if args.hold_first_attempt and ctx.claim.attempts == 1:
+        raise AmbiguousSideEffectError("connection reset after DATA")
+    await ctx.advance(Stage.VERIFY, "accepted by the server")
+    return ToolResult(receipt=_receipt(ctx, "mail"))
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=2), max_attempts=2)
+async def always_retryable(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Fails transiently every time: dead-lettered after two real attempts."""
+    await ctx.advance(Stage.PREFLIGHT, "calling a flaky upstream")
+    raise RetryableToolError("503 from upstream")
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=2))
+async def long_call(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Sits in external_call, renewing its lease, until the lease is lost (a cancel ends it)."""
+    await ctx.advance(Stage.PREFLIGHT, "preparing a long export")
+    await ctx.advance(Stage.EXTERNAL_CALL, "export running")
+    PROBES.setdefault(ctx.claim.task_id, []).append({"claim": ctx.claim})
+    while True:
+        await asyncio.sleep(0.2)
+        await ctx.renew("export still running")

@@ -44,6 +44,8 @@ def test_every_input_has_one_principled_decision(inputs: tuple) -> None:
         expected = RecoveryAction.STAY_CANCELLED
     elif error is ErrorClass.CREDENTIAL:
         expected = RecoveryAction.BLOCK
+    elif error is ErrorClass.OPERATOR_RETRY:
+        expected = RecoveryAction.RETRY_SAME_KEY
     elif cls is SideEffectClass.UNSAFE and crossed:
         expected = RecoveryAction.RECONCILE
     elif error is ErrorClass.PERMANENT or attempts >= MAX_ATTEMPTS:
@@ -112,13 +114,13 @@ def test_properties(
     decision = decide(cls, stage, receipt_present=receipt, error_class=error, real_attempts=attempts, max_attempts=limit)
     crossed = stage is not None and stage.order >= Stage.EXTERNAL_CALL.order
     # G7: an unsafe tool that may have crossed external_call never runs again without a decision.
-    if cls is SideEffectClass.UNSAFE and crossed:
+    if cls is SideEffectClass.UNSAFE and crossed and error is not ErrorClass.OPERATOR_RETRY:
         assert not decision.action.runs_tool
     # G6: settled never reruns.
     if receipt or stage is Stage.SETTLED:
         assert decision.action is RecoveryAction.NEVER_RERUN
-    # The limit of real attempts holds.
-    if attempts >= limit:
+    # The limit of real attempts holds (a person's retry decision is one more, deliberate attempt).
+    if attempts >= limit and error is not ErrorClass.OPERATOR_RETRY:
         assert not decision.action.runs_tool
 
 
