@@ -180,7 +180,12 @@ class LeasedActivities:
 
     async def _release(self, claim: Claim, error_class: ErrorClass, error: str) -> None:
         try:
-            await self._ledger.release(claim, error_class=error_class.value, error=error)
+            await self._ledger.release(
+                claim,
+                error_class=error_class.value,
+                error=error,
+                real_attempt=error_class is not ErrorClass.SHUTDOWN,  # lack of capacity is not an attempt
+            )
         except LeaseLostError:
             pass  # Already recorded as lease_lost evidence; the newer holder decides.
 

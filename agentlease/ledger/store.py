@@ -447,22 +447,29 @@ class Ledger:
         *,
         error_class: str,
         error: str,
+        real_attempt: bool = True,
         now: datetime | None = None,
     ) -> None:
         """Give the task back for a retry, recording why (DESIGN.md, "release for retry").
 
-        The last durable stage is kept so the next attempt can read it.
+        The last durable stage is kept so the next attempt can read it. ``attempts`` counts real
+        attempts only: a release for lack of capacity (``real_attempt=False``, e.g. the worker shut
+        down) gives its attempt back in the same statement.
 
         Args:
             claim: the lease held.
-            error_class: a short class name (``retryable``, ``shutdown``, ``ConnectError``...).
+            error_class: a short class name (``retryable``, ``shutdown``...).
             error: one line describing the failure.
+            real_attempt: whether the attempt counts against the tool's ``max_attempts``. Default true.
             now: injected time; default the database's clock.
 
         Raises:
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
         """
-        await self._end_lease(claim, "release", TaskStatus.RELEASED, EventKind.RELEASED, error_class, error, now)
+        extra = {} if real_attempt else {"attempts": _T.attempts - 1}
+        await self._end_lease(
+            claim, "release", TaskStatus.RELEASED, EventKind.RELEASED, error_class, error, now, extra
+        )
 
     async def dead_letter(
         self,
@@ -511,6 +518,7 @@ class Ledger:
         error_class: str,
         error: str,
         now: datetime | None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         now_ms = self._now(now)
         async with self._engine.begin() as conn:
@@ -525,6 +533,7 @@ class Ledger:
                         error_class=error_class,
                         last_error=error,
                         updated_at_ms=now_ms,
+                        **(extra or {}),
                     )
                     .returning(_T.updated_at_ms, _T.stage)
                 )

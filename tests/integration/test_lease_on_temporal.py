@@ -359,6 +359,7 @@ async def test_sigterm_releases_running_tools_with_reason_shutdown(client: Clien
         assert proc.returncode == 0, stderr.decode()[-2000:]
         record = await ledger.get_task(task_id)
         assert (record.status, record.error_class, record.lease_owner) == (TaskStatus.RELEASED, "shutdown", None)
+        assert (record.claim_generation, record.attempts) == (1, 0)  # a shutdown is not a real attempt
         assert record.stage is Stage.PREFLIGHT
         await client.get_workflow_handle(run_id).terminate("test over")
     finally:
