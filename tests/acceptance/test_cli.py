@@ -88,12 +88,18 @@ def free_port() -> int:
 
 
 @pytest.mark.timeout(240)
+def dev_exports(dev: Background) -> dict[str, str]:
+    """The variables `agentlease dev` tells a second shell to export."""
+    first = dev.wait_for_line(r"export (AGENTLEASE_TEMPORAL_ADDRESS=\S+) (AGENTLEASE_TASK_QUEUE=\S+)", timeout=120)
+    second = dev.wait_for_line(r"export (AGENTLEASE_LEDGER_URL=\S+)", timeout=10)
+    return dict(pair.split("=", 1) for pair in (*first.groups(), *second.groups()))
+
+
 def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
     cli: Cli, background: Callable[..., Background], write_file: WriteFile
 ) -> None:
     dev = background("dev", "--port", str(free_port()), "--ui-port", str(free_port()))
-    exports = dev.wait_for_line(r"export (AGENTLEASE_TEMPORAL_ADDRESS=\S+) (AGENTLEASE_LEDGER_URL=\S+)", timeout=120)
-    env = dict(pair.split("=", 1) for pair in exports.groups())
+    env = dev_exports(dev)
     dev.wait_for_line("Ctrl-C stops everything", timeout=10)
 
     done = cli("run", str(RESTOCK_PLAN), "--wait", "--json", "--run-id", "acc-restock", env=env, timeout=120)
@@ -108,7 +114,7 @@ def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
     missing = {"steps": [{"step_id": "fetch", "tool": "http_get", "arguments": {"url": "nope.txt"}}]}
     write_file("missing.json", json.dumps(missing))
     failed = cli("run", "missing.json", "--wait", "--json", "--run-id", "acc-missing", env=env, timeout=120)
-    assert_one_error_line(failed, FAILED, "agent run acc-missing is failed")
+    assert_one_error_line(failed, FAILED, "agent run acc-missing waits for a person", "fetch is dead_lettered")
     assert json.loads(failed.stdout)["tasks"][0]["status"] == "dead_lettered", failed
     listed = cli("tasks", "--run", "acc-missing", "--json", env=env)
     assert [task["status"] for task in json.loads(listed.stdout)] == ["dead_lettered"], listed
