@@ -101,6 +101,9 @@ async def local_stack(
                 "ledger_url": ledger_url,
                 "http_base_url": downstream.http_base_url,
                 "sql_target_url": downstream.sql_target_url,
+                "publish_base_url": downstream.publish_base_url,
+                "smtp_host": downstream.smtp_host,
+                "smtp_port": downstream.smtp_port,
             }
         )
         await stack.enter_async_context(running_worker(settings))

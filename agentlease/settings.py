@@ -29,6 +29,9 @@ class AgentLeaseSettings(BaseSettings):
         max_concurrent_activities: tool calls one worker runs at once. Default 100.
         http_base_url: base for relative URLs of the built-in HTTP tools.
         sql_target_url: database the ``sql_upsert`` tool writes into.
+        publish_base_url: base URL of the publishing service ``http_publish`` writes to.
+        smtp_host: SMTP server ``smtp_send`` delivers to.
+        smtp_port: its port. Default 25.
         data_dir: where ``demo`` and ``dev`` keep their files. Default ``.agentlease``.
     """
 
@@ -44,6 +47,9 @@ class AgentLeaseSettings(BaseSettings):
     max_concurrent_activities: int = Field(default=100, ge=1)
     http_base_url: str | None = None
     sql_target_url: str | None = None
+    publish_base_url: str | None = None
+    smtp_host: str | None = None
+    smtp_port: int = Field(default=25, ge=1, le=65535)
     data_dir: Path = Path(".agentlease")
 
     @field_validator("shutdown_grace", mode="before")

@@ -3,19 +3,22 @@
 - a static file server (Starlette ``StaticFiles`` served by uvicorn) over ``examples/files``,
   the target of the read-only ``http_get`` tool;
 - a SQL database with an ``inventory`` table of the ``sql_upsert`` shape, the target of the
-  idempotent write.
+  idempotent write;
+- the publishing service of :mod:`examples.publishing`, the fenced and idempotent target of
+  ``http_publish``;
+- the recording SMTP server of :mod:`examples.mail`, the unsafe target of ``smtp_send``.
+
+Effects are counted at these systems, in their own databases under the data dir
+(:func:`examples.publishing.count_publications`, :func:`examples.mail.received_messages`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import uvicorn
 from sqlalchemy import MetaData
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -23,6 +26,10 @@ from starlette.staticfiles import StaticFiles
 
 from activities.builtin.sql_upsert import records_table
 from agentlease.ledger.engine import create_ledger_engine
+from examples import mail, publishing
+from examples.serving import bind_loopback, serve_app
+
+__all__ = ["Downstream", "bind_loopback", "prepare_sql_target", "running_downstream", "serve_app"]
 
 FILES_DIR = Path(__file__).parent / "files"
 """The real files ``http_get`` fetches in the bundled plans."""
@@ -38,33 +45,20 @@ class Downstream:
     Attributes:
         http_base_url: base URL of the file server (files under ``/files/``).
         sql_target_url: database URL of the SQL target.
+        publish_base_url: base URL of the publishing service.
+        smtp_host: host of the SMTP server.
+        smtp_port: port of the SMTP server.
+        publish_database_url: the publishing service's database (its ``publications``).
+        mail_database_url: the SMTP server's database (its ``messages``).
     """
 
     http_base_url: str
     sql_target_url: str
-
-
-def bind_loopback() -> socket.socket:
-    """A listening TCP socket on 127.0.0.1 with an OS-chosen port."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    return sock
-
-
-@asynccontextmanager
-async def serve_app(app: Starlette) -> AsyncIterator[str]:
-    """Serve an ASGI app with uvicorn on a loopback port until the block exits; yields its base URL."""
-    sock = bind_loopback()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
+    publish_base_url: str
+    smtp_host: str
+    smtp_port: int
+    publish_database_url: str
+    mail_database_url: str
 
 
 async def prepare_sql_target(url: str, tables: tuple[str, ...] = TARGET_TABLES) -> None:
@@ -82,9 +76,24 @@ async def prepare_sql_target(url: str, tables: tuple[str, ...] = TARGET_TABLES) 
 
 @asynccontextmanager
 async def running_downstream(data_dir: Path) -> AsyncIterator[Downstream]:
-    """Start the file server and prepare the SQL target under ``data_dir``."""
+    """Start the file server, the publishing service and the SMTP server, and prepare the SQL
+    target; every database is a SQLite file under ``data_dir``."""
+    data_dir.mkdir(parents=True, exist_ok=True)
     sql_target_url = f"sqlite:///{(data_dir / 'target.db').resolve()}"
     await prepare_sql_target(sql_target_url)
-    app = Starlette(routes=[Mount("/files", app=StaticFiles(directory=FILES_DIR), name="files")])
-    async with serve_app(app) as base_url:
-        yield Downstream(http_base_url=base_url, sql_target_url=sql_target_url)
+    publish_database_url = publishing.database_url(data_dir)
+    mail_database_url = mail.database_url(data_dir)
+    files = Starlette(routes=[Mount("/files", app=StaticFiles(directory=FILES_DIR), name="files")])
+    async with AsyncExitStack() as stack:
+        http_base_url = await stack.enter_async_context(serve_app(files))
+        publish_base_url = await stack.enter_async_context(publishing.running_publishing(publish_database_url))
+        smtp_host, smtp_port = await stack.enter_async_context(mail.running_mail(mail_database_url))
+        yield Downstream(
+            http_base_url=http_base_url,
+            sql_target_url=sql_target_url,
+            publish_base_url=publish_base_url,
+            smtp_host=smtp_host,
+            smtp_port=smtp_port,
+            publish_database_url=publish_database_url,
+            mail_database_url=mail_database_url,
+        )

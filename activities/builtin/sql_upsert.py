@@ -1,7 +1,11 @@
 """``sql_upsert``: an idempotent write into a real SQL table, keyed by a deterministic record key.
 
-The target table has the shape of :func:`records_table`. A retry whose previous attempt reached
-``commit`` reads back first and settles from what it finds, without writing again (G6).
+The target table has the shape of :func:`records_table`. A write replaces the whole row under
+its record key, including ``idempotency_key`` and ``claim_generation``: the row, and the receipt
+read back from it, name the writer that wrote it last. A retry whose previous attempt reached
+``commit`` or ``verify`` (``ctx.recovery`` is ``read_back_first`` or ``retry_readback``) reads
+back first and settles from what it finds, without writing again (G6), when the row is this
+key's write.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import PermanentToolError, RetryableToolError
 from agentlease.ledger.engine import create_ledger_engine
 from agentlease.records import SettlementReceipt
+from reconciliation.policy import RecoveryAction
+
+_READ_BACK_FIRST = frozenset({RecoveryAction.READ_BACK_FIRST, RecoveryAction.RETRY_READBACK})
+
+_REWRITTEN = ("payload", "idempotency_key", "claim_generation", "written_at_ms")
+"""Every column but the record key: an upsert leaves nothing of the previous writer behind."""
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -75,6 +85,11 @@ async def _read(conn: AsyncConnection, table: Table, key: str) -> Any:
     return (await conn.execute(select(table).where(table.c.record_key == key))).first()
 
 
+def _is_ours(row: Any, ctx: LeaseContext, args: SqlUpsertArgs) -> bool:
+    """Whether ``row`` is this key's write of ``args.row``."""
+    return row.idempotency_key == ctx.idempotency_key and payload_digest(row.payload) == payload_digest(args.row)
+
+
 def _receipt(table: Table, row: Any) -> SettlementReceipt:
     return SettlementReceipt(
         external_system=f"sql:{table.name}",
@@ -99,11 +114,11 @@ async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
     engine = create_ledger_engine(ctx.settings.sql_target_url, pool_size=2)
     try:
         await ctx.advance(Stage.PREFLIGHT, f"checking {table.name}/{key}")
-        if ctx.previous_stage in (Stage.COMMIT, Stage.VERIFY):
+        if ctx.recovery.action in _READ_BACK_FIRST:
             async with engine.connect() as conn:
                 found = await _read(conn, table, key)
-            if found is not None and found.idempotency_key == ctx.idempotency_key:
-                await ctx.advance(Stage.VERIFY, f"previous attempt reached {ctx.previous_stage}; read back {key}")
+            if found is not None and _is_ours(found, ctx, args):
+                await ctx.advance(Stage.VERIFY, f"{ctx.recovery.action}: {table.name}/{key} is already written")
                 return ToolResult(receipt=_receipt(table, found), output={"record_key": key, "written": False})
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
         values = {
@@ -116,7 +131,7 @@ async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
         statement = dialect.insert(table).values(**values)
         statement = statement.on_conflict_do_update(
             index_elements=["record_key"],
-            set_={name: statement.excluded[name] for name in ("payload", "claim_generation", "written_at_ms")},
+            set_={name: statement.excluded[name] for name in _REWRITTEN},
         )
         async with engine.connect() as conn:
             await ctx.advance(Stage.EXTERNAL_CALL, f"upserting {table.name}/{key}")
@@ -126,8 +141,8 @@ async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
         await ctx.advance(Stage.VERIFY, f"reading back {table.name}/{key}")
         async with engine.connect() as conn:
             found = await _read(conn, table, key)
-        if found is None or payload_digest(found.payload) != payload_digest(args.row):
-            raise RetryableToolError(f"readback of {table.name}/{key} does not show the written row")
+        if found is None or not _is_ours(found, ctx, args):
+            raise RetryableToolError(f"readback of {table.name}/{key} does not show this key's row")
         return ToolResult(receipt=_receipt(table, found), output={"record_key": key, "written": True})
     except SQLAlchemyError as exc:
         if "no such table" in str(exc) or "does not exist" in str(exc):

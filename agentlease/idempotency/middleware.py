@@ -88,6 +88,19 @@ def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse
     return JSONResponse({"error": code, "detail": detail, **facts}, status_code=status)
 
 
+def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
+    """The convention's 409 ``stale_fencing_token`` answer; also for a handler whose own fence
+    check (inside its write transaction) refused the token."""
+    return _error(
+        409,
+        "stale_fencing_token",
+        str(exc),
+        resource=exc.resource_key,
+        generation=exc.generation,
+        current_generation=exc.current_generation,
+    )
+
+
 async def _read_body(receive: Receive) -> bytes | None:
     """The whole request body, or ``None`` if the client disconnected first."""
     chunks: list[bytes] = []
@@ -191,15 +204,7 @@ class IdempotencyMiddleware:
         try:
             claim = await self.store.claim(key, digest, fence=fence, now=self._now())
         except StaleFencingTokenError as exc:
-            stale = _error(
-                409,
-                "stale_fencing_token",
-                str(exc),
-                resource=exc.resource_key,
-                generation=exc.generation,
-                current_generation=exc.current_generation,
-            )
-            await stale(scope, receive, send)
+            await stale_fencing_response(exc)(scope, receive, send)
             return
         if not isinstance(claim, Claimed):
             if not claim.same_request:
