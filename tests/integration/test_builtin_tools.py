@@ -85,7 +85,7 @@ async def start_plan(
         task_queue=settings.task_queue,
     )
     for step in steps:
-        if getattr(REGISTRY.get(step.tool), "requires_approval", False):
+        if REGISTRY.get(step.tool).requires_approval:
             await _approve(handle, step.step_id)
     return handle
 
