@@ -16,6 +16,7 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from agentlease import search_attributes
 from agentlease.errors import ConfigurationError
 from agentlease.settings import AgentLeaseSettings
 
@@ -50,6 +51,7 @@ async def dev_server(
         dev_server_existing_path=temporal_binary(),
         dev_server_database_filename=str((data_dir / "temporal.db").resolve()),
         dev_server_log_level="error",
+        search_attributes=search_attributes.ALL,
     )
     try:
         yield env

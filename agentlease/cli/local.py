@@ -101,11 +101,16 @@ async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_p
         err.print(f"Temporal UI:      {stack.ui_url}")
         err.print(f"Temporal server:  {s.temporal_address} (namespace {s.namespace}, queue {s.task_queue})")
         err.print(f"ledger:           {s.ledger_url}")
-        err.print(f"example services: {s.http_base_url}  {s.sql_target_url}")
+        err.print(f"example services: files {s.http_base_url}  sql {s.sql_target_url}")
+        err.print(f"                  publishing {s.publish_base_url}  smtp {s.smtp_host}:{s.smtp_port}")
         err.print("in another shell:")
         err.print(f"  export AGENTLEASE_TEMPORAL_ADDRESS={s.temporal_address} AGENTLEASE_TASK_QUEUE={s.task_queue}")
         err.print(f"  export AGENTLEASE_LEDGER_URL={s.ledger_url}")
         err.print(f"  export AGENTLEASE_HTTP_BASE_URL={s.http_base_url} AGENTLEASE_SQL_TARGET_URL={s.sql_target_url}")
+        err.print(
+            f"  export AGENTLEASE_PUBLISH_BASE_URL={s.publish_base_url} "
+            f"AGENTLEASE_SMTP_HOST={s.smtp_host} AGENTLEASE_SMTP_PORT={s.smtp_port}"
+        )
         err.print("  agentlease run examples/plans/restock.json --wait")
         err.print("Ctrl-C stops everything.")
         await stop.wait()
