@@ -67,9 +67,18 @@ def decision_events(trail: list, kind: EventKind) -> list:
 async def test_unsafe_tool_waits_for_approval_and_approve_twice_is_refused(
     client: Client, settings: AgentLeaseSettings
 ) -> None:
-    async with running(client, settings, ("mail", "send_once", {"hold_first_attempt": False})) as (handle, ledger, run):
+    async with running(
+        client, settings, ("first", "quick", {}), ("mail", "send_once", {"hold_first_attempt": False})
+    ) as (handle, ledger, run):
         status = await wait_for(handle, "mail", "awaiting_approval")
         assert (status.status, (await ledger.get_task(f"{run}/mail")).status) == ("waiting", TaskStatus.AWAITING_APPROVAL)
+        # A settled task takes no decision.
+        await refused(handle, "redrive", DecisionRequest(step_id="first", by="ops", reason="x"), "it is settled")
+        await refused(handle, "cancel", CancelRequest(step_id="first", by="ops", reason="x"), "it is settled")
+        await refused(handle, "approve", DecisionRequest(step_id="nope", by="ops", reason="x"), "has no step 'nope'")
+        with pytest.raises((WorkflowUpdateFailedError, RPCError)):  # malformed: no `by`
+            await handle.execute_update("approve", {"step_id": "mail", "reason": "x"})
+        assert (await ledger.get_task(f"{run}/mail")).status is TaskStatus.AWAITING_APPROVAL
         await refused(handle, "redrive", DecisionRequest(step_id="mail", by="ops", reason="x"), "not blocked or dead_lettered")
         await refused(handle, "reconcile", ReconcileRequest(step_id="mail", by="ops", reason="x", action="abandon"),
                       "not needs_reconciliation")
@@ -78,7 +87,10 @@ async def test_unsafe_tool_waits_for_approval_and_approve_twice_is_refused(
                       "not awaiting_approval")
         result = await asyncio.wait_for(handle.result(), timeout=30)
         trail = await ledger.events(f"{run}/mail")
-    assert [(t.step_id, t.status) for t in result.tasks] == [("mail", "settled")]
+    assert [(t.step_id, t.status) for t in result.tasks] == [("first", "settled"), ("mail", "settled")]
+    history = await handle.fetch_history()
+    accepted = [e for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
+    assert len(accepted) == 1  # only the one valid approval; every refusal left no history
     [approved] = decision_events(trail, EventKind.APPROVED)
     assert (approved.details or {})["by"] == "alice" and approved.reason == "ticket OPS-1"
     # The approval came before the only claim.
