@@ -118,11 +118,4 @@ async def apply(ledger: Ledger, decision: LedgerDecision) -> ToolOutcome:
             raise ApplicationError(str(exc), type=DECISION_REFUSED, non_retryable=True) from None
     except TaskNotFoundError as exc:
         raise ApplicationError(str(exc), type=DECISION_REFUSED, non_retryable=True) from None
-    return ToolOutcome(
-        task_id=record.task_id,
-        status=record.status,
-        stage=record.stage,
-        claim_generation=record.claim_generation,
-        attempts=record.attempts,
-        receipt=record.receipt,
-    )
+    return ToolOutcome.of(record)

@@ -216,14 +216,7 @@ class LeasedActivities:
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
         record = await self._ledger.get_task(exc.task_id)
         if record.status is TaskStatus.SETTLED:
-            return ToolOutcome(
-                task_id=record.task_id,
-                status=record.status,
-                stage=record.stage,
-                claim_generation=record.claim_generation,
-                attempts=record.attempts,
-                receipt=record.receipt,
-            )
+            return ToolOutcome.of(record)
         failure = {
             TaskStatus.CANCELLED: FailureType.TASK_CANCELLED,
             TaskStatus.BLOCKED: FailureType.BLOCKED,

@@ -320,6 +320,18 @@ class ToolOutcome(_Frozen):
     receipt: SettlementReceipt | None = None
     result: dict[str, Any] | None = None
 
+    @classmethod
+    def of(cls, record: TaskRecord) -> ToolOutcome:
+        """The outcome as the ledger's record of the task shows it."""
+        return cls(
+            task_id=record.task_id,
+            status=record.status,
+            stage=record.stage,
+            claim_generation=record.claim_generation,
+            attempts=record.attempts,
+            receipt=record.receipt,
+        )
+
 
 class TaskView(_Frozen):
     """One task as the ``status`` query of ``AgentRunWorkflow`` reports it."""

@@ -298,22 +298,27 @@ def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payloa
     _show_run(asyncio.run(_send()), as_json)
 
 
-@app.command()
-def approve(ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, by: _By, reason: _Why,
-            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Approve a tool call that waits for approval (every unsafe tool does, by default)."""
-    from agentlease.decisions import DecisionRequest
-
-    _decide(_settings(ctx), agent_run_id, "approve", _request(DecisionRequest, step_id=step_id, by=by, reason=reason), as_json)
+_Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-@app.command()
-def reject(ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, by: _By, reason: _Why,
-           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Reject a tool call that waits for approval: it never runs."""
-    from agentlease.decisions import DecisionRequest
+def _step_decision(update: str, summary: str) -> None:
+    """Register ``agentlease <update> RUN_ID STEP_ID --by --reason``: a decision on one step."""
 
-    _decide(_settings(ctx), agent_run_id, "reject", _request(DecisionRequest, step_id=step_id, by=by, reason=reason), as_json)
+    def command(
+        ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, by: _By, reason: _Why, as_json: _Json = False
+    ) -> None:
+        from agentlease.decisions import DecisionRequest
+
+        payload = _request(DecisionRequest, step_id=step_id, by=by, reason=reason)
+        _decide(_settings(ctx), agent_run_id, update, payload, as_json)
+
+    command.__doc__ = summary
+    app.command(name=update)(command)
+
+
+_step_decision("approve", "Approve a tool call that waits for approval (every unsafe tool does, by default).")
+_step_decision("reject", "Reject a tool call that waits for approval: it never runs.")
+_step_decision("redrive", "Send a dead-lettered or blocked task back to work (its attempt budget restarts).")
 
 
 @app.command()
@@ -326,7 +331,7 @@ def reconcile(
     reason: _Why,
     external_id: Annotated[str | None, typer.Option(help="With confirm: the external system's id.")] = None,
     observed: Annotated[str | None, typer.Option(help="With confirm: what you saw, as a JSON object.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: _Json = False,
 ) -> None:
     """Decide a task whose side effect is ambiguous: confirm it happened, retry with the same key, or abandon."""
     import json
@@ -341,15 +346,6 @@ def reconcile(
         ReconcileRequest, step_id=step_id, by=by, reason=reason, action=action, external_id=external_id, observed=seen
     )
     _decide(_settings(ctx), agent_run_id, "reconcile", payload, as_json)
-
-
-@app.command()
-def redrive(ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, by: _By, reason: _Why,
-            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Send a dead-lettered or blocked task back to work (its attempt budget restarts)."""
-    from agentlease.decisions import DecisionRequest
-
-    _decide(_settings(ctx), agent_run_id, "redrive", _request(DecisionRequest, step_id=step_id, by=by, reason=reason), as_json)
 
 
 @app.command()
