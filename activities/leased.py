@@ -184,7 +184,7 @@ class LeasedActivities:
                 claim,
                 error_class=error_class.value,
                 error=error,
-                real_attempt=error_class is not ErrorClass.SHUTDOWN,  # lack of capacity is not an attempt
+                capacity_release=error_class is ErrorClass.SHUTDOWN,  # lack of capacity is not an attempt
             )
         except LeaseLostError:
             pass  # Already recorded as lease_lost evidence; the newer holder decides.

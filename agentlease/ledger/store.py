@@ -447,26 +447,27 @@ class Ledger:
         *,
         error_class: str,
         error: str,
-        real_attempt: bool = True,
+        capacity_release: bool = False,
         now: datetime | None = None,
     ) -> None:
         """Give the task back for a retry, recording why (DESIGN.md, "release for retry").
 
         The last durable stage is kept so the next attempt can read it. ``attempts`` counts real
-        attempts only: a release for lack of capacity (``real_attempt=False``, e.g. the worker shut
-        down) gives its attempt back in the same statement.
+        attempts only: a release for lack of capacity (``capacity_release=True``, e.g. the worker
+        shut down) gives its attempt back in the same statement.
 
         Args:
             claim: the lease held.
             error_class: a short class name (``retryable``, ``shutdown``...).
             error: one line describing the failure.
-            real_attempt: whether the attempt counts against the tool's ``max_attempts``. Default true.
+            capacity_release: the attempt ended for lack of capacity and does not count against the
+                tool's ``max_attempts``. Default false.
             now: injected time; default the database's clock.
 
         Raises:
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
         """
-        extra = {} if real_attempt else {"attempts": _T.attempts - 1}
+        extra = {"attempts": _T.attempts - 1} if capacity_release else {}
         await self._end_lease(
             claim, "release", TaskStatus.RELEASED, EventKind.RELEASED, error_class, error, now, extra
         )
