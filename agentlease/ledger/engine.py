@@ -4,6 +4,13 @@
 (aiosqlite, asyncpg). On SQLite every transaction starts with ``BEGIN IMMEDIATE`` so that a lease
 write never fails half-way with a stale snapshot when several worker processes share the file;
 WAL mode lets readers proceed meanwhile.
+
+A SQLite engine keeps one connection (its pool is one wide): ``BEGIN IMMEDIATE`` lets one
+transaction at a time hold the file anyway, so in-process transactions queue on the pool instead
+of sleeping in SQLite's busy handler, and aiosqlite runs one thread instead of fifteen. Each round
+trip to that thread costs a GIL hand-off (``bench/overhead.py`` measured them as the leased path's
+largest cost on a busy worker), so ``BEGIN IMMEDIATE`` is one driver call and a connection goes
+back to the pool without a ROLLBACK when its transaction has already ended.
 """
 
 from __future__ import annotations
@@ -14,10 +21,15 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentlease.errors import ConfigurationError, LedgerUnavailableError
+
+try:  # SQLAlchemy 2.1 renamed await_only() to await_()
+    from sqlalchemy.util.concurrency import await_ as _await
+except ImportError:  # SQLAlchemy 2.0
+    from sqlalchemy.util.concurrency import await_only as _await
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for the file lock before failing. Default 30s."""
@@ -99,7 +111,20 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # One call on the driver (one trip to aiosqlite's thread) rather than exec_driver_sql's
+        # cursor/execute/close (three); errors are wrapped as SQLAlchemy would wrap them.
+        try:
+            _await(conn.connection.driver_connection.execute("BEGIN IMMEDIATE"))
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc
+
+    @event.listens_for(engine.sync_engine, "reset")
+    def _on_reset(dbapi_connection: Any, record: Any, state: Any) -> None:
+        # Replaces the pool's unconditional rollback-on-return (pool_reset_on_return=None): roll back
+        # only a connection still inside a transaction. A garbage-collected connection is not
+        # asyncio-safe and is discarded by the pool instead.
+        if state.asyncio_safe and not state.terminate_only and record.driver_connection.in_transaction:
+            dbapi_connection.rollback()
 
 
 def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
@@ -107,7 +132,7 @@ def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
 
     Args:
         url: see :func:`async_url`.
-        pool_size: PostgreSQL connection pool size. Default 10.
+        pool_size: PostgreSQL connection pool size. Default 10. A SQLite engine keeps one connection.
 
     Raises:
         ConfigurationError: bad URL.
@@ -124,7 +149,14 @@ def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
             raise LedgerUnavailableError(
                 f"cannot create {directory} for the SQLite ledger: {exc.strerror or exc}"
             ) from None
-        engine = create_async_engine(normalised, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        engine = create_async_engine(
+            normalised,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+            pool_size=1,
+            max_overflow=0,
+            pool_timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
+            pool_reset_on_return=None,
+        )
         _configure_sqlite(engine)
         return engine
     return create_async_engine(

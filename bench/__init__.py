@@ -1,0 +1,1 @@
+"""Benchmarks of agentlease (not run by the test suite). See ``bench/README.md``."""

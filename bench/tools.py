@@ -1,0 +1,84 @@
+"""The two sides of the overhead benchmark: the same three stages, with and without a lease.
+
+- :func:`plain_stages`: a plain Temporal activity that heartbeats the stage details at
+  ``preflight``, ``external_call`` and ``commit`` and returns; no ledger.
+- :data:`BENCH_TOOL`: a declared tool that calls ``ctx.advance`` for the same three stages and
+  returns a :class:`ToolResult` with a :class:`SettlementReceipt`; run through
+  :class:`activities.leased.LeasedActivities` it claims, renews three times and settles in the ledger.
+
+Neither talks to an external system: the benchmark measures what the lease adds to a tool call.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from activities.lease_context import LeaseContext, LeaseHeartbeat
+from activities.tool import ToolResult, tool
+from agentlease.enums import SideEffectClass, Stage, TaskStatus
+from agentlease.records import SettlementReceipt, ToolCall, ToolOutcome
+
+BENCH_TOOL_NAME = "bench_stages"
+PLAIN_ACTIVITY = "bench_plain_stages"
+LEASE_TTL = timedelta(seconds=30)
+"""Lease TTL of the bench tool, hence the heartbeat timeout of both sides. Default 30s."""
+
+STAGES = (
+    (Stage.PREFLIGHT, "checking the call's arguments"),
+    (Stage.EXTERNAL_CALL, "calling the (simulated) external system"),
+    (Stage.COMMIT, "committing the (simulated) result"),
+)
+
+
+class BenchArgs(BaseModel):
+    index: int = 0
+
+
+def _receipt(call_key: str, index: int) -> SettlementReceipt:
+    return SettlementReceipt(
+        external_system="bench",
+        external_id=call_key,
+        status="done",
+        details={"index": index},
+        verified_at=datetime.now(UTC),
+    )
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=LEASE_TTL, name=BENCH_TOOL_NAME)
+async def bench_stages(ctx: LeaseContext, args: BenchArgs) -> ToolResult:
+    """The leased side: three recorded stages, then a receipt."""
+    for stage, reason in STAGES:
+        await ctx.advance(stage, reason)
+    return ToolResult(receipt=_receipt(ctx.idempotency_key, args.index), output={"index": args.index})
+
+
+BENCH_TOOL = bench_stages
+
+
+@activity.defn(name=PLAIN_ACTIVITY)
+async def plain_stages(call: ToolCall) -> ToolOutcome:
+    """The plain side: the same three stages as heartbeats only, then the same outcome shape."""
+    ttl = activity.info().heartbeat_timeout or LEASE_TTL
+    for stage, reason in STAGES:
+        activity.heartbeat(
+            LeaseHeartbeat(
+                task_id=call.task_id,
+                claim_generation=1,
+                stage=stage,
+                reason=reason,
+                lease_expires_at=datetime.now(UTC) + ttl,
+            )
+        )
+    index = int(call.arguments.get("index", 0))
+    return ToolOutcome(
+        task_id=call.task_id,
+        status=TaskStatus.SETTLED,
+        stage=Stage.SETTLED,
+        claim_generation=1,
+        attempts=1,
+        receipt=_receipt(call.idempotency_key, index),
+        result={"index": index},
+    )
