@@ -123,7 +123,7 @@ class LeasedActivities:
         except TaskClosedError as exc:
             return await self._closed_outcome(exc)
 
-        stored = await self._ledger.receipt(claim.idempotency_key)
+        stored = claim.receipt
         decision = decide(
             spec.side_effect_class,
             claim.previous_stage,

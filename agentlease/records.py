@@ -205,6 +205,8 @@ class Claim(_Frozen):
         previous_error_class: how the previous attempt ended, if it did.
         idempotency_key: stable across attempts.
         trace: the Temporal attempt holding the lease.
+        receipt: a settlement receipt already stored for the idempotency key (G6), read in the
+            claim's transaction.
     """
 
     task_id: str
@@ -218,6 +220,7 @@ class Claim(_Frozen):
     previous_error_class: str | None
     idempotency_key: str
     trace: TraceLink = Field(default_factory=TraceLink)
+    receipt: StoredReceipt | None = None
 
 
 class TaskRecord(_Frozen):

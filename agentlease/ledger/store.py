@@ -293,6 +293,7 @@ class Ledger:
                 details={"lease_expires_at_ms": granted.lease_expires_at_ms},
                 trace=trace,
             )
+            stored = await self._receipt(conn, spec.idempotency_key)
         return Claim(
             task_id=spec.task_id,
             generation=granted.claim_generation,
@@ -305,6 +306,7 @@ class Ledger:
             previous_error_class=before.error_class,
             idempotency_key=granted.idempotency_key,
             trace=trace,
+            receipt=stored,
         )
 
     # -- holder writes -------------------------------------------------------------------------
@@ -408,17 +410,20 @@ class Ledger:
                 )
             ).first()
             if row is not None:
-                await conn.execute(
-                    self._insert(ReceiptRow.__table__)
-                    .values(
-                        idempotency_key=claim.idempotency_key,
-                        task_id=claim.task_id,
-                        claim_generation=claim.generation,
-                        receipt=receipt_json,
-                        created_at_ms=row.updated_at_ms,
+                inserted = (
+                    await conn.execute(
+                        self._insert(ReceiptRow.__table__)
+                        .values(
+                            idempotency_key=claim.idempotency_key,
+                            task_id=claim.task_id,
+                            claim_generation=claim.generation,
+                            receipt=receipt_json,
+                            created_at_ms=row.updated_at_ms,
+                        )
+                        .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                        .returning(ReceiptRow.__table__.c.idempotency_key)
                     )
-                    .on_conflict_do_nothing(index_elements=["idempotency_key"])
-                )
+                ).first()
                 await self._holder_event(
                     conn,
                     claim,
@@ -428,7 +433,14 @@ class Ledger:
                     reason=f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})",
                     details={"receipt": receipt_json},
                 )
-                stored = await self._receipt(conn, claim.idempotency_key)
+                if inserted is not None:
+                    return StoredReceipt(
+                        idempotency_key=claim.idempotency_key,
+                        task_id=claim.task_id,
+                        claim_generation=claim.generation,
+                        receipt=receipt,
+                    )
+                stored = await self._receipt(conn, claim.idempotency_key)  # the first receipt stands
                 assert stored is not None
                 return stored
             refusal = await self._refused(
