@@ -15,11 +15,14 @@ import os
 import signal
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
+
+from tests.integration.temporal_server import DevServerThread
 
 from .runner import Background, Cli, WriteFile
 
@@ -88,3 +91,33 @@ def pg_ledger_url() -> Iterator[str]:
         yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     finally:
         asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextmanager
+def fresh_pg_database(prefix: str = "agentlease_acc") -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database ``<prefix>_<hex>``, dropped (WITH (FORCE)) on exit."""
+    name = f"{prefix}_{uuid.uuid4().hex}"
+    asyncio.run(_admin(f'CREATE DATABASE "{name}" TEMPLATE template0'))
+    try:
+        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="module")
+def pg_module_database() -> Iterator[Callable[[str], str]]:
+    """``new(role)``: the URL of a fresh PostgreSQL database ``agentlease_<role>_<hex>`` kept for the
+    tests of one module (a ledger shared by runs told apart by their ids, a downstream's database),
+    dropped after the module."""
+    with ExitStack() as stack:
+        yield lambda role: stack.enter_context(fresh_pg_database(f"agentlease_{role}"))
+
+
+@pytest.fixture(scope="session")
+def temporal_address() -> Iterator[str]:
+    """``host:port`` of a Temporal dev server shared by the session (never the time-skipping server)."""
+    server = DevServerThread()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
