@@ -92,6 +92,9 @@ class LeaseContext:
     async def advance(self, stage: Stage, reason: str) -> None:
         """Enter ``stage``: record it in the ledger (a guarded renewal), then heartbeat it.
 
+        The ledger's stage never goes below the furthest stage an earlier attempt reached, so a
+        read-back attempt that starts again at ``preflight`` cannot erase ``commit`` (G6).
+
         Args:
             stage: the next stage; it may repeat the current one but never go back.
             reason: what the tool is about to do, specifically ("publishing draft 42").
@@ -118,8 +121,13 @@ class LeaseContext:
     async def _renew(self, reason: str, stage: Stage | None) -> None:
         if self._lost is not None:
             raise self._lost
+        recorded = stage
+        if stage is not None and self.claim.previous_stage is not None and self.claim.previous_stage.order > stage.order:
+            # The ledger keeps the furthest stage any attempt reached: a later attempt that dies in
+            # preflight must still leave "read back first" for the next one (G6).
+            recorded = self.claim.previous_stage
         try:
-            expires_at = await self._ledger.renew(self.claim, reason=reason, stage=stage)
+            expires_at = await self._ledger.renew(self.claim, reason=reason, stage=recorded)
         except LeaseLostError as exc:
             self._lost = exc
             raise

@@ -134,7 +134,7 @@ class LeasedActivities:
         )
         if decision.action is RecoveryAction.NEVER_RERUN and stored is not None:
             # G6: an earlier attempt (or a task with the same key) already proved the outcome.
-            await self._ledger.settle(claim, stored.receipt)
+            await asyncio.shield(self._ledger.settle(claim, stored.receipt))
             return self._settled(claim, stored.receipt, None)
         if not decision.action.runs_tool:
             await self._park(claim, decision, claim.previous_error_class or "none", "before this attempt ran")
@@ -172,7 +172,9 @@ class LeasedActivities:
             raise ApplicationError(one_line(exc), type=error_class.value) from None
 
         try:
-            saved = await self._ledger.settle(claim, result.receipt, result=result.output)
+            # Shielded: a cancellation delivered now (this attempt was superseded) must not abandon the
+            # settle, whose refusal is the late_unapplied evidence (G10).
+            saved = await asyncio.shield(self._ledger.settle(claim, result.receipt, result=result.output))
         except LeaseLostError as exc:
             # G10: recorded as late_unapplied by the ledger; never reported as success.
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None

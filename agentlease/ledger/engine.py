@@ -31,6 +31,13 @@ try:  # SQLAlchemy 2.1 renamed await_only() to await_()
 except ImportError:  # SQLAlchemy 2.0
     from sqlalchemy.util.concurrency import await_only as _await
 
+PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 1_000
+"""PostgreSQL ends a ledger session left idle inside a transaction this long. Default 1s.
+
+Ledger transactions are a few statements issued back to back; a session idle inside one is a
+worker that was paused (SIGSTOP, a long GC) or lost mid-transaction. Without this bound its row
+lock would block every takeover claim of that task for as long as it stays paused."""
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for the file lock before failing. Default 30s."""
 
@@ -164,5 +171,8 @@ def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
-        connect_args={"timeout": PG_CONNECT_TIMEOUT_S},
+        connect_args={
+            "timeout": PG_CONNECT_TIMEOUT_S,
+            "server_settings": {"idle_in_transaction_session_timeout": str(PG_IDLE_IN_TRANSACTION_TIMEOUT_MS)},
+        },
     )

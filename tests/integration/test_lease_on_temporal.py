@@ -29,6 +29,7 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, ToolCall
 from agentlease.settings import AgentLeaseSettings
+from reconciliation.policy import RecoveryAction
 from tests.eventually import assert_eventually
 from tests.integration import tools
 from worker import build_worker
@@ -362,5 +363,28 @@ async def test_sigterm_releases_running_tools_with_reason_shutdown(client: Clien
         assert (record.claim_generation, record.attempts) == (1, 0)  # a shutdown is not a real attempt
         assert record.stage is Stage.PREFLIGHT
         await client.get_workflow_handle(run_id).terminate("test over")
+    finally:
+        await ledger.close()
+
+
+async def test_an_early_failure_does_not_erase_commit(client: Client, settings: AgentLeaseSettings) -> None:
+    """G6 across attempts: attempt 2 failing in preflight leaves `commit`, so attempt 3 reads back first."""
+    run_id = f"regress-{uuid.uuid4().hex[:8]}"
+    ledger = await _ledger(settings)
+    try:
+        async with _worker(client, ledger, settings, "worker-regress"):
+            result = await client.execute_workflow(
+                AgentRunWorkflow.run,
+                _plan(run_id, ("write", "commit_then_fail_early", {})),
+                id=run_id,
+                task_queue=settings.task_queue,
+            )
+        assert [(t.status, t.claim_generation) for t in result.tasks] == [("settled", 3)]
+        probes = tools.PROBES[f"{run_id}/write"]
+        assert [(p["previous_stage"], p["recovery"]) for p in probes] == [
+            (None, RecoveryAction.RUN),
+            (Stage.COMMIT, RecoveryAction.READ_BACK_FIRST),
+            (Stage.COMMIT, RecoveryAction.READ_BACK_FIRST),
+        ]
     finally:
         await ledger.close()

@@ -184,3 +184,20 @@ async def long_call(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     while True:
         await asyncio.sleep(0.2)
         await ctx.renew("export still running")
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=5))
+async def commit_then_fail_early(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Attempt 1 reaches commit and fails; attempt 2 fails in preflight; attempt 3 settles."""
+    PROBES.setdefault(ctx.claim.task_id, []).append(
+        {"previous_stage": ctx.previous_stage, "recovery": ctx.recovery.action}
+    )
+    await ctx.advance(Stage.PREFLIGHT, "checking the target")
+    if ctx.claim.attempts == 1:
+        await ctx.advance(Stage.EXTERNAL_CALL, "writing")
+        await ctx.advance(Stage.COMMIT, "written")
+        raise RetryableToolError("connection dropped after the write")
+    if ctx.claim.attempts == 2:
+        raise RetryableToolError("upstream 503 before reading back")
+    await ctx.advance(Stage.VERIFY, "reading back")
+    return ToolResult(receipt=_receipt(ctx, "regress"))
