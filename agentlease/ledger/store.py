@@ -103,6 +103,30 @@ class Ledger:
             .on_conflict_do_nothing(index_elements=["task_id"])
         )
 
+    async def _store_receipt(
+        self,
+        conn: AsyncConnection,
+        idempotency_key: str,
+        task_id: str,
+        generation: int,
+        receipt_json: dict[str, Any],
+        at_ms: int,
+    ) -> bool:
+        """Store a receipt unless one already stands for the key (the first stands). Returns whether it did."""
+        inserted = await conn.execute(
+            self._insert(ReceiptRow.__table__)
+            .values(
+                idempotency_key=idempotency_key,
+                task_id=task_id,
+                claim_generation=generation,
+                receipt=receipt_json,
+                created_at_ms=at_ms,
+            )
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
+            .returning(ReceiptRow.__table__.c.idempotency_key)
+        )
+        return inserted.first() is not None
+
     def _holds(self, claim: Claim, now_ms: ColumnElement[int]) -> ColumnElement[bool]:
         """The guard of every holder write (G2): same owner, same generation, lease still valid."""
         return and_(
@@ -410,20 +434,9 @@ class Ledger:
                 )
             ).first()
             if row is not None:
-                inserted = (
-                    await conn.execute(
-                        self._insert(ReceiptRow.__table__)
-                        .values(
-                            idempotency_key=claim.idempotency_key,
-                            task_id=claim.task_id,
-                            claim_generation=claim.generation,
-                            receipt=receipt_json,
-                            created_at_ms=row.updated_at_ms,
-                        )
-                        .on_conflict_do_nothing(index_elements=["idempotency_key"])
-                        .returning(ReceiptRow.__table__.c.idempotency_key)
-                    )
-                ).first()
+                inserted = await self._store_receipt(
+                    conn, claim.idempotency_key, claim.task_id, claim.generation, receipt_json, row.updated_at_ms
+                )
                 await self._holder_event(
                     conn,
                     claim,
@@ -433,7 +446,7 @@ class Ledger:
                     reason=f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})",
                     details={"receipt": receipt_json},
                 )
-                if inserted is not None:
+                if inserted:
                     return StoredReceipt(
                         idempotency_key=claim.idempotency_key,
                         task_id=claim.task_id,
@@ -637,16 +650,8 @@ class Ledger:
                 current = await self._task(conn, task_id)
                 raise TaskClosedError(task_id, current.status)
             if receipt_json is not None:
-                await conn.execute(
-                    self._insert(ReceiptRow.__table__)
-                    .values(
-                        idempotency_key=row.idempotency_key,
-                        task_id=task_id,
-                        claim_generation=row.claim_generation,
-                        receipt=receipt_json,
-                        created_at_ms=row.updated_at_ms,
-                    )
-                    .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                await self._store_receipt(
+                    conn, row.idempotency_key, task_id, row.claim_generation, receipt_json, row.updated_at_ms
                 )
             await self._event(
                 conn,
