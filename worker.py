@@ -74,7 +74,7 @@ async def running_worker(
     identity = identity or settings.worker_identity or default_identity()
     ledger = Ledger.from_url(settings.ledger_url)
     try:
-        await upgrade(ledger.engine)
+        await upgrade(ledger.database)
         client = await connect(settings, identity=identity)
         problem = await search_attributes.ensure_registered(client, settings.namespace)
         if problem is not None:

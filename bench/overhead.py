@@ -140,7 +140,7 @@ def leased_side(name: str, ledger: Ledger, settings: AgentLeaseSettings, *, agen
             return await _run_agent_run(client, side, workflow_id, calls)
         return await _run_bench_workflow(BENCH_TOOL.name, client, side, workflow_id, calls)
 
-    return Side(name, ledger.engine.dialect.name, _task_queue(name), activities, start)
+    return Side(name, ledger.database.dialect, _task_queue(name), activities, start)
 
 
 def bench_worker(client: Client, side: Side, settings: AgentLeaseSettings) -> Worker:
@@ -198,7 +198,7 @@ async def migrated_ledger(url: str) -> AsyncIterator[Ledger]:
     """A ledger on ``url``, migrated to head; its engine is disposed afterwards."""
     ledger = Ledger.from_url(url)
     try:
-        await upgrade(ledger.engine)
+        await upgrade(ledger.database)
         yield ledger
     finally:
         await ledger.close()

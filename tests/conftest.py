@@ -74,10 +74,10 @@ def ledger_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def ledger(ledger_url: str) -> AsyncIterator[Ledger]:
-    """A migrated :class:`Ledger` on ``ledger_url``; its engine is disposed afterwards."""
+    """A migrated :class:`Ledger` on ``ledger_url``; closed afterwards."""
     opened = Ledger.from_url(ledger_url)
     try:
-        await upgrade(opened.engine)
+        await upgrade(opened.database)
         yield opened
     finally:
         await opened.close()

@@ -444,7 +444,7 @@ def db_upgrade(ctx: typer.Context) -> None:
 
     async def _upgrade() -> None:
         async with _ledger(settings, must_exist=False) as ledger:
-            await upgrade(ledger.engine)
+            await upgrade(ledger.database)
 
     asyncio.run(_upgrade())
     out.print(f"ledger {display_url(settings.ledger_url)} is at the newest schema")

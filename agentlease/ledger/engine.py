@@ -1,16 +1,19 @@
-"""Engines for the ledger: SQLite (embedded default) and PostgreSQL (production).
+"""Engines for the ledger and for the example downstreams: SQLite (embedded default) and PostgreSQL.
 
-``sqlite:///path`` and ``postgresql://...`` URLs are accepted and given their async drivers
-(aiosqlite, asyncpg). On SQLite every transaction starts with ``BEGIN IMMEDIATE`` so that a lease
-write never fails half-way with a stale snapshot when several worker processes share the file;
-WAL mode lets readers proceed meanwhile.
+``sqlite:///path`` and ``postgresql://...`` URLs are accepted. :func:`create_ledger_engine` gives
+them their async drivers (aiosqlite, asyncpg); :func:`create_sqlite_thread_engine` makes the
+synchronous SQLite engine the ledger runs on its own thread (see :mod:`agentlease.ledger.database`).
+
+On SQLite every write transaction starts with ``BEGIN IMMEDIATE`` so that a lease write never fails
+half-way with a stale snapshot when several worker processes share the file; WAL mode lets readers
+proceed meanwhile. A connection carrying the execution option :data:`READ_ONLY_OPTION` starts with
+a plain ``BEGIN`` instead: a snapshot that does not take the write lock.
 
 A SQLite engine keeps one connection (its pool is one wide): ``BEGIN IMMEDIATE`` lets one
 transaction at a time hold the file anyway, so in-process transactions queue on the pool instead
-of sleeping in SQLite's busy handler, and aiosqlite runs one thread instead of fifteen. Each round
-trip to that thread costs a GIL hand-off (``bench/overhead.py`` measured them as the leased path's
-largest cost on a busy worker), so ``BEGIN IMMEDIATE`` is one driver call and a connection goes
-back to the pool without a ROLLBACK when its transaction has already ended.
+of sleeping in SQLite's busy handler. ``BEGIN`` is one driver call (on aiosqlite, one trip to its
+thread rather than three) and a connection goes back to the pool without a ROLLBACK when its
+transaction has already ended.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 
 from agentlease.errors import ConfigurationError, LedgerUnavailableError
 
@@ -43,6 +47,9 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 PG_CONNECT_TIMEOUT_S = 10.0
 """How long opening a PostgreSQL connection may take before it fails. Default 10s."""
+
+READ_ONLY_OPTION = "agentlease_read_only"
+"""Execution option (bool) of SQLite connections whose transactions only read: plain ``BEGIN``."""
 
 _PG_UNDEFINED_TABLE = "42P01"
 
@@ -105,10 +112,14 @@ def is_missing_schema(exc: BaseException) -> bool:
     return isinstance(orig, sqlite3.OperationalError) and str(orig).startswith("no such table")
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def _begin_statement(conn: Any) -> str:
+    return "BEGIN" if conn.get_execution_options().get(READ_ONLY_OPTION) else "BEGIN IMMEDIATE"
+
+
+def _configure_sqlite(engine: Engine, *, driver_is_async: bool) -> None:
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Take transaction control away from the driver; we emit BEGIN IMMEDIATE ourselves.
+        # Take transaction control away from the driver; we emit BEGIN [IMMEDIATE] ourselves.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -116,22 +127,73 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # One call on the driver (one trip to aiosqlite's thread) rather than exec_driver_sql's
-        # cursor/execute/close (three); errors are wrapped as SQLAlchemy would wrap them.
+        # One call on the driver rather than exec_driver_sql's cursor/execute/close (on aiosqlite,
+        # one trip to its thread instead of three); errors are wrapped as SQLAlchemy would wrap them.
+        statement = _begin_statement(conn)
         try:
-            _await(conn.connection.driver_connection.execute("BEGIN IMMEDIATE"))
+            if driver_is_async:
+                _await(conn.connection.driver_connection.execute(statement))
+            else:
+                conn.connection.driver_connection.execute(statement)
         except sqlite3.Error as exc:
-            raise DBAPIError.instance("BEGIN IMMEDIATE", (), exc, sqlite3.Error) from exc
+            raise DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
 
-    @event.listens_for(engine.sync_engine, "reset")
+    @event.listens_for(engine, "reset")
     def _on_reset(dbapi_connection: Any, record: Any, state: Any) -> None:
         # Replaces the pool's unconditional rollback-on-return (pool_reset_on_return=None): roll back
         # only a connection still inside a transaction. A garbage-collected connection is not
         # asyncio-safe and is discarded by the pool instead.
         if state.asyncio_safe and not state.terminate_only and record.driver_connection.in_transaction:
             dbapi_connection.rollback()
+
+
+def _sqlite_database(normalised_url: str) -> str:
+    """Create the directory of a SQLite ledger file; returns the file's path."""
+    database = make_url(normalised_url).database
+    assert database is not None
+    directory = Path(database).expanduser().parent
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LedgerUnavailableError(f"cannot create {directory} for the SQLite ledger: {exc.strerror or exc}") from None
+    return database
+
+
+_SQLITE_POOL: dict[str, Any] = {
+    "pool_size": 1,
+    "max_overflow": 0,
+    "pool_timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
+    "pool_reset_on_return": None,
+}
+
+
+def create_sqlite_thread_engine(url: str) -> Engine:
+    """Create the synchronous SQLite engine of a ledger, for use by one thread at a time.
+
+    Same pragmas, ``BEGIN`` handling and one-connection pool as the async SQLite engine; the
+    connection may be closed from another thread than the one that opened it.
+
+    Args:
+        url: a ``sqlite:///PATH`` URL (any SQLite driver name is replaced by ``pysqlite``).
+
+    Raises:
+        ConfigurationError: bad URL, or not SQLite.
+        LedgerUnavailableError: the file's directory cannot be created.
+    """
+    normalised = async_url(url)
+    if not normalised.startswith("sqlite"):
+        raise ConfigurationError(f"not a SQLite URL: {display_url(url)!r}")
+    _sqlite_database(normalised)
+    engine = create_engine(
+        make_url(normalised).set(drivername="sqlite+pysqlite"),
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        poolclass=QueuePool,
+        **_SQLITE_POOL,
+    )
+    _configure_sqlite(engine, driver_is_async=False)
+    return engine
 
 
 def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
@@ -147,24 +209,11 @@ def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     """
     normalised = async_url(url)
     if normalised.startswith("sqlite"):
-        database = make_url(normalised).database
-        assert database is not None
-        directory = Path(database).expanduser().parent
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LedgerUnavailableError(
-                f"cannot create {directory} for the SQLite ledger: {exc.strerror or exc}"
-            ) from None
+        _sqlite_database(normalised)
         engine = create_async_engine(
-            normalised,
-            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
-            pool_size=1,
-            max_overflow=0,
-            pool_timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
-            pool_reset_on_return=None,
+            normalised, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **_SQLITE_POOL
         )
-        _configure_sqlite(engine)
+        _configure_sqlite(engine.sync_engine, driver_is_async=True)
         return engine
     return create_async_engine(
         normalised,

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import and_, select, tuple_, update
+from typing import Any
+
+from sqlalchemy import Row, and_, select, tuple_, update
+from sqlalchemy.engine import Connection
 
 from agentlease.clock import from_ms
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
@@ -71,10 +74,13 @@ async def expired_leases(
     )
     if after is not None:
         query = query.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > tuple_(*after))
-    async with ledger.engine.connect() as conn:
-        rows = (await conn.execute(query)).all()
+
+    def read_tx(conn: Connection) -> tuple[list[Row[Any]], set[str]]:
+        rows = conn.execute(query).all()
         keys = {row.idempotency_key for row in rows}
-        receipts = await ledger.receipt_keys(conn, keys) if keys else set()
+        return rows, (ledger.receipt_keys(conn, keys) if keys else set())
+
+    rows, receipts = await ledger.database.read(read_tx)
     return [
         ExpiredLease(
             task_id=row.task_id,
@@ -125,31 +131,27 @@ async def record_expiry(
         _T.lease_expires_at_ms == lease.expires_at_ms,
         _T.lease_expires_at_ms <= now_ms,
     )
-    async with ledger.engine.begin() as conn:
-        if ledger.engine.dialect.name == "postgresql":
-            locked = (
-                await conn.execute(select(_T.task_id).where(unchanged).with_for_update(skip_locked=True))
-            ).first()
+    def record_tx(conn: Connection) -> bool:
+        if ledger.database.dialect == "postgresql":
+            locked = conn.execute(select(_T.task_id).where(unchanged).with_for_update(skip_locked=True)).first()
             if locked is None:
                 return False
-        row = (
-            await conn.execute(
-                update(TaskRow)
-                .where(unchanged)
-                .values(
-                    status=status.value,
-                    lease_owner=None,
-                    lease_expires_at_ms=None,
-                    error_class="expired",
-                    last_error=f"lease lapsed in stage {lease.stage.value if lease.stage else 'none'}",
-                    updated_at_ms=now_ms,
-                )
-                .returning(_T.updated_at_ms)
+        row = conn.execute(
+            update(TaskRow)
+            .where(unchanged)
+            .values(
+                status=status.value,
+                lease_owner=None,
+                lease_expires_at_ms=None,
+                error_class="expired",
+                last_error=f"lease lapsed in stage {lease.stage.value if lease.stage else 'none'}",
+                updated_at_ms=now_ms,
             )
+            .returning(_T.updated_at_ms)
         ).first()
         if row is None:
             return False
-        await ledger._event(
+        ledger._event(
             conn,
             task_id=lease.task_id,
             kind=EventKind.EXPIRED,
@@ -161,7 +163,9 @@ async def record_expiry(
             details={"lease_expires_at_ms": lease.expires_at_ms, "by": "sweeper", "next_status": status.value},
             trace=lease.trace,
         )
-    return True
+        return True
+
+    return await ledger.database.write(record_tx)
 
 
 __all__ = ["ExpiredLease", "expired_leases", "record_expiry"]

@@ -6,9 +6,9 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentlease.errors import LedgerUnavailableError, one_line
+from agentlease.ledger.database import LedgerDatabase
 
 SCRIPT_LOCATION = "agentlease:migrations"
 
@@ -28,16 +28,19 @@ def _upgrade(connection: Connection, revision: str) -> None:
     command.upgrade(config, revision)
 
 
-async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    """Bring the ledger schema to ``revision`` (default the newest). Safe to run again.
+async def upgrade(database: LedgerDatabase, revision: str = "head") -> None:
+    """Bring the ledger schema to ``revision`` (default the newest), in one transaction. Safe to run again.
+
+    Args:
+        database: the ledger's database (``Ledger.database``).
+        revision: an Alembic revision. Default ``head``.
 
     Raises:
         LedgerUnavailableError: the database cannot be reached or refused the migration.
     """
     try:
-        async with engine.begin() as connection:
-            await connection.run_sync(_upgrade, revision)
+        await database.write(lambda connection: _upgrade(connection, revision))
     except (SQLAlchemyError, OSError) as exc:
         cause = one_line(getattr(exc, "orig", None) or exc)
-        raise LedgerUnavailableError(f"cannot migrate the ledger at {engine.url}: {cause}") from exc
+        raise LedgerUnavailableError(f"cannot migrate the ledger at {database.url}: {cause}") from exc
 

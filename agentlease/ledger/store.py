@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, and_, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.engine import Connection
 
 from agentlease.clock import db_now_ms, duration_ms, from_ms
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
-from agentlease.ledger.engine import create_ledger_engine
+from agentlease.ledger.database import LedgerDatabase, open_database
 from agentlease.ledger.schema import LeaseEventRow, ReceiptRow, TaskRow
 from agentlease.records import (
     Claim,
@@ -34,6 +34,7 @@ from agentlease.records import (
     TraceLink,
 )
 
+_R = TypeVar("_R")
 _CLAIMABLE = (TaskStatus.PENDING.value, TaskStatus.RELEASED.value)
 _T = TaskRow.__table__.c
 
@@ -49,26 +50,30 @@ class _Refusal:
 class Ledger:
     """Lease operations on the ``tasks``, ``lease_events`` and ``receipts`` tables.
 
+    Each operation is one transaction run by a :class:`LedgerDatabase` (on SQLite, one hop to the
+    ledger's thread; see :mod:`agentlease.ledger.database`).
+
     Args:
-        engine: an async engine from :func:`create_ledger_engine`; the ledger owns it.
+        database: from :func:`open_database`; the ledger owns it.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
-        self._dialect = engine.dialect.name
+    def __init__(self, database: LedgerDatabase) -> None:
+        self._db = database
+        self._dialect = database.dialect
 
     @classmethod
-    def from_url(cls, url: str) -> Ledger:
-        """Open a ledger on ``sqlite:///PATH`` or ``postgresql://...`` (see :func:`create_ledger_engine`)."""
-        return cls(create_ledger_engine(url))
+    def from_url(cls, url: str, *, pool_size: int = 10) -> Ledger:
+        """Open a ledger on ``sqlite:///PATH`` or ``postgresql://...`` (see :func:`open_database`)."""
+        return cls(open_database(url, pool_size=pool_size))
 
     @property
-    def engine(self) -> AsyncEngine:
-        return self._engine
+    def database(self) -> LedgerDatabase:
+        """Where the ledger's transactions run (for migrations and the sweeper's queries)."""
+        return self._db
 
     async def close(self) -> None:
-        """Dispose of the engine's connections."""
-        await self._engine.dispose()
+        """Close the database's connections (and the SQLite ledger thread)."""
+        await self._db.dispose()
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -79,11 +84,11 @@ class Ledger:
         dialect = postgresql if self._dialect == "postgresql" else sqlite
         return dialect.insert(table)
 
-    async def _insert_task(
-        self, conn: AsyncConnection, spec: TaskSpec, status: TaskStatus, now_ms: ColumnElement[int]
+    def _insert_task(
+        self, conn: Connection, spec: TaskSpec, status: TaskStatus, now_ms: ColumnElement[int]
     ) -> None:
         """Create the task row on first sight; an existing row is left as it is."""
-        await conn.execute(
+        conn.execute(
             self._insert(TaskRow.__table__)
             .values(
                 task_id=spec.task_id,
@@ -103,9 +108,9 @@ class Ledger:
             .on_conflict_do_nothing(index_elements=["task_id"])
         )
 
-    async def _store_receipt(
+    def _store_receipt(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         idempotency_key: str,
         task_id: str,
         generation: int,
@@ -113,7 +118,7 @@ class Ledger:
         at_ms: int,
     ) -> bool:
         """Store a receipt unless one already stands for the key (the first stands). Returns whether it did."""
-        inserted = await conn.execute(
+        inserted = conn.execute(
             self._insert(ReceiptRow.__table__)
             .values(
                 idempotency_key=idempotency_key,
@@ -137,9 +142,9 @@ class Ledger:
             _T.lease_expires_at_ms > now_ms,
         )
 
-    async def _event(
+    def _event(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         *,
         task_id: str,
         kind: EventKind,
@@ -151,7 +156,7 @@ class Ledger:
         details: dict[str, Any] | None = None,
         trace: TraceLink | None = None,
     ) -> None:
-        await conn.execute(
+        conn.execute(
             insert(LeaseEventRow).values(
                 task_id=task_id,
                 kind=kind.value,
@@ -165,9 +170,9 @@ class Ledger:
             )
         )
 
-    async def _holder_event(
+    def _holder_event(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         claim: Claim,
         kind: EventKind,
         *,
@@ -177,7 +182,7 @@ class Ledger:
         details: dict[str, Any] | None = None,
     ) -> None:
         """An evidence-trail entry written on behalf of the holder of ``claim``."""
-        await self._event(
+        self._event(
             conn,
             task_id=claim.task_id,
             kind=kind,
@@ -190,9 +195,9 @@ class Ledger:
             trace=claim.trace,
         )
 
-    async def _refused(
+    def _refused(
         self,
-        conn: AsyncConnection,
+        conn: Connection,
         claim: Claim,
         *,
         operation: str,
@@ -200,9 +205,9 @@ class Ledger:
         now_ms: ColumnElement[int],
         details: dict[str, Any] | None = None,
     ) -> _Refusal:
-        row = (await conn.execute(select(_T.claim_generation, _T.status).where(_T.task_id == claim.task_id))).first()
+        row = conn.execute(select(_T.claim_generation, _T.status).where(_T.task_id == claim.task_id)).first()
         refusal = _Refusal(None, None) if row is None else _Refusal(row.claim_generation, row.status)
-        await self._holder_event(
+        self._holder_event(
             conn,
             claim,
             kind,
@@ -212,14 +217,22 @@ class Ledger:
         )
         return refusal
 
-    def _lost(self, claim: Claim, operation: str, refusal: _Refusal) -> LeaseLostError:
-        return LeaseLostError(
-            claim.task_id,
-            claim.generation,
-            operation=operation,
-            current_generation=refusal.current_generation,
-            status=refusal.status,
-        )
+    @staticmethod
+    def _granted(claim: Claim, operation: str, outcome: _R | _Refusal) -> _R:
+        """The outcome of a holder write; a refusal (already recorded and committed) raises.
+
+        Raises:
+            LeaseLostError: the write was refused (G2).
+        """
+        if isinstance(outcome, _Refusal):
+            raise LeaseLostError(
+                claim.task_id,
+                claim.generation,
+                operation=operation,
+                current_generation=outcome.current_generation,
+                status=outcome.status,
+            )
+        return outcome
 
     # -- claim ---------------------------------------------------------------------------------
 
@@ -248,17 +261,18 @@ class Ledger:
         """
         trace = trace or TraceLink()
         now_ms = self._now(now)
-        async with self._engine.begin() as conn:
-            await self._insert_task(conn, spec, TaskStatus.PENDING, now_ms)
+
+        def claim_tx(conn: Connection) -> Claim:
+            self._insert_task(conn, spec, TaskStatus.PENDING, now_ms)
             current_q = select(TaskRow.__table__, now_ms.label("now_ms")).where(_T.task_id == spec.task_id)
             if self._dialect == "postgresql":
                 current_q = current_q.with_for_update(of=TaskRow.__table__)
-            before = (await conn.execute(current_q)).one()
+            before = conn.execute(current_q).one()
             status = TaskStatus(before.status)
             if status.is_terminal or status.awaits_decision:
                 raise TaskClosedError(spec.task_id, before.status)
             granted = (
-                await conn.execute(
+                conn.execute(
                     update(TaskRow)
                     .where(
                         _T.task_id == spec.task_id,
@@ -290,7 +304,7 @@ class Ledger:
                 )
             if before.status == TaskStatus.RUNNING.value:
                 # The previous holder neither settled nor released: record why its lease ended.
-                await self._event(
+                self._event(
                     conn,
                     task_id=spec.task_id,
                     kind=EventKind.EXPIRED,
@@ -305,7 +319,7 @@ class Ledger:
                     details={"lease_expires_at_ms": before.lease_expires_at_ms},
                     trace=TraceLink.from_mapping(before._mapping),
                 )
-            await self._event(
+            self._event(
                 conn,
                 task_id=spec.task_id,
                 kind=EventKind.CLAIMED,
@@ -317,21 +331,23 @@ class Ledger:
                 details={"lease_expires_at_ms": granted.lease_expires_at_ms},
                 trace=trace,
             )
-            stored = await self._receipt(conn, spec.idempotency_key)
-        return Claim(
-            task_id=spec.task_id,
-            generation=granted.claim_generation,
-            owner=owner,
-            acquired_at=from_ms(granted.lease_acquired_at_ms),
-            expires_at=from_ms(granted.lease_expires_at_ms),
-            lease_ttl=timedelta(milliseconds=granted.lease_ttl_ms),
-            attempts=granted.attempts,
-            previous_stage=granted.stage,
-            previous_error_class=before.error_class,
-            idempotency_key=granted.idempotency_key,
-            trace=trace,
-            receipt=stored,
-        )
+            stored = self._receipt(conn, spec.idempotency_key)
+            return Claim(
+                task_id=spec.task_id,
+                generation=granted.claim_generation,
+                owner=owner,
+                acquired_at=from_ms(granted.lease_acquired_at_ms),
+                expires_at=from_ms(granted.lease_expires_at_ms),
+                lease_ttl=timedelta(milliseconds=granted.lease_ttl_ms),
+                attempts=granted.attempts,
+                previous_stage=granted.stage,
+                previous_error_class=before.error_class,
+                idempotency_key=granted.idempotency_key,
+                trace=trace,
+                receipt=stored,
+            )
+
+        return await self._db.write(claim_tx)
 
     # -- holder writes -------------------------------------------------------------------------
 
@@ -361,35 +377,35 @@ class Ledger:
         }
         if stage is not None:
             values["stage"] = stage.value
-        async with self._engine.begin() as conn:
-            row = (
-                await conn.execute(
-                    update(TaskRow)
-                    .where(self._holds(claim, now_ms))
-                    .values(**values)
-                    .returning(_T.lease_expires_at_ms, _T.updated_at_ms, _T.stage)
-                )
+
+        def renew_tx(conn: Connection) -> datetime | _Refusal:
+            row = conn.execute(
+                update(TaskRow)
+                .where(self._holds(claim, now_ms))
+                .values(**values)
+                .returning(_T.lease_expires_at_ms, _T.updated_at_ms, _T.stage)
             ).first()
-            if row is not None:
-                await self._holder_event(
+            if row is None:
+                return self._refused(
                     conn,
                     claim,
-                    EventKind.RENEWED,
-                    at_ms=row.updated_at_ms,
-                    stage=row.stage,
-                    reason=reason,
-                    details={"lease_expires_at_ms": row.lease_expires_at_ms},
+                    operation="renew",
+                    kind=EventKind.LEASE_LOST,
+                    now_ms=now_ms,
+                    details={"stage": None if stage is None else stage.value, "renew_reason": reason},
                 )
-                return from_ms(row.lease_expires_at_ms)
-            refusal = await self._refused(
+            self._holder_event(
                 conn,
                 claim,
-                operation="renew",
-                kind=EventKind.LEASE_LOST,
-                now_ms=now_ms,
-                details={"stage": None if stage is None else stage.value, "renew_reason": reason},
+                EventKind.RENEWED,
+                at_ms=row.updated_at_ms,
+                stage=row.stage,
+                reason=reason,
+                details={"lease_expires_at_ms": row.lease_expires_at_ms},
             )
-        raise self._lost(claim, "renew", refusal)
+            return from_ms(row.lease_expires_at_ms)
+
+        return self._granted(claim, "renew", await self._db.write(renew_tx))
 
     async def settle(
         self,
@@ -418,53 +434,53 @@ class Ledger:
         """
         now_ms = self._now(now)
         receipt_json = receipt.model_dump(mode="json")
-        async with self._engine.begin() as conn:
-            row = (
-                await conn.execute(
-                    update(TaskRow)
-                    .where(self._holds(claim, now_ms))
-                    .values(
-                        status=TaskStatus.SETTLED.value,
-                        stage=Stage.SETTLED.value,
-                        receipt=receipt_json,
-                        lease_expires_at_ms=None,
-                        updated_at_ms=now_ms,
-                    )
-                    .returning(_T.updated_at_ms)
+
+        def settle_tx(conn: Connection) -> StoredReceipt | _Refusal:
+            row = conn.execute(
+                update(TaskRow)
+                .where(self._holds(claim, now_ms))
+                .values(
+                    status=TaskStatus.SETTLED.value,
+                    stage=Stage.SETTLED.value,
+                    receipt=receipt_json,
+                    lease_expires_at_ms=None,
+                    updated_at_ms=now_ms,
                 )
+                .returning(_T.updated_at_ms)
             ).first()
-            if row is not None:
-                inserted = await self._store_receipt(
-                    conn, claim.idempotency_key, claim.task_id, claim.generation, receipt_json, row.updated_at_ms
-                )
-                await self._holder_event(
+            if row is None:
+                return self._refused(
                     conn,
                     claim,
-                    EventKind.SETTLED,
-                    at_ms=row.updated_at_ms,
-                    stage=Stage.SETTLED,
-                    reason=f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})",
-                    details={"receipt": receipt_json},
+                    operation="settle",
+                    kind=EventKind.LATE_UNAPPLIED,
+                    now_ms=now_ms,
+                    details={"receipt": receipt_json, "result": result},
                 )
-                if inserted:
-                    return StoredReceipt(
-                        idempotency_key=claim.idempotency_key,
-                        task_id=claim.task_id,
-                        claim_generation=claim.generation,
-                        receipt=receipt,
-                    )
-                stored = await self._receipt(conn, claim.idempotency_key)  # the first receipt stands
-                assert stored is not None
-                return stored
-            refusal = await self._refused(
+            inserted = self._store_receipt(
+                conn, claim.idempotency_key, claim.task_id, claim.generation, receipt_json, row.updated_at_ms
+            )
+            self._holder_event(
                 conn,
                 claim,
-                operation="settle",
-                kind=EventKind.LATE_UNAPPLIED,
-                now_ms=now_ms,
-                details={"receipt": receipt_json, "result": result},
+                EventKind.SETTLED,
+                at_ms=row.updated_at_ms,
+                stage=Stage.SETTLED,
+                reason=f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})",
+                details={"receipt": receipt_json},
             )
-        raise self._lost(claim, "settle", refusal)
+            if inserted:
+                return StoredReceipt(
+                    idempotency_key=claim.idempotency_key,
+                    task_id=claim.task_id,
+                    claim_generation=claim.generation,
+                    receipt=receipt,
+                )
+            stored = self._receipt(conn, claim.idempotency_key)  # the first receipt stands
+            assert stored is not None
+            return stored
+
+        return self._granted(claim, "settle", await self._db.write(settle_tx))
 
     async def release(
         self,
@@ -547,42 +563,37 @@ class Ledger:
         extra: dict[str, Any] | None = None,
     ) -> None:
         now_ms = self._now(now)
-        async with self._engine.begin() as conn:
-            row = (
-                await conn.execute(
-                    update(TaskRow)
-                    .where(self._holds(claim, now_ms))
-                    .values(
-                        status=status.value,
-                        lease_owner=None,
-                        lease_expires_at_ms=None,
-                        error_class=error_class,
-                        last_error=error,
-                        updated_at_ms=now_ms,
-                        **(extra or {}),
-                    )
-                    .returning(_T.updated_at_ms, _T.stage)
+
+        def end_lease_tx(conn: Connection) -> None | _Refusal:
+            row = conn.execute(
+                update(TaskRow)
+                .where(self._holds(claim, now_ms))
+                .values(
+                    status=status.value,
+                    lease_owner=None,
+                    lease_expires_at_ms=None,
+                    error_class=error_class,
+                    last_error=error,
+                    updated_at_ms=now_ms,
+                    **(extra or {}),
                 )
+                .returning(_T.updated_at_ms, _T.stage)
             ).first()
-            if row is not None:
-                await self._holder_event(
+            if row is None:
+                return self._refused(
                     conn,
                     claim,
-                    kind,
-                    at_ms=row.updated_at_ms,
-                    stage=row.stage,
-                    reason=f"{error_class}: {error}",
+                    operation=operation,
+                    kind=EventKind.LEASE_LOST,
+                    now_ms=now_ms,
+                    details={"error_class": error_class, "error": error},
                 )
-                return
-            refusal = await self._refused(
-                conn,
-                claim,
-                operation=operation,
-                kind=EventKind.LEASE_LOST,
-                now_ms=now_ms,
-                details={"error_class": error_class, "error": error},
+            self._holder_event(
+                conn, claim, kind, at_ms=row.updated_at_ms, stage=row.stage, reason=f"{error_class}: {error}"
             )
-        raise self._lost(claim, operation, refusal)
+            return None
+
+        self._granted(claim, operation, await self._db.write(end_lease_tx))
 
     # -- operator writes -----------------------------------------------------------------------
 
@@ -628,32 +639,31 @@ class Ledger:
         """
         now_ms = self._now(now)
         receipt_json = None if receipt is None else receipt.model_dump(mode="json")
-        async with self._engine.begin() as conn:
+
+        def transition_tx(conn: Connection) -> TaskRecord:
             if spec is not None:
-                await self._insert_task(conn, spec, TaskStatus.PENDING, now_ms)
-            row = (
-                await conn.execute(
-                    update(TaskRow)
-                    .where(_T.task_id == task_id, _T.status.in_([s.value for s in allowed]))
-                    .values(
-                        status=to.value,
-                        lease_owner=None,
-                        lease_expires_at_ms=None,
-                        updated_at_ms=now_ms,
-                        **({"receipt": receipt_json, "stage": Stage.SETTLED.value} if receipt_json else {}),
-                        **(values or {}),
-                    )
-                    .returning(*TaskRow.__table__.c)
+                self._insert_task(conn, spec, TaskStatus.PENDING, now_ms)
+            row = conn.execute(
+                update(TaskRow)
+                .where(_T.task_id == task_id, _T.status.in_([s.value for s in allowed]))
+                .values(
+                    status=to.value,
+                    lease_owner=None,
+                    lease_expires_at_ms=None,
+                    updated_at_ms=now_ms,
+                    **({"receipt": receipt_json, "stage": Stage.SETTLED.value} if receipt_json else {}),
+                    **(values or {}),
                 )
+                .returning(*TaskRow.__table__.c)
             ).first()
             if row is None:
-                current = await self._task(conn, task_id)
+                current = self._task(conn, task_id)
                 raise TaskClosedError(task_id, current.status)
             if receipt_json is not None:
-                await self._store_receipt(
+                self._store_receipt(
                     conn, row.idempotency_key, task_id, row.claim_generation, receipt_json, row.updated_at_ms
                 )
-            await self._event(
+            self._event(
                 conn,
                 task_id=task_id,
                 kind=kind,
@@ -663,7 +673,9 @@ class Ledger:
                 reason=reason,
                 details={"by": by, **(details or {})},
             )
-        return TaskRecord.from_row(row)
+            return TaskRecord.from_row(row)
+
+        return await self._db.write(transition_tx)
 
     async def cancel(
         self, task_id: str, *, by: str, reason: str, spec: TaskSpec | None = None, now: datetime | None = None
@@ -689,15 +701,15 @@ class Ledger:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    async def _task(self, conn: AsyncConnection, task_id: str) -> TaskRecord:
-        row = (await conn.execute(select(TaskRow.__table__).where(_T.task_id == task_id))).first()
+    def _task(self, conn: Connection, task_id: str) -> TaskRecord:
+        row = conn.execute(select(TaskRow.__table__).where(_T.task_id == task_id)).first()
         if row is None:
             raise TaskNotFoundError(task_id)
         return TaskRecord.from_row(row)
 
-    async def _receipt(self, conn: AsyncConnection, idempotency_key: str) -> StoredReceipt | None:
+    def _receipt(self, conn: Connection, idempotency_key: str) -> StoredReceipt | None:
         row = (
-            await conn.execute(select(ReceiptRow.__table__).where(ReceiptRow.idempotency_key == idempotency_key))
+            conn.execute(select(ReceiptRow.__table__).where(ReceiptRow.idempotency_key == idempotency_key))
         ).first()
         if row is None:
             return None
@@ -710,16 +722,14 @@ class Ledger:
 
     async def get_task(self, task_id: str) -> TaskRecord:
         """The task's current record. Raises :class:`TaskNotFoundError`."""
-        async with self._engine.connect() as conn:
-            return await self._task(conn, task_id)
+        return await self._db.read(lambda conn: self._task(conn, task_id))
 
     async def list_tasks(self, agent_run_id: str | None = None) -> list[TaskRecord]:
         """Tasks, oldest first, optionally of one agent run."""
         query = select(TaskRow.__table__).order_by(_T.created_at_ms, _T.task_id)
         if agent_run_id is not None:
             query = query.where(_T.agent_run_id == agent_run_id)
-        async with self._engine.connect() as conn:
-            return [TaskRecord.from_row(row) for row in await conn.execute(query)]
+        return await self._db.read(lambda conn: [TaskRecord.from_row(row) for row in conn.execute(query)])
 
     async def events(self, task_id: str | None = None, *, agent_run_id: str | None = None) -> list[LeaseEvent]:
         """The evidence trail in order, for one task or one agent run (or all)."""
@@ -729,26 +739,20 @@ class Ledger:
             query = query.where(ev.task_id == task_id)
         if agent_run_id is not None:
             query = query.where(ev.task_id.in_(select(_T.task_id).where(_T.agent_run_id == agent_run_id)))
-        async with self._engine.connect() as conn:
-            return [LeaseEvent.from_row(row) for row in await conn.execute(query)]
+        return await self._db.read(lambda conn: [LeaseEvent.from_row(row) for row in conn.execute(query)])
 
-    async def receipt_keys(self, conn: AsyncConnection, keys: set[str]) -> set[str]:
-        """Which of ``keys`` have a stored settlement receipt (within ``conn``)."""
-        rows = await conn.execute(
-            select(ReceiptRow.idempotency_key).where(ReceiptRow.idempotency_key.in_(sorted(keys)))
-        )
+    def receipt_keys(self, conn: Connection, keys: set[str]) -> set[str]:
+        """Which of ``keys`` have a stored settlement receipt (within ``conn``'s transaction)."""
+        rows = conn.execute(select(ReceiptRow.idempotency_key).where(ReceiptRow.idempotency_key.in_(sorted(keys))))
         return {row.idempotency_key for row in rows}
 
     async def receipt(self, idempotency_key: str) -> StoredReceipt | None:
         """The stored settlement receipt for an idempotency key, if any."""
-        async with self._engine.connect() as conn:
-            return await self._receipt(conn, idempotency_key)
+        return await self._db.read(lambda conn: self._receipt(conn, idempotency_key))
 
     async def db_now(self) -> datetime:
         """The ledger database's current time (aware)."""
-        async with self._engine.connect() as conn:
-            value = (await conn.execute(select(self._now(None)))).scalar_one()
+        value = await self._db.read(lambda conn: conn.execute(select(self._now(None))).scalar_one())
         result = from_ms(value)
         assert result is not None
         return result
-

@@ -506,7 +506,7 @@ async def run_matrix(
     ledger = Ledger.from_url(ledger_url)
     fleet = Fleet(temporal_address, ledger_url, Cli(cwd=work_dir, data_dir=work_dir / "data"))
     try:
-        await upgrade(ledger.engine)  # Once, before many workers start on the same database.
+        await upgrade(ledger.database)  # Once, before many workers start on the same database.
         async with running_matrix_downstream(downstream_url) as downstream:
             client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
             env = Env(client, ledger, downstream, fleet, work_dir)
@@ -566,7 +566,7 @@ async def test_short_lease_is_taken_over_and_the_late_write_fenced(
     run_id = f"short-lease-{uuid.uuid4().hex[:8]}"
     queue = f"matrix-{run_id}"
     try:
-        await upgrade(ledger.engine)
+        await upgrade(ledger.database)
         async with running_matrix_downstream(matrix_downstream_url) as downstream:
             client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
             # One slot each: the worker whose attempt stalls cannot take the retry itself.

@@ -42,7 +42,7 @@ REGISTRY = load_registry(["tests.integration.tools"])
 
 async def _ledger(settings: AgentLeaseSettings) -> Ledger:
     ledger = Ledger.from_url(settings.ledger_url)
-    await upgrade(ledger.engine)
+    await upgrade(ledger.database)
     return ledger
 
 

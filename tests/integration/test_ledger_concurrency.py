@@ -23,7 +23,6 @@ import pytest
 from agentlease.clock import to_ms
 from agentlease.enums import EventKind, SideEffectClass
 from agentlease.errors import LeaseHeldError, LeaseLostError
-from agentlease.ledger.engine import create_ledger_engine
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, TaskSpec, idempotency_key_for, task_id_for
@@ -95,7 +94,7 @@ def check_race(grants: list[Grant], intervals: list[LeaseInterval], final_genera
 
 @pytest.mark.postgres
 async def test_postgres_claimers_race_for_one_task(pg_url: str) -> None:
-    ledger = Ledger(create_ledger_engine(pg_url, pool_size=PG_CLAIMERS + 4))
+    ledger = Ledger.from_url(pg_url, pool_size=PG_CLAIMERS + 4)
     spec = make_spec(PG_LEASE_TTL)
     grants: list[Grant] = []
     deadline = time.monotonic() + RACE_DEADLINE_S
@@ -116,7 +115,7 @@ async def test_postgres_claimers_race_for_one_task(pg_url: str) -> None:
         return claim, True
 
     try:
-        await upgrade(ledger.engine)
+        await upgrade(ledger.database)
         for round_no in range(PG_ROUNDS):
             round_state = {"release": round_no % 2 == 0}
             while True:
@@ -242,7 +241,7 @@ async def test_sqlite_processes_race_for_one_task(sqlite_url: str) -> None:
     ledger = Ledger.from_url(sqlite_url)
     spec = make_spec(SQLITE_LEASE_TTL)
     try:
-        await upgrade(ledger.engine)
+        await upgrade(ledger.database)
         grants = await asyncio.to_thread(_run_sqlite_race, sqlite_url, spec)
         events = await ledger.events(spec.task_id)
         final = await ledger.get_task(spec.task_id)

@@ -334,7 +334,7 @@ def migrated_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
     async def migrate() -> None:
         ledger = Ledger.from_url(f"sqlite:///{path}")
         try:
-            await upgrade(ledger.engine)
+            await upgrade(ledger.database)
         finally:
             await ledger.close()
 

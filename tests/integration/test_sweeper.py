@@ -111,7 +111,7 @@ async def test_settlement_between_read_and_write_stands(ledger: Ledger) -> None:
 async def test_two_sweepers_record_each_expired_task_once(ledger_url: str) -> None:
     ledgers = [Ledger.from_url(ledger_url) for _ in range(2)]
     try:
-        await upgrade(ledgers[0].engine)
+        await upgrade(ledgers[0].database)
         base = await ledgers[0].db_now()
         run = f"many-{uuid.uuid4().hex[:8]}"
         tasks = [spec(SideEffectClass.READ_ONLY, run=run, step=f"s{i:02d}") for i in range(30)]

@@ -1,0 +1,149 @@
+"""Where ledger transactions run: one synchronous function per transaction, one hop per call.
+
+Every ledger operation is written once, as a function over a synchronous SQLAlchemy
+:class:`~sqlalchemy.engine.Connection` that runs inside one transaction. A :class:`LedgerDatabase`
+runs it without blocking the event loop:
+
+- **SQLite** (embedded default): a synchronous engine (the standard library's ``sqlite3``) used
+  by one dedicated thread. The whole transaction is one hop to that thread and back. An async
+  driver (aiosqlite) hops to its thread for every cursor, execute, fetch and commit, about 13
+  hops per lease write; ``bench/overhead.py`` measured those hops, each a GIL hand-off with
+  Temporal's own threads, as the largest part of a lease's cost. The one thread also serialises
+  the process's ledger transactions, which ``BEGIN IMMEDIATE`` would serialise anyway, and a
+  writer waiting for another process's lock (``busy_timeout``) waits there, not on the loop.
+- **PostgreSQL**: the async engine (asyncpg) and ``AsyncConnection.run_sync``, which runs the
+  same function with each statement awaited on the loop.
+
+Writes begin with ``BEGIN IMMEDIATE`` on SQLite (see :mod:`agentlease.ledger.engine`); reads with
+a plain ``BEGIN``, a WAL snapshot that does not take the write lock.
+
+A caller cancelled while its transaction runs on the SQLite thread gets ``CancelledError`` at
+once; the transaction itself runs to its end (commit or rollback) on the thread, as a
+transaction whose ``COMMIT`` was already sent does on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agentlease.ledger.engine import (
+    READ_ONLY_OPTION,
+    create_ledger_engine,
+    create_sqlite_thread_engine,
+    display_url,
+    sqlite_path,
+)
+
+T = TypeVar("T")
+
+Transaction = Callable[[Connection], T]
+"""A ledger operation: runs inside one transaction on a synchronous connection."""
+
+
+class LedgerDatabase(Protocol):
+    """Runs ledger transactions on SQLite or PostgreSQL.
+
+    Attributes:
+        dialect: ``sqlite`` or ``postgresql``.
+        url: the database URL with its password masked, for messages.
+    """
+
+    dialect: str
+    url: str
+
+    async def write(self, transaction: Transaction[T]) -> T:
+        """Run ``transaction`` in a write transaction; commit if it returns, roll back if it raises."""
+        ...
+
+    async def read(self, transaction: Transaction[T]) -> T:
+        """Run ``transaction`` on one consistent snapshot without taking SQLite's write lock."""
+        ...
+
+    async def dispose(self) -> None:
+        """Close the connections (and the SQLite thread). The database cannot be used afterwards."""
+        ...
+
+
+def open_database(url: str, *, pool_size: int = 10) -> LedgerDatabase:
+    """The ledger database for ``sqlite:///PATH`` or ``postgresql://...``.
+
+    Args:
+        url: see :func:`agentlease.ledger.engine.async_url`.
+        pool_size: PostgreSQL connection pool size. Default 10. SQLite uses one connection.
+
+    Raises:
+        ConfigurationError: bad URL.
+        LedgerUnavailableError: the directory of a SQLite ledger cannot be created.
+    """
+    if sqlite_path(url) is not None:
+        return SQLiteThreadDatabase(create_sqlite_thread_engine(url), display_url(url))
+    return AsyncEngineDatabase(create_ledger_engine(url, pool_size=pool_size))
+
+
+class SQLiteThreadDatabase:
+    """A SQLite ledger used from one dedicated thread: one hop per transaction.
+
+    Args:
+        engine: from :func:`~agentlease.ledger.engine.create_sqlite_thread_engine`; owned.
+        url: for messages.
+    """
+
+    dialect = "sqlite"
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.url = url
+        self._engine = engine
+        self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentlease-ledger")
+
+    @staticmethod
+    def _run(engine: Engine, transaction: Transaction[T]) -> T:
+        with engine.begin() as conn:
+            return transaction(conn)
+
+    async def _hop(self, engine: Engine, transaction: Transaction[T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._run, engine, transaction)
+
+    async def write(self, transaction: Transaction[T]) -> T:
+        return await self._hop(self._engine, transaction)
+
+    async def read(self, transaction: Transaction[T]) -> T:
+        return await self._hop(self._read_engine, transaction)
+
+    async def dispose(self) -> None:
+        # Queued behind any transaction still running, on the thread that owns the connection.
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._engine.dispose)
+        self._thread.shutdown(wait=True)
+
+
+class AsyncEngineDatabase:
+    """A ledger on an async engine (PostgreSQL with asyncpg): the transaction runs via ``run_sync``.
+
+    Args:
+        engine: from :func:`~agentlease.ledger.engine.create_ledger_engine`; owned.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self.dialect = engine.dialect.name
+        self.url = engine.url.render_as_string(hide_password=True)
+
+    async def write(self, transaction: Transaction[T]) -> T:
+        async with self._engine.begin() as conn:
+            return await conn.run_sync(transaction)
+
+    async def read(self, transaction: Transaction[T]) -> T:
+        async with self._engine.connect() as conn:
+            return await conn.run_sync(transaction)
+
+    async def dispose(self) -> None:
+        await self._engine.dispose()
+
+
+__all__ = ["AsyncEngineDatabase", "LedgerDatabase", "SQLiteThreadDatabase", "Transaction", "open_database"]
