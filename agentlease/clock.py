@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import BigInteger, ColumnElement, cast, literal, literal_column
+from sqlalchemy import BigInteger, ColumnElement, bindparam, cast, func, literal, literal_column
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -43,6 +43,15 @@ def duration_ms(value: timedelta) -> int:
     return value // timedelta(milliseconds=1)
 
 
+def _database_clock_ms(dialect_name: str) -> ColumnElement[int]:
+    if dialect_name == "sqlite":
+        # Both expressions are stable within one statement and have millisecond precision.
+        return cast(literal_column("(julianday('now') - 2440587.5) * 86400000.0"), BigInteger)
+    if dialect_name == "postgresql":
+        return cast(literal_column("floor(extract(epoch from statement_timestamp()) * 1000)"), BigInteger)
+    raise ValueError(f"unsupported ledger dialect {dialect_name!r}: use sqlite or postgresql")
+
+
 def db_now_ms(dialect_name: str, now: datetime | None = None) -> ColumnElement[int]:
     """SQL expression for the current time in epoch milliseconds.
 
@@ -55,9 +64,28 @@ def db_now_ms(dialect_name: str, now: datetime | None = None) -> ColumnElement[i
     """
     if now is not None:
         return literal(to_ms(now), BigInteger)
-    if dialect_name == "sqlite":
-        # Both expressions are stable within one statement and have millisecond precision.
-        return cast(literal_column("(julianday('now') - 2440587.5) * 86400000.0"), BigInteger)
-    if dialect_name == "postgresql":
-        return cast(literal_column("floor(extract(epoch from statement_timestamp()) * 1000)"), BigInteger)
-    raise ValueError(f"unsupported ledger dialect {dialect_name!r}: use sqlite or postgresql")
+    return _database_clock_ms(dialect_name)
+
+
+NOW_PARAM = "now_ms"
+"""Name of the bound parameter of :func:`bound_now_ms`."""
+
+
+def bound_now_ms(dialect_name: str) -> ColumnElement[int]:
+    """The current time for statements built once: the bound ``now_ms`` if given, else the database's clock.
+
+    ``COALESCE(:now_ms, <clock>)``; bind :func:`now_param` of the call's ``now``.
+
+    Raises:
+        ValueError: unsupported dialect.
+    """
+    return func.coalesce(bindparam(NOW_PARAM, type_=BigInteger), _database_clock_ms(dialect_name))
+
+
+def now_param(now: datetime | None) -> dict[str, int | None]:
+    """The parameter of :func:`bound_now_ms`: epoch ms of an injected ``now``, or ``None`` for the database's clock.
+
+    Raises:
+        ValueError: ``now`` is naive.
+    """
+    return {NOW_PARAM: None if now is None else to_ms(now)}

@@ -46,6 +46,8 @@ from activities.leased import LeasedActivities
 from activities.tool import ToolRegistry
 from agentlease.devstack import dev_server
 from agentlease.errors import AgentLeaseError, one_line
+from agentlease.ledger.database import AsyncEngineDatabase
+from agentlease.ledger.engine import create_ledger_engine
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
@@ -59,6 +61,7 @@ from workflows.agent_run import AgentRunWorkflow
 PLAIN = "plain"
 LEASED_SQLITE = "leased-sqlite"
 LEASED_PG = "leased-pg"
+LEASED_AIOSQLITE = "leased-aiosqlite"
 AGENT_RUN_SQLITE = "agent-run-sqlite"
 TARGET_RATIO = 0.8
 """The leased/plain ratio the SQLite ledger should reach."""
@@ -194,9 +197,13 @@ def server_errors(log_path: Path) -> list[str]:
 
 
 @asynccontextmanager
-async def migrated_ledger(url: str) -> AsyncIterator[Ledger]:
-    """A ledger on ``url``, migrated to head; its engine is disposed afterwards."""
-    ledger = Ledger.from_url(url)
+async def migrated_ledger(url: str, *, aiosqlite: bool = False) -> AsyncIterator[Ledger]:
+    """A ledger on ``url``, migrated to head; closed afterwards.
+
+    ``aiosqlite=True``: the ledger's transactions run on the async aiosqlite engine
+    (:class:`AsyncEngineDatabase`) instead of the SQLite ledger thread, for comparison.
+    """
+    ledger = Ledger(AsyncEngineDatabase(create_ledger_engine(url))) if aiosqlite else Ledger.from_url(url)
     try:
         await upgrade(ledger.database)
         yield ledger
@@ -364,6 +371,11 @@ async def bench(opts: argparse.Namespace) -> None:
                 pg_url = await stack.enter_async_context(scratch_pg_database(opts.pg_url))
             pg_ledger = await stack.enter_async_context(migrated_ledger(pg_url))
             sides.append(leased_side(LEASED_PG, pg_ledger, settings))
+        if opts.aiosqlite:
+            aio_ledger = await stack.enter_async_context(
+                migrated_ledger(f"sqlite:///{data_dir / 'ledger-aiosqlite.db'}", aiosqlite=True)
+            )
+            sides.append(leased_side(LEASED_AIOSQLITE, aio_ledger, settings))
         if opts.agent_run:
             sides.append(leased_side(AGENT_RUN_SQLITE, sqlite_ledger, settings, agent_run=True))
         if opts.profile and opts.profile not in {side.name for side in sides}:
@@ -414,8 +426,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--agent-run", action="store_true", help="add agent-run-sqlite: the tool through AgentRunWorkflow"
     )
     parser.add_argument(
+        "--aiosqlite",
+        action="store_true",
+        help="add leased-aiosqlite: the SQLite ledger's transactions on the async aiosqlite engine "
+        "(statement by statement) instead of the ledger thread (one hop per transaction)",
+    )
+    parser.add_argument(
         "--profile",
-        choices=[PLAIN, LEASED_SQLITE, LEASED_PG, AGENT_RUN_SQLITE],
+        choices=[PLAIN, LEASED_SQLITE, LEASED_PG, LEASED_AIOSQLITE, AGENT_RUN_SQLITE],
         help="cProfile this side's timed rounds (event-loop thread) and print the top functions",
     )
     parser.add_argument("--profile-out", default="bench-overhead.pstats", help="where --profile writes its stats")

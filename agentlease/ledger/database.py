@@ -66,7 +66,8 @@ class LedgerDatabase(Protocol):
         ...
 
     async def dispose(self) -> None:
-        """Close the connections (and the SQLite thread). The database cannot be used afterwards."""
+        """Close the connections (and the SQLite thread); a later transaction opens them again, as
+        ``Engine.dispose`` does."""
         ...
 
 
@@ -100,7 +101,7 @@ class SQLiteThreadDatabase:
         self.url = url
         self._engine = engine
         self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentlease-ledger")
+        self._thread: ThreadPoolExecutor | None = None
 
     @staticmethod
     def _run(engine: Engine, transaction: Transaction[T]) -> T:
@@ -108,6 +109,8 @@ class SQLiteThreadDatabase:
             return transaction(conn)
 
     async def _hop(self, engine: Engine, transaction: Transaction[T]) -> T:
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentlease-ledger")
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._run, engine, transaction)
 
     async def write(self, transaction: Transaction[T]) -> T:
@@ -117,13 +120,19 @@ class SQLiteThreadDatabase:
         return await self._hop(self._read_engine, transaction)
 
     async def dispose(self) -> None:
-        # Queued behind any transaction still running, on the thread that owns the connection.
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._engine.dispose)
-        self._thread.shutdown(wait=True)
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        # Queued behind any transaction still running, on the thread that used the connection.
+        await asyncio.get_running_loop().run_in_executor(thread, self._engine.dispose)
+        thread.shutdown(wait=True)
 
 
 class AsyncEngineDatabase:
-    """A ledger on an async engine (PostgreSQL with asyncpg): the transaction runs via ``run_sync``.
+    """A ledger on an async engine: the transaction runs via ``run_sync``, each statement awaited.
+
+    The ledger's database for PostgreSQL (asyncpg). On SQLite (aiosqlite) it works too, at about 13
+    trips to aiosqlite's thread per lease write; ``bench/overhead.py --aiosqlite`` compares it.
 
     Args:
         engine: from :func:`~agentlease.ledger.engine.create_ledger_engine`; owned.
@@ -131,6 +140,7 @@ class AsyncEngineDatabase:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
+        self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
         self.dialect = engine.dialect.name
         self.url = engine.url.render_as_string(hide_password=True)
 
@@ -139,7 +149,7 @@ class AsyncEngineDatabase:
             return await conn.run_sync(transaction)
 
     async def read(self, transaction: Transaction[T]) -> T:
-        async with self._engine.connect() as conn:
+        async with self._read_engine.begin() as conn:
             return await conn.run_sync(transaction)
 
     async def dispose(self) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Row, and_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
-from agentlease.clock import from_ms
+from agentlease.clock import from_ms, now_param
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.schema import TaskRow
 from agentlease.ledger.store import Ledger
@@ -65,7 +65,7 @@ async def expired_leases(
         after: the cursor of the last lease of the previous batch.
         now: injected time; default the database's clock.
     """
-    now_ms = ledger._now(now)
+    now_ms = ledger.now_expression
     query = (
         select(TaskRow.__table__)
         .where(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now_ms)
@@ -76,7 +76,7 @@ async def expired_leases(
         query = query.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > tuple_(*after))
 
     def read_tx(conn: Connection) -> tuple[list[Row[Any]], set[str]]:
-        rows = conn.execute(query).all()
+        rows = conn.execute(query, now_param(now)).all()
         keys = {row.idempotency_key for row in rows}
         return rows, (ledger.receipt_keys(conn, keys) if keys else set())
 
@@ -123,7 +123,7 @@ async def record_expiry(
     """
     if status not in (TaskStatus.RELEASED, TaskStatus.NEEDS_RECONCILIATION, TaskStatus.DEAD_LETTERED):
         raise ValueError(f"the sweeper does not move a task to {status.value}")
-    now_ms = ledger._now(now)
+    now_ms = ledger.now_expression
     unchanged = and_(
         _T.task_id == lease.task_id,
         _T.status == TaskStatus.RUNNING.value,
@@ -133,7 +133,9 @@ async def record_expiry(
     )
     def record_tx(conn: Connection) -> bool:
         if ledger.database.dialect == "postgresql":
-            locked = conn.execute(select(_T.task_id).where(unchanged).with_for_update(skip_locked=True)).first()
+            locked = conn.execute(
+                select(_T.task_id).where(unchanged).with_for_update(skip_locked=True), now_param(now)
+            ).first()
             if locked is None:
                 return False
         row = conn.execute(
@@ -147,7 +149,8 @@ async def record_expiry(
                 last_error=f"lease lapsed in stage {lease.stage.value if lease.stage else 'none'}",
                 updated_at_ms=now_ms,
             )
-            .returning(_T.updated_at_ms)
+            .returning(_T.updated_at_ms),
+            now_param(now),
         ).first()
         if row is None:
             return False

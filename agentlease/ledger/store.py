@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, insert, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.engine import Connection
 
-from agentlease.clock import db_now_ms, duration_ms, from_ms
+from agentlease.clock import duration_ms, from_ms, now_param
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
 from agentlease.ledger.database import LedgerDatabase, open_database
-from agentlease.ledger.schema import LeaseEventRow, ReceiptRow, TaskRow
+from agentlease.ledger.statements import EVENTS, RECEIPTS, TASKS, held, lease_statements
 from agentlease.records import (
     Claim,
     LeaseEvent,
@@ -35,8 +34,7 @@ from agentlease.records import (
 )
 
 _R = TypeVar("_R")
-_CLAIMABLE = (TaskStatus.PENDING.value, TaskStatus.RELEASED.value)
-_T = TaskRow.__table__.c
+_T = TASKS.c
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ class Ledger:
 
     def __init__(self, database: LedgerDatabase) -> None:
         self._db = database
-        self._dialect = database.dialect
+        self._sql = lease_statements(database.dialect)
 
     @classmethod
     def from_url(cls, url: str, *, pool_size: int = 10) -> Ledger:
@@ -77,35 +75,25 @@ class Ledger:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _now(self, now: datetime | None) -> ColumnElement[int]:
-        return db_now_ms(self._dialect, now)
+    @property
+    def now_expression(self) -> ColumnElement[int]:
+        """The current time in statements: the bound ``now_ms`` (:func:`~agentlease.clock.now_param`) or the database clock."""
+        return self._sql.now
 
-    def _insert(self, table: Any) -> Any:
-        dialect = postgresql if self._dialect == "postgresql" else sqlite
-        return dialect.insert(table)
-
-    def _insert_task(
-        self, conn: Connection, spec: TaskSpec, status: TaskStatus, now_ms: ColumnElement[int]
-    ) -> None:
-        """Create the task row on first sight; an existing row is left as it is."""
+    def _insert_task(self, conn: Connection, spec: TaskSpec, now: datetime | None) -> None:
+        """Create the task row (``pending``) on first sight; an existing row is left as it is."""
         conn.execute(
-            self._insert(TaskRow.__table__)
-            .values(
-                task_id=spec.task_id,
-                agent_run_id=spec.agent_run_id,
-                step_id=spec.step_id,
-                tool=spec.tool,
-                side_effect_class=spec.side_effect_class.value,
-                status=status.value,
-                lease_ttl_ms=duration_ms(spec.lease_ttl),
-                claim_generation=0,
-                attempts=0,
-                renewal_count=0,
-                idempotency_key=spec.idempotency_key,
-                created_at_ms=now_ms,
-                updated_at_ms=now_ms,
-            )
-            .on_conflict_do_nothing(index_elements=["task_id"])
+            self._sql.insert_task,
+            {
+                "task_id": spec.task_id,
+                "agent_run_id": spec.agent_run_id,
+                "step_id": spec.step_id,
+                "tool": spec.tool,
+                "side_effect_class": spec.side_effect_class.value,
+                "lease_ttl_ms": duration_ms(spec.lease_ttl),
+                "idempotency_key": spec.idempotency_key,
+                **now_param(now),
+            },
         )
 
     def _store_receipt(
@@ -119,28 +107,16 @@ class Ledger:
     ) -> bool:
         """Store a receipt unless one already stands for the key (the first stands). Returns whether it did."""
         inserted = conn.execute(
-            self._insert(ReceiptRow.__table__)
-            .values(
-                idempotency_key=idempotency_key,
-                task_id=task_id,
-                claim_generation=generation,
-                receipt=receipt_json,
-                created_at_ms=at_ms,
-            )
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-            .returning(ReceiptRow.__table__.c.idempotency_key)
+            self._sql.insert_receipt,
+            {
+                "idempotency_key": idempotency_key,
+                "task_id": task_id,
+                "claim_generation": generation,
+                "receipt": receipt_json,
+                "created_at_ms": at_ms,
+            },
         )
         return inserted.first() is not None
-
-    def _holds(self, claim: Claim, now_ms: ColumnElement[int]) -> ColumnElement[bool]:
-        """The guard of every holder write (G2): same owner, same generation, lease still valid."""
-        return and_(
-            _T.task_id == claim.task_id,
-            _T.status == TaskStatus.RUNNING.value,
-            _T.lease_owner == claim.owner,
-            _T.claim_generation == claim.generation,
-            _T.lease_expires_at_ms > now_ms,
-        )
 
     def _event(
         self,
@@ -149,25 +125,27 @@ class Ledger:
         task_id: str,
         kind: EventKind,
         generation: int,
-        at_ms: int | ColumnElement[int],
+        at_ms: int,
         owner: str | None = None,
         stage: Stage | str | None = None,
         reason: str | None = None,
         details: dict[str, Any] | None = None,
         trace: TraceLink | None = None,
     ) -> None:
+        """Append one entry to the evidence trail (``lease_events``)."""
         conn.execute(
-            insert(LeaseEventRow).values(
-                task_id=task_id,
-                kind=kind.value,
-                claim_generation=generation,
-                lease_owner=owner,
-                stage=None if stage is None else str(stage),
-                reason=reason,
-                details=details,
-                at_ms=at_ms,
+            self._sql.insert_event,
+            {
+                "task_id": task_id,
+                "kind": kind.value,
+                "claim_generation": generation,
+                "lease_owner": owner,
+                "stage": None if stage is None else str(stage),
+                "reason": reason,
+                "details": details,
+                "at_ms": at_ms,
                 **(trace or TraceLink()).columns(),
-            )
+            },
         )
 
     def _holder_event(
@@ -176,7 +154,7 @@ class Ledger:
         claim: Claim,
         kind: EventKind,
         *,
-        at_ms: int | ColumnElement[int],
+        at_ms: int,
         stage: Stage | str | None = None,
         reason: str | None = None,
         details: dict[str, Any] | None = None,
@@ -195,6 +173,11 @@ class Ledger:
             trace=claim.trace,
         )
 
+    @staticmethod
+    def _held(claim: Claim, now: datetime | None) -> dict[str, Any]:
+        """Parameters of the guard of every holder write (G2): same owner, same generation, lease valid."""
+        return {**held(claim.task_id, claim.owner, claim.generation), **now_param(now)}
+
     def _refused(
         self,
         conn: Connection,
@@ -202,16 +185,16 @@ class Ledger:
         *,
         operation: str,
         kind: EventKind,
-        now_ms: ColumnElement[int],
+        now: datetime | None,
         details: dict[str, Any] | None = None,
     ) -> _Refusal:
-        row = conn.execute(select(_T.claim_generation, _T.status).where(_T.task_id == claim.task_id)).first()
-        refusal = _Refusal(None, None) if row is None else _Refusal(row.claim_generation, row.status)
+        row = conn.execute(self._sql.refused, self._held(claim, now)).one()
+        refusal = _Refusal(row.claim_generation, row.status)
         self._holder_event(
             conn,
             claim,
             kind,
-            at_ms=now_ms,
+            at_ms=row.now_ms,
             reason=f"{operation} refused: ledger has generation {refusal.current_generation}, status {refusal.status}",
             details={"operation": operation, **(details or {})},
         )
@@ -260,41 +243,15 @@ class Ledger:
             TaskClosedError: the task is settled, dead-lettered or cancelled.
         """
         trace = trace or TraceLink()
-        now_ms = self._now(now)
+        key = {"key_task_id": spec.task_id, **now_param(now)}
 
         def claim_tx(conn: Connection) -> Claim:
-            self._insert_task(conn, spec, TaskStatus.PENDING, now_ms)
-            current_q = select(TaskRow.__table__, now_ms.label("now_ms")).where(_T.task_id == spec.task_id)
-            if self._dialect == "postgresql":
-                current_q = current_q.with_for_update(of=TaskRow.__table__)
-            before = conn.execute(current_q).one()
+            self._insert_task(conn, spec, now)
+            before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
             if status.is_terminal or status.awaits_decision:
                 raise TaskClosedError(spec.task_id, before.status)
-            granted = (
-                conn.execute(
-                    update(TaskRow)
-                    .where(
-                        _T.task_id == spec.task_id,
-                        or_(
-                            _T.status.in_(_CLAIMABLE),
-                            and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now_ms),
-                        ),
-                    )
-                    .values(
-                        status=TaskStatus.RUNNING.value,
-                        lease_owner=owner,
-                        lease_acquired_at_ms=now_ms,
-                        lease_expires_at_ms=now_ms + _T.lease_ttl_ms,
-                        claim_generation=_T.claim_generation + 1,
-                        attempts=_T.attempts + 1,
-                        error_class=None,
-                        updated_at_ms=now_ms,
-                        **trace.columns(),
-                    )
-                    .returning(*TaskRow.__table__.c)
-                )
-            ).first()
+            granted = conn.execute(self._sql.claim, {**key, "lease_owner": owner, **trace.columns()}).first()
             if granted is None:
                 raise LeaseHeldError(
                     spec.task_id,
@@ -369,29 +326,17 @@ class Ledger:
             LeaseLostError: the lease lapsed, was superseded, or the task was cancelled or settled.
                 A ``lease_lost`` event is recorded before raising.
         """
-        now_ms = self._now(now)
-        values: dict[str, Any] = {
-            "lease_expires_at_ms": now_ms + _T.lease_ttl_ms,
-            "renewal_count": _T.renewal_count + 1,
-            "updated_at_ms": now_ms,
-        }
-        if stage is not None:
-            values["stage"] = stage.value
+        params = {**self._held(claim, now), "new_stage": None if stage is None else stage.value}
 
         def renew_tx(conn: Connection) -> datetime | _Refusal:
-            row = conn.execute(
-                update(TaskRow)
-                .where(self._holds(claim, now_ms))
-                .values(**values)
-                .returning(_T.lease_expires_at_ms, _T.updated_at_ms, _T.stage)
-            ).first()
+            row = conn.execute(self._sql.renew, params).first()
             if row is None:
                 return self._refused(
                     conn,
                     claim,
                     operation="renew",
                     kind=EventKind.LEASE_LOST,
-                    now_ms=now_ms,
+                    now=now,
                     details={"stage": None if stage is None else stage.value, "renew_reason": reason},
                 )
             self._holder_event(
@@ -432,29 +377,18 @@ class Ledger:
             LeaseLostError: the holder no longer holds the lease; the result is recorded as a
                 ``late_unapplied`` event and nothing else changes.
         """
-        now_ms = self._now(now)
         receipt_json = receipt.model_dump(mode="json")
+        params = {**self._held(claim, now), "receipt": receipt_json}
 
         def settle_tx(conn: Connection) -> StoredReceipt | _Refusal:
-            row = conn.execute(
-                update(TaskRow)
-                .where(self._holds(claim, now_ms))
-                .values(
-                    status=TaskStatus.SETTLED.value,
-                    stage=Stage.SETTLED.value,
-                    receipt=receipt_json,
-                    lease_expires_at_ms=None,
-                    updated_at_ms=now_ms,
-                )
-                .returning(_T.updated_at_ms)
-            ).first()
+            row = conn.execute(self._sql.settle, params).first()
             if row is None:
                 return self._refused(
                     conn,
                     claim,
                     operation="settle",
                     kind=EventKind.LATE_UNAPPLIED,
-                    now_ms=now_ms,
+                    now=now,
                     details={"receipt": receipt_json, "result": result},
                 )
             inserted = self._store_receipt(
@@ -508,9 +442,8 @@ class Ledger:
         Raises:
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
         """
-        extra = {"attempts": _T.attempts - 1} if capacity_release else {}
         await self._end_lease(
-            claim, "release", TaskStatus.RELEASED, EventKind.RELEASED, error_class, error, now, extra
+            claim, "release", TaskStatus.RELEASED, EventKind.RELEASED, error_class, error, now, capacity_release
         )
 
     async def dead_letter(
@@ -560,32 +493,25 @@ class Ledger:
         error_class: str,
         error: str,
         now: datetime | None,
-        extra: dict[str, Any] | None = None,
+        attempt_returned: bool = False,
     ) -> None:
-        now_ms = self._now(now)
+        params = {
+            **self._held(claim, now),
+            "status": status.value,
+            "error_class": error_class,
+            "last_error": error,
+            "attempts_returned": int(attempt_returned),
+        }
 
         def end_lease_tx(conn: Connection) -> None | _Refusal:
-            row = conn.execute(
-                update(TaskRow)
-                .where(self._holds(claim, now_ms))
-                .values(
-                    status=status.value,
-                    lease_owner=None,
-                    lease_expires_at_ms=None,
-                    error_class=error_class,
-                    last_error=error,
-                    updated_at_ms=now_ms,
-                    **(extra or {}),
-                )
-                .returning(_T.updated_at_ms, _T.stage)
-            ).first()
+            row = conn.execute(self._sql.end_lease, params).first()
             if row is None:
                 return self._refused(
                     conn,
                     claim,
                     operation=operation,
                     kind=EventKind.LEASE_LOST,
-                    now_ms=now_ms,
+                    now=now,
                     details={"error_class": error_class, "error": error},
                 )
             self._holder_event(
@@ -637,25 +563,25 @@ class Ledger:
             TaskNotFoundError: unknown task (and no ``spec``).
             TaskClosedError: the task is not in one of ``allowed``; nothing changed.
         """
-        now_ms = self._now(now)
         receipt_json = None if receipt is None else receipt.model_dump(mode="json")
+        decision = (
+            update(TASKS)
+            .where(_T.task_id == task_id, _T.status.in_([s.value for s in allowed]))
+            .values(
+                status=to.value,
+                lease_owner=None,
+                lease_expires_at_ms=None,
+                updated_at_ms=self._sql.now,
+                **({"receipt": receipt_json, "stage": Stage.SETTLED.value} if receipt_json else {}),
+                **(values or {}),
+            )
+            .returning(*TASKS.c)
+        )
 
         def transition_tx(conn: Connection) -> TaskRecord:
             if spec is not None:
-                self._insert_task(conn, spec, TaskStatus.PENDING, now_ms)
-            row = conn.execute(
-                update(TaskRow)
-                .where(_T.task_id == task_id, _T.status.in_([s.value for s in allowed]))
-                .values(
-                    status=to.value,
-                    lease_owner=None,
-                    lease_expires_at_ms=None,
-                    updated_at_ms=now_ms,
-                    **({"receipt": receipt_json, "stage": Stage.SETTLED.value} if receipt_json else {}),
-                    **(values or {}),
-                )
-                .returning(*TaskRow.__table__.c)
-            ).first()
+                self._insert_task(conn, spec, now)
+            row = conn.execute(decision, now_param(now)).first()
             if row is None:
                 current = self._task(conn, task_id)
                 raise TaskClosedError(task_id, current.status)
@@ -702,15 +628,13 @@ class Ledger:
     # -- reads ---------------------------------------------------------------------------------
 
     def _task(self, conn: Connection, task_id: str) -> TaskRecord:
-        row = conn.execute(select(TaskRow.__table__).where(_T.task_id == task_id)).first()
+        row = conn.execute(select(TASKS).where(_T.task_id == task_id)).first()
         if row is None:
             raise TaskNotFoundError(task_id)
         return TaskRecord.from_row(row)
 
     def _receipt(self, conn: Connection, idempotency_key: str) -> StoredReceipt | None:
-        row = (
-            conn.execute(select(ReceiptRow.__table__).where(ReceiptRow.idempotency_key == idempotency_key))
-        ).first()
+        row = conn.execute(self._sql.select_receipt, {"key_idempotency_key": idempotency_key}).first()
         if row is None:
             return None
         return StoredReceipt(
@@ -726,15 +650,15 @@ class Ledger:
 
     async def list_tasks(self, agent_run_id: str | None = None) -> list[TaskRecord]:
         """Tasks, oldest first, optionally of one agent run."""
-        query = select(TaskRow.__table__).order_by(_T.created_at_ms, _T.task_id)
+        query = select(TASKS).order_by(_T.created_at_ms, _T.task_id)
         if agent_run_id is not None:
             query = query.where(_T.agent_run_id == agent_run_id)
         return await self._db.read(lambda conn: [TaskRecord.from_row(row) for row in conn.execute(query)])
 
     async def events(self, task_id: str | None = None, *, agent_run_id: str | None = None) -> list[LeaseEvent]:
         """The evidence trail in order, for one task or one agent run (or all)."""
-        ev = LeaseEventRow.__table__.c
-        query = select(LeaseEventRow.__table__).order_by(ev.event_id)
+        ev = EVENTS.c
+        query = select(EVENTS).order_by(ev.event_id)
         if task_id is not None:
             query = query.where(ev.task_id == task_id)
         if agent_run_id is not None:
@@ -743,7 +667,8 @@ class Ledger:
 
     def receipt_keys(self, conn: Connection, keys: set[str]) -> set[str]:
         """Which of ``keys`` have a stored settlement receipt (within ``conn``'s transaction)."""
-        rows = conn.execute(select(ReceiptRow.idempotency_key).where(ReceiptRow.idempotency_key.in_(sorted(keys))))
+        key = RECEIPTS.c.idempotency_key
+        rows = conn.execute(select(key).where(key.in_(sorted(keys))))
         return {row.idempotency_key for row in rows}
 
     async def receipt(self, idempotency_key: str) -> StoredReceipt | None:
@@ -752,7 +677,7 @@ class Ledger:
 
     async def db_now(self) -> datetime:
         """The ledger database's current time (aware)."""
-        value = await self._db.read(lambda conn: conn.execute(select(self._now(None))).scalar_one())
+        value = await self._db.read(lambda conn: conn.execute(select(self._sql.now), now_param(None)).scalar_one())
         result = from_ms(value)
         assert result is not None
         return result

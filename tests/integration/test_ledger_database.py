@@ -1,0 +1,131 @@
+"""Where ledger transactions run (:mod:`agentlease.ledger.database`), on real SQLite and PostgreSQL.
+
+- a transaction commits when it returns and rolls back when it raises, on both databases;
+- SQLite transactions run on the ledger's own thread, never on the event loop's;
+- a SQLite read takes a snapshot without the write lock: it completes while another process's
+  connection holds ``BEGIN IMMEDIATE``, and a write waits for that lock on the ledger thread
+  while the event loop goes on;
+- a disposed database opens its connections again on the next transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+
+import pytest
+from sqlalchemy import select, text
+
+from agentlease.ledger.database import open_database
+from agentlease.ledger.migrate import upgrade
+from agentlease.ledger.statements import TASKS
+from agentlease.ledger.store import Ledger
+from tests.eventually import assert_eventually
+
+def _insert_probe(conn, task_id: str) -> None:  # type: ignore[no-untyped-def]
+    conn.execute(
+        TASKS.insert().values(
+            task_id=task_id,
+            agent_run_id="run",
+            step_id=task_id,
+            tool="probe",
+            side_effect_class="read_only",
+            status="pending",
+            lease_ttl_ms=1000,
+            claim_generation=0,
+            attempts=0,
+            renewal_count=0,
+            idempotency_key=f"run:{task_id}",
+            created_at_ms=0,
+            updated_at_ms=0,
+        )
+    )
+
+
+def _task_ids(conn) -> list[str]:  # type: ignore[no-untyped-def]
+    return list(conn.execute(select(TASKS.c.task_id).order_by(TASKS.c.task_id)).scalars())
+
+
+async def test_commit_on_return_rollback_on_raise(ledger: Ledger) -> None:
+    db = ledger.database
+    await db.write(lambda conn: _insert_probe(conn, "kept"))
+
+    def insert_then_fail(conn) -> None:  # type: ignore[no-untyped-def]
+        _insert_probe(conn, "rolled-back")
+        raise LookupError("the transaction fails after its write")
+
+    with pytest.raises(LookupError, match="fails after its write"):
+        await db.write(insert_then_fail)
+    assert await db.read(_task_ids) == ["kept"]
+
+
+async def test_sqlite_transactions_run_on_the_ledger_thread(sqlite_url: str) -> None:
+    db = open_database(sqlite_url)
+    try:
+        names = {await db.read(lambda _conn: threading.current_thread().name) for _ in range(5)}
+        names.add(await db.write(lambda _conn: threading.current_thread().name))
+    finally:
+        await db.dispose()
+    assert len(names) == 1
+    [name] = names
+    assert name.startswith("agentlease-ledger") and name != threading.current_thread().name
+
+
+async def test_sqlite_read_does_not_wait_for_the_write_lock(sqlite_url: str) -> None:
+    ledger = Ledger.from_url(sqlite_url)
+    try:
+        await upgrade(ledger.database)
+        await ledger.database.write(lambda conn: _insert_probe(conn, "before"))
+        # Another process's writer, as far as SQLite can tell: its own connection holding the lock.
+        other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("UPDATE tasks SET tool = 'other' WHERE task_id = 'before'")
+            write = asyncio.ensure_future(ledger.database.write(lambda conn: _insert_probe(conn, "after")))
+            ticks = 0
+
+            async def loop_runs() -> None:
+                nonlocal ticks
+                ticks += 1
+                assert ticks >= 3
+
+            # The write waits in SQLite's busy handler on the ledger thread; the loop is free.
+            await assert_eventually(loop_runs, timeout=10, message="event loop keeps running")
+            assert not write.done()
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        await asyncio.wait_for(write, timeout=30)
+        # A read is a plain BEGIN (a snapshot): it sees committed rows only.
+        assert await ledger.database.read(_task_ids) == ["after", "before"]
+        tools = await ledger.database.read(lambda conn: list(conn.execute(text("SELECT tool FROM tasks")).scalars()))
+        assert sorted(tools) == ["other", "probe"]
+    finally:
+        await ledger.close()
+
+
+async def test_sqlite_read_runs_while_another_connection_holds_the_write_lock(sqlite_url: str) -> None:
+    ledger = Ledger.from_url(sqlite_url)
+    try:
+        await upgrade(ledger.database)
+        await ledger.database.write(lambda conn: _insert_probe(conn, "committed"))
+        other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("UPDATE tasks SET tool = 'uncommitted' WHERE task_id = 'committed'")
+            # Still holding the lock: the read completes and does not see the other writer's change.
+            record = await asyncio.wait_for(ledger.get_task("committed"), timeout=30)
+            assert record.tool == "probe"
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+    finally:
+        await ledger.close()
+
+
+async def test_disposed_database_opens_again(ledger: Ledger) -> None:
+    await ledger.database.write(lambda conn: _insert_probe(conn, "one"))
+    await ledger.close()
+    await ledger.close()  # twice is harmless
+    assert await ledger.database.read(_task_ids) == ["one"]
