@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from agentlease.ledger.database import open_database
 from agentlease.ledger.migrate import upgrade
@@ -72,56 +74,56 @@ async def test_sqlite_transactions_run_on_the_ledger_thread(sqlite_url: str) -> 
     assert name.startswith("agentlease-ledger") and name != threading.current_thread().name
 
 
-async def test_sqlite_read_does_not_wait_for_the_write_lock(sqlite_url: str) -> None:
-    ledger = Ledger.from_url(sqlite_url)
-    try:
-        await upgrade(ledger.database)
-        await ledger.database.write(lambda conn: _insert_probe(conn, "before"))
-        # Another process's writer, as far as SQLite can tell: its own connection holding the lock.
-        other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
-        try:
-            other.execute("BEGIN IMMEDIATE")
-            other.execute("UPDATE tasks SET tool = 'other' WHERE task_id = 'before'")
-            write = asyncio.ensure_future(ledger.database.write(lambda conn: _insert_probe(conn, "after")))
-            ticks = 0
-
-            async def loop_runs() -> None:
-                nonlocal ticks
-                ticks += 1
-                assert ticks >= 3
-
-            # The write waits in SQLite's busy handler on the ledger thread; the loop is free.
-            await assert_eventually(loop_runs, timeout=10, message="event loop keeps running")
-            assert not write.done()
-            other.execute("COMMIT")
-        finally:
-            other.close()
-        await asyncio.wait_for(write, timeout=30)
-        # A read is a plain BEGIN (a snapshot): it sees committed rows only.
-        assert await ledger.database.read(_task_ids) == ["after", "before"]
-        tools = await ledger.database.read(lambda conn: list(conn.execute(text("SELECT tool FROM tasks")).scalars()))
-        assert sorted(tools) == ["other", "probe"]
-    finally:
-        await ledger.close()
-
-
-async def test_sqlite_read_runs_while_another_connection_holds_the_write_lock(sqlite_url: str) -> None:
+@pytest.fixture
+async def sqlite_ledger(sqlite_url: str) -> AsyncIterator[Ledger]:
     ledger = Ledger.from_url(sqlite_url)
     try:
         await upgrade(ledger.database)
         await ledger.database.write(lambda conn: _insert_probe(conn, "committed"))
-        other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
-        try:
-            other.execute("BEGIN IMMEDIATE")
-            other.execute("UPDATE tasks SET tool = 'uncommitted' WHERE task_id = 'committed'")
-            # Still holding the lock: the read completes and does not see the other writer's change.
-            record = await asyncio.wait_for(ledger.get_task("committed"), timeout=30)
-            assert record.tool == "probe"
-        finally:
-            other.execute("ROLLBACK")
-            other.close()
+        yield ledger
     finally:
         await ledger.close()
+
+
+@contextmanager
+def other_writer(sqlite_url: str) -> Iterator[sqlite3.Connection]:
+    """Another process's writer, as far as SQLite can tell: its own connection, holding the write
+    lock with an uncommitted change to the task ``committed``; rolled back unless committed."""
+    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("UPDATE tasks SET tool = 'other' WHERE task_id = 'committed'")
+        yield other
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+
+
+async def test_sqlite_write_waits_for_another_writer_off_the_event_loop(sqlite_ledger: Ledger, sqlite_url: str) -> None:
+    with other_writer(sqlite_url) as other:
+        write = asyncio.ensure_future(sqlite_ledger.database.write(lambda conn: _insert_probe(conn, "after")))
+        ticks = 0
+
+        async def loop_runs() -> None:
+            nonlocal ticks
+            ticks += 1
+            assert ticks >= 3
+
+        # The write waits in SQLite's busy handler on the ledger thread; the loop is free.
+        await assert_eventually(loop_runs, timeout=10, message="event loop keeps running")
+        assert not write.done()
+        other.execute("COMMIT")
+    await asyncio.wait_for(write, timeout=30)
+    assert await sqlite_ledger.database.read(_task_ids) == ["after", "committed"]
+    assert (await sqlite_ledger.get_task("committed")).tool == "other"
+
+
+async def test_sqlite_read_runs_while_another_writer_holds_the_lock(sqlite_ledger: Ledger, sqlite_url: str) -> None:
+    with other_writer(sqlite_url):
+        # The read is a snapshot (plain BEGIN): it completes and does not see the uncommitted change.
+        record = await asyncio.wait_for(sqlite_ledger.get_task("committed"), timeout=30)
+        assert record.tool == "probe"
 
 
 async def test_disposed_database_opens_again(ledger: Ledger) -> None:
