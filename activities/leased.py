@@ -19,6 +19,11 @@ tool raised a retryable error               released with its error class; retry
 lease lost (renew or settle refused)        retryable ``LeaseLost``; a refused settle is ``late_unapplied``
 worker shutdown (SIGTERM past grace)        released with error class ``shutdown``
 ==========================================  ========================================================
+
+``LeaseHeld`` and the parked outcomes (``DeadLettered``, ``Blocked``, ``NeedsReconciliation``,
+``TaskCancelled``) are decisions already recorded in the ledger, not faults of the worker: they are
+raised in Temporal's ``BENIGN`` error category, which the SDK logs at DEBUG instead of a WARNING
+with a traceback and leaves out of its failure metrics.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.lease_context import LeaseContext
 from activities.tool import ToolRegistry, ToolSpec
@@ -46,6 +51,9 @@ from agentlease.settings import AgentLeaseSettings
 from reconciliation.policy import ErrorClass, RecoveryAction, RecoveryDecision, classify, decide
 from workflows.agent_run import DESCRIBE_TOOLS
 
+
+EXPECTED = ApplicationErrorCategory.BENIGN
+"""Category of the failures that report a recorded decision rather than a fault (see the table)."""
 
 MIN_RETRY_DELAY = timedelta(milliseconds=20)
 """Smallest ``next_retry_delay`` asked of Temporal while a lease is still held."""
@@ -118,7 +126,10 @@ class LeasedActivities:
             claim = await self._ledger.claim(task_spec, self._identity, trace=trace)
         except LeaseHeldError as exc:
             raise ApplicationError(
-                str(exc), type=FailureType.LEASE_HELD, next_retry_delay=max(exc.retry_after, MIN_RETRY_DELAY)
+                str(exc),
+                type=FailureType.LEASE_HELD,
+                next_retry_delay=max(exc.retry_after, MIN_RETRY_DELAY),
+                category=EXPECTED,
             ) from None
         except TaskClosedError as exc:
             return await self._closed_outcome(exc)
@@ -212,7 +223,7 @@ class LeasedActivities:
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
         record = await self._ledger.get_task(claim.task_id)
         raise ApplicationError(
-            f"{claim.task_id}: {reason}", _facts(record), type=failure.value, non_retryable=True
+            f"{claim.task_id}: {reason}", _facts(record), type=failure.value, non_retryable=True, category=EXPECTED
         )
 
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
@@ -224,7 +235,7 @@ class LeasedActivities:
             TaskStatus.BLOCKED: FailureType.BLOCKED,
             TaskStatus.NEEDS_RECONCILIATION: FailureType.NEEDS_RECONCILIATION,
         }.get(record.status, FailureType.DEAD_LETTERED)
-        raise ApplicationError(str(exc), _facts(record), type=failure.value, non_retryable=True)
+        raise ApplicationError(str(exc), _facts(record), type=failure.value, non_retryable=True, category=EXPECTED)
 
     @staticmethod
     def _settled(claim: Claim, receipt: SettlementReceipt, output: dict[str, Any] | None) -> ToolOutcome:

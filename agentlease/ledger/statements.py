@@ -63,7 +63,7 @@ class LeaseStatements:
         now: the current time expression (bound ``now_ms`` or the database clock), for the
             ledger's other statements.
         insert_task: create a task row on first sight (``ON CONFLICT DO NOTHING``).
-        current_task: the task row and ``now_ms`` (locked ``FOR UPDATE`` on PostgreSQL).
+        current_task: the task row (locked ``FOR UPDATE`` on PostgreSQL).
         claim: the claim UPDATE minting ``claim_generation + 1`` (G1, G3); RETURNING the row.
         renew: the holder's renewal, ``new_stage`` (``None`` keeps the stage); RETURNING expiry.
         settle: the holder's settle with ``receipt``; RETURNING ``updated_at_ms``.
@@ -108,7 +108,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         _T.claim_generation == bindparam("held_generation"),
         _T.lease_expires_at_ms > now,
     )
-    current_task = select(TASKS, now.label("now_ms")).where(_T.task_id == bindparam("key_task_id"))
+    current_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
     if dialect_name == "postgresql":
         current_task = current_task.with_for_update(of=TASKS)
     return LeaseStatements(

@@ -253,9 +253,11 @@ class Ledger:
                 raise TaskClosedError(spec.task_id, before.status)
             granted = conn.execute(self._sql.claim, {**key, "lease_owner": owner, **trace.columns()}).first()
             if granted is None:
+                # Measured now, not at ``before``: on PostgreSQL that read may have waited for the row lock.
+                refused_at_ms = conn.execute(select(self._sql.now), key).scalar_one()
                 raise LeaseHeldError(
                     spec.task_id,
-                    retry_after=timedelta(milliseconds=max(0, (before.lease_expires_at_ms or 0) - before.now_ms)),
+                    retry_after=timedelta(milliseconds=max(0, (before.lease_expires_at_ms or 0) - refused_at_ms)),
                     holder=before.lease_owner,
                     generation=before.claim_generation,
                 )

@@ -4,6 +4,7 @@ and the validators that reject a decision a task is not waiting for."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,6 +59,12 @@ async def refused(handle: WorkflowHandle, update: str, payload: object, reason: 
     with pytest.raises(WorkflowUpdateFailedError) as info:
         await handle.execute_update(update, payload)
     assert reason in str(info.value.cause), info.value.cause
+
+
+def _logged(record: logging.LogRecord) -> str:
+    """A log record's message with its exception's type and text."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return f"{record.getMessage()} {type(exc).__name__ if exc else ''} {getattr(exc, 'type', '')} {exc or ''}"
 
 
 def decision_events(trail: list, kind: EventKind) -> list:
@@ -175,11 +182,14 @@ async def refused_after_end(handle: WorkflowHandle) -> None:
 
 
 async def test_dead_letter_after_real_attempts_then_cancel_stays_cancelled(
-    client: Client, settings: AgentLeaseSettings
+    client: Client, settings: AgentLeaseSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with running(client, settings, ("flaky", "always_retryable", {})) as (handle, ledger, run):
         status = await wait_for(handle, "flaky", "dead_lettered")
         assert status.tasks[0].attempts == 2
+        # The tool's own failures are warnings; the dead letter is a recorded decision (BENIGN, not logged).
+        warned = [_logged(r) for r in caplog.records if r.levelno >= logging.WARNING and run in r.getMessage()]
+        assert warned and not any("DeadLettered" in text for text in warned), warned
         await handle.execute_update("redrive", DecisionRequest(step_id="flaky", by="ops", reason="upstream fixed?"))
         status = await wait_for(handle, "flaky", "dead_lettered")  # still failing: two more real attempts
         assert status.tasks[0].claim_generation == 4

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 
 from agentlease.clock import to_ms
 from agentlease.enums import EventKind, SideEffectClass
@@ -26,6 +28,7 @@ from agentlease.errors import LeaseHeldError, LeaseLostError
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, TaskSpec, idempotency_key_for, task_id_for
+from tests.eventually import assert_eventually
 from tests.lease_trail import LeaseInterval, assert_one_valid_lease_at_a_time
 
 SQLITE_LEASE_TTL = timedelta(milliseconds=100)
@@ -253,3 +256,40 @@ async def test_sqlite_processes_race_for_one_task(sqlite_url: str) -> None:
     check_race(grants, intervals, final.claim_generation)
     owners = {grant.owner.split("-")[0] for grant in grants}
     assert len(owners) > 1, f"only one process ever won: {owners}"
+
+
+async def test_postgres_lease_held_retry_after_is_measured_after_the_row_lock(pg_url: str) -> None:
+    """A claim that waited for the task's row lock reports the time left when it was refused, not
+    the time left when it started waiting."""
+    ledger = Ledger.from_url(pg_url)
+    spec = make_spec(timedelta(seconds=60))
+    try:
+        await upgrade(ledger.database)
+        await ledger.claim(spec, "holder")
+        locker = await asyncpg.connect(make_url(pg_url).set(drivername="postgresql").render_as_string(False))
+        try:
+            lock = locker.transaction()
+            await lock.start()
+            await locker.execute("SELECT 1 FROM tasks WHERE task_id = $1 FOR UPDATE", spec.task_id)
+            locked_at = await locker.fetchval("SELECT clock_timestamp()")
+            claim = asyncio.ensure_future(ledger.claim(spec, "claimer"))
+
+            async def claimer_waited_a_second() -> None:
+                waiting = await locker.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+                assert waiting == 1
+                assert await locker.fetchval("SELECT clock_timestamp()") - locked_at >= timedelta(seconds=1)
+
+            await assert_eventually(claimer_waited_a_second, timeout=20, message="the claim waits on the row lock")
+            released_at = await locker.fetchval("SELECT clock_timestamp()")
+            await lock.commit()
+        finally:
+            await locker.close()
+        with pytest.raises(LeaseHeldError) as refused:
+            await asyncio.wait_for(claim, timeout=20)
+        record = await ledger.get_task(spec.task_id)
+    finally:
+        await ledger.close()
+    assert record.lease_owner == "holder" and record.lease_expires_at is not None
+    assert timedelta(0) < refused.value.retry_after <= record.lease_expires_at - released_at
