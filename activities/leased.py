@@ -107,15 +107,7 @@ class LeasedActivities:
                 )
             )
             raise ApplicationError(message, type=FailureType.MISSING_HEARTBEAT_TIMEOUT, non_retryable=True)
-        task_spec = TaskSpec(
-            task_id=call.task_id,
-            agent_run_id=call.agent_run_id,
-            step_id=call.step_id,
-            tool=spec.name,
-            side_effect_class=spec.side_effect_class,
-            idempotency_key=call.idempotency_key,
-            lease_ttl=info.heartbeat_timeout,
-        )
+        task_spec = TaskSpec.of(call, spec.side_effect_class, info.heartbeat_timeout)
         trace = TraceLink(
             workflow_id=info.workflow_id,
             run_id=info.workflow_run_id,

@@ -156,6 +156,23 @@ class TaskSpec(_Frozen):
     idempotency_key: str
     lease_ttl: timedelta
 
+    @classmethod
+    def of(cls, call: ToolCall, side_effect_class: SideEffectClass, lease_ttl: timedelta) -> TaskSpec:
+        """The task of a tool call, with the tool's class and lease TTL.
+
+        Raises:
+            pydantic.ValidationError: ``lease_ttl`` is not positive.
+        """
+        return cls(
+            task_id=call.task_id,
+            agent_run_id=call.agent_run_id,
+            step_id=call.step_id,
+            tool=call.tool,
+            side_effect_class=side_effect_class,
+            idempotency_key=call.idempotency_key,
+            lease_ttl=lease_ttl,
+        )
+
     @field_validator("lease_ttl")
     @classmethod
     def _positive_ttl(cls, value: timedelta) -> timedelta:

@@ -189,16 +189,9 @@ class AgentRunWorkflow:
     async def _attempt(self, step: PlanStep, info: ToolInfo) -> str:
         """Execute the leased activity once (Temporal retries inside); returns the view's status."""
         sid = step.step_id
-        view = self._update(sid, status=TaskStatus.RUNNING.value)
+        self._update(sid, status=TaskStatus.RUNNING.value)
         options = leased_activity_options(info)
-        call = ToolCall(
-            task_id=view.task_id,
-            agent_run_id=self._run_id,
-            step_id=sid,
-            tool=step.tool,
-            arguments=step.arguments,
-            idempotency_key=view.idempotency_key,
-        )
+        call = self._call(step)
         handle = workflow.start_activity(
             step.tool,
             call,
@@ -280,6 +273,18 @@ class AgentRunWorkflow:
         self._views[step.step_id] = view
         return view
 
+    def _call(self, step: PlanStep) -> ToolCall:
+        """The leased activity's input for ``step``: its task, arguments and idempotency key (G4)."""
+        view = self._view(step.step_id)
+        return ToolCall(
+            task_id=view.task_id,
+            agent_run_id=self._run_id,
+            step_id=step.step_id,
+            tool=step.tool,
+            arguments=step.arguments,
+            idempotency_key=view.idempotency_key,
+        )
+
     def _step(self, step_id: str) -> PlanStep:
         return next(step for step in self._steps if step.step_id == step_id)
 
@@ -290,15 +295,7 @@ class AgentRunWorkflow:
         assert self._catalog is not None
         info = self._catalog[step.tool]
         view = self._view(step.step_id)
-        task = TaskSpec(
-            task_id=view.task_id,
-            agent_run_id=self._run_id,
-            step_id=step.step_id,
-            tool=step.tool,
-            side_effect_class=info.side_effect_class,
-            idempotency_key=view.idempotency_key,
-            lease_ttl=info.lease_ttl,
-        )
+        task = TaskSpec.of(self._call(step), info.side_effect_class, info.lease_ttl)
         outcome = await workflow.execute_activity(
             APPLY_DECISION,
             LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra),

@@ -31,7 +31,7 @@ from examples.mail import received_messages
 from examples.publishing import count_publications
 from reconciliation.policy import ErrorClass, RecoveryAction, decide
 from tests.eventually import assert_eventually
-from tests.integration.test_lease_on_temporal import REGISTRY, _ledger, _worker
+from tests.integration.test_lease_on_temporal import REGISTRY, _worker, opened_ledger
 from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(60)
@@ -65,12 +65,9 @@ def tool_settings(settings: AgentLeaseSettings, downstream: Downstream) -> Agent
 @asynccontextmanager
 async def serving(client: Client, settings: AgentLeaseSettings, identity: str) -> AsyncIterator[Ledger]:
     """One in-process worker on ``settings``' queue and ledger; yields the ledger."""
-    ledger = await _ledger(settings)
-    try:
+    async with opened_ledger(settings) as ledger:
         async with _worker(client, ledger, settings, identity):
             yield ledger
-    finally:
-        await ledger.close()
 
 
 async def start_plan(
@@ -274,15 +271,12 @@ async def test_a_retry_after_the_write_reads_back_and_does_not_write_again(
 ) -> None:
     """G6: attempt 1 wrote and read back, then lost its settle; attempt 2 settles from the readback."""
     spec = REGISTRY.get(tool)
-    ledger = await _ledger(tool_settings)
-    try:
+    async with opened_ledger(tool_settings) as ledger:
         claim, _, first = await _direct_attempt(ledger, spec, tool_settings, arguments)
         assert first.output["written"] is True
         await ledger.release(claim, error_class=ErrorClass.RETRYABLE.value, error="settle did not reach the ledger")
 
         claim, decision, second = await _direct_attempt(ledger, spec, tool_settings, arguments)
-    finally:
-        await ledger.close()
 
     assert (claim.generation, claim.previous_stage, decision.action) == (2, Stage.VERIFY, RecoveryAction.RETRY_READBACK)
     assert second.output["written"] is False

@@ -23,7 +23,7 @@ from reconciliation.policy import RecoveryAction
 from reconciliation.sweeper import ExpiredLeaseSweeper
 from tests.eventually import assert_eventually
 from tests.integration import tools
-from tests.integration.test_lease_on_temporal import _ledger, _plan, _worker
+from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
 from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(120)
@@ -34,15 +34,12 @@ async def running(
     client: Client, settings: AgentLeaseSettings, *steps: tuple[str, str, dict]
 ) -> AsyncIterator[tuple[WorkflowHandle, Ledger, str]]:
     run_id = f"dec-{uuid.uuid4().hex[:8]}"
-    ledger = await _ledger(settings)
-    try:
+    async with opened_ledger(settings) as ledger:
         async with _worker(client, ledger, settings, "worker-dec"):
             handle = await client.start_workflow(
                 AgentRunWorkflow.run, _plan(run_id, *steps), id=run_id, task_queue=settings.task_queue
             )
             yield handle, ledger, run_id
-    finally:
-        await ledger.close()
 
 
 async def wait_for(handle: WorkflowHandle, step_id: str, status: str) -> RunStatus:

@@ -40,10 +40,15 @@ pytestmark = pytest.mark.timeout(120)
 REGISTRY = load_registry(["tests.integration.tools"])
 
 
-async def _ledger(settings: AgentLeaseSettings) -> Ledger:
+@asynccontextmanager
+async def opened_ledger(settings: AgentLeaseSettings) -> AsyncIterator[Ledger]:
+    """The ledger of ``settings``, migrated; closed afterwards."""
     ledger = Ledger.from_url(settings.ledger_url)
-    await upgrade(ledger.database)
-    return ledger
+    try:
+        await upgrade(ledger.database)
+        yield ledger
+    finally:
+        await ledger.close()
 
 
 @asynccontextmanager
@@ -99,12 +104,8 @@ async def test_paused_holder_cannot_renew_settle_or_overwrite(client: Client, se
     """The seeds' operational test: A is held past its lease, B takes over with generation 2 and settles."""
     run_id = f"op-{uuid.uuid4().hex[:8]}"
     task_id = f"{run_id}/write"
-    ledger = await _ledger(settings)
     async with AsyncExitStack() as stack:
-        stack.push_async_callback(ledger.close)
-        ledger_a, ledger_b = await _ledger(settings), await _ledger(settings)
-        stack.push_async_callback(ledger_a.close)
-        stack.push_async_callback(ledger_b.close)
+        ledger, ledger_a, ledger_b = [await stack.enter_async_context(opened_ledger(settings)) for _ in "oab"]
         await stack.enter_async_context(_worker(client, ledger_a, settings, "worker-A", slots=1))
         stack.callback(tools.gate(task_id).set)  # Whatever happens, A's held attempt ends before A stops.
         handle = await client.start_workflow(
@@ -145,8 +146,7 @@ async def test_paused_holder_cannot_renew_settle_or_overwrite(client: Client, se
     assert a_probe["idempotency_key"] == b_probe["idempotency_key"] == f"{run_id}:write"
     assert b_probe["previous_stage"] == Stage.EXTERNAL_CALL
 
-    async with AsyncExitStack() as stack:
-        stack.push_async_callback(ledger.close)
+    async with opened_ledger(settings) as ledger:
         record = await ledger.get_task(task_id)
         stored = await ledger.receipt(f"{run_id}:write")
         trail = await ledger.events(task_id)
@@ -174,8 +174,7 @@ async def test_stage_survives_heartbeat_throttling(client: Client, settings: Age
     """
     run_id = f"throttle-{uuid.uuid4().hex[:8]}"
     task_id = f"{run_id}/die"
-    ledger = await _ledger(settings)
-    try:
+    async with opened_ledger(settings) as ledger:
         dying = _worker_process(settings, "worker-dying")
         handle = await client.start_workflow(
             AgentRunWorkflow.run, _plan(run_id, ("die", "die_after_commit", {})), id=run_id, task_queue=settings.task_queue
@@ -202,8 +201,6 @@ async def test_stage_survives_heartbeat_throttling(client: Client, settings: Age
         seen = outcome["result"]["temporal_heartbeat_details"]
         # Temporal kept only what the throttle let through: its copy never reached `commit`.
         assert seen is None or seen["stage"] != "commit"
-    finally:
-        await ledger.close()
 
 
 @workflow.defn(name="NoHeartbeatTimeoutWorkflow")
@@ -224,8 +221,7 @@ class NoHeartbeatTimeoutWorkflow:
 
 async def test_tool_call_without_heartbeat_timeout_is_refused(client: Client, settings: AgentLeaseSettings) -> None:
     """G9: the activity refuses, non-retryably, before claiming anything."""
-    ledger = await _ledger(settings)
-    try:
+    async with opened_ledger(settings) as ledger:
         async with _worker(client, ledger, settings, "worker-g9"):
             async with Worker(
                 client,
@@ -249,15 +245,12 @@ async def test_tool_call_without_heartbeat_timeout_is_refused(client: Client, se
         assert cause.cause.type == "MissingHeartbeatTimeout"
         assert "heartbeat_timeout" in cause.cause.message
         assert await ledger.list_tasks() == []
-    finally:
-        await ledger.close()
 
 
 async def test_submit_close_and_status(client: Client, settings: AgentLeaseSettings) -> None:
     """`submit` adds tool calls, its validator rejects bad ones, `close` ends the run, `status` reports."""
     run_id = f"open-{uuid.uuid4().hex[:8]}"
-    ledger = await _ledger(settings)
-    try:
+    async with opened_ledger(settings) as ledger:
         async with _worker(client, ledger, settings, "worker-open"):
             handle = await client.start_workflow(
                 AgentRunWorkflow.run,
@@ -301,15 +294,12 @@ async def test_submit_close_and_status(client: Client, settings: AgentLeaseSetti
         history = await handle.fetch_history()
         accepted = [e for e in history.events if e.HasField("workflow_execution_update_accepted_event_attributes")]
         assert len(accepted) == 1
-    finally:
-        await ledger.close()
 
 
 async def test_permanent_error_dead_letters_and_waits(client: Client, settings: AgentLeaseSettings) -> None:
     """A dead-lettered task waits for a person; cancelling it lets the run go on."""
     run_id = f"dead-{uuid.uuid4().hex[:8]}"
-    ledger = await _ledger(settings)
-    try:
+    async with opened_ledger(settings) as ledger:
         async with _worker(client, ledger, settings, "worker-dead"):
             handle = await client.start_workflow(
                 AgentRunWorkflow.run,
@@ -331,15 +321,12 @@ async def test_permanent_error_dead_letters_and_waits(client: Client, settings: 
             result = await asyncio.wait_for(handle.result(), timeout=30)
         assert result.status == "completed"
         assert [(t.step_id, t.status) for t in result.tasks] == [("bad", "cancelled"), ("after", "settled")]
-    finally:
-        await ledger.close()
 
 
 async def test_sigterm_releases_running_tools_with_reason_shutdown(client: Client, settings: AgentLeaseSettings) -> None:
     run_id = f"term-{uuid.uuid4().hex[:8]}"
     task_id = f"{run_id}/wait"
-    ledger = await _ledger(settings)
-    try:
+    async with opened_ledger(settings) as ledger:
         proc = _worker_process(settings, "worker-term", AGENTLEASE_SHUTDOWN_GRACE="1")
         await client.start_workflow(
             AgentRunWorkflow.run, _plan(run_id, ("wait", "wait_forever", {})), id=run_id, task_queue=settings.task_queue
@@ -363,15 +350,12 @@ async def test_sigterm_releases_running_tools_with_reason_shutdown(client: Clien
         assert (record.claim_generation, record.attempts) == (1, 0)  # a shutdown is not a real attempt
         assert record.stage is Stage.PREFLIGHT
         await client.get_workflow_handle(run_id).terminate("test over")
-    finally:
-        await ledger.close()
 
 
 async def test_an_early_failure_does_not_erase_commit(client: Client, settings: AgentLeaseSettings) -> None:
     """G6 across attempts: attempt 2 failing in preflight leaves `commit`, so attempt 3 reads back first."""
     run_id = f"regress-{uuid.uuid4().hex[:8]}"
-    ledger = await _ledger(settings)
-    try:
+    async with opened_ledger(settings) as ledger:
         async with _worker(client, ledger, settings, "worker-regress"):
             result = await client.execute_workflow(
                 AgentRunWorkflow.run,
@@ -386,5 +370,3 @@ async def test_an_early_failure_does_not_erase_commit(client: Client, settings: 
             (Stage.COMMIT, RecoveryAction.READ_BACK_FIRST),
             (Stage.COMMIT, RecoveryAction.READ_BACK_FIRST),
         ]
-    finally:
-        await ledger.close()
