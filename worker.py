@@ -24,6 +24,7 @@ from activities.leased import LeasedActivities
 from activities.tool import ToolRegistry, load_registry
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.metrics import MetricsServer
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
 from workflows.agent_run import AgentRunWorkflow
@@ -65,13 +66,16 @@ async def running_worker(
 ) -> AsyncIterator[Worker]:
     """Connect, migrate the ledger, and run a worker until the block exits (then shut it down).
 
+    With ``settings.metrics_address`` the process's lease metrics are served there meanwhile.
+
     Raises:
         TemporalUnavailableError: Temporal is unreachable.
         LedgerUnavailableError: the ledger cannot be reached or migrated.
-        ConfigurationError: a tool module cannot be loaded.
+        ConfigurationError: a tool module cannot be loaded, or the metrics address cannot be bound.
     """
     registry = registry or load_registry(settings.tool_modules)
     identity = identity or settings.worker_identity or default_identity()
+    metrics = None if settings.metrics_address is None else MetricsServer(settings.metrics_address)
     ledger = Ledger.from_url(settings.ledger_url)
     try:
         await upgrade(ledger.database)
@@ -84,13 +88,15 @@ async def running_worker(
             yield worker
     finally:
         await ledger.close()
+        if metrics is not None:
+            metrics.close()
 
 
 async def serve(settings: AgentLeaseSettings, *, ready: asyncio.Event | None = None) -> None:
-    """Run a worker until SIGTERM or SIGINT."""
+    """Run a worker until SIGTERM, SIGINT or SIGHUP (see :func:`running_worker`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
     async with running_worker(settings):
         if ready is not None:

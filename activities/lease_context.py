@@ -7,6 +7,7 @@ they are a copy for the Temporal UI and the next attempt, never the record.
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +44,8 @@ class LeaseContext:
         settings: the worker's settings (endpoints of the built-in tools).
         recovery: the recovery decision for this attempt (``read_back_first`` after ``commit``...).
         stage: the last stage this attempt recorded (``None`` before the first ``advance``).
+        committed_at: when this attempt entered ``commit`` (``time.perf_counter()`` seconds),
+            for the settlement latency metric; ``None`` if it did not.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class LeaseContext:
         self.settings = settings
         self.recovery = recovery
         self.stage: Stage | None = None
+        self.committed_at: float | None = None
         self._lost: LeaseLostError | None = None
 
     @property
@@ -108,6 +112,8 @@ class LeaseContext:
         if self.stage is not None and stage.order < self.stage.order:
             raise ValueError(f"stage cannot go back from {self.stage.value} to {stage.value}")
         await self._renew(reason, stage)
+        if stage is Stage.COMMIT and self.committed_at is None:
+            self.committed_at = time.perf_counter()
         self.stage = stage
 
     async def renew(self, reason: str) -> None:

@@ -29,6 +29,7 @@ with a traceback and leaves out of its failure metrics.
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -37,6 +38,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.lease_context import LeaseContext
 from activities.tool import ToolRegistry, ToolSpec
+from agentlease import metrics
 from agentlease.enums import FailureType, Stage, TaskStatus
 from agentlease.errors import (
     LeaseHeldError,
@@ -117,6 +119,7 @@ class LeasedActivities:
         try:
             claim = await self._ledger.claim(task_spec, self._identity, trace=trace)
         except LeaseHeldError as exc:
+            metrics.DUPLICATE_DELIVERIES.labels(spec.name, "lease_held").inc()
             raise ApplicationError(
                 str(exc),
                 type=FailureType.LEASE_HELD,
@@ -137,6 +140,7 @@ class LeasedActivities:
         )
         if decision.action is RecoveryAction.NEVER_RERUN and stored is not None:
             # G6: an earlier attempt (or a task with the same key) already proved the outcome.
+            metrics.DUPLICATE_DELIVERIES.labels(spec.name, "settled").inc()
             await asyncio.shield(self._ledger.settle(claim, stored.receipt))
             return self._settled(claim, stored.receipt, None)
         if not decision.action.runs_tool:
@@ -181,6 +185,8 @@ class LeasedActivities:
         except LeaseLostError as exc:
             # G10: recorded as late_unapplied by the ledger; never reported as success.
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
+        if context.committed_at is not None:
+            metrics.SETTLEMENT_LATENCY.labels(spec.name).observe(time.perf_counter() - context.committed_at)
         return self._settled(claim, saved.receipt, result.output)
 
     async def _release(self, claim: Claim, error_class: ErrorClass, error: str) -> None:
@@ -221,6 +227,7 @@ class LeasedActivities:
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
         record = await self._ledger.get_task(exc.task_id)
         if record.status is TaskStatus.SETTLED:
+            metrics.DUPLICATE_DELIVERIES.labels(record.tool, "settled").inc()
             return ToolOutcome.of(record)
         failure = {
             TaskStatus.CANCELLED: FailureType.TASK_CANCELLED,

@@ -213,6 +213,7 @@ class Claim(_Frozen):
 
     Attributes:
         task_id: the task.
+        tool: the tool the task calls.
         generation: claim generation minted by the ledger; the fencing token.
         owner: ``lease_owner`` (worker identity).
         acquired_at / expires_at: on the ledger's clock.
@@ -227,6 +228,7 @@ class Claim(_Frozen):
     """
 
     task_id: str
+    tool: str
     generation: int
     owner: str
     acquired_at: AwareDatetime

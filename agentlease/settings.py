@@ -13,6 +13,9 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from agentlease.errors import ConfigurationError
+from agentlease.metrics import parse_address
+
 
 class AgentLeaseSettings(BaseSettings):
     """Configuration of workers and the CLI.
@@ -33,6 +36,10 @@ class AgentLeaseSettings(BaseSettings):
         smtp_host: SMTP server ``smtp_send`` delivers to.
         smtp_port: its port. Default 25.
         data_dir: where ``demo`` and ``dev`` keep their files. Default ``.agentlease``.
+        decision_timeout: how long ``approve``/``reject``/``reconcile``/``redrive``/``cancel`` wait
+            for a worker to take the decision, and again for it to finish. Default 30s.
+        metrics_address: ``HOST:PORT`` where a worker serves its lease metrics (Prometheus,
+            ``GET /metrics``; see :mod:`agentlease.metrics`). Default unset: not served.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
@@ -43,7 +50,7 @@ class AgentLeaseSettings(BaseSettings):
     ledger_url: str = "sqlite:///.agentlease/ledger.db"
     tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
     worker_identity: str | None = None
-    shutdown_grace: timedelta = timedelta(seconds=30)
+    shutdown_grace: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(0))
     max_concurrent_activities: int = Field(default=100, ge=1)
     http_base_url: str | None = None
     sql_target_url: str | None = None
@@ -51,8 +58,10 @@ class AgentLeaseSettings(BaseSettings):
     smtp_host: str | None = None
     smtp_port: int = Field(default=25, ge=1, le=65535)
     data_dir: Path = Path(".agentlease")
+    metrics_address: str | None = None
+    decision_timeout: timedelta = Field(default=timedelta(seconds=30), gt=timedelta(0))
 
-    @field_validator("shutdown_grace", mode="before")
+    @field_validator("shutdown_grace", "decision_timeout", mode="before")
     @classmethod
     def _seconds(cls, value: object) -> object:
         if isinstance(value, str):
@@ -60,6 +69,16 @@ class AgentLeaseSettings(BaseSettings):
                 return float(value)
             except ValueError:
                 return value  # ISO 8601 ("PT30S"), parsed by pydantic
+        return value
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_address(value)
+            except ConfigurationError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
     @field_validator("tool_modules", mode="before")

@@ -7,6 +7,8 @@ stderr with a non-zero exit: 1 for a failed operation, 2 for bad input.
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import signal
 import sys
 import uuid
@@ -14,14 +16,15 @@ from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
 from sqlalchemy.exc import SQLAlchemyError
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateStage
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from agentlease.cli.plans import describe_validation_error, load_plan
@@ -120,6 +123,8 @@ def worker(ctx: typer.Context) -> None:
     settings = _settings(ctx)
     ledger = display_url(settings.ledger_url)
     err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {ledger}")
+    if settings.metrics_address is not None:
+        err.print(f"lease metrics on http://{settings.metrics_address}/metrics")
     asyncio.run(serve(settings))
 
 
@@ -162,6 +167,11 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
         handle = await client.start_workflow(
             AgentRunWorkflow.run, plan, id=plan.agent_run_id, task_queue=settings.task_queue
         )
+    except WorkflowAlreadyStartedError:
+        raise AgentLeaseError(
+            f"cannot start run {plan.agent_run_id}: an agent run with this id is already running; "
+            "choose another --run-id, or follow it with `agentlease status`"
+        ) from None
     except RPCError as exc:
         raise AgentLeaseError(f"cannot start run {plan.agent_run_id}: {exc.message}") from None
     if not wait:
@@ -279,15 +289,39 @@ _StepArg = Annotated[str, typer.Argument(help="The step id.")]
 
 
 def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> None:
-    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 
     from agentlease.temporal import connect
+
+    limit = settings.decision_timeout.total_seconds()
 
     async def _send() -> RunStatus:
         client = await connect(settings)
         handle = client.get_workflow_handle(agent_run_id)
         try:
-            return await handle.execute_update(update, payload, result_type=RunStatus, rpc_timeout=timedelta(seconds=60))
+            accepted = await asyncio.wait_for(
+                handle.start_update(update, payload, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=RunStatus),
+                timeout=limit,
+            )
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            # Temporal keeps the admitted update: it may still apply when a worker picks the run up.
+            raise AgentLeaseError(
+                f"{update}: no worker took the decision for agent run {agent_run_id} within {limit:g}s; is a worker "
+                "running for its task queue? The request may still be applied when one starts"
+            ) from None
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            message = getattr(cause, "message", None) or str(cause)
+            raise ConfigurationError(f"{update} refused: {message}") from None
+        except RPCError as exc:
+            raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+        try:
+            return await asyncio.wait_for(accepted.result(), timeout=limit)
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            raise AgentLeaseError(
+                f"{update}: accepted by agent run {agent_run_id} but not finished within {limit:g}s; "
+                f"follow it with `agentlease status {agent_run_id}`"
+            ) from None
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             message = getattr(cause, "message", None) or str(cause)
@@ -353,8 +387,9 @@ def cancel(
     ctx: typer.Context,
     agent_run_id: _Run,
     step_id: Annotated[str | None, typer.Argument(help="The step id; omit to cancel the whole run.")] = None,
-    by: _By = "",
-    reason: _Why = "",
+    *,
+    by: _By,
+    reason: _Why,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Cancel one task or the whole run; cancelled stays cancelled."""
@@ -388,14 +423,16 @@ def waiting(
         return
     out.print(tasks_table(records, title="tasks waiting for a person"))
     hints = {
-        TaskStatus.AWAITING_APPROVAL: "agentlease approve|reject RUN STEP --by ... --reason ...",
-        TaskStatus.NEEDS_RECONCILIATION: "agentlease reconcile RUN STEP --action confirm|retry|abandon ...",
-        TaskStatus.BLOCKED: "repair access, then agentlease redrive RUN STEP ...",
-        TaskStatus.DEAD_LETTERED: "agentlease redrive RUN STEP ... or agentlease cancel RUN STEP ...",
+        TaskStatus.AWAITING_APPROVAL: "agentlease approve|reject {run} {step} --by WHO --reason WHY",
+        TaskStatus.NEEDS_RECONCILIATION: "agentlease reconcile {run} {step} --action confirm|retry|abandon --by WHO --reason WHY",
+        TaskStatus.BLOCKED: "repair access, then agentlease redrive {run} {step} --by WHO --reason WHY",
+        TaskStatus.DEAD_LETTERED: "agentlease redrive|cancel {run} {step} --by WHO --reason WHY",
     }
     for record in records:
-        why = record.last_error or record.status.value
-        out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}: {why}  -> {hints[record.status]}")
+        why = f": {record.last_error}" if record.last_error else ""
+        hint = hints[record.status].format(run=record.agent_run_id, step=record.step_id)
+        out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}{why}", soft_wrap=True)
+        out.print(f"  -> {hint}", soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -475,29 +512,45 @@ def dev(
     asyncio.run(run_dev(_settings(ctx), err, port=port, ui_port=ui_port))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point: runs the CLI and turns every expected failure into one line on stderr."""
+def _run(argv: Sequence[str] | None) -> int:
+    """Run the CLI; every expected failure becomes one line on stderr. Returns the exit code."""
     try:
         code = app(args=list(argv) if argv is not None else None, standalone_mode=False)
     except typer.Abort:
         err.print("aborted")
-        sys.exit(130)
+        return 130
     except typer.TyperException as exc:  # click's usage errors, vendored by typer since 0.26
         # no_args_is_help: typer has already printed the help; it stays silent here too.
         if type(exc).__name__ != "NoArgsIsHelpError":
             err.print(f"error: {exc.format_message()}")
-        sys.exit(2)
+        return 2
     except ConfigurationError as exc:
         err.print(f"error: {exc}")
-        sys.exit(2)
+        return 2
     except AgentLeaseError as exc:
         err.print(f"error: {exc}")
-        sys.exit(1)
+        return 1
     except KeyboardInterrupt:
         err.print("interrupted")
-        sys.exit(130)
+        return 130
     # Without standalone mode, typer returns the code of `typer.Exit` (and of --help) instead of exiting.
-    sys.exit(code if isinstance(code, int) else 0)
+    return code if isinstance(code, int) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console entry point: run the CLI, then leave without finalizing the interpreter.
+
+    Everything the command started has been stopped by then (worker, dev server, ledger thread).
+    What can still run is the Temporal SDK's Rust runtime: its threads may call into Python while
+    the interpreter finalizes and abort the process with "PyGILState_Release: thread state must be
+    current" (temporalio/sdk-python#300), turning a clean exit into SIGABRT. So the exit code is
+    delivered with ``os._exit`` after flushing logs and standard streams.
+    """
+    code = _run(argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

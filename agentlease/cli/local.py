@@ -91,16 +91,18 @@ async def _approving(handle: WorkflowHandle[Any, RunStatus], err: Console) -> Ru
 
 
 async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_port: int) -> None:
-    """Run the stack in the foreground until SIGINT or SIGTERM."""
+    """Run the stack in the foreground until SIGINT, SIGTERM or SIGHUP; then stop all of it."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal went away
         loop.add_signal_handler(sig, stop.set)
     async with local_stack(settings, port=port, ui_port=ui_port) as stack:
         s = stack.settings
         err.print(f"Temporal UI:      {stack.ui_url}")
         err.print(f"Temporal server:  {s.temporal_address} (namespace {s.namespace}, queue {s.task_queue})")
         err.print(f"ledger:           {s.ledger_url}")
+        if s.metrics_address is not None:
+            err.print(f"lease metrics:    http://{s.metrics_address}/metrics")
         err.print(f"example services: files {s.http_base_url}  sql {s.sql_target_url}")
         err.print(f"                  publishing {s.publish_base_url}  smtp {s.smtp_host}:{s.smtp_port}")
         err.print("in another shell:")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -13,11 +14,20 @@ from agentlease.records import AgentRunPlan
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming the first invalid field: ``steps.0.tool: Field required``."""
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "plan"
-    extra = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {first['msg']}{extra}"
+    """One line naming the first three invalid fields: ``steps.0.tool: Field required; ...``."""
+    shown = [_one_error(error) for error in exc.errors()[:_ERRORS_SHOWN]]
+    extra = f" (and {exc.error_count() - _ERRORS_SHOWN} more)" if exc.error_count() > _ERRORS_SHOWN else ""
+    return "; ".join(shown) + extra
+
+
+_ERRORS_SHOWN = 3
+"""How many validation errors one line names."""
+
+
+def _one_error(error: Any) -> str:
+    where = ".".join(str(part) for part in error["loc"]) or "plan"
+    message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+    return f"{where}: {message}"
 
 
 def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:

@@ -57,7 +57,7 @@ def run_table(status: RunStatus) -> Table:
 def events_table(events: Iterable[LeaseEvent], title: str) -> Table:
     """The evidence trail of one task or run."""
     table = Table(title=title, title_justify="left")
-    for column in ("at", "task", "event", "generation", "owner", "stage", "reason"):
+    for column in ("at", "task", "event", "generation", "owner", "stage", "by", "reason"):
         table.add_column(column)
     for ev in events:
         table.add_row(
@@ -67,6 +67,7 @@ def events_table(events: Iterable[LeaseEvent], title: str) -> Table:
             str(ev.claim_generation),
             ev.lease_owner or "-",
             ev.stage.value if ev.stage else "-",
+            str((ev.details or {}).get("by") or "-"),  # who decided: operators and the sweeper
             ev.reason or "",
         )
     return table

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Row, and_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
+from agentlease import metrics
 from agentlease.clock import from_ms, now_param
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.schema import TaskRow
@@ -168,7 +169,12 @@ async def record_expiry(
         )
         return True
 
-    return await ledger.database.write(record_tx)
+    recorded = await ledger.database.write(record_tx)
+    if recorded:
+        metrics.LEASES_EXPIRED.labels(lease.tool, metrics.stage_label(lease.stage), "sweeper").inc()
+        if status is not TaskStatus.RELEASED:
+            metrics.TASKS_PARKED.labels(lease.tool, status.value).inc()
+    return recorded
 
 
 __all__ = ["ExpiredLease", "expired_leases", "record_expiry"]

@@ -66,7 +66,7 @@ class LeaseStatements:
         current_task: the task row (locked ``FOR UPDATE`` on PostgreSQL).
         claim: the claim UPDATE minting ``claim_generation + 1`` (G1, G3); RETURNING the row.
         renew: the holder's renewal, ``new_stage`` (``None`` keeps the stage); RETURNING expiry.
-        settle: the holder's settle with ``receipt``; RETURNING ``updated_at_ms``.
+        settle: the holder's settle with ``receipt``; RETURNING ``updated_at_ms``, ``renewal_count``.
         end_lease: release / dead-letter / park with ``status``, ``error_class``, ``last_error``
             and ``attempts_returned`` (0 or 1).
         refused: why a holder write touched no row: ``now_ms``, ``claim_generation``, ``status``.
@@ -169,7 +169,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
             lease_expires_at_ms=None,
             updated_at_ms=now,
         )
-        .returning(_T.updated_at_ms),
+        .returning(_T.updated_at_ms, _T.renewal_count),
         end_lease=update(TASKS)
         .where(holds)
         .values(

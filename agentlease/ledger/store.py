@@ -12,12 +12,14 @@ decides (STYLE.md, rule 7).
 from __future__ import annotations
 
 from dataclasses import dataclass
+import time
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, select, update
 from sqlalchemy.engine import Connection
 
+from agentlease import metrics
 from agentlease.clock import duration_ms, from_ms, now_param
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
@@ -245,7 +247,8 @@ class Ledger:
         trace = trace or TraceLink()
         key = {"key_task_id": spec.task_id, **now_param(now)}
 
-        def claim_tx(conn: Connection) -> Claim:
+        def claim_tx(conn: Connection) -> tuple[Claim, str | None]:
+            """The claim, and the stage of the lapsed lease it superseded (if any)."""
             self._insert_task(conn, spec, now)
             before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
@@ -291,8 +294,10 @@ class Ledger:
                 trace=trace,
             )
             stored = self._receipt(conn, spec.idempotency_key)
-            return Claim(
+            superseded = metrics.stage_label(before.stage) if before.status == TaskStatus.RUNNING.value else None
+            claim = Claim(
                 task_id=spec.task_id,
+                tool=granted.tool,
                 generation=granted.claim_generation,
                 owner=owner,
                 acquired_at=from_ms(granted.lease_acquired_at_ms),
@@ -305,8 +310,24 @@ class Ledger:
                 trace=trace,
                 receipt=stored,
             )
+            return claim, superseded
 
-        return await self._db.write(claim_tx)
+        started = time.perf_counter()
+        try:
+            claim, superseded = await self._db.write(claim_tx)
+        except LeaseHeldError:
+            metrics.LEASE_CLAIMS.labels(spec.tool, "held").inc()
+            raise
+        except TaskClosedError:
+            metrics.LEASE_CLAIMS.labels(spec.tool, "closed").inc()
+            raise
+        metrics.LEASE_CLAIMS.labels(claim.tool, "granted").inc()
+        metrics.LEASE_ACQUISITION.labels(claim.tool).observe(time.perf_counter() - started)
+        if superseded is not None:
+            metrics.LEASES_EXPIRED.labels(claim.tool, superseded, "takeover").inc()
+        if trace.workflow_id is None:
+            metrics.CLAIMS_WITHOUT_TRACE.labels(claim.tool).inc()
+        return claim
 
     # -- holder writes -------------------------------------------------------------------------
 
@@ -330,7 +351,7 @@ class Ledger:
         """
         params = {**self._held(claim, now), "new_stage": None if stage is None else stage.value}
 
-        def renew_tx(conn: Connection) -> datetime | _Refusal:
+        def renew_tx(conn: Connection) -> tuple[datetime, str | None] | _Refusal:
             row = conn.execute(self._sql.renew, params).first()
             if row is None:
                 return self._refused(
@@ -350,9 +371,16 @@ class Ledger:
                 reason=reason,
                 details={"lease_expires_at_ms": row.lease_expires_at_ms},
             )
-            return from_ms(row.lease_expires_at_ms)
+            expires_at = from_ms(row.lease_expires_at_ms)
+            assert expires_at is not None
+            return expires_at, row.stage
 
-        return self._granted(claim, "renew", await self._db.write(renew_tx))
+        outcome = await self._db.write(renew_tx)
+        if isinstance(outcome, _Refusal):
+            metrics.LEASE_RENEWALS.labels(claim.tool, metrics.stage_label(stage), "lost").inc()
+        else:
+            metrics.LEASE_RENEWALS.labels(claim.tool, metrics.stage_label(outcome[1]), "renewed").inc()
+        return self._granted(claim, "renew", outcome)[0]
 
     async def settle(
         self,
@@ -382,7 +410,8 @@ class Ledger:
         receipt_json = receipt.model_dump(mode="json")
         params = {**self._held(claim, now), "receipt": receipt_json}
 
-        def settle_tx(conn: Connection) -> StoredReceipt | _Refusal:
+        def settle_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
+            """The stored receipt and the task's renewal count, or the refusal."""
             row = conn.execute(self._sql.settle, params).first()
             if row is None:
                 return self._refused(
@@ -406,17 +435,24 @@ class Ledger:
                 details={"receipt": receipt_json},
             )
             if inserted:
-                return StoredReceipt(
+                stored: StoredReceipt | None = StoredReceipt(
                     idempotency_key=claim.idempotency_key,
                     task_id=claim.task_id,
                     claim_generation=claim.generation,
                     receipt=receipt,
                 )
-            stored = self._receipt(conn, claim.idempotency_key)  # the first receipt stands
+            else:
+                stored = self._receipt(conn, claim.idempotency_key)  # the first receipt stands
             assert stored is not None
-            return stored
+            return stored, row.renewal_count
 
-        return self._granted(claim, "settle", await self._db.write(settle_tx))
+        outcome = await self._db.write(settle_tx)
+        if isinstance(outcome, _Refusal):
+            metrics.SETTLEMENTS.labels(claim.tool, EventKind.LATE_UNAPPLIED.value).inc()
+        else:
+            metrics.SETTLEMENTS.labels(claim.tool, TaskStatus.SETTLED.value).inc()
+            metrics.RENEWALS_PER_TASK.labels(claim.tool).observe(outcome[1])
+        return self._granted(claim, "settle", outcome)[0]
 
     async def release(
         self,
@@ -522,6 +558,10 @@ class Ledger:
             return None
 
         self._granted(claim, operation, await self._db.write(end_lease_tx))
+        if status is TaskStatus.RELEASED:
+            metrics.LEASE_RELEASES.labels(claim.tool, error_class).inc()
+        else:
+            metrics.TASKS_PARKED.labels(claim.tool, status.value).inc()
 
     # -- operator writes -----------------------------------------------------------------------
 

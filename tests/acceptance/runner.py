@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -103,6 +104,7 @@ class Background:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # its own process group: see stop(SIGKILL)
         )
         self.stderr: list[str] = []
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -130,7 +132,9 @@ class Background:
                 return match
 
     def stop(self, sig: signal.Signals = signal.SIGINT, *, timeout: float = 60.0) -> int:
-        """Send ``sig``, wait for the exit (killing it after ``timeout``), drain stderr; returns the exit code."""
+        """Send ``sig``, wait for the exit (killing it after ``timeout``), drain stderr; returns the exit code.
+
+        ``SIGKILL`` also kills the rest of the command's process group."""
         if self.process.poll() is None:
             self.process.send_signal(sig)
         try:
@@ -139,6 +143,11 @@ class Background:
             if self.process.poll() is None:
                 self.process.kill()
                 self.process.wait()
+            if sig is signal.SIGKILL:
+                # A killed command cannot stop what it started (the dev server): end its whole group,
+                # or an orphan keeps the stderr pipe open and the reader never finishes.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
         self._reader.join(timeout=timeout)
         assert self.process.stderr is not None
         self.process.stderr.close()

@@ -13,7 +13,9 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
 from .runner import Background, Cli, CliResult, WriteFile, processes_mentioning
@@ -98,7 +100,11 @@ def dev_exports(dev: Background) -> dict[str, str]:
 def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
     cli: Cli, background: Callable[..., Background], write_file: WriteFile
 ) -> None:
-    dev = background("dev", "--port", str(free_port()), "--ui-port", str(free_port()))
+    metrics_address = f"127.0.0.1:{free_port()}"
+    dev = background(
+        "dev", "--port", str(free_port()), "--ui-port", str(free_port()), env={"AGENTLEASE_METRICS_ADDRESS": metrics_address}
+    )
+    dev.wait_for_line(rf"lease metrics:\s+http://{re.escape(metrics_address)}/metrics", timeout=120)
     env = dev_exports(dev)
     dev.wait_for_line("Ctrl-C stops everything", timeout=10)
 
@@ -121,8 +127,31 @@ def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
 
     assert_one_error_line(cli("status", "no-such-run", env=env), FAILED, "agent run no-such-run")
 
+    # The worker's lease metrics, as Prometheus scrapes them.
+    scraped = lease_metrics(f"http://{metrics_address}/metrics")
+    steps = len(json.loads(RESTOCK_PLAN.read_text())["steps"])
+    granted = sum(v for (name, labels), v in scraped.items() if name == "agentlease_lease_claims_total" and ("outcome", "granted") in labels)
+    assert granted >= steps + 1, scraped
+    assert scraped[("agentlease_settlements_total", (("outcome", "settled"), ("tool", "sql_upsert")))] >= 1
+    assert scraped[("agentlease_tasks_parked_total", (("status", "dead_lettered"), ("tool", "http_get")))] == 1
+    assert scraped[("agentlease_settlement_latency_seconds_count", (("tool", "sql_upsert"),))] >= 1
+
     assert dev.stop(signal.SIGINT) == 0, "".join(dev.stderr)
     assert processes_mentioning(str(cli.data_dir)) == []
+    with pytest.raises(httpx.TransportError):  # the metrics endpoint stopped with it
+        httpx.get(f"http://{metrics_address}/metrics", timeout=5)
+
+
+def lease_metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The ``agentlease_*`` samples at ``url``: (name, sorted labels) -> value."""
+    response = httpx.get(url, timeout=10)
+    assert response.status_code == 200, response.text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if sample.name.startswith("agentlease_")
+    }
 
 
 # -- bad plans -------------------------------------------------------------------------------------
@@ -261,6 +290,7 @@ def test_events_needs_a_task_or_a_run(cli: Cli) -> None:
         ("AGENTLEASE_MAX_CONCURRENT_ACTIVITIES", "zero", "max_concurrent_activities"),
         ("AGENTLEASE_MAX_CONCURRENT_ACTIVITIES", "0", "greater than or equal to 1"),
         ("AGENTLEASE_SHUTDOWN_GRACE", "soon", "shutdown_grace"),
+        ("AGENTLEASE_METRICS_ADDRESS", "9464", "metrics_address: bad metrics address '9464': expected HOST:PORT"),
     ],
 )
 def test_worker_refuses_a_bad_setting(cli: Cli, variable: str, value: str, fragment: str) -> None:

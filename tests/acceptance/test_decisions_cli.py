@@ -57,11 +57,20 @@ def test_waiting_and_reconcile_settle_a_stuck_run(
     listed = cli("waiting", env=env)
     assert listed.returncode == 0, listed
     assert "acc-page page: needs_reconciliation" in listed.stdout, listed
-    assert "agentlease reconcile" in listed.stdout, listed
+    assert "agentlease reconcile acc-page page --action confirm|retry|abandon" in listed.stdout, listed
     as_json = json.loads(cli("waiting", "--json", env=env).stdout)
     assert [(t["agent_run_id"], t["step_id"], t["status"]) for t in as_json] == [
         ("acc-page", "page", "needs_reconciliation")
     ]
+
+    again = cli("run", "page.json", "--run-id", "acc-page", env=env)
+    assert_one_error_line(again, FAILED, "cannot start run acc-page", "already running")
+
+    # A decision nobody can take (no worker polls that queue) fails in one line, within the limit.
+    nobody = {**env, "AGENTLEASE_TASK_QUEUE": "nobody-polls-this", "AGENTLEASE_DECISION_TIMEOUT": "2"}
+    assert cli("run", "page.json", "--run-id", "acc-orphan", env=nobody).returncode == 0
+    orphan = cli("cancel", "acc-orphan", "--by", "sam", "--reason", "no worker", env=nobody)
+    assert_one_error_line(orphan, FAILED, "cancel: no worker took the decision for agent run acc-orphan within 2s")
 
     wrong = cli("approve", "acc-page", "page", "--by", "sam", "--reason", "oops", env=env)
     assert_one_error_line(wrong, 2, "approve refused", "not awaiting_approval")
@@ -83,6 +92,10 @@ def test_waiting_and_reconcile_settle_a_stuck_run(
     trail = json.loads(cli("events", "--run", "acc-page", "--json", env=env).stdout)
     reconciled = [e for e in trail if e["kind"] == "reconciled"]
     assert reconciled and reconciled[0]["details"]["by"] == "sam", trail
+    table = cli("events", "--run", "acc-page", env={**env, "COLUMNS": "300"})
+    [row] = [line for line in table.stdout.splitlines() if " reconciled " in line]
+    assert " sam " in row and "pager shows it delivered" in row, table
 
-    assert dev.stop(signal.SIGINT) == 0, "".join(dev.stderr)
+    # A closed terminal (SIGHUP) stops everything too.
+    assert dev.stop(signal.SIGHUP) == 0, "".join(dev.stderr)
     assert processes_mentioning(str(cli.data_dir)) == []

@@ -10,9 +10,10 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from prometheus_client import REGISTRY as METRICS
 from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import RetryPolicy
@@ -23,11 +24,20 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.tool import load_registry
 from agentlease.decisions import CancelRequest
-from agentlease.enums import EventKind, Stage, TaskStatus
+from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.records import AgentRunPlan, PlanStep, RunStatus, ToolCall
+from agentlease.records import (
+    AgentRunPlan,
+    PlanStep,
+    RunStatus,
+    SettlementReceipt,
+    TaskSpec,
+    ToolCall,
+    idempotency_key_for,
+    task_id_for,
+)
 from agentlease.settings import AgentLeaseSettings
 from reconciliation.policy import RecoveryAction
 from tests.eventually import assert_eventually
@@ -370,3 +380,41 @@ async def test_an_early_failure_does_not_erase_commit(client: Client, settings: 
             (Stage.COMMIT, RecoveryAction.READ_BACK_FIRST),
             (Stage.COMMIT, RecoveryAction.READ_BACK_FIRST),
         ]
+
+
+async def test_worker_counts_duplicate_deliveries_and_settlement_latency(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """A step the ledger already settled does not run again and counts as a duplicate delivery; a
+    step that passes through commit observes its settlement latency (agentlease.metrics)."""
+    run_id = f"metrics-{uuid.uuid4().hex[:8]}"
+    done = TaskSpec(
+        task_id=task_id_for(run_id, "done"),
+        agent_run_id=run_id,
+        step_id="done",
+        tool="quick",
+        side_effect_class=SideEffectClass.READ_ONLY,
+        idempotency_key=idempotency_key_for(run_id, "done"),
+        lease_ttl=timedelta(seconds=5),
+    )
+    duplicates = ("agentlease_duplicate_deliveries_total", {"tool": "quick", "reason": "settled"})
+    latency = ("agentlease_settlement_latency_seconds_count", {"tool": "held_write"})
+    before = [METRICS.get_sample_value(*sample) or 0.0 for sample in (duplicates, latency)]
+    async with opened_ledger(settings) as ledger:
+        earlier = await ledger.claim(done, "earlier-worker")
+        receipt = SettlementReceipt(external_system="earlier", external_id="1", status="ok", verified_at=datetime.now(UTC))
+        await ledger.settle(earlier, receipt)
+        async with _worker(client, ledger, settings, "worker-metrics"):
+            result = await client.execute_workflow(
+                AgentRunWorkflow.run,
+                _plan(run_id, ("done", "quick", {}), ("write", "held_write", {"hold_first_attempt": False})),
+                id=run_id,
+                task_queue=settings.task_queue,
+            )
+    after = [METRICS.get_sample_value(*sample) or 0.0 for sample in (duplicates, latency)]
+    assert [(t.step_id, t.status, t.claim_generation) for t in result.tasks] == [
+        ("done", "settled", 1),
+        ("write", "settled", 1),
+    ]
+    assert result.tasks[0].receipt == receipt
+    assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1]

@@ -130,6 +130,7 @@ def test_settlement_receipt_accepts_aware_datetime_and_is_frozen() -> None:
 def test_claim_rejects_naive_datetime() -> None:
     fields = dict(
         task_id="run/step",
+        tool="http_get",
         generation=1,
         owner="w1",
         acquired_at=AWARE,

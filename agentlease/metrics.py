@@ -1,0 +1,163 @@
+"""Lease metrics for operators (Prometheus), the list of seed 2's "What to measure".
+
+Recorded in the process that does the work: the ledger records claims, renewals, settles,
+releases, parking and expiries as it writes them; the leased activity records what only the worker
+sees (duplicate deliveries, settlement latency). A worker serves them when
+``AGENTLEASE_METRICS_ADDRESS`` is set (:class:`MetricsServer`).
+
+| seed 2 asks for | metric |
+|---|---|
+| lease acquisition latency | ``agentlease_lease_acquisition_seconds{tool}`` |
+| lease renewal count per task | ``agentlease_lease_renewals_per_task{tool}`` (observed at settle), ``agentlease_lease_renewals_total{tool,stage,outcome}`` |
+| tasks expired by stage | ``agentlease_leases_expired_total{tool,stage,by}`` |
+| duplicate delivery count | ``agentlease_duplicate_deliveries_total{tool,reason}`` |
+| retry count by error class | ``agentlease_lease_releases_total{tool,error_class}`` |
+| settlement latency after external commit | ``agentlease_settlement_latency_seconds{tool}`` |
+| dead-letter rate by tool | ``agentlease_tasks_parked_total{tool,status="dead_lettered"}`` |
+| tasks with missing trace links | ``agentlease_claims_without_trace_total{tool}`` |
+
+Also: ``agentlease_lease_claims_total{tool,outcome}`` and ``agentlease_settlements_total{tool,outcome}``
+(``late_unapplied`` counts the results of superseded attempts, G10).
+
+Label values are bounded: tool names, the five stages, the task statuses and error classes of
+:mod:`agentlease.enums` and :mod:`reconciliation.policy`. Task ids never become labels.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+
+from agentlease.errors import ConfigurationError
+
+NONE = "none"
+"""Label value of a stage that was never recorded."""
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_COUNT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 500)
+
+LEASE_CLAIMS = Counter(
+    "agentlease_lease_claims",
+    "Claims asked of the ledger, by outcome: granted, held (another lease is valid), closed (settled, "
+    "cancelled or waiting for a decision).",
+    ["tool", "outcome"],
+)
+LEASE_ACQUISITION = Histogram(
+    "agentlease_lease_acquisition_seconds",
+    "Time a granted claim took as its worker waited for it (seconds, worker's monotonic clock), "
+    "including the wait for the ledger's connection or write lock.",
+    ["tool"],
+    buckets=_LATENCY_BUCKETS,
+)
+LEASE_RENEWALS = Counter(
+    "agentlease_lease_renewals",
+    "Renewals (stage changes included), by the stage recorded and outcome: renewed or lost.",
+    ["tool", "stage", "outcome"],
+)
+RENEWALS_PER_TASK = Histogram(
+    "agentlease_lease_renewals_per_task",
+    "Renewals a task's leases took over all its attempts, observed when it settles.",
+    ["tool"],
+    buckets=_COUNT_BUCKETS,
+)
+LEASES_EXPIRED = Counter(
+    "agentlease_leases_expired",
+    "Leases that lapsed without settle or release, by the last durable stage and who found it: "
+    "takeover (a later claim) or sweeper. Expiry in commit is a correctness risk (seed 2).",
+    ["tool", "stage", "by"],
+)
+DUPLICATE_DELIVERIES = Counter(
+    "agentlease_duplicate_deliveries",
+    "Attempts delivered for a task another attempt holds (lease_held) or that already settled (settled).",
+    ["tool", "reason"],
+)
+LEASE_RELEASES = Counter(
+    "agentlease_lease_releases",
+    "Leases given back for a retry, by error class (retryable, shutdown...): retries by error class.",
+    ["tool", "error_class"],
+)
+SETTLEMENTS = Counter(
+    "agentlease_settlements",
+    "Settle attempts by outcome: settled, or late_unapplied (the result of a superseded attempt, G10).",
+    ["tool", "outcome"],
+)
+SETTLEMENT_LATENCY = Histogram(
+    "agentlease_settlement_latency_seconds",
+    "Time from entering the commit stage to the settle being durable (seconds, worker's monotonic clock).",
+    ["tool"],
+    buckets=_LATENCY_BUCKETS,
+)
+TASKS_PARKED = Counter(
+    "agentlease_tasks_parked",
+    "Tasks moved out of circulation until a person decides, by status: dead_lettered, blocked, "
+    "needs_reconciliation.",
+    ["tool", "status"],
+)
+CLAIMS_WITHOUT_TRACE = Counter(
+    "agentlease_claims_without_trace",
+    "Granted claims with no Temporal trace link (workflow id): their evidence cannot be joined to a history.",
+    ["tool"],
+)
+
+
+def stage_label(stage: object) -> str:
+    """A stage (enum, string or ``None``) as a label value."""
+    if stage is None:
+        return NONE
+    return str(getattr(stage, "value", stage))
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``:PORT``, meaning all interfaces) as ``(host, port)``.
+
+    Raises:
+        ConfigurationError: not ``HOST:PORT`` with a port in 0..65535.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigurationError(f"bad metrics address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+class MetricsServer:
+    """The Prometheus exposition endpoint of one process (``GET /metrics``), on its own thread.
+
+    Args:
+        address: ``HOST:PORT``; port 0 picks a free one (see :attr:`port`).
+        registry: what to expose. Default the process's registry, which holds the lease metrics.
+
+    Raises:
+        ConfigurationError: bad address, or it cannot be bound (in use, not local...).
+    """
+
+    def __init__(self, address: str, registry: CollectorRegistry = REGISTRY) -> None:
+        host, port = parse_address(address)
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot serve metrics on {address}: {exc.strerror or exc}") from None
+        self.host = host
+        self.port: int = self._server.server_port
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+__all__ = [
+    "CLAIMS_WITHOUT_TRACE",
+    "DUPLICATE_DELIVERIES",
+    "LEASES_EXPIRED",
+    "LEASE_ACQUISITION",
+    "LEASE_CLAIMS",
+    "LEASE_RELEASES",
+    "LEASE_RENEWALS",
+    "RENEWALS_PER_TASK",
+    "SETTLEMENTS",
+    "SETTLEMENT_LATENCY",
+    "TASKS_PARKED",
+    "MetricsServer",
+    "parse_address",
+    "stage_label",
+]
