@@ -29,6 +29,7 @@ with a traceback and leaves out of its failure metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from datetime import timedelta
 from typing import Any, NoReturn
@@ -116,8 +117,15 @@ class LeasedActivities:
             activity_id=info.activity_id,
             attempt=info.attempt,
         )
+        claiming = asyncio.ensure_future(self._ledger.claim(task_spec, self._identity, trace=trace))
         try:
-            claim = await self._ledger.claim(task_spec, self._identity, trace=trace)
+            claim = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            # The claim may be granted all the same (on SQLite it runs to its end on the ledger
+            # thread): give it back rather than leave a lease nobody holds until its TTL lapses.
+            with contextlib.suppress(Exception):
+                await self._cancelled(await claiming, "while claiming")
+            raise
         except LeaseHeldError as exc:
             metrics.DUPLICATE_DELIVERIES.labels(spec.name, "lease_held").inc()
             raise ApplicationError(
@@ -160,8 +168,7 @@ class LeasedActivities:
         except LeaseLostError as exc:
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
         except asyncio.CancelledError:
-            error_class = ErrorClass.SHUTDOWN if activity.is_worker_shutdown() else ErrorClass.RETRYABLE
-            await asyncio.shield(self._release(claim, error_class, f"attempt cancelled ({error_class.value})"))
+            await self._cancelled(claim, "while the tool ran")
             raise
         except Exception as exc:
             error_class = classify(exc)
@@ -188,6 +195,11 @@ class LeasedActivities:
         if context.committed_at is not None:
             metrics.SETTLEMENT_LATENCY.labels(spec.name).observe(time.perf_counter() - context.committed_at)
         return self._settled(claim, saved.receipt, result.output)
+
+    async def _cancelled(self, claim: Claim, when: str) -> None:
+        """Release the lease of a cancelled attempt (worker shutdown: the attempt is given back)."""
+        error_class = ErrorClass.SHUTDOWN if activity.is_worker_shutdown() else ErrorClass.RETRYABLE
+        await asyncio.shield(self._release(claim, error_class, f"attempt cancelled {when} ({error_class.value})"))
 
     async def _release(self, claim: Claim, error_class: ErrorClass, error: str) -> None:
         try:

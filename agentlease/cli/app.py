@@ -97,7 +97,11 @@ async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> A
     from agentlease.ledger.store import Ledger
 
     path = sqlite_path(settings.ledger_url)
-    if must_exist and path is not None and not path.exists():
+    try:
+        missing = must_exist and path is not None and not path.exists()
+    except OSError as exc:  # a directory on the way that this user may not read
+        raise LedgerUnavailableError(f"cannot read the ledger at {path}: {exc.strerror or exc}") from None
+    if missing:
         raise LedgerUnavailableError(
             f"no ledger at {path}: set AGENTLEASE_LEDGER_URL (or --ledger-url), or create it with `agentlease db upgrade`"
         )
@@ -235,6 +239,8 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
             return await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)
         if description.status == WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
+        if description.status == WorkflowExecutionStatus.FAILED:
+            return await _result(asyncio.ensure_future(handle.result()), agent_run_id)  # raises with the cause
     except RPCError as exc:
         raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
     raise AgentLeaseError(f"agent run {agent_run_id} is {description.status.name.lower()}")

@@ -17,23 +17,34 @@ runs it without blocking the event loop:
 Writes begin with ``BEGIN IMMEDIATE`` on SQLite (see :mod:`agentlease.ledger.engine`); reads with
 a plain ``BEGIN``, a WAL snapshot that does not take the write lock.
 
-A caller cancelled while its transaction runs on the SQLite thread gets ``CancelledError`` at
-once; the transaction itself runs to its end (commit or rollback) on the thread, as a
-transaction whose ``COMMIT`` was already sent does on PostgreSQL.
+A caller cancelled while its transaction waits for or runs on the SQLite thread gets
+``CancelledError`` at once, but the transaction still runs to its end (commit or rollback) on the
+thread: unlike on PostgreSQL, where a cancelled caller's transaction is rolled back unless its
+``COMMIT`` was already sent, the change may be made without the caller learning of it. Callers that
+must know (a claim) wait for the outcome themselves (see ``LeasedActivities``).
+
+While another process holds SQLite's write lock, transactions queue on the thread. Each one may
+wait at most the busy timeout in all, queue included: one that reaches the thread after its
+deadline fails at once with "database is locked" instead of waiting the busy timeout again, so a
+worker's shutdown stays bounded by about one busy timeout however many tools were waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentlease.ledger.engine import (
     READ_ONLY_OPTION,
+    SQLITE_BUSY_TIMEOUT_MS,
     create_ledger_engine,
     create_sqlite_thread_engine,
     display_url,
@@ -71,19 +82,24 @@ class LedgerDatabase(Protocol):
         ...
 
 
-def open_database(url: str, *, pool_size: int = 10) -> LedgerDatabase:
+def open_database(
+    url: str, *, pool_size: int = 10, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS
+) -> LedgerDatabase:
     """The ledger database for ``sqlite:///PATH`` or ``postgresql://...``.
 
     Args:
         url: see :func:`agentlease.ledger.engine.async_url`.
         pool_size: PostgreSQL connection pool size. Default 10. SQLite uses one connection.
+        sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue
+            included (ms). Default :data:`~agentlease.ledger.engine.SQLITE_BUSY_TIMEOUT_MS`.
 
     Raises:
         ConfigurationError: bad URL.
         LedgerUnavailableError: the directory of a SQLite ledger cannot be created.
     """
     if sqlite_path(url) is not None:
-        return SQLiteThreadDatabase(create_sqlite_thread_engine(url), display_url(url))
+        engine = create_sqlite_thread_engine(url, busy_timeout_ms=sqlite_busy_timeout_ms)
+        return SQLiteThreadDatabase(engine, display_url(url), busy_timeout_ms=sqlite_busy_timeout_ms)
     return AsyncEngineDatabase(create_ledger_engine(url, pool_size=pool_size))
 
 
@@ -93,25 +109,32 @@ class SQLiteThreadDatabase:
     Args:
         engine: from :func:`~agentlease.ledger.engine.create_sqlite_thread_engine`; owned.
         url: for messages.
+        busy_timeout_ms: the engine's busy timeout; also the most a transaction waits in the queue.
     """
 
     dialect = "sqlite"
 
-    def __init__(self, engine: Engine, url: str) -> None:
+    def __init__(self, engine: Engine, url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
         self.url = url
+        self._wait_s = busy_timeout_ms / 1000
         self._engine = engine
         self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
         self._thread: ThreadPoolExecutor | None = None
 
-    @staticmethod
-    def _run(engine: Engine, transaction: Transaction[T]) -> T:
+    def _run(self, engine: Engine, transaction: Transaction[T], deadline: float) -> T:
+        if time.monotonic() >= deadline:
+            cause = sqlite3.OperationalError(
+                f"database is locked: waited {self._wait_s:g}s behind this process's other ledger transactions"
+            )
+            raise OperationalError("BEGIN", None, cause)
         with engine.begin() as conn:
             return transaction(conn)
 
     async def _hop(self, engine: Engine, transaction: Transaction[T]) -> T:
         if self._thread is None:
             self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentlease-ledger")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._run, engine, transaction)
+        deadline = time.monotonic() + self._wait_s
+        return await asyncio.get_running_loop().run_in_executor(self._thread, self._run, engine, transaction, deadline)
 
     async def write(self, transaction: Transaction[T]) -> T:
         return await self._hop(self._engine, transaction)

@@ -18,6 +18,7 @@ transaction has already ended.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ READ_ONLY_OPTION = "agentlease_read_only"
 """Execution option (bool) of SQLite connections whose transactions only read: plain ``BEGIN``."""
 
 _PG_UNDEFINED_TABLE = "42P01"
+_USERINFO_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
 
@@ -70,7 +72,7 @@ def async_url(url: str) -> str:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigurationError(
-            f"bad ledger URL {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+            f"bad ledger URL {display_url(url)!r}: expected sqlite:///PATH or postgresql://USER:PASS@HOST:PORT/DB"
         ) from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
@@ -78,17 +80,19 @@ def async_url(url: str) -> str:
             f"unsupported ledger database {backend!r} in {display_url(url)!r}: use sqlite or postgresql"
         )
     driver = _DRIVERS[backend]
-    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise ConfigurationError("the SQLite ledger needs a file path (sqlite:///PATH); :memory: cannot be shared")
+    if backend == "sqlite":
+        if parsed.database in (None, "", ":memory:"):
+            raise ConfigurationError("the SQLite ledger needs a file path (sqlite:///PATH); :memory: cannot be shared")
+        parsed = parsed.set(database=str(Path(parsed.database).expanduser()))  # sqlite:///~/ledger.db
     return parsed.set(drivername=driver).render_as_string(hide_password=False)
 
 
 def display_url(url: str) -> str:
-    """``url`` with its password masked, for messages; returned unchanged if it does not parse."""
+    """``url`` with its password masked, for messages (also when it does not parse as a URL)."""
     try:
         return make_url(url).render_as_string(hide_password=True)
     except (ArgumentError, ValueError):
-        return url
+        return _USERINFO_PASSWORD.sub(r"\1***@", url)
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -116,14 +120,14 @@ def _begin_statement(conn: Any) -> str:
     return "BEGIN" if conn.get_execution_options().get(READ_ONLY_OPTION) else "BEGIN IMMEDIATE"
 
 
-def _configure_sqlite(engine: Engine, *, driver_is_async: bool) -> None:
+def _configure_sqlite(engine: Engine, *, driver_is_async: bool, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take transaction control away from the driver; we emit BEGIN [IMMEDIATE] ourselves.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
@@ -169,7 +173,7 @@ _SQLITE_POOL: dict[str, Any] = {
 }
 
 
-def create_sqlite_thread_engine(url: str) -> Engine:
+def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
     """Create the synchronous SQLite engine of a ledger, for use by one thread at a time.
 
     Same pragmas, ``BEGIN`` handling and one-connection pool as the async SQLite engine; the
@@ -177,6 +181,7 @@ def create_sqlite_thread_engine(url: str) -> Engine:
 
     Args:
         url: a ``sqlite:///PATH`` URL (any SQLite driver name is replaced by ``pysqlite``).
+        busy_timeout_ms: how long a writer waits for another process's write lock. Default 30s.
 
     Raises:
         ConfigurationError: bad URL, or not SQLite.
@@ -188,11 +193,11 @@ def create_sqlite_thread_engine(url: str) -> Engine:
     _sqlite_database(normalised)
     engine = create_engine(
         make_url(normalised).set(drivername="sqlite+pysqlite"),
-        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False},
         poolclass=QueuePool,
         **_SQLITE_POOL,
     )
-    _configure_sqlite(engine, driver_is_async=False)
+    _configure_sqlite(engine, driver_is_async=False, busy_timeout_ms=busy_timeout_ms)
     return engine
 
 

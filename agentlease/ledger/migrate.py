@@ -22,21 +22,35 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
+PG_MIGRATION_LOCK = 0x61676C73  # "agls"
+"""PostgreSQL advisory lock key held while migrating: workers that start together on a fresh
+database migrate one after the other instead of racing to create the same tables."""
+
+
 def _upgrade(connection: Connection, revision: str) -> None:
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")
     config = alembic_config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
+    if connection.dialect.name == "sqlite":
+        # Rewrite the header's user_version with its own value: a write that fails now, with one
+        # clear line, on a read-only file or mount rather than at every claim of every worker.
+        version = connection.exec_driver_sql("PRAGMA user_version").scalar_one()
+        connection.exec_driver_sql(f"PRAGMA user_version = {int(version)}")
 
 
 async def upgrade(database: LedgerDatabase, revision: str = "head") -> None:
-    """Bring the ledger schema to ``revision`` (default the newest), in one transaction. Safe to run again.
+    """Bring the ledger schema to ``revision`` (default the newest), in one transaction. Safe to run
+    again, and from several processes at once. Also checks that the ledger can be written.
 
     Args:
         database: the ledger's database (``Ledger.database``).
         revision: an Alembic revision. Default ``head``.
 
     Raises:
-        LedgerUnavailableError: the database cannot be reached or refused the migration.
+        LedgerUnavailableError: the database cannot be reached, refused the migration, or (SQLite)
+            cannot be written.
     """
     try:
         await database.write(lambda connection: _upgrade(connection, revision))

@@ -127,6 +127,14 @@ def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
 
     assert_one_error_line(cli("status", "no-such-run", env=env), FAILED, "agent run no-such-run")
 
+    # A tool this CLI knows and the dev worker does not: the run fails, and `status` says why.
+    write_file("cli_only_tools.py", CLI_ONLY_TOOL)
+    write_file("ticket.json", json.dumps({"steps": [{"step_id": "open", "tool": "open_ticket", "arguments": {}}]}))
+    cli_only = {**env, "PYTHONPATH": str(cli.cwd), "AGENTLEASE_TOOL_MODULES": "cli_only_tools"}
+    unknown = cli("run", "ticket.json", "--wait", "--run-id", "acc-unknown", env=cli_only, timeout=120)
+    assert_one_error_line(unknown, FAILED, "agent run acc-unknown failed", "unknown tool(s) open_ticket")
+    assert_one_error_line(cli("status", "acc-unknown", env=env), FAILED, "acc-unknown failed", "open_ticket")
+
     # The worker's lease metrics, as Prometheus scrapes them.
     scraped = lease_metrics(f"http://{metrics_address}/metrics")
     steps = len(json.loads(RESTOCK_PLAN.read_text())["steps"])
@@ -140,6 +148,26 @@ def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
     assert processes_mentioning(str(cli.data_dir)) == []
     with pytest.raises(httpx.TransportError):  # the metrics endpoint stopped with it
         httpx.get(f"http://{metrics_address}/metrics", timeout=5)
+
+
+CLI_ONLY_TOOL = """
+from datetime import UTC, datetime, timedelta
+
+from pydantic import BaseModel
+
+from activities.tool import ToolResult, tool
+from agentlease.enums import SideEffectClass
+from agentlease.records import SettlementReceipt
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+@tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=5))
+async def open_ticket(ctx, args: NoArgs) -> ToolResult:
+    return ToolResult(receipt=SettlementReceipt(external_system="t", external_id="1", status="ok", verified_at=datetime.now(UTC)))
+"""
 
 
 def lease_metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

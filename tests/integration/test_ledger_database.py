@@ -5,7 +5,10 @@
 - a SQLite read takes a snapshot without the write lock: it completes while another process's
   connection holds ``BEGIN IMMEDIATE``, and a write waits for that lock on the ledger thread
   while the event loop goes on;
-- a disposed database opens its connections again on the next transaction.
+- transactions queued behind another process's write lock wait one busy timeout in all, queue
+  included, not one each;
+- a disposed database opens its connections again on the next transaction;
+- workers starting together on a fresh PostgreSQL database migrate it one after the other.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from agentlease.ledger.database import open_database
 from agentlease.ledger.migrate import upgrade
@@ -124,6 +128,35 @@ async def test_sqlite_read_runs_while_another_writer_holds_the_lock(sqlite_ledge
         # The read is a snapshot (plain BEGIN): it completes and does not see the uncommitted change.
         record = await asyncio.wait_for(sqlite_ledger.get_task("committed"), timeout=30)
         assert record.tool == "probe"
+
+
+async def test_queued_sqlite_writes_share_one_busy_timeout(sqlite_ledger: Ledger, sqlite_url: str) -> None:
+    db = open_database(sqlite_url, sqlite_busy_timeout_ms=300)
+    try:
+        with other_writer(sqlite_url):
+            outcomes = await asyncio.gather(
+                *(db.write(lambda conn, i=i: _insert_probe(conn, f"queued-{i}")) for i in range(4)),
+                return_exceptions=True,
+            )
+    finally:
+        await db.dispose()
+    assert all(isinstance(outcome, OperationalError) for outcome in outcomes), outcomes
+    messages = [str(outcome.orig) for outcome in outcomes if isinstance(outcome, OperationalError)]
+    # The first waits in SQLite's busy handler; a write that reaches the thread after its deadline
+    # fails at once instead of waiting the busy timeout again (at the latest the third one).
+    assert messages[0] == "database is locked"
+    assert any("behind this process's other ledger transactions" in message for message in messages[1:3]), messages
+    assert await sqlite_ledger.database.read(_task_ids) == ["committed"]
+
+
+async def test_workers_starting_together_migrate_a_fresh_postgresql_ledger_once(pg_url: str) -> None:
+    ledgers = [Ledger.from_url(pg_url) for _ in range(4)]
+    try:
+        await asyncio.gather(*(upgrade(ledger.database) for ledger in ledgers))
+        assert await ledgers[0].database.read(_task_ids) == []
+    finally:
+        for ledger in ledgers:
+            await ledger.close()
 
 
 async def test_disposed_database_opens_again(ledger: Ledger) -> None:
