@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -301,39 +301,32 @@ def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payloa
 
     limit = settings.decision_timeout.total_seconds()
 
+    async def _within_limit(step: Awaitable[Any], late: str) -> Any:
+        try:
+            return await asyncio.wait_for(step, timeout=limit)
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            raise AgentLeaseError(late) from None
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            message = getattr(cause, "message", None) or str(cause)
+            raise ConfigurationError(f"{update} refused: {message}") from None
+        except RPCError as exc:
+            raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+
     async def _send() -> RunStatus:
         client = await connect(settings)
         handle = client.get_workflow_handle(agent_run_id)
-        try:
-            accepted = await asyncio.wait_for(
-                handle.start_update(update, payload, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=RunStatus),
-                timeout=limit,
-            )
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        accepted = await _within_limit(
+            handle.start_update(update, payload, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=RunStatus),
             # Temporal keeps the admitted update: it may still apply when a worker picks the run up.
-            raise AgentLeaseError(
-                f"{update}: no worker took the decision for agent run {agent_run_id} within {limit:g}s; is a worker "
-                "running for its task queue? The request may still be applied when one starts"
-            ) from None
-        except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            message = getattr(cause, "message", None) or str(cause)
-            raise ConfigurationError(f"{update} refused: {message}") from None
-        except RPCError as exc:
-            raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
-        try:
-            return await asyncio.wait_for(accepted.result(), timeout=limit)
-        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-            raise AgentLeaseError(
-                f"{update}: accepted by agent run {agent_run_id} but not finished within {limit:g}s; "
-                f"follow it with `agentlease status {agent_run_id}`"
-            ) from None
-        except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            message = getattr(cause, "message", None) or str(cause)
-            raise ConfigurationError(f"{update} refused: {message}") from None
-        except RPCError as exc:
-            raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+            f"{update}: no worker took the decision for agent run {agent_run_id} within {limit:g}s; is a worker "
+            "running for its task queue? The request may still be applied when one starts",
+        )
+        return await _within_limit(
+            accepted.result(),
+            f"{update}: accepted by agent run {agent_run_id} but not finished within {limit:g}s; "
+            f"follow it with `agentlease status {agent_run_id}`",
+        )
 
     _show_run(asyncio.run(_send()), as_json)
 
