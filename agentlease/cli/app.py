@@ -7,6 +7,7 @@ stderr with a non-zero exit: 1 for a failed operation, 2 for bad input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -181,13 +182,13 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
     if not wait:
         return None
     if as_json or not out.is_terminal:
-        return await _follow(handle, plan.agent_run_id, None)
+        return await _follow(client, handle, plan.agent_run_id, None)
     with Live(console=out, refresh_per_second=4) as live:
-        return await _follow(handle, plan.agent_run_id, live)
+        return await _follow(client, handle, plan.agent_run_id, live)
 
 
-async def _follow(handle: Any, agent_run_id: str, live: Live | None) -> RunStatus:
-    """Follow a run until it ends or waits for a person."""
+async def _follow(client: Any, handle: Any, agent_run_id: str, live: Live | None) -> RunStatus:
+    """Follow a run until it ends or waits for a person (live: running tasks show their heartbeat)."""
     result = asyncio.ensure_future(handle.result())
     while not result.done():
         try:
@@ -196,6 +197,8 @@ async def _follow(handle: Any, agent_run_id: str, live: Live | None) -> RunStatu
             current = None  # The run has not been picked up by a worker yet.
         if current is not None:
             if live is not None:
+                with contextlib.suppress(RPCError):
+                    current = await _with_heartbeats(client, await handle.describe(rpc_timeout=_RPC), current)
                 live.update(run_table(current))
             if current.status == "waiting":
                 result.cancel()
@@ -209,6 +212,31 @@ async def _result(result: Any, agent_run_id: str) -> RunStatus:
         return await result
     except WorkflowFailureError as exc:
         raise AgentLeaseError(f"agent run {agent_run_id} failed: {one_line(exc.cause or exc)}") from None
+
+
+async def _with_heartbeats(client: Any, description: Any, current: RunStatus) -> RunStatus:
+    """``current`` with the stage and generation of its running tasks from their latest heartbeat.
+
+    The workflow learns a task's stage and generation when its attempt ends; meanwhile Temporal
+    keeps the attempt's latest heartbeat details (a :class:`LeaseHeartbeat`, a throttled copy of
+    what the ledger recorded), as its UI shows them.
+    """
+    latest: dict[str, dict[str, Any]] = {}
+    for pending in description.raw_description.pending_activities:
+        if not pending.heartbeat_details.payloads:
+            continue
+        with contextlib.suppress(Exception):  # details of another shape: nothing to show
+            [details] = await client.data_converter.decode(pending.heartbeat_details.payloads)
+            latest[details["task_id"]] = details
+    if not latest:
+        return current
+    tasks = [
+        {**task.model_dump(), "stage": latest[task.task_id]["stage"], "claim_generation": latest[task.task_id]["claim_generation"]}
+        if task.task_id in latest and task.status == "running"
+        else task.model_dump()
+        for task in current.tasks
+    ]
+    return RunStatus.model_validate({**current.model_dump(), "tasks": tasks})
 
 
 def _show_run(status: RunStatus, as_json: bool) -> None:
@@ -236,7 +264,8 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
     try:
         description = await handle.describe()
         if description.status == WorkflowExecutionStatus.RUNNING:
-            return await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)
+            current = await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)
+            return await _with_heartbeats(client, description, current)
         if description.status == WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
         if description.status == WorkflowExecutionStatus.FAILED:

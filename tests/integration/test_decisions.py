@@ -13,6 +13,7 @@ import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from agentlease.cli.app import _run_status
 from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileRequest
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError, TaskClosedError
@@ -208,6 +209,15 @@ async def test_cancel_during_external_call(client: Client, settings: AgentLeaseS
             assert (await ledger.get_task(task_id)).stage is Stage.EXTERNAL_CALL
 
         await assert_eventually(in_external_call, timeout=30, message="the export is running")
+
+        async def status_shows_the_heartbeat() -> None:
+            # `agentlease status`: the workflow's view, with the running attempt's latest heartbeat.
+            shown = await _run_status(settings, run)
+            assert (shown.tasks[0].status, shown.tasks[0].stage, shown.tasks[0].claim_generation) == (
+                "running", Stage.EXTERNAL_CALL, 1,
+            ), shown
+
+        await assert_eventually(status_shows_the_heartbeat, timeout=15, message="status shows stage and generation")
         status = await handle.execute_update(
             "cancel", CancelRequest(step_id="export", by="carol", reason="customer withdrew"), result_type=RunStatus
         )
