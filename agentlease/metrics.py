@@ -113,7 +113,7 @@ def parse_address(address: str) -> tuple[str, int]:
         ConfigurationError: not ``HOST:PORT`` with a port in 0..65535.
     """
     host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ConfigurationError(f"bad metrics address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
     return (host.strip("[]") or "0.0.0.0"), int(port)
 

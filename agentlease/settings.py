@@ -71,10 +71,12 @@ class AgentLeaseSettings(BaseSettings):
                 return value  # ISO 8601 ("PT30S"), parsed by pydantic
         return value
 
-    @field_validator("metrics_address")
+    @field_validator("metrics_address", mode="before")
     @classmethod
-    def _host_port(cls, value: str | None) -> str | None:
-        if value is not None:
+    def _host_port(cls, value: object) -> object:
+        if value == "":
+            return None  # AGENTLEASE_METRICS_ADDRESS= (empty): not served
+        if isinstance(value, str):
             try:
                 parse_address(value)
             except ConfigurationError as exc:

@@ -471,6 +471,7 @@ def sweep(
 ) -> None:
     """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
     from activities.tool import load_registry
+    from agentlease.metrics import MetricsServer
     from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings
 
     settings = _settings(ctx)
@@ -492,9 +493,15 @@ def sweep(
                 return
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.add_signal_handler(sig, stop.set)
-            await sweeper.run(stop)
+            # The sweeper's expiries and parked tasks are lease metrics of this process.
+            metrics = None if settings.metrics_address is None else MetricsServer(settings.metrics_address)
+            try:
+                await sweeper.run(stop)
+            finally:
+                if metrics is not None:
+                    metrics.close()
 
     asyncio.run(_sweep())
 
@@ -521,9 +528,9 @@ def demo(
     timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0,
 ) -> None:
     """Run the bundled example plans end to end on the embedded default, then stop everything."""
-    from agentlease.cli.local import run_demo
+    from agentlease.cli.local import run_demo, stopped_by_signals
 
-    settled = asyncio.run(run_demo(_settings(ctx), EXAMPLE_PLANS, out, err, timeout_s=timeout_s))
+    settled = asyncio.run(stopped_by_signals(run_demo(_settings(ctx), EXAMPLE_PLANS, out, err, timeout_s=timeout_s)))
     if not settled:
         raise AgentLeaseError("not every task of the demo settled")
 
@@ -561,6 +568,10 @@ def _run(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    except OSError as exc:  # writing the output failed: a full disk, a closed pipe
+        with contextlib.suppress(OSError):
+            err.print(f"error: cannot write the output: {one_line(exc)}")
+        return 1
     # Without standalone mode, typer returns the code of `typer.Exit` (and of --help) instead of exiting.
     return code if isinstance(code, int) else 0
 
@@ -576,8 +587,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """
     code = _run(argv)
     logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a reader that went away: nothing left to deliver to
+            stream.flush()
     os._exit(code)
 
 

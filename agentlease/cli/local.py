@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import signal
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 
@@ -23,6 +24,28 @@ from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
 from activities.tool import load_registry
 from workflows.agent_run import AgentRunWorkflow
+
+T = TypeVar("T")
+
+
+async def stopped_by_signals(main: Awaitable[T]) -> T:
+    """Run ``main`` so that SIGTERM and SIGHUP stop it the way Ctrl-C does: cancelled, with every
+    ``async with`` on the way out closed (the dev server, the services, the worker).
+
+    Raises:
+        AgentLeaseError: a signal stopped it (after everything it started was stopped).
+    """
+    task = asyncio.ensure_future(main)
+    loop = asyncio.get_running_loop()
+    received: list[str] = []
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, lambda sig=sig: (received.append(sig.name), task.cancel()))
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        raise AgentLeaseError(f"stopped by {received[0]}; everything it started is stopped") from None
 
 
 async def run_demo(

@@ -25,9 +25,9 @@ _ERRORS_SHOWN = 3
 
 
 def _one_error(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"]) or "plan"
+    where = ".".join(str(part) for part in error["loc"])
     message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
-    return f"{where}: {message}"
+    return f"{where}: {message}" if where else message
 
 
 def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:

@@ -18,6 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
+from tests.eventually import assert_eventually_sync
+
 from .runner import Background, Cli, CliResult, WriteFile, processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
@@ -396,3 +398,34 @@ def test_no_arguments_shows_the_help(cli: Cli) -> None:
     assert result.returncode == BAD_INPUT, result
     assert "Traceback" not in result.stdout + result.stderr, result
     assert "Usage: agentlease" in result.stdout + result.stderr, result
+
+
+# -- signals and metrics of the other long-running commands ---------------------------------------
+
+
+def test_demo_stopped_by_sigterm_stops_everything_it_started(cli: Cli, background: Callable[..., Background]) -> None:
+    demo = background("demo")
+    demo.wait_for_line(r"started agent run demo-", timeout=120)
+    code = demo.stop(signal.SIGTERM)
+    assert code == FAILED, "".join(demo.stderr)
+    # The last line says why (tools cancelled mid-call may log their own clean-up before it).
+    assert demo.stderr[-1].strip() == "error: stopped by SIGTERM; everything it started is stopped", demo.stderr
+    assert processes_mentioning(str(cli.data_dir)) == []
+
+
+def test_sweeper_serves_its_lease_metrics(cli: Cli, background: Callable[..., Background]) -> None:
+    ledger = {"AGENTLEASE_LEDGER_URL": f"sqlite:///{cli.data_dir / 'ledger.db'}"}
+    assert cli("db", "upgrade", env=ledger).returncode == 0
+    address = f"127.0.0.1:{free_port()}"
+    sweeper = background("sweep", "--interval-s", "0.2", env={**ledger, "AGENTLEASE_METRICS_ADDRESS": address})
+
+    def served() -> None:
+        try:
+            page = httpx.get(f"http://{address}/metrics", timeout=5)
+        except httpx.TransportError as exc:
+            raise AssertionError(f"not serving yet: {exc}") from None
+        assert page.status_code == 200
+        assert "# HELP agentlease_leases_expired_total" in page.text
+
+    assert_eventually_sync(served, timeout=30, message="the sweeper serves /metrics")
+    assert sweeper.stop(signal.SIGHUP) == 0, "".join(sweeper.stderr)

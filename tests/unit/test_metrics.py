@@ -22,7 +22,7 @@ def test_parse_address(address: str, expected: tuple[str, int]) -> None:
     assert parse_address(address) == expected
 
 
-@pytest.mark.parametrize("address", ["9464", "host:", "host:port", "host:70000", "", "host:-1"])
+@pytest.mark.parametrize("address", ["9464", "host:", "host:port", "host:70000", "", "host:-1", "host:\u00b2"])
 def test_parse_address_refuses_what_is_not_host_port(address: str) -> None:
     with pytest.raises(ConfigurationError, match="expected HOST:PORT"):
         parse_address(address)
