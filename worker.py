@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +23,8 @@ from activities.leased import LeasedActivities
 from activities.tool import ToolRegistry, load_registry
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.metrics import MetricsServer
+from agentlease.metrics import serving_metrics
+from agentlease.shutdown import stop_event
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
 from workflows.agent_run import AgentRunWorkflow
@@ -75,29 +75,24 @@ async def running_worker(
     """
     registry = registry or load_registry(settings.tool_modules)
     identity = identity or settings.worker_identity or default_identity()
-    metrics = None if settings.metrics_address is None else MetricsServer(settings.metrics_address)
-    ledger = Ledger.from_url(settings.ledger_url)
-    try:
-        await upgrade(ledger.database)
-        client = await connect(settings, identity=identity)
-        problem = await search_attributes.ensure_registered(client, settings.namespace)
-        if problem is not None:
-            logger.warning(problem)
-        worker = build_worker(client, ledger, registry, settings, identity=identity)
-        async with worker:
-            yield worker
-    finally:
-        await ledger.close()
-        if metrics is not None:
-            metrics.close()
+    with serving_metrics(settings.metrics_address):
+        ledger = Ledger.from_url(settings.ledger_url)
+        try:
+            await upgrade(ledger.database)
+            client = await connect(settings, identity=identity)
+            problem = await search_attributes.ensure_registered(client, settings.namespace)
+            if problem is not None:
+                logger.warning(problem)
+            worker = build_worker(client, ledger, registry, settings, identity=identity)
+            async with worker:
+                yield worker
+        finally:
+            await ledger.close()
 
 
 async def serve(settings: AgentLeaseSettings, *, ready: asyncio.Event | None = None) -> None:
     """Run a worker until SIGTERM, SIGINT or SIGHUP (see :func:`running_worker`)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     async with running_worker(settings):
         if ready is not None:
             ready.set()

@@ -25,6 +25,9 @@ Label values are bounded: tool names, the five stages, the task statuses and err
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
 
 from agentlease.errors import ConfigurationError
@@ -145,6 +148,23 @@ class MetricsServer:
         self._thread.join()
 
 
+@contextmanager
+def serving_metrics(address: str | None) -> Iterator[MetricsServer | None]:
+    """Serve the lease metrics on ``address`` for the duration of the block; ``None``: not served.
+
+    Raises:
+        ConfigurationError: see :class:`MetricsServer`.
+    """
+    if address is None:
+        yield None
+        return
+    server = MetricsServer(address)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 __all__ = [
     "CLAIMS_WITHOUT_TRACE",
     "DUPLICATE_DELIVERIES",
@@ -159,5 +179,6 @@ __all__ = [
     "TASKS_PARKED",
     "MetricsServer",
     "parse_address",
+    "serving_metrics",
     "stage_label",
 ]

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 import uuid
 from collections.abc import Awaitable, Sequence
@@ -269,7 +268,7 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
         if description.status == WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
         if description.status == WorkflowExecutionStatus.FAILED:
-            return await _result(asyncio.ensure_future(handle.result()), agent_run_id)  # raises with the cause
+            return await _result(handle.result(), agent_run_id)  # raises with the cause
     except RPCError as exc:
         raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
     raise AgentLeaseError(f"agent run {agent_run_id} is {description.status.name.lower()}")
@@ -471,7 +470,8 @@ def sweep(
 ) -> None:
     """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
     from activities.tool import load_registry
-    from agentlease.metrics import MetricsServer
+    from agentlease.metrics import serving_metrics
+    from agentlease.shutdown import stop_event
     from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings
 
     settings = _settings(ctx)
@@ -491,17 +491,9 @@ def sweep(
                     f"{result.needs_reconciliation}, dead-lettered {result.dead_lettered}, skipped {result.skipped}"
                 )
                 return
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.add_signal_handler(sig, stop.set)
             # The sweeper's expiries and parked tasks are lease metrics of this process.
-            metrics = None if settings.metrics_address is None else MetricsServer(settings.metrics_address)
-            try:
-                await sweeper.run(stop)
-            finally:
-                if metrics is not None:
-                    metrics.close()
+            with serving_metrics(settings.metrics_address):
+                await sweeper.run(stop_event())
 
     asyncio.run(_sweep())
 
@@ -528,7 +520,8 @@ def demo(
     timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0,
 ) -> None:
     """Run the bundled example plans end to end on the embedded default, then stop everything."""
-    from agentlease.cli.local import run_demo, stopped_by_signals
+    from agentlease.cli.local import run_demo
+    from agentlease.shutdown import stopped_by_signals
 
     settled = asyncio.run(stopped_by_signals(run_demo(_settings(ctx), EXAMPLE_PLANS, out, err, timeout_s=timeout_s)))
     if not settled:

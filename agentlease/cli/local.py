@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import uuid
-from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from rich.console import Console
 
@@ -22,31 +20,9 @@ from agentlease.errors import AgentLeaseError
 from agentlease.ledger.store import Ledger
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
+from agentlease.shutdown import stop_event
 from activities.tool import load_registry
 from workflows.agent_run import AgentRunWorkflow
-
-T = TypeVar("T")
-
-
-async def stopped_by_signals(main: Awaitable[T]) -> T:
-    """Run ``main`` so that SIGTERM and SIGHUP stop it the way Ctrl-C does: cancelled, with every
-    ``async with`` on the way out closed (the dev server, the services, the worker).
-
-    Raises:
-        AgentLeaseError: a signal stopped it (after everything it started was stopped).
-    """
-    task = asyncio.ensure_future(main)
-    loop = asyncio.get_running_loop()
-    received: list[str] = []
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(sig, lambda sig=sig: (received.append(sig.name), task.cancel()))
-    try:
-        return await task
-    except asyncio.CancelledError:
-        if not received:
-            raise
-        raise AgentLeaseError(f"stopped by {received[0]}; everything it started is stopped") from None
-
 
 async def run_demo(
     settings: AgentLeaseSettings, plans_dir: Path, out: Console, err: Console, *, timeout_s: float
@@ -115,10 +91,7 @@ async def _approving(handle: WorkflowHandle[Any, RunStatus], err: Console) -> Ru
 
 async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_port: int) -> None:
     """Run the stack in the foreground until SIGINT, SIGTERM or SIGHUP; then stop all of it."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGHUP: the terminal went away
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_event()
     async with local_stack(settings, port=port, ui_port=ui_port) as stack:
         s = stack.settings
         err.print(f"Temporal UI:      {stack.ui_url}")

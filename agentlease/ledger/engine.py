@@ -153,16 +153,15 @@ def _configure_sqlite(engine: Engine, *, driver_is_async: bool, busy_timeout_ms:
             dbapi_connection.rollback()
 
 
-def _sqlite_database(normalised_url: str) -> str:
-    """Create the directory of a SQLite ledger file; returns the file's path."""
+def _create_sqlite_directory(normalised_url: str) -> None:
+    """Create the directory of a SQLite ledger file (the URL from :func:`async_url`, ``~`` expanded)."""
     database = make_url(normalised_url).database
     assert database is not None
-    directory = Path(database).expanduser().parent
+    directory = Path(database).parent
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise LedgerUnavailableError(f"cannot create {directory} for the SQLite ledger: {exc.strerror or exc}") from None
-    return database
 
 
 _SQLITE_POOL: dict[str, Any] = {
@@ -190,7 +189,7 @@ def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_
     normalised = async_url(url)
     if not normalised.startswith("sqlite"):
         raise ConfigurationError(f"not a SQLite URL: {display_url(url)!r}")
-    _sqlite_database(normalised)
+    _create_sqlite_directory(normalised)
     engine = create_engine(
         make_url(normalised).set(drivername="sqlite+pysqlite"),
         connect_args={"timeout": busy_timeout_ms / 1000, "check_same_thread": False},
@@ -214,7 +213,7 @@ def create_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
     """
     normalised = async_url(url)
     if normalised.startswith("sqlite"):
-        _sqlite_database(normalised)
+        _create_sqlite_directory(normalised)
         engine = create_async_engine(
             normalised, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **_SQLITE_POOL
         )

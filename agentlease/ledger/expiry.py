@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-
 from typing import Any
 
 from sqlalchemy import Row, and_, select, tuple_, update
@@ -20,11 +19,11 @@ from sqlalchemy.engine import Connection
 from agentlease import metrics
 from agentlease.clock import from_ms, now_param
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
-from agentlease.ledger.schema import TaskRow
+from agentlease.ledger.statements import TASKS
 from agentlease.ledger.store import Ledger
 from agentlease.records import TraceLink
 
-_T = TaskRow.__table__.c
+_T = TASKS.c
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ async def expired_leases(
     """
     now_ms = ledger.now_expression
     query = (
-        select(TaskRow.__table__)
+        select(TASKS)
         .where(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now_ms)
         .order_by(_T.lease_expires_at_ms, _T.task_id)
         .limit(limit)
@@ -140,7 +139,7 @@ async def record_expiry(
             if locked is None:
                 return False
         row = conn.execute(
-            update(TaskRow)
+            update(TASKS)
             .where(unchanged)
             .values(
                 status=status.value,

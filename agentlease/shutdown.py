@@ -1,0 +1,50 @@
+"""How long-running commands learn that they should stop: the stop signals, as an event or a cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from agentlease.errors import AgentLeaseError
+
+T = TypeVar("T")
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""SIGTERM (a supervisor), SIGINT (Ctrl-C) and SIGHUP (the terminal went away)."""
+
+
+def stop_event() -> asyncio.Event:
+    """An event the running loop sets on any of :data:`STOP_SIGNALS`; wait for it, then shut down.
+
+    Must be called from inside the event loop that will wait for it.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def stopped_by_signals(main: Awaitable[T]) -> T:
+    """Run ``main`` so that SIGTERM and SIGHUP stop it the way Ctrl-C does: cancelled, with every
+    ``async with`` on the way out closed (the dev server, the services, the worker).
+
+    Raises:
+        AgentLeaseError: a signal stopped it (after everything it started was stopped).
+    """
+    task = asyncio.ensure_future(main)
+    loop = asyncio.get_running_loop()
+    received: list[str] = []
+    for sig in (s for s in STOP_SIGNALS if s is not signal.SIGINT):  # asyncio.run handles Ctrl-C
+        loop.add_signal_handler(sig, lambda sig=sig: (received.append(sig.name), task.cancel()))
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        raise AgentLeaseError(f"stopped by {received[0]}; everything it started is stopped") from None
+
+
+__all__ = ["STOP_SIGNALS", "stop_event", "stopped_by_signals"]
