@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import shutil
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
+from sqlalchemy.engine import make_url
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -110,3 +113,36 @@ async def local_stack(
         )
         await stack.enter_async_context(running_worker(settings))
         yield LocalStack(env=env, settings=settings, ui_url=f"http://127.0.0.1:{ui_port}")
+
+
+async def _postgres_admin(server_url: str, statement: str, *, timeout_s: float) -> None:
+    dsn = make_url(server_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    admin = await asyncpg.connect(dsn, timeout=timeout_s)
+    try:
+        await admin.execute(statement)
+    finally:
+        await admin.close()
+
+
+@asynccontextmanager
+async def scratch_postgres_database(server_url: str, prefix: str, *, timeout_s: float = 5.0) -> AsyncIterator[str]:
+    """A fresh, empty database ``<prefix>_<hex>`` on the server of ``server_url``; yields its URL.
+
+    Made from ``template0`` (which never has connections, so concurrent copies cannot block) and
+    dropped ``WITH (FORCE)`` on exit. For tests and benchmarks.
+
+    Args:
+        server_url: any database URL on the server, with a user allowed to create databases.
+        prefix: the new database's name before ``_<hex>``.
+        timeout_s: how long to wait for the server. Default 5s.
+
+    Raises:
+        OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError: the server
+            cannot be reached or refused.
+    """
+    name = f"{prefix}_{uuid.uuid4().hex}"
+    await _postgres_admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE template0', timeout_s=timeout_s)
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        await _postgres_admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', timeout_s=timeout_s)

@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-from sqlalchemy.engine import make_url
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -44,7 +43,7 @@ from temporalio.worker import Worker
 from activities.decisions import DecisionActivities
 from activities.leased import LeasedActivities
 from activities.tool import ToolRegistry
-from agentlease.devstack import dev_server
+from agentlease.devstack import dev_server, scratch_postgres_database
 from agentlease.errors import AgentLeaseError, one_line
 from agentlease.ledger.database import AsyncEngineDatabase
 from agentlease.ledger.engine import create_ledger_engine
@@ -211,29 +210,6 @@ async def migrated_ledger(url: str, *, aiosqlite: bool = False) -> AsyncIterator
         await ledger.close()
 
 
-def _asyncpg_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-@asynccontextmanager
-async def scratch_pg_database(url: str) -> AsyncIterator[str]:
-    """A fresh database on the server of ``url`` (``agentlease_bench_<hex>``), dropped afterwards."""
-    name = f"agentlease_bench_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(_asyncpg_dsn(url), timeout=PG_CONNECT_TIMEOUT_S)
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    finally:
-        await admin.close()
-    try:
-        yield make_url(url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        admin = await asyncpg.connect(_asyncpg_dsn(url), timeout=PG_CONNECT_TIMEOUT_S)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-
 def default_pg_url() -> str | None:
     """``AGENTLEASE_LEDGER_URL`` when it names a PostgreSQL database, else ``None``."""
     url = os.environ.get("AGENTLEASE_LEDGER_URL", "")
@@ -368,7 +344,9 @@ async def bench(opts: argparse.Namespace) -> None:
         if opts.pg_url:
             pg_url = opts.pg_url
             if not opts.pg_in_place:
-                pg_url = await stack.enter_async_context(scratch_pg_database(opts.pg_url))
+                pg_url = await stack.enter_async_context(
+                    scratch_postgres_database(opts.pg_url, "agentlease_bench", timeout_s=PG_CONNECT_TIMEOUT_S)
+                )
             pg_ledger = await stack.enter_async_context(migrated_ledger(pg_url))
             sides.append(leased_side(LEASED_PG, pg_ledger, settings))
         if opts.aiosqlite:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
+from agentlease.devstack import scratch_postgres_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 
@@ -43,21 +43,9 @@ async def _admin_connection() -> asyncpg.Connection:
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
     """URL of a fresh, empty PostgreSQL database, dropped (WITH (FORCE)) after the test."""
-    name = f"agentlease_test_{uuid.uuid4().hex}"
-    admin = await _admin_connection()
-    try:
-        # template0 never has connections, so concurrent test sessions cannot block the copy.
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-    finally:
-        await admin.close()
-    try:
-        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        admin = await _admin_connection()
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+    await (await _admin_connection()).close()  # skips, visibly, when the server cannot be reached
+    async with scratch_postgres_database(PG_ADMIN_URL, "agentlease_test", timeout_s=PG_CONNECT_TIMEOUT_S) as url:
+        yield url
 
 
 @pytest.fixture

@@ -85,12 +85,8 @@ async def _admin(statement: str) -> None:
 @pytest.fixture
 def pg_ledger_url() -> Iterator[str]:
     """URL of a fresh, empty PostgreSQL database ``agentlease_acc_<hex>``, dropped afterwards."""
-    name = f"agentlease_acc_{uuid.uuid4().hex}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}" TEMPLATE template0'))
-    try:
-        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with fresh_pg_database() as url:
+        yield url
 
 
 @contextmanager
