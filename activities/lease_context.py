@@ -8,18 +8,20 @@ they are a copy for the Temporal UI and the next attempt, never the record.
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from temporalio import activity
 
+from activities.resources import ToolResources
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import LeaseLostError
+from agentlease.idempotency.convention import downstream_headers
 from agentlease.ledger.store import Ledger
-from agentlease.records import Claim, StoredReceipt
+from agentlease.records import Claim, SettlementReceipt, StoredReceipt
 from agentlease.settings import AgentLeaseSettings
-from reconciliation.policy import RecoveryAction, RecoveryDecision
+from reconciliation.policy import RecoveryDecision
 
 
 class LeaseHeartbeat(BaseModel):
@@ -35,14 +37,16 @@ class LeaseHeartbeat(BaseModel):
 
 
 class LeaseContext:
-    """What a tool sees of its lease.
+    """What a tool sees of its lease (``docs/writing-tools.md``).
 
     Attributes:
-        claim: the lease this attempt holds.
+        claim: the lease this attempt holds (task id, generation, owner, expiry, attempts).
         side_effect_class: the tool's class.
         previous_receipt: a receipt already stored for this idempotency key, if any.
         settings: the worker's settings (endpoints of the built-in tools).
-        recovery: the recovery decision for this attempt (``read_back_first`` after ``commit``...).
+        resources: what the worker's tools share (database engines by URL).
+        recovery: the recovery decision for this attempt; ``recovery.read_back_first`` is true when
+            an earlier attempt reached ``commit`` and the tool must read back before it writes.
         stage: the last stage this attempt recorded (``None`` before the first ``advance``).
         committed_at: when this attempt entered ``commit`` (``time.perf_counter()`` seconds),
             for the settlement latency metric; ``None`` if it did not.
@@ -57,12 +61,14 @@ class LeaseContext:
         previous_receipt: StoredReceipt | None,
         settings: AgentLeaseSettings,
         recovery: RecoveryDecision,
+        resources: ToolResources | None = None,
     ) -> None:
         self._ledger = ledger
         self.claim = claim
         self.side_effect_class = side_effect_class
         self.previous_receipt = previous_receipt
         self.settings = settings
+        self.resources = resources or ToolResources()
         self.recovery = recovery
         self.stage: Stage | None = None
         self.committed_at: float | None = None
@@ -70,7 +76,7 @@ class LeaseContext:
 
     @property
     def fencing_token(self) -> int:
-        """The claim generation, to send to fenced downstream systems."""
+        """The claim generation, to send to fenced downstream systems (``Fencing-Token``)."""
         return self.claim.generation
 
     @property
@@ -85,13 +91,43 @@ class LeaseContext:
 
     @property
     def previous_stage(self) -> Stage | None:
-        """The previous attempt's last durable stage, as the ledger recorded it."""
+        """The furthest stage an earlier attempt reached, as the ledger recorded it (``None``: none ran)."""
         return self.claim.previous_stage
 
     @property
     def lease_lost(self) -> bool:
         """True once a renewal was refused; the tool must start no new side effect."""
         return self._lost is not None
+
+    def downstream_headers(self, resource: str | None = None) -> dict[str, str]:
+        """The headers of a write to a downstream that follows the project's HTTP convention.
+
+        Args:
+            resource: the fenced resource (``Fencing-Resource``); omitted: the service names it
+                (by default, the request path).
+
+        Returns:
+            ``Idempotency-Key`` (the task's key) and ``Fencing-Token`` (the claim generation),
+            plus ``Fencing-Resource`` when ``resource`` is given.
+        """
+        return downstream_headers(self.idempotency_key, self.fencing_token, resource)
+
+    def receipt(self, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
+        """A settlement receipt of what the tool just read back, verified now.
+
+        Args:
+            external_system: what was written (``"tracker"``, ``"sql:inventory"``...).
+            external_id: the target's own id of the outcome.
+            status: what the readback observed (``"open"``, ``"present"``...).
+            **details: small JSON-able facts from the readback (sizes, digests).
+        """
+        return SettlementReceipt(
+            external_system=external_system,
+            external_id=external_id,
+            status=status,
+            details=details,
+            verified_at=datetime.now(UTC),
+        )
 
     async def advance(self, stage: Stage, reason: str) -> None:
         """Enter ``stage``: record it in the ledger (a guarded renewal), then heartbeat it.
@@ -127,13 +163,8 @@ class LeaseContext:
     async def _renew(self, reason: str, stage: Stage | None) -> None:
         if self._lost is not None:
             raise self._lost
-        recorded = stage
-        if stage is not None and self.claim.previous_stage is not None and self.claim.previous_stage.order > stage.order:
-            # The ledger keeps the furthest stage any attempt reached: a later attempt that dies in
-            # preflight must still leave "read back first" for the next one (G6).
-            recorded = self.claim.previous_stage
         try:
-            expires_at = await self._ledger.renew(self.claim, reason=reason, stage=recorded)
+            expires_at = await self._ledger.renew(self.claim, reason=reason, stage=stage)
         except LeaseLostError as exc:
             self._lost = exc
             raise
@@ -154,4 +185,4 @@ def _heartbeat(details: Any) -> None:
         activity.heartbeat(details)
 
 
-__all__ = ["LeaseContext", "LeaseHeartbeat", "RecoveryAction"]
+__all__ = ["LeaseContext", "LeaseHeartbeat"]

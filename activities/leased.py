@@ -38,9 +38,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.lease_context import LeaseContext
-from activities.tool import ToolRegistry, ToolSpec
-from agentlease import metrics
-from agentlease.enums import FailureType, Stage, TaskStatus
+from activities.registry import ToolRegistry
+from activities.resources import ToolResources
+from activities.tool import ToolSpec
+from agentlease.enums import ErrorClass, FailureType, RecoveryAction, Stage, TaskStatus
 from agentlease.errors import (
     LeaseHeldError,
     LeaseLostError,
@@ -49,18 +50,25 @@ from agentlease.errors import (
     one_line,
 )
 from agentlease.ledger.store import Ledger
-from agentlease.records import Claim, SettlementReceipt, TaskRecord, TaskSpec, ToolCall, ToolInfo, ToolOutcome, TraceLink
+from agentlease.names import DESCRIBE_TOOLS
+from agentlease.records import (
+    Claim,
+    SettlementReceipt,
+    TaskRecord,
+    TaskSpec,
+    ToolCall,
+    ToolInfo,
+    ToolOutcome,
+    TraceLink,
+)
 from agentlease.settings import AgentLeaseSettings
-from reconciliation.policy import ErrorClass, RecoveryAction, RecoveryDecision, classify, decide
-from workflows.agent_run import DESCRIBE_TOOLS
-
+from reconciliation.policy import RecoveryDecision, classify, decide
 
 EXPECTED = ApplicationErrorCategory.BENIGN
 """Category of the failures that report a recorded decision rather than a fault (see the table)."""
 
 MIN_RETRY_DELAY = timedelta(milliseconds=20)
 """Smallest ``next_retry_delay`` asked of Temporal while a lease is still held."""
-
 
 
 class LeasedActivities:
@@ -71,13 +79,24 @@ class LeasedActivities:
         registry: the tools this worker serves.
         identity: the ``lease_owner`` of every claim this worker makes.
         settings: handed to tools through their :class:`LeaseContext`.
+        resources: what the tools share (database engines); default a new, empty one. The caller
+            closes it when the worker stops.
     """
 
-    def __init__(self, ledger: Ledger, registry: ToolRegistry, identity: str, settings: AgentLeaseSettings) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        registry: ToolRegistry,
+        identity: str,
+        settings: AgentLeaseSettings,
+        resources: ToolResources | None = None,
+    ) -> None:
         self._ledger = ledger
         self._registry = registry
         self._identity = identity
         self._settings = settings
+        self._resources = resources or ToolResources()
+        self._metrics = ledger.metrics
 
     def activities(self) -> list[Any]:
         """The activity callables to register on a Temporal worker."""
@@ -127,7 +146,7 @@ class LeasedActivities:
                 await self._cancelled(await claiming, "while claiming")
             raise
         except LeaseHeldError as exc:
-            metrics.DUPLICATE_DELIVERIES.labels(spec.name, "lease_held").inc()
+            self._metrics.duplicate_delivery(spec.name, "lease_held")
             raise ApplicationError(
                 str(exc),
                 type=FailureType.LEASE_HELD,
@@ -148,11 +167,12 @@ class LeasedActivities:
         )
         if decision.action is RecoveryAction.NEVER_RERUN and stored is not None:
             # G6: an earlier attempt (or a task with the same key) already proved the outcome.
-            metrics.DUPLICATE_DELIVERIES.labels(spec.name, "settled").inc()
+            self._metrics.duplicate_delivery(spec.name, "settled")
             await asyncio.shield(self._ledger.settle(claim, stored.receipt))
             return self._settled(claim, stored.receipt, None)
         if not decision.action.runs_tool:
-            await self._park(claim, decision, claim.previous_error_class or "none", "before this attempt ran")
+            previous = ErrorClass.parse(claim.previous_error_class) or ErrorClass.EXPIRED
+            await self._park(claim, decision, previous, "before this attempt ran")
 
         context = LeaseContext(
             ledger=self._ledger,
@@ -161,6 +181,7 @@ class LeasedActivities:
             previous_receipt=stored,
             settings=self._settings,
             recovery=decision,
+            resources=self._resources,
         )
         try:
             args = spec.args_model.model_validate(call.arguments)
@@ -170,7 +191,7 @@ class LeasedActivities:
         except asyncio.CancelledError:
             await self._cancelled(claim, "while the tool ran")
             raise
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every way a tool fails is classified and recorded
             error_class = classify(exc)
             after = decide(
                 spec.side_effect_class,
@@ -181,7 +202,7 @@ class LeasedActivities:
                 max_attempts=spec.max_attempts,
             )
             if not after.action.runs_tool:
-                await self._park(claim, after, error_class.value, one_line(exc))
+                await self._park(claim, after, error_class, one_line(exc))
             await self._release(claim, error_class, one_line(exc))
             raise ApplicationError(one_line(exc), type=error_class.value) from None
 
@@ -193,7 +214,7 @@ class LeasedActivities:
             # G10: recorded as late_unapplied by the ledger; never reported as success.
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
         if context.committed_at is not None:
-            metrics.SETTLEMENT_LATENCY.labels(spec.name).observe(time.perf_counter() - context.committed_at)
+            self._metrics.settlement_latency(spec.name, time.perf_counter() - context.committed_at)
         return self._settled(claim, saved.receipt, result.output)
 
     async def _cancelled(self, claim: Claim, when: str) -> None:
@@ -203,35 +224,29 @@ class LeasedActivities:
 
     async def _release(self, claim: Claim, error_class: ErrorClass, error: str) -> None:
         try:
-            await self._ledger.release(
-                claim,
-                error_class=error_class.value,
-                error=error,
-                capacity_release=error_class is ErrorClass.SHUTDOWN,  # lack of capacity is not an attempt
-            )
+            await self._ledger.release(claim, error_class=error_class, error=error)
         except LeaseLostError:
             pass  # Already recorded as lease_lost evidence; the newer holder decides.
 
-    async def _park(self, claim: Claim, decision: RecoveryDecision, error_class: str, error: str) -> NoReturn:
+    async def _park(self, claim: Claim, decision: RecoveryDecision, error_class: ErrorClass, error: str) -> NoReturn:
         """Apply a decision that does not run the tool, then fail the attempt non-retryably."""
-        reason = f"{decision.rule} ({error})"
-        if decision.action is RecoveryAction.DEAD_LETTER:
-            write, failure = self._ledger.dead_letter(claim, error_class=error_class, error=reason), FailureType.DEAD_LETTERED
-        elif decision.action is RecoveryAction.BLOCK:
-            write = self._ledger.await_decision(claim, status=TaskStatus.BLOCKED, error_class=error_class, error=reason)
-            failure = FailureType.BLOCKED
-        elif decision.action is RecoveryAction.RECONCILE:
-            write = self._ledger.await_decision(
-                claim, status=TaskStatus.NEEDS_RECONCILIATION, error_class=error_class, error=reason
+        status = decision.action.parks_as
+        if status is None:  # stay cancelled / never rerun: the ledger's record says how it ended
+            raise ApplicationError(
+                f"{claim.task_id}: {decision.rule}",
+                _facts(await self._ledger.get_task(claim.task_id)),
+                type=FailureType.TASK_CLOSED.value,
+                non_retryable=True,
+                category=EXPECTED,
             )
-            failure = FailureType.NEEDS_RECONCILIATION
-        else:
-            raise AssertionError(f"{decision.action} runs the tool or settles; it is not parked")
+        reason = f"{decision.rule} ({error})"
         try:
-            await write
+            await self._ledger.await_decision(claim, status=status, error_class=error_class, error=reason)
         except LeaseLostError as exc:
             raise ApplicationError(str(exc), type=FailureType.LEASE_LOST) from None
         record = await self._ledger.get_task(claim.task_id)
+        failure = status.failure_type
+        assert failure is not None
         raise ApplicationError(
             f"{claim.task_id}: {reason}", _facts(record), type=failure.value, non_retryable=True, category=EXPECTED
         )
@@ -239,13 +254,9 @@ class LeasedActivities:
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
         record = await self._ledger.get_task(exc.task_id)
         if record.status is TaskStatus.SETTLED:
-            metrics.DUPLICATE_DELIVERIES.labels(record.tool, "settled").inc()
+            self._metrics.duplicate_delivery(record.tool, "settled")
             return ToolOutcome.of(record)
-        failure = {
-            TaskStatus.CANCELLED: FailureType.TASK_CANCELLED,
-            TaskStatus.BLOCKED: FailureType.BLOCKED,
-            TaskStatus.NEEDS_RECONCILIATION: FailureType.NEEDS_RECONCILIATION,
-        }.get(record.status, FailureType.DEAD_LETTERED)
+        failure = record.status.failure_type or FailureType.TASK_CLOSED
         raise ApplicationError(str(exc), _facts(record), type=failure.value, non_retryable=True, category=EXPECTED)
 
     @staticmethod
@@ -259,7 +270,6 @@ class LeasedActivities:
             receipt=receipt,
             result=output,
         )
-
 
 
 def _facts(record: TaskRecord) -> dict[str, Any]:

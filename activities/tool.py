@@ -7,25 +7,20 @@ declaring one without it is refused.
 
 from __future__ import annotations
 
-import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentlease.enums import SideEffectClass
-from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError, UnknownToolError
-from agentlease.records import SettlementReceipt, ToolInfo
+from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError
+from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE, SettlementReceipt, ToolInfo
 
 if TYPE_CHECKING:
     from activities.lease_context import LeaseContext
-
-DEFAULT_START_TO_CLOSE = timedelta(minutes=5)
-DEFAULT_MAX_ATTEMPTS = 5
 
 
 class ToolResult(BaseModel):
@@ -83,17 +78,17 @@ class ToolSpec:
 
 def tool(
     *,
-    side_effect: SideEffectClass,
-    lease_ttl: timedelta | None,
+    side_effect: SideEffectClass | str,
+    lease_ttl: timedelta,
     start_to_close: timedelta = DEFAULT_START_TO_CLOSE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     requires_approval: bool | None = None,
     name: str | None = None,
 ) -> Callable[[ToolFunction], ToolSpec]:
-    """Declare a tool.
+    """Declare a tool (``docs/writing-tools.md``).
 
     Args:
-        side_effect: the tool's side-effect class.
+        side_effect: the tool's side-effect class, as the enum or its value (``"idempotent"``).
         lease_ttl: the lease TTL, used as the activity's ``heartbeat_timeout``; required (G9).
         start_to_close: bound of one attempt. Default 5 minutes.
         max_attempts: real attempts before dead-lettering. Default 5.
@@ -106,12 +101,18 @@ def tool(
 
     Raises:
         MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
-        ConfigurationError: the function is not async, or its ``args`` is not a pydantic model.
+        ConfigurationError: an unknown side-effect class, the function is not async, or its
+            ``args`` is not a pydantic model.
     """
+    try:
+        side_effect_class = SideEffectClass(side_effect)
+    except ValueError:
+        known = ", ".join(c.value for c in SideEffectClass)
+        raise ConfigurationError(f"unknown side_effect {side_effect!r}; use one of {known}") from None
 
     def declare(fn: ToolFunction) -> ToolSpec:
         tool_name = name or fn.__name__
-        if lease_ttl is None or lease_ttl <= timedelta(0):
+        if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
             raise MissingHeartbeatTimeoutError(
                 f"tool {tool_name!r} has no lease_ttl: every tool call needs a heartbeat_timeout (G9)"
             )
@@ -128,71 +129,15 @@ def tool(
             raise ConfigurationError(f"tool {tool_name!r} must take (ctx, args: <pydantic model>)")
         return ToolSpec(
             name=tool_name,
-            side_effect_class=side_effect,
+            side_effect_class=side_effect_class,
             lease_ttl=lease_ttl,
             start_to_close=start_to_close,
             max_attempts=max_attempts,
-            requires_approval=side_effect is SideEffectClass.UNSAFE if requires_approval is None else requires_approval,
+            requires_approval=(
+                side_effect_class is SideEffectClass.UNSAFE if requires_approval is None else requires_approval
+            ),
             args_model=args_model,
             fn=fn,
         )
 
     return declare
-
-
-class ToolRegistry:
-    """The tools one worker serves, by name."""
-
-    def __init__(self, specs: Iterable[ToolSpec] = ()) -> None:
-        self._specs: dict[str, ToolSpec] = {}
-        for spec in specs:
-            self.add(spec)
-
-    def add(self, spec: ToolSpec) -> None:
-        """Register a tool. Raises :class:`ConfigurationError` for a second tool of the same name."""
-        if spec.name in self._specs and self._specs[spec.name] is not spec:
-            raise ConfigurationError(f"two tools are named {spec.name!r}")
-        self._specs[spec.name] = spec
-
-    def add_module(self, module: ModuleType) -> None:
-        """Register every :class:`ToolSpec` defined at the top level of ``module``."""
-        for value in vars(module).values():
-            if isinstance(value, ToolSpec):
-                self.add(value)
-
-    def get(self, name: str) -> ToolSpec:
-        """The tool named ``name``. Raises :class:`UnknownToolError`."""
-        try:
-            return self._specs[name]
-        except KeyError:
-            raise UnknownToolError(name, list(self._specs)) from None
-
-    def names(self) -> list[str]:
-        return sorted(self._specs)
-
-    def specs(self) -> list[ToolSpec]:
-        return [self._specs[name] for name in self.names()]
-
-    def catalog(self) -> list[ToolInfo]:
-        """What the workflow learns of every tool (see ``describe_tools``)."""
-        return [spec.info() for spec in self.specs()]
-
-
-def load_registry(module_names: Iterable[str] = (), *, builtins: bool = True) -> ToolRegistry:
-    """The built-in tools plus the tools of the named modules (``AGENTLEASE_TOOL_MODULES``).
-
-    Raises:
-        ConfigurationError: a module cannot be imported, or two tools share a name.
-    """
-    registry = ToolRegistry()
-    if builtins:
-        from activities import builtin
-
-        registry.add_module(builtin)
-    for module_name in module_names:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigurationError(f"cannot import tool module {module_name!r}: {exc}") from None
-        registry.add_module(module)
-    return registry

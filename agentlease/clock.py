@@ -2,13 +2,14 @@
 
 Lease expiry is judged on the ledger database's clock (G1), never on a worker's. Columns store
 epoch milliseconds (suffix ``_ms``) so that SQLite and PostgreSQL compare and add them the same
-way; records expose timezone-aware ``datetime`` values. The one clock seam (STYLE.md, rule 7):
+way; records expose timezone-aware ``datetime`` values. The one clock seam:
 every ledger query takes an optional ``now`` and otherwise uses the database's clock.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 from sqlalchemy import BigInteger, ColumnElement, bindparam, cast, func, literal, literal_column
 
@@ -31,6 +32,12 @@ def to_ms(value: datetime) -> int:
     return (require_aware(value) - _EPOCH) // timedelta(milliseconds=1)
 
 
+@overload
+def from_ms(value: int) -> datetime: ...
+@overload
+def from_ms(value: None) -> None: ...
+@overload
+def from_ms(value: int | None) -> datetime | None: ...
 def from_ms(value: int | None) -> datetime | None:
     """Aware UTC datetime for epoch milliseconds; ``None`` stays ``None``."""
     if value is None:

@@ -1,21 +1,153 @@
-"""Operator decisions: the payloads of ``AgentRunWorkflow``'s decision updates, and what the
-ledger is asked to do with each (seed 1, "Recovery needs a policy": reconciliation, block, dead
-letter, human cancellation).
+"""Operator decisions: the one decision table, and the payloads that carry a decision.
+
+:data:`DECISIONS` says, for each :class:`~agentlease.enums.DecisionKind`, which ledger statuses it
+applies to, the status it leaves the task in, the evidence-trail entry it writes, and the command
+(workflow update and CLI command) that makes it. The ledger applies it
+(:meth:`agentlease.ledger.store.Ledger.decide`), the workflows' update validators refuse what it
+does not allow, and ``agentlease waiting`` prints the commands it offers. The rules come from
+``docs/recovery.md`` ("Recovery classification": reconciliation, block, dead letter, human
+cancellation).
 
 Every decision names who made it (``by``) and why (``reason``); both go into the evidence trail.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
 from agentlease.records import TaskSpec
 
 _Who = Field(min_length=1, max_length=200)
 _Why = Field(min_length=1, max_length=2000)
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """One row of the decision table.
+
+    Attributes:
+        kind: the decision.
+        command: the workflow update and ``agentlease`` command that makes it; ``None`` for
+            ``await_approval``, which the run itself makes.
+        applies_to: the ledger statuses it applies to; any other is refused.
+        to: the status it leaves the task in.
+        event: the evidence-trail entry it writes.
+        error_class: recorded with it, read by the next attempt's recovery policy (``None``: cleared).
+        restarts_attempts: the task's real-attempt count goes back to 0.
+        settles: it writes a settlement receipt from what the operator observed.
+    """
+
+    kind: DecisionKind
+    command: str | None
+    applies_to: frozenset[TaskStatus]
+    to: TaskStatus
+    event: EventKind
+    error_class: ErrorClass | None = None
+    restarts_attempts: bool = False
+    settles: bool = False
+
+    def allows(self, status: object) -> bool:
+        """Whether a task (or a run's view of a step) in ``status`` may take this decision."""
+        return status in self.applies_to
+
+
+def _rule(
+    kind: DecisionKind,
+    command: str | None,
+    applies_to: Iterable[TaskStatus],
+    to: TaskStatus,
+    event: EventKind,
+    **more: Any,
+) -> tuple[DecisionKind, DecisionRule]:
+    return kind, DecisionRule(kind, command, frozenset(applies_to), to, event, **more)
+
+
+_OPEN = [status for status in TaskStatus if not status.is_terminal]
+
+DECISIONS: dict[DecisionKind, DecisionRule] = dict(
+    [
+        _rule(
+            DecisionKind.AWAIT_APPROVAL,
+            None,
+            [TaskStatus.PENDING],
+            TaskStatus.AWAITING_APPROVAL,
+            EventKind.AWAITING_APPROVAL,
+        ),
+        _rule(DecisionKind.APPROVE, "approve", [TaskStatus.AWAITING_APPROVAL], TaskStatus.PENDING, EventKind.APPROVED),
+        _rule(DecisionKind.REJECT, "reject", [TaskStatus.AWAITING_APPROVAL], TaskStatus.REJECTED, EventKind.REJECTED),
+        _rule(
+            DecisionKind.CONFIRM,
+            "reconcile",
+            [TaskStatus.NEEDS_RECONCILIATION],
+            TaskStatus.SETTLED,
+            EventKind.RECONCILED,
+            settles=True,
+        ),
+        _rule(
+            DecisionKind.RETRY,
+            "reconcile",
+            [TaskStatus.NEEDS_RECONCILIATION],
+            TaskStatus.RELEASED,
+            EventKind.RECONCILED,
+            error_class=ErrorClass.OPERATOR_RETRY,
+        ),
+        _rule(
+            DecisionKind.ABANDON,
+            "reconcile",
+            [TaskStatus.NEEDS_RECONCILIATION],
+            TaskStatus.ABANDONED,
+            EventKind.RECONCILED,
+        ),
+        _rule(
+            DecisionKind.REDRIVE,
+            "redrive",
+            [TaskStatus.DEAD_LETTERED, TaskStatus.BLOCKED],
+            TaskStatus.RELEASED,
+            EventKind.REDRIVEN,
+            error_class=ErrorClass.REDRIVEN,
+            restarts_attempts=True,
+        ),
+        _rule(
+            DecisionKind.CANCEL,
+            "cancel",
+            _OPEN,
+            TaskStatus.CANCELLED,
+            EventKind.CANCELLED,
+            error_class=ErrorClass.CANCELLED,
+        ),
+    ]
+)
+"""The decision table: every decision, what it applies to and what it does."""
+
+RECONCILE_ACTIONS: tuple[DecisionKind, ...] = tuple(k for k, r in DECISIONS.items() if r.command == "reconcile")
+"""The ``--action`` values of ``reconcile``: confirm, retry, abandon."""
+
+WAITING_NOTES = {TaskStatus.BLOCKED: "repair access, then"}
+"""What must happen before a decision helps, per status (shown by ``agentlease waiting``)."""
+
+
+def offered(status: TaskStatus) -> list[DecisionRule]:
+    """The operator decisions that apply to a task in ``status``, one per command, in table order."""
+    seen: dict[str, DecisionRule] = {}
+    for rule in DECISIONS.values():
+        if rule.command is not None and rule.allows(status):
+            seen.setdefault(rule.command, rule)
+    return list(seen.values())
+
+
+def suggested_commands(status: TaskStatus, agent_run_id: str, step_id: str) -> list[str]:
+    """The ``agentlease`` command lines that decide a task waiting in ``status`` (cancel last)."""
+    lines = []
+    for rule in sorted(offered(status), key=lambda r: r.kind is DecisionKind.CANCEL):
+        action = f" --action {'|'.join(RECONCILE_ACTIONS)}" if rule.command == "reconcile" else ""
+        note = f"{WAITING_NOTES[status]} " if status in WAITING_NOTES and rule.kind is not DecisionKind.CANCEL else ""
+        lines.append(f"{note}agentlease {rule.command} {agent_run_id} {step_id}{action} --by WHO --reason WHY")
+    return lines
 
 
 class _Request(BaseModel):
@@ -23,12 +155,12 @@ class _Request(BaseModel):
 
 
 class DecisionRequest(_Request):
-    """``approve``, ``reject`` and ``redrive`` of one step.
+    """Payload of ``approve``, ``reject`` and ``redrive`` of one step.
 
     Attributes:
         step_id: the step decided on.
-        by: who decides (operator name).
-        reason: why.
+        by: who decides (operator name), 1 to 200 characters.
+        reason: why, 1 to 2000 characters.
     """
 
     step_id: str = Field(min_length=1)
@@ -37,7 +169,7 @@ class DecisionRequest(_Request):
 
 
 class ReconcileRequest(DecisionRequest):
-    """``reconcile`` a step that needs a decision.
+    """Payload of ``reconcile`` of a step that needs a decision.
 
     Attributes:
         action: ``confirm`` (the side effect happened: a receipt is written from ``external_id``
@@ -53,34 +185,33 @@ class ReconcileRequest(DecisionRequest):
 
     @model_validator(mode="after")
     def _confirm_needs_external_id(self) -> ReconcileRequest:
-        if self.action == "confirm" and not self.external_id:
+        if self.action == DecisionKind.CONFIRM.value and not self.external_id:
             raise ValueError("confirm needs the external_id of the outcome")
         return self
 
+    @property
+    def kind(self) -> DecisionKind:
+        """The decision this reconcile makes."""
+        return DecisionKind(self.action)
+
 
 class CancelRequest(_Request):
-    """``cancel`` one step, or the whole run when ``step_id`` is omitted."""
+    """Payload of ``cancel`` of one step, or of the whole run when ``step_id`` is omitted."""
 
     step_id: str | None = Field(default=None, min_length=1)
     by: str = _Who
     reason: str = _Why
 
 
-class DecisionKind(StrEnum):
-    """What the ledger does for a decision (see ``activities/decisions.py``)."""
-
-    AWAIT_APPROVAL = "await_approval"
-    APPROVE = "approve"
-    REJECT = "reject"
-    CONFIRM = "confirm"
-    RETRY = "retry"
-    ABANDON = "abandon"
-    REDRIVE = "redrive"
-    CANCEL = "cancel"
-
-
 class LedgerDecision(_Request):
-    """Input of the ``agentlease.apply_decision`` activity."""
+    """Input of the ``agentlease.apply_decision`` activity: a decision on one task.
+
+    Attributes:
+        kind: the decision (see :data:`DECISIONS`).
+        task: the task's identity, to create it in the ledger if it is not there yet.
+        by / reason: who decided, and why.
+        external_id / observed: what a ``confirm`` writes into its receipt.
+    """
 
     kind: DecisionKind
     task: TaskSpec

@@ -1,6 +1,9 @@
-"""The vocabulary of agentlease, defined once (DESIGN.md, "Vocabulary").
+"""The vocabulary of agentlease, defined once (``docs/vocabulary.md``).
 
-Every member says, in a short comment, what moves a task out of that state.
+Every status, stage, class, error class, recovery action, failure type and decision is an enum
+here. Each member's docstring says what moves a task out of it, and every mapping between two of
+these vocabularies is a property of one of them, written once. ``docs/state-machine.md`` draws the
+same facts as a diagram.
 """
 
 from __future__ import annotations
@@ -12,22 +15,23 @@ class TaskStatus(StrEnum):
     """Lifecycle of one task (one tool call of an agent run) in the ledger."""
 
     PENDING = "pending"
-    """Known to the ledger, never claimed. Left by a claim (-> running) or a cancel."""
+    """Known to the ledger, not claimed yet (or approved). Left by a claim (-> running), the run parking
+    an approval-gated call (-> awaiting_approval), or a cancel."""
     AWAITING_APPROVAL = "awaiting_approval"
     """Waits for a person before its side effect. Left by approve (-> pending), reject, or a cancel."""
     RUNNING = "running"
-    """An attempt holds a lease. Left by settle, release, dead-letter, cancel, or by a
-    new claim once the lease has lapsed on the ledger's clock."""
+    """An attempt holds a lease. Left by settle, release, dead-letter, park, cancel, or by a new
+    claim (or the sweeper) once the lease has lapsed on the ledger's clock."""
     RELEASED = "released"
     """An attempt gave the task back for a retry (with an error class). Left by the next claim or a cancel."""
     BLOCKED = "blocked"
     """A credential is missing or revoked. Left by a redrive once access is repaired, or a cancel."""
     NEEDS_RECONCILIATION = "needs_reconciliation"
-    """An unsafe side effect may have happened. Left by a human reconcile decision, or a cancel."""
+    """An unsafe side effect may have happened. Left by a reconcile decision, or a cancel."""
     SETTLED = "settled"
     """A settlement receipt exists. Terminal: a settled task never runs again (G6)."""
     DEAD_LETTERED = "dead_lettered"
-    """Moved out of circulation after a permanent error or too many real attempts, for inspection.
+    """Out of circulation after a permanent error or too many real attempts, for inspection.
     Left by a redrive (-> released) or a cancel."""
     CANCELLED = "cancelled"
     """An operator cancelled it. Terminal: expiry never undoes it (G8)."""
@@ -46,20 +50,71 @@ class TaskStatus(StrEnum):
         """Awaiting approval, blocked, needing reconciliation or dead-lettered: no claim until a person decides."""
         return self in _AWAITS_DECISION
 
+    @property
+    def claimable(self) -> bool:
+        """Pending or released: a claim may take it without waiting for a lease to lapse."""
+        return self in _CLAIMABLE
+
+    @property
+    def failure_type(self) -> FailureType | None:
+        """The non-retryable activity failure that reports a task parked in this status, if any."""
+        return _FAILURE_OF_STATUS.get(self)
+
 
 _TERMINAL = frozenset({TaskStatus.SETTLED, TaskStatus.CANCELLED, TaskStatus.REJECTED, TaskStatus.ABANDONED})
 _AWAITS_DECISION = frozenset(
-    {
-        TaskStatus.AWAITING_APPROVAL,
-        TaskStatus.BLOCKED,
-        TaskStatus.NEEDS_RECONCILIATION,
-        TaskStatus.DEAD_LETTERED,
-    }
+    {TaskStatus.AWAITING_APPROVAL, TaskStatus.BLOCKED, TaskStatus.NEEDS_RECONCILIATION, TaskStatus.DEAD_LETTERED}
 )
+_CLAIMABLE = frozenset({TaskStatus.PENDING, TaskStatus.RELEASED})
+
+
+class StepEnd(StrEnum):
+    """How a step of a run ended when the ledger has no status for it (the workflow reports these only)."""
+
+    FAILED = "failed"
+    """The step failed in a way no decision can mend (a tool no worker serves). Final."""
+    SKIPPED = "skipped"
+    """A later step of a run that failed; it never started. Final."""
+
+    @property
+    def is_terminal(self) -> bool:
+        """Always true: nothing moves a failed or skipped step."""
+        return True
+
+    @property
+    def awaits_decision(self) -> bool:
+        """Always false: no decision applies."""
+        return False
+
+
+StepStatus = TaskStatus | StepEnd
+"""The status of one step as a run reports it: the ledger's status, or how the step ended outside it."""
+
+
+class RunState(StrEnum):
+    """Status of one agent run, reported by the ``status`` query and the ``AgentLeaseStatus`` search attribute."""
+
+    STARTING = "starting"
+    """Learning the worker's tools. Left once it knows them (-> running) or names an unknown one (-> failed)."""
+    RUNNING = "running"
+    """Working on its steps. Left when a step waits for a person, or every step is final."""
+    WAITING = "waiting"
+    """A step waits for a person (see ``AgentLeaseWaitingReason``). Left by that person's decision."""
+    COMPLETED = "completed"
+    """Every step reached a final status (settled, or decided: rejected, abandoned, cancelled). Final."""
+    CANCELLED = "cancelled"
+    """An operator cancelled the whole run. Final."""
+    FAILED = "failed"
+    """A step failed in a way no decision can mend (an unknown tool). Final."""
+
+    @property
+    def ended(self) -> bool:
+        """Completed, cancelled or failed: the run takes no more steps or decisions."""
+        return self in (RunState.COMPLETED, RunState.CANCELLED, RunState.FAILED)
 
 
 class Stage(StrEnum):
-    """Stages of one tool call, in order (seed: "Retry policy belongs to the stage")."""
+    """Stages of one tool call, in order (``docs/recovery.md``, "Stage-aware retry")."""
 
     PREFLIGHT = "preflight"
     """Checking inputs; no external side effect has started. Left by ``advance(external_call)``."""
@@ -74,14 +129,20 @@ class Stage(StrEnum):
 
     @property
     def order(self) -> int:
+        """Position in the stage order, 0 (``preflight``) to 4 (``settled``)."""
         return _STAGE_ORDER[self]
+
+    @property
+    def crossed_external_call(self) -> bool:
+        """Whether a side effect may have started: ``external_call`` or later."""
+        return self.order >= _STAGE_ORDER[Stage.EXTERNAL_CALL]
 
 
 _STAGE_ORDER = {stage: index for index, stage in enumerate(Stage)}
 
 
 class SideEffectClass(StrEnum):
-    """What a tool does to the outside world (DESIGN.md, "side-effect class")."""
+    """What a tool does to the outside world (``docs/vocabulary.md``, "side-effect class")."""
 
     READ_ONLY = "read_only"
     """No side effect: always safe to reclaim."""
@@ -90,37 +151,141 @@ class SideEffectClass(StrEnum):
     FENCED = "fenced"
     """The downstream rejects writes that carry an older claim generation."""
     UNSAFE = "unsafe"
-    """Neither: a repeat may duplicate the effect."""
+    """Neither: a repeat may duplicate the effect. Waits for approval by default; never retried past
+    ``external_call`` without a reconciliation decision (G7)."""
 
 
 class EventKind(StrEnum):
     """Kinds of entries in the evidence trail (``lease_events``)."""
 
     CLAIMED = "claimed"
+    """An attempt was granted a lease with a new generation."""
     RENEWED = "renewed"
+    """The holder extended its lease, with its stage and a reason."""
     RELEASED = "released"
+    """The holder gave the task back for a retry, with an error class."""
     SETTLED = "settled"
+    """The holder settled with a receipt."""
     DEAD_LETTERED = "dead_lettered"
+    """The task left circulation for inspection."""
     CANCELLED = "cancelled"
+    """An operator cancelled the task; its claim ended."""
     BLOCKED = "blocked"
+    """The task waits until access is repaired."""
     NEEDS_RECONCILIATION = "needs_reconciliation"
+    """The task waits for a person to decide an ambiguous side effect."""
     AWAITING_APPROVAL = "awaiting_approval"
+    """The task waits for an operator's approval before it runs."""
     APPROVED = "approved"
+    """An operator approved the call."""
     REJECTED = "rejected"
+    """An operator rejected the call; it never runs."""
     RECONCILED = "reconciled"
     """A person decided an ambiguous task: confirm (with a receipt), retry, or abandon."""
     REDRIVEN = "redriven"
     """A person sent a dead-lettered or blocked task back to work."""
     EXPIRED = "expired"
-    """A lease lapsed without renewal; written for the old generation when it is superseded."""
+    """A lease lapsed without renewal; written for the old generation when it is superseded or swept."""
     LEASE_LOST = "lease_lost"
-    """A renewal or settle was refused: the holder's lease lapsed or was superseded."""
+    """A renewal or release was refused: the holder's lease lapsed or was superseded."""
     LATE_UNAPPLIED = "late_unapplied"
     """A result arrived from a superseded attempt; recorded, never applied (G10)."""
 
 
+class ErrorClass(StrEnum):
+    """How the previous attempt ended, as the ledger records it (``tasks.error_class``)."""
+
+    RETRYABLE = "retryable"
+    """A transient failure (timeout, 5xx). The next attempt follows the stage table."""
+    PERMANENT = "permanent"
+    """Deterministic: retrying cannot help. The task is dead-lettered."""
+    CREDENTIAL = "credential"
+    """Missing or revoked credential. The task is blocked."""
+    AMBIGUOUS = "ambiguous"
+    """The tool could not tell whether its side effect happened."""
+    SHUTDOWN = "shutdown"
+    """Released because its worker shut down: a release for lack of capacity, not a real attempt."""
+    EXPIRED = "expired"
+    """The lease lapsed without renewal (found by a takeover or the sweeper)."""
+    CANCELLED = "cancelled"
+    """An operator cancelled the task."""
+    OPERATOR_RETRY = "operator_retry"
+    """A person reconciled an ambiguous task with ``retry``: one more attempt with the same key."""
+    REDRIVEN = "redriven"
+    """A person sent a dead-lettered or blocked task back to work (its attempt budget restarts)."""
+
+    @classmethod
+    def parse(cls, value: str | None) -> ErrorClass | None:
+        """The member named ``value``; ``None`` for no value or one this version does not know."""
+        try:
+            return None if value is None else cls(value)
+        except ValueError:
+            return None
+
+    @property
+    def counts_as_attempt(self) -> bool:
+        """Whether a release with this class used up one of the tool's real attempts."""
+        return self is not ErrorClass.SHUTDOWN
+
+
+class RecoveryAction(StrEnum):
+    """The recovery decision for the next attempt (``docs/recovery.md``)."""
+
+    RUN = "run"
+    """Nothing happened before: run normally."""
+    RETRY = "retry"
+    """No external side effect started (or the tool only reads): run again."""
+    RETRY_SAME_KEY = "retry_same_key"
+    """Run again with the same idempotency key."""
+    READ_BACK_FIRST = "read_back_first"
+    """The target may already exist: read back, and write only if it does not."""
+    RETRY_READBACK = "retry_readback"
+    """The side effect likely completed: only read back."""
+    RECONCILE = "reconcile"
+    """Ambiguous side effect of an unsafe tool: wait for a human decision (G7)."""
+    DEAD_LETTER = "dead_letter"
+    """Out of circulation for inspection."""
+    BLOCK = "block"
+    """Wait until access is repaired."""
+    STAY_CANCELLED = "stay_cancelled"
+    """An operator's decision; never undone by expiry (G8)."""
+    NEVER_RERUN = "never_rerun"
+    """A receipt exists: settle from it (G6)."""
+
+    @property
+    def runs_tool(self) -> bool:
+        """Whether the tool's code runs in this attempt."""
+        return self in _RUNS_TOOL
+
+    @property
+    def reads_back_first(self) -> bool:
+        """Whether the tool must read the target back before it writes (an earlier attempt reached ``commit``)."""
+        return self in (RecoveryAction.READ_BACK_FIRST, RecoveryAction.RETRY_READBACK)
+
+    @property
+    def parks_as(self) -> TaskStatus | None:
+        """The status a task is parked in until a person decides; ``None`` for actions that do not park."""
+        return _PARKED_STATUS.get(self)
+
+
+_RUNS_TOOL = frozenset(
+    {
+        RecoveryAction.RUN,
+        RecoveryAction.RETRY,
+        RecoveryAction.RETRY_SAME_KEY,
+        RecoveryAction.READ_BACK_FIRST,
+        RecoveryAction.RETRY_READBACK,
+    }
+)
+_PARKED_STATUS = {
+    RecoveryAction.RECONCILE: TaskStatus.NEEDS_RECONCILIATION,
+    RecoveryAction.DEAD_LETTER: TaskStatus.DEAD_LETTERED,
+    RecoveryAction.BLOCK: TaskStatus.BLOCKED,
+}
+
+
 class FailureType(StrEnum):
-    """``ApplicationError.type`` values a leased activity raises and the workflow reads."""
+    """``ApplicationError.type`` values of agentlease's own failures, raised by activities and workflows."""
 
     DEAD_LETTERED = "DeadLettered"
     """Non-retryable: the task was dead-lettered (permanent error or too many real attempts)."""
@@ -136,13 +301,63 @@ class FailureType(StrEnum):
     """Retryable: an earlier attempt's lease is still valid; ``next_retry_delay`` is the time left."""
     LEASE_LOST = "LeaseLost"
     """Retryable: this attempt's lease lapsed or was superseded."""
+    TASK_CLOSED = "TaskClosed"
+    """Non-retryable: the task is rejected or abandoned (final), or waits for approval; no attempt may
+    run. The failure's details say its status."""
+    DECISION_REFUSED = "DecisionRefused"
+    """Non-retryable: the ledger's task is not in a status the operator's decision applies to."""
+    UNKNOWN_TOOL = "UnknownTool"
+    """Non-retryable: a run names a tool no worker on its task queue serves."""
+
+    @classmethod
+    def parse(cls, value: str | None) -> FailureType | None:
+        """The member whose value is ``value``; ``None`` for any other failure type (a tool's own)."""
+        try:
+            return None if value is None else cls(value)
+        except ValueError:
+            return None
+
+    @property
+    def status(self) -> TaskStatus | None:
+        """The ledger status a task has when an attempt fails with this type; ``None`` if it says no status."""
+        return _STATUS_OF_FAILURE.get(self)
 
     @classmethod
     def non_retryable(cls) -> list[str]:
+        """The types a leased activity's retry policy never retries."""
         return [
-            cls.DEAD_LETTERED.value,
-            cls.TASK_CANCELLED.value,
             cls.MISSING_HEARTBEAT_TIMEOUT.value,
-            cls.BLOCKED.value,
-            cls.NEEDS_RECONCILIATION.value,
+            cls.TASK_CLOSED.value,
+            *(failure.value for failure in _STATUS_OF_FAILURE),
         ]
+
+
+_STATUS_OF_FAILURE = {
+    FailureType.DEAD_LETTERED: TaskStatus.DEAD_LETTERED,
+    FailureType.TASK_CANCELLED: TaskStatus.CANCELLED,
+    FailureType.BLOCKED: TaskStatus.BLOCKED,
+    FailureType.NEEDS_RECONCILIATION: TaskStatus.NEEDS_RECONCILIATION,
+}
+_FAILURE_OF_STATUS = {status: failure for failure, status in _STATUS_OF_FAILURE.items()}
+
+
+class DecisionKind(StrEnum):
+    """What a person (or the run, for ``await_approval``) decides about one task; the rules are in
+    :data:`agentlease.decisions.DECISIONS`."""
+
+    AWAIT_APPROVAL = "await_approval"
+    """The run parks an approval-gated call before it runs (pending -> awaiting_approval)."""
+    APPROVE = "approve"
+    """Let an approval-gated call run (awaiting_approval -> pending)."""
+    REJECT = "reject"
+    """Refuse an approval-gated call; it never runs (awaiting_approval -> rejected)."""
+    CONFIRM = "confirm"
+    """Reconcile: the side effect happened; a receipt is written from what was observed (-> settled)."""
+    RETRY = "retry"
+    """Reconcile: run once more with the same idempotency key (-> released)."""
+    ABANDON = "abandon"
+    """Reconcile: leave it undone, with a note (-> abandoned)."""
+    REDRIVE = "redrive"
+    """Send a dead-lettered or blocked task back to work; its attempt budget restarts (-> released)."""
+    CANCEL = "cancel"
+    """Cancel a task that is not final; its claim ends (-> cancelled)."""

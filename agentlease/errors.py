@@ -1,4 +1,8 @@
-"""Errors raised by agentlease. One root, facts as attributes (STYLE.md, rule 9)."""
+"""Errors raised by agentlease: one root, :class:`AgentLeaseError`, facts as attributes.
+
+Tools raise the :class:`ToolError` subclasses to say how an attempt ended; the recovery policy
+(``docs/recovery.md``) reads that class. :func:`raise_for_status` maps an HTTP status to one.
+"""
 
 from __future__ import annotations
 
@@ -143,6 +147,37 @@ class AmbiguousSideEffectError(ToolError):
     An ``idempotent`` or ``fenced`` tool is retried with the same key; an ``unsafe`` one waits for
     a reconciliation decision.
     """
+
+
+def raise_for_status(status_code: int, what: str) -> None:
+    """Raise the tool error an HTTP answer means, or nothing for 1xx-3xx.
+
+    409 is retryable because the project's downstream convention answers it while the same key is in
+    flight, or to a stale fencing token (a newer attempt wrote; the newer holder decides).
+
+    ===============================  =========================  ============================
+    status                           raises                     the task
+    ===============================  =========================  ============================
+    401, 403                         :class:`CredentialToolError`  is blocked until access is repaired
+    408, 409, 425, 429, 5xx          :class:`RetryableToolError`   is retried (per its stage)
+    any other 4xx                    :class:`PermanentToolError`   is dead-lettered
+    ===============================  =========================  ============================
+
+    Args:
+        status_code: the HTTP status.
+        what: the request, for the message ("POST /tickets").
+
+    Raises:
+        CredentialToolError, RetryableToolError, PermanentToolError: see the table.
+    """
+    if status_code < 400:
+        return
+    message = f"{what}: HTTP {status_code}"
+    if status_code in (401, 403):
+        raise CredentialToolError(message)
+    if status_code in (408, 409, 425, 429) or status_code >= 500:
+        raise RetryableToolError(message)
+    raise PermanentToolError(message)
 
 
 class StaleFencingTokenError(AgentLeaseError):

@@ -17,7 +17,7 @@ raises :class:`~agentlease.errors.StaleFencingTokenError`. Because the statement
 writer's own transaction, the write and the fence move together: a rejected writer's statements
 roll back, and on PostgreSQL the fence row stays locked until the accepted writer commits, so
 writes to one resource commit in fence order. The same statement works on SQLite (>= 3.35;
-the engines of :func:`~agentlease.ledger.engine.create_ledger_engine` serialise writers with
+the engines of :func:`~agentlease.databases.create_async_database_engine` serialise writers with
 ``BEGIN IMMEDIATE``).
 
 The table lives in the downstream's database, not necessarily the ledger's: it belongs to
@@ -181,7 +181,7 @@ async def fenced_write(
     statements; an exception in the block rolls back the fence move with the caller's writes.
 
     Args:
-        engine: the downstream's engine (see :func:`~agentlease.ledger.engine.create_ledger_engine`).
+        engine: the downstream's engine (see :func:`~agentlease.databases.create_async_database_engine`).
         resource_key: the fenced resource, 1 to 400 characters.
         generation: the writer's claim generation.
         now: injected time for ``updated_at_ms``; default the database's clock.

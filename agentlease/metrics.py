@@ -1,14 +1,15 @@
-"""Lease metrics for operators (Prometheus), the list of seed 2's "What to measure".
+"""Lease metrics for operators (Prometheus): what to watch when leases matter (``docs/metrics.md``).
 
 Recorded in the process that does the work: the ledger records claims, renewals, settles,
 releases, parking and expiries as it writes them; the leased activity records what only the worker
 sees (duplicate deliveries, settlement latency). A worker serves them when
 ``AGENTLEASE_METRICS_ADDRESS`` is set (:class:`MetricsServer`).
 
-| seed 2 asks for | metric |
+| question | metric |
 |---|---|
 | lease acquisition latency | ``agentlease_lease_acquisition_seconds{tool}`` |
-| lease renewal count per task | ``agentlease_lease_renewals_per_task{tool}`` (observed at settle), ``agentlease_lease_renewals_total{tool,stage,outcome}`` |
+| lease renewal count per task | ``agentlease_lease_renewals_per_task{tool}`` (observed at settle), |
+| | ``agentlease_lease_renewals_total{tool,stage,outcome}`` |
 | tasks expired by stage | ``agentlease_leases_expired_total{tool,stage,by}`` |
 | duplicate delivery count | ``agentlease_duplicate_deliveries_total{tool,reason}`` |
 | retry count by error class | ``agentlease_lease_releases_total{tool,error_class}`` |
@@ -20,7 +21,7 @@ Also: ``agentlease_lease_claims_total{tool,outcome}`` and ``agentlease_settlemen
 (``late_unapplied`` counts the results of superseded attempts, G10).
 
 Label values are bounded: tool names, the five stages, the task statuses and error classes of
-:mod:`agentlease.enums` and :mod:`reconciliation.policy`. Task ids never become labels.
+:mod:`agentlease.enums`. Task ids never become labels.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ RENEWALS_PER_TASK = Histogram(
 LEASES_EXPIRED = Counter(
     "agentlease_leases_expired",
     "Leases that lapsed without settle or release, by the last durable stage and who found it: "
-    "takeover (a later claim) or sweeper. Expiry in commit is a correctness risk (seed 2).",
+    "takeover (a later claim) or sweeper. Expiry in commit is a correctness risk.",
     ["tool", "stage", "by"],
 )
 DUPLICATE_DELIVERIES = Counter(
@@ -91,8 +92,7 @@ SETTLEMENT_LATENCY = Histogram(
 )
 TASKS_PARKED = Counter(
     "agentlease_tasks_parked",
-    "Tasks moved out of circulation until a person decides, by status: dead_lettered, blocked, "
-    "needs_reconciliation.",
+    "Tasks moved out of circulation until a person decides, by status: dead_lettered, blocked, needs_reconciliation.",
     ["tool", "status"],
 )
 CLAIMS_WITHOUT_TRACE = Counter(
@@ -107,6 +107,77 @@ def stage_label(stage: object) -> str:
     if stage is None:
         return NONE
     return str(getattr(stage, "value", stage))
+
+
+class LeaseMetrics:
+    """What the ledger and the leased activity report: one call per operation.
+
+    The ledger holds one (default :data:`LEASE_METRICS`); tests may give it another to see what
+    an operation reported.
+    """
+
+    def claim(
+        self,
+        tool: str,
+        outcome: str,
+        *,
+        seconds: float | None = None,
+        superseded_stage: object = None,
+        superseded: bool = False,
+        traced: bool = True,
+    ) -> None:
+        """A claim asked of the ledger: ``granted``, ``held`` or ``closed``.
+
+        Args:
+            seconds: how long a granted claim took.
+            superseded / superseded_stage: it took over a lapsed lease, last seen in that stage.
+            traced: the claim carries a Temporal trace link.
+        """
+        LEASE_CLAIMS.labels(tool, outcome).inc()
+        if outcome != "granted":
+            return
+        if seconds is not None:
+            LEASE_ACQUISITION.labels(tool).observe(seconds)
+        if superseded:
+            LEASES_EXPIRED.labels(tool, stage_label(superseded_stage), "takeover").inc()
+        if not traced:
+            CLAIMS_WITHOUT_TRACE.labels(tool).inc()
+
+    def renewal(self, tool: str, stage: object, *, renewed: bool) -> None:
+        """A renewal (or stage change), granted or lost."""
+        LEASE_RENEWALS.labels(tool, stage_label(stage), "renewed" if renewed else "lost").inc()
+
+    def settle(self, tool: str, *, settled: bool, renewals: int | None = None) -> None:
+        """A settle: ``settled`` with the task's renewal count, or refused (``late_unapplied``)."""
+        SETTLEMENTS.labels(tool, "settled" if settled else "late_unapplied").inc()
+        if settled and renewals is not None:
+            RENEWALS_PER_TASK.labels(tool).observe(renewals)
+
+    def lease_end(self, tool: str, status: object, error_class: object) -> None:
+        """A holder ended its lease: released (a retry, by error class) or parked until a person decides."""
+        value = stage_label(status)
+        if value == "released":
+            LEASE_RELEASES.labels(tool, stage_label(error_class)).inc()
+        else:
+            TASKS_PARKED.labels(tool, value).inc()
+
+    def expiry(self, tool: str, stage: object, *, by: str, parked: object = None) -> None:
+        """A lapsed lease recorded (by the sweeper), and the status it parked the task in, if any."""
+        LEASES_EXPIRED.labels(tool, stage_label(stage), by).inc()
+        if parked is not None:
+            TASKS_PARKED.labels(tool, stage_label(parked)).inc()
+
+    def duplicate_delivery(self, tool: str, reason: str) -> None:
+        """An attempt delivered for a task another attempt holds (``lease_held``) or that settled (``settled``)."""
+        DUPLICATE_DELIVERIES.labels(tool, reason).inc()
+
+    def settlement_latency(self, tool: str, seconds: float) -> None:
+        """Seconds from entering ``commit`` to a durable settle."""
+        SETTLEMENT_LATENCY.labels(tool).observe(seconds)
+
+
+LEASE_METRICS = LeaseMetrics()
+"""The process's lease metrics."""
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -171,12 +242,14 @@ __all__ = [
     "LEASES_EXPIRED",
     "LEASE_ACQUISITION",
     "LEASE_CLAIMS",
+    "LEASE_METRICS",
     "LEASE_RELEASES",
     "LEASE_RENEWALS",
     "RENEWALS_PER_TASK",
     "SETTLEMENTS",
     "SETTLEMENT_LATENCY",
     "TASKS_PARKED",
+    "LeaseMetrics",
     "MetricsServer",
     "parse_address",
     "serving_metrics",

@@ -1,6 +1,6 @@
 """Records: frozen, typed values that cross process and workflow boundaries.
 
-Timestamps are timezone-aware; a naive datetime is rejected (STYLE.md, rule 3). Durations are
+Timestamps are timezone-aware; a naive datetime is rejected. Durations are
 ``timedelta``. These models travel through Temporal with the pydantic data converter.
 """
 
@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
-from typing_extensions import Annotated
 
 from agentlease.clock import from_ms, require_aware
-from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.enums import EventKind, RunState, SideEffectClass, Stage, StepStatus, TaskStatus
 
 AwareDatetime = Annotated[datetime, AfterValidator(require_aware)]
 
@@ -112,6 +111,13 @@ class AgentRunPlan(_Frozen):
                 raise ValueError(f"duplicate step_id {step.step_id!r}")
             seen.add(step.step_id)
         return steps
+
+
+DEFAULT_START_TO_CLOSE = timedelta(minutes=5)
+"""Default bound of one attempt of a tool. Default 5 minutes."""
+
+DEFAULT_MAX_ATTEMPTS = 5
+"""Default number of real attempts before a task is dead-lettered."""
 
 
 class ToolInfo(_Frozen):
@@ -356,12 +362,17 @@ class ToolOutcome(_Frozen):
 
 
 class TaskView(_Frozen):
-    """One task as the ``status`` query of ``AgentRunWorkflow`` reports it."""
+    """One task as the ``status`` query of a run reports it.
+
+    Attributes:
+        status: the ledger's status as the run last learnt it (``released`` shows as ``pending``),
+            or how the step ended outside the ledger (``failed``, ``skipped``).
+    """
 
     task_id: str
     step_id: str
     tool: str
-    status: str
+    status: StepStatus
     stage: Stage | None = None
     claim_generation: int | None = None
     attempts: int | None = None
@@ -374,6 +385,6 @@ class RunStatus(_Frozen):
     """Answer of the ``status`` query."""
 
     agent_run_id: str
-    status: str
+    status: RunState
     closed: bool
     tasks: list[TaskView]

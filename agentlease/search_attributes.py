@@ -20,13 +20,14 @@ from temporalio.service import RPCError
 RUN_STATUS = SearchAttributeKey.for_keyword("AgentLeaseStatus")
 """``starting``, ``running``, ``waiting``, ``completed``, ``cancelled``, ``failed``."""
 WAITING_REASON = SearchAttributeKey.for_keyword("AgentLeaseWaitingReason")
-"""Empty, or ``<step>: <status>`` of the task waiting for a person (approval, reconciliation...)."""
+"""Empty, or ``<step>: <status>`` of each task waiting for a person (approval, reconciliation...), comma-separated."""
 CURRENT_TOOL = SearchAttributeKey.for_keyword("AgentLeaseTool")
 """The tool of the step being worked on."""
 CURRENT_STAGE = SearchAttributeKey.for_keyword("AgentLeaseStage")
 """The last stage the run knows of for that step."""
 
 ALL = (RUN_STATUS, WAITING_REASON, CURRENT_TOOL, CURRENT_STAGE)
+BY_NAME = {key.name: key for key in ALL}
 
 
 async def ensure_registered(client: Client, namespace: str) -> str | None:
@@ -47,7 +48,7 @@ async def ensure_registered(client: Client, namespace: str) -> str | None:
             await client.operator_service.add_search_attributes(
                 AddSearchAttributesRequest(
                     namespace=namespace,
-                    search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing},
+                    search_attributes=dict.fromkeys(missing, IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD),
                 )
             )
     except RPCError as exc:

@@ -1,4 +1,4 @@
-"""Settings: one ``AGENTLEASE_``-prefixed object (STYLE.md, rule 13).
+"""Settings: one ``AGENTLEASE_``-prefixed object.
 
 Every field can be set from the environment (``AGENTLEASE_<FIELD>``) and every CLI flag maps to
 one of these variables. Durations accept seconds (``"30"``) or ISO 8601 (``"PT30S"``).
@@ -40,6 +40,9 @@ class AgentLeaseSettings(BaseSettings):
             for a worker to take the decision, and again for it to finish. Default 30s.
         metrics_address: ``HOST:PORT`` where a worker serves its lease metrics (Prometheus,
             ``GET /metrics``; see :mod:`agentlease.metrics`). Default unset: not served.
+        migrate_on_start: a worker brings the ledger schema to the newest revision when it starts.
+            Default false: run ``agentlease db upgrade`` once per release, and a worker refuses to
+            start on a schema it does not expect.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
@@ -60,6 +63,7 @@ class AgentLeaseSettings(BaseSettings):
     data_dir: Path = Path(".agentlease")
     metrics_address: str | None = None
     decision_timeout: timedelta = Field(default=timedelta(seconds=30), gt=timedelta(0))
+    migrate_on_start: bool = False
 
     @field_validator("shutdown_grace", "decision_timeout", mode="before")
     @classmethod

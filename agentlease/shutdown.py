@@ -37,8 +37,16 @@ async def stopped_by_signals(main: Awaitable[T]) -> T:
     task = asyncio.ensure_future(main)
     loop = asyncio.get_running_loop()
     received: list[str] = []
+
+    def stop(sig: signal.Signals) -> None:
+        # Once only: the clean-up that follows must run to its end. (uvicorn, which serves the
+        # example services, raises a signal it captured again when it stops.)
+        if not received:
+            task.cancel()
+        received.append(sig.name)
+
     for sig in (s for s in STOP_SIGNALS if s is not signal.SIGINT):  # asyncio.run handles Ctrl-C
-        loop.add_signal_handler(sig, lambda sig=sig: (received.append(sig.name), task.cancel()))
+        loop.add_signal_handler(sig, stop, sig)
     try:
         return await task
     except asyncio.CancelledError:

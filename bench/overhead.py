@@ -42,25 +42,22 @@ from temporalio.worker import Worker
 
 from activities.decisions import DecisionActivities
 from activities.leased import LeasedActivities
-from activities.tool import ToolRegistry
-from agentlease.devstack import dev_server, scratch_postgres_database
+from activities.registry import ToolRegistry
+from agentlease.devserver import dev_server, scratch_postgres_database
 from agentlease.errors import AgentLeaseError, one_line
-from agentlease.ledger.database import AsyncEngineDatabase
-from agentlease.ledger.engine import create_ledger_engine
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.names import AGENT_RUN_WORKFLOW
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings
 from bench.tools import BENCH_TOOL, PLAIN_ACTIVITY, plain_stages
 from bench.workflow import BENCH_WORKFLOW, BenchBatch, ToolCallsWorkflow
 from worker import default_identity
-from workflows.agent_run import WORKFLOW_NAME as AGENT_RUN_WORKFLOW
 from workflows.agent_run import AgentRunWorkflow
 
 PLAIN = "plain"
 LEASED_SQLITE = "leased-sqlite"
 LEASED_PG = "leased-pg"
-LEASED_AIOSQLITE = "leased-aiosqlite"
 AGENT_RUN_SQLITE = "agent-run-sqlite"
 TARGET_RATIO = 0.8
 """The leased/plain ratio the SQLite ledger should reach."""
@@ -91,7 +88,7 @@ class Side:
     ledger: str
     task_queue: str
     activities: list[Any]
-    start: Callable[[Client, "Side", str, int], Awaitable[int]]
+    start: Callable[[Client, Side, str, int], Awaitable[int]]
     rates: list[float] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)
     unsettled: int = 0
@@ -163,7 +160,7 @@ def bench_worker(client: Client, side: Side, settings: AgentLeaseSettings) -> Wo
 
 @asynccontextmanager
 async def quiet_dev_server(data_dir: Path) -> AsyncIterator[tuple[WorkflowEnvironment, Path]]:
-    """:func:`agentlease.devstack.dev_server` with its banner and logs in ``data_dir/temporal.log``.
+    """:func:`agentlease.devserver.dev_server` with its banner and logs in ``data_dir/temporal.log``.
 
     The server process inherits the standard streams it is started with; they point at the log
     file while it starts, so its output never interleaves with the report.
@@ -196,13 +193,9 @@ def server_errors(log_path: Path) -> list[str]:
 
 
 @asynccontextmanager
-async def migrated_ledger(url: str, *, aiosqlite: bool = False) -> AsyncIterator[Ledger]:
-    """A ledger on ``url``, migrated to head; closed afterwards.
-
-    ``aiosqlite=True``: the ledger's transactions run on the async aiosqlite engine
-    (:class:`AsyncEngineDatabase`) instead of the SQLite ledger thread, for comparison.
-    """
-    ledger = Ledger(AsyncEngineDatabase(create_ledger_engine(url))) if aiosqlite else Ledger.from_url(url)
+async def migrated_ledger(url: str) -> AsyncIterator[Ledger]:
+    """A ledger on ``url``, migrated to head; closed afterwards."""
+    ledger = Ledger.from_url(url)
     try:
         await upgrade(ledger.database)
         yield ledger
@@ -226,9 +219,7 @@ def split(calls: int, workflows: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(workflows)]
 
 
-async def run_round(
-    client: Client, side: Side, calls: int, concurrency: int, label: str
-) -> tuple[float, float, int]:
+async def run_round(client: Client, side: Side, calls: int, concurrency: int, label: str) -> tuple[float, float, int]:
     """Run ``calls`` calls over ``concurrency`` concurrent workflows.
 
     Returns:
@@ -260,12 +251,12 @@ async def run_rounds(client: Client, sides: list[Side], opts: argparse.Namespace
     for index in range(opts.rounds):
         cells = []
         for side in rotated(sides, index):
-            profiling = profiler is not None and side.name == opts.profile
-            if profiling:
-                profiler.enable()
+            profiling = profiler if side.name == opts.profile else None
+            if profiling is not None:
+                profiling.enable()
             seconds, cpu, settled = await run_round(client, side, opts.calls, opts.concurrency, f"r{index}")
-            if profiling:
-                profiler.disable()
+            if profiling is not None:
+                profiling.disable()
             side.rates.append(opts.calls / seconds)
             side.cpu_ms.append(cpu * 1000 / opts.calls)
             side.unsettled += opts.calls - settled
@@ -310,16 +301,19 @@ def report(sides: list[Side], opts: argparse.Namespace, settings: AgentLeaseSett
             file=out,
         )
     print(file=out)
-    print("calls/s, cpu ms/call: medians over the timed rounds (cpu = this Python process, not the Temporal server)", file=out)
+    print(
+        "calls/s, cpu ms/call: medians over the timed rounds (cpu = this Python process, not the Temporal server)",
+        file=out,
+    )
     print("leased/plain: ratio of the medians; paired: median of the per-round ratios", file=out)
     for side in sides:
         if side.unsettled:
             print(f"note: {side.unsettled} call(s) of {side.name} did not settle", file=out)
     sqlite = next((side for side in sides if side.name == LEASED_SQLITE), None)
     if sqlite is not None:
-        ratio = statistics.median(sqlite.rates) / plain_median
-        verdict = "meets" if ratio >= TARGET_RATIO else "is below"
-        print(f"leased-sqlite/plain = {ratio:.2f}, which {verdict} the target of {TARGET_RATIO}", file=out)
+        sqlite_ratio = statistics.median(sqlite.rates) / plain_median
+        verdict = "meets" if sqlite_ratio >= TARGET_RATIO else "is below"
+        print(f"leased-sqlite/plain = {sqlite_ratio:.2f}, which {verdict} the target of {TARGET_RATIO}", file=out)
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -349,11 +343,6 @@ async def bench(opts: argparse.Namespace) -> None:
                 )
             pg_ledger = await stack.enter_async_context(migrated_ledger(pg_url))
             sides.append(leased_side(LEASED_PG, pg_ledger, settings))
-        if opts.aiosqlite:
-            aio_ledger = await stack.enter_async_context(
-                migrated_ledger(f"sqlite:///{data_dir / 'ledger-aiosqlite.db'}", aiosqlite=True)
-            )
-            sides.append(leased_side(LEASED_AIOSQLITE, aio_ledger, settings))
         if opts.agent_run:
             sides.append(leased_side(AGENT_RUN_SQLITE, sqlite_ledger, settings, agent_run=True))
         if opts.profile and opts.profile not in {side.name for side in sides}:
@@ -404,14 +393,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--agent-run", action="store_true", help="add agent-run-sqlite: the tool through AgentRunWorkflow"
     )
     parser.add_argument(
-        "--aiosqlite",
-        action="store_true",
-        help="add leased-aiosqlite: the SQLite ledger's transactions on the async aiosqlite engine "
-        "(statement by statement) instead of the ledger thread (one hop per transaction)",
-    )
-    parser.add_argument(
         "--profile",
-        choices=[PLAIN, LEASED_SQLITE, LEASED_PG, LEASED_AIOSQLITE, AGENT_RUN_SQLITE],
+        choices=[PLAIN, LEASED_SQLITE, LEASED_PG, AGENT_RUN_SQLITE],
         help="cProfile this side's timed rounds (event-loop thread) and print the top functions",
     )
     parser.add_argument("--profile-out", default="bench-overhead.pstats", help="where --profile writes its stats")

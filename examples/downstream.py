@@ -25,7 +25,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from activities.builtin.sql_upsert import records_table
-from agentlease.ledger.engine import create_ledger_engine
+from agentlease.databases import create_async_database_engine
 from examples import mail, publishing
 from examples.serving import bind_loopback, serve_app
 
@@ -63,7 +63,7 @@ class Downstream:
 
 async def prepare_sql_target(url: str, tables: tuple[str, ...] = TARGET_TABLES) -> None:
     """Create the target tables (``records_table`` shape) if they do not exist."""
-    engine = create_ledger_engine(url)
+    engine = create_async_database_engine(url)
     metadata = MetaData()
     for name in tables:
         records_table(name, metadata)

@@ -24,7 +24,7 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Tex
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentlease.clock import db_now_ms
-from agentlease.ledger.engine import create_ledger_engine
+from agentlease.databases import create_async_database_engine
 from agentlease.ledger.schema import NAMING_CONVENTION
 from examples.serving import bind_loopback
 
@@ -130,7 +130,7 @@ async def create_tables(engine: AsyncEngine) -> None:
 
 async def received_messages(url: str) -> list[ReceivedMessage]:
     """Every message the server recorded in ``url``, oldest first."""
-    engine = create_ledger_engine(url, pool_size=1)
+    engine = create_async_database_engine(url, pool_size=1)
     try:
         async with engine.connect() as conn:
             rows = await conn.execute(select(messages).order_by(messages.c.id))
@@ -149,15 +149,13 @@ async def running_mail(url: str) -> AsyncIterator[tuple[str, int]]:
     Yields:
         ``(host, port)`` of the server.
     """
-    engine = create_ledger_engine(url, pool_size=1)
+    engine = create_async_database_engine(url, pool_size=1)
     try:
         await create_tables(engine)
         handler = RecordingHandler(engine)
         loop = asyncio.get_running_loop()
         sock = bind_loopback()
-        server = await loop.create_server(
-            lambda: SMTP(handler, hostname="localhost", loop=loop), sock=sock
-        )
+        server = await loop.create_server(lambda: SMTP(handler, hostname="localhost", loop=loop), sock=sock)
         try:
             host, port = sock.getsockname()[:2]
             yield host, port

@@ -1,7 +1,7 @@
 """A real publishing service: the fenced and idempotent downstream of ``http_publish``.
 
 A Starlette app served by uvicorn, with its own database (a SQLite file under the data dir, or
-any URL :func:`~agentlease.ledger.engine.create_ledger_engine` accepts) that holds its posts,
+any URL :func:`~agentlease.databases.create_async_database_engine` accepts) that holds its posts,
 its ``publications``, and the ``idempotency_keys`` and ``fences`` of
 :class:`~agentlease.idempotency.IdempotencyMiddleware`, which guards every write (see there for
 the HTTP convention; this service requires ``Fencing-Token`` on writes).
@@ -66,12 +66,12 @@ from starlette.routing import Route
 
 from activities.builtin.http_publish import MAX_BODY_CHARS, MAX_TITLE_CHARS, SLUG_PATTERN, fenced_resource
 from agentlease.clock import db_now_ms
+from agentlease.databases import create_async_database_engine
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import advance_fence
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
-from agentlease.idempotency.middleware import stale_fencing_response
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
-from agentlease.ledger.engine import create_ledger_engine
+from agentlease.idempotency.middleware import stale_fencing_response
 from agentlease.ledger.schema import NAMING_CONVENTION
 from examples.serving import serve_app
 
@@ -267,7 +267,7 @@ async def create_tables(engine: AsyncEngine) -> None:
 
 async def count_publications(url: str, idempotency_key: str | None = None) -> int:
     """Accepted writes at the service, all or those of one idempotency key."""
-    engine = create_ledger_engine(url, pool_size=1)
+    engine = create_async_database_engine(url, pool_size=1)
     query = select(func.count()).select_from(publications)
     if idempotency_key is not None:
         query = query.where(publications.c.idempotency_key == idempotency_key)

@@ -1,99 +1,27 @@
 """The recovery policy: what happens after an attempt ended badly (pure functions, no I/O).
 
-Both tables of DESIGN.md become one decision, taken at the start of every attempt from the
-ledger's record of the previous one:
+The two tables of ``docs/recovery.md`` become one decision, taken at the start of every attempt
+from the ledger's record of the previous one, and again after a failed attempt:
 
-- "Retry policy belongs to the stage" (seed 2): preflight -> retry; external_call -> retry with the
-  same idempotency key (``unsafe`` -> reconcile); commit -> read back first; verify -> retry the
+- stage-aware retry: preflight -> retry; external_call -> retry with the same
+  idempotency key (``unsafe`` -> reconcile); commit -> read back first; verify -> retry the
   readback; settled -> never rerun.
-- "Recovery needs a policy" (seed 1): read-only -> reclaim; idempotent with a stable key -> reclaim
-  with the same key; ambiguous non-idempotent side effect -> reconcile; repeated deterministic
-  failure -> dead-letter; missing or revoked credential -> block; human cancellation -> stays
-  cancelled.
+- recovery classification: read-only -> reclaim; idempotent with a stable key -> reclaim with the
+  same key; ambiguous non-idempotent side effect -> reconcile; repeated deterministic failure ->
+  dead-letter; missing or revoked credential -> block; human cancellation -> stays cancelled.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from pydantic import ValidationError
 
-from agentlease.enums import SideEffectClass, Stage
+from agentlease.enums import ErrorClass, RecoveryAction, SideEffectClass, Stage
 from agentlease.errors import (
     AmbiguousSideEffectError,
     CredentialToolError,
     PermanentToolError,
-)
-
-
-class ErrorClass(StrEnum):
-    """How the previous attempt ended, as the ledger records it (``tasks.error_class``)."""
-
-    RETRYABLE = "retryable"
-    """A transient failure (timeout, 5xx, lease lapse)."""
-    PERMANENT = "permanent"
-    """Deterministic: retrying cannot help."""
-    CREDENTIAL = "credential"
-    """Missing or revoked credential."""
-    AMBIGUOUS = "ambiguous"
-    """The tool could not tell whether its side effect happened."""
-    SHUTDOWN = "shutdown"
-    """Released because its worker shut down: a release for lack of capacity."""
-    CANCELLED = "cancelled"
-    """An operator cancelled the task."""
-    OPERATOR_RETRY = "operator_retry"
-    """A person reconciled an ambiguous task with ``retry``: one more attempt with the same key."""
-    REDRIVEN = "redriven"
-    """A person sent a dead-lettered or blocked task back to work (its attempt budget restarts)."""
-
-    @classmethod
-    def parse(cls, value: str | None) -> ErrorClass | None:
-        """The member named ``value``; ``None`` for no value or one this version does not know."""
-        try:
-            return None if value is None else cls(value)
-        except ValueError:
-            return None
-
-
-class RecoveryAction(StrEnum):
-    """The recovery decision (DESIGN.md, "recovery decision")."""
-
-    RUN = "run"
-    """Nothing happened before: run normally."""
-    RETRY = "retry"
-    """No external side effect started (or the tool only reads): run again."""
-    RETRY_SAME_KEY = "retry_same_key"
-    """Run again with the same idempotency key."""
-    READ_BACK_FIRST = "read_back_first"
-    """The target may already exist: read back, and write only if it does not."""
-    RETRY_READBACK = "retry_readback"
-    """The side effect likely completed: only read back."""
-    RECONCILE = "reconcile"
-    """Ambiguous side effect of an unsafe tool: wait for a human decision."""
-    DEAD_LETTER = "dead_letter"
-    """Out of circulation for inspection."""
-    BLOCK = "block"
-    """Wait until access is repaired."""
-    STAY_CANCELLED = "stay_cancelled"
-    """An operator's decision; never undone by expiry."""
-    NEVER_RERUN = "never_rerun"
-    """A receipt exists: settle from it."""
-
-    @property
-    def runs_tool(self) -> bool:
-        """Whether the tool's code runs in this attempt."""
-        return self in _RUNS_TOOL
-
-
-_RUNS_TOOL = frozenset(
-    {
-        RecoveryAction.RUN,
-        RecoveryAction.RETRY,
-        RecoveryAction.RETRY_SAME_KEY,
-        RecoveryAction.READ_BACK_FIRST,
-        RecoveryAction.RETRY_READBACK,
-    }
 )
 
 
@@ -108,6 +36,11 @@ class RecoveryDecision:
 
     action: RecoveryAction
     rule: str
+
+    @property
+    def read_back_first(self) -> bool:
+        """Whether the tool must read its target back before writing: an earlier attempt reached ``commit``."""
+        return self.action.reads_back_first
 
 
 def decide(
@@ -149,7 +82,7 @@ def decide(
         return RecoveryDecision(
             RecoveryAction.RETRY_SAME_KEY, "reconciled by a person: retry with the same idempotency key"
         )
-    crossed = last_stage is not None and last_stage.order >= Stage.EXTERNAL_CALL.order
+    crossed = last_stage is not None and last_stage.crossed_external_call
     if side_effect_class is SideEffectClass.UNSAFE and crossed:
         return RecoveryDecision(
             RecoveryAction.RECONCILE, "ambiguous non-idempotent side effect: pause for reconciliation"
@@ -171,7 +104,9 @@ def decide(
         return RecoveryDecision(RecoveryAction.RETRY_SAME_KEY, "external_call: retry with the same idempotency key")
     if last_stage is Stage.COMMIT:
         return RecoveryDecision(RecoveryAction.READ_BACK_FIRST, "commit: the target may already exist, read back first")
-    return RecoveryDecision(RecoveryAction.RETRY_READBACK, "verify: the side effect likely completed, retry the readback")
+    return RecoveryDecision(
+        RecoveryAction.RETRY_READBACK, "verify: the side effect likely completed, retry the readback"
+    )
 
 
 def classify(exc: BaseException) -> ErrorClass:

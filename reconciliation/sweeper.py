@@ -12,15 +12,19 @@ settled between its read and its write is never overwritten, and several sweeper
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from activities.tool import DEFAULT_MAX_ATTEMPTS
 from agentlease.enums import TaskStatus
+from agentlease.errors import one_line
 from agentlease.ledger.expiry import ExpiredLease, expired_leases, record_expiry
 from agentlease.ledger.store import Ledger
-from reconciliation.policy import RecoveryAction, RecoveryDecision, decide
+from agentlease.records import DEFAULT_MAX_ATTEMPTS
+from reconciliation.policy import RecoveryDecision, decide
+
+logger = logging.getLogger("agentlease.sweeper")
 
 
 @dataclass(frozen=True)
@@ -75,12 +79,6 @@ class SweepResult:
         return self.released + self.needs_reconciliation + self.dead_lettered
 
 
-_NEXT_STATUS = {
-    RecoveryAction.RECONCILE: TaskStatus.NEEDS_RECONCILIATION,
-    RecoveryAction.DEAD_LETTER: TaskStatus.DEAD_LETTERED,
-}
-
-
 class ExpiredLeaseSweeper:
     """Records and classifies lapsed leases.
 
@@ -92,6 +90,8 @@ class ExpiredLeaseSweeper:
     def __init__(self, ledger: Ledger, settings: SweeperSettings | None = None) -> None:
         self._ledger = ledger
         self.settings = settings or SweeperSettings()
+        self.failed_sweeps = 0
+        """Sweeps of :meth:`run` that raised (logged, then the loop went on)."""
 
     def classify(self, lease: ExpiredLease) -> tuple[TaskStatus, RecoveryDecision]:
         """The status a lapsed lease's task moves to, and the policy rule that chose it."""
@@ -103,7 +103,7 @@ class ExpiredLeaseSweeper:
             real_attempts=lease.attempts,
             max_attempts=self.settings.max_attempts_by_tool.get(lease.tool, self.settings.default_max_attempts),
         )
-        return _NEXT_STATUS.get(decision.action, TaskStatus.RELEASED), decision
+        return decision.action.parks_as or TaskStatus.RELEASED, decision
 
     async def run_once(self, *, now: datetime | None = None) -> SweepResult:
         """One sweep over every lease lapsed at ``now`` (default the database's clock), in keyset batches."""
@@ -123,9 +123,19 @@ class ExpiredLeaseSweeper:
             cursor = batch[-1].cursor
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Sweep every ``interval`` until ``stop`` is set."""
+        """Sweep every ``interval`` until ``stop`` is set.
+
+        A sweep that fails (the ledger is unreachable for a moment) is logged in one line and
+        counted in :attr:`failed_sweeps`; the next one runs after the interval as usual.
+        """
         while not stop.is_set():
-            await self.run_once()
+            try:
+                await self.run_once()
+            except Exception as exc:  # noqa: BLE001 - a background loop outlives one failed sweep
+                self.failed_sweeps += 1
+                logger.warning(
+                    "sweep failed, next one in %gs: %s", self.settings.interval.total_seconds(), one_line(exc)
+                )
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.settings.interval.total_seconds())
             except TimeoutError:

@@ -8,7 +8,6 @@ afterwards. When the server cannot be reached the test is skipped with a reason 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from agentlease.devstack import scratch_postgres_database
+from agentlease.devserver import scratch_postgres_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 
@@ -36,7 +35,7 @@ def _asyncpg_dsn(url: str) -> str:
 async def _admin_connection() -> asyncpg.Connection:
     try:
         return await asyncpg.connect(_asyncpg_dsn(PG_ADMIN_URL), timeout=PG_CONNECT_TIMEOUT_S)
-    except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         pytest.skip(f"PostgreSQL unavailable at {make_url(PG_ADMIN_URL)!r}: {type(exc).__name__}: {exc}")
 
 

@@ -1,4 +1,4 @@
-"""Wait for a condition by polling it, never with a bare sleep (STYLE.md, rule 12).
+"""Wait for a condition by polling it, never with a bare sleep.
 
 A check is a callable (sync or async) that either raises ``AssertionError`` or returns a value.
 It passes when it returns without raising and its value is ``None`` (an assert-style check)
@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -28,13 +28,21 @@ def _timed_out(message: str, timeout: float, attempts: int, last: BaseException 
     return AssertionError(f"{what} not met within {timeout:.3f}s ({attempts} attempts); last failure: {last}")
 
 
+@overload
 async def assert_eventually(
-    check: Callable[[], T | Awaitable[T]],
+    check: Callable[[], Awaitable[T]], *, timeout: float = ..., interval: float = ..., message: str = ...
+) -> T: ...
+@overload
+async def assert_eventually(
+    check: Callable[[], T], *, timeout: float = ..., interval: float = ..., message: str = ...
+) -> T: ...
+async def assert_eventually(
+    check: Callable[[], Any],
     *,
     timeout: float = 10.0,
     interval: float = 0.05,
     message: str = "",
-) -> T:
+) -> Any:
     """Poll ``check`` until it passes.
 
     Args:

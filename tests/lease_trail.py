@@ -8,6 +8,7 @@ overlap; G3 when the claimed generations are exactly 1..n.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,7 +83,7 @@ def assert_one_valid_lease_at_a_time(events: Sequence[LeaseEvent]) -> list[Lease
     intervals = lease_intervals(events)
     generations = [interval.generation for interval in intervals]
     assert generations == list(range(1, len(generations) + 1)), f"generations not 1..n: {generations}"
-    for previous, current in zip(intervals, intervals[1:]):
+    for previous, current in itertools.pairwise(intervals):
         assert current.acquired_ms >= previous.end_ms, (
             f"two valid leases: generation {previous.generation} ({previous.owner}) valid "
             f"[{previous.acquired_ms}, {previous.end_ms}) overlaps generation {current.generation} "

@@ -26,11 +26,7 @@ from activities.lease_context import LeaseContext
 from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import PermanentToolError, RetryableToolError
-from agentlease.ledger.engine import create_ledger_engine
 from agentlease.records import SettlementReceipt
-from reconciliation.policy import RecoveryAction
-
-_READ_BACK_FIRST = frozenset({RecoveryAction.READ_BACK_FIRST, RecoveryAction.RETRY_READBACK})
 
 _REWRITTEN = ("payload", "idempotency_key", "claim_generation", "written_at_ms")
 """Every column but the record key: an upsert leaves nothing of the previous writer behind."""
@@ -90,17 +86,14 @@ def _is_ours(row: Any, ctx: LeaseContext, args: SqlUpsertArgs) -> bool:
     return row.idempotency_key == ctx.idempotency_key and payload_digest(row.payload) == payload_digest(args.row)
 
 
-def _receipt(table: Table, row: Any) -> SettlementReceipt:
-    return SettlementReceipt(
-        external_system=f"sql:{table.name}",
-        external_id=row.record_key,
-        status="present",
-        details={
-            "payload_sha256": payload_digest(row.payload),
-            "claim_generation": row.claim_generation,
-            "idempotency_key": row.idempotency_key,
-        },
-        verified_at=datetime.now(UTC),
+def _receipt(ctx: LeaseContext, table: Table, row: Any) -> SettlementReceipt:
+    return ctx.receipt(
+        f"sql:{table.name}",
+        row.record_key,
+        "present",
+        payload_sha256=payload_digest(row.payload),
+        claim_generation=row.claim_generation,
+        idempotency_key=row.idempotency_key,
     )
 
 
@@ -111,15 +104,15 @@ async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
         raise PermanentToolError("sql_upsert needs AGENTLEASE_SQL_TARGET_URL")
     key = args.record_key or ctx.idempotency_key
     table = records_table(args.table)
-    engine = create_ledger_engine(ctx.settings.sql_target_url, pool_size=2)
+    engine = ctx.resources.sql_engine(ctx.settings.sql_target_url)
     try:
         await ctx.advance(Stage.PREFLIGHT, f"checking {table.name}/{key}")
-        if ctx.recovery.action in _READ_BACK_FIRST:
+        if ctx.recovery.read_back_first:
             async with engine.connect() as conn:
                 found = await _read(conn, table, key)
             if found is not None and _is_ours(found, ctx, args):
                 await ctx.advance(Stage.VERIFY, f"{ctx.recovery.action}: {table.name}/{key} is already written")
-                return ToolResult(receipt=_receipt(table, found), output={"record_key": key, "written": False})
+                return ToolResult(receipt=_receipt(ctx, table, found), output={"record_key": key, "written": False})
         dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
         values = {
             "record_key": key,
@@ -143,10 +136,8 @@ async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
             found = await _read(conn, table, key)
         if found is None or not _is_ours(found, ctx, args):
             raise RetryableToolError(f"readback of {table.name}/{key} does not show this key's row")
-        return ToolResult(receipt=_receipt(table, found), output={"record_key": key, "written": True})
+        return ToolResult(receipt=_receipt(ctx, table, found), output={"record_key": key, "written": True})
     except SQLAlchemyError as exc:
         if "no such table" in str(exc) or "does not exist" in str(exc):
             raise PermanentToolError(f"target table {table.name!r} does not exist") from None
         raise RetryableToolError(f"{type(exc).__name__} on {table.name}/{key}") from None
-    finally:
-        await engine.dispose()

@@ -12,11 +12,11 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, AsyncIterator, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -29,7 +29,9 @@ from temporalio.service import RPCError
 
 from agentlease.cli.plans import describe_validation_error, load_plan
 from agentlease.cli.render import events_table, run_table, tasks_table, to_json
+from agentlease.enums import RunState
 from agentlease.errors import AgentLeaseError, ConfigurationError, LedgerUnavailableError, one_line
+from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
 
@@ -68,11 +70,9 @@ def _global(
         str | None,
         typer.Option(envvar="AGENTLEASE_TOOL_MODULES", help="Comma-separated modules whose tools are served."),
     ] = None,
-    data_dir: Annotated[
-        Path | None, typer.Option(envvar="AGENTLEASE_DATA_DIR", help="Files of demo and dev.")
-    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(envvar="AGENTLEASE_DATA_DIR", help="Files of demo and dev.")] = None,
 ) -> None:
-    overrides = {
+    overrides: dict[str, Any] = {
         "temporal_address": temporal_address,
         "namespace": namespace,
         "task_queue": task_queue,
@@ -93,17 +93,18 @@ def _settings(ctx: typer.Context) -> AgentLeaseSettings:
 @asynccontextmanager
 async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> AsyncIterator[Any]:
     """The configured ledger; a read on a SQLite file that does not exist is an error, not a new file."""
-    from agentlease.ledger.engine import display_url, is_missing_schema, sqlite_path
+    from agentlease.databases import display_url, is_missing_schema, sqlite_path
     from agentlease.ledger.store import Ledger
 
-    path = sqlite_path(settings.ledger_url)
+    path = sqlite_path(settings.ledger_url, name="ledger")
     try:
         missing = must_exist and path is not None and not path.exists()
     except OSError as exc:  # a directory on the way that this user may not read
         raise LedgerUnavailableError(f"cannot read the ledger at {path}: {exc.strerror or exc}") from None
     if missing:
         raise LedgerUnavailableError(
-            f"no ledger at {path}: set AGENTLEASE_LEDGER_URL (or --ledger-url), or create it with `agentlease db upgrade`"
+            f"no ledger at {path}: set AGENTLEASE_LEDGER_URL (or --ledger-url), "
+            "or create it with `agentlease db upgrade`"
         )
     ledger = Ledger.from_url(settings.ledger_url)
     try:
@@ -121,7 +122,7 @@ async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> A
 @app.command()
 def worker(ctx: typer.Context) -> None:
     """Run a worker: the AgentRunWorkflow and every registered tool. Stops on SIGTERM/Ctrl-C."""
-    from agentlease.ledger.engine import display_url
+    from agentlease.databases import display_url
     from worker import serve
 
     settings = _settings(ctx)
@@ -135,13 +136,15 @@ def worker(ctx: typer.Context) -> None:
 @app.command()
 def run(
     ctx: typer.Context,
-    plan_file: Annotated[Path, typer.Argument(help="Plan JSON: {\"steps\": [{\"step_id\", \"tool\", \"arguments\"}]}")],
+    plan_file: Annotated[Path, typer.Argument(help='Plan JSON: {"steps": [{"step_id", "tool", "arguments"}]}')],
     wait: Annotated[bool, typer.Option("--wait", help="Follow the run with live progress until it ends.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    run_id: Annotated[str | None, typer.Option(help="Agent run id (workflow id); default from the plan or new.")] = None,
+    run_id: Annotated[
+        str | None, typer.Option(help="Agent run id (workflow id); default from the plan or new.")
+    ] = None,
 ) -> None:
     """Start an agent run from a plan file on the configured Temporal."""
-    from activities.tool import load_registry
+    from activities.registry import load_registry
 
     settings = _settings(ctx)
     plan = load_plan(plan_file, load_registry(settings.tool_modules))
@@ -149,13 +152,11 @@ def run(
     status = asyncio.run(_start_run(settings, plan.model_copy(update={"agent_run_id": agent_run_id}), wait, as_json))
     if status is not None:
         _show_run(status, as_json)
-        if status.status == "waiting":
-            waiting = ", ".join(f"{t.step_id} is {t.status}" for t in status.tasks if t.status in _WAITING_STATUSES)
-            raise AgentLeaseError(
-                f"agent run {agent_run_id} waits for a person ({waiting}); see `agentlease waiting`"
-            )
-        if status.status != "completed":
-            raise AgentLeaseError(f"agent run {agent_run_id} is {status.status}")
+        if status.status is RunState.WAITING:
+            waiting = ", ".join(f"{t.step_id} is {t.status.value}" for t in status.tasks if t.status.awaits_decision)
+            raise AgentLeaseError(f"agent run {agent_run_id} waits for a person ({waiting}); see `agentlease waiting`")
+        if status.status is not RunState.COMPLETED:
+            raise AgentLeaseError(f"agent run {agent_run_id} is {status.status.value}")
     elif as_json:
         out.print_json(data={"agent_run_id": agent_run_id})
     else:
@@ -191,7 +192,7 @@ async def _follow(client: Any, handle: Any, agent_run_id: str, live: Live | None
     result = asyncio.ensure_future(handle.result())
     while not result.done():
         try:
-            current = await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)
+            current = await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=_RPC)
         except RPCError:
             current = None  # The run has not been picked up by a worker yet.
         if current is not None:
@@ -199,7 +200,7 @@ async def _follow(client: Any, handle: Any, agent_run_id: str, live: Live | None
                 with contextlib.suppress(RPCError):
                     current = await _with_heartbeats(client, await handle.describe(rpc_timeout=_RPC), current)
                 live.update(run_table(current))
-            if current.status == "waiting":
+            if current.status is RunState.WAITING:
                 result.cancel()
                 return current
         await asyncio.wait([result], timeout=0.5)
@@ -230,7 +231,11 @@ async def _with_heartbeats(client: Any, description: Any, current: RunStatus) ->
     if not latest:
         return current
     tasks = [
-        {**task.model_dump(), "stage": latest[task.task_id]["stage"], "claim_generation": latest[task.task_id]["claim_generation"]}
+        {
+            **task.model_dump(),
+            "stage": latest[task.task_id]["stage"],
+            "claim_generation": latest[task.task_id]["claim_generation"],
+        }
         if task.task_id in latest and task.status == "running"
         else task.model_dump()
         for task in current.tasks
@@ -263,7 +268,7 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
     try:
         description = await handle.describe()
         if description.status == WorkflowExecutionStatus.RUNNING:
-            current = await handle.query("status", result_type=RunStatus, rpc_timeout=_RPC)
+            current = await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=_RPC)
             return await _with_heartbeats(client, description, current)
         if description.status == WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
@@ -271,7 +276,8 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
             return await _result(handle.result(), agent_run_id)  # raises with the cause
     except RPCError as exc:
         raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
-    raise AgentLeaseError(f"agent run {agent_run_id} is {description.status.name.lower()}")
+    state = "in an unknown state" if description.status is None else description.status.name.lower()
+    raise AgentLeaseError(f"agent run {agent_run_id} is {state}")
 
 
 @app.command()
@@ -315,8 +321,9 @@ def events(
         out.print(events_table(trail, title=f"evidence trail of {task_id or run_filter}"))
 
 
-_WAITING_STATUSES = ("awaiting_approval", "needs_reconciliation", "blocked", "dead_lettered")
-_By = Annotated[str, typer.Option("--by", envvar="AGENTLEASE_OPERATOR", help="Who decides (kept in the evidence trail).")]
+_By = Annotated[
+    str, typer.Option("--by", envvar="AGENTLEASE_OPERATOR", help="Who decides (kept in the evidence trail).")
+]
 _Why = Annotated[str, typer.Option("--reason", help="Why (kept in the evidence trail).")]
 _Run = Annotated[str, typer.Argument(help="The agent run (workflow) id.")]
 _StepArg = Annotated[str, typer.Argument(help="The step id.")]
@@ -422,7 +429,9 @@ def cancel(
     """Cancel one task or the whole run; cancelled stays cancelled."""
     from agentlease.decisions import CancelRequest
 
-    _decide(_settings(ctx), agent_run_id, "cancel", _request(CancelRequest, step_id=step_id, by=by, reason=reason), as_json)
+    _decide(
+        _settings(ctx), agent_run_id, "cancel", _request(CancelRequest, step_id=step_id, by=by, reason=reason), as_json
+    )
 
 
 def _request(model: Any, **fields: Any) -> Any:
@@ -438,7 +447,7 @@ def waiting(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List every task waiting for a person, and why (from the ledger)."""
-    from agentlease.enums import TaskStatus
+    from agentlease.decisions import suggested_commands
 
     async def _list() -> list[Any]:
         async with _ledger(_settings(ctx)) as ledger:
@@ -449,17 +458,11 @@ def waiting(
         out.print_json(to_json(records))
         return
     out.print(tasks_table(records, title="tasks waiting for a person"))
-    hints = {
-        TaskStatus.AWAITING_APPROVAL: "agentlease approve|reject {run} {step} --by WHO --reason WHY",
-        TaskStatus.NEEDS_RECONCILIATION: "agentlease reconcile {run} {step} --action confirm|retry|abandon --by WHO --reason WHY",
-        TaskStatus.BLOCKED: "repair access, then agentlease redrive {run} {step} --by WHO --reason WHY",
-        TaskStatus.DEAD_LETTERED: "agentlease redrive|cancel {run} {step} --by WHO --reason WHY",
-    }
     for record in records:
         why = f": {record.last_error}" if record.last_error else ""
-        hint = hints[record.status].format(run=record.agent_run_id, step=record.step_id)
         out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}{why}", soft_wrap=True)
-        out.print(f"  -> {hint}", soft_wrap=True, markup=False)
+        for hint in suggested_commands(record.status, record.agent_run_id, record.step_id):
+            out.print(f"  -> {hint}", soft_wrap=True, markup=False)
 
 
 @app.command()
@@ -469,7 +472,7 @@ def sweep(
     interval_s: Annotated[float, typer.Option(help="Seconds between sweeps.")] = 5.0,
 ) -> None:
     """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
-    from activities.tool import load_registry
+    from activities.registry import load_registry
     from agentlease.metrics import serving_metrics
     from agentlease.shutdown import stop_event
     from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings
@@ -501,7 +504,7 @@ def sweep(
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Create or migrate the ledger schema to the newest revision."""
-    from agentlease.ledger.engine import display_url
+    from agentlease.databases import display_url
     from agentlease.ledger.migrate import upgrade
 
     settings = _settings(ctx)

@@ -8,21 +8,22 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-
 from temporalio.client import WorkflowHandle
 
+from activities.registry import load_registry
 from agentlease.cli.plans import load_plan
-from agentlease.decisions import DecisionRequest
 from agentlease.cli.render import tasks_table
-from agentlease.devstack import local_stack
+from agentlease.cli.stack import local_stack
+from agentlease.decisions import DecisionRequest
 from agentlease.enums import TaskStatus
 from agentlease.errors import AgentLeaseError
 from agentlease.ledger.store import Ledger
+from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
 from agentlease.shutdown import stop_event
-from activities.tool import load_registry
 from workflows.agent_run import AgentRunWorkflow
+
 
 async def run_demo(
     settings: AgentLeaseSettings, plans_dir: Path, out: Console, err: Console, *, timeout_s: float
@@ -77,13 +78,15 @@ async def _approving(handle: WorkflowHandle[Any, RunStatus], err: Console) -> Ru
     """Wait for a demo run, approving its unsafe steps as the operator ``agentlease demo`` would."""
     result = asyncio.ensure_future(handle.result())
     while not result.done():
-        status = await handle.query("status", result_type=RunStatus)
+        status = await handle.query(STATUS_QUERY, result_type=RunStatus)
         for task in status.tasks:
             if task.status == TaskStatus.AWAITING_APPROVAL.value:
                 err.print(f"approving {status.agent_run_id}/{task.step_id} ({task.tool}) as operator 'agentlease demo'")
                 await handle.execute_update(
                     "approve",
-                    DecisionRequest(step_id=task.step_id, by="agentlease demo", reason="the demo approves its own plan"),
+                    DecisionRequest(
+                        step_id=task.step_id, by="agentlease demo", reason="the demo approves its own plan"
+                    ),
                 )
         await asyncio.wait([result], timeout=0.25)
     return await result

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from activities.tool import ToolRegistry
+from activities.registry import ToolRegistry
 from agentlease.errors import ConfigurationError, UnknownToolError
 from agentlease.records import AgentRunPlan
 
@@ -45,7 +45,9 @@ def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"plan {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise ConfigurationError(
+            f"plan {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     try:
         plan = AgentRunPlan.model_validate(data)
     except ValidationError as exc:

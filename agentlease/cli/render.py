@@ -38,14 +38,14 @@ def tasks_table(records: Iterable[TaskRecord], title: str = "tasks") -> Table:
 
 def run_table(status: RunStatus) -> Table:
     """A run as its workflow's ``status`` query reports it."""
-    table = Table(title=f"agent run {status.agent_run_id}: {status.status}", title_justify="left")
+    table = Table(title=f"agent run {status.agent_run_id}: {status.status.value}", title_justify="left")
     for column in ("step", "tool", "status", "stage", "generation", "attempts", "receipt / error"):
         table.add_column(column)
     for task in status.tasks:
         table.add_row(
             task.step_id,
             task.tool,
-            task.status,
+            task.status.value,
             task.stage.value if task.stage else "-",
             "-" if task.claim_generation is None else str(task.claim_generation),
             "-" if task.attempts is None else str(task.attempts),

@@ -5,7 +5,7 @@ whole convention.
 
 Headers:
 
-- ``Idempotency-Key``: identity of one logical action (DESIGN.md "idempotency key"), 1 to 255
+- ``Idempotency-Key``: identity of one logical action (``docs/vocabulary.md``, "idempotency key"), 1 to 255
   printable ASCII characters, sent bare (``Idempotency-Key: run-7:publish``, as Stripe takes it)
   or as a structured-field string (``Idempotency-Key: "run-7:publish"``, as the IETF httpapi
   draft writes it). Required on ``POST``, ``PUT``, ``PATCH`` and ``DELETE``.
@@ -36,6 +36,23 @@ MAX_KEY_LENGTH = 255
 _KEY = re.compile(r"^[\x20-\x7e]+$")
 _SF_STRING = re.compile(r'^"((?:[\x20\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 _GENERATION = re.compile(r"^[0-9]{1,19}$")
+
+
+def downstream_headers(idempotency_key: str, generation: int, resource: str | None = None) -> dict[str, str]:
+    """The convention's request headers for one write of a leased tool call.
+
+    Args:
+        idempotency_key: the task's idempotency key (``Idempotency-Key``).
+        generation: the claim generation, the fencing token (``Fencing-Token``).
+        resource: the fenced resource (``Fencing-Resource``); omitted: the service names it.
+
+    Returns:
+        ``{"Idempotency-Key": ..., "Fencing-Token": ..., ["Fencing-Resource": ...]}``.
+    """
+    headers = {IDEMPOTENCY_KEY_HEADER: idempotency_key, FENCING_TOKEN_HEADER: str(generation)}
+    if resource is not None:
+        headers[FENCING_RESOURCE_HEADER] = resource
+    return headers
 
 
 class HeaderError(ValueError):

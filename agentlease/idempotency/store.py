@@ -50,9 +50,9 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentlease.clock import db_now_ms, duration_ms
+from agentlease.databases import create_async_database_engine
 from agentlease.fencing import FencingToken, advance_fence, create_fence_table, upsert_for
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
-from agentlease.ledger.engine import create_ledger_engine
 from agentlease.ledger.schema import NAMING_CONVENTION
 
 DEFAULT_RETENTION = timedelta(hours=24)
@@ -148,7 +148,7 @@ class IdempotencyStore:
     """Claims, completions and replays of idempotency keys in the downstream's database.
 
     Args:
-        engine: the downstream's async engine (see :func:`create_ledger_engine`); the store owns it.
+        engine: the downstream's async engine (see :func:`create_async_database_engine`); the store owns it.
         retention: how long a completed key's response is replayed. Default 24h.
         lock_timeout: how long an in-flight key blocks other requests; after it a request may take
             the key over and run the handler again, so it must exceed the slowest handler.
@@ -176,7 +176,7 @@ class IdempotencyStore:
         Raises:
             ConfigurationError: bad URL.
         """
-        return cls(create_ledger_engine(url), **options)
+        return cls(create_async_database_engine(url), **options)
 
     @property
     def engine(self) -> AsyncEngine:

@@ -7,8 +7,8 @@ runs it without blocking the event loop:
 - **SQLite** (embedded default): a synchronous engine (the standard library's ``sqlite3``) used
   by one dedicated thread. The whole transaction is one hop to that thread and back. An async
   driver (aiosqlite) hops to its thread for every cursor, execute, fetch and commit, about 13
-  hops per lease write; ``bench/overhead.py`` measured those hops, each a GIL hand-off with
-  Temporal's own threads, as the largest part of a lease's cost. The one thread also serialises
+  hops per lease write, each a GIL hand-off with Temporal's own threads; they were the largest
+  part of a lease's cost (``bench/README.md``). The one thread also serialises
   the process's ledger transactions, which ``BEGIN IMMEDIATE`` would serialise anyway, and a
   writer waiting for another process's lock (``busy_timeout``) waits there, not on the loop.
 - **PostgreSQL**: the async engine (asyncpg) and ``AsyncConnection.run_sync``, which runs the
@@ -42,14 +42,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agentlease.ledger.engine import (
-    READ_ONLY_OPTION,
-    SQLITE_BUSY_TIMEOUT_MS,
-    create_ledger_engine,
-    create_sqlite_thread_engine,
-    display_url,
-    sqlite_path,
-)
+from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, sqlite_path
+from agentlease.ledger.engine import READ_ONLY_OPTION, create_pg_ledger_engine, create_sqlite_thread_engine
 
 T = TypeVar("T")
 
@@ -88,19 +82,19 @@ def open_database(
     """The ledger database for ``sqlite:///PATH`` or ``postgresql://...``.
 
     Args:
-        url: see :func:`agentlease.ledger.engine.async_url`.
+        url: see :func:`agentlease.databases.async_url`.
         pool_size: PostgreSQL connection pool size. Default 10. SQLite uses one connection.
         sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue
-            included (ms). Default :data:`~agentlease.ledger.engine.SQLITE_BUSY_TIMEOUT_MS`.
+            included (ms). Default :data:`~agentlease.databases.SQLITE_BUSY_TIMEOUT_MS`.
 
     Raises:
         ConfigurationError: bad URL.
         LedgerUnavailableError: the directory of a SQLite ledger cannot be created.
     """
-    if sqlite_path(url) is not None:
+    if sqlite_path(url, name="ledger") is not None:
         engine = create_sqlite_thread_engine(url, busy_timeout_ms=sqlite_busy_timeout_ms)
         return SQLiteThreadDatabase(engine, display_url(url), busy_timeout_ms=sqlite_busy_timeout_ms)
-    return AsyncEngineDatabase(create_ledger_engine(url, pool_size=pool_size))
+    return AsyncEngineDatabase(create_pg_ledger_engine(url, pool_size=pool_size))
 
 
 class SQLiteThreadDatabase:
@@ -154,11 +148,10 @@ class SQLiteThreadDatabase:
 class AsyncEngineDatabase:
     """A ledger on an async engine: the transaction runs via ``run_sync``, each statement awaited.
 
-    The ledger's database for PostgreSQL (asyncpg). On SQLite (aiosqlite) it works too, at about 13
-    trips to aiosqlite's thread per lease write; ``bench/overhead.py --aiosqlite`` compares it.
+    The ledger's database for PostgreSQL (asyncpg).
 
     Args:
-        engine: from :func:`~agentlease.ledger.engine.create_ledger_engine`; owned.
+        engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.
     """
 
     def __init__(self, engine: AsyncEngine) -> None:

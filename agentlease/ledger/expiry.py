@@ -13,17 +13,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, and_, select, tuple_, update
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
 
-from agentlease import metrics
 from agentlease.clock import from_ms, now_param
-from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
-from agentlease.ledger.statements import TASKS
+from agentlease.enums import ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.ledger.statements import receipt_keys_query
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.trail import write_event
 from agentlease.records import TraceLink
 
-_T = TASKS.c
+SWEEPER_STATUSES = frozenset({TaskStatus.RELEASED, TaskStatus.NEEDS_RECONCILIATION, TaskStatus.DEAD_LETTERED})
+"""The statuses the sweeper may move a lapsed lease's task to."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class ExpiredLease:
         expires_at_ms: when it lapsed (epoch ms, ledger clock); also the keyset cursor.
         attempts: attempts so far.
         has_receipt: whether a settlement receipt exists for its idempotency key.
+        trace: the Temporal attempt that held it.
     """
 
     task_id: str
@@ -54,6 +55,22 @@ class ExpiredLease:
     def cursor(self) -> tuple[int, str]:
         return (self.expires_at_ms, self.task_id)
 
+    @classmethod
+    def from_row(cls, row: Row[Any], has_receipt: bool) -> ExpiredLease:
+        """The lease of a ``tasks`` row read by :func:`expired_leases`."""
+        return cls(
+            task_id=row.task_id,
+            tool=row.tool,
+            side_effect_class=SideEffectClass(row.side_effect_class),
+            stage=None if row.stage is None else Stage(row.stage),
+            generation=row.claim_generation,
+            owner=row.lease_owner,
+            expires_at_ms=row.lease_expires_at_ms,
+            attempts=row.attempts,
+            has_receipt=has_receipt,
+            trace=TraceLink.from_mapping(row._mapping),
+        )
+
 
 async def expired_leases(
     ledger: Ledger, *, limit: int, after: tuple[int, str] | None = None, now: datetime | None = None
@@ -65,37 +82,21 @@ async def expired_leases(
         after: the cursor of the last lease of the previous batch.
         now: injected time; default the database's clock.
     """
-    now_ms = ledger.now_expression
-    query = (
-        select(TASKS)
-        .where(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now_ms)
-        .order_by(_T.lease_expires_at_ms, _T.task_id)
-        .limit(limit)
-    )
-    if after is not None:
-        query = query.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > tuple_(*after))
+    sql = ledger.statements
+    params: dict[str, Any]
+    if after is None:
+        query, params = sql.expired_first, {"limit": limit, **now_param(now)}
+    else:
+        cursor = {"after_expires_at_ms": after[0], "after_task_id": after[1]}
+        query, params = sql.expired_after, {"limit": limit, **cursor, **now_param(now)}
 
-    def read_tx(conn: Connection) -> tuple[list[Row[Any]], set[str]]:
-        rows = conn.execute(query, now_param(now)).all()
+    def read_tx(conn: Connection) -> list[ExpiredLease]:
+        rows = conn.execute(query, params).all()
         keys = {row.idempotency_key for row in rows}
-        return rows, (ledger.receipt_keys(conn, keys) if keys else set())
+        stored = {r.idempotency_key for r in conn.execute(receipt_keys_query(keys))} if keys else set()
+        return [ExpiredLease.from_row(row, row.idempotency_key in stored) for row in rows]
 
-    rows, receipts = await ledger.database.read(read_tx)
-    return [
-        ExpiredLease(
-            task_id=row.task_id,
-            tool=row.tool,
-            side_effect_class=SideEffectClass(row.side_effect_class),
-            stage=None if row.stage is None else Stage(row.stage),
-            generation=row.claim_generation,
-            owner=row.lease_owner,
-            expires_at_ms=row.lease_expires_at_ms,
-            attempts=row.attempts,
-            has_receipt=row.idempotency_key in receipts,
-            trace=TraceLink.from_mapping(row._mapping),
-        )
-        for row in rows
-    ]
+    return await ledger.database.read(read_tx)
 
 
 async def record_expiry(
@@ -121,41 +122,28 @@ async def record_expiry(
     Raises:
         ValueError: ``status`` is not one the sweeper may set.
     """
-    if status not in (TaskStatus.RELEASED, TaskStatus.NEEDS_RECONCILIATION, TaskStatus.DEAD_LETTERED):
+    if status not in SWEEPER_STATUSES:
         raise ValueError(f"the sweeper does not move a task to {status.value}")
-    now_ms = ledger.now_expression
-    unchanged = and_(
-        _T.task_id == lease.task_id,
-        _T.status == TaskStatus.RUNNING.value,
-        _T.claim_generation == lease.generation,
-        _T.lease_expires_at_ms == lease.expires_at_ms,
-        _T.lease_expires_at_ms <= now_ms,
-    )
+    sql = ledger.statements
+    params = {
+        "key_task_id": lease.task_id,
+        "expired_generation": lease.generation,
+        "expired_at_ms": lease.expires_at_ms,
+        "status": status.value,
+        "error_class": ErrorClass.EXPIRED.value,
+        "last_error": f"lease lapsed in stage {lease.stage.value if lease.stage else 'none'}",
+        **now_param(now),
+    }
+
     def record_tx(conn: Connection) -> bool:
-        if ledger.database.dialect == "postgresql":
-            locked = conn.execute(
-                select(_T.task_id).where(unchanged).with_for_update(skip_locked=True), now_param(now)
-            ).first()
-            if locked is None:
-                return False
-        row = conn.execute(
-            update(TASKS)
-            .where(unchanged)
-            .values(
-                status=status.value,
-                lease_owner=None,
-                lease_expires_at_ms=None,
-                error_class="expired",
-                last_error=f"lease lapsed in stage {lease.stage.value if lease.stage else 'none'}",
-                updated_at_ms=now_ms,
-            )
-            .returning(_T.updated_at_ms),
-            now_param(now),
-        ).first()
+        if sql.lock_expired is not None and conn.execute(sql.lock_expired, params).first() is None:
+            return False  # another sweeper holds it, or it changed
+        row = conn.execute(sql.record_expiry, params).first()
         if row is None:
             return False
-        ledger._event(
+        write_event(
             conn,
+            sql,
             task_id=lease.task_id,
             kind=EventKind.EXPIRED,
             generation=lease.generation,
@@ -168,12 +156,12 @@ async def record_expiry(
         )
         return True
 
-    recorded = await ledger.database.write(record_tx)
+    recorded: bool = await ledger.database.write(record_tx)
     if recorded:
-        metrics.LEASES_EXPIRED.labels(lease.tool, metrics.stage_label(lease.stage), "sweeper").inc()
-        if status is not TaskStatus.RELEASED:
-            metrics.TASKS_PARKED.labels(lease.tool, status.value).inc()
+        ledger.metrics.expiry(
+            lease.tool, lease.stage, by="sweeper", parked=None if status is TaskStatus.RELEASED else status
+        )
     return recorded
 
 
-__all__ = ["ExpiredLease", "expired_leases", "record_expiry"]
+__all__ = ["SWEEPER_STATUSES", "ExpiredLease", "expired_leases", "record_expiry"]

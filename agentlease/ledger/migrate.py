@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -58,3 +60,39 @@ async def upgrade(database: LedgerDatabase, revision: str = "head") -> None:
         cause = one_line(getattr(exc, "orig", None) or exc)
         raise LedgerUnavailableError(f"cannot migrate the ledger at {database.url}: {cause}") from exc
 
+
+def head_revision() -> str:
+    """The newest schema revision this version of agentlease knows."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+async def require_current(database: LedgerDatabase) -> None:
+    """Check that the ledger's schema is the one this version expects, without changing it.
+
+    Raises:
+        LedgerUnavailableError: the database cannot be reached, or its schema is missing, older or
+            newer than this version's; the message says what to run.
+    """
+
+    def current(connection: Connection) -> str | None:
+        return MigrationContext.configure(connection).get_current_revision()
+
+    try:
+        found = await database.read(current)
+    except (SQLAlchemyError, OSError) as exc:
+        cause = one_line(getattr(exc, "orig", None) or exc)
+        raise LedgerUnavailableError(f"cannot read the ledger at {database.url}: {cause}") from exc
+    head = head_revision()
+    if found == head:
+        return
+    if found is None:
+        problem = "has no schema yet"
+    elif found in {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}:
+        problem = f"is at schema {found}, older than this version's {head}"
+    else:
+        problem = f"is at schema {found}, which this version does not know (newer code wrote it?)"
+    raise LedgerUnavailableError(
+        f"the ledger at {database.url} {problem}; run `agentlease db upgrade` (or set AGENTLEASE_MIGRATE_ON_START=true)"
+    )

@@ -37,7 +37,7 @@ class _TraceColumns:
 
 
 class TaskRow(_TraceColumns, Base):
-    """One task: lifecycle, current authority and logical action identity kept apart (seed 1)."""
+    """One task: lifecycle, current authority and logical action identity kept apart."""
 
     __tablename__ = "tasks"
 

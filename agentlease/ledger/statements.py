@@ -1,15 +1,15 @@
-"""The ledger's lease statements, built once per dialect with bound parameters.
+"""Every statement of the ledger, built once per dialect with bound parameters.
 
 A lease write runs on every claim, stage change and settle, so its statement is built once and
 executed with a parameter dict: SQLAlchemy then neither rebuilds the expression nor recomputes its
-cache key per call (building them was most of the ledger's CPU in ``bench/overhead.py``). The SQL
-is what :mod:`agentlease.ledger.store` documents: each lease write is one conditional statement
-judged on the database's clock.
+cache key per call. The SQL is what :mod:`agentlease.ledger.store` documents: each lease write is
+one conditional statement judged on the database's clock, and its row count is checked.
 
 Parameter names (bound, never chosen by SQL text):
 
 - ``now_ms``: the injected time (:func:`agentlease.clock.now_param`); ``None`` = database clock.
 - ``held_task_id``, ``held_owner``, ``held_generation``: the claim a holder write is guarded by (G2).
+- ``key_task_id``: the task a claim, decision or read is about.
 - ``task_id`` and column names: values written.
 """
 
@@ -17,35 +17,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
     Insert,
     Select,
+    Table,
     Update,
     and_,
     bindparam,
-    func,
+    case,
     insert,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agentlease.clock import bound_now_ms
-from agentlease.enums import Stage, TaskStatus
+from agentlease.decisions import DECISIONS
+from agentlease.enums import DecisionKind, Stage, TaskStatus
 from agentlease.ledger.schema import LeaseEventRow, ReceiptRow, TaskRow
 from agentlease.records import TraceLink
 
-TASKS = TaskRow.__table__
-EVENTS = LeaseEventRow.__table__
-RECEIPTS = ReceiptRow.__table__
+TASKS = cast(Table, TaskRow.__table__)
+EVENTS = cast(Table, LeaseEventRow.__table__)
+RECEIPTS = cast(Table, ReceiptRow.__table__)
 _T = TASKS.c
-
-CLAIMABLE = (TaskStatus.PENDING.value, TaskStatus.RELEASED.value)
-"""Statuses a claim may take without a lapsed lease."""
+_E = EVENTS.c
 
 _TRACE_COLUMNS = tuple(TraceLink().columns())
 
@@ -55,24 +56,46 @@ def held(claim_task_id: str, owner: str, generation: int) -> dict[str, Any]:
     return {"held_task_id": claim_task_id, "held_owner": owner, "held_generation": generation}
 
 
+def _stage_rank(expression: ColumnElement[Any]) -> ColumnElement[int]:
+    """The stage order of ``expression`` in SQL; -1 for ``NULL`` (no stage recorded yet)."""
+    return case({stage.value: stage.order for stage in Stage}, value=expression, else_=-1)
+
+
+def furthest_stage(new_stage: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``new_stage`` if it lies beyond the recorded stage, else the recorded stage (G6).
+
+    The ledger keeps the furthest stage any attempt reached: a later attempt that starts again at
+    ``preflight`` must not erase an earlier ``commit``, whoever calls the renewal.
+    """
+    return case((_stage_rank(new_stage) > _stage_rank(_T.stage), new_stage), else_=_T.stage)
+
+
 @dataclass(frozen=True)
 class LeaseStatements:
     """The prebuilt statements of one dialect.
 
     Attributes:
-        now: the current time expression (bound ``now_ms`` or the database clock), for the
-            ledger's other statements.
+        now: the current time expression (bound ``now_ms`` or the database clock).
         insert_task: create a task row on first sight (``ON CONFLICT DO NOTHING``).
-        current_task: the task row (locked ``FOR UPDATE`` on PostgreSQL).
+        current_task: the task row of ``key_task_id`` (locked ``FOR UPDATE`` on PostgreSQL).
         claim: the claim UPDATE minting ``claim_generation + 1`` (G1, G3); RETURNING the row.
-        renew: the holder's renewal, ``new_stage`` (``None`` keeps the stage); RETURNING expiry.
+        renew: the holder's renewal; ``new_stage`` (``None`` keeps the stage) never lowers the
+            recorded stage (G6); RETURNING expiry.
         settle: the holder's settle with ``receipt``; RETURNING ``updated_at_ms``, ``renewal_count``.
         end_lease: release / dead-letter / park with ``status``, ``error_class``, ``last_error``
             and ``attempts_returned`` (0 or 1).
         refused: why a holder write touched no row: ``now_ms``, ``claim_generation``, ``status``.
         insert_event: one evidence-trail entry (every column as a parameter).
         insert_receipt: store a receipt unless one stands for the key; RETURNING the key if stored.
-        select_receipt: the receipt of ``idempotency_key``.
+        select_receipt: the receipt of ``key_idempotency_key``.
+        select_task: the row of ``key_task_id``.
+        set_receipt: the ``receipt`` column of ``key_task_id`` (the receipt that stands for its key).
+        decisions: per decision kind, the conditional UPDATE of :data:`~agentlease.decisions.DECISIONS`
+            (``receipt`` bound for a decision that settles); RETURNING the row.
+        expired_first: running tasks whose lease lapsed, oldest lapse first, ``limit`` rows.
+        expired_after: the same after the keyset cursor ``after_expires_at_ms`` / ``after_task_id``.
+        record_expiry: the sweeper's conditional write of one lapsed lease (unchanged since read).
+        lock_expired: ``FOR UPDATE SKIP LOCKED`` of that row (PostgreSQL only; ``None`` on SQLite).
     """
 
     now: ColumnElement[int]
@@ -86,10 +109,72 @@ class LeaseStatements:
     insert_event: Insert
     insert_receipt: Insert
     select_receipt: Select[Any]
+    select_task: Select[Any]
+    set_receipt: Update
+    decisions: dict[DecisionKind, Update]
+    expired_first: Select[Any]
+    expired_after: Select[Any]
+    record_expiry: Update
+    lock_expired: Select[Any] | None
 
 
 def _column_of_task(column: Any) -> Any:
     return select(column).where(_T.task_id == bindparam("held_task_id")).scalar_subquery()
+
+
+def _decision(kind: DecisionKind, now: ColumnElement[int]) -> Update:
+    """The conditional UPDATE of one decision: from one of its statuses to its result, ending any claim."""
+    rule = DECISIONS[kind]
+    values: dict[str, Any] = {
+        "status": rule.to.value,
+        "lease_owner": None,
+        "lease_expires_at_ms": None,
+        "error_class": None if rule.error_class is None else rule.error_class.value,
+        "updated_at_ms": now,
+    }
+    if rule.restarts_attempts:
+        values["attempts"] = 0
+    if rule.settles:
+        values["receipt"] = bindparam("receipt", type_=_T.receipt.type)
+        values["stage"] = Stage.SETTLED.value
+    return (
+        update(TASKS)
+        .where(_T.task_id == bindparam("key_task_id"), _T.status.in_([s.value for s in rule.applies_to]))
+        .values(**values)
+        .returning(*TASKS.c)
+    )
+
+
+def _expiry_statements(
+    now: ColumnElement[int], dialect_name: str
+) -> tuple[Select[Any], Select[Any], Update, Select[Any] | None]:
+    lapsed = and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now)
+    first = select(TASKS).where(lapsed).order_by(_T.lease_expires_at_ms, _T.task_id).limit(bindparam("limit"))
+    cursor = tuple_(bindparam("after_expires_at_ms", type_=_T.lease_expires_at_ms.type), bindparam("after_task_id"))
+    following = first.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > cursor)
+    unchanged = and_(
+        _T.task_id == bindparam("key_task_id"),
+        _T.claim_generation == bindparam("expired_generation"),
+        _T.lease_expires_at_ms == bindparam("expired_at_ms"),
+        lapsed,
+    )
+    record = (
+        update(TASKS)
+        .where(unchanged)
+        .values(
+            status=bindparam("status", type_=_T.status.type),
+            lease_owner=None,
+            lease_expires_at_ms=None,
+            error_class=bindparam("error_class", type_=_T.error_class.type),
+            last_error=bindparam("last_error", type_=_T.last_error.type),
+            updated_at_ms=now,
+        )
+        .returning(_T.updated_at_ms)
+    )
+    lock = (
+        select(_T.task_id).where(unchanged).with_for_update(skip_locked=True) if dialect_name == "postgresql" else None
+    )
+    return first, following, record, lock
 
 
 @cache
@@ -111,6 +196,8 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
     current_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
     if dialect_name == "postgresql":
         current_task = current_task.with_for_update(of=TASKS)
+    claimable = [status.value for status in TaskStatus if status.claimable]
+    expired_first, expired_after, record_expiry, lock_expired = _expiry_statements(now, dialect_name)
     return LeaseStatements(
         now=now,
         insert_task=dialect_insert(TASKS)
@@ -135,7 +222,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         .where(
             _T.task_id == bindparam("key_task_id"),
             or_(
-                _T.status.in_(CLAIMABLE),
+                _T.status.in_(claimable),
                 and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now),
             ),
         )
@@ -157,7 +244,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
             lease_expires_at_ms=now + _T.lease_ttl_ms,
             renewal_count=_T.renewal_count + 1,
             updated_at_ms=now,
-            stage=func.coalesce(bindparam("new_stage", type_=_T.stage.type), _T.stage),
+            stage=furthest_stage(bindparam("new_stage", type_=_T.stage.type)),
         )
         .returning(_T.lease_expires_at_ms, _T.updated_at_ms, _T.stage),
         settle=update(TASKS)
@@ -192,4 +279,35 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         .on_conflict_do_nothing(index_elements=["idempotency_key"])
         .returning(RECEIPTS.c.idempotency_key),
         select_receipt=select(RECEIPTS).where(RECEIPTS.c.idempotency_key == bindparam("key_idempotency_key")),
+        select_task=select(TASKS).where(_T.task_id == bindparam("key_task_id")),
+        set_receipt=update(TASKS)
+        .where(_T.task_id == bindparam("key_task_id"))
+        .values(receipt=bindparam("receipt", type_=_T.receipt.type)),
+        decisions={kind: _decision(kind, now) for kind in DecisionKind},
+        expired_first=expired_first,
+        expired_after=expired_after,
+        record_expiry=record_expiry,
+        lock_expired=lock_expired,
     )
+
+
+def tasks_query(agent_run_id: str | None) -> Select[Any]:
+    """Tasks, oldest first, optionally of one agent run."""
+    query = select(TASKS).order_by(_T.created_at_ms, _T.task_id)
+    return query if agent_run_id is None else query.where(_T.agent_run_id == agent_run_id)
+
+
+def events_query(task_id: str | None, agent_run_id: str | None) -> Select[Any]:
+    """The evidence trail in order, for one task, one agent run, or all."""
+    query = select(EVENTS).order_by(_E.event_id)
+    if task_id is not None:
+        query = query.where(_E.task_id == task_id)
+    if agent_run_id is not None:
+        query = query.where(_E.task_id.in_(select(_T.task_id).where(_T.agent_run_id == agent_run_id)))
+    return query
+
+
+def receipt_keys_query(keys: set[str]) -> Select[Any]:
+    """Which of ``keys`` have a stored settlement receipt."""
+    key = RECEIPTS.c.idempotency_key
+    return select(key).where(key.in_(sorted(keys)))

@@ -1,30 +1,34 @@
 """The lease ledger: every lease write is one conditional statement judged on the database's clock.
 
-Guarantees held here (DESIGN.md): G1 at most one valid lease per task; G2 a lapsed or superseded
-holder cannot renew, settle, release or dead-letter (zero rows affected raises
-:class:`LeaseLostError`); G3 generations are minted only inside the claim statement; G10 a refused
-settle is recorded as ``late_unapplied`` evidence.
+Guarantees held here (``docs/guarantees.md``): G1 at most one valid lease per task; G2 a lapsed or
+superseded holder cannot renew, settle, release or dead-letter (zero rows affected raises
+:class:`LeaseLostError`); G3 generations are minted only inside the claim statement; G6 the
+recorded stage never goes back and a receipt, once stored, stands; G8 a decision (cancel among
+them) ends any claim in the same statement; G10 a refused settle is recorded as ``late_unapplied``
+evidence.
 
 Every method takes an optional ``now`` (aware datetime) for tests; otherwise the database's clock
-decides (STYLE.md, rule 7).
+decides.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.engine import Connection
 
-from agentlease import metrics
 from agentlease.clock import duration_ms, from_ms, now_param
-from agentlease.enums import EventKind, Stage, TaskStatus
+from agentlease.decisions import DECISIONS
+from agentlease.enums import DecisionKind, ErrorClass, EventKind, Stage, TaskStatus
 from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
 from agentlease.ledger.database import LedgerDatabase, open_database
-from agentlease.ledger.statements import EVENTS, RECEIPTS, TASKS, held, lease_statements
+from agentlease.ledger.statements import LeaseStatements, events_query, held, lease_statements, tasks_query
+from agentlease.ledger.trail import write_event, write_holder_event
+from agentlease.metrics import LEASE_METRICS, LeaseMetrics
 from agentlease.records import (
     Claim,
     LeaseEvent,
@@ -36,7 +40,6 @@ from agentlease.records import (
 )
 
 _R = TypeVar("_R")
-_T = TASKS.c
 
 
 @dataclass(frozen=True)
@@ -55,16 +58,28 @@ class Ledger:
 
     Args:
         database: from :func:`open_database`; the ledger owns it.
+        metrics: where each operation reports; default the process's lease metrics.
     """
 
-    def __init__(self, database: LedgerDatabase) -> None:
+    def __init__(self, database: LedgerDatabase, *, metrics: LeaseMetrics = LEASE_METRICS) -> None:
         self._db = database
         self._sql = lease_statements(database.dialect)
+        self._metrics = metrics
 
     @classmethod
     def from_url(cls, url: str, *, pool_size: int = 10) -> Ledger:
         """Open a ledger on ``sqlite:///PATH`` or ``postgresql://...`` (see :func:`open_database`)."""
         return cls(open_database(url, pool_size=pool_size))
+
+    @property
+    def metrics(self) -> LeaseMetrics:
+        """Where this ledger's operations report (the sweeper's expiries report there too)."""
+        return self._metrics
+
+    @property
+    def statements(self) -> LeaseStatements:
+        """The prebuilt statements of this ledger's dialect."""
+        return self._sql
 
     @property
     def database(self) -> LedgerDatabase:
@@ -79,7 +94,8 @@ class Ledger:
 
     @property
     def now_expression(self) -> ColumnElement[int]:
-        """The current time in statements: the bound ``now_ms`` (:func:`~agentlease.clock.now_param`) or the database clock."""
+        """The current time in statements: the bound ``now_ms`` (see :func:`~agentlease.clock.now_param`),
+        or the database clock."""
         return self._sql.now
 
     def _insert_task(self, conn: Connection, spec: TaskSpec, now: datetime | None) -> None:
@@ -120,61 +136,6 @@ class Ledger:
         )
         return inserted.first() is not None
 
-    def _event(
-        self,
-        conn: Connection,
-        *,
-        task_id: str,
-        kind: EventKind,
-        generation: int,
-        at_ms: int,
-        owner: str | None = None,
-        stage: Stage | str | None = None,
-        reason: str | None = None,
-        details: dict[str, Any] | None = None,
-        trace: TraceLink | None = None,
-    ) -> None:
-        """Append one entry to the evidence trail (``lease_events``)."""
-        conn.execute(
-            self._sql.insert_event,
-            {
-                "task_id": task_id,
-                "kind": kind.value,
-                "claim_generation": generation,
-                "lease_owner": owner,
-                "stage": None if stage is None else str(stage),
-                "reason": reason,
-                "details": details,
-                "at_ms": at_ms,
-                **(trace or TraceLink()).columns(),
-            },
-        )
-
-    def _holder_event(
-        self,
-        conn: Connection,
-        claim: Claim,
-        kind: EventKind,
-        *,
-        at_ms: int,
-        stage: Stage | str | None = None,
-        reason: str | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> None:
-        """An evidence-trail entry written on behalf of the holder of ``claim``."""
-        self._event(
-            conn,
-            task_id=claim.task_id,
-            kind=kind,
-            generation=claim.generation,
-            at_ms=at_ms,
-            owner=claim.owner,
-            stage=stage,
-            reason=reason,
-            details=details,
-            trace=claim.trace,
-        )
-
     @staticmethod
     def _held(claim: Claim, now: datetime | None) -> dict[str, Any]:
         """Parameters of the guard of every holder write (G2): same owner, same generation, lease valid."""
@@ -192,8 +153,9 @@ class Ledger:
     ) -> _Refusal:
         row = conn.execute(self._sql.refused, self._held(claim, now)).one()
         refusal = _Refusal(row.claim_generation, row.status)
-        self._holder_event(
+        write_holder_event(
             conn,
+            self._sql,
             claim,
             kind,
             at_ms=row.now_ms,
@@ -247,8 +209,8 @@ class Ledger:
         trace = trace or TraceLink()
         key = {"key_task_id": spec.task_id, **now_param(now)}
 
-        def claim_tx(conn: Connection) -> tuple[Claim, str | None]:
-            """The claim, and the stage of the lapsed lease it superseded (if any)."""
+        def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None]:
+            """The claim, whether it superseded a lapsed lease, and that lease's stage."""
             self._insert_task(conn, spec, now)
             before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
@@ -266,8 +228,9 @@ class Ledger:
                 )
             if before.status == TaskStatus.RUNNING.value:
                 # The previous holder neither settled nor released: record why its lease ended.
-                self._event(
+                write_event(
                     conn,
+                    self._sql,
                     task_id=spec.task_id,
                     kind=EventKind.EXPIRED,
                     generation=before.claim_generation,
@@ -278,11 +241,12 @@ class Ledger:
                         f"lease lapsed at {from_ms(before.lease_expires_at_ms).isoformat()} without renewal; "
                         f"superseded by generation {granted.claim_generation} ({owner})"
                     ),
-                    details={"lease_expires_at_ms": before.lease_expires_at_ms},
+                    details={"lease_expires_at_ms": before.lease_expires_at_ms, "by": "takeover"},
                     trace=TraceLink.from_mapping(before._mapping),
                 )
-            self._event(
+            write_event(
                 conn,
+                self._sql,
                 task_id=spec.task_id,
                 kind=EventKind.CLAIMED,
                 generation=granted.claim_generation,
@@ -294,7 +258,7 @@ class Ledger:
                 trace=trace,
             )
             stored = self._receipt(conn, spec.idempotency_key)
-            superseded = metrics.stage_label(before.stage) if before.status == TaskStatus.RUNNING.value else None
+            superseded = before.status == TaskStatus.RUNNING.value
             claim = Claim(
                 task_id=spec.task_id,
                 tool=granted.tool,
@@ -310,23 +274,25 @@ class Ledger:
                 trace=trace,
                 receipt=stored,
             )
-            return claim, superseded
+            return claim, superseded, before.stage
 
         started = time.perf_counter()
         try:
-            claim, superseded = await self._db.write(claim_tx)
+            claim, superseded, superseded_stage = await self._db.write(claim_tx)
         except LeaseHeldError:
-            metrics.LEASE_CLAIMS.labels(spec.tool, "held").inc()
+            self._metrics.claim(spec.tool, "held")
             raise
         except TaskClosedError:
-            metrics.LEASE_CLAIMS.labels(spec.tool, "closed").inc()
+            self._metrics.claim(spec.tool, "closed")
             raise
-        metrics.LEASE_CLAIMS.labels(claim.tool, "granted").inc()
-        metrics.LEASE_ACQUISITION.labels(claim.tool).observe(time.perf_counter() - started)
-        if superseded is not None:
-            metrics.LEASES_EXPIRED.labels(claim.tool, superseded, "takeover").inc()
-        if trace.workflow_id is None:
-            metrics.CLAIMS_WITHOUT_TRACE.labels(claim.tool).inc()
+        self._metrics.claim(
+            claim.tool,
+            "granted",
+            seconds=time.perf_counter() - started,
+            superseded=superseded,
+            superseded_stage=superseded_stage,
+            traced=trace.workflow_id is not None,
+        )
         return claim
 
     # -- holder writes -------------------------------------------------------------------------
@@ -336,10 +302,14 @@ class Ledger:
     ) -> datetime:
         """Extend the lease by its own TTL, recording the stage first and a specific reason (G2, G5).
 
+        The recorded stage never goes back (G6): a ``stage`` before the one the ledger holds (an
+        earlier attempt reached further) leaves it as it is, whoever renews.
+
         Args:
             claim: the lease held.
-            reason: what the holder is doing ("committed draft, verifying readback").
-            stage: the stage the holder is entering; ``None`` keeps the current one.
+            reason: what the holder is doing ("committed draft, verifying readback"); not blank.
+            stage: the stage the holder is entering; ``None`` keeps the current one. Never
+                ``settled``: only :meth:`settle` settles.
             now: injected time; default the database's clock.
 
         Returns:
@@ -348,7 +318,12 @@ class Ledger:
         Raises:
             LeaseLostError: the lease lapsed, was superseded, or the task was cancelled or settled.
                 A ``lease_lost`` event is recorded before raising.
+            ValueError: ``stage`` is ``settled``, or ``reason`` is blank.
         """
+        if stage is Stage.SETTLED:
+            raise ValueError("a renewal does not enter 'settled'; settle with a receipt")
+        if not reason.strip():
+            raise ValueError("a renewal needs a specific reason")
         params = {**self._held(claim, now), "new_stage": None if stage is None else stage.value}
 
         def renew_tx(conn: Connection) -> tuple[datetime, str | None] | _Refusal:
@@ -362,8 +337,9 @@ class Ledger:
                     now=now,
                     details={"stage": None if stage is None else stage.value, "renew_reason": reason},
                 )
-            self._holder_event(
+            write_holder_event(
                 conn,
+                self._sql,
                 claim,
                 EventKind.RENEWED,
                 at_ms=row.updated_at_ms,
@@ -376,10 +352,8 @@ class Ledger:
             return expires_at, row.stage
 
         outcome = await self._db.write(renew_tx)
-        if isinstance(outcome, _Refusal):
-            metrics.LEASE_RENEWALS.labels(claim.tool, metrics.stage_label(stage), "lost").inc()
-        else:
-            metrics.LEASE_RENEWALS.labels(claim.tool, metrics.stage_label(outcome[1]), "renewed").inc()
+        lost = isinstance(outcome, _Refusal)
+        self._metrics.renewal(claim.tool, stage if lost else outcome[1], renewed=not lost)  # type: ignore[index]
         return self._granted(claim, "renew", outcome)[0]
 
     async def settle(
@@ -425,8 +399,9 @@ class Ledger:
             inserted = self._store_receipt(
                 conn, claim.idempotency_key, claim.task_id, claim.generation, receipt_json, row.updated_at_ms
             )
-            self._holder_event(
+            write_holder_event(
                 conn,
+                self._sql,
                 claim,
                 EventKind.SETTLED,
                 at_ms=row.updated_at_ms,
@@ -442,106 +417,103 @@ class Ledger:
                     receipt=receipt,
                 )
             else:
-                stored = self._receipt(conn, claim.idempotency_key)  # the first receipt stands
+                # The first receipt stored for the key stands; the task shows that one too.
+                stored = self._receipt(conn, claim.idempotency_key)
+                assert stored is not None
+                conn.execute(
+                    self._sql.set_receipt,
+                    {"key_task_id": claim.task_id, "receipt": stored.receipt.model_dump(mode="json")},
+                )
             assert stored is not None
             return stored, row.renewal_count
 
         outcome = await self._db.write(settle_tx)
-        if isinstance(outcome, _Refusal):
-            metrics.SETTLEMENTS.labels(claim.tool, EventKind.LATE_UNAPPLIED.value).inc()
-        else:
-            metrics.SETTLEMENTS.labels(claim.tool, TaskStatus.SETTLED.value).inc()
-            metrics.RENEWALS_PER_TASK.labels(claim.tool).observe(outcome[1])
+        settled = not isinstance(outcome, _Refusal)
+        self._metrics.settle(claim.tool, settled=settled, renewals=outcome[1] if settled else None)  # type: ignore[index]
         return self._granted(claim, "settle", outcome)[0]
 
     async def release(
         self,
         claim: Claim,
         *,
-        error_class: str,
+        error_class: ErrorClass | str,
         error: str,
-        capacity_release: bool = False,
         now: datetime | None = None,
     ) -> None:
-        """Give the task back for a retry, recording why (DESIGN.md, "release for retry").
+        """Give the task back for a retry, recording why (``docs/guarantees.md``, "release for retry").
 
         The last durable stage is kept so the next attempt can read it. ``attempts`` counts real
-        attempts only: a release for lack of capacity (``capacity_release=True``, e.g. the worker
-        shut down) gives its attempt back in the same statement.
+        attempts only: a release whose class does not count as an attempt (``shutdown``, a worker
+        that ran out of time to finish) gives its attempt back in the same statement.
 
         Args:
             claim: the lease held.
-            error_class: a short class name (``retryable``, ``shutdown``...).
+            error_class: how the attempt ended (``retryable``, ``shutdown``...).
             error: one line describing the failure.
-            capacity_release: the attempt ended for lack of capacity and does not count against the
-                tool's ``max_attempts``. Default false.
             now: injected time; default the database's clock.
 
         Raises:
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
+            ValueError: ``error_class`` is not an :class:`~agentlease.enums.ErrorClass`.
         """
-        await self._end_lease(
-            claim, "release", TaskStatus.RELEASED, EventKind.RELEASED, error_class, error, now, capacity_release
-        )
+        await self._end_lease(claim, "release", TaskStatus.RELEASED, error_class, error, now)
 
     async def dead_letter(
         self,
         claim: Claim,
         *,
-        error_class: str,
+        error_class: ErrorClass | str,
         error: str,
         now: datetime | None = None,
     ) -> None:
-        """Move the task out of circulation for inspection (DESIGN.md, "dead-letter").
+        """Move the task out of circulation for inspection, until a redrive or a cancel.
 
         Raises:
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
         """
-        await self._end_lease(
-            claim, "dead_letter", TaskStatus.DEAD_LETTERED, EventKind.DEAD_LETTERED, error_class, error, now
-        )
+        await self._end_lease(claim, "dead_letter", TaskStatus.DEAD_LETTERED, error_class, error, now)
 
     async def await_decision(
         self,
         claim: Claim,
         *,
         status: TaskStatus,
-        error_class: str,
+        error_class: ErrorClass | str,
         error: str,
         now: datetime | None = None,
     ) -> None:
-        """Park the task until a person decides: ``blocked`` or ``needs_reconciliation``.
+        """Park the task until a person decides: ``blocked``, ``needs_reconciliation`` or ``dead_lettered``.
 
-        No claim is granted while it waits (seed 1, "Recovery needs a policy").
+        No claim is granted while it waits (``docs/recovery.md``, "Recovery classification").
 
         Raises:
-            ValueError: ``status`` is neither ``blocked`` nor ``needs_reconciliation``.
+            ValueError: ``status`` is not one a holder may park a task in.
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
         """
-        if not status.awaits_decision:
-            raise ValueError(f"{status.value} is not a status that awaits a decision")
-        await self._end_lease(claim, status.value, status, EventKind(status.value), error_class, error, now)
+        if not status.awaits_decision or status is TaskStatus.AWAITING_APPROVAL:
+            raise ValueError(f"a holder does not park a task as {status.value}")
+        await self._end_lease(claim, status.value, status, error_class, error, now)
 
     async def _end_lease(
         self,
         claim: Claim,
         operation: str,
         status: TaskStatus,
-        kind: EventKind,
-        error_class: str,
+        error_class: ErrorClass | str,
         error: str,
         now: datetime | None,
-        attempt_returned: bool = False,
     ) -> None:
+        known = ErrorClass(error_class)  # a known class only: the next attempt's policy reads it
         params = {
             **self._held(claim, now),
             "status": status.value,
-            "error_class": error_class,
+            "error_class": known.value,
             "last_error": error,
-            "attempts_returned": int(attempt_returned),
+            "attempts_returned": int(not known.counts_as_attempt),
         }
+        kind = EventKind(status.value)
 
-        def end_lease_tx(conn: Connection) -> None | _Refusal:
+        def end_lease_tx(conn: Connection) -> _Refusal | None:
             row = conn.execute(self._sql.end_lease, params).first()
             if row is None:
                 return self._refused(
@@ -550,51 +522,51 @@ class Ledger:
                     operation=operation,
                     kind=EventKind.LEASE_LOST,
                     now=now,
-                    details={"error_class": error_class, "error": error},
+                    details={"error_class": known.value, "error": error},
                 )
-            self._holder_event(
-                conn, claim, kind, at_ms=row.updated_at_ms, stage=row.stage, reason=f"{error_class}: {error}"
+            write_holder_event(
+                conn,
+                self._sql,
+                claim,
+                kind,
+                at_ms=row.updated_at_ms,
+                stage=row.stage,
+                reason=f"{known.value}: {error}",
             )
             return None
 
         self._granted(claim, operation, await self._db.write(end_lease_tx))
-        if status is TaskStatus.RELEASED:
-            metrics.LEASE_RELEASES.labels(claim.tool, error_class).inc()
-        else:
-            metrics.TASKS_PARKED.labels(claim.tool, status.value).inc()
+        self._metrics.lease_end(claim.tool, status, known)
 
-    # -- operator writes -----------------------------------------------------------------------
+    # -- decisions -----------------------------------------------------------------------------
 
-    async def transition(
+    async def decide(
         self,
         task_id: str,
+        kind: DecisionKind,
         *,
-        allowed: frozenset[TaskStatus] | set[TaskStatus],
-        to: TaskStatus,
-        kind: EventKind,
         by: str,
         reason: str,
-        values: dict[str, Any] | None = None,
         details: dict[str, Any] | None = None,
         receipt: SettlementReceipt | None = None,
         spec: TaskSpec | None = None,
         now: datetime | None = None,
     ) -> TaskRecord:
-        """An operator's decision: move a task from one of ``allowed`` to ``to``, ending any claim.
+        """Apply a decision of the decision table (:data:`~agentlease.decisions.DECISIONS`), ending any claim.
 
-        One conditional UPDATE (row count checked) plus an evidence entry naming who decided and
-        why. With ``receipt`` the task is settled by the decision and the receipt stored once per
-        idempotency key. With ``spec`` a task the ledger has not seen yet is created first.
+        One conditional UPDATE from one of the statuses the decision applies to (row count
+        checked) plus an evidence entry naming who decided and why. Ending the claim in the same
+        statement is what makes a cancel stick (G8): the old generation can no longer renew or
+        settle, and expiry never moves a cancelled task again. A decision that settles (``confirm``)
+        stores ``receipt`` once per idempotency key. With ``spec`` a task the ledger has not seen
+        yet is created first.
 
         Args:
             task_id: the task.
-            allowed: the statuses the decision applies to.
-            to: the new status.
-            kind: the evidence-trail entry.
+            kind: the decision.
             by / reason: who decided, and why.
-            values: further column values (``attempts=0`` for a redrive...).
             details: facts for the evidence trail.
-            receipt: the settlement receipt of a ``confirm``.
+            receipt: the settlement receipt a settling decision writes; required for those, refused otherwise.
             spec: the task's identity, to create it if absent.
             now: injected time; default the database's clock.
 
@@ -603,74 +575,44 @@ class Ledger:
 
         Raises:
             TaskNotFoundError: unknown task (and no ``spec``).
-            TaskClosedError: the task is not in one of ``allowed``; nothing changed.
+            TaskClosedError: the task is not in a status the decision applies to; nothing changed.
+            ValueError: ``receipt`` is missing for a decision that settles, or given for one that does not.
         """
+        rule = DECISIONS[kind]
+        if rule.settles != (receipt is not None):
+            raise ValueError(f"{kind.value} {'needs' if rule.settles else 'takes no'} settlement receipt")
         receipt_json = None if receipt is None else receipt.model_dump(mode="json")
-        decision = (
-            update(TASKS)
-            .where(_T.task_id == task_id, _T.status.in_([s.value for s in allowed]))
-            .values(
-                status=to.value,
-                lease_owner=None,
-                lease_expires_at_ms=None,
-                updated_at_ms=self._sql.now,
-                **({"receipt": receipt_json, "stage": Stage.SETTLED.value} if receipt_json else {}),
-                **(values or {}),
-            )
-            .returning(*TASKS.c)
-        )
+        params = {"key_task_id": task_id, **now_param(now), **({"receipt": receipt_json} if receipt_json else {})}
 
-        def transition_tx(conn: Connection) -> TaskRecord:
+        def decide_tx(conn: Connection) -> TaskRecord:
             if spec is not None:
                 self._insert_task(conn, spec, now)
-            row = conn.execute(decision, now_param(now)).first()
+            row = conn.execute(self._sql.decisions[kind], params).first()
             if row is None:
-                current = self._task(conn, task_id)
-                raise TaskClosedError(task_id, current.status)
+                raise TaskClosedError(task_id, self._task(conn, task_id).status)
             if receipt_json is not None:
                 self._store_receipt(
                     conn, row.idempotency_key, task_id, row.claim_generation, receipt_json, row.updated_at_ms
                 )
-            self._event(
+            write_event(
                 conn,
+                self._sql,
                 task_id=task_id,
-                kind=kind,
+                kind=rule.event,
                 generation=row.claim_generation,
                 at_ms=row.updated_at_ms,
                 stage=row.stage,
                 reason=reason,
-                details={"by": by, **(details or {})},
+                details={"by": by, "decision": kind.value, **(details or {})},
             )
             return TaskRecord.from_row(row)
 
-        return await self._db.write(transition_tx)
-
-    async def cancel(
-        self, task_id: str, *, by: str, reason: str, spec: TaskSpec | None = None, now: datetime | None = None
-    ) -> TaskRecord:
-        """Cancel a task: end any claim so its generation can no longer renew or settle (G8).
-
-        Cancelled stays cancelled: no claim, renewal, settle or expiry moves it again.
-
-        Raises:
-            TaskNotFoundError: unknown task (and no ``spec`` to create it).
-            TaskClosedError: the task is already settled, cancelled, rejected or abandoned.
-        """
-        return await self.transition(
-            task_id,
-            allowed={s for s in TaskStatus if not s.is_terminal},
-            to=TaskStatus.CANCELLED,
-            kind=EventKind.CANCELLED,
-            by=by,
-            reason=reason,
-            spec=spec,
-            now=now,
-        )
+        return await self._db.write(decide_tx)
 
     # -- reads ---------------------------------------------------------------------------------
 
     def _task(self, conn: Connection, task_id: str) -> TaskRecord:
-        row = conn.execute(select(TASKS).where(_T.task_id == task_id)).first()
+        row = conn.execute(self._sql.select_task, {"key_task_id": task_id}).first()
         if row is None:
             raise TaskNotFoundError(task_id)
         return TaskRecord.from_row(row)
@@ -692,26 +634,13 @@ class Ledger:
 
     async def list_tasks(self, agent_run_id: str | None = None) -> list[TaskRecord]:
         """Tasks, oldest first, optionally of one agent run."""
-        query = select(TASKS).order_by(_T.created_at_ms, _T.task_id)
-        if agent_run_id is not None:
-            query = query.where(_T.agent_run_id == agent_run_id)
+        query = tasks_query(agent_run_id)
         return await self._db.read(lambda conn: [TaskRecord.from_row(row) for row in conn.execute(query)])
 
     async def events(self, task_id: str | None = None, *, agent_run_id: str | None = None) -> list[LeaseEvent]:
         """The evidence trail in order, for one task or one agent run (or all)."""
-        ev = EVENTS.c
-        query = select(EVENTS).order_by(ev.event_id)
-        if task_id is not None:
-            query = query.where(ev.task_id == task_id)
-        if agent_run_id is not None:
-            query = query.where(ev.task_id.in_(select(_T.task_id).where(_T.agent_run_id == agent_run_id)))
+        query = events_query(task_id, agent_run_id)
         return await self._db.read(lambda conn: [LeaseEvent.from_row(row) for row in conn.execute(query)])
-
-    def receipt_keys(self, conn: Connection, keys: set[str]) -> set[str]:
-        """Which of ``keys`` have a stored settlement receipt (within ``conn``'s transaction)."""
-        key = RECEIPTS.c.idempotency_key
-        rows = conn.execute(select(key).where(key.in_(sorted(keys))))
-        return {row.idempotency_key for row in rows}
 
     async def receipt(self, idempotency_key: str) -> StoredReceipt | None:
         """The stored settlement receipt for an idempotency key, if any."""

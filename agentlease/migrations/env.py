@@ -12,7 +12,7 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from agentlease.ledger.engine import create_ledger_engine
+from agentlease.databases import create_async_database_engine
 from agentlease.ledger.schema import Base
 
 target_metadata = Base.metadata
@@ -29,7 +29,7 @@ def _run(connection: Connection) -> None:
 
 
 async def _run_with_engine(url: str) -> None:
-    engine = create_ledger_engine(url)
+    engine = create_async_database_engine(url)
     try:
         async with engine.connect() as connection:
             await connection.run_sync(_run)

@@ -74,7 +74,7 @@ def _asyncpg_dsn(url: str) -> str:
 async def _admin(statement: str) -> None:
     try:
         connection = await asyncpg.connect(_asyncpg_dsn(PG_ADMIN_URL), timeout=PG_CONNECT_TIMEOUT_S)
-    except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         pytest.skip(f"PostgreSQL unavailable at {make_url(PG_ADMIN_URL)!r}: {type(exc).__name__}: {exc}")
     try:
         await connection.execute(statement)

@@ -47,6 +47,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentlease.databases import create_async_database_engine
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import advance_fence, upsert_for
 from agentlease.idempotency import (
@@ -57,7 +58,6 @@ from agentlease.idempotency import (
     IdempotencyStore,
 )
 from agentlease.idempotency.middleware import stale_fencing_response
-from agentlease.ledger.engine import create_ledger_engine
 from examples.downstream import serve_app
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -208,6 +208,7 @@ def _app(engine: AsyncEngine, store: IdempotencyStore) -> ASGIApp:
                     at_ms=_now_ms(),
                 )
             )
+        assert result.inserted_primary_key is not None
         return JSONResponse({"message_id": result.inserted_primary_key[0]}, status_code=201)
 
     async def count_messages(request: Request) -> JSONResponse:
@@ -316,7 +317,7 @@ class MatrixDownstream:
 
 async def serve(database_url: str) -> None:
     """Create the service's tables in ``database_url``, serve on loopback until SIGTERM or SIGINT."""
-    engine = create_ledger_engine(database_url)
+    engine = create_async_database_engine(database_url)
     store = IdempotencyStore(engine)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -338,7 +339,7 @@ async def running_matrix_downstream(database_url: str) -> AsyncIterator[MatrixDo
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", __name__, database_url, stdout=asyncio.subprocess.PIPE, cwd=_REPO
     )
-    engine = create_ledger_engine(database_url, pool_size=2)
+    engine = create_async_database_engine(database_url, pool_size=2)
     try:
         assert process.stdout is not None
         line = (await asyncio.wait_for(process.stdout.readline(), timeout=60)).decode()

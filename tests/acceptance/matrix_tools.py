@@ -50,11 +50,10 @@ from pydantic import BaseModel, Field
 
 from activities.lease_context import LeaseContext
 from activities.tool import ToolResult, tool
-from agentlease.enums import SideEffectClass, Stage
+from agentlease.enums import RecoveryAction, SideEffectClass, Stage
 from agentlease.errors import LeaseLostError, RetryableToolError
 from agentlease.idempotency import FENCING_TOKEN_HEADER, IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
 from agentlease.records import SettlementReceipt
-from reconciliation.policy import RecoveryAction
 from tests.acceptance.matrix_downstream import WRITER_HEADER
 
 LEASE_TTL = timedelta(seconds=2)

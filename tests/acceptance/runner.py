@@ -64,9 +64,7 @@ class Cli:
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The caller's environment without ``AGENTLEASE_*`` (and terminal size), plus ``extra``."""
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith("AGENTLEASE_") and k not in ("COLUMNS", "LINES")
-        }
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLEASE_") and k not in ("COLUMNS", "LINES")}
         env["AGENTLEASE_DATA_DIR"] = str(self.data_dir)
         env.update(extra or {})
         return env
@@ -75,6 +73,7 @@ class Cli:
         started = time.monotonic()
         done = subprocess.run(
             [str(AGENTLEASE), *args],
+            check=False,
             cwd=self.cwd,
             env=self.env(env),
             stdin=subprocess.DEVNULL,
@@ -124,7 +123,9 @@ class Background:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no line matching {pattern!r} within {timeout}s:\n{''.join(self.stderr)}")
+                raise AssertionError(
+                    f"no line matching {pattern!r} within {timeout}s:\n{''.join(self.stderr)}"
+                ) from None
             if line is None:
                 raise AssertionError(f"agentlease {' '.join(self.args)} ended:\n{''.join(self.stderr)}")
             self.stderr.append(line)

@@ -104,7 +104,12 @@ def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
 ) -> None:
     metrics_address = f"127.0.0.1:{free_port()}"
     dev = background(
-        "dev", "--port", str(free_port()), "--ui-port", str(free_port()), env={"AGENTLEASE_METRICS_ADDRESS": metrics_address}
+        "dev",
+        "--port",
+        str(free_port()),
+        "--ui-port",
+        str(free_port()),
+        env={"AGENTLEASE_METRICS_ADDRESS": metrics_address},
     )
     dev.wait_for_line(rf"lease metrics:\s+http://{re.escape(metrics_address)}/metrics", timeout=120)
     env = dev_exports(dev)
@@ -140,7 +145,11 @@ def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
     # The worker's lease metrics, as Prometheus scrapes them.
     scraped = lease_metrics(f"http://{metrics_address}/metrics")
     steps = len(json.loads(RESTOCK_PLAN.read_text())["steps"])
-    granted = sum(v for (name, labels), v in scraped.items() if name == "agentlease_lease_claims_total" and ("outcome", "granted") in labels)
+    granted = sum(
+        v
+        for (name, labels), v in scraped.items()
+        if name == "agentlease_lease_claims_total" and ("outcome", "granted") in labels
+    )
     assert granted >= steps + 1, scraped
     assert scraped[("agentlease_settlements_total", (("outcome", "settled"), ("tool", "sql_upsert")))] >= 1
     assert scraped[("agentlease_tasks_parked_total", (("status", "dead_lettered"), ("tool", "http_get")))] == 1
@@ -168,7 +177,9 @@ class NoArgs(BaseModel):
 
 @tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=5))
 async def open_ticket(ctx, args: NoArgs) -> ToolResult:
-    return ToolResult(receipt=SettlementReceipt(external_system="t", external_id="1", status="ok", verified_at=datetime.now(UTC)))
+    return ToolResult(
+        receipt=SettlementReceipt(external_system="t", external_id="1", status="ok", verified_at=datetime.now(UTC))
+    )
 """
 
 
@@ -300,8 +311,8 @@ def test_reading_a_missing_sqlite_ledger_creates_nothing(cli: Cli) -> None:
 
 @pytest.mark.postgres
 def test_tasks_on_a_missing_postgresql_database_says_so(cli: Cli, pg_ledger_url: str) -> None:
-    absent = make_url(pg_ledger_url)
-    absent = absent.set(database=f"{absent.database}_absent").render_as_string(hide_password=False)
+    url = make_url(pg_ledger_url)
+    absent = url.set(database=f"{url.database}_absent").render_as_string(hide_password=False)
     result = cli("tasks", env={"AGENTLEASE_LEDGER_URL": absent})
     line = assert_one_error_line(result, FAILED, '_absent" does not exist')
     assert "db upgrade" not in line  # the hint is for a database without tables, not for no database

@@ -78,9 +78,21 @@ def test_waiting_and_reconcile_settle_a_stuck_run(
     assert_one_error_line(incomplete, 2, "confirm needs the external_id")
 
     decided = cli(
-        "reconcile", "acc-page", "page", "--action", "confirm", "--external-id", "page-7781",
-        "--observed", '{"acknowledged_by": "sam"}', "--by", "sam", "--reason", "pager shows it delivered",
-        "--json", env=env,
+        "reconcile",
+        "acc-page",
+        "page",
+        "--action",
+        "confirm",
+        "--external-id",
+        "page-7781",
+        "--observed",
+        '{"acknowledged_by": "sam"}',
+        "--by",
+        "sam",
+        "--reason",
+        "pager shows it delivered",
+        "--json",
+        env=env,
     )
     assert decided.returncode == 0, decided
     status = json.loads(cli("status", "acc-page", "--json", env=env).stdout)

@@ -32,6 +32,7 @@ after the other. One pair per mode keeps the CPU for the leases: every worker st
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import uuid
@@ -52,6 +53,7 @@ from agentlease.decisions import DecisionRequest
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
 from tests.acceptance.matrix_downstream import Effect, LoggedRequest, MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING, LEASE_TTL
@@ -381,14 +383,14 @@ class Group:
             assert any(r.method == "POST" and writer_of(r.writer) == self.first.identity for r in requests), requests
 
     async def status(self, case: Case) -> RunStatus:
-        return await self.handles[case].query(AgentRunWorkflow.status)
+        return await self.handles[case].query(STATUS_QUERY, result_type=RunStatus)
 
     async def approved(self, case: Case) -> None:
         """An operator approves the unsafe call (every unsafe tool waits for one before it runs)."""
         [view] = (await self.status(case)).tasks
         assert view.status == TaskStatus.AWAITING_APPROVAL.value, view
         request = DecisionRequest(step_id=STEP, by="matrix-operator", reason="approved for the pause/kill matrix")
-        await self.handles[case].execute_update(AgentRunWorkflow.approve, request)
+        await self.handles[case].execute_update("approve", request, result_type=RunStatus)
 
     async def waiting_for_reconciliation(self, case: Case) -> RunStatus:
         status = await self.status(case)
@@ -412,7 +414,10 @@ class Group:
             self.handles[case] = await env.client.start_workflow(
                 AgentRunWorkflow.run, plan(run_id, case.tool, **arguments), id=run_id, task_queue=self.queue
             )
-        unsafe: Callable[[Case], bool] = lambda case: case.cls is SideEffectClass.UNSAFE
+
+        def unsafe(case: Case) -> bool:
+            return case.cls is SideEffectClass.UNSAFE
+
         await self.each("approved", self.approved, timeout=WORKER_START_TIMEOUT_S, only=unsafe)
         await self.each("generation 1 holds at its stage", self.holding, timeout=WORKER_START_TIMEOUT_S)
         if not self.live():
@@ -465,15 +470,13 @@ class Group:
             workers = [w for w in (self.first, self.second) if w is not None]
             await asyncio.gather(*(asyncio.to_thread(w.stop) for w in workers))
         results: dict[Case, Observed | BaseException] = dict(self.observed)
-        for case, exc in self.failed.items():
+        for case, failure in self.failed.items():
             tails = "".join(f"\n--- {w.identity} stderr ---\n{w.stderr_tail()}" for w in workers)
             temporal = await self._temporal_view(handles.get(case))
-            results[case] = AssertionError(f"{exc}\nrun {self.runs[case]} on {self.queue}\n{temporal}{tails}")
+            results[case] = AssertionError(f"{failure}\nrun {self.runs[case]} on {self.queue}\n{temporal}{tails}")
         for handle in handles.values():
-            try:
+            with contextlib.suppress(Exception):  # already ended
                 await handle.terminate("matrix case over")
-            except Exception:
-                pass  # Already ended.
         return results
 
     @staticmethod

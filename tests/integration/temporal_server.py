@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from temporalio.testing import WorkflowEnvironment
 
 from agentlease import search_attributes
-from agentlease.devstack import temporal_binary
+from agentlease.devserver import temporal_binary
 
 
 class DevServerThread:

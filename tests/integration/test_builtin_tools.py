@@ -20,16 +20,17 @@ from activities.builtin.http_publish import fenced_resource
 from activities.builtin.smtp_send import message_id_for
 from activities.builtin.sql_upsert import payload_digest, records_table
 from activities.lease_context import LeaseContext
+from activities.resources import ToolResources
 from activities.tool import ToolResult, ToolSpec
-from agentlease.enums import EventKind, Stage, TaskStatus
-from agentlease.ledger.engine import create_ledger_engine, sqlite_path
+from agentlease.databases import create_async_database_engine, sqlite_path
+from agentlease.enums import ErrorClass, EventKind, RecoveryAction, Stage, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskSpec, task_id_for
 from agentlease.settings import AgentLeaseSettings
 from examples.downstream import Downstream, running_downstream
 from examples.mail import received_messages
 from examples.publishing import count_publications
-from reconciliation.policy import ErrorClass, RecoveryAction, decide
+from reconciliation.policy import decide
 from tests.eventually import assert_eventually
 from tests.integration.test_lease_on_temporal import REGISTRY, _worker, opened_ledger
 from workflows.agent_run import AgentRunWorkflow
@@ -65,14 +66,11 @@ def tool_settings(settings: AgentLeaseSettings, downstream: Downstream) -> Agent
 @asynccontextmanager
 async def serving(client: Client, settings: AgentLeaseSettings, identity: str) -> AsyncIterator[Ledger]:
     """One in-process worker on ``settings``' queue and ledger; yields the ledger."""
-    async with opened_ledger(settings) as ledger:
-        async with _worker(client, ledger, settings, identity):
-            yield ledger
+    async with opened_ledger(settings) as ledger, _worker(client, ledger, settings, identity):
+        yield ledger
 
 
-async def start_plan(
-    client: Client, settings: AgentLeaseSettings, *steps: PlanStep
-) -> WorkflowHandle[Any, RunStatus]:
+async def start_plan(client: Client, settings: AgentLeaseSettings, *steps: PlanStep) -> WorkflowHandle[Any, RunStatus]:
     """Start a run of ``steps`` and approve each step whose tool waits for an operator's approval."""
     run_id = f"tools-{uuid.uuid4().hex[:8]}"
     handle = await client.start_workflow(
@@ -161,7 +159,11 @@ async def test_smtp_send_delivers_exactly_one_message(
     assert view.receipt is not None and (view.receipt.external_system, view.receipt.status) == ("smtp", "accepted")
     assert message.message_id == view.receipt.external_id == message_id_for(view.idempotency_key)
     assert message.idempotency_key == view.idempotency_key
-    assert (message.rcpt_to, message.subject, message.mail_from) == (MAIL["to"], MAIL["subject"], "agentlease@localhost")
+    assert (message.rcpt_to, message.subject, message.mail_from) == (
+        MAIL["to"],
+        MAIL["subject"],
+        "agentlease@localhost",
+    )
     assert view.receipt.details["reply"] == f"250 OK: queued as {message.id}"
 
 
@@ -192,7 +194,7 @@ async def test_smtp_send_is_not_retried_once_the_server_may_have_taken_the_messa
 
 
 async def _row(url: str, table: str, record_key: str) -> Any:
-    engine = create_ledger_engine(url, pool_size=1)
+    engine = create_async_database_engine(url, pool_size=1)
     target = records_table(table)
     try:
         async with engine.connect() as conn:
@@ -227,7 +229,9 @@ async def test_sql_upsert_receipt_and_row_name_the_current_writer(
     assert (stored.idempotency_key, stored.payload) == (second.idempotency_key, rows[1])
 
 
-async def _direct_attempt(ledger: Ledger, spec: ToolSpec, settings: AgentLeaseSettings, arguments: dict) -> tuple:
+async def _direct_attempt(
+    ledger: Ledger, spec: ToolSpec, settings: AgentLeaseSettings, arguments: dict, resources: ToolResources
+) -> tuple:
     """One attempt of ``spec`` outside Temporal: claim, decide as the worker does, run the tool."""
     task = TaskSpec(
         task_id=task_id_for("direct", spec.name),
@@ -254,6 +258,7 @@ async def _direct_attempt(ledger: Ledger, spec: ToolSpec, settings: AgentLeaseSe
         previous_receipt=None,
         settings=settings,
         recovery=decision,
+        resources=resources,
     )
     result: ToolResult = await spec.fn(context, spec.args_model.model_validate(arguments))
     return claim, decision, result
@@ -271,12 +276,16 @@ async def test_a_retry_after_the_write_reads_back_and_does_not_write_again(
 ) -> None:
     """G6: attempt 1 wrote and read back, then lost its settle; attempt 2 settles from the readback."""
     spec = REGISTRY.get(tool)
+    resources = ToolResources()
     async with opened_ledger(tool_settings) as ledger:
-        claim, _, first = await _direct_attempt(ledger, spec, tool_settings, arguments)
-        assert first.output["written"] is True
-        await ledger.release(claim, error_class=ErrorClass.RETRYABLE.value, error="settle did not reach the ledger")
+        try:
+            claim, _, first = await _direct_attempt(ledger, spec, tool_settings, arguments, resources)
+            assert first.output["written"] is True
+            await ledger.release(claim, error_class=ErrorClass.RETRYABLE, error="settle did not reach the ledger")
 
-        claim, decision, second = await _direct_attempt(ledger, spec, tool_settings, arguments)
+            claim, decision, second = await _direct_attempt(ledger, spec, tool_settings, arguments, resources)
+        finally:
+            await resources.close()
 
     assert (claim.generation, claim.previous_stage, decision.action) == (2, Stage.VERIFY, RecoveryAction.RETRY_READBACK)
     assert second.output["written"] is False

@@ -15,12 +15,11 @@ from temporalio.service import RPCError
 
 from agentlease.cli.app import _run_status
 from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileRequest
-from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.enums import EventKind, RecoveryAction, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError, TaskClosedError
 from agentlease.ledger.store import Ledger
 from agentlease.records import RunStatus, SettlementReceipt, TaskSpec
 from agentlease.settings import AgentLeaseSettings
-from reconciliation.policy import RecoveryAction
 from reconciliation.sweeper import ExpiredLeaseSweeper
 from tests.eventually import assert_eventually
 from tests.integration import tools
@@ -35,12 +34,11 @@ async def running(
     client: Client, settings: AgentLeaseSettings, *steps: tuple[str, str, dict]
 ) -> AsyncIterator[tuple[WorkflowHandle, Ledger, str]]:
     run_id = f"dec-{uuid.uuid4().hex[:8]}"
-    async with opened_ledger(settings) as ledger:
-        async with _worker(client, ledger, settings, "worker-dec"):
-            handle = await client.start_workflow(
-                AgentRunWorkflow.run, _plan(run_id, *steps), id=run_id, task_queue=settings.task_queue
-            )
-            yield handle, ledger, run_id
+    async with opened_ledger(settings) as ledger, _worker(client, ledger, settings, "worker-dec"):
+        handle = await client.start_workflow(
+            AgentRunWorkflow.run, _plan(run_id, *steps), id=run_id, task_queue=settings.task_queue
+        )
+        yield handle, ledger, run_id
 
 
 async def wait_for(handle: WorkflowHandle, step_id: str, status: str) -> RunStatus:
@@ -76,7 +74,10 @@ async def test_unsafe_tool_waits_for_approval_and_approve_twice_is_refused(
         client, settings, ("first", "quick", {}), ("mail", "send_once", {"hold_first_attempt": False})
     ) as (handle, ledger, run):
         status = await wait_for(handle, "mail", "awaiting_approval")
-        assert (status.status, (await ledger.get_task(f"{run}/mail")).status) == ("waiting", TaskStatus.AWAITING_APPROVAL)
+        assert (status.status, (await ledger.get_task(f"{run}/mail")).status) == (
+            "waiting",
+            TaskStatus.AWAITING_APPROVAL,
+        )
         # A settled task takes no decision.
         await refused(handle, "redrive", DecisionRequest(step_id="first", by="ops", reason="x"), "it is settled")
         await refused(handle, "cancel", CancelRequest(step_id="first", by="ops", reason="x"), "it is settled")
@@ -84,12 +85,19 @@ async def test_unsafe_tool_waits_for_approval_and_approve_twice_is_refused(
         with pytest.raises((WorkflowUpdateFailedError, RPCError)):  # malformed: no `by`
             await handle.execute_update("approve", {"step_id": "mail", "reason": "x"})
         assert (await ledger.get_task(f"{run}/mail")).status is TaskStatus.AWAITING_APPROVAL
-        await refused(handle, "redrive", DecisionRequest(step_id="mail", by="ops", reason="x"), "not blocked or dead_lettered")
-        await refused(handle, "reconcile", ReconcileRequest(step_id="mail", by="ops", reason="x", action="abandon"),
-                      "not needs_reconciliation")
+        await refused(
+            handle, "redrive", DecisionRequest(step_id="mail", by="ops", reason="x"), "not blocked or dead_lettered"
+        )
+        await refused(
+            handle,
+            "reconcile",
+            ReconcileRequest(step_id="mail", by="ops", reason="x", action="abandon"),
+            "not needs_reconciliation",
+        )
         await handle.execute_update("approve", DecisionRequest(step_id="mail", by="alice", reason="ticket OPS-1"))
-        await refused(handle, "approve", DecisionRequest(step_id="mail", by="alice", reason="again"),
-                      "not awaiting_approval")
+        await refused(
+            handle, "approve", DecisionRequest(step_id="mail", by="alice", reason="again"), "not awaiting_approval"
+        )
         result = await asyncio.wait_for(handle.result(), timeout=30)
         trail = await ledger.events(f"{run}/mail")
     assert [(t.step_id, t.status) for t in result.tasks] == [("first", "settled"), ("mail", "settled")]
@@ -135,9 +143,14 @@ async def test_ambiguous_unsafe_send_waits_for_reconciliation(
             await handle.execute_update(  # malformed: confirm without the external id
                 "reconcile", {"step_id": "mail", "by": "alice", "reason": "seen", "action": "confirm"}
             )
-        await refused(handle, "approve", DecisionRequest(step_id="mail", by="alice", reason="x"), "not awaiting_approval")
+        await refused(
+            handle, "approve", DecisionRequest(step_id="mail", by="alice", reason="x"), "not awaiting_approval"
+        )
         payload = ReconcileRequest(
-            step_id="mail", by="alice", reason="checked the mail server log", action=action,
+            step_id="mail",
+            by="alice",
+            reason="checked the mail server log",
+            action=action,
             external_id="msg-42@mx" if action == "confirm" else None,
             observed={"queue_id": "4F2A"} if action == "confirm" else {},
         )
@@ -214,7 +227,9 @@ async def test_cancel_during_external_call(client: Client, settings: AgentLeaseS
             # `agentlease status`: the workflow's view, with the running attempt's latest heartbeat.
             shown = await _run_status(settings, run)
             assert (shown.tasks[0].status, shown.tasks[0].stage, shown.tasks[0].claim_generation) == (
-                "running", Stage.EXTERNAL_CALL, 1,
+                "running",
+                Stage.EXTERNAL_CALL,
+                1,
             ), shown
 
         await assert_eventually(status_shows_the_heartbeat, timeout=15, message="status shows stage and generation")
@@ -224,14 +239,21 @@ async def test_cancel_during_external_call(client: Client, settings: AgentLeaseS
         assert status.tasks[0].status == "cancelled"  # the update returned after the activity acknowledged
         result = await asyncio.wait_for(handle.result(), timeout=30)
         old = tools.PROBES[task_id][0]["claim"]
-        receipt = SettlementReceipt(external_system="x", external_id="late", status="present", verified_at=old.acquired_at)
+        receipt = SettlementReceipt(
+            external_system="x", external_id="late", status="present", verified_at=old.acquired_at
+        )
         with pytest.raises(LeaseLostError):
             await ledger.settle(old, receipt)
         later = old.expires_at + 10 * old.lease_ttl
         assert (await ExpiredLeaseSweeper(ledger).run_once(now=later)).examined == 0
         spec = TaskSpec(
-            task_id=task_id, agent_run_id=run, step_id="export", tool="long_call",
-            side_effect_class=SideEffectClass.IDEMPOTENT, idempotency_key=old.idempotency_key, lease_ttl=old.lease_ttl,
+            task_id=task_id,
+            agent_run_id=run,
+            step_id="export",
+            tool="long_call",
+            side_effect_class=SideEffectClass.IDEMPOTENT,
+            idempotency_key=old.idempotency_key,
+            lease_ttl=old.lease_ttl,
         )
         with pytest.raises(TaskClosedError):
             await ledger.claim(spec, "someone", now=later)

@@ -18,9 +18,9 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, fun
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentlease.clock import to_ms
+from agentlease.databases import create_async_database_engine
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import advance_fence, create_fence_table, fenced_write, fences, read_fence, upsert_for
-from agentlease.ledger.engine import create_ledger_engine
 
 WRITERS = 20
 ROUNDS = 3
@@ -45,7 +45,7 @@ commit_log = Table(
 @pytest.fixture
 async def engine(ledger_url: str) -> AsyncIterator[AsyncEngine]:
     """The downstream's database: its own tables plus the fence table."""
-    opened = create_ledger_engine(ledger_url)
+    opened = create_async_database_engine(ledger_url)
     try:
         await create_fence_table(opened)
         await create_fence_table(opened)  # safe to run again
@@ -101,7 +101,9 @@ async def test_writers_in_random_order_leave_the_highest_generation(engine: Asyn
         article_id = f"a{round_no}"
         generations = list(range(1, WRITERS + 1))
         rng.shuffle(generations)
-        outcomes = dict(zip(generations, await asyncio.gather(*(write(engine, article_id, g) for g in generations))))
+        outcomes = dict(
+            zip(generations, await asyncio.gather(*(write(engine, article_id, g) for g in generations)), strict=True)
+        )
 
         order = await committed(engine, article_id)
         rejected = {g: refusal for g, refusal in outcomes.items() if refusal is not None}
@@ -121,7 +123,7 @@ async def test_writers_in_random_order_leave_the_highest_generation(engine: Asyn
 
         # Every older writer that comes after the highest one is refused; the highest itself passes again.
         late = await asyncio.gather(*(write(engine, article_id, g) for g in generations))
-        refused = {g for g, refusal in zip(generations, late) if refusal is not None}
+        refused = {g for g, refusal in zip(generations, late, strict=True) if refusal is not None}
         assert refused == set(range(1, WRITERS)), context
         assert (await committed(engine, article_id))[len(order) :] == [WRITERS]
         assert await article(engine, article_id) == (f"written by generation {WRITERS}", WRITERS)

@@ -18,13 +18,14 @@ from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import RetryPolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.tool import load_registry
+from activities.registry import load_registry
+from activities.resources import ToolResources
 from agentlease.decisions import CancelRequest
-from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.enums import EventKind, RecoveryAction, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
@@ -39,7 +40,6 @@ from agentlease.records import (
     task_id_for,
 )
 from agentlease.settings import AgentLeaseSettings
-from reconciliation.policy import RecoveryAction
 from tests.eventually import assert_eventually
 from tests.integration import tools
 from worker import build_worker
@@ -73,15 +73,20 @@ async def _worker(
         runtime=Runtime(telemetry=TelemetryConfig()),
         identity=identity,
     )
+    resources = ToolResources()
     worker = build_worker(
         own_client,
         ledger,
         REGISTRY,
         settings.model_copy(update={"max_concurrent_activities": slots}),
         identity=identity,
+        resources=resources,
     )
-    async with worker:
-        yield worker
+    try:
+        async with worker:
+            yield worker
+    finally:
+        await resources.close()
 
 
 def _plan(run_id: str, *steps: tuple[str, str, dict], keep_open: bool = False) -> AgentRunPlan:
@@ -123,8 +128,9 @@ async def test_paused_holder_cannot_renew_settle_or_overwrite(client: Client, se
         )
 
         async def claimed_by_a() -> None:
-            [record] = await ledger.list_tasks(run_id) or [None]
-            assert record is not None
+            records = await ledger.list_tasks(run_id)
+            assert len(records) == 1
+            [record] = records
             assert (record.lease_owner, record.claim_generation, record.stage) == ("worker-A", 1, Stage.EXTERNAL_CALL)
 
         await assert_eventually(claimed_by_a, timeout=20, message="worker A holds generation 1")
@@ -187,7 +193,10 @@ async def test_stage_survives_heartbeat_throttling(client: Client, settings: Age
     async with opened_ledger(settings) as ledger:
         dying = _worker_process(settings, "worker-dying")
         handle = await client.start_workflow(
-            AgentRunWorkflow.run, _plan(run_id, ("die", "die_after_commit", {})), id=run_id, task_queue=settings.task_queue
+            AgentRunWorkflow.run,
+            _plan(run_id, ("die", "die_after_commit", {})),
+            id=run_id,
+            task_queue=settings.task_queue,
         )
         _, stderr = await asyncio.to_thread(dying.communicate, timeout=60)
         assert dying.returncode == 17, stderr.decode()[-2000:]
@@ -232,23 +241,30 @@ class NoHeartbeatTimeoutWorkflow:
 async def test_tool_call_without_heartbeat_timeout_is_refused(client: Client, settings: AgentLeaseSettings) -> None:
     """G9: the activity refuses, non-retryably, before claiming anything."""
     async with opened_ledger(settings) as ledger:
-        async with _worker(client, ledger, settings, "worker-g9"):
-            async with Worker(
+        async with (
+            _worker(client, ledger, settings, "worker-g9"),
+            Worker(
                 client,
                 task_queue=settings.task_queue + "-wf",
                 workflows=[NoHeartbeatTimeoutWorkflow],
                 workflow_runner=UnsandboxedWorkflowRunner(),
-            ):
-                call = ToolCall(
-                    task_id="g9/step", agent_run_id="g9", step_id="step", tool="quick", arguments={}, idempotency_key="g9:step"
+            ),
+        ):
+            call = ToolCall(
+                task_id="g9/step",
+                agent_run_id="g9",
+                step_id="step",
+                tool="quick",
+                arguments={},
+                idempotency_key="g9:step",
+            )
+            with pytest.raises(WorkflowFailureError) as info:
+                await client.execute_workflow(
+                    NoHeartbeatTimeoutWorkflow.run,
+                    call,
+                    id=f"g9-{uuid.uuid4().hex[:8]}",
+                    task_queue=settings.task_queue + "-wf",
                 )
-                with pytest.raises(WorkflowFailureError) as info:
-                    await client.execute_workflow(
-                        NoHeartbeatTimeoutWorkflow.run,
-                        call,
-                        id=f"g9-{uuid.uuid4().hex[:8]}",
-                        task_queue=settings.task_queue + "-wf",
-                    )
         cause = info.value.cause
         assert isinstance(cause, ActivityError)
         assert isinstance(cause.cause, ApplicationError)
@@ -333,7 +349,9 @@ async def test_permanent_error_dead_letters_and_waits(client: Client, settings: 
         assert [(t.step_id, t.status) for t in result.tasks] == [("bad", "cancelled"), ("after", "settled")]
 
 
-async def test_sigterm_releases_running_tools_with_reason_shutdown(client: Client, settings: AgentLeaseSettings) -> None:
+async def test_sigterm_releases_running_tools_with_reason_shutdown(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
     run_id = f"term-{uuid.uuid4().hex[:8]}"
     task_id = f"{run_id}/wait"
     async with opened_ledger(settings) as ledger:
@@ -343,8 +361,9 @@ async def test_sigterm_releases_running_tools_with_reason_shutdown(client: Clien
         )
 
         async def running() -> None:
-            [record] = await ledger.list_tasks(run_id) or [None]
-            assert record is not None
+            records = await ledger.list_tasks(run_id)
+            assert len(records) == 1
+            [record] = records
             assert (record.status, record.stage) == (TaskStatus.RUNNING, Stage.PREFLIGHT)
 
         try:
@@ -402,7 +421,9 @@ async def test_worker_counts_duplicate_deliveries_and_settlement_latency(
     before = [METRICS.get_sample_value(*sample) or 0.0 for sample in (duplicates, latency)]
     async with opened_ledger(settings) as ledger:
         earlier = await ledger.claim(done, "earlier-worker")
-        receipt = SettlementReceipt(external_system="earlier", external_id="1", status="ok", verified_at=datetime.now(UTC))
+        receipt = SettlementReceipt(
+            external_system="earlier", external_id="1", status="ok", verified_at=datetime.now(UTC)
+        )
         await ledger.settle(earlier, receipt)
         async with _worker(client, ledger, settings, "worker-metrics"):
             result = await client.execute_workflow(

@@ -78,7 +78,7 @@ def check_race(grants: list[Grant], intervals: list[LeaseInterval], final_genera
     grants = sorted(grants, key=lambda g: g.generation)
     assert [g.generation for g in grants] == list(range(1, len(grants) + 1)), "a generation was granted twice or lost"
     assert final_generation == len(grants) == len(intervals)
-    for grant, interval in zip(grants, intervals):
+    for grant, interval in zip(grants, intervals, strict=True):
         assert (interval.generation, interval.owner, interval.acquired_ms) == (
             grant.generation,
             grant.owner,
@@ -276,7 +276,8 @@ async def test_postgres_lease_held_retry_after_is_measured_after_the_row_lock(pg
 
             async def claimer_waited_a_second() -> None:
                 waiting = await locker.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
                 )
                 assert waiting == 1
                 assert await locker.fetchval("SELECT clock_timestamp()") - locked_at >= timedelta(seconds=1)

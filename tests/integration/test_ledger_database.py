@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
 from agentlease.ledger.database import open_database
@@ -29,7 +31,8 @@ from agentlease.ledger.statements import TASKS
 from agentlease.ledger.store import Ledger
 from tests.eventually import assert_eventually
 
-def _insert_probe(conn, task_id: str) -> None:  # type: ignore[no-untyped-def]
+
+def _insert_probe(conn: Connection, task_id: str) -> None:
     conn.execute(
         TASKS.insert().values(
             task_id=task_id,
@@ -49,7 +52,11 @@ def _insert_probe(conn, task_id: str) -> None:  # type: ignore[no-untyped-def]
     )
 
 
-def _task_ids(conn) -> list[str]:  # type: ignore[no-untyped-def]
+def _queued_probe(conn: Connection, *, i: int) -> None:
+    _insert_probe(conn, f"queued-{i}")
+
+
+def _task_ids(conn: Connection) -> list[str]:
     return list(conn.execute(select(TASKS.c.task_id).order_by(TASKS.c.task_id)).scalars())
 
 
@@ -57,7 +64,7 @@ async def test_commit_on_return_rollback_on_raise(ledger: Ledger) -> None:
     db = ledger.database
     await db.write(lambda conn: _insert_probe(conn, "kept"))
 
-    def insert_then_fail(conn) -> None:  # type: ignore[no-untyped-def]
+    def insert_then_fail(conn: Connection) -> None:
         _insert_probe(conn, "rolled-back")
         raise LookupError("the transaction fails after its write")
 
@@ -135,7 +142,7 @@ async def test_queued_sqlite_writes_share_one_busy_timeout(sqlite_ledger: Ledger
     try:
         with other_writer(sqlite_url):
             outcomes = await asyncio.gather(
-                *(db.write(lambda conn, i=i: _insert_probe(conn, f"queued-{i}")) for i in range(4)),
+                *(db.write(functools.partial(_queued_probe, i=i)) for i in range(4)),
                 return_exceptions=True,
             )
     finally:

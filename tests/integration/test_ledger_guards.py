@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from agentlease.clock import from_ms
-from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError
 from agentlease.ledger.store import Ledger
 from agentlease.records import (
@@ -130,7 +130,9 @@ async def test_settle_after_cancel_is_refused_and_task_stays_cancelled(ledger: L
     spec = make_spec()
     base = await ledger.db_now()
     claim = await ledger.claim(spec, "w1", now=base)
-    cancelled = await ledger.cancel(spec.task_id, by="alice", reason="wrong target", now=base + timedelta(seconds=1))
+    cancelled = await ledger.decide(
+        spec.task_id, DecisionKind.CANCEL, by="alice", reason="wrong target", now=base + timedelta(seconds=1)
+    )
     assert cancelled.status == TaskStatus.CANCELLED
     assert cancelled.lease_expires_at is None
     before = await row(ledger, spec)
@@ -150,7 +152,7 @@ async def test_settle_after_cancel_is_refused_and_task_stays_cancelled(ledger: L
     assert (await row(ledger, spec)).status == TaskStatus.CANCELLED
     assert await ledger.receipt(spec.idempotency_key) is None
     with pytest.raises(TaskClosedError):
-        await ledger.cancel(spec.task_id, by="bob", reason="again", now=base + TTL * 3)
+        await ledger.decide(spec.task_id, DecisionKind.CANCEL, by="bob", reason="again", now=base + TTL * 3)
 
 
 @pytest.mark.parametrize("operation", ["release", "dead_letter"])
@@ -185,10 +187,10 @@ async def test_claim_of_closed_task_raises_task_closed(ledger: Ledger, closing: 
         await ledger.settle(claim, make_receipt("doc-1", at), now=at)
         status = TaskStatus.SETTLED
     elif closing == "dead_letter":
-        await ledger.dead_letter(claim, error_class="PermanentToolError", error="404", now=at)
+        await ledger.dead_letter(claim, error_class="permanent", error="404", now=at)
         status = TaskStatus.DEAD_LETTERED
     else:
-        await ledger.cancel(spec.task_id, by="alice", reason="not needed", now=at)
+        await ledger.decide(spec.task_id, DecisionKind.CANCEL, by="alice", reason="not needed", now=at)
         status = TaskStatus.CANCELLED
     before = await row(ledger, spec)
     assert before.status == status
@@ -257,7 +259,7 @@ async def test_generations_never_decrease(ledger: Ledger) -> None:
     with pytest.raises(LeaseHeldError):
         await ledger.claim(spec, "w1", now=base)
     await note()
-    await ledger.release(c3, error_class="shutdown", error="worker stopping", now=at + 2 * MS)
+    await ledger.release(c3, error_class="retryable", error="worker lost its upstream", now=at + 2 * MS)
     c4 = await ledger.claim(spec, "w1", now=at + 3 * MS)
     await note()
 
@@ -272,7 +274,7 @@ async def test_no_api_accepts_a_generation(ledger: Ledger) -> None:
     assert claim_params == ["self", "spec", "owner", "trace", "now"]
     assert not [p for p in claim_params if _GENERATION_LIKE.search(p)]
     assert not [f for f in TaskSpec.model_fields if _GENERATION_LIKE.search(f)], TaskSpec.model_fields
-    for name in ("renew", "settle", "release", "dead_letter", "cancel"):
+    for name in ("renew", "settle", "release", "dead_letter", "await_decision", "decide"):
         params = inspect.signature(getattr(Ledger, name)).parameters
         assert not [p for p in params if _GENERATION_LIKE.search(p)], (name, params)
 
@@ -344,7 +346,8 @@ async def test_takeover_evidence_trail(ledger: Ledger) -> None:
     claimed1, expired1, claimed2 = events
     assert claimed1.at == first.acquired_at
     assert expired1.at == claimed2.at == second.acquired_at == takeover_at
-    assert expired1.details == {"lease_expires_at_ms": claimed1.details["lease_expires_at_ms"]}
+    assert claimed1.details is not None
+    assert expired1.details == {"lease_expires_at_ms": claimed1.details["lease_expires_at_ms"], "by": "takeover"}
     assert from_details(expired1) == first.expires_at
     assert from_details(claimed2) == second.expires_at
     intervals = assert_one_valid_lease_at_a_time(events)
@@ -379,3 +382,63 @@ async def test_lease_lapses_on_the_database_clock(ledger: Ledger) -> None:
     assert second.acquired_at >= first.expires_at
     with pytest.raises(LeaseLostError):
         await ledger.renew(first, reason="late heartbeat")
+
+
+async def test_a_renewal_never_lowers_the_recorded_stage(ledger: Ledger) -> None:
+    """G6 in the ledger itself: whoever renews, the recorded stage only moves forward, also across attempts."""
+    spec = make_spec()
+    base = await ledger.db_now()
+    first = await ledger.claim(spec, "w1", now=base)
+    await ledger.renew(first, reason="writing", stage=Stage.COMMIT, now=base + MS)
+    await ledger.renew(first, reason="caller asks to go back", stage=Stage.PREFLIGHT, now=base + 2 * MS)
+    assert (await row(ledger, spec)).stage is Stage.COMMIT
+    await ledger.renew(first, reason="still writing", now=base + 3 * MS)  # no stage: keeps it
+    assert (await row(ledger, spec)).stage is Stage.COMMIT
+    await ledger.release(first, error_class="retryable", error="connection dropped", now=base + 4 * MS)
+
+    second = await ledger.claim(spec, "w2", now=base + 5 * MS)
+    assert second.previous_stage is Stage.COMMIT
+    await ledger.renew(second, reason="starting over", stage=Stage.PREFLIGHT, now=base + 6 * MS)
+    assert (await row(ledger, spec)).stage is Stage.COMMIT
+    await ledger.renew(second, reason="reading back", stage=Stage.VERIFY, now=base + 7 * MS)
+    assert (await row(ledger, spec)).stage is Stage.VERIFY
+    renewals = [e for e in await ledger.events(spec.task_id) if e.kind is EventKind.RENEWED]
+    assert [e.stage for e in renewals] == [Stage.COMMIT, Stage.COMMIT, Stage.COMMIT, Stage.COMMIT, Stage.VERIFY]
+
+
+async def test_the_ledger_refuses_what_only_a_careful_caller_would_avoid(ledger: Ledger) -> None:
+    spec = make_spec()
+    base = await ledger.db_now()
+    claim = await ledger.claim(spec, "w1", now=base)
+    with pytest.raises(ValueError, match="settled"):
+        await ledger.renew(claim, reason="done", stage=Stage.SETTLED, now=base + MS)
+    with pytest.raises(ValueError, match="reason"):
+        await ledger.renew(claim, reason="  ", now=base + MS)
+    with pytest.raises(ValueError, match="ErrorClass"):
+        await ledger.release(claim, error_class="PermanentToolError", error="404", now=base + MS)
+    with pytest.raises(ValueError, match="park"):
+        await ledger.await_decision(
+            claim, status=TaskStatus.AWAITING_APPROVAL, error_class="retryable", error="x", now=base + MS
+        )
+    with pytest.raises(ValueError, match="needs settlement receipt"):
+        await ledger.decide(spec.task_id, DecisionKind.CONFIRM, by="alice", reason="seen it")
+    with pytest.raises(ValueError, match="takes no settlement receipt"):
+        await ledger.decide(spec.task_id, DecisionKind.CANCEL, by="alice", reason="x", receipt=make_receipt("r", base))
+    record = await row(ledger, spec)
+    assert (record.status, record.stage, record.claim_generation) == (TaskStatus.RUNNING, None, 1)
+    assert [e.kind for e in await ledger.events(spec.task_id)] == [EventKind.CLAIMED]
+
+
+async def test_a_settle_that_finds_a_standing_receipt_shows_that_one(ledger: Ledger) -> None:
+    """The first receipt of an idempotency key stands, in the receipts table and on the task."""
+    base = await ledger.db_now()
+    first, second = make_spec("a"), make_spec("b")
+    second = second.model_copy(update={"idempotency_key": first.idempotency_key})
+    claim = await ledger.claim(first, "w1", now=base)
+    await ledger.settle(claim, make_receipt("first", base), now=base + MS)
+    other = await ledger.claim(second, "w2", now=base + 2 * MS)
+    assert other.receipt is not None and other.receipt.receipt.external_id == "first"
+    stored = await ledger.settle(other, make_receipt("second", base), now=base + 3 * MS)
+    assert stored.receipt.external_id == "first"
+    standing = (await row(ledger, second)).receipt
+    assert standing is not None and standing.external_id == "first"

@@ -47,8 +47,8 @@ async def test_claims_renewals_and_settles_are_counted(ledger: Ledger) -> None:
     assert value("agentlease_lease_claims_total", tool=tool, outcome="closed") == 1
     assert value("agentlease_lease_acquisition_seconds_count", tool=tool) == 1
     assert value("agentlease_claims_without_trace_total", tool=tool) == 0
-    for stage in ("preflight", "external_call", "commit"):
-        assert value("agentlease_lease_renewals_total", tool=tool, stage=stage, outcome="renewed") == 1
+    for label in ("preflight", "external_call", "commit"):
+        assert value("agentlease_lease_renewals_total", tool=tool, stage=label, outcome="renewed") == 1
     assert value("agentlease_settlements_total", tool=tool, outcome="settled") == 1
     assert value("agentlease_lease_renewals_per_task_count", tool=tool) == 1
     assert value("agentlease_lease_renewals_per_task_sum", tool=tool) == 3
@@ -80,7 +80,7 @@ async def test_releases_by_error_class_parking_and_sweeper_expiry_are_counted(le
     claim = await ledger.claim(retried, "w1", now=base)
     await ledger.release(claim, error_class="retryable", error="503", now=base)
     claim = await ledger.claim(retried, "w1", now=base)
-    await ledger.release(claim, error_class="shutdown", error="SIGTERM", capacity_release=True, now=base)
+    await ledger.release(claim, error_class="shutdown", error="SIGTERM", now=base)
     claim = await ledger.claim(parked, "w1", now=base)
     await ledger.dead_letter(claim, error_class="permanent", error="400", now=base)
     claim = await ledger.claim(swept, "w1", now=base)

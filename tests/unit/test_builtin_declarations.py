@@ -9,11 +9,11 @@ from pydantic import ValidationError
 
 from activities.builtin.http_publish import HttpPublishArgs, fenced_resource
 from activities.builtin.smtp_send import message_id_for
-from activities.tool import load_registry
-from agentlease.enums import SideEffectClass, Stage
+from activities.registry import load_registry
+from agentlease.enums import RecoveryAction, SideEffectClass, Stage
 from agentlease.fencing import MAX_RESOURCE_KEY_LENGTH, check_resource_key
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
-from reconciliation.policy import RecoveryAction, decide
+from reconciliation.policy import decide
 
 REGISTRY = load_registry()
 

@@ -96,7 +96,7 @@ def test_duration_ms() -> None:
 
 
 def test_db_now_ms_injected_and_dialects() -> None:
-    assert db_now_ms("postgresql", AWARE).value == to_ms(AWARE)  # type: ignore[attr-defined]
+    assert db_now_ms("postgresql", AWARE).value == to_ms(AWARE)
     for dialect in ("sqlite", "postgresql"):
         assert db_now_ms(dialect) is not None
     with pytest.raises(ValueError, match="unsupported ledger dialect"):
@@ -122,25 +122,23 @@ def test_settlement_receipt_accepts_aware_datetime_and_is_frozen() -> None:
     with pytest.raises(ValidationError):
         receipt.status = "absent"  # type: ignore[misc]
     with pytest.raises(ValidationError, match="extra"):
-        SettlementReceipt(
-            external_system="http", external_id="doc-1", status="present", verified_at=AWARE, surprise=1
-        )  # type: ignore[call-arg]
+        SettlementReceipt(external_system="http", external_id="doc-1", status="present", verified_at=AWARE, surprise=1)  # type: ignore[call-arg]
 
 
 def test_claim_rejects_naive_datetime() -> None:
-    fields = dict(
-        task_id="run/step",
-        tool="http_get",
-        generation=1,
-        owner="w1",
-        acquired_at=AWARE,
-        expires_at=AWARE + timedelta(seconds=30),
-        lease_ttl=timedelta(seconds=30),
-        attempts=1,
-        previous_stage=None,
-        previous_error_class=None,
-        idempotency_key="run:step",
-    )
+    fields = {
+        "task_id": "run/step",
+        "tool": "http_get",
+        "generation": 1,
+        "owner": "w1",
+        "acquired_at": AWARE,
+        "expires_at": AWARE + timedelta(seconds=30),
+        "lease_ttl": timedelta(seconds=30),
+        "attempts": 1,
+        "previous_stage": None,
+        "previous_error_class": None,
+        "idempotency_key": "run:step",
+    }
     Claim(**fields)
     with pytest.raises(ValidationError, match="naive datetime"):
         Claim(**{**fields, "expires_at": NAIVE})
@@ -195,14 +193,14 @@ def test_idempotency_key_is_made_of_run_and_step() -> None:
 
 
 def test_task_spec_requires_positive_lease_ttl() -> None:
-    fields = dict(
-        task_id="run-1/fetch",
-        agent_run_id="run-1",
-        step_id="fetch",
-        tool="http.get",
-        side_effect_class=SideEffectClass.READ_ONLY,
-        idempotency_key="run-1:fetch",
-    )
+    fields = {
+        "task_id": "run-1/fetch",
+        "agent_run_id": "run-1",
+        "step_id": "fetch",
+        "tool": "http.get",
+        "side_effect_class": SideEffectClass.READ_ONLY,
+        "idempotency_key": "run-1:fetch",
+    }
     assert TaskSpec(**fields, lease_ttl=timedelta(milliseconds=1)).lease_ttl == timedelta(milliseconds=1)
     for bad in (timedelta(0), timedelta(seconds=-1)):
         with pytest.raises(ValidationError, match="lease_ttl must be positive"):

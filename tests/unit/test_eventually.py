@@ -36,7 +36,10 @@ async def test_predicate_is_polled_until_truthy() -> None:
 
 
 async def test_none_means_an_assert_style_check_passed() -> None:
-    assert await assert_eventually(lambda: None, timeout=0.1) is None
+    def check() -> None:
+        return None
+
+    assert await assert_eventually(check, timeout=0.1) is None  # type: ignore[func-returns-value]
 
 
 async def test_timeout_reports_the_last_failure() -> None:
@@ -71,4 +74,4 @@ def test_sync_variant_refuses_coroutines() -> None:
         return True
 
     with pytest.raises(TypeError, match="use assert_eventually"):
-        assert_eventually_sync(check, timeout=0.1)
+        assert_eventually_sync(check, timeout=0.1)  # type: ignore[unused-coroutine]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from agentlease.databases import async_url, display_url, sqlite_path
 from agentlease.errors import ConfigurationError
-from agentlease.ledger.engine import async_url, display_url, sqlite_path
 
 
 def test_sqlite_and_postgresql_get_their_async_drivers() -> None:
@@ -35,5 +35,5 @@ def test_passwords_are_masked_in_messages(url: str) -> None:
 
 def test_a_bad_url_is_refused_without_showing_its_password() -> None:
     with pytest.raises(ConfigurationError) as refused:
-        async_url("postgresql://postgres:s3cret@127.0.0.1:notaport/x")
+        async_url("postgresql://postgres:s3cret@127.0.0.1:notaport/x", name="ledger")
     assert "s3cret" not in str(refused.value) and "bad ledger URL" in str(refused.value)

@@ -1,22 +1,25 @@
-"""The recovery policy over the full cross product of its inputs (DESIGN.md's two tables)."""
+"""The recovery policy over the full cross product of its inputs, against the two recovery tables
+of ``docs/recovery.md`` written down as data, plus its invariants."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from agentlease.enums import SideEffectClass, Stage
+from agentlease.enums import ErrorClass, RecoveryAction, SideEffectClass, Stage
 from agentlease.errors import (
     AmbiguousSideEffectError,
     CredentialToolError,
     PermanentToolError,
     RetryableToolError,
 )
-from reconciliation.policy import ErrorClass, RecoveryAction, classify, decide
+from reconciliation.policy import classify, decide
 
 STAGES: list[Stage | None] = [None, *Stage]
 ERRORS: list[ErrorClass | None] = [None, *ErrorClass]
@@ -24,7 +27,7 @@ MAX_ATTEMPTS = 3
 
 
 def _all_inputs() -> itertools.product:
-    return itertools.product(SideEffectClass, STAGES, [False, True], ERRORS, range(0, MAX_ATTEMPTS + 2))
+    return itertools.product(SideEffectClass, STAGES, [False, True], ERRORS, range(MAX_ATTEMPTS + 2))
 
 
 def _decide(cls: SideEffectClass, stage: Stage | None, receipt: bool, error: ErrorClass | None, attempts: int):
@@ -33,35 +36,78 @@ def _decide(cls: SideEffectClass, stage: Stage | None, receipt: bool, error: Err
     )
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """What the policy knows of the previous attempt."""
+
+    cls: SideEffectClass
+    stage: Stage | None
+    receipt: bool
+    error: ErrorClass | None
+    attempts: int
+
+    @property
+    def crossed_external_call(self) -> bool:
+        return self.stage in (Stage.EXTERNAL_CALL, Stage.COMMIT, Stage.VERIFY, Stage.SETTLED)
+
+
+STAGE_TABLE = {
+    # docs/recovery.md, "Stage-aware retry": last durable stage -> default next step.
+    Stage.PREFLIGHT: RecoveryAction.RETRY,
+    Stage.EXTERNAL_CALL: RecoveryAction.RETRY_SAME_KEY,
+    Stage.COMMIT: RecoveryAction.READ_BACK_FIRST,
+    Stage.VERIFY: RecoveryAction.RETRY_READBACK,
+    Stage.SETTLED: RecoveryAction.NEVER_RERUN,
+}
+
+CLASSIFICATION: list[tuple[str, Callable[[Attempt], bool], RecoveryAction]] = [
+    # docs/recovery.md, "Recovery classification", with the precedence "How decide() combines them"
+    # gives: what is settled or decided by a person first, then the side-effect class, then limits.
+    ("settled: a receipt exists", lambda a: a.receipt or a.stage is Stage.SETTLED, RecoveryAction.NEVER_RERUN),
+    ("human cancellation", lambda a: a.error is ErrorClass.CANCELLED, RecoveryAction.STAY_CANCELLED),
+    ("missing or revoked credential", lambda a: a.error is ErrorClass.CREDENTIAL, RecoveryAction.BLOCK),
+    (
+        "a person reconciled it with retry",
+        lambda a: a.error is ErrorClass.OPERATOR_RETRY,
+        RecoveryAction.RETRY_SAME_KEY,
+    ),
+    (
+        "ambiguous non-idempotent side effect",
+        lambda a: a.cls is SideEffectClass.UNSAFE and a.crossed_external_call,
+        RecoveryAction.RECONCILE,
+    ),
+    (
+        "repeated deterministic failure",
+        lambda a: a.error is ErrorClass.PERMANENT or a.attempts >= MAX_ATTEMPTS,
+        RecoveryAction.DEAD_LETTER,
+    ),
+    ("nothing ran before", lambda a: a.stage is None and a.attempts == 0, RecoveryAction.RUN),
+    ("read-only work: reclaim", lambda a: a.cls is SideEffectClass.READ_ONLY, RecoveryAction.RETRY),
+]
+
+
+def oracle(attempt: Attempt) -> RecoveryAction:
+    """The first classification row that applies, else the stage table (no stage counts as preflight)."""
+    for _, applies, action in CLASSIFICATION:
+        if applies(attempt):
+            return action
+    return STAGE_TABLE[attempt.stage or Stage.PREFLIGHT]
+
+
 @pytest.mark.parametrize("inputs", list(_all_inputs()), ids=lambda i: "-".join(str(p) for p in i))
-def test_every_input_has_one_principled_decision(inputs: tuple) -> None:
-    cls, stage, receipt, error, attempts = inputs
-    decision = _decide(cls, stage, receipt, error, attempts)
-    crossed = stage is not None and stage.order >= Stage.EXTERNAL_CALL.order
-    if receipt or stage is Stage.SETTLED:
-        expected = RecoveryAction.NEVER_RERUN
-    elif error is ErrorClass.CANCELLED:
-        expected = RecoveryAction.STAY_CANCELLED
-    elif error is ErrorClass.CREDENTIAL:
-        expected = RecoveryAction.BLOCK
-    elif error is ErrorClass.OPERATOR_RETRY:
-        expected = RecoveryAction.RETRY_SAME_KEY
-    elif cls is SideEffectClass.UNSAFE and crossed:
-        expected = RecoveryAction.RECONCILE
-    elif error is ErrorClass.PERMANENT or attempts >= MAX_ATTEMPTS:
-        expected = RecoveryAction.DEAD_LETTER
-    elif stage is None and attempts == 0:
-        expected = RecoveryAction.RUN
-    elif cls is SideEffectClass.READ_ONLY or stage in (None, Stage.PREFLIGHT):
-        expected = RecoveryAction.RETRY
-    else:
-        expected = {
-            Stage.EXTERNAL_CALL: RecoveryAction.RETRY_SAME_KEY,
-            Stage.COMMIT: RecoveryAction.READ_BACK_FIRST,
-            Stage.VERIFY: RecoveryAction.RETRY_READBACK,
-        }[stage]
-    assert decision.action is expected
+def test_every_input_follows_the_recovery_tables(inputs: tuple) -> None:
+    decision = _decide(*inputs)
+    assert decision.action is oracle(Attempt(*inputs))
     assert decision.rule
+
+
+def test_the_tables_cover_every_stage_and_every_row_is_reached() -> None:
+    assert set(STAGE_TABLE) == set(Stage)
+    reached = {
+        next((name for name, applies, _ in CLASSIFICATION if applies(Attempt(*i))), "stage table")
+        for i in _all_inputs()
+    }
+    assert reached == {name for name, _, _ in CLASSIFICATION} | {"stage table"}
 
 
 @pytest.mark.parametrize(
@@ -111,7 +157,9 @@ def test_recovery_table_rows() -> None:
 def test_properties(
     cls: SideEffectClass, stage: Stage | None, receipt: bool, error: ErrorClass | None, attempts: int, limit: int
 ) -> None:
-    decision = decide(cls, stage, receipt_present=receipt, error_class=error, real_attempts=attempts, max_attempts=limit)
+    decision = decide(
+        cls, stage, receipt_present=receipt, error_class=error, real_attempts=attempts, max_attempts=limit
+    )
     crossed = stage is not None and stage.order >= Stage.EXTERNAL_CALL.order
     # G7: an unsafe tool that may have crossed external_call never runs again without a decision.
     if cls is SideEffectClass.UNSAFE and crossed and error is not ErrorClass.OPERATOR_RETRY:
@@ -126,9 +174,13 @@ def test_properties(
 
 def test_bad_limits_are_refused() -> None:
     with pytest.raises(ValueError):
-        decide(SideEffectClass.READ_ONLY, None, receipt_present=False, error_class=None, real_attempts=0, max_attempts=0)
+        decide(
+            SideEffectClass.READ_ONLY, None, receipt_present=False, error_class=None, real_attempts=0, max_attempts=0
+        )
     with pytest.raises(ValueError):
-        decide(SideEffectClass.READ_ONLY, None, receipt_present=False, error_class=None, real_attempts=-1, max_attempts=1)
+        decide(
+            SideEffectClass.READ_ONLY, None, receipt_present=False, error_class=None, real_attempts=-1, max_attempts=1
+        )
 
 
 class _Args(BaseModel):

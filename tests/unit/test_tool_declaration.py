@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from activities.tool import ToolRegistry, ToolResult, load_registry, tool
+from activities.registry import ToolRegistry, load_registry
+from activities.tool import ToolResult, tool
 from agentlease.enums import FailureType, SideEffectClass
 from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError, UnknownToolError
 from agentlease.records import ToolInfo
@@ -25,7 +26,7 @@ async def _body(ctx: object, args: Args) -> ToolResult:
 @pytest.mark.parametrize("ttl", [None, timedelta(0), timedelta(seconds=-1)])
 def test_a_tool_without_a_lease_ttl_is_refused(ttl: timedelta | None) -> None:
     with pytest.raises(MissingHeartbeatTimeoutError, match="heartbeat_timeout"):
-        tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=ttl)(_body)
+        tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=ttl)(_body)  # type: ignore[arg-type]
 
 
 def test_declaration_checks_its_shape() -> None:
@@ -40,7 +41,7 @@ def test_declaration_checks_its_shape() -> None:
     with pytest.raises(ConfigurationError, match="async"):
         tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=5))(not_async)  # type: ignore[arg-type]
 
-    async def untyped(ctx: object, args: dict) -> ToolResult:  # type: ignore[type-arg]
+    async def untyped(ctx: object, args: dict) -> ToolResult:
         raise NotImplementedError
 
     with pytest.raises(ConfigurationError, match="pydantic model"):
@@ -77,6 +78,7 @@ def test_scheduling_options_use_the_lease_ttl_as_heartbeat_timeout() -> None:
         FailureType.MISSING_HEARTBEAT_TIMEOUT,
         FailureType.BLOCKED,
         FailureType.NEEDS_RECONCILIATION,
+        FailureType.TASK_CLOSED,
     }
 
 

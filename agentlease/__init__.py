@@ -1,0 +1,104 @@
+"""agentlease: leased agent tool calls on Temporal.
+
+Claim generations as fencing tokens, idempotency keys stable across attempts, settlement receipts
+after readback, stage-aware retries and a recovery policy, human decisions, an evidence trail.
+
+What a tool author and an operator's script need is importable from here::
+
+    from agentlease import LeaseContext, SideEffectClass, Stage, ToolResult, tool
+
+The names load on first use, so importing ``agentlease`` stays cheap and the package's own modules
+never import this facade (they import each other directly).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0"
+
+if TYPE_CHECKING:
+    from activities.lease_context import LeaseContext
+    from activities.tool import ToolResult, ToolSpec, tool
+    from agentlease.enums import ErrorClass, RecoveryAction, RunState, SideEffectClass, Stage, TaskStatus
+    from agentlease.errors import (
+        AgentLeaseError,
+        AmbiguousSideEffectError,
+        ConfigurationError,
+        CredentialToolError,
+        LeaseHeldError,
+        LeaseLostError,
+        LedgerUnavailableError,
+        PermanentToolError,
+        RetryableToolError,
+        StaleFencingTokenError,
+        TaskClosedError,
+        TaskNotFoundError,
+        ToolError,
+        raise_for_status,
+    )
+    from agentlease.fencing import FencingToken, advance_fence, create_fence_table, fenced_write, read_fence
+    from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+    from agentlease.ledger.store import Ledger
+    from agentlease.records import Claim, LeaseEvent, SettlementReceipt, StoredReceipt, TaskRecord
+    from agentlease.settings import AgentLeaseSettings
+
+_EXPORTS: dict[str, str] = {
+    # writing a tool
+    "tool": "activities.tool",
+    "ToolResult": "activities.tool",
+    "ToolSpec": "activities.tool",
+    "LeaseContext": "activities.lease_context",
+    "SettlementReceipt": "agentlease.records",
+    "Stage": "agentlease.enums",
+    "SideEffectClass": "agentlease.enums",
+    "ToolError": "agentlease.errors",
+    "RetryableToolError": "agentlease.errors",
+    "PermanentToolError": "agentlease.errors",
+    "CredentialToolError": "agentlease.errors",
+    "AmbiguousSideEffectError": "agentlease.errors",
+    "LeaseLostError": "agentlease.errors",
+    "raise_for_status": "agentlease.errors",
+    # fencing at a downstream
+    "FencingToken": "agentlease.fencing",
+    "advance_fence": "agentlease.fencing",
+    "create_fence_table": "agentlease.fencing",
+    "fenced_write": "agentlease.fencing",
+    "read_fence": "agentlease.fencing",
+    "StaleFencingTokenError": "agentlease.errors",
+    "IdempotencyMiddleware": "agentlease.idempotency",
+    "IdempotencyStore": "agentlease.idempotency",
+    # an operator's script
+    "Ledger": "agentlease.ledger.store",
+    "AgentLeaseSettings": "agentlease.settings",
+    "TaskStatus": "agentlease.enums",
+    "RunState": "agentlease.enums",
+    "ErrorClass": "agentlease.enums",
+    "RecoveryAction": "agentlease.enums",
+    "Claim": "agentlease.records",
+    "LeaseEvent": "agentlease.records",
+    "StoredReceipt": "agentlease.records",
+    "TaskRecord": "agentlease.records",
+    "AgentLeaseError": "agentlease.errors",
+    "ConfigurationError": "agentlease.errors",
+    "LedgerUnavailableError": "agentlease.errors",
+    "LeaseHeldError": "agentlease.errors",
+    "TaskClosedError": "agentlease.errors",
+    "TaskNotFoundError": "agentlease.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentlease' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,1 @@
+"""The ``agentlease`` command line."""

@@ -1,0 +1,85 @@
+"""Writing the evidence trail (``lease_events``): one helper every ledger transaction uses.
+
+An entry is written in the same transaction as the change it records, so the trail and the task
+never disagree. ``docs/vocabulary.md`` lists what each :class:`~agentlease.enums.EventKind` means.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from agentlease.enums import EventKind, Stage
+from agentlease.ledger.statements import LeaseStatements
+from agentlease.records import Claim, TraceLink
+
+
+def write_event(
+    conn: Connection,
+    sql: LeaseStatements,
+    *,
+    task_id: str,
+    kind: EventKind,
+    generation: int,
+    at_ms: int,
+    owner: str | None = None,
+    stage: Stage | str | None = None,
+    reason: str | None = None,
+    details: dict[str, Any] | None = None,
+    trace: TraceLink | None = None,
+) -> None:
+    """Append one entry to the evidence trail, inside ``conn``'s transaction.
+
+    Args:
+        conn: the connection of the transaction that makes the recorded change.
+        sql: the ledger's statements for this dialect.
+        task_id / kind / generation: what happened to which task, under which claim generation.
+        at_ms: when, on the ledger's clock (epoch ms).
+        owner: the lease owner the entry is about.
+        stage: the task's stage at that moment.
+        reason: a specific, human-readable reason.
+        details: small JSON facts (who decided, the receipt, the refused write...).
+        trace: the Temporal attempt that made the change.
+    """
+    conn.execute(
+        sql.insert_event,
+        {
+            "task_id": task_id,
+            "kind": kind.value,
+            "claim_generation": generation,
+            "lease_owner": owner,
+            "stage": None if stage is None else str(stage),
+            "reason": reason,
+            "details": details,
+            "at_ms": at_ms,
+            **(trace or TraceLink()).columns(),
+        },
+    )
+
+
+def write_holder_event(
+    conn: Connection,
+    sql: LeaseStatements,
+    claim: Claim,
+    kind: EventKind,
+    *,
+    at_ms: int,
+    stage: Stage | str | None = None,
+    reason: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """An evidence-trail entry written on behalf of the holder of ``claim`` (its owner and trace)."""
+    write_event(
+        conn,
+        sql,
+        task_id=claim.task_id,
+        kind=kind,
+        generation=claim.generation,
+        at_ms=at_ms,
+        owner=claim.owner,
+        stage=stage,
+        reason=reason,
+        details=details,
+        trace=claim.trace,
+    )

@@ -1,0 +1,25 @@
+"""Names agentlease gives things in Temporal: workflow and activity types, queries, updates, signals.
+
+The workflow side, the activities, the worker and the CLI all read them from here, so a rename is
+one edit. Tool activities are named after their tool.
+"""
+
+from __future__ import annotations
+
+AGENT_RUN_WORKFLOW = "AgentRunWorkflow"
+"""Workflow type of an agent run made from a plan (``workflows.agent_run``)."""
+
+DESCRIBE_TOOLS = "agentlease.describe_tools"
+"""Local activity that returns the worker's tool catalog."""
+
+APPLY_DECISION = "agentlease.apply_decision"
+"""Activity that writes an operator's decision to the ledger."""
+
+STATUS_QUERY = "status"
+"""Query answering a run's :class:`~agentlease.records.RunStatus`."""
+
+SUBMIT_UPDATE = "submit"
+"""Update adding a tool call to an open ``AgentRunWorkflow``."""
+
+CLOSE_SIGNAL = "close"
+"""Signal telling an open ``AgentRunWorkflow`` that no more tool calls come."""

@@ -1,0 +1,108 @@
+"""Determinism: ``AgentRunWorkflow`` replays recorded histories without a non-determinism error.
+
+Three histories are recorded on the real dev server (a settled run, a run with decisions: an
+approval and a reconciliation, and a cancelled run) and kept in ``tests/histories/``. A change to
+the workflow code that would break a run already in flight on a deployed worker fails
+``test_recorded_histories_replay``. The same three runs, recorded again now, must replay too.
+
+To record them anew after a deliberate change of the workflow (with a patch or a new workflow
+version for runs in flight), run ``AGENTLEASE_RECORD_HISTORIES=1 pytest tests/integration/test_replay.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileRequest
+from agentlease.names import STATUS_QUERY
+from agentlease.records import RunStatus
+from agentlease.settings import AgentLeaseSettings
+from tests.eventually import assert_eventually
+from tests.integration import tools
+from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
+from workflows.agent_run import AgentRunWorkflow
+
+pytestmark = pytest.mark.timeout(180)
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+RECORD = os.environ.get("AGENTLEASE_RECORD_HISTORIES") == "1"
+
+
+def replayer() -> Replayer:
+    return Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
+
+
+async def step_is(handle: WorkflowHandle, step_id: str, status: str) -> None:
+    async def check() -> None:
+        current = await handle.query(STATUS_QUERY, result_type=RunStatus)
+        assert {t.step_id: t.status.value for t in current.tasks}[step_id] == status, current
+
+    await assert_eventually(check, timeout=40, message=f"{step_id} is {status}")
+
+
+async def settled(handle: WorkflowHandle) -> None:
+    await handle.result()
+
+
+async def with_decisions(handle: WorkflowHandle) -> None:
+    await step_is(handle, "mail", "awaiting_approval")
+    await handle.execute_update("approve", DecisionRequest(step_id="mail", by="alice", reason="ticket OPS-12"))
+    await step_is(handle, "mail", "needs_reconciliation")
+    retry = ReconcileRequest(step_id="mail", by="alice", reason="not in the MTA log", action="retry")
+    await handle.execute_update("reconcile", retry)
+    await handle.result()
+
+
+async def cancelled(handle: WorkflowHandle) -> None:
+    await step_is(handle, "export", "running")
+    await handle.execute_update("cancel", CancelRequest(by="carol", reason="customer withdrew"))
+    await handle.result()
+
+
+SCENARIOS: dict[str, tuple[list[tuple[str, str, dict]], Callable[[WorkflowHandle], Awaitable[None]]]] = {
+    "settled": ([("first", "quick", {}), ("second", "quick", {})], settled),
+    "decisions": ([("check", "quick", {}), ("mail", "send_once", {"hold_first_attempt": True})], with_decisions),
+    "cancelled": ([("export", "long_call", {}), ("after", "quick", {})], cancelled),
+}
+
+
+async def record(client: Client, settings: AgentLeaseSettings, name: str) -> WorkflowHistory:
+    steps, drive = SCENARIOS[name]
+    run_id = f"replay-{name}-{uuid.uuid4().hex[:8]}"
+    async with opened_ledger(settings) as ledger, _worker(client, ledger, settings, f"worker-replay-{name}"):
+        handle = await client.start_workflow(
+            AgentRunWorkflow.run, _plan(run_id, *steps), id=run_id, task_queue=settings.task_queue
+        )
+        await asyncio.wait_for(drive(handle), timeout=120)
+    tools.PROBES.clear()
+    return await handle.fetch_history()
+
+
+def test_recorded_histories_exist() -> None:
+    assert sorted(path.stem for path in HISTORIES.glob("*.json")) == sorted(SCENARIOS)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_recorded_histories_replay(name: str) -> None:
+    history = WorkflowHistory.from_json(f"recorded-{name}", (HISTORIES / f"{name}.json").read_text())
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_fresh_histories_replay(client: Client, settings: AgentLeaseSettings, name: str) -> None:
+    history = await record(client, settings, name)
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    if RECORD:
+        HISTORIES.mkdir(exist_ok=True)
+        (HISTORIES / f"{name}.json").write_text(history.to_json())

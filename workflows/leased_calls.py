@@ -1,0 +1,432 @@
+"""Leased tool calls from inside any workflow: scheduling, waiting for people, decisions, status.
+
+Deterministic orchestration only. A workflow makes one :class:`LeasedToolCalls` in its
+``@workflow.init`` (or at the start of its run); that installs, on the running workflow, what an
+operator talks to:
+
+- query ``status`` -> :class:`~agentlease.records.RunStatus`;
+- updates ``approve`` / ``reject`` / ``redrive`` (:class:`~agentlease.decisions.DecisionRequest`),
+  ``reconcile`` (:class:`~agentlease.decisions.ReconcileRequest`), ``cancel``
+  (:class:`~agentlease.decisions.CancelRequest`) -> ``RunStatus``; their validators refuse what the
+  decision table (:data:`~agentlease.decisions.DECISIONS`) does not allow, so a refused update
+  leaves no history;
+- the search attributes ``AgentLeaseStatus``, ``AgentLeaseWaitingReason``, ``AgentLeaseTool`` and
+  ``AgentLeaseStage``.
+
+Each call (:meth:`LeasedToolCalls.call`) is a task ``<workflow id>/<step id>`` with the idempotency
+key ``<workflow id>:<step id>`` unless the caller gives one (G4). It runs as the tool's leased
+activity with heartbeat timeout = lease TTL (G9) until the task is final; when the task needs a
+person (approval, reconciliation, blocked, dead-lettered) the call waits for that person's decision.
+Every decision is written to the ledger's evidence trail with who made it and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from agentlease import search_attributes as sa
+    from agentlease.decisions import DECISIONS, CancelRequest, DecisionRequest, LedgerDecision, ReconcileRequest
+    from agentlease.enums import DecisionKind, FailureType, RunState, Stage, StepEnd, StepStatus, TaskStatus
+    from agentlease.names import APPLY_DECISION, DESCRIBE_TOOLS, STATUS_QUERY
+    from agentlease.records import (
+        PlanStep,
+        RunStatus,
+        TaskSpec,
+        TaskView,
+        ToolCall,
+        ToolInfo,
+        ToolOutcome,
+        idempotency_key_for,
+        task_id_for,
+    )
+    from workflows.options import leased_activity_options
+
+_DECISION_TIMEOUT = timedelta(seconds=30)
+_DECISION_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[FailureType.DECISION_REFUSED.value])
+_RUN_DECIDER = "agentlease"
+"""Who the evidence trail names for decisions the run makes itself (parking an approval-gated call)."""
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """How one leased call ended.
+
+    Attributes:
+        view: the task as the run shows it (status, stage, generation, attempts, receipt, error).
+        output: the tool's output when it settled in this run; ``None`` otherwise.
+    """
+
+    view: TaskView
+    output: dict[str, Any] | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.view.status is TaskStatus.SETTLED
+
+
+class LeasedToolCalls:
+    """The leased tool calls of the running workflow (see the module docstring).
+
+    Make exactly one per workflow run, from workflow code.
+
+    Args:
+        catalog: the tools this workflow may call, by name; default learnt from the worker with
+            :meth:`load_catalog`.
+    """
+
+    def __init__(self, catalog: Iterable[ToolInfo] | None = None) -> None:
+        self.run_id = workflow.info().workflow_id
+        self.closed = False
+        """The run takes no more calls (shown by the ``status`` query)."""
+        self.cancelled = False
+        """An operator cancelled the whole run: no further call runs."""
+        self._state = RunState.STARTING
+        self._catalog: dict[str, ToolInfo] | None = None if catalog is None else {i.name: i for i in catalog}
+        self._steps: dict[str, PlanStep] = {}
+        self._views: dict[str, TaskView] = {}
+        self._running: dict[str, workflow.ActivityHandle[ToolOutcome]] = {}
+        self._shown: dict[str, str] = {}
+        workflow.set_query_handler(STATUS_QUERY, self.status)
+        for command in ("approve", "reject", "redrive"):
+            workflow.set_update_handler(
+                command, self._decision_handler(command), validator=self._decision_validator(command)
+            )
+        workflow.set_update_handler("reconcile", self._reconcile, validator=self._validate_reconcile)
+        workflow.set_update_handler("cancel", self._cancel, validator=self._validate_cancel)
+        if self._catalog is not None:
+            self._set_state(RunState.RUNNING)
+
+    # -- the catalog -------------------------------------------------------------------------------
+
+    async def load_catalog(self) -> dict[str, ToolInfo]:
+        """Learn the worker's tools (a local activity, recorded in history) and start running.
+
+        Raises:
+            ApplicationError: non-retryable ``UnknownTool`` when a step already added names a tool
+                the worker does not serve; the workflow fails with it.
+        """
+        if self._catalog is None:
+            catalog = await workflow.execute_local_activity(
+                DESCRIBE_TOOLS, start_to_close_timeout=timedelta(seconds=30), result_type=list[ToolInfo]
+            )
+            self._catalog = {info.name: info for info in catalog}
+        unknown = sorted({step.tool for step in self._steps.values()} - set(self._catalog))
+        if unknown:
+            self._set_state(RunState.FAILED)
+            raise ApplicationError(
+                f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(sorted(self._catalog))}",
+                type=FailureType.UNKNOWN_TOOL.value,
+                non_retryable=True,
+            )
+        self._set_state(RunState.RUNNING)
+        return self._catalog
+
+    def known_tools(self) -> list[str] | None:
+        """The tools this run may call, once known."""
+        return None if self._catalog is None else sorted(self._catalog)
+
+    # -- steps -------------------------------------------------------------------------------------
+
+    def add(self, step: PlanStep) -> TaskView:
+        """Register a step (``pending``) without running it; its task and key are fixed here (G4)."""
+        view = TaskView(
+            task_id=task_id_for(self.run_id, step.step_id),
+            step_id=step.step_id,
+            tool=step.tool,
+            status=TaskStatus.PENDING,
+            idempotency_key=step.idempotency_key or idempotency_key_for(self.run_id, step.step_id),
+        )
+        self._steps[step.step_id] = step
+        self._views[step.step_id] = view
+        return view
+
+    def has_step(self, step_id: str) -> bool:
+        return step_id in self._views
+
+    def step_ids(self) -> list[str]:
+        """Step ids in the order they were added."""
+        return list(self._views)
+
+    def view(self, step_id: str) -> TaskView:
+        return self._views[step_id]
+
+    def skip(self, step_id: str) -> None:
+        """Mark a step that will never start (a later step of a failed run)."""
+        self._update(step_id, status=StepEnd.SKIPPED)
+
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        step_id: str,
+        idempotency_key: str | None = None,
+    ) -> CallOutcome:
+        """Run one leased tool call until its task is final, waiting for people where the policy says so.
+
+        Args:
+            tool: a tool of the catalog.
+            arguments: its arguments (checked by the tool's model in the activity).
+            step_id: unique within the run; with the workflow id it makes the task id and default key.
+            idempotency_key: the caller's key for the action; default ``<workflow id>:<step id>``.
+
+        Returns:
+            How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.
+
+        Raises:
+            ValueError: ``step_id`` is already used in this run, or ``tool`` is unknown.
+        """
+        if step_id in self._views:
+            raise ValueError(f"step id {step_id!r} is already used in run {self.run_id}")
+        catalog = self._catalog if self._catalog is not None else await self.load_catalog()
+        if tool not in catalog:
+            raise ValueError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
+        self.add(PlanStep(step_id=step_id, tool=tool, arguments=arguments, idempotency_key=idempotency_key))
+        return await self.run_step(step_id)
+
+    async def run_step(self, step_id: str) -> CallOutcome:
+        """Run a registered step until it is final (see :meth:`call`)."""
+        step = self._steps[step_id]
+        if self._views[step_id].status.is_terminal:
+            return CallOutcome(self._views[step_id])  # cancelled before it started
+        if self.cancelled:
+            return CallOutcome(self._update(step_id, status=TaskStatus.CANCELLED, error="the run was cancelled"))
+        assert self._catalog is not None, "load_catalog() first"
+        info = self._catalog[step.tool]
+        self._set_state(self._state, tool=step.tool, stage=None)
+        if info.requires_approval:
+            await self._apply(step, DecisionKind.AWAIT_APPROVAL, _RUN_DECIDER, f"{step.tool} requires approval")
+            await self._wait_for_person(step_id)
+            if self._views[step_id].status.is_terminal:
+                return CallOutcome(self._views[step_id])
+        while True:
+            outcome = await self._attempt(step, info)
+            status = outcome.view.status
+            if status.awaits_decision:
+                await self._wait_for_person(step_id)
+                status = self._views[step_id].status
+            if not (isinstance(status, TaskStatus) and status.claimable):
+                return CallOutcome(self._views[step_id], outcome.output)
+
+    async def _wait_for_person(self, step_id: str) -> None:
+        waiting = self._views[step_id].status
+        self._refresh_waiting()
+        await workflow.wait_condition(lambda: self._views[step_id].status != waiting)
+        self._refresh_waiting()
+
+    async def _attempt(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
+        """Execute the leased activity once (Temporal retries inside)."""
+        sid = step.step_id
+        self._update(sid, status=TaskStatus.RUNNING)
+        options = leased_activity_options(info)
+        handle = workflow.start_activity(
+            step.tool,
+            self._tool_call(step),
+            heartbeat_timeout=options.heartbeat_timeout,
+            start_to_close_timeout=options.start_to_close_timeout,
+            retry_policy=options.retry_policy,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            result_type=ToolOutcome,
+            summary=f"{sid}: {step.tool}",
+        )
+        self._running[sid] = handle
+        try:
+            outcome = await handle
+        except ActivityError as err:
+            return CallOutcome(self._failed(sid, err))
+        finally:
+            self._running.pop(sid, None)
+        if self._views[sid].status is TaskStatus.CANCELLED:
+            return CallOutcome(self._views[sid])
+        self._set_state(self._state, stage=outcome.stage)
+        view = self._update(
+            sid,
+            status=outcome.status,
+            stage=outcome.stage,
+            claim_generation=outcome.claim_generation,
+            attempts=outcome.attempts,
+            receipt=outcome.receipt,
+            error=None,
+        )
+        return CallOutcome(view, outcome.result)
+
+    def _failed(self, step_id: str, err: ActivityError) -> TaskView:
+        """The view of a step whose attempt failed: the status its failure reports."""
+        if self._views[step_id].status is TaskStatus.CANCELLED:
+            return self._views[step_id]
+        cause = err.cause
+        if isinstance(cause, CancelledError):
+            return self._update(step_id, status=TaskStatus.CANCELLED, error=cause.message)
+        if not isinstance(cause, ApplicationError):
+            return self._update(step_id, status=StepEnd.FAILED, error=str(err))
+        facts: dict[str, Any] = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        failure = FailureType.parse(cause.type)
+        status: StepStatus = StepEnd.FAILED
+        if failure is not None and failure.status is not None:
+            status = failure.status
+        elif failure is FailureType.TASK_CLOSED and facts.get("status") in TaskStatus.__members__.values():
+            status = TaskStatus(facts["status"])
+        return self._update(
+            step_id,
+            status=status,
+            error=cause.message,
+            stage=Stage(facts["stage"]) if facts.get("stage") else None,
+            claim_generation=facts.get("claim_generation"),
+            attempts=facts.get("attempts"),
+        )
+
+    def _tool_call(self, step: PlanStep) -> ToolCall:
+        """The leased activity's input for ``step``: its task, arguments and idempotency key (G4)."""
+        view = self._views[step.step_id]
+        return ToolCall(
+            task_id=view.task_id,
+            agent_run_id=self.run_id,
+            step_id=step.step_id,
+            tool=step.tool,
+            arguments=step.arguments,
+            idempotency_key=view.idempotency_key,
+        )
+
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    def end(self, state: RunState) -> None:
+        """The run ended (completed, cancelled or failed): no more calls or decisions."""
+        self.closed = True
+        self._set_state(state, waiting_reason="")
+
+    def _update(self, step_id: str, **changes: Any) -> TaskView:
+        view = self._views[step_id].model_copy(update=changes)
+        self._views[step_id] = view
+        return view
+
+    def _refresh_waiting(self) -> None:
+        """``waiting`` while any step waits for a person, with who waits for what; else ``running``."""
+        if self._state.ended:
+            return
+        waiting = [f"{v.step_id}: {v.status.value}" for v in self._views.values() if v.status.awaits_decision]
+        self._set_state(RunState.WAITING if waiting else RunState.RUNNING, waiting_reason=", ".join(waiting))
+
+    def _set_state(
+        self, state: RunState, *, waiting_reason: str | None = None, tool: str | None = None, stage: Any = ...
+    ) -> None:
+        """Set the run's state and upsert the search attributes whose value changed."""
+        self._state = state
+        wanted = {sa.RUN_STATUS.name: state.value}
+        if waiting_reason is not None:
+            wanted[sa.WAITING_REASON.name] = waiting_reason
+        if tool is not None:
+            wanted[sa.CURRENT_TOOL.name] = tool
+        if stage is not ...:
+            wanted[sa.CURRENT_STAGE.name] = str(getattr(stage, "value", stage) or "")
+        changed = {name: value for name, value in wanted.items() if self._shown.get(name) != value}
+        if changed:
+            self._shown.update(changed)
+            workflow.upsert_search_attributes([sa.BY_NAME[name].value_set(value) for name, value in changed.items()])
+
+    async def _apply(self, step: PlanStep, kind: DecisionKind, by: str, reason: str, **extra: Any) -> TaskView:
+        """Write a decision to the ledger (evidence: who and why), then show its result."""
+        assert self._catalog is not None
+        info = self._catalog[step.tool]
+        view = self._views[step.step_id]
+        task = TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl)
+        outcome = await workflow.execute_activity(
+            APPLY_DECISION,
+            LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra),
+            start_to_close_timeout=_DECISION_TIMEOUT,
+            retry_policy=_DECISION_RETRY,
+            result_type=ToolOutcome,
+            summary=f"{step.step_id}: {kind.value} by {by}",
+        )
+        shown = TaskStatus.PENDING if outcome.status is TaskStatus.RELEASED else outcome.status
+        return self._update(
+            step.step_id,
+            status=shown,
+            stage=outcome.stage,
+            claim_generation=outcome.claim_generation or view.claim_generation,
+            attempts=outcome.attempts if outcome.attempts else view.attempts,
+            receipt=outcome.receipt,
+            error=None if outcome.status is not TaskStatus.CANCELLED else view.error,
+        )
+
+    # -- the query and the decision updates --------------------------------------------------------
+
+    def status(self) -> RunStatus:
+        """Answer of the ``status`` query."""
+        return RunStatus(
+            agent_run_id=self.run_id, status=self._state, closed=self.closed, tasks=list(self._views.values())
+        )
+
+    def _require(self, step_id: str, kind: DecisionKind) -> None:
+        """Refuse a decision the step's status does not allow (decision table)."""
+        rule = DECISIONS[kind]
+        if step_id not in self._views:
+            raise ValueError(f"run {self.run_id} has no step {step_id!r}")
+        status = self._views[step_id].status
+        if not rule.allows(status):
+            allowed = " or ".join(sorted(s.value for s in rule.applies_to))
+            raise ValueError(f"cannot {rule.command} step {step_id!r}: it is {status.value}, not {allowed}")
+
+    def _decision_handler(self, command: str) -> Any:
+        kind = DecisionKind(command)
+
+        async def handler(request: DecisionRequest) -> RunStatus:
+            await self._apply(self._steps[request.step_id], kind, request.by, request.reason)
+            self._refresh_waiting()
+            return self.status()
+
+        return handler
+
+    def _decision_validator(self, command: str) -> Any:
+        kind = DecisionKind(command)
+
+        def validator(request: DecisionRequest) -> None:
+            self._require(request.step_id, kind)
+
+        return validator
+
+    async def _reconcile(self, request: ReconcileRequest) -> RunStatus:
+        extra: dict[str, Any] = {}
+        if request.kind is DecisionKind.CONFIRM:
+            extra = {"external_id": request.external_id, "observed": request.observed}
+        await self._apply(self._steps[request.step_id], request.kind, request.by, request.reason, **extra)
+        self._refresh_waiting()
+        return self.status()
+
+    def _validate_reconcile(self, request: ReconcileRequest) -> None:
+        self._require(request.step_id, request.kind)
+
+    async def _cancel(self, request: CancelRequest) -> RunStatus:
+        if request.step_id is None:
+            self.cancelled = True
+            targets = [sid for sid, view in self._views.items() if not view.status.is_terminal]
+        else:
+            targets = [request.step_id]
+        for step_id in targets:
+            # The ledger ends the claim first, so the old generation cannot settle (G8).
+            await self._apply(self._steps[step_id], DecisionKind.CANCEL, request.by, request.reason)
+            handle = self._running.get(step_id)
+            if handle is not None:
+                handle.cancel()
+        # Wait for the cancelled activities to acknowledge.
+        await workflow.wait_condition(lambda: not any(step_id in self._running for step_id in targets))
+        self._refresh_waiting()
+        return self.status()
+
+    def _validate_cancel(self, request: CancelRequest) -> None:
+        if self._state.ended:
+            raise ValueError(f"run {self.run_id} has ended ({self._state.value}); there is nothing to cancel")
+        if request.step_id is not None:
+            self._require(request.step_id, DecisionKind.CANCEL)
