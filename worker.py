@@ -8,9 +8,8 @@ SIGTERM, SIGINT or SIGHUP it stops polling, lets running tools finish within
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
-import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,26 +18,46 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.decisions import DecisionActivities
-from activities.leased import LeasedActivities
 from activities.registry import ToolRegistry, load_registry
-from activities.resources import ToolResources
 from agentlease import search_attributes
 from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.metrics import serving_metrics
-from agentlease.settings import AgentLeaseSettings
+from agentlease.plugin import AgentLeasePlugin
+from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.shutdown import stop_event
 from agentlease.temporal import connect
-from workflows.agent_run import AgentRunWorkflow
 
 logger = logging.getLogger("agentlease.worker")
 
 
-def default_identity() -> str:
-    """``<hostname>:<pid>``: the lease owner and Temporal identity of this process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+def load_workflows(module_names: list[str]) -> list[type]:
+    """The ``@workflow.defn`` classes defined at the top level of the named modules.
+
+    Raises:
+        ConfigurationError: a module cannot be imported, or defines no workflow.
+    """
+    found: list[type] = []
+    for name in module_names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise ConfigurationError(f"cannot import workflow module {name!r}: {exc}") from None
+        classes = [
+            value
+            for value in vars(module).values()
+            if isinstance(value, type) and value.__module__ == module.__name__ and workflow_definition(value)
+        ]
+        if not classes:
+            raise ConfigurationError(f"workflow module {name!r} defines no @workflow.defn class")
+        found.extend(classes)
+    return found
+
+
+def workflow_definition(cls: type) -> bool:
+    """Whether ``cls`` is a workflow (decorated with ``@workflow.defn``)."""
+    return hasattr(cls, "__temporal_workflow_definition")
 
 
 def build_worker(
@@ -48,20 +67,18 @@ def build_worker(
     settings: AgentLeaseSettings,
     *,
     identity: str | None = None,
-    resources: ToolResources,
+    workflows: list[type] | None = None,
 ) -> Worker:
-    """A Temporal worker serving ``AgentRunWorkflow`` and every tool of ``registry``.
-
-    Args:
-        resources: what the tools share; the caller closes it after the worker stops.
-    """
+    """A Temporal worker serving ``AgentRunWorkflow``, ``workflows`` (default those of
+    ``settings.workflow_modules``) and every tool of ``registry``, through
+    :class:`~agentlease.plugin.AgentLeasePlugin`; the caller owns and closes ``ledger``."""
     identity = identity or settings.worker_identity or default_identity()
-    leased = LeasedActivities(ledger, registry, identity, settings, resources)
+    plugin = AgentLeasePlugin(settings=settings, ledger=ledger, tools=registry, identity=identity)
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[AgentRunWorkflow],
-        activities=[*leased.activities(), *DecisionActivities(ledger).activities()],
+        workflows=load_workflows(settings.workflow_modules) if workflows is None else workflows,
+        plugins=[plugin],
         identity=identity,
         max_concurrent_activities=settings.max_concurrent_activities,
         graceful_shutdown_timeout=settings.shutdown_grace,
@@ -84,7 +101,6 @@ async def running_worker(
     """
     registry = registry or load_registry(settings.tool_modules)
     identity = identity or settings.worker_identity or default_identity()
-    resources = ToolResources()
     with serving_metrics(settings.metrics_address):
         ledger = Ledger.from_url(settings.ledger_url)
         try:
@@ -93,12 +109,9 @@ async def running_worker(
             problem = await search_attributes.ensure_registered(client, settings.namespace)
             if problem is not None:
                 logger.warning(problem)
-            async with build_worker(
-                client, ledger, registry, settings, identity=identity, resources=resources
-            ) as worker:
+            async with build_worker(client, ledger, registry, settings, identity=identity) as worker:
                 yield worker
         finally:
-            await resources.close()
             await ledger.close()
 
 

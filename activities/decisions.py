@@ -11,12 +11,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agentlease.decisions import DECISIONS, LedgerDecision
 from agentlease.enums import FailureType
-from agentlease.errors import TaskClosedError, TaskNotFoundError
+from agentlease.errors import TaskClosedError, TaskNotFoundError, describe_validation_error
 from agentlease.ledger.store import Ledger
 from agentlease.names import APPLY_DECISION
 from agentlease.records import SettlementReceipt, ToolOutcome
@@ -32,8 +33,16 @@ class DecisionActivities:
         ledger = self._ledger
 
         @activity.defn(name=APPLY_DECISION)
-        async def apply_decision(decision: LedgerDecision) -> ToolOutcome:
-            return await apply(ledger, decision)
+        async def apply_decision(payload: dict[str, Any]) -> dict[str, Any]:
+            try:
+                decision = LedgerDecision.model_validate(payload)
+            except ValidationError as exc:
+                raise ApplicationError(
+                    f"malformed decision: {describe_validation_error(exc)}",
+                    type=FailureType.DECISION_REFUSED.value,
+                    non_retryable=True,
+                ) from None
+            return (await apply(ledger, decision)).model_dump(mode="json")
 
         return [apply_decision]
 

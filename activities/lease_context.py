@@ -179,10 +179,10 @@ class LeaseContext:
         )
 
 
-def _heartbeat(details: Any) -> None:
+def _heartbeat(details: LeaseHeartbeat) -> None:
     # Outside an activity (unit tests of tools) there is nothing to heartbeat to.
     if activity.in_activity():
-        activity.heartbeat(details)
+        activity.heartbeat(details.model_dump(mode="json"))
 
 
 __all__ = ["LeaseContext", "LeaseHeartbeat"]

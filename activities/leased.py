@@ -34,6 +34,7 @@ import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
@@ -47,6 +48,7 @@ from agentlease.errors import (
     LeaseLostError,
     MissingHeartbeatTimeoutError,
     TaskClosedError,
+    describe_validation_error,
     one_line,
 )
 from agentlease.ledger.store import Ledger
@@ -57,7 +59,6 @@ from agentlease.records import (
     TaskRecord,
     TaskSpec,
     ToolCall,
-    ToolInfo,
     ToolOutcome,
     TraceLink,
 )
@@ -106,14 +107,24 @@ class LeasedActivities:
         registry = self._registry
 
         @activity.defn(name=DESCRIBE_TOOLS)
-        async def describe_tools() -> list[ToolInfo]:
-            return registry.catalog()
+        async def describe_tools() -> list[dict[str, Any]]:
+            return [info.model_dump(mode="json") for info in registry.catalog()]
 
         return describe_tools
 
     def _tool_activity(self, spec: ToolSpec) -> Any:
-        async def run_tool(call: ToolCall) -> ToolOutcome:
-            return await self.execute(spec, call)
+        async def run_tool(payload: dict[str, Any]) -> dict[str, Any]:
+            # JSON in and out, validated here: the activity works under any payload converter (the
+            # frameworks' own included) and refuses a malformed call in one line.
+            try:
+                call = ToolCall.model_validate(payload)
+            except ValidationError as exc:
+                raise ApplicationError(
+                    f"malformed tool call for {spec.name}: {describe_validation_error(exc)}",
+                    type=FailureType.INVALID_TOOL_CALL.value,
+                    non_retryable=True,
+                ) from None
+            return (await self.execute(spec, call)).model_dump(mode="json")
 
         run_tool.__name__ = f"tool_{spec.name}"
         return activity.defn(name=spec.name)(run_tool)

@@ -304,6 +304,10 @@ class FailureType(StrEnum):
     TASK_CLOSED = "TaskClosed"
     """Non-retryable: the task is rejected or abandoned (final), or waits for approval; no attempt may
     run. The failure's details say its status."""
+    INVALID_PLAN = "InvalidPlan"
+    """Non-retryable: a run's input is not a valid plan; the run fails at once with what is wrong."""
+    INVALID_TOOL_CALL = "InvalidToolCall"
+    """Non-retryable: a leased activity's input is not a valid tool call; nothing was recorded."""
     DECISION_REFUSED = "DecisionRefused"
     """Non-retryable: the ledger's task is not in a status the operator's decision applies to."""
     UNKNOWN_TOOL = "UnknownTool"
@@ -328,6 +332,7 @@ class FailureType(StrEnum):
         return [
             cls.MISSING_HEARTBEAT_TIMEOUT.value,
             cls.TASK_CLOSED.value,
+            cls.INVALID_TOOL_CALL.value,
             *(failure.value for failure in _STATUS_OF_FAILURE),
         ]
 

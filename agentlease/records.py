@@ -6,6 +6,7 @@ Timestamps are timezone-aware; a naive datetime is rejected. Durations are
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -18,10 +19,26 @@ from agentlease.enums import EventKind, RunState, SideEffectClass, Stage, StepSt
 AwareDatetime = Annotated[datetime, AfterValidator(require_aware)]
 
 _STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_NOT_STEP_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
+MAX_STEP_ID_CHARS = 128
+"""Longest step id."""
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def step_id_from(text: str) -> str:
+    """A valid step id made from any text (a model's tool-call id), stable for the same text.
+
+    Characters outside ``A-Z a-z 0-9 _ . -`` become ``-``; text that had to change, or is too long,
+    keeps a 12-character digest of the original so that two different texts stay apart.
+    """
+    cleaned = _NOT_STEP_CHARS.sub("-", text).strip("-_.") or "step"
+    if cleaned == text and len(text) <= MAX_STEP_ID_CHARS:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{cleaned[: MAX_STEP_ID_CHARS - 13]}-{digest}"
 
 
 def task_id_for(agent_run_id: str, step_id: str) -> str:

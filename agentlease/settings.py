@@ -6,6 +6,8 @@ one of these variables. Durations accept seconds (``"30"``) or ISO 8601 (``"PT30
 
 from __future__ import annotations
 
+import os
+import socket
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -40,6 +42,12 @@ class AgentLeaseSettings(BaseSettings):
             for a worker to take the decision, and again for it to finish. Default 30s.
         metrics_address: ``HOST:PORT`` where a worker serves its lease metrics (Prometheus,
             ``GET /metrics``; see :mod:`agentlease.metrics`). Default unset: not served.
+        plugins: ``module:attribute`` of Temporal client plugins (or of functions making them) to
+            connect with, comma-separated: an agent framework's plugin, a tracing plugin.
+        workflow_modules: modules whose ``@workflow.defn`` classes ``agentlease worker`` also serves
+            (your agents' workflows), comma-separated.
+        data_converter: ``module:attribute`` of the Temporal data converter (or a function making
+            it); default the pydantic converter, or the one a plugin sets.
         migrate_on_start: a worker brings the ledger schema to the newest revision when it starts.
             Default false: run ``agentlease db upgrade`` once per release, and a worker refuses to
             start on a schema it does not expect.
@@ -63,6 +71,9 @@ class AgentLeaseSettings(BaseSettings):
     data_dir: Path = Path(".agentlease")
     metrics_address: str | None = None
     decision_timeout: timedelta = Field(default=timedelta(seconds=30), gt=timedelta(0))
+    plugins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    workflow_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    data_converter: str | None = None
     migrate_on_start: bool = False
 
     @field_validator("shutdown_grace", "decision_timeout", mode="before")
@@ -87,9 +98,14 @@ class AgentLeaseSettings(BaseSettings):
                 raise ValueError(str(exc)) from None
         return value
 
-    @field_validator("tool_modules", mode="before")
+    @field_validator("tool_modules", "plugins", "workflow_modules", mode="before")
     @classmethod
     def _split_modules(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+
+def default_identity() -> str:
+    """``<hostname>:<pid>``: the lease owner and Temporal identity of this process, by default."""
+    return f"{socket.gethostname()}:{os.getpid()}"

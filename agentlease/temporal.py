@@ -1,15 +1,21 @@
-"""Connecting to Temporal with agentlease's data converter, and clear errors when it is unreachable."""
+"""Connecting to Temporal, with the plugins, interceptors and data converter a deployment wants, and
+clear errors when it is unreachable."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib
+import inspect
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 from temporalio.service import RPCError
 
-from agentlease.errors import AgentLeaseError
+from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.settings import AgentLeaseSettings
 
 CONNECT_TIMEOUT = timedelta(seconds=10)
@@ -33,27 +39,50 @@ class TemporalUnavailableError(AgentLeaseError):
 
 
 async def connect(
-    settings: AgentLeaseSettings, *, identity: str | None = None, timeout: timedelta = CONNECT_TIMEOUT
+    settings: AgentLeaseSettings,
+    *,
+    identity: str | None = None,
+    timeout: timedelta = CONNECT_TIMEOUT,
+    plugins: Sequence[Plugin] = (),
+    interceptors: Sequence[Interceptor] = (),
+    data_converter: DataConverter | None = None,
 ) -> Client:
-    """A Temporal client using the pydantic data converter.
+    """A Temporal client for agentlease.
 
     Args:
-        settings: address and namespace.
+        settings: address and namespace; ``settings.plugins`` and ``settings.data_converter`` name
+            further plugins and a converter to load (``module:attribute``).
         identity: the client's identity; default the SDK's ``<pid>@<host>``.
         timeout: how long connecting may take. Default 10s.
+        plugins: client plugins (an agent framework's, which may set its own converter), before
+            those of ``settings``.
+        interceptors: client interceptors (tracing, ...).
+        data_converter: the converter; default ``settings.data_converter``, else the pydantic
+            converter when no plugin is given, else the SDK's default (a framework plugin replaces
+            it with its own). agentlease's payloads are plain JSON, so any JSON converter reads them.
 
     Raises:
         TemporalUnavailableError: the server is unreachable, refused the connection, or did not
             answer within ``timeout``.
+        ConfigurationError: a plugin or converter named in ``settings`` cannot be loaded.
     """
+    every_plugin = [*plugins, *(load_object(path, "plugin") for path in settings.plugins)]
+    converter = data_converter
+    if converter is None and settings.data_converter:
+        converter = load_object(settings.data_converter, "data converter")
+    if converter is None and not every_plugin:
+        converter = pydantic_data_converter
+    options: dict[str, Any] = {"data_converter": converter} if converter is not None else {}
     try:
         async with asyncio.timeout(timeout.total_seconds()):
             return await Client.connect(
                 settings.temporal_address,
                 namespace=settings.namespace,
-                data_converter=pydantic_data_converter,
                 identity=identity,
                 connect_timeout=timeout,
+                plugins=every_plugin,
+                interceptors=list(interceptors),
+                **options,
             )
     except TimeoutError:
         raise TemporalUnavailableError(
@@ -62,3 +91,19 @@ async def connect(
     except (RuntimeError, RPCError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TemporalUnavailableError(settings.temporal_address, first) from None
+
+
+def load_object(path: str, what: str) -> Any:
+    """The object named ``module:attribute``; a function there is called (a factory, no arguments).
+
+    Raises:
+        ConfigurationError: not ``module:attribute``, or it cannot be imported.
+    """
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(f"bad {what} {path!r}: expected module:attribute")
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot load {what} {path!r}: {exc}") from None
+    return value() if inspect.isfunction(value) else value  # a factory: ``def plugin() -> Plugin``

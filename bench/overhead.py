@@ -49,10 +49,9 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.names import AGENT_RUN_WORKFLOW
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
-from agentlease.settings import AgentLeaseSettings
+from agentlease.settings import AgentLeaseSettings, default_identity
 from bench.tools import BENCH_TOOL, PLAIN_ACTIVITY, plain_stages
 from bench.workflow import BENCH_WORKFLOW, BenchBatch, ToolCallsWorkflow
-from worker import default_identity
 from workflows.agent_run import AgentRunWorkflow
 
 PLAIN = "plain"

@@ -15,27 +15,43 @@ Besides what :class:`LeasedToolCalls` installs, a plan run takes:
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from agentlease.enums import RunState, StepEnd
+    from agentlease.enums import FailureType, RunState, StepEnd
     from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
-    from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskView
-    from workflows.leased_calls import LeasedToolCalls
+    from agentlease.records import AgentRunPlan, PlanStep, RunStatus
+    from workflows.leased_calls import LeasedToolCalls, parse_payload
 
 
 @workflow.defn(name=AGENT_RUN_WORKFLOW)
 class AgentRunWorkflow:
+    """Takes an :class:`~agentlease.records.AgentRunPlan` and returns the run's final
+    :class:`~agentlease.records.RunStatus`. A plan that does not validate (a hand-written
+    ``temporal workflow start --input``) fails the run at once with what is wrong."""
+
     @workflow.init
-    def __init__(self, plan: AgentRunPlan) -> None:
+    def __init__(self, plan: AgentRunPlan | dict[str, Any]) -> None:
         self._calls = LeasedToolCalls()
-        self._calls.closed = not plan.keep_open
-        for step in plan.steps:
+        self._bad_plan: str | None = None
+        try:
+            parsed = parse_payload(AgentRunPlan, plan, "plan")
+        except ValueError as exc:
+            self._bad_plan = str(exc)
+            return
+        self._calls.closed = not parsed.keep_open
+        for step in parsed.steps:
             self._calls.add(step)
 
     @workflow.run
-    async def run(self, plan: AgentRunPlan) -> RunStatus:
+    async def run(self, plan: AgentRunPlan | dict[str, Any]) -> RunStatus:
         calls = self._calls
+        if self._bad_plan is not None:
+            calls.end(RunState.FAILED)
+            raise ApplicationError(self._bad_plan, type=FailureType.INVALID_PLAN.value, non_retryable=True)
         await calls.load_catalog()
         index = 0
         failed = False
@@ -61,11 +77,12 @@ class AgentRunWorkflow:
         return calls.status()
 
     @workflow.update(name=SUBMIT_UPDATE)
-    def submit(self, step: PlanStep) -> TaskView:
-        return self._calls.add(step)
+    def submit(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._calls.add(parse_payload(PlanStep, payload, "submit")).model_dump(mode="json")
 
     @submit.validator
-    def _validate_submit(self, step: PlanStep) -> None:
+    def _validate_submit(self, payload: dict[str, Any]) -> None:
+        step = parse_payload(PlanStep, payload, "submit")
         calls = self._calls
         if calls.closed or calls.state.ended or calls.cancelled:
             raise ValueError(f"run {calls.run_id} is closed; it takes no more tool calls")

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -33,9 +33,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel, ValidationError
+
     from agentlease import search_attributes as sa
     from agentlease.decisions import DECISIONS, CancelRequest, DecisionRequest, LedgerDecision, ReconcileRequest
     from agentlease.enums import DecisionKind, FailureType, RunState, Stage, StepEnd, StepStatus, TaskStatus
+    from agentlease.errors import describe_validation_error
     from agentlease.names import APPLY_DECISION, DESCRIBE_TOOLS, STATUS_QUERY
     from agentlease.records import (
         PlanStep,
@@ -46,9 +49,26 @@ with workflow.unsafe.imports_passed_through():
         ToolInfo,
         ToolOutcome,
         idempotency_key_for,
+        step_id_from,
         task_id_for,
     )
     from workflows.options import leased_activity_options
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
+    """A handler's payload as ``model``, or a ``ValueError`` naming what is wrong (a refused update).
+
+    Handlers take plain JSON so that they work under any payload converter, and validate here.
+    """
+    if isinstance(payload, model):
+        return payload
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise ValueError(f"bad {what} payload: {describe_validation_error(exc)}") from None
+
 
 _DECISION_TIMEOUT = timedelta(seconds=30)
 _DECISION_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[FailureType.DECISION_REFUSED.value])
@@ -93,9 +113,9 @@ class LeasedToolCalls:
         self._catalog: dict[str, ToolInfo] | None = None if catalog is None else {i.name: i for i in catalog}
         self._steps: dict[str, PlanStep] = {}
         self._views: dict[str, TaskView] = {}
-        self._running: dict[str, workflow.ActivityHandle[ToolOutcome]] = {}
+        self._running: dict[str, workflow.ActivityHandle[dict[str, Any]]] = {}
         self._shown: dict[str, str] = {}
-        workflow.set_query_handler(STATUS_QUERY, self.status)
+        workflow.set_query_handler(STATUS_QUERY, self._status_query)
         for command in ("approve", "reject", "redrive"):
             workflow.set_update_handler(
                 command, self._decision_handler(command), validator=self._decision_validator(command)
@@ -116,9 +136,9 @@ class LeasedToolCalls:
         """
         if self._catalog is None:
             catalog = await workflow.execute_local_activity(
-                DESCRIBE_TOOLS, start_to_close_timeout=timedelta(seconds=30), result_type=list[ToolInfo]
+                DESCRIBE_TOOLS, start_to_close_timeout=timedelta(seconds=30), result_type=list[dict[str, Any]]
             )
-            self._catalog = {info.name: info for info in catalog}
+            self._catalog = {info.name: info for info in map(ToolInfo.model_validate, catalog)}
         unknown = sorted({step.tool for step in self._steps.values()} - set(self._catalog))
         if unknown:
             self._set_state(RunState.FAILED)
@@ -129,6 +149,13 @@ class LeasedToolCalls:
             )
         self._set_state(RunState.RUNNING)
         return self._catalog
+
+    def register(self, info: ToolInfo) -> None:
+        """Make a tool the workflow declares itself callable (a framework adapter's tool)."""
+        if self._catalog is None:
+            self._catalog = {}
+            self._set_state(RunState.RUNNING)
+        self._catalog[info.name] = info
 
     def known_tools(self) -> list[str] | None:
         """The tools this run may call, once known."""
@@ -151,6 +178,15 @@ class LeasedToolCalls:
 
     def has_step(self, step_id: str) -> bool:
         return step_id in self._views
+
+    def unique_step_id(self, text: str) -> str:
+        """A valid step id made from ``text`` that no step of this run uses yet (``-2``, ``-3``... appended)."""
+        base = step_id_from(text)
+        candidate, n = base, 1
+        while candidate in self._views:
+            n += 1
+            candidate = step_id_from(f"{base}-{n}")
+        return candidate
 
     def step_ids(self) -> list[str]:
         """Step ids in the order they were added."""
@@ -230,17 +266,17 @@ class LeasedToolCalls:
         options = leased_activity_options(info)
         handle = workflow.start_activity(
             step.tool,
-            self._tool_call(step),
+            self._tool_call(step).model_dump(mode="json"),
             heartbeat_timeout=options.heartbeat_timeout,
             start_to_close_timeout=options.start_to_close_timeout,
             retry_policy=options.retry_policy,
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            result_type=ToolOutcome,
+            result_type=dict,
             summary=f"{sid}: {step.tool}",
         )
         self._running[sid] = handle
         try:
-            outcome = await handle
+            outcome = ToolOutcome.model_validate(await handle)
         except ActivityError as err:
             return CallOutcome(self._failed(sid, err))
         finally:
@@ -342,14 +378,15 @@ class LeasedToolCalls:
         info = self._catalog[step.tool]
         view = self._views[step.step_id]
         task = TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl)
-        outcome = await workflow.execute_activity(
+        decided = await workflow.execute_activity(
             APPLY_DECISION,
-            LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra),
+            LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra).model_dump(mode="json"),
             start_to_close_timeout=_DECISION_TIMEOUT,
             retry_policy=_DECISION_RETRY,
-            result_type=ToolOutcome,
+            result_type=dict,
             summary=f"{step.step_id}: {kind.value} by {by}",
         )
+        outcome = ToolOutcome.model_validate(decided)
         shown = TaskStatus.PENDING if outcome.status is TaskStatus.RELEASED else outcome.status
         return self._update(
             step.step_id,
@@ -364,10 +401,13 @@ class LeasedToolCalls:
     # -- the query and the decision updates --------------------------------------------------------
 
     def status(self) -> RunStatus:
-        """Answer of the ``status`` query."""
+        """The run as the ``status`` query reports it."""
         return RunStatus(
             agent_run_id=self.run_id, status=self._state, closed=self.closed, tasks=list(self._views.values())
         )
+
+    def _status_query(self) -> dict[str, Any]:
+        return self.status().model_dump(mode="json")
 
     def _require(self, step_id: str, kind: DecisionKind) -> None:
         """Refuse a decision the step's status does not allow (decision table)."""
@@ -382,33 +422,37 @@ class LeasedToolCalls:
     def _decision_handler(self, command: str) -> Any:
         kind = DecisionKind(command)
 
-        async def handler(request: DecisionRequest) -> RunStatus:
+        async def handler(payload: dict[str, Any]) -> dict[str, Any]:
+            request = parse_payload(DecisionRequest, payload, command)
             await self._apply(self._steps[request.step_id], kind, request.by, request.reason)
             self._refresh_waiting()
-            return self.status()
+            return self._status_query()
 
         return handler
 
     def _decision_validator(self, command: str) -> Any:
         kind = DecisionKind(command)
 
-        def validator(request: DecisionRequest) -> None:
-            self._require(request.step_id, kind)
+        def validator(payload: dict[str, Any]) -> None:
+            self._require(parse_payload(DecisionRequest, payload, command).step_id, kind)
 
         return validator
 
-    async def _reconcile(self, request: ReconcileRequest) -> RunStatus:
+    async def _reconcile(self, payload: dict[str, Any]) -> dict[str, Any]:
+        request = parse_payload(ReconcileRequest, payload, "reconcile")
         extra: dict[str, Any] = {}
         if request.kind is DecisionKind.CONFIRM:
             extra = {"external_id": request.external_id, "observed": request.observed}
         await self._apply(self._steps[request.step_id], request.kind, request.by, request.reason, **extra)
         self._refresh_waiting()
-        return self.status()
+        return self._status_query()
 
-    def _validate_reconcile(self, request: ReconcileRequest) -> None:
+    def _validate_reconcile(self, payload: dict[str, Any]) -> None:
+        request = parse_payload(ReconcileRequest, payload, "reconcile")
         self._require(request.step_id, request.kind)
 
-    async def _cancel(self, request: CancelRequest) -> RunStatus:
+    async def _cancel(self, payload: dict[str, Any]) -> dict[str, Any]:
+        request = parse_payload(CancelRequest, payload, "cancel")
         if request.step_id is None:
             self.cancelled = True
             targets = [sid for sid, view in self._views.items() if not view.status.is_terminal]
@@ -423,10 +467,34 @@ class LeasedToolCalls:
         # Wait for the cancelled activities to acknowledge.
         await workflow.wait_condition(lambda: not any(step_id in self._running for step_id in targets))
         self._refresh_waiting()
-        return self.status()
+        return self._status_query()
 
-    def _validate_cancel(self, request: CancelRequest) -> None:
+    def _validate_cancel(self, payload: dict[str, Any]) -> None:
+        request = parse_payload(CancelRequest, payload, "cancel")
         if self._state.ended:
             raise ValueError(f"run {self.run_id} has ended ({self._state.value}); there is nothing to cancel")
         if request.step_id is not None:
             self._require(request.step_id, DecisionKind.CANCEL)
+
+
+_INSTANCE_ATTRIBUTE = "__agentlease_calls__"
+
+
+def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
+    """The running workflow's :class:`LeasedToolCalls`, made (and its handlers installed) on first use.
+
+    Call it from workflow code. Call it early (in ``@workflow.init`` or at the top of the run) for the
+    ``status`` query and the decision updates to answer before the first tool call.
+
+    Args:
+        catalog: tools to make callable (adapters pass their tools' infos); more can be added later.
+    """
+    instance = workflow.instance()
+    calls: LeasedToolCalls | None = getattr(instance, _INSTANCE_ATTRIBUTE, None)
+    if calls is None:
+        calls = LeasedToolCalls(catalog)
+        setattr(instance, _INSTANCE_ATTRIBUTE, calls)
+    elif catalog is not None:
+        for info in catalog:
+            calls.register(info)
+    return calls

@@ -27,10 +27,16 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from agentlease.cli.plans import describe_validation_error, load_plan
+from agentlease.cli.plans import load_plan
 from agentlease.cli.render import events_table, run_table, tasks_table, to_json
 from agentlease.enums import RunState
-from agentlease.errors import AgentLeaseError, ConfigurationError, LedgerUnavailableError, one_line
+from agentlease.errors import (
+    AgentLeaseError,
+    ConfigurationError,
+    LedgerUnavailableError,
+    describe_validation_error,
+    one_line,
+)
 from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings

@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from activities.registry import ToolRegistry
-from agentlease.errors import ConfigurationError, UnknownToolError
+from agentlease.errors import ConfigurationError, UnknownToolError, describe_validation_error
 from agentlease.records import AgentRunPlan
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming the first three invalid fields: ``steps.0.tool: Field required; ...``."""
-    shown = [_one_error(error) for error in exc.errors()[:_ERRORS_SHOWN]]
-    extra = f" (and {exc.error_count() - _ERRORS_SHOWN} more)" if exc.error_count() > _ERRORS_SHOWN else ""
-    return "; ".join(shown) + extra
-
-
-_ERRORS_SHOWN = 3
-"""How many validation errors one line names."""
-
-
-def _one_error(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"])
-    message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
-    return f"{where}: {message}" if where else message
 
 
 def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:

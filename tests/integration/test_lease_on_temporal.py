@@ -23,7 +23,6 @@ from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.registry import load_registry
-from activities.resources import ToolResources
 from agentlease.decisions import CancelRequest
 from agentlease.enums import EventKind, RecoveryAction, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError
@@ -73,20 +72,15 @@ async def _worker(
         runtime=Runtime(telemetry=TelemetryConfig()),
         identity=identity,
     )
-    resources = ToolResources()
     worker = build_worker(
         own_client,
         ledger,
         REGISTRY,
         settings.model_copy(update={"max_concurrent_activities": slots}),
         identity=identity,
-        resources=resources,
     )
-    try:
-        async with worker:
-            yield worker
-    finally:
-        await resources.close()
+    async with worker:
+        yield worker
 
 
 def _plan(run_id: str, *steps: tuple[str, str, dict], keep_open: bool = False) -> AgentRunPlan:

@@ -1,7 +1,8 @@
 """The layering rule: no import cycles, no edge from a lower layer to a higher one (CONTRIBUTING.md).
 
 Layers, lowest first: the core (``agentlease.*``), ``reconciliation``, then ``activities`` and
-``workflows`` (side by side; neither imports the other), ``worker``, the CLI (``agentlease.cli``).
+``workflows`` (side by side; neither imports the other), ``worker`` (with ``agentlease.plugin``),
+the CLI (``agentlease.cli``).
 The facade ``agentlease/__init__.py`` sits above all of them and no project module imports it.
 ``examples`` are the demo's downstream systems: they may follow a built-in tool's contract (its
 table shape, its slug rule) and sit beside ``worker``. Every import counts, including imports
@@ -22,12 +23,18 @@ RANKS = {"core": 0, "reconciliation": 1, "activities": 2, "workflows": 2, "examp
 SIDE_BY_SIDE = {frozenset({"activities", "workflows"}), frozenset({"examples", "worker"})}
 """Layers of one rank that must not import each other."""
 
-FACADES = {"agentlease"}
+FACADES = {"agentlease", "agentlease.workflow", "agentlease.openai_agents", "agentlease.pydantic_ai"}
 """Modules above every layer: they re-export; nothing of the project imports them."""
+
+WORKER_LEVEL = {"agentlease.plugin"}
+"""Modules of the ``agentlease`` package that sit at the worker's level: they register activities
+and workflows on a worker."""
 
 
 def layer(module: str) -> str:
     top = module.split(".")[0]
+    if module in WORKER_LEVEL:
+        return "worker"
     if module == "agentlease.cli" or module.startswith("agentlease.cli."):
         return "cli"
     if top == "agentlease":

@@ -79,6 +79,7 @@ def test_scheduling_options_use_the_lease_ttl_as_heartbeat_timeout() -> None:
         FailureType.BLOCKED,
         FailureType.NEEDS_RECONCILIATION,
         FailureType.TASK_CLOSED,
+        FailureType.INVALID_TOOL_CALL,
     }
 
 

@@ -1,0 +1,136 @@
+"""``AgentLeasePlugin``: agentlease on any Temporal worker, beside the agent frameworks' plugins.
+
+A ``temporalio.plugin.SimplePlugin`` that registers, on the worker it is given to:
+
+- one leased activity per tool (activity type = tool name), built-in tools and yours;
+- the decision activity (``agentlease.apply_decision``) and the tool catalog (``agentlease.describe_tools``);
+- ``AgentRunWorkflow``, for runs made from plans (optional).
+
+It does not touch the data converter: every agentlease activity and handler takes and returns
+plain JSON and validates it, so it works under the pydantic converter, the OpenAI Agents SDK's
+and Pydantic AI's alike. Give it to the worker (``Worker(client, plugins=[...])``), after or
+beside the frameworks' plugins::
+
+    worker = Worker(client, task_queue="agents", workflows=[MyAgent],
+                    plugins=[AgentLeasePlugin(settings=AgentLeaseSettings(), tools=["mytools"])])
+
+When it opens the ledger itself (no ``ledger`` given) it checks its schema as the worker starts
+(or migrates it, with ``migrate_on_start``) and closes it when the worker stops. The engines its
+tools share (:class:`~activities.resources.ToolResources`) close when the worker stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from types import ModuleType
+from typing import Any
+
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import Worker, WorkerConfig
+
+from activities.decisions import DecisionActivities
+from activities.leased import LeasedActivities
+from activities.registry import ToolRegistry, load_registry
+from activities.resources import ToolResources
+from activities.tool import ToolSpec
+from agentlease.ledger.migrate import require_current, upgrade
+from agentlease.ledger.store import Ledger
+from agentlease.settings import AgentLeaseSettings, default_identity
+from workflows.agent_run import AgentRunWorkflow
+
+PLUGIN_NAME = "agentlease.AgentLeasePlugin"
+
+
+def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: bool = True) -> ToolRegistry:
+    """The built-in tools plus ``tools``: module names, modules, or declared tools.
+
+    Raises:
+        ConfigurationError: a module cannot be imported, or two tools share a name.
+    """
+    items = list(tools)
+    registry = load_registry([item for item in items if isinstance(item, str)], builtins=builtins)
+    for item in items:
+        if isinstance(item, ModuleType):
+            registry.add_module(item)
+        elif isinstance(item, ToolSpec):
+            registry.add(item)
+    return registry
+
+
+class AgentLeasePlugin(SimplePlugin):
+    """Registers agentlease's activities (and ``AgentRunWorkflow``) on a worker.
+
+    Args:
+        settings: endpoints of the built-in tools, the ledger URL, the lease owner. Default from
+            the ``AGENTLEASE_*`` environment.
+        ledger: a ledger the caller owns and closes; default one opened from ``settings.ledger_url``
+            for the worker's lifetime.
+        tools: tool modules (import paths or modules) or declared tools, besides the built-ins, or
+            a ready :class:`~activities.registry.ToolRegistry`. Default ``settings.tool_modules``.
+        builtins: serve the built-in tools (``http_get``, ``sql_upsert``, ``http_publish``,
+            ``smtp_send``). Default true.
+        identity: the lease owner of this worker's claims; default ``settings.worker_identity``,
+            else the worker's Temporal identity.
+        agent_run_workflow: register ``AgentRunWorkflow`` too. Default true.
+
+    Raises:
+        ConfigurationError: a tool module cannot be imported, two tools share a name, or a bad URL.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: AgentLeaseSettings | None = None,
+        ledger: Ledger | None = None,
+        tools: ToolRegistry | Iterable[str | ModuleType | ToolSpec] | None = None,
+        builtins: bool = True,
+        identity: str | None = None,
+        agent_run_workflow: bool = True,
+    ) -> None:
+        self.settings = settings or AgentLeaseSettings()
+        if isinstance(tools, ToolRegistry):
+            self.registry = tools
+        else:
+            self.registry = tool_registry(self.settings.tool_modules if tools is None else tools, builtins=builtins)
+        self._owns_ledger = ledger is None
+        self.ledger = ledger or Ledger.from_url(self.settings.ledger_url)
+        self.resources = ToolResources()
+        self._identity = identity or self.settings.worker_identity
+        super().__init__(
+            PLUGIN_NAME,
+            activities=self._activities,
+            workflows=[AgentRunWorkflow] if agent_run_workflow else None,
+        )
+
+    @property
+    def identity(self) -> str:
+        """The lease owner of this worker's claims (known once a worker is configured)."""
+        return self._identity or default_identity()
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        if self._identity is None:
+            self._identity = config.get("identity") or config["client"].identity
+        return super().configure_worker(config)
+
+    def _activities(self, existing: Any) -> list[Callable[..., Any]]:
+        leased = LeasedActivities(self.ledger, self.registry, self.identity, self.settings, self.resources)
+        return [*(existing or []), *leased.activities(), *DecisionActivities(self.ledger).activities()]
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        async with self._open():
+            await next(worker)
+
+    @asynccontextmanager
+    async def _open(self) -> AsyncIterator[None]:
+        try:
+            if self._owns_ledger:
+                await (upgrade if self.settings.migrate_on_start else require_current)(self.ledger.database)
+            yield
+        finally:
+            await self.resources.close()
+            if self._owns_ledger:
+                await self.ledger.close()
+
+
+__all__ = ["PLUGIN_NAME", "AgentLeasePlugin", "tool_registry"]
