@@ -507,6 +507,41 @@ def sweep(
     asyncio.run(_sweep())
 
 
+@app.command("advise-ttl")
+def advise_ttl(
+    ctx: typer.Context,
+    tool: Annotated[str | None, typer.Option("--tool", help="Only this tool.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only renewals since: an ISO time or 30m, 12h, 7d back.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Recommend a lease TTL per tool from the renewal history (gaps, stage durations, expiries)."""
+    from agentlease.cli.advice import advice_json, advice_table, tradeoff_lines
+    from agentlease.ttl_advice import advise, read_samples, since_argument
+
+    async def _advise() -> list[Any]:
+        async with _ledger(_settings(ctx)) as ledger:
+            start = None
+            if since is not None:
+                try:
+                    start = since_argument(since, await ledger.db_now())
+                except ValueError as exc:
+                    raise ConfigurationError(f"bad --since: {exc}") from None
+            return advise(await read_samples(ledger, tool=tool, since=start))
+
+    advice = asyncio.run(_advise())
+    if not advice:
+        raise AgentLeaseError(f"no renewal history{f' for tool {tool}' if tool else ''} in the ledger yet")
+    if as_json:
+        out.print_json(to_json(advice_json(advice)))
+        return
+    for item in advice:
+        out.print(advice_table(item))
+        for line in [*tradeoff_lines(item), *(f"  warning: {w}" for w in item.warnings)]:
+            out.print(line, soft_wrap=True, markup=False)
+
+
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Create or migrate the ledger schema to the newest revision."""
