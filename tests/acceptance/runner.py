@@ -15,6 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+
+from tests.eventually import assert_eventually
+
 AGENTLEASE = Path(sys.executable).parent / "agentlease"
 """The console script installed beside this interpreter."""
 
@@ -91,12 +98,13 @@ class Background:
         cli: where and with which environment it runs.
         args: the arguments after ``agentlease``.
         env: extra environment variables.
+        program: what runs; default the ``agentlease`` console script.
     """
 
-    def __init__(self, cli: Cli, *args: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, cli: Cli, *args: str, env: Mapping[str, str] | None = None, program: Path = AGENTLEASE) -> None:
         self.args = args
         self.process = subprocess.Popen(
-            [str(AGENTLEASE), *args],
+            [str(program), *args],
             cwd=cli.cwd,
             env=cli.env(env),
             stdin=subprocess.DEVNULL,
@@ -171,3 +179,27 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
         if text in cmdline:
             found.append((int(entry.name), cmdline))
     return found
+
+
+async def wait_for_poller(
+    client: Client, queue: str, identity: str, *, timeout: float, alive: Callable[[], None] | None = None
+) -> None:
+    """Wait until a worker of ``identity`` polls ``queue`` for activities (Temporal lists its poller).
+
+    Args:
+        alive: called on every attempt; raises when the worker process has already ended.
+    """
+
+    async def polling() -> None:
+        if alive is not None:
+            alive()
+        described = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=queue),
+                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            )
+        )
+        assert identity in {poller.identity for poller in described.pollers}
+
+    await assert_eventually(polling, timeout=timeout, interval=0.2, message=f"{identity} polls {queue}")

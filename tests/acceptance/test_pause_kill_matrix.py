@@ -42,9 +42,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -57,7 +54,7 @@ from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
 from tests.acceptance.matrix_downstream import Effect, LoggedRequest, MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING, LEASE_TTL
-from tests.acceptance.runner import Background, Cli
+from tests.acceptance.runner import Background, Cli, wait_for_poller
 from tests.eventually import assert_eventually
 from tests.lease_trail import assert_one_valid_lease_at_a_time
 from workflows.agent_run import AgentRunWorkflow
@@ -242,18 +239,10 @@ class Fleet:
 async def wait_polling(client: Client, queue: str, worker: Worker, *, timeout: float) -> None:
     """Wait until ``worker`` polls ``queue`` for activities (Temporal lists it among the pollers)."""
 
-    async def polling() -> None:
+    def alive() -> None:
         assert worker.command.process.poll() is None, f"{worker.identity} exited:\n{worker.stderr_tail()}"
-        described = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=client.namespace,
-                task_queue=TaskQueue(name=queue),
-                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-            )
-        )
-        assert worker.identity in {poller.identity for poller in described.pollers}
 
-    await assert_eventually(polling, timeout=timeout, interval=0.2, message=f"{worker.identity} polls {queue}")
+    await wait_for_poller(client, queue, worker.identity, timeout=timeout, alive=alive)
 
 
 def plan(run_id: str, tool: str, **arguments: object) -> AgentRunPlan:
