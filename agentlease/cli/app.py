@@ -507,6 +507,55 @@ def sweep(
     asyncio.run(_sweep())
 
 
+@app.command()
+def ui(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(envvar="AGENTLEASE_UI_HOST", help="Address to serve on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="AGENTLEASE_UI_PORT", help="Port to serve on.")] = 8080,
+    temporal_ui: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_TEMPORAL_UI", help="The Temporal UI's address, for links to each run."),
+    ] = None,
+) -> None:
+    """Serve a read-only web view of the ledger: runs, tasks and each task's lease timeline."""
+    import socket
+
+    import uvicorn
+
+    from agentlease.shutdown import stop_event
+    from agentlease.ui.app import ui_app
+
+    settings = _settings(ctx)
+
+    try:
+        sock = socket.create_server((host, port))
+    except OSError as exc:
+        raise AgentLeaseError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+
+    async def _serve() -> None:
+        async with _ledger(settings) as ledger:
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    ui_app(ledger, temporal_ui=temporal_ui, namespace=settings.namespace),
+                    host=host,
+                    port=port,
+                    log_level="warning",
+                    lifespan="off",
+                )
+            )
+            stop = stop_event()
+            serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+            err.print(f"lease timelines on http://{host}:{port}/runs/RUN_ID (read-only); Ctrl-C stops")
+            await asyncio.wait([serving, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+            server.should_exit = True
+            await serving
+
+    try:
+        asyncio.run(_serve())
+    finally:
+        sock.close()
+
+
 @app.command("advise-ttl")
 def advise_ttl(
     ctx: typer.Context,
