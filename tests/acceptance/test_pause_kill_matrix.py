@@ -36,7 +36,7 @@ import contextlib
 import os
 import signal
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -221,8 +221,18 @@ class Fleet:
     cli: Cli
     started: list[Worker] = field(default_factory=list)
 
-    def start(self, queue: str, identity: str, *, slots: int = 100) -> Worker:
-        env = {
+    def start(
+        self,
+        queue: str,
+        identity: str,
+        *,
+        slots: int = 100,
+        env: Mapping[str, str] | None = None,
+        program: Sequence[str] | None = None,
+    ) -> Worker:
+        """Start a worker process (``agentlease worker``, or ``program``) on ``queue``; ``env`` adds to
+        or overrides its ``AGENTLEASE_*`` settings (the matrix tools by default)."""
+        base = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "AGENTLEASE_TEMPORAL_ADDRESS": self.temporal_address,
             "AGENTLEASE_TASK_QUEUE": queue,
@@ -232,7 +242,8 @@ class Fleet:
             "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": str(slots),
             "AGENTLEASE_SHUTDOWN_GRACE": "1",
         }
-        self.started.append(Worker(identity, Background(self.cli, "worker", env=env)))
+        command = Background(self.cli, *(() if program else ("worker",)), env={**base, **(env or {})}, program=program)
+        self.started.append(Worker(identity, command))
         return self.started[-1]
 
     async def stop_all(self) -> None:
