@@ -43,6 +43,7 @@ from examples.agents.openai_agent import AgentRequest, RestockAgent, scripted_pr
 from examples.downstream import Downstream, running_downstream
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
+from tests.integration.openai_workflows import KeyedNotesAgent
 from tests.integration.test_lease_on_temporal import opened_ledger
 from workflows.agent_run import AgentRunWorkflow
 
@@ -71,12 +72,12 @@ class Stack:
     downstream: Downstream
     cli: Cli
 
-    async def start(self, name: str, *turns: list[dict[str, Any]]) -> WorkflowHandle[Any, str]:
+    async def start(
+        self, name: str, *turns: list[dict[str, Any]], agent: Any = RestockAgent
+    ) -> WorkflowHandle[Any, str]:
         run_id = f"oa-{name}-{uuid.uuid4().hex[:8]}"
         request = AgentRequest(prompt=scripted_prompt(name, *turns))
-        return await self.client.start_workflow(
-            RestockAgent.run, request, id=run_id, task_queue=self.settings.task_queue
-        )
+        return await self.client.start_workflow(agent.run, request, id=run_id, task_queue=self.settings.task_queue)
 
     async def tasks(self, run_id: str) -> dict[str, TaskRecord]:
         return {record.step_id: record for record in await self.ledger.list_tasks(run_id)}
@@ -96,6 +97,7 @@ async def stack(settings: AgentLeaseSettings, tmp_path: Path) -> AsyncIterator[S
         settings = settings.model_copy(
             update={
                 "tool_modules": [],
+                "workflow_modules": ["tests.integration.openai_workflows"],
                 "http_base_url": downstream.http_base_url,
                 "sql_target_url": downstream.sql_target_url,
                 "publish_base_url": downstream.publish_base_url,
@@ -111,7 +113,7 @@ async def stack(settings: AgentLeaseSettings, tmp_path: Path) -> AsyncIterator[S
 
 def replayer() -> Replayer:
     """A replayer as a deployed worker replays: the OpenAI plugin (converter, sandbox, runner) and the workflow."""
-    return Replayer(workflows=[RestockAgent], plugins=[example.scripted_model_plugin()])
+    return Replayer(workflows=[RestockAgent, KeyedNotesAgent], plugins=[example.scripted_model_plugin()])
 
 
 async def assert_replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
@@ -123,7 +125,7 @@ async def assert_replays(handle: WorkflowHandle[Any, Any], name: str) -> None:
         (HISTORIES / f"{HISTORY_PREFIX}{name}.json").write_text(history.to_json())
 
 
-RECORDED = ("restock", "bad_input", "approved", "rejected")
+RECORDED = ("restock", "bad_input", "approved", "rejected", "keyed")
 """The committed histories, one per scenario below."""
 
 
@@ -280,3 +282,25 @@ async def test_one_worker_serves_agents_and_plans(stack: Stack) -> None:
     assert json.loads(answer.splitlines()[1].removeprefix("- http_get: "))["status_code"] == 200, answer
     claims = [e for run_id in (planned.id, agent.id) for e in await stack.ledger.events(agent_run_id=run_id)]
     assert {e.lease_owner for e in claims if e.kind is EventKind.CLAIMED} == {"agent-worker"}, claims
+
+
+async def test_a_key_over_the_arguments_keeps_an_action_unique_across_call_ids(stack: Stack) -> None:
+    """G4, G6 with ``key=``: two calls with different call ids (as after a workflow reset) publish the
+    same note; the second is not run, it settles from the first's receipt, which the model reads."""
+    note = {"slug": "restock-b-2040", "title": "Restock: B-2040", "body": "40 units of B-2040 reserved."}
+    turn = [{"tool": "post_note", "arguments": note}]
+    handle = await stack.start("keyed", turn, turn, agent=KeyedNotesAgent)
+    answer = await asyncio.wait_for(handle.result(), timeout=120)
+
+    first, again = (json.loads(line.removeprefix("- post_note: ")) for line in answer.splitlines()[1:])
+    assert first["written"] is True, answer
+    assert again["settled"] is True and again["receipt"]["external_id"] == str(first["post_id"]), answer
+    tasks = await stack.tasks(handle.id)
+    assert [(t.step_id, t.idempotency_key, t.status) for t in tasks.values()] == [
+        ("post_note-call_0_0", "note:restock-b-2040", TaskStatus.SETTLED),
+        ("post_note-call_1_0", "note:restock-b-2040", TaskStatus.SETTLED),
+    ], tasks
+    assert await publishing.count_publications(stack.downstream.publish_database_url, "note:restock-b-2040") == 1
+    claims = [e for e in await stack.ledger.events(agent_run_id=handle.id) if e.kind is EventKind.CLAIMED]
+    assert len(claims) == 2, claims
+    await assert_replays(handle, "keyed")
