@@ -43,7 +43,7 @@ from examples.agents.openai_agent import AgentRequest, RestockAgent, scripted_pr
 from examples.downstream import Downstream, running_downstream
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
-from tests.integration.openai_workflows import KeyedNotesAgent
+from tests.integration.openai_workflows import CallerIdsAgent, KeyedNotesAgent
 from tests.integration.test_lease_on_temporal import opened_ledger
 from workflows.agent_run import AgentRunWorkflow
 
@@ -304,3 +304,25 @@ async def test_a_key_over_the_arguments_keeps_an_action_unique_across_call_ids(s
     claims = [e for e in await stack.ledger.events(agent_run_id=handle.id) if e.kind is EventKind.CLAIMED]
     assert len(claims) == 2, claims
     await assert_replays(handle, "keyed")
+
+
+async def test_step_ids_and_keys_of_the_callers_functions_that_cannot_be_used_come_back_to_the_model(
+    stack: Stack,
+) -> None:
+    """A step id the caller's function makes twice, and a key that is not a valid key: the model reads why
+    the call was not run, nothing is recorded for it, and the run completes."""
+    fetch = {"url": "files/runbook.md"}
+    handle = await stack.start(
+        "caller_ids",
+        [{"tool": "fetch_once", "arguments": fetch}],
+        [{"tool": "fetch_once", "arguments": fetch}, {"tool": "fetch_unkeyed", "arguments": fetch}],
+        agent=CallerIdsAgent,
+    )
+    answer = await asyncio.wait_for(handle.result(), timeout=120)
+    first, again, unkeyed = answer.splitlines()[1:]
+    assert json.loads(first.removeprefix("- fetch_once: "))["status_code"] == 200, answer
+    assert again == "- fetch_once: error: fetch_once was not run: step id 'fetch' is already used in this run"
+    assert unkeyed == (
+        "- fetch_unkeyed: error: fetch_unkeyed was not run: idempotency_key: String should have at least 1 character"
+    )
+    assert [(t.step_id, t.status) for t in (await stack.tasks(handle.id)).values()] == [("fetch", TaskStatus.SETTLED)]

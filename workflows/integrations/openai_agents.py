@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agentlease.enums import StepEnd, TaskStatus
     from agentlease.errors import describe_validation_error
-    from agentlease.records import ToolInfo
+    from agentlease.records import PlanStep, ToolInfo
     from workflows.leased_calls import CallOutcome, leased_calls
 
 __all__ = ["DeclaredTool", "KeyFunction", "StepIdFunction", "leased_run_config", "leased_tool", "tool_output"]
@@ -130,17 +130,16 @@ def leased_tool(
         calls = leased_calls([info])
         call_id = ctx.tool_call_id or "call"
         sid = step_id(shown, call_id) if step_id is not None else calls.unique_step_id(f"{shown}-{call_id}")
-        try:
-            outcome = await calls.call(
-                info.name,
-                args.model_dump(mode="json"),
-                step_id=sid,
-                idempotency_key=key(args) if key is not None else None,
-            )
-        except ValidationError as exc:  # a step id or key of the caller's functions that is not valid
+        step = {"step_id": sid, "tool": info.name, "idempotency_key": key(args) if key is not None else None}
+        try:  # what the caller's step_id and key functions made
+            PlanStep.model_validate(step)
+        except ValidationError as exc:
             return f"error: {shown} was not run: {describe_validation_error(exc)}"
-        except ValueError as exc:  # a step id the caller's function made twice
-            return f"error: {shown} was not run: {exc}"
+        if calls.has_step(sid):
+            return f"error: {shown} was not run: step id {sid!r} is already used in this run"
+        outcome = await calls.call(
+            info.name, args.model_dump(mode="json"), step_id=sid, idempotency_key=step["idempotency_key"]
+        )
         return tool_output(shown, outcome)
 
     return FunctionTool(
