@@ -28,7 +28,8 @@ import pytest
 pytest.importorskip("temporalio.openai_agents", reason="needs the openai-agents extra")
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
 from agentlease.enums import EventKind, TaskStatus
@@ -326,3 +327,14 @@ async def test_step_ids_and_keys_of_the_callers_functions_that_cannot_be_used_co
         "- fetch_unkeyed: error: fetch_unkeyed was not run: idempotency_key: String should have at least 1 character"
     )
     assert [(t.step_id, t.status) for t in (await stack.tasks(handle.id)).values()] == [("fetch", TaskStatus.SETTLED)]
+
+
+async def test_a_request_that_does_not_validate_fails_the_run_at_once(stack: Stack) -> None:
+    run_id = f"oa-bad-request-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(WorkflowFailureError) as failed:
+        await stack.client.execute_workflow(
+            RestockAgent.run, {"prompt": ""}, id=run_id, task_queue=stack.settings.task_queue
+        )
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and (cause.type, cause.non_retryable) == ("InvalidPlan", True)
+    assert cause.message == "bad agent request payload: prompt: String should have at least 1 character"
