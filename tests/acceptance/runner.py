@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,15 +91,13 @@ class Background:
         cli: where and with which environment it runs.
         args: the arguments after ``agentlease``.
         env: extra environment variables.
-        program: the command to run instead of ``agentlease`` (``python -m some.module``).
+        program: what runs; default the ``agentlease`` console script.
     """
 
-    def __init__(
-        self, cli: Cli, *args: str, env: Mapping[str, str] | None = None, program: Sequence[str] | None = None
-    ) -> None:
+    def __init__(self, cli: Cli, *args: str, env: Mapping[str, str] | None = None, program: Path = AGENTLEASE) -> None:
         self.args = args
         self.process = subprocess.Popen(
-            [*(program or [str(AGENTLEASE)]), *args],
+            [str(program), *args],
             cwd=cli.cwd,
             env=cli.env(env),
             stdin=subprocess.DEVNULL,

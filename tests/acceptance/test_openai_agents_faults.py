@@ -52,8 +52,8 @@ from tests.lease_trail import assert_one_valid_lease_at_a_time
 
 pytestmark = pytest.mark.timeout(300)
 
-AGENT_WORKER = (sys.executable, "-m", "examples.agents.openai_agent")
-"""The example's worker, run as its module docstring says."""
+AGENT_WORKER = ("-m", "examples.agents.openai_agent")
+"""The example's worker, run by this interpreter as its module docstring says."""
 
 AGENT_ENV = {
     "AGENTLEASE_TOOL_MODULES": "tests.acceptance.agent_tools",
@@ -104,7 +104,9 @@ class Faults:
         return self.work_dir / f"{self.run_id}.resume"
 
     async def worker(self, role: str) -> Worker:
-        started = self.fleet.start(self.queue, f"{self.run_id}-{role}", env=AGENT_ENV, program=AGENT_WORKER)
+        started = self.fleet.start(
+            self.queue, f"{self.run_id}-{role}", env=AGENT_ENV, program=Path(sys.executable), args=AGENT_WORKER
+        )
         await wait_polling(self.client, self.queue, started, timeout=WORKER_START_TIMEOUT_S)
         return started
 

@@ -57,7 +57,7 @@ from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
 from tests.acceptance.matrix_downstream import Effect, LoggedRequest, MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING, LEASE_TTL
-from tests.acceptance.runner import Background, Cli
+from tests.acceptance.runner import AGENTLEASE, Background, Cli
 from tests.eventually import assert_eventually
 from tests.lease_trail import assert_one_valid_lease_at_a_time
 from workflows.agent_run import AgentRunWorkflow
@@ -228,10 +228,11 @@ class Fleet:
         *,
         slots: int = 100,
         env: Mapping[str, str] | None = None,
-        program: Sequence[str] | None = None,
+        program: Path = AGENTLEASE,
+        args: Sequence[str] = ("worker",),
     ) -> Worker:
-        """Start a worker process (``agentlease worker``, or ``program``) on ``queue``; ``env`` adds to
-        or overrides its ``AGENTLEASE_*`` settings (the matrix tools by default)."""
+        """Start a worker process (``agentlease worker``, or ``program`` with ``args``) on ``queue``;
+        ``env`` adds to or overrides its ``AGENTLEASE_*`` settings (the matrix tools by default)."""
         base = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "AGENTLEASE_TEMPORAL_ADDRESS": self.temporal_address,
@@ -242,7 +243,7 @@ class Fleet:
             "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": str(slots),
             "AGENTLEASE_SHUTDOWN_GRACE": "1",
         }
-        command = Background(self.cli, *(() if program else ("worker",)), env={**base, **(env or {})}, program=program)
+        command = Background(self.cli, *args, env={**base, **(env or {})}, program=program)
         self.started.append(Worker(identity, command))
         return self.started[-1]
 
