@@ -58,7 +58,8 @@ def load_registry(module_names: Iterable[str] = (), *, builtins: bool = True) ->
     """
     registry = ToolRegistry()
     if builtins:
-        registry.add_module(builtin)
+        for spec in builtin.TOOLS:
+            registry.add(spec)
     for module_name in module_names:
         try:
             module = importlib.import_module(module_name)

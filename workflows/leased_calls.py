@@ -22,6 +22,7 @@ Every decision is written to the ledger's evidence trail with who made it and wh
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -395,7 +396,7 @@ class LeasedToolCalls:
             claim_generation=outcome.claim_generation or view.claim_generation,
             attempts=outcome.attempts if outcome.attempts else view.attempts,
             receipt=outcome.receipt,
-            error=None if outcome.status is not TaskStatus.CANCELLED else view.error,
+            error=_ended_by(outcome.status, by, reason),
         )
 
     # -- the query and the decision updates --------------------------------------------------------
@@ -477,7 +478,20 @@ class LeasedToolCalls:
             self._require(request.step_id, DecisionKind.CANCEL)
 
 
+def _ended_by(status: TaskStatus, by: str, reason: str) -> str | None:
+    """A decision that ended a task without settling it, as its view's ``error``: who and why
+    (``"rejected by alice: wrong recipient"``); ``None`` for any other decision."""
+    if status.is_terminal and status is not TaskStatus.SETTLED:
+        return f"{status.value} by {by}: {reason}"
+    return None
+
+
 _INSTANCE_ATTRIBUTE = "__agentlease_calls__"
+
+_MADE_IN_INIT: weakref.WeakValueDictionary[str, LeasedToolCalls] = weakref.WeakValueDictionary()
+"""Instances made while the workflow object did not exist yet (its ``__init__``), by run id, until
+the first later call attaches them to it. Weak: the workflow's handlers keep an instance alive, so
+an evicted run leaves nothing behind."""
 
 
 def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
@@ -490,11 +504,17 @@ def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
         catalog: tools to make callable (adapters pass their tools' infos); more can be added later.
     """
     instance = workflow.instance()
+    run_id = workflow.info().run_id
     calls: LeasedToolCalls | None = getattr(instance, _INSTANCE_ATTRIBUTE, None)
     if calls is None:
-        calls = LeasedToolCalls(catalog)
-        setattr(instance, _INSTANCE_ATTRIBUTE, calls)
-    elif catalog is not None:
-        for info in catalog:
-            calls.register(info)
+        calls = _MADE_IN_INIT.pop(run_id, None) if instance is not None else None
+        if calls is None:
+            calls = LeasedToolCalls(catalog)
+            catalog = None
+        if instance is None:  # called from the workflow's __init__: the object does not exist yet
+            _MADE_IN_INIT[run_id] = calls
+        else:
+            setattr(instance, _INSTANCE_ATTRIBUTE, calls)
+    for info in catalog or ():
+        calls.register(info)
     return calls

@@ -15,4 +15,9 @@ from activities.builtin.http_publish import http_publish
 from activities.builtin.smtp_send import smtp_send
 from activities.builtin.sql_upsert import sql_upsert
 
-__all__ = ["http_get", "http_publish", "smtp_send", "sql_upsert"]
+__all__ = ["TOOLS", "http_get", "http_publish", "smtp_send", "sql_upsert"]
+
+TOOLS = (http_get, http_publish, smtp_send, sql_upsert)
+"""Every built-in tool. The registry reads this tuple, not the package's attributes: when a workflow
+imports ``activities.builtin.http_get`` through Temporal's sandbox, the sandbox sets the package's
+``http_get`` attribute to the submodule."""

@@ -36,7 +36,7 @@ import contextlib
 import os
 import signal
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -54,7 +54,7 @@ from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
 from tests.acceptance.matrix_downstream import Effect, LoggedRequest, MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING, LEASE_TTL
-from tests.acceptance.runner import Background, Cli, wait_for_poller
+from tests.acceptance.runner import AGENTLEASE, Background, Cli, wait_for_poller
 from tests.eventually import assert_eventually
 from tests.lease_trail import assert_one_valid_lease_at_a_time
 from workflows.agent_run import AgentRunWorkflow
@@ -218,8 +218,19 @@ class Fleet:
     cli: Cli
     started: list[Worker] = field(default_factory=list)
 
-    def start(self, queue: str, identity: str, *, slots: int = 100) -> Worker:
-        env = {
+    def start(
+        self,
+        queue: str,
+        identity: str,
+        *,
+        slots: int = 100,
+        env: Mapping[str, str] | None = None,
+        program: Path = AGENTLEASE,
+        args: Sequence[str] = ("worker",),
+    ) -> Worker:
+        """Start a worker process (``agentlease worker``, or ``program`` with ``args``) on ``queue``;
+        ``env`` adds to or overrides its ``AGENTLEASE_*`` settings (the matrix tools by default)."""
+        base = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "AGENTLEASE_TEMPORAL_ADDRESS": self.temporal_address,
             "AGENTLEASE_TASK_QUEUE": queue,
@@ -229,7 +240,8 @@ class Fleet:
             "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": str(slots),
             "AGENTLEASE_SHUTDOWN_GRACE": "1",
         }
-        self.started.append(Worker(identity, Background(self.cli, "worker", env=env)))
+        command = Background(self.cli, *args, env={**base, **(env or {})}, program=program)
+        self.started.append(Worker(identity, command))
         return self.started[-1]
 
     async def stop_all(self) -> None:
