@@ -11,7 +11,7 @@ import asyncio
 import importlib
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from pydantic import ValidationError
@@ -124,10 +124,16 @@ async def serve(settings: AgentLeaseSettings, *, ready: asyncio.Event | None = N
         await stop.wait()
 
 
-def main() -> int:
-    """``python worker.py``: serve with the ``AGENTLEASE_*`` settings; one line on stderr if it cannot."""
+def main(configure: Callable[[AgentLeaseSettings], AgentLeaseSettings] | None = None) -> int:
+    """``python worker.py``: serve with the ``AGENTLEASE_*`` settings; one line on stderr if it cannot.
+
+    Args:
+        configure: changes the settings read from the environment before the worker starts (an
+            example agent adds its workflow, tools and client plugin).
+    """
     try:
-        asyncio.run(serve(AgentLeaseSettings()))
+        settings = AgentLeaseSettings()
+        asyncio.run(serve(configure(settings) if configure else settings))
     except ValidationError as exc:
         print(f"error: bad setting: {one_line(exc)}", file=sys.stderr)
         return 2

@@ -388,6 +388,9 @@ class LeasedToolCalls:
         )
         outcome = ToolOutcome.model_validate(decided)
         shown = TaskStatus.PENDING if outcome.status is TaskStatus.RELEASED else outcome.status
+        # A person ended the call without a receipt: the view says who and why (the run's status,
+        # and what an agent framework's model is told).
+        ended_by = outcome.status.is_terminal and outcome.status is not TaskStatus.SETTLED
         return self._update(
             step.step_id,
             status=shown,
@@ -395,7 +398,7 @@ class LeasedToolCalls:
             claim_generation=outcome.claim_generation or view.claim_generation,
             attempts=outcome.attempts if outcome.attempts else view.attempts,
             receipt=outcome.receipt,
-            error=None if outcome.status is not TaskStatus.CANCELLED else view.error,
+            error=f"{outcome.status.value} by {by}: {reason}" if ended_by else None,
         )
 
     # -- the query and the decision updates --------------------------------------------------------
@@ -483,18 +486,31 @@ _INSTANCE_ATTRIBUTE = "__agentlease_calls__"
 def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
     """The running workflow's :class:`LeasedToolCalls`, made (and its handlers installed) on first use.
 
-    Call it from workflow code. Call it early (in ``@workflow.init`` or at the top of the run) for the
-    ``status`` query and the decision updates to answer before the first tool call.
+    Call it from workflow code. Call it early for the ``status`` query and the decision updates to
+    answer before the first tool call: in ``@workflow.init``, where the workflow object does not
+    exist yet, keep the result in an attribute (``self.calls = leased_calls()``); later calls find
+    it there.
 
     Args:
         catalog: tools to make callable (adapters pass their tools' infos); more can be added later.
     """
     instance = workflow.instance()
-    calls: LeasedToolCalls | None = getattr(instance, _INSTANCE_ATTRIBUTE, None)
+    calls = _attached(instance)
     if calls is None:
         calls = LeasedToolCalls(catalog)
-        setattr(instance, _INSTANCE_ATTRIBUTE, calls)
+        if instance is not None:
+            setattr(instance, _INSTANCE_ATTRIBUTE, calls)
     elif catalog is not None:
         for info in catalog:
             calls.register(info)
     return calls
+
+
+def _attached(instance: object | None) -> LeasedToolCalls | None:
+    """The :class:`LeasedToolCalls` the workflow object holds (made by ``leased_calls`` or kept by its ``__init__``)."""
+    if instance is None:
+        return None
+    found = getattr(instance, _INSTANCE_ATTRIBUTE, None)
+    if isinstance(found, LeasedToolCalls):
+        return found
+    return next((v for v in getattr(instance, "__dict__", {}).values() if isinstance(v, LeasedToolCalls)), None)

@@ -5,8 +5,9 @@ Layers, lowest first: the core (``agentlease.*``), ``reconciliation``, then ``ac
 the CLI (``agentlease.cli``).
 The facade ``agentlease/__init__.py`` sits above all of them and no project module imports it.
 ``examples`` are the demo's downstream systems: they may follow a built-in tool's contract (its
-table shape, its slug rule) and sit beside ``worker``. Every import counts, including imports
-inside functions and under ``TYPE_CHECKING``.
+table shape, its slug rule) and sit beside ``worker``. ``examples.agents`` are example agents that
+bring their own worker: they sit beside the CLI, which runs them in the demo. Every import counts,
+including imports inside functions and under ``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("agentlease", "reconciliation", "activities", "workflows", "examples")
 
-RANKS = {"core": 0, "reconciliation": 1, "activities": 2, "workflows": 2, "examples": 3, "worker": 3, "cli": 4}
+RANKS = {
+    "core": 0,
+    "reconciliation": 1,
+    "activities": 2,
+    "workflows": 2,
+    "examples": 3,
+    "worker": 3,
+    "cli": 4,
+    "agents": 4,
+}
 SIDE_BY_SIDE = {frozenset({"activities", "workflows"}), frozenset({"examples", "worker"})}
 """Layers of one rank that must not import each other."""
 
@@ -37,6 +47,8 @@ def layer(module: str) -> str:
         return "worker"
     if module == "agentlease.cli" or module.startswith("agentlease.cli."):
         return "cli"
+    if module == "examples.agents" or module.startswith("examples.agents."):
+        return "agents"
     if top == "agentlease":
         return "core"
     return top
