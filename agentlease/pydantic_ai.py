@@ -15,6 +15,6 @@ Put ``PydanticAIPlugin()`` on the client and ``AgentLeasePlugin(...)`` on the wo
 
 from __future__ import annotations
 
-from workflows.integrations.pydantic_ai import DeclaredTool, KeyFunction, LeasedToolset, StepIdFunction
+from workflows.integrations.pydantic_ai import DeclaredTool, KeyFunction, LeasedToolset, StepIdFunction, run_agent
 
-__all__ = ["DeclaredTool", "KeyFunction", "LeasedToolset", "StepIdFunction"]
+__all__ = ["DeclaredTool", "KeyFunction", "LeasedToolset", "StepIdFunction", "run_agent"]

@@ -15,4 +15,9 @@ from activities.builtin.http_publish import http_publish
 from activities.builtin.smtp_send import smtp_send
 from activities.builtin.sql_upsert import sql_upsert
 
-__all__ = ["http_get", "http_publish", "smtp_send", "sql_upsert"]
+TOOLS = (http_get, http_publish, smtp_send, sql_upsert)
+"""The built-in tools. The registry reads this tuple, not the package's attributes: each attribute
+shares its name with a submodule, and Temporal's workflow sandbox, passing ``activities.builtin.X``
+through, sets the package's attribute ``X`` to the submodule."""
+
+__all__ = ["TOOLS", "http_get", "http_publish", "smtp_send", "sql_upsert"]

@@ -46,10 +46,10 @@ with workflow.unsafe.imports_passed_through():
     from activities.builtin.sql_upsert import sql_upsert
     from activities.lease_context import LeaseContext
     from activities.tool import ToolResult, tool
-    from agentlease.enums import RunState, SideEffectClass
+    from agentlease.enums import SideEffectClass
     from agentlease.settings import AgentLeaseSettings
     from worker import main as worker_main
-    from workflows.integrations.pydantic_ai import LeasedToolset
+    from workflows.integrations.pydantic_ai import LeasedToolset, run_agent
 
 MODULE = "examples.agents.pydantic_ai_agent"
 """This module's import path (what the worker settings name)."""
@@ -215,13 +215,7 @@ class RestockAgentWorkflow(PydanticAIWorkflow):
 
     @workflow.run
     async def run(self, prompt: str) -> str:
-        try:
-            result = await restock_agent.run(prompt)
-        except BaseException:
-            self._calls.end(RunState.FAILED)
-            raise
-        self._calls.end(RunState.CANCELLED if self._calls.cancelled else RunState.COMPLETED)
-        return result.output
+        return (await run_agent(restock_agent, prompt)).output
 
 
 # -- running it ----------------------------------------------------------------------------------

@@ -87,8 +87,13 @@ async def record(client: Client, settings: AgentLeaseSettings, name: str) -> Wor
     return await handle.fetch_history()
 
 
+FRAMEWORK_HISTORIES = ("pydantic_ai_",)
+"""Prefixes of the agent frameworks' histories, replayed by their own tests."""
+
+
 def test_recorded_histories_exist() -> None:
-    assert sorted(path.stem for path in HISTORIES.glob("*.json")) == sorted(SCENARIOS)
+    recorded = [path.stem for path in HISTORIES.glob("*.json") if not path.stem.startswith(FRAMEWORK_HISTORIES)]
+    assert sorted(recorded) == sorted(SCENARIOS)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

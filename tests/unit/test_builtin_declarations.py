@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 
 import pytest
 from pydantic import ValidationError
 
+from activities import builtin
 from activities.builtin.http_publish import HttpPublishArgs, fenced_resource
 from activities.builtin.smtp_send import message_id_for
 from activities.registry import load_registry
@@ -16,6 +18,15 @@ from agentlease.idempotency.convention import MAX_KEY_LENGTH
 from reconciliation.policy import decide
 
 REGISTRY = load_registry()
+
+
+def test_the_registry_finds_every_builtin_after_the_sandbox_passed_a_submodule_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Passing ``activities.builtin.smtp_send`` through the workflow sandbox sets the package's
+    ``smtp_send`` attribute to the submodule; a worker built afterwards still serves the tool."""
+    monkeypatch.setattr(builtin, "smtp_send", sys.modules["activities.builtin.smtp_send"])
+    assert load_registry().names() == ["http_get", "http_publish", "smtp_send", "sql_upsert"]
 
 
 @pytest.mark.parametrize(

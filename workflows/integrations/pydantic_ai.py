@@ -32,6 +32,10 @@ the task settled without one). A call that did not settle (rejected, abandoned, 
 failed) raises Pydantic AI's ``ToolFailed`` with a sentence saying what happened and who decided:
 the model sees a failed tool result and can carry on. Arguments that fail the tool's model, and
 unknown tools, never reach the ledger: Pydantic AI sends the model a retry prompt.
+
+Cancellation. Cancelling the workflow, or a timeout around ``agent.run``, cancels each running
+leased activity once (its attempt gives the lease back) and the run ends cancelled. An operator's
+``cancel`` of one call ends its claim in the ledger first (G8): the model is told, the agent goes on.
 """
 
 from __future__ import annotations
@@ -39,20 +43,22 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    import anyio
     from pydantic import BaseModel, TypeAdapter
     from pydantic_ai import AbstractToolset, RunContext, ToolDefinition, ToolsetTool
+    from pydantic_ai.agent import AbstractAgent, AgentRunResult
     from pydantic_ai.exceptions import ToolFailed
 
-    from agentlease.enums import TaskStatus
+    from agentlease.enums import RunState, TaskStatus
     from agentlease.records import ToolInfo
     from workflows.leased_calls import CallOutcome, LeasedToolCalls, leased_calls
+
+OutputT = TypeVar("OutputT")
 
 DEFAULT_MAX_RETRIES = 1
 """How many times the model may correct a call whose arguments failed the tool's model. Default 1."""
@@ -206,7 +212,7 @@ class LeasedToolset(AbstractToolset[Any]):
         step_id = calls.unique_step_id(self._step_id(name, ctx.tool_call_id or name))
         key = self._key(name, tool_args) if self._key is not None else None
         try:
-            outcome = await _await_shielded(calls.call(name, tool_args, step_id=step_id, idempotency_key=key))
+            outcome = await calls.call(name, tool_args, step_id=step_id, idempotency_key=key)
         except (ActivityError, ValueError) as exc:  # the decision activity gave up; a refused call
             raise ToolFailed(f"{name} could not be run ({exc}); it did not settle") from None
         if outcome.settled:
@@ -235,26 +241,24 @@ def _not_settled(name: str, outcome: CallOutcome) -> str:
     return f"{name}: {what}" + (f" ({view.error})" if view.error else "")
 
 
-async def _await_shielded(call: Any) -> CallOutcome:
-    """Await a leased call from inside Pydantic AI's anyio task groups, cancelling it at most once.
+async def run_agent(agent: AbstractAgent[Any, OutputT], *args: Any, **kwargs: Any) -> AgentRunResult[OutputT]:
+    """``agent.run(*args, **kwargs)`` from workflow code, then end the run's leased calls.
 
-    When the agent run is cancelled (the workflow is cancelled, a timeout around ``agent.run``),
-    anyio re-delivers the cancellation on every loop turn; a task awaiting a Temporal activity
-    handle swallows each one and asks Temporal to cancel again, so the workflow spins until the
-    deadlock detector fails its task (Pydantic AI awaits its own activities the same way, for the
-    same reason). Here the call runs as its own task: the first cancellation is passed on once
-    (the leased activity is cancelled and acknowledges, its lease is released), and the caller
-    then sees the ``CancelledError``.
+    The run's ``status`` and its ``AgentLeaseStatus`` search attribute end ``completed``
+    (``cancelled`` when an operator cancelled the whole run or the workflow was cancelled), or
+    ``failed`` when the agent run raised.
     """
-    task = asyncio.ensure_future(call)
+    calls = leased_calls()
     try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if not task.done():
-            task.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait([task])
+        result = await agent.run(*args, **kwargs)
+    except asyncio.CancelledError:  # the workflow was cancelled
+        calls.end(RunState.CANCELLED)
         raise
+    except BaseException:
+        calls.end(RunState.FAILED)
+        raise
+    calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
+    return result
 
 
-__all__ = ["DEFAULT_MAX_RETRIES", "DeclaredTool", "KeyFunction", "LeasedToolset", "StepIdFunction"]
+__all__ = ["DEFAULT_MAX_RETRIES", "DeclaredTool", "KeyFunction", "LeasedToolset", "StepIdFunction", "run_agent"]
