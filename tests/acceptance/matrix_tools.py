@@ -226,7 +226,9 @@ async def _despite_cancellation(work: Awaitable[T]) -> T:
                 current.uncancel()
 
 
-async def _matrix(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
+async def matrix_attempt(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
+    """One attempt of a matrix tool of the declared class (agents declare their own with a longer lease)."""
+
     async def attempt() -> ToolResult:
         # No TLS on loopback: skip loading a CA bundle in every attempt, before the first renewal.
         async with httpx.AsyncClient(base_url=args.base_url, timeout=10.0, verify=False) as http:
@@ -243,22 +245,22 @@ _DECLARATION: dict[str, Any] = {"lease_ttl": LEASE_TTL, "start_to_close": timede
 @tool(side_effect=SideEffectClass.READ_ONLY, **_DECLARATION)
 async def matrix_read_only(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
     """Reads the catalog entry of ``args.target``."""
-    return await _matrix(ctx, args)
+    return await matrix_attempt(ctx, args)
 
 
 @tool(side_effect=SideEffectClass.IDEMPOTENT, **_DECLARATION)
 async def matrix_idempotent(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
     """Publishes ``args.target`` under the task's idempotency key."""
-    return await _matrix(ctx, args)
+    return await matrix_attempt(ctx, args)
 
 
 @tool(side_effect=SideEffectClass.FENCED, **_DECLARATION)
 async def matrix_fenced(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
     """Publishes ``args.target`` with the claim generation as fencing token."""
-    return await _matrix(ctx, args)
+    return await matrix_attempt(ctx, args)
 
 
 @tool(side_effect=SideEffectClass.UNSAFE, **_DECLARATION)
 async def matrix_unsafe(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
     """Sends a message to ``args.target``: no key, no fence."""
-    return await _matrix(ctx, args)
+    return await matrix_attempt(ctx, args)

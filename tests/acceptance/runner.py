@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,12 +91,15 @@ class Background:
         cli: where and with which environment it runs.
         args: the arguments after ``agentlease``.
         env: extra environment variables.
+        program: what runs instead of the console script (``[python, "-m", module]``).
     """
 
-    def __init__(self, cli: Cli, *args: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, cli: Cli, *args: str, env: Mapping[str, str] | None = None, program: Sequence[str] | None = None
+    ) -> None:
         self.args = args
         self.process = subprocess.Popen(
-            [str(AGENTLEASE), *args],
+            [*(program or [str(AGENTLEASE)]), *args],
             cwd=cli.cwd,
             env=cli.env(env),
             stdin=subprocess.DEVNULL,

@@ -36,7 +36,7 @@ import contextlib
 import os
 import signal
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -221,8 +221,17 @@ class Fleet:
     cli: Cli
     started: list[Worker] = field(default_factory=list)
 
-    def start(self, queue: str, identity: str, *, slots: int = 100) -> Worker:
-        env = {
+    def start(
+        self,
+        queue: str,
+        identity: str,
+        *,
+        slots: int = 100,
+        program: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Worker:
+        """A worker process: ``agentlease worker`` (or ``program``) serving the matrix tools (or ``env``'s)."""
+        settings = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             "AGENTLEASE_TEMPORAL_ADDRESS": self.temporal_address,
             "AGENTLEASE_TASK_QUEUE": queue,
@@ -231,8 +240,10 @@ class Fleet:
             "AGENTLEASE_WORKER_IDENTITY": identity,
             "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": str(slots),
             "AGENTLEASE_SHUTDOWN_GRACE": "1",
+            **(env or {}),
         }
-        self.started.append(Worker(identity, Background(self.cli, "worker", env=env)))
+        args = () if program else ("worker",)
+        self.started.append(Worker(identity, Background(self.cli, *args, env=settings, program=program)))
         return self.started[-1]
 
     async def stop_all(self) -> None:
