@@ -24,7 +24,8 @@ import json
 import signal
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,14 @@ class Run:
 
         await assert_eventually(check, timeout=WORKER_START_TIMEOUT_S, interval=0.25, message=f"held at {stage}")
 
+    async def held(self, tool: str, stage: Stage) -> Worker:
+        """Start the first worker and the run; return the worker once generation 1 holds at ``stage``."""
+        first = self.worker("first")
+        await wait_polling(self.client, self.queue, first, timeout=WORKER_START_TIMEOUT_S)
+        await self.start(tool, stage)
+        await self.holding(stage, first)
+        return first
+
     async def answer(self) -> list[dict[str, Any]]:
         assert self.handle is not None
         told: list[dict[str, Any]] = json.loads(await asyncio.wait_for(self.handle.result(), 120))
@@ -143,14 +152,20 @@ def fleet(temporal_address: str, fault_ledger_url: str, tmp_path: Path) -> Itera
         worker.stop()
 
 
-async def run_for(
-    temporal_address: str, fault_ledger_url: str, downstream: MatrixDownstream, fleet: Fleet, work_dir: Path
-) -> Run:
-    ledger = Ledger.from_url(fault_ledger_url)
-    await upgrade(ledger.database)
-    client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
-    run_id = f"pa-{uuid.uuid4().hex[:8]}"
-    return Run(client, ledger, downstream, fleet, work_dir, f"pydantic-ai-{run_id}", run_id)
+@asynccontextmanager
+async def fault_run(
+    temporal_address: str, fault_ledger_url: str, fault_downstream_url: str, fleet: Fleet, work_dir: Path
+) -> AsyncIterator[Run]:
+    """One run, its downstream (a process of its own) and the ledger, closed afterwards."""
+    async with running_matrix_downstream(fault_downstream_url) as downstream:
+        ledger = Ledger.from_url(fault_ledger_url)
+        try:
+            await upgrade(ledger.database)
+            client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
+            run_id = f"pa-{uuid.uuid4().hex[:8]}"
+            yield Run(client, ledger, downstream, fleet, work_dir, f"pydantic-ai-{run_id}", run_id)
+        finally:
+            await ledger.close()
 
 
 async def test_killed_after_its_write_the_retry_reads_back_and_the_agent_answers_from_it(
@@ -158,22 +173,15 @@ async def test_killed_after_its_write_the_retry_reads_back_and_the_agent_answers
 ) -> None:
     """SIGKILL after the effect: the retry on another worker reads back; one effect, a receipt, the
     agent's answer is the retry's output."""
-    async with running_matrix_downstream(fault_downstream_url) as downstream:
-        run = await run_for(temporal_address, fault_ledger_url, downstream, fleet, tmp_path)
-        try:
-            first = run.worker("first")
-            await wait_polling(run.client, run.queue, first, timeout=WORKER_START_TIMEOUT_S)
-            await run.start("publish_document", Stage.COMMIT)
-            await run.holding(Stage.COMMIT, first)
-            second = run.worker("second")
-            await wait_polling(run.client, run.queue, second, timeout=WORKER_START_TIMEOUT_S)
-            first.signal(signal.SIGKILL)
-            told = await run.answer()
-            task = await run.task()
-            events = await run.events()
-            effects = await downstream.effects(task.idempotency_key)
-        finally:
-            await run.ledger.close()
+    async with fault_run(temporal_address, fault_ledger_url, fault_downstream_url, fleet, tmp_path) as run:
+        first = await run.held("publish_document", Stage.COMMIT)
+        second = run.worker("second")
+        await wait_polling(run.client, run.queue, second, timeout=WORKER_START_TIMEOUT_S)
+        first.signal(signal.SIGKILL)
+        told = await run.answer()
+        task = await run.task()
+        events = await run.events()
+        effects = await run.downstream.effects(task.idempotency_key)
 
     claims = [(e.claim_generation, e.lease_owner) for e in events if e.kind is EventKind.CLAIMED]
     assert claims == [(1, first.identity), (2, second.identity)], trail(events)
@@ -202,37 +210,30 @@ async def test_paused_holder_cannot_renew_settle_or_write_through_the_fence_insi
 ) -> None:
     """The operational test inside an agent run: SIGSTOP past the lease in external_call; generation 2
     takes over and settles; the resumed holder's renewal, settle and write are all refused."""
-    async with running_matrix_downstream(fault_downstream_url) as downstream:
-        run = await run_for(temporal_address, fault_ledger_url, downstream, fleet, tmp_path)
-        try:
-            first = run.worker("first")
-            await wait_polling(run.client, run.queue, first, timeout=WORKER_START_TIMEOUT_S)
-            await run.start("publish_fenced_document", Stage.EXTERNAL_CALL)
-            await run.holding(Stage.EXTERNAL_CALL, first)
-            first.signal(signal.SIGSTOP)
-            second = run.worker("second")
+    async with fault_run(temporal_address, fault_ledger_url, fault_downstream_url, fleet, tmp_path) as run:
+        first = await run.held("publish_fenced_document", Stage.EXTERNAL_CALL)
+        first.signal(signal.SIGSTOP)
+        second = run.worker("second")
 
-            async def taken_over() -> None:
-                task = await run.task()
-                assert (task.status, task.claim_generation) == (TaskStatus.SETTLED, 2), task
-
-            await assert_eventually(taken_over, timeout=WORKER_START_TIMEOUT_S, message="generation 2 settled")
-            told = await run.answer()
-            run.resume_file.touch()
-            first.signal(signal.SIGCONT)
-
-            async def late_evidence() -> list[LeaseEvent]:
-                events = await run.events()
-                late = {e.kind for e in events if e.claim_generation == 1 and e.kind is not EventKind.RENEWED}
-                assert {EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED} <= late, trail(events)
-                return events
-
-            events = await assert_eventually(late_evidence, timeout=60, message="the resumed holder was refused")
+        async def taken_over() -> None:
             task = await run.task()
-            effects = await downstream.effects(task.idempotency_key)
-            requests = await downstream.requests(run.run_id)
-        finally:
-            await run.ledger.close()
+            assert (task.status, task.claim_generation) == (TaskStatus.SETTLED, 2), task
+
+        await assert_eventually(taken_over, timeout=WORKER_START_TIMEOUT_S, message="generation 2 settled")
+        told = await run.answer()
+        run.resume_file.touch()
+        first.signal(signal.SIGCONT)
+
+        async def late_evidence() -> list[LeaseEvent]:
+            events = await run.events()
+            late = {e.kind for e in events if e.claim_generation == 1 and e.kind is not EventKind.RENEWED}
+            assert {EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED} <= late, trail(events)
+            return events
+
+        events = await assert_eventually(late_evidence, timeout=60, message="the resumed holder was refused")
+        task = await run.task()
+        effects = await run.downstream.effects(task.idempotency_key)
+        requests = await run.downstream.requests(run.run_id)
 
     claims = [(e.claim_generation, e.lease_owner) for e in events if e.kind is EventKind.CLAIMED]
     assert claims == [(1, first.identity), (2, second.identity)], trail(events)
