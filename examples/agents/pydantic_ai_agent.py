@@ -8,10 +8,11 @@ Pydantic AI's ``FunctionModel``), so it runs without an API key: the first turn 
 list, the second makes the writes from what it read, the last answers from the tools' outputs.
 
 To use a real model (an OpenAI-compatible endpoint; install ``pydantic-ai-slim[openai]``), replace
-``MODEL`` with these two lines (the provider reads ``OPENAI_API_KEY`` from the environment)::
+``MODEL`` with these two lines (Pydantic AI's OpenAI provider reads the endpoint's URL and key from
+``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``)::
 
-    from pydantic_ai.models.openai import OpenAIChatModel; from pydantic_ai.providers.openai import OpenAIProvider
-    MODEL = OpenAIChatModel(os.environ["OPENAI_MODEL"], provider=OpenAIProvider(base_url=os.environ["OPENAI_BASE_URL"]))
+    from pydantic_ai.models.openai import OpenAIChatModel
+    MODEL = OpenAIChatModel(os.environ["OPENAI_MODEL"])  # the endpoint: OPENAI_BASE_URL, OPENAI_API_KEY
 
 Serve it: ``python -m examples.agents.pydantic_ai_agent`` runs a worker with the ``AGENTLEASE_*``
 settings plus this module's workflow, tool and client plugin (the same as ``agentlease worker``
