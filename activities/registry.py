@@ -56,10 +56,7 @@ def load_registry(module_names: Iterable[str] = (), *, builtins: bool = True) ->
     Raises:
         ConfigurationError: a module cannot be imported, or two tools share a name.
     """
-    registry = ToolRegistry()
-    if builtins:
-        for spec in builtin.TOOLS:
-            registry.add(spec)
+    registry = ToolRegistry(builtin.TOOLS if builtins else ())
     for module_name in module_names:
         try:
             module = importlib.import_module(module_name)

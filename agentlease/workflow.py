@@ -10,7 +10,7 @@ Import it in workflow code, passed through the sandbox::
     class Triage:
         @workflow.init
         def __init__(self, ticket: str) -> None:
-            leased_calls()  # installs the status query and the decision updates now
+            self.calls = leased_calls()  # installs the status query and the decision updates now
 
         @workflow.run
         async def run(self, ticket: str) -> str:

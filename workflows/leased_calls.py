@@ -389,6 +389,8 @@ class LeasedToolCalls:
         )
         outcome = ToolOutcome.model_validate(decided)
         shown = TaskStatus.PENDING if outcome.status is TaskStatus.RELEASED else outcome.status
+        # A person ended the call without a receipt: the view says who and why (the run's status,
+        # and what an agent framework's model is told).
         return self._update(
             step.step_id,
             status=shown,
@@ -497,24 +499,35 @@ an evicted run leaves nothing behind."""
 def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
     """The running workflow's :class:`LeasedToolCalls`, made (and its handlers installed) on first use.
 
-    Call it from workflow code. Call it early (in ``@workflow.init`` or at the top of the run) for the
-    ``status`` query and the decision updates to answer before the first tool call.
+    Call it from workflow code. Call it early for the ``status`` query and the decision updates to
+    answer before the first tool call, in ``@workflow.init`` for instance (where the workflow object
+    does not exist yet: later calls find the same instance, kept in an attribute or not).
 
     Args:
         catalog: tools to make callable (adapters pass their tools' infos); more can be added later.
     """
     instance = workflow.instance()
     run_id = workflow.info().run_id
-    calls: LeasedToolCalls | None = getattr(instance, _INSTANCE_ATTRIBUTE, None)
+    calls = _attached(instance)
+    if calls is None:  # made in the workflow's __init__ and not kept, or not made yet
+        calls = _MADE_IN_INIT.pop(run_id, None) if instance is not None else _MADE_IN_INIT.get(run_id)
     if calls is None:
-        calls = _MADE_IN_INIT.pop(run_id, None) if instance is not None else None
-        if calls is None:
-            calls = LeasedToolCalls(catalog)
-            catalog = None
+        calls = LeasedToolCalls(catalog)
+        catalog = None
         if instance is None:  # called from the workflow's __init__: the object does not exist yet
             _MADE_IN_INIT[run_id] = calls
-        else:
-            setattr(instance, _INSTANCE_ATTRIBUTE, calls)
+    if instance is not None and getattr(instance, _INSTANCE_ATTRIBUTE, None) is not calls:
+        setattr(instance, _INSTANCE_ATTRIBUTE, calls)
     for info in catalog or ():
         calls.register(info)
     return calls
+
+
+def _attached(instance: object | None) -> LeasedToolCalls | None:
+    """The :class:`LeasedToolCalls` the workflow object holds (made by ``leased_calls`` or kept by its ``__init__``)."""
+    if instance is None:
+        return None
+    found = getattr(instance, _INSTANCE_ATTRIBUTE, None)
+    if isinstance(found, LeasedToolCalls):
+        return found
+    return next((v for v in getattr(instance, "__dict__", {}).values() if isinstance(v, LeasedToolCalls)), None)

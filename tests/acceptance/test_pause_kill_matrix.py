@@ -239,6 +239,7 @@ class Fleet:
             "AGENTLEASE_WORKER_IDENTITY": identity,
             "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": str(slots),
             "AGENTLEASE_SHUTDOWN_GRACE": "1",
+            **(env or {}),
         }
         command = Background(self.cli, *args, env={**base, **(env or {})}, program=program)
         self.started.append(Worker(identity, command))
