@@ -12,7 +12,7 @@ In the agent's workflow (``temporalio.openai_agents.OpenAIAgentsPlugin`` on the 
     class Triage:
         @workflow.init
         def __init__(self, prompt: str) -> None:
-            leased_calls()  # the status query and the decision updates answer from the start
+            self._calls = leased_calls()  # the status query and the decision updates answer from the start
 
         @workflow.run
         async def run(self, prompt: str) -> str:

@@ -22,7 +22,6 @@ Every decision is written to the ledger's evidence trail with who made it and wh
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -490,34 +489,26 @@ def _ended_by(status: TaskStatus, by: str, reason: str) -> str | None:
 
 _INSTANCE_ATTRIBUTE = "__agentlease_calls__"
 
-_MADE_IN_INIT: weakref.WeakValueDictionary[str, LeasedToolCalls] = weakref.WeakValueDictionary()
-"""Instances made while the workflow object did not exist yet (its ``__init__``), by run id, until
-the first later call attaches them to it. Weak: the workflow's handlers keep an instance alive, so
-an evicted run leaves nothing behind."""
-
 
 def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
     """The running workflow's :class:`LeasedToolCalls`, made (and its handlers installed) on first use.
 
     Call it from workflow code. Call it early for the ``status`` query and the decision updates to
-    answer before the first tool call, in ``@workflow.init`` for instance (where the workflow object
-    does not exist yet: later calls find the same instance, kept in an attribute or not).
+    answer before the first tool call: in ``@workflow.init``, where the workflow object does not
+    exist yet, keep the result in an attribute (``self.calls = leased_calls()``); later calls find it
+    there. (State lives on the workflow object only: a run replayed in the same process, after a
+    cache eviction, builds its own.)
 
     Args:
         catalog: tools to make callable (adapters pass their tools' infos); more can be added later.
     """
     instance = workflow.instance()
-    run_id = workflow.info().run_id
     calls = _attached(instance)
-    if calls is None:  # made in the workflow's __init__ and not kept, or not made yet
-        calls = _MADE_IN_INIT.pop(run_id, None) if instance is not None else _MADE_IN_INIT.get(run_id)
     if calls is None:
         calls = LeasedToolCalls(catalog)
         catalog = None
-        if instance is None:  # called from the workflow's __init__: the object does not exist yet
-            _MADE_IN_INIT[run_id] = calls
-    if instance is not None and getattr(instance, _INSTANCE_ATTRIBUTE, None) is not calls:
-        setattr(instance, _INSTANCE_ATTRIBUTE, calls)
+        if instance is not None:
+            setattr(instance, _INSTANCE_ATTRIBUTE, calls)
     for info in catalog or ():
         calls.register(info)
     return calls

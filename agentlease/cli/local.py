@@ -11,6 +11,7 @@ from rich.console import Console
 from temporalio.client import WorkflowHandle
 
 from activities.registry import load_registry
+from agentlease.cli.demo_agents import agent_workers, start_agent_runs
 from agentlease.cli.plans import load_plan
 from agentlease.cli.render import tasks_table
 from agentlease.cli.stack import local_stack
@@ -28,7 +29,7 @@ from workflows.agent_run import AgentRunWorkflow
 async def run_demo(
     settings: AgentLeaseSettings, plans_dir: Path, out: Console, err: Console, *, timeout_s: float
 ) -> bool:
-    """Start the stack, run every plan in ``plans_dir``, print the ledger's tasks, stop.
+    """Start the stack, run every plan in ``plans_dir`` and each example agent, print the ledger's tasks, stop.
 
     Returns:
         True when every task of every run settled.
@@ -40,15 +41,16 @@ async def run_demo(
     plans = {path.stem: load_plan(path, registry) for path in sorted(plans_dir.glob("*.json"))}
     if not plans:
         raise AgentLeaseError(f"no plans in {plans_dir}")
-    err.print("starting the Temporal dev server, the example services and a worker...")
-    async with local_stack(settings) as stack:
+    err.print("starting the Temporal dev server, the example services and the workers...")
+    async with local_stack(settings) as stack, agent_workers(stack.settings) as serving:
+        client = stack.env.client
         err.print(f"Temporal UI: {stack.ui_url}  (server {stack.settings.temporal_address})")
         batch = uuid.uuid4().hex[:8]
-        handles = []
+        handles: list[WorkflowHandle[Any, Any]] = []
         for name, plan in plans.items():
             run_id = f"demo-{name}-{batch}"
             handles.append(
-                await stack.env.client.start_workflow(
+                await client.start_workflow(
                     AgentRunWorkflow.run,
                     plan.model_copy(update={"agent_run_id": run_id}),
                     id=run_id,
@@ -56,26 +58,35 @@ async def run_demo(
                 )
             )
             err.print(f"started agent run {run_id} ({len(plan.steps)} steps)")
+        agents = await start_agent_runs(client, serving, batch)
+        for agent, handle in agents:
+            err.print(
+                f"started agent run {handle.id}: an agent on {agent.framework} with a scripted model (no API key)"
+            )
         try:
             async with asyncio.timeout(timeout_s):
-                results = await asyncio.gather(*(_approving(h, err) for h in handles))
+                results = await asyncio.gather(*(_approving(h, err) for h in [*handles, *(h for _, h in agents)]))
         except TimeoutError:
             raise AgentLeaseError(f"the demo runs did not finish within {timeout_s:.0f}s") from None
+        for (agent, handle), answer in zip(agents, results[len(handles) :], strict=True):
+            err.print(f"{agent.framework} agent {handle.id} answered: {answer}", markup=False)
         ledger = Ledger.from_url(stack.settings.ledger_url)
         try:
-            records = [r for result in results for r in await ledger.list_tasks(result.agent_run_id)]
+            by_run = {h.id: await ledger.list_tasks(h.id) for h in [*handles, *(h for _, h in agents)]}
         finally:
             await ledger.close()
+    records = [r for run in by_run.values() for r in run]
     out.print(tasks_table(records, title="demo: tasks in the ledger"))
-    settled = bool(records) and all(r.status is TaskStatus.SETTLED for r in records)
     expected = sum(len(plan.steps) for plan in plans.values())
-    settled = settled and len(records) == expected
-    out.print(f"{sum(r.status is TaskStatus.SETTLED for r in records)}/{expected} tasks settled")
+    plan_tasks = sum(len(by_run[h.id]) for h in handles)
+    settled = all(r.status is TaskStatus.SETTLED for r in records) and plan_tasks == expected
+    settled = settled and all(by_run[h.id] for _, h in agents)
+    out.print(f"{sum(r.status is TaskStatus.SETTLED for r in records)}/{len(records)} tasks settled")
     return settled
 
 
-async def _approving(handle: WorkflowHandle[Any, RunStatus], err: Console) -> RunStatus:
-    """Wait for a demo run, approving its unsafe steps as the operator ``agentlease demo`` would."""
+async def _approving(handle: WorkflowHandle[Any, Any], err: Console) -> Any:
+    """Wait for a demo run (its result), approving its unsafe steps as the operator ``agentlease demo`` would."""
     result = asyncio.ensure_future(handle.result())
     while not result.done():
         status = await handle.query(STATUS_QUERY, result_type=RunStatus)

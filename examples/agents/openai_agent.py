@@ -115,7 +115,7 @@ class RestockAgent:
 
     @workflow.init
     def __init__(self, request: AgentRequest | dict[str, Any]) -> None:
-        leased_calls()  # the status query and the decision updates answer from the start
+        self._calls = leased_calls()  # the status query and the decision updates answer from the start
 
     @workflow.run
     async def run(self, request: AgentRequest | dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ class KeyedNotesAgent:
 
     @workflow.init
     def __init__(self, request: AgentRequest | dict[str, Any]) -> None:
-        leased_calls()
+        self._calls = leased_calls()
 
     @workflow.run
     async def run(self, request: AgentRequest | dict[str, Any]) -> str:
@@ -35,7 +35,7 @@ class CallerIdsAgent:
 
     @workflow.init
     def __init__(self, request: AgentRequest | dict[str, Any]) -> None:
-        leased_calls()
+        self._calls = leased_calls()
 
     @workflow.run
     async def run(self, request: AgentRequest | dict[str, Any]) -> str:

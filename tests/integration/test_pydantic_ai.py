@@ -458,3 +458,26 @@ async def test_recorded_histories_replay(name: str) -> None:
         WORKFLOW,
         "ScriptedAgentWorkflow",
     }
+
+
+async def test_the_status_query_answers_while_the_agent_runs(
+    client: Client, settings: AgentLeaseSettings, tmp_path: Path
+) -> None:
+    """Queries during the run (what `agentlease status` and the demo's operator loop send) answer,
+    also when the run is replayed in the same process for them: the run's state lives on its own
+    workflow object, never in module state shared with another replay of the same run."""
+    async with agent_stack(settings, tmp_path) as stack:
+        run_id = f"queried-{uuid.uuid4().hex[:8]}"
+        handle = await client.start_workflow(
+            WORKFLOW, "Check the stock list", id=run_id, task_queue=stack.settings.task_queue, result_type=str
+        )
+        result = asyncio.ensure_future(handle.result())
+        answered = 0
+        while not result.done():
+            status = await handle.query(STATUS_QUERY, result_type=RunStatus)
+            assert status.agent_run_id == run_id
+            answered += 1
+            await asyncio.wait([result], timeout=0.05)
+        await result
+        replayed = await replayer().replay_workflow(await handle.fetch_history(), raise_on_replay_failure=False)
+    assert answered >= 1 and replayed.replay_failure is None

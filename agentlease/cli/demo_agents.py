@@ -1,0 +1,88 @@
+"""The demo's agents: the example agents on the OpenAI Agents SDK and on Pydantic AI, with scripted
+models (no API key), each on a worker and task queue of its own (the two frameworks bring different
+payload converters), against the demo's real downstream systems."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from agentlease.settings import AgentLeaseSettings
+from worker import running_worker
+
+
+@dataclass(frozen=True)
+class DemoAgent:
+    """One example agent the demo runs.
+
+    Attributes:
+        framework: shown in the demo's output.
+        configure: adds the agent's plugin, workflow and tools to the worker's settings.
+        start: starts one scripted run on a task queue; returns its handle.
+    """
+
+    framework: str
+    configure: Callable[[AgentLeaseSettings], AgentLeaseSettings]
+    start: Callable[[Client, str, str], Awaitable[WorkflowHandle[Any, Any]]]
+
+
+async def _start_openai(client: Client, task_queue: str, run_id: str) -> WorkflowHandle[Any, Any]:
+    from examples.agents.openai_agent import AgentRequest, RestockAgent, restock_prompt
+
+    return await client.start_workflow(
+        RestockAgent.run, AgentRequest(prompt=restock_prompt()), id=run_id, task_queue=task_queue
+    )
+
+
+async def _start_pydantic_ai(client: Client, task_queue: str, run_id: str) -> WorkflowHandle[Any, Any]:
+    from examples.agents.pydantic_ai_agent import DEFAULT_PROMPT, WORKFLOW
+
+    return await client.start_workflow(WORKFLOW, DEFAULT_PROMPT, id=run_id, task_queue=task_queue, result_type=str)
+
+
+def _openai_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
+    from examples.agents.openai_agent import agent_settings
+
+    os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # a scripted model has no key to export traces to
+    return agent_settings(settings)
+
+
+def _pydantic_ai_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
+    from examples.agents.pydantic_ai_agent import agent_settings
+
+    return agent_settings(settings)
+
+
+AGENTS = (
+    DemoAgent("OpenAI Agents SDK", _openai_settings, _start_openai),
+    DemoAgent("Pydantic AI", _pydantic_ai_settings, _start_pydantic_ai),
+)
+
+
+@asynccontextmanager
+async def agent_workers(settings: AgentLeaseSettings) -> AsyncIterator[list[tuple[DemoAgent, str]]]:
+    """A worker per example agent on ``settings`` (the stack's), until the block exits: ``(agent, queue)``."""
+    async with AsyncExitStack() as stack:
+        serving = []
+        for agent in AGENTS:
+            queue = f"{settings.task_queue}-{agent.framework.lower().replace(' ', '-')}"
+            configured = agent.configure(settings.model_copy(update={"task_queue": queue, "migrate_on_start": False}))
+            await stack.enter_async_context(running_worker(configured))
+            serving.append((agent, queue))
+        yield serving
+
+
+async def start_agent_runs(
+    client: Client, serving: list[tuple[DemoAgent, str]], batch: str
+) -> list[tuple[DemoAgent, WorkflowHandle[Any, Any]]]:
+    """One scripted run per agent: ``demo-agent-<framework>-<batch>``."""
+    started = []
+    for agent, queue in serving:
+        run_id = f"demo-agent-{agent.framework.lower().replace(' ', '-')}-{batch}"
+        started.append((agent, await agent.start(client, queue, run_id)))
+    return started
