@@ -60,9 +60,7 @@ async def run_demo(
             err.print(f"started agent run {run_id} ({len(plan.steps)} steps)")
         agents = await start_agent_runs(client, serving, batch)
         for agent, handle in agents:
-            err.print(
-                f"started agent run {handle.id}: an agent on {agent.framework} with a scripted model (no API key)"
-            )
+            err.print(f"started agent run {handle.id}: an agent on {agent.framework}, scripted model (no API key)")
         try:
             async with asyncio.timeout(timeout_s):
                 results = await asyncio.gather(*(_approving(h, err) for h in [*handles, *(h for _, h in agents)]))

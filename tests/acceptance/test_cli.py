@@ -59,12 +59,18 @@ def test_demo_settles_every_task_and_stops_everything(cli: Cli) -> None:
 
     assert result.returncode == 0, result
     assert "Traceback" not in result.stdout + result.stderr, result
-    expected = settled_task_count()
-    assert expected > 0
+    plan_tasks = settled_task_count()
+    assert plan_tasks > 0
     assert "demo: tasks in the ledger" in result.stdout, result
-    assert f"{expected}/{expected} tasks settled" in result.stdout, result
+    counted = re.search(r"(\d+)/(\d+) tasks settled", result.stdout)
+    assert counted is not None and counted[1] == counted[2], result
+    expected = int(counted[1])
+    assert expected > plan_tasks, result  # the plans' tasks and the agents' tool calls
     run_ids = re.findall(r"started agent run (\S+)", result.stderr)
-    assert len(run_ids) == len(EXAMPLE_PLANS), result
+    assert len(run_ids) == len(EXAMPLE_PLANS) + 2, result
+    for framework in ("OpenAI Agents SDK", "Pydantic AI"):
+        assert re.search(rf"an agent on {framework}, scripted model \(no API key\)", result.stderr), result
+        assert re.search(rf"{framework} agent demo-agent-\S+ answered: \S", result.stderr), result
 
     # The dev server, its UI and everything else the demo started are gone.
     assert processes_mentioning(str(cli.data_dir)) == []
