@@ -66,7 +66,7 @@ def test_demo_settles_every_task_and_stops_everything(cli: Cli) -> None:
     assert counted is not None and counted[1] == counted[2], result
     expected = int(counted[1])
     assert expected > plan_tasks, result  # the plans' tasks and the agents' tool calls
-    run_ids = re.findall(r"started agent run (\S+)", result.stderr)
+    run_ids = re.findall(r"started agent run ([^\s:]+)", result.stderr)
     assert len(run_ids) == len(EXAMPLE_PLANS) + 2, result
     for framework in ("OpenAI Agents SDK", "Pydantic AI"):
         assert re.search(rf"an agent on {framework}, scripted model \(no API key\)", result.stderr), result
