@@ -33,18 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -55,9 +51,10 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
+from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.matrix_downstream import Effect, LoggedRequest, MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING, LEASE_TTL
-from tests.acceptance.runner import Background, Cli
+from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
 from tests.lease_trail import assert_one_valid_lease_at_a_time
 from workflows.agent_run import AgentRunWorkflow
@@ -65,7 +62,6 @@ from workflows.options import RETRY_INITIAL_INTERVAL
 
 pytestmark = pytest.mark.timeout(300)
 
-REPO = Path(__file__).resolve().parents[2]
 
 STAGES = (Stage.PREFLIGHT, Stage.EXTERNAL_CALL, Stage.COMMIT, Stage.VERIFY)
 CLASSES = (SideEffectClass.READ_ONLY, SideEffectClass.IDEMPOTENT, SideEffectClass.FENCED, SideEffectClass.UNSAFE)
@@ -185,75 +181,7 @@ class Observed:
         return f"{self.run_id}:{STEP}"
 
 
-# -- worker processes ----------------------------------------------------------------------------
-
-
-@dataclass
-class Worker:
-    """An ``agentlease worker`` process."""
-
-    identity: str
-    command: Background
-
-    @property
-    def pid(self) -> int:
-        return self.command.process.pid
-
-    def signal(self, sig: signal.Signals) -> None:
-        os.kill(self.pid, sig)
-
-    def stop(self) -> None:
-        """SIGCONT (it may be stopped), then SIGKILL, and wait; a no-op for one already gone."""
-        if self.command.process.poll() is None:
-            self.signal(signal.SIGCONT)
-        self.command.stop(signal.SIGKILL, timeout=30)
-
-    def stderr_tail(self, lines: int = 15) -> str:
-        return "".join(self.command.stderr[-lines:])
-
-
-@dataclass
-class Fleet:
-    """Starts workers as a user does and stops every one of them."""
-
-    temporal_address: str
-    ledger_url: str
-    cli: Cli
-    started: list[Worker] = field(default_factory=list)
-
-    def start(self, queue: str, identity: str, *, slots: int = 100) -> Worker:
-        env = {
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-            "AGENTLEASE_TEMPORAL_ADDRESS": self.temporal_address,
-            "AGENTLEASE_TASK_QUEUE": queue,
-            "AGENTLEASE_LEDGER_URL": self.ledger_url,
-            "AGENTLEASE_TOOL_MODULES": "tests.acceptance.matrix_tools",
-            "AGENTLEASE_WORKER_IDENTITY": identity,
-            "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": str(slots),
-            "AGENTLEASE_SHUTDOWN_GRACE": "1",
-        }
-        self.started.append(Worker(identity, Background(self.cli, "worker", env=env)))
-        return self.started[-1]
-
-    async def stop_all(self) -> None:
-        await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in self.started))
-
-
-async def wait_polling(client: Client, queue: str, worker: Worker, *, timeout: float) -> None:
-    """Wait until ``worker`` polls ``queue`` for activities (Temporal lists it among the pollers)."""
-
-    async def polling() -> None:
-        assert worker.command.process.poll() is None, f"{worker.identity} exited:\n{worker.stderr_tail()}"
-        described = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=client.namespace,
-                task_queue=TaskQueue(name=queue),
-                task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-            )
-        )
-        assert worker.identity in {poller.identity for poller in described.pollers}
-
-    await assert_eventually(polling, timeout=timeout, interval=0.2, message=f"{worker.identity} polls {queue}")
+# -- helpers ---------------------------------------------------------------------------------------
 
 
 def plan(run_id: str, tool: str, **arguments: object) -> AgentRunPlan:
