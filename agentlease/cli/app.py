@@ -96,6 +96,17 @@ def _settings(ctx: typer.Context) -> AgentLeaseSettings:
     return ctx.obj
 
 
+def _with(settings: AgentLeaseSettings, overrides: dict[str, Any]) -> AgentLeaseSettings:
+    """``settings`` with a command's own options (``None``: not given), validated like the rest."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return settings
+    try:
+        return AgentLeaseSettings.model_validate({**settings.model_dump(), **given})
+    except ValidationError as exc:
+        raise ConfigurationError(f"bad setting: {describe_validation_error(exc)}") from None
+
+
 @asynccontextmanager
 async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> AsyncIterator[Any]:
     """The configured ledger; a read on a SQLite file that does not exist is an error, not a new file."""
@@ -126,12 +137,42 @@ async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> A
 
 
 @app.command()
-def worker(ctx: typer.Context) -> None:
+def worker(
+    ctx: typer.Context,
+    sticky_schedule_to_start: Annotated[
+        float | None,
+        typer.Option(
+            envvar="AGENTLEASE_STICKY_SCHEDULE_TO_START",
+            help="Seconds a run's next workflow task waits for the worker that ran its last one before any "
+            "worker takes it (after that worker died or paused). Default 3.",
+        ),
+    ] = None,
+    activity_pollers: Annotated[
+        int | None,
+        typer.Option(
+            envvar="AGENTLEASE_ACTIVITY_POLLERS",
+            help="Long polls for tool calls kept open at most. A paused worker's open polls still take tasks, "
+            "each losing one lease TTL until the server's long poll expires. Default 1.",
+        ),
+    ] = None,
+    workflow_pollers: Annotated[
+        int | None,
+        typer.Option(
+            envvar="AGENTLEASE_WORKFLOW_POLLERS",
+            help="Long polls for workflow tasks kept open at most (at least 2: sticky and normal). Default 2.",
+        ),
+    ] = None,
+) -> None:
     """Run a worker: the AgentRunWorkflow and every registered tool. Stops on SIGTERM/Ctrl-C."""
     from agentlease.databases import display_url
     from worker import serve
 
-    settings = _settings(ctx)
+    overrides = {
+        "sticky_schedule_to_start": sticky_schedule_to_start,
+        "activity_pollers": activity_pollers,
+        "workflow_pollers": workflow_pollers,
+    }
+    settings = _with(_settings(ctx), overrides)
     ledger = display_url(settings.ledger_url)
     err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {ledger}")
     if settings.metrics_address is not None:
@@ -274,7 +315,7 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
     try:
         description = await handle.describe()
         if description.status == WorkflowExecutionStatus.RUNNING:
-            current = await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=_RPC)
+            current = await _query_within(handle, agent_run_id, settings.decision_timeout.total_seconds())
             return await _with_heartbeats(client, description, current)
         if description.status == WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
@@ -284,6 +325,32 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
         raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
     state = "in an unknown state" if description.status is None else description.status.name.lower()
     raise AgentLeaseError(f"agent run {agent_run_id} is {state}")
+
+
+async def _query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatus:
+    """The run's ``status`` query, asked again while no worker answers it, for at most ``limit`` seconds.
+
+    Right after the worker that ran the run's last workflow task dies, Temporal sends queries to that
+    worker's (sticky) queue until it notices; a second try a moment later reaches another worker.
+    """
+    from temporalio.service import RPCStatusCode
+
+    deadline = asyncio.get_running_loop().time() + limit
+    while True:
+        left = deadline - asyncio.get_running_loop().time()
+        try:
+            timeout = timedelta(seconds=max(0.5, min(_RPC.total_seconds(), left)))
+            return await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=timeout)
+        except RPCError as exc:
+            if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE) or left <= 0.5:
+                if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE):
+                    raise AgentLeaseError(
+                        f"agent run {agent_run_id}: no worker answered its status query within {limit:g}s (the "
+                        "worker that ran it may just have stopped, and none other serves its task queue yet); "
+                        f"the ledger's view: `agentlease tasks --run {agent_run_id}`"
+                    ) from None
+                raise
+        await asyncio.sleep(min(0.5, max(0.0, deadline - asyncio.get_running_loop().time())))
 
 
 @app.command()
@@ -419,7 +486,61 @@ def reconcile(
     payload = _request(
         ReconcileRequest, step_id=step_id, by=by, reason=reason, action=action, external_id=external_id, observed=seen
     )
-    _decide(_settings(ctx), agent_run_id, "reconcile", payload, as_json)
+    settings = _settings(ctx)
+    record = asyncio.run(_reconciled_in_ledger(settings, agent_run_id, payload))
+    if record is None:
+        _decide(settings, agent_run_id, "reconcile", payload, as_json)
+    elif as_json:
+        out.print_json(to_json(record))
+    else:
+        out.print(tasks_table([record], title=f"{record.task_id}: {payload.action} recorded; it stays cancelled"))
+
+
+async def _reconciled_in_ledger(settings: AgentLeaseSettings, agent_run_id: str, request: Any) -> Any:
+    """Reconcile a cancelled task whose effect was unknown directly in the ledger, when its run has ended
+    (the run has nothing left to decide on it); ``None`` when the decision goes through the run.
+
+    Raises:
+        ConfigurationError: the decision table has no such reconcile for the task's status.
+    """
+    from temporalio.exceptions import ApplicationError
+
+    from activities.decisions import apply
+    from agentlease.decisions import LedgerDecision
+    from agentlease.errors import TaskNotFoundError
+    from agentlease.records import TaskSpec, task_id_for
+    from agentlease.temporal import connect
+
+    async with _ledger(settings) as ledger:
+        try:
+            record = await ledger.get_task(task_id_for(agent_run_id, request.step_id))
+        except TaskNotFoundError:
+            return None
+        if not record.status.is_terminal:
+            return None
+        described = await (await connect(settings)).get_workflow_handle(agent_run_id).describe()
+        if described.status == WorkflowExecutionStatus.RUNNING:
+            return None  # the run takes it: its view of the step follows the decision
+        kind = request.kind_for(record.status)
+        if kind is None:
+            raise ConfigurationError(
+                f"reconcile refused: {record.task_id} is {record.status.value}; --action {request.action} "
+                "does not apply to it"
+            )
+        spec = TaskSpec(**record.model_dump(include=set(TaskSpec.model_fields)))
+        decision = LedgerDecision(
+            kind=kind,
+            task=spec,
+            by=request.by,
+            reason=request.reason,
+            external_id=request.external_id,
+            observed=request.observed,
+        )
+        try:
+            await apply(ledger, decision)
+        except ApplicationError as exc:
+            raise ConfigurationError(f"reconcile refused: {exc.message}") from None
+        return await ledger.get_task(record.task_id)
 
 
 @app.command()
@@ -438,6 +559,10 @@ def cancel(
     _decide(
         _settings(ctx), agent_run_id, "cancel", _request(CancelRequest, step_id=step_id, by=by, reason=reason), as_json
     )
+    err.print(
+        "the cancel is recorded in the ledger; an attempt still running stops at its next renewal, which the "
+        "ledger refuses (cancelled stays cancelled)"
+    )
 
 
 def _request(model: Any, **fields: Any) -> Any:
@@ -453,11 +578,11 @@ def waiting(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List every task waiting for a person, and why (from the ledger)."""
-    from agentlease.decisions import suggested_commands
+    from agentlease.decisions import WAITING_WHY, suggested_commands
 
     async def _list() -> list[Any]:
         async with _ledger(_settings(ctx)) as ledger:
-            return [r for r in await ledger.list_tasks() if r.status.awaits_decision]
+            return [r for r in await ledger.list_tasks() if r.status.waits_for_person]
 
     records = asyncio.run(_list())
     if as_json:
@@ -465,7 +590,8 @@ def waiting(
         return
     out.print(tasks_table(records, title="tasks waiting for a person"))
     for record in records:
-        why = f": {record.last_error}" if record.last_error else ""
+        explained = WAITING_WHY.get(record.status) or record.last_error
+        why = f": {explained}" if explained else ""
         out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}{why}", soft_wrap=True)
         for hint in suggested_commands(record.status, record.agent_run_id, record.step_id):
             out.print(f"  -> {hint}", soft_wrap=True, markup=False)

@@ -271,7 +271,7 @@ async def test_generations_never_decrease(ledger: Ledger) -> None:
 
 async def test_no_api_accepts_a_generation(ledger: Ledger) -> None:
     claim_params = list(inspect.signature(Ledger.claim).parameters)
-    assert claim_params == ["self", "spec", "owner", "trace", "now"]
+    assert claim_params == ["self", "spec", "owner", "trace", "heartbeat_timeout", "now"]
     assert not [p for p in claim_params if _GENERATION_LIKE.search(p)]
     assert not [f for f in TaskSpec.model_fields if _GENERATION_LIKE.search(f)], TaskSpec.model_fields
     for name in ("renew", "settle", "release", "dead_letter", "await_decision", "decide"):
