@@ -179,8 +179,9 @@ class LeasedActivities:
             activity_id=info.activity_id,
             attempt=info.attempt,
         )
+        heartbeat_timeout = await _heartbeat_timeout(info)
         claiming = asyncio.ensure_future(
-            self._ledger.claim(task_spec, self._identity, trace=trace, heartbeat_timeout=info.heartbeat_timeout)
+            self._ledger.claim(task_spec, self._identity, trace=trace, heartbeat_timeout=heartbeat_timeout)
         )
         try:
             claim = await asyncio.shield(claiming)
@@ -205,12 +206,12 @@ class LeasedActivities:
             raise ApplicationError(
                 str(exc), type=FailureType.CLOCK_BEHIND, next_retry_delay=CLOCK_BEHIND_RETRY, category=EXPECTED
             ) from None
-        if info.heartbeat_timeout != claim.lease_ttl:
+        if heartbeat_timeout != claim.lease_ttl:
             logger.warning(
                 "%s: Temporal's heartbeat timeout (%gs) differs from the lease TTL (%gs), recorded with claim "
                 "generation %d; the ledger's TTL decides who holds the lease",
                 claim.task_id,
-                info.heartbeat_timeout.total_seconds(),
+                heartbeat_timeout.total_seconds(),
                 claim.lease_ttl.total_seconds(),
                 claim.generation,
             )
@@ -316,7 +317,7 @@ class LeasedActivities:
     async def _interrupted(self, claim: Claim, when: str) -> Interruption:
         """Release the lease of an attempt Temporal cancelled, with the cause; a pause, a reset or a
         worker shutdown gives the attempt back."""
-        cause = _interruption()
+        cause = await _interruption()
         await asyncio.shield(
             self._release(
                 claim,
@@ -403,7 +404,7 @@ class LeasedActivities:
         )
 
 
-def _interruption() -> Interruption:
+async def _interruption() -> Interruption:
     """Why Temporal cancelled the running attempt, from ``activity.cancellation_details()``."""
     details = activity.cancellation_details()
     if activity.is_worker_shutdown() or (details is not None and details.worker_shutdown):
@@ -416,7 +417,57 @@ def _interruption() -> Interruption:
         return Interruption.PAUSED
     if details.timed_out:
         return Interruption.TIMED_OUT
+    if details.not_found:
+        return await _unknown_attempt()
     return Interruption.CANCELLED
+
+
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
+"""How long an attempt waits for a describe of its run (to learn why Temporal no longer knows it, or
+the heartbeat timeout Temporal applies now)."""
+
+
+async def _pending_activity(info: activity.Info) -> Any:
+    """This attempt's activity as the run's description shows it; ``None`` if gone or no answer."""
+    if info.workflow_id is None:
+        return None
+    handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+    try:
+        described = await asyncio.wait_for(handle.describe(), DESCRIBE_TIMEOUT.total_seconds())
+    except Exception:  # noqa: BLE001 - what a describe tells is evidence only
+        return None
+    return next((p for p in described.raw_description.pending_activities if p.activity_id == info.activity_id), None)
+
+
+async def _heartbeat_timeout(info: activity.Info) -> timedelta:
+    """The heartbeat timeout Temporal applies to this attempt.
+
+    ``temporal activity update-options --heartbeat-timeout`` changes it on the server, but the attempt's
+    ``activity.info()`` keeps the value the workflow scheduled (server 1.32). An operator changes the
+    options of an activity that failed, was paused or reset: so an attempt that follows another (a
+    retry, or one that finds an earlier attempt's heartbeat details) reads it from the run's
+    description, one describe per such attempt.
+    """
+    assert info.heartbeat_timeout is not None
+    if info.attempt <= 1 and not info.heartbeat_details:
+        return info.heartbeat_timeout
+    pending = await _pending_activity(info)
+    if pending is None or not pending.activity_options.HasField("heartbeat_timeout"):
+        return info.heartbeat_timeout
+    changed: timedelta = pending.activity_options.heartbeat_timeout.ToTimedelta()
+    return changed
+
+
+async def _unknown_attempt() -> Interruption:
+    """Temporal answered a heartbeat with NotFound: a reset restarted the activity's attempts (the server
+    says so with NotFound rather than a reset flag while the attempt runs), a timeout started the next
+    attempt, or the run closed. The run's pending activity tells them apart."""
+    info = activity.info()
+    pending = await _pending_activity(info)
+    if pending is None:
+        return Interruption.CANCELLED
+    # A timeout moves the attempt count on; a reset starts it again at 1.
+    return Interruption.RESET if pending.attempt <= info.attempt else Interruption.TIMED_OUT
 
 
 def _lease_lost(exc: LeaseLostError, *, late: bool = False) -> ApplicationError:

@@ -96,6 +96,13 @@ def _settings(ctx: typer.Context) -> AgentLeaseSettings:
     return ctx.obj
 
 
+def _log_in_one_line() -> None:
+    """Log lines on stderr as ``<time> <level> <logger>: <message>``: the SDK's warnings, and agentlease's own
+    one-line reports (a lost lease, a ledger outage, a clock behind the ledger) from INFO up."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("agentlease").setLevel(logging.INFO)
+
+
 def _with(settings: AgentLeaseSettings, overrides: dict[str, Any]) -> AgentLeaseSettings:
     """``settings`` with a command's own options (``None``: not given), validated like the rest."""
     given = {k: v for k, v in overrides.items() if v is not None}
@@ -173,6 +180,7 @@ def worker(
         "workflow_pollers": workflow_pollers,
     }
     settings = _with(_settings(ctx), overrides)
+    _log_in_one_line()
     ledger = display_url(settings.ledger_url)
     err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {ledger}")
     if settings.metrics_address is not None:
@@ -335,22 +343,24 @@ async def _query_within(handle: Any, agent_run_id: str, limit: float) -> RunStat
     """
     from temporalio.service import RPCStatusCode
 
-    deadline = asyncio.get_running_loop().time() + limit
+    unanswered = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
     while True:
-        left = deadline - asyncio.get_running_loop().time()
+        left = deadline - loop.time()
         try:
             timeout = timedelta(seconds=max(0.5, min(_RPC.total_seconds(), left)))
             return await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=timeout)
-        except RPCError as exc:
-            if exc.status not in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE) or left <= 0.5:
-                if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE):
-                    raise AgentLeaseError(
-                        f"agent run {agent_run_id}: no worker answered its status query within {limit:g}s (the "
-                        "worker that ran it may just have stopped, and none other serves its task queue yet); "
-                        f"the ledger's view: `agentlease tasks --run {agent_run_id}`"
-                    ) from None
+        except RPCError as exc:  # the query's own deadline passed ("Timeout expired"), or the server is away
+            if exc.status not in unanswered:
                 raise
-        await asyncio.sleep(min(0.5, max(0.0, deadline - asyncio.get_running_loop().time())))
+            if deadline - loop.time() <= 0.5:
+                raise AgentLeaseError(
+                    f"agent run {agent_run_id}: no worker answered its status query within {limit:g}s (the worker "
+                    "that ran it may just have stopped, and no other serves its task queue yet); the ledger's "
+                    f"view: `agentlease tasks --run {agent_run_id}`"
+                ) from None
+        await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
 
 
 @app.command()

@@ -201,3 +201,42 @@ async def commit_then_fail_early(ctx: LeaseContext, args: NoArgs) -> ToolResult:
         raise RetryableToolError("upstream 503 before reading back")
     await ctx.advance(Stage.VERIFY, "reading back")
     return ToolResult(receipt=_receipt(ctx, "regress"))
+
+
+@tool(
+    side_effect=SideEffectClass.IDEMPOTENT,
+    lease_ttl=timedelta(seconds=3),
+    max_attempts=3,
+    start_to_close=timedelta(minutes=2),
+)
+async def fail_twice_then_hold(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Real attempts 1 and 2 fail; from the third on it renews in preflight until its gate opens, then settles."""
+    PROBES.setdefault(ctx.claim.task_id, []).append(
+        {
+            "generation": ctx.fencing_token,
+            "attempts": ctx.claim.attempts,
+            "temporal_attempt": activity.info().attempt,
+            "heartbeat_timeout": activity.info().heartbeat_timeout,
+        }
+    )
+    await ctx.advance(Stage.PREFLIGHT, "calling a flaky upstream")
+    if ctx.claim.attempts <= 2:
+        raise RetryableToolError("503 from upstream")
+    opened = gate(ctx.claim.task_id)
+    while not opened.is_set():
+        try:
+            await asyncio.wait_for(opened.wait(), timeout=0.3)
+        except TimeoutError:
+            await ctx.renew("holding until the test's gate opens")
+    await ctx.advance(Stage.VERIFY, "gate open")
+    return ToolResult(receipt=_receipt(ctx, "flaky"))
+
+
+@tool(side_effect=SideEffectClass.UNSAFE, lease_ttl=timedelta(seconds=3), requires_approval=False)
+async def unsafe_long_call(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Unsafe: sits in external_call (its message may be on its way), renewing, until the lease is lost."""
+    await ctx.advance(Stage.PREFLIGHT, "checking the recipient")
+    await ctx.advance(Stage.EXTERNAL_CALL, "sending the message")
+    while True:
+        await asyncio.sleep(0.2)
+        await ctx.renew("waiting for the mail server's answer")
