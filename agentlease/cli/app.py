@@ -28,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from agentlease.cli.plans import load_plan
+from agentlease.cli.reaching import query_within, reconciled_in_ledger
 from agentlease.cli.render import events_table, run_table, tasks_table, to_json
 from agentlease.enums import RunState
 from agentlease.errors import (
@@ -323,7 +324,7 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
     try:
         description = await handle.describe()
         if description.status == WorkflowExecutionStatus.RUNNING:
-            current = await _query_within(handle, agent_run_id, settings.decision_timeout.total_seconds())
+            current = await query_within(handle, agent_run_id, settings.decision_timeout.total_seconds())
             return await _with_heartbeats(client, description, current)
         if description.status == WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
@@ -333,34 +334,6 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
         raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
     state = "in an unknown state" if description.status is None else description.status.name.lower()
     raise AgentLeaseError(f"agent run {agent_run_id} is {state}")
-
-
-async def _query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatus:
-    """The run's ``status`` query, asked again while no worker answers it, for at most ``limit`` seconds.
-
-    Right after the worker that ran the run's last workflow task dies, Temporal sends queries to that
-    worker's (sticky) queue until it notices; a second try a moment later reaches another worker.
-    """
-    from temporalio.service import RPCStatusCode
-
-    unanswered = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while True:
-        left = deadline - loop.time()
-        try:
-            timeout = timedelta(seconds=max(0.5, min(_RPC.total_seconds(), left)))
-            return await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=timeout)
-        except RPCError as exc:  # the query's own deadline passed ("Timeout expired"), or the server is away
-            if exc.status not in unanswered:
-                raise
-            if deadline - loop.time() <= 0.5:
-                raise AgentLeaseError(
-                    f"agent run {agent_run_id}: no worker answered its status query within {limit:g}s (the worker "
-                    "that ran it may just have stopped, and no other serves its task queue yet); the ledger's "
-                    f"view: `agentlease tasks --run {agent_run_id}`"
-                ) from None
-        await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
 
 
 @app.command()
@@ -497,60 +470,18 @@ def reconcile(
         ReconcileRequest, step_id=step_id, by=by, reason=reason, action=action, external_id=external_id, observed=seen
     )
     settings = _settings(ctx)
-    record = asyncio.run(_reconciled_in_ledger(settings, agent_run_id, payload))
+
+    async def _in_ledger() -> Any:
+        async with _ledger(settings) as ledger:
+            return await reconciled_in_ledger(ledger, settings, agent_run_id, payload)
+
+    record = asyncio.run(_in_ledger())
     if record is None:
         _decide(settings, agent_run_id, "reconcile", payload, as_json)
     elif as_json:
         out.print_json(to_json(record))
     else:
         out.print(tasks_table([record], title=f"{record.task_id}: {payload.action} recorded; it stays cancelled"))
-
-
-async def _reconciled_in_ledger(settings: AgentLeaseSettings, agent_run_id: str, request: Any) -> Any:
-    """Reconcile a cancelled task whose effect was unknown directly in the ledger, when its run has ended
-    (the run has nothing left to decide on it); ``None`` when the decision goes through the run.
-
-    Raises:
-        ConfigurationError: the decision table has no such reconcile for the task's status.
-    """
-    from temporalio.exceptions import ApplicationError
-
-    from activities.decisions import apply
-    from agentlease.decisions import LedgerDecision
-    from agentlease.errors import TaskNotFoundError
-    from agentlease.records import TaskSpec, task_id_for
-    from agentlease.temporal import connect
-
-    async with _ledger(settings) as ledger:
-        try:
-            record = await ledger.get_task(task_id_for(agent_run_id, request.step_id))
-        except TaskNotFoundError:
-            return None
-        if not record.status.is_terminal:
-            return None
-        described = await (await connect(settings)).get_workflow_handle(agent_run_id).describe()
-        if described.status == WorkflowExecutionStatus.RUNNING:
-            return None  # the run takes it: its view of the step follows the decision
-        kind = request.kind_for(record.status)
-        if kind is None:
-            raise ConfigurationError(
-                f"reconcile refused: {record.task_id} is {record.status.value}; --action {request.action} "
-                "does not apply to it"
-            )
-        spec = TaskSpec(**record.model_dump(include=set(TaskSpec.model_fields)))
-        decision = LedgerDecision(
-            kind=kind,
-            task=spec,
-            by=request.by,
-            reason=request.reason,
-            external_id=request.external_id,
-            observed=request.observed,
-        )
-        try:
-            await apply(ledger, decision)
-        except ApplicationError as exc:
-            raise ConfigurationError(f"reconcile refused: {exc.message}") from None
-        return await ledger.get_task(record.task_id)
 
 
 @app.command()

@@ -25,7 +25,6 @@ from agentlease.clock import duration_ms, from_ms, now_param
 from agentlease.decisions import DECISIONS
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, Stage, TaskStatus
 from agentlease.errors import (
-    ClockBehindError,
     LeaseHeldError,
     LeaseLostError,
     LedgerUnavailableError,
@@ -33,6 +32,7 @@ from agentlease.errors import (
     TaskNotFoundError,
 )
 from agentlease.ledger.database import LedgerDatabase, Transaction, open_database
+from agentlease.ledger.outages import check_claim_clock, own_lease_end, own_settle
 from agentlease.ledger.statements import LeaseStatements, events_query, held, lease_statements, tasks_query
 from agentlease.ledger.trail import write_event, write_holder_event
 from agentlease.metrics import LEASE_METRICS, LeaseMetrics
@@ -47,10 +47,6 @@ from agentlease.records import (
 )
 
 _R = TypeVar("_R")
-
-CLOCK_TOLERANCE = timedelta(seconds=1)
-"""How far behind the ledger's latest recorded time a SQLite claim's clock may be before the claim is
-refused (:class:`ClockBehindError`). Default 1 s."""
 
 
 @dataclass(frozen=True)
@@ -205,18 +201,6 @@ class Ledger:
             self._metrics.ledger_unavailable(tool, operation)
             raise
 
-    def _check_clock(self, conn: Connection, task_id: str, now: datetime | None) -> None:
-        """SQLite judges time on each process's own clock: refuse a claim whose clock runs behind the
-        newest evidence entry (written by a process whose clock was ahead, or by this one before its
-        clock went back). PostgreSQL has one clock, the server's; injected times are not checked."""
-        if now is not None or self._db.dialect != "sqlite":
-            return
-        clock_ms, latest_ms = conn.execute(
-            select(self._sql.now, self._sql.latest_event_at.scalar_subquery()), now_param(None)
-        ).one()
-        if latest_ms is not None and latest_ms - clock_ms > duration_ms(CLOCK_TOLERANCE):
-            raise ClockBehindError(task_id, timedelta(milliseconds=latest_ms - clock_ms))
-
     # -- claim ---------------------------------------------------------------------------------
 
     async def claim(
@@ -260,7 +244,7 @@ class Ledger:
 
         def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None]:
             """The claim, whether it superseded a lapsed lease, and that lease's stage."""
-            self._check_clock(conn, spec.task_id, now)
+            check_claim_clock(conn, self._sql, self._db.dialect, spec.task_id, now)
             self._insert_task(conn, spec, now)
             before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
@@ -452,7 +436,8 @@ class Ledger:
             """The stored receipt and the task's renewal count, or the refusal."""
             row = conn.execute(self._sql.settle, params).first()
             if row is None:
-                own = self._own_settle(conn, claim, receipt_json) if retried else None
+                stored_now = self._receipt(conn, claim.idempotency_key) if retried else None
+                own = own_settle(conn, self._sql, claim, receipt_json, stored_now)
                 if own is not None:  # the first try committed, its answer lost in the outage
                     return own
                 return self._refused(
@@ -595,7 +580,7 @@ class Ledger:
         def end_lease_tx(conn: Connection) -> _Refusal | None:
             row = conn.execute(self._sql.end_lease, params).first()
             if row is None:
-                if retried and self._own_lease_end(conn, claim, status, known, error):
+                if retried and own_lease_end(conn, self._sql, claim, status, known, error):
                     return None  # the first try committed, its answer lost in the outage
                 return self._refused(
                     conn,
@@ -619,35 +604,6 @@ class Ledger:
 
         self._granted(claim, operation, await self._write(operation, claim.tool, end_lease_tx))
         self._metrics.lease_end(claim.tool, status, known)
-
-    def _own_settle(
-        self, conn: Connection, claim: Claim, receipt_json: dict[str, Any]
-    ) -> tuple[StoredReceipt, int] | None:
-        """This claim's own settle, if it already committed (its outcome was lost in an outage)."""
-        task = conn.execute(self._sql.select_task, {"key_task_id": claim.task_id}).first()
-        stored = self._receipt(conn, claim.idempotency_key)
-        mine = (
-            task is not None
-            and (task.status, task.claim_generation, task.lease_owner)
-            == (TaskStatus.SETTLED.value, claim.generation, claim.owner)
-            and stored is not None
-            and stored.claim_generation == claim.generation
-            and stored.receipt.model_dump(mode="json") == receipt_json
-        )
-        return (stored, task.renewal_count) if mine and stored is not None and task is not None else None
-
-    def _own_lease_end(
-        self, conn: Connection, claim: Claim, status: TaskStatus, error_class: ErrorClass, error: str
-    ) -> bool:
-        """Whether this claim's own release or park already committed (its outcome was lost in an outage)."""
-        task = conn.execute(self._sql.select_task, {"key_task_id": claim.task_id}).first()
-        return task is not None and (
-            task.status,
-            task.claim_generation,
-            task.lease_owner,
-            task.error_class,
-            task.last_error,
-        ) == (status.value, claim.generation, None, error_class.value, error)
 
     # -- decisions -----------------------------------------------------------------------------
 
