@@ -62,7 +62,8 @@ class Fleet:
         temporal_address / ledger_url: where every worker connects.
         cli: the working directory and clean environment of the processes.
         tool_modules: ``AGENTLEASE_TOOL_MODULES`` of every worker.
-        env: more ``AGENTLEASE_*`` settings for every worker.
+        env: more ``AGENTLEASE_*`` settings for every worker; a ``PYTHONPATH`` there comes before the
+            repository's.
     """
 
     temporal_address: str
@@ -73,8 +74,10 @@ class Fleet:
     started: list[Worker] = field(default_factory=list)
 
     def start(self, queue: str, identity: str, *, slots: int = 100, **extra: str) -> Worker:
+        settings = {**self.env, **extra}
+        paths = [settings.pop("PYTHONPATH", None), str(REPO), os.environ.get("PYTHONPATH")]
         env = {
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "PYTHONPATH": os.pathsep.join(filter(None, paths)),
             "AGENTLEASE_TEMPORAL_ADDRESS": self.temporal_address,
             "AGENTLEASE_TASK_QUEUE": queue,
             "AGENTLEASE_LEDGER_URL": self.ledger_url,
@@ -82,8 +85,7 @@ class Fleet:
             "AGENTLEASE_WORKER_IDENTITY": identity,
             "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": str(slots),
             "AGENTLEASE_SHUTDOWN_GRACE": "1",
-            **self.env,
-            **extra,
+            **settings,
         }
         self.started.append(Worker(identity, Background(self.cli, "worker", env=env)))
         return self.started[-1]

@@ -16,7 +16,7 @@ import pytest
 from tests.eventually import assert_eventually_sync
 
 from .fleet import Fleet
-from .runner import Background, Cli, WriteFile
+from .runner import Background, Cli, WriteFile, python_path
 from .test_cli import FAILED, assert_one_error_line, dev_exports, free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -74,7 +74,10 @@ def test_cancel_answers_within_its_limit_and_an_unknown_effect_waits_for_a_perso
     write_file("acc_tools.py", TOOLS)
     write_file("export.json", plan("slow_export"))
     write_file("note.json", plan("send_note"))
-    tools = {"PYTHONPATH": str(cli.cwd), "AGENTLEASE_TOOL_MODULES": "acc_tools"}
+    tools = {
+        "PYTHONPATH": python_path(cli.cwd),
+        "AGENTLEASE_TOOL_MODULES": "acc_tools",
+    }
     dev = background("dev", "--port", str(free_port()), "--ui-port", str(free_port()), env=tools)
     env = {**dev_exports(dev), **tools, "AGENTLEASE_DECISION_TIMEOUT": "5"}
     dev.wait_for_line("Ctrl-C stops everything", timeout=10)
@@ -145,13 +148,19 @@ def test_status_right_after_the_runs_worker_died(
     write_file("note.json", plan("send_note"))
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     queue = f"faults-{uuid.uuid4().hex[:8]}"
-    fleet = Fleet(temporal_address, ledger_url, cli, "acc_tools", {"PYTHONPATH": str(cli.cwd)})
+    fleet = Fleet(
+        temporal_address,
+        ledger_url,
+        cli,
+        "acc_tools",
+        {"PYTHONPATH": python_path(cli.cwd)},
+    )
     env = {
         "AGENTLEASE_TEMPORAL_ADDRESS": temporal_address,
         "AGENTLEASE_TASK_QUEUE": queue,
         "AGENTLEASE_LEDGER_URL": ledger_url,
         "AGENTLEASE_TOOL_MODULES": "acc_tools",
-        "PYTHONPATH": str(cli.cwd),
+        "PYTHONPATH": python_path(cli.cwd),
         "AGENTLEASE_DECISION_TIMEOUT": "20",
     }
     try:

@@ -26,7 +26,7 @@ from bench.faults import PostgresCluster
 from tests.eventually import assert_eventually_sync
 
 from .fleet import Fleet, Worker
-from .runner import Cli, WriteFile
+from .runner import Cli, WriteFile, python_path
 from .test_cli import free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -125,10 +125,16 @@ def worker_and_env(cli: Cli, cluster: PostgresCluster, temporal_address: str) ->
         "AGENTLEASE_TASK_QUEUE": queue,
         "AGENTLEASE_LEDGER_URL": cluster.url,
         "AGENTLEASE_TOOL_MODULES": "outage_tools",
-        "PYTHONPATH": str(cli.cwd),
+        "PYTHONPATH": python_path(cli.cwd),
     }
     assert cli("db", "upgrade", env=env).returncode == 0
-    fleet = Fleet(temporal_address, cluster.url, cli, "outage_tools", {"PYTHONPATH": str(cli.cwd)})
+    fleet = Fleet(
+        temporal_address,
+        cluster.url,
+        cli,
+        "outage_tools",
+        {"PYTHONPATH": python_path(cli.cwd)},
+    )
     worker = fleet.start(queue, f"{queue}-worker", AGENTLEASE_METRICS_ADDRESS=metrics)
     return worker, env, metrics
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -546,6 +547,12 @@ async def test_short_lease_is_taken_over_and_the_late_write_fenced(
     assert (record.status, record.claim_generation, record.lease_owner) == (TaskStatus.SETTLED, 2, second)
     assert run.status == "completed"
     assert [(t.status, t.claim_generation) for t in run.tasks] == [("settled", 2)]
+
+    # The superseded attempt's refusals are expected outcomes: one line each, no traceback.
+    stale = next(w for w in workers if w.identity == first)
+    log = "".join(stale.command.stderr)
+    assert "Traceback" not in log, log
+    assert re.search(r"INFO agentlease\.lease: lease lost on \S+: settle with generation 1 refused", log), log
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
