@@ -51,6 +51,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from agentlease.devserver import scratch_postgres_database
 from agentlease.enums import EventKind, RunState, TaskStatus
@@ -290,7 +291,13 @@ class Chaos:
                 scratch_postgres_database(self.opts.downstream_pg_url, "agentlease_chaos")
             )
             downstream = await stack.enter_async_context(running_matrix_downstream(downstream_url))
-            self.client = await Client.connect(self.temporal.address, data_converter=pydantic_data_converter)
+            # Its own runtime, quiet below ERROR: the driver's calls fail on purpose while Temporal restarts.
+            quiet = TelemetryConfig(
+                logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+            )
+            self.client = await Client.connect(
+                self.temporal.address, data_converter=pydantic_data_converter, runtime=Runtime(telemetry=quiet)
+            )
             (self.work / "data").mkdir(exist_ok=True)
             self.fleet = Fleet(
                 self.temporal.address,
