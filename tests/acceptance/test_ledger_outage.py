@@ -18,6 +18,7 @@ import re
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -87,14 +88,25 @@ def cluster() -> Iterator[PostgresCluster]:
         own.close()
 
 
-def metric(address: str, name: str, **labels: str) -> float:
-    """A counter's value as the worker serves it (``GET /metrics``); 0 when absent."""
+@contextmanager
+def outage(cluster: PostgresCluster) -> Iterator[None]:
+    """The ledger's PostgreSQL stopped (as a crash) for the block, started again after it."""
+    cluster.stop("immediate")
+    try:
+        yield
+    finally:
+        cluster.start()
+
+
+def unavailable(address: str, operation: str) -> float:
+    """``agentlease_ledger_unavailable_total`` for ``operation`` as the worker serves it; 0 when absent."""
     text = urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    name = "agentlease_ledger_unavailable_total{"
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and f'operation="{operation}"' in line
+    )
 
 
 def task_json(cli: Cli, env: dict[str, str], run_id: str) -> dict:
@@ -156,14 +168,9 @@ def test_a_renewal_in_an_outage_reaches_the_tool_typed_and_is_recorded_once_the_
     worker, env, metrics = worker_and_env(cli, cluster, temporal_address)
     try:
         run_id, probe, _ = start_run(cli, env, write_file, "renew_through_outage")
-        cluster.stop("immediate")
-        try:
+        with outage(cluster):
             assert_eventually_sync(probe.exists, timeout=30, message="the tool's renewal failed")
-            assert_eventually_sync(
-                lambda: metric(metrics, "agentlease_ledger_unavailable_total", operation="renew") >= 1, timeout=10
-            )
-        finally:
-            cluster.start()
+            assert_eventually_sync(lambda: unavailable(metrics, "renew") >= 1, timeout=10)
         assert json.loads(probe.read_text()) == {"type": "LedgerUnavailableError", "unavailable": True, "lost": False}
 
         assert_eventually_sync(lambda: run_status(cli, env, run_id) == "completed", timeout=120, message="settled")
@@ -188,16 +195,10 @@ def test_a_settle_in_an_outage_lands_once_the_ledger_is_back(
     worker, env, metrics = worker_and_env(cli, cluster, temporal_address)
     try:
         run_id, _, gate = start_run(cli, env, write_file, "settle_in_outage")
-        cluster.stop("immediate")
-        try:
+        with outage(cluster):
             gate.touch()
-            assert_eventually_sync(
-                lambda: metric(metrics, "agentlease_ledger_unavailable_total", operation="settle") >= 2,
-                timeout=30,
-                message="the settle was tried during the outage, more than once",
-            )
-        finally:
-            cluster.start()
+            message = "the settle was tried during the outage, more than once"
+            assert_eventually_sync(lambda: unavailable(metrics, "settle") >= 2, timeout=30, message=message)
         assert_eventually_sync(lambda: run_status(cli, env, run_id) == "completed", timeout=60, message="settled")
         task = task_json(cli, env, run_id)
         assert worker.alive, worker.stderr_tail()

@@ -122,14 +122,19 @@ async def quick(ctx: LeaseContext, args: NoArgs) -> ToolResult:
 async def gated(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     """Renews its lease with a specific reason until its gate opens, then settles."""
     await ctx.advance(Stage.PREFLIGHT, "waiting for the gate")
+    await _renew_until_gate(ctx, "gate still closed", every_s=0.5)
+    await ctx.advance(Stage.VERIFY, "gate open")
+    return ToolResult(receipt=_receipt(ctx, "gated"))
+
+
+async def _renew_until_gate(ctx: LeaseContext, reason: str, *, every_s: float) -> None:
+    """Renew the lease every ``every_s`` seconds until the task's gate opens."""
     opened = gate(ctx.claim.task_id)
     while not opened.is_set():
         try:
-            await asyncio.wait_for(opened.wait(), timeout=0.5)
+            await asyncio.wait_for(opened.wait(), timeout=every_s)
         except TimeoutError:
-            await ctx.renew("gate still closed")
-    await ctx.advance(Stage.VERIFY, "gate open")
-    return ToolResult(receipt=_receipt(ctx, "gated"))
+            await ctx.renew(reason)
 
 
 @tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=5))
@@ -222,12 +227,7 @@ async def fail_twice_then_hold(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     await ctx.advance(Stage.PREFLIGHT, "calling a flaky upstream")
     if ctx.claim.attempts <= 2:
         raise RetryableToolError("503 from upstream")
-    opened = gate(ctx.claim.task_id)
-    while not opened.is_set():
-        try:
-            await asyncio.wait_for(opened.wait(), timeout=0.3)
-        except TimeoutError:
-            await ctx.renew("holding until the test's gate opens")
+    await _renew_until_gate(ctx, "holding until the test's gate opens", every_s=0.3)
     await ctx.advance(Stage.VERIFY, "gate open")
     return ToolResult(receipt=_receipt(ctx, "flaky"))
 
