@@ -193,7 +193,7 @@ class LeaseContext:
                     "side effect: %s",
                     self.claim.task_id,
                     self.claim.generation,
-                    (stage or self.stage or "no stage").__str__(),
+                    str(stage or self.stage or "no stage"),
                     exc,
                 )
             self._unavailable = exc
