@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 
 from pydantic import ValidationError
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from activities.registry import ToolRegistry, load_registry
 from agentlease import search_attributes
@@ -82,6 +82,9 @@ def build_worker(
         identity=identity,
         max_concurrent_activities=settings.max_concurrent_activities,
         graceful_shutdown_timeout=settings.shutdown_grace,
+        sticky_queue_schedule_to_start_timeout=settings.sticky_schedule_to_start,
+        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.activity_pollers),
+        workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.workflow_pollers),
     )
 
 

@@ -8,19 +8,22 @@ decision's resulting status, the activity reports it as applied.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentlease.decisions import DECISIONS, LedgerDecision
 from agentlease.enums import FailureType
-from agentlease.errors import TaskClosedError, TaskNotFoundError, describe_validation_error
+from agentlease.errors import LedgerUnavailableError, TaskClosedError, TaskNotFoundError, describe_validation_error
 from agentlease.ledger.store import Ledger
 from agentlease.names import APPLY_DECISION
 from agentlease.records import SettlementReceipt, ToolOutcome
+
+logger = logging.getLogger("agentlease.lease")
 
 
 class DecisionActivities:
@@ -42,7 +45,15 @@ class DecisionActivities:
                     type=FailureType.DECISION_REFUSED.value,
                     non_retryable=True,
                 ) from None
-            return (await apply(ledger, decision)).model_dump(mode="json")
+            try:
+                return (await apply(ledger, decision)).model_dump(mode="json")
+            except LedgerUnavailableError as exc:  # retried by the decision's retry policy
+                logger.warning(
+                    "ledger unavailable, decision %s on %s retried: %s", decision.kind.value, decision.task.task_id, exc
+                )
+                raise ApplicationError(
+                    str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
+                ) from None
 
         return [apply_decision]
 

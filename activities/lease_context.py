@@ -7,6 +7,7 @@ they are a copy for the Temporal UI and the next attempt, never the record.
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -16,12 +17,14 @@ from temporalio import activity
 
 from activities.resources import ToolResources
 from agentlease.enums import SideEffectClass, Stage
-from agentlease.errors import LeaseLostError
+from agentlease.errors import LeaseLostError, LedgerUnavailableError
 from agentlease.idempotency.convention import downstream_headers
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, SettlementReceipt, StoredReceipt
 from agentlease.settings import AgentLeaseSettings
 from reconciliation.policy import RecoveryDecision
+
+logger = logging.getLogger("agentlease.lease")
 
 
 class LeaseHeartbeat(BaseModel):
@@ -50,6 +53,8 @@ class LeaseContext:
         stage: the last stage this attempt recorded (``None`` before the first ``advance``).
         committed_at: when this attempt entered ``commit`` (``time.perf_counter()`` seconds),
             for the settlement latency metric; ``None`` if it did not.
+        confirmed_until: until when (``time.monotonic()`` seconds) the last confirmed renewal (or
+            the claim) keeps the lease, by this worker's estimate; the ledger's clock decides.
     """
 
     def __init__(
@@ -72,7 +77,9 @@ class LeaseContext:
         self.recovery = recovery
         self.stage: Stage | None = None
         self.committed_at: float | None = None
+        self.confirmed_until = time.monotonic() + claim.lease_ttl.total_seconds()
         self._lost: LeaseLostError | None = None
+        self._unavailable: LedgerUnavailableError | None = None
 
     @property
     def fencing_token(self) -> int:
@@ -98,6 +105,13 @@ class LeaseContext:
     def lease_lost(self) -> bool:
         """True once a renewal was refused; the tool must start no new side effect."""
         return self._lost is not None
+
+    @property
+    def ledger_unavailable(self) -> bool:
+        """True while the ledger cannot be reached (the last renewal failed with
+        :class:`LedgerUnavailableError`): the lease is not confirmed, start no new side effect. A later
+        renewal that succeeds confirms the lease again and clears it."""
+        return self._unavailable is not None
 
     def downstream_headers(self, resource: str | None = None) -> dict[str, str]:
         """The headers of a write to a downstream that follows the project's HTTP convention.
@@ -141,6 +155,8 @@ class LeaseContext:
 
         Raises:
             LeaseLostError: the lease lapsed or was superseded; stop and start no new side effect.
+            LedgerUnavailableError: the ledger could not be reached: the stage is not recorded and
+                the lease not confirmed; do not start the stage's work.
             ValueError: ``stage`` goes back, or is ``settled`` (settling is the runtime's job).
         """
         if stage is Stage.SETTLED:
@@ -157,17 +173,33 @@ class LeaseContext:
 
         Raises:
             LeaseLostError: the lease lapsed or was superseded.
+            LedgerUnavailableError: the ledger could not be reached; the lease is not confirmed.
         """
         await self._renew(reason, None)
 
     async def _renew(self, reason: str, stage: Stage | None) -> None:
         if self._lost is not None:
             raise self._lost
+        asked = time.monotonic()
         try:
             expires_at = await self._ledger.renew(self.claim, reason=reason, stage=stage)
         except LeaseLostError as exc:
             self._lost = exc
             raise
+        except LedgerUnavailableError as exc:
+            if self._unavailable is None:
+                logger.warning(
+                    "ledger unavailable: renewal of %s (generation %d, %s) not confirmed, the tool starts no new "
+                    "side effect: %s",
+                    self.claim.task_id,
+                    self.claim.generation,
+                    str(stage or self.stage or "no stage"),
+                    exc,
+                )
+            self._unavailable = exc
+            raise
+        self._unavailable = None
+        self.confirmed_until = asked + self.claim.lease_ttl.total_seconds()
         _heartbeat(
             LeaseHeartbeat(
                 task_id=self.claim.task_id,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from agentlease.errors import (
         AgentLeaseError,
         AmbiguousSideEffectError,
+        ClockBehindError,
         ConfigurationError,
         CredentialToolError,
         LeaseHeldError,
@@ -83,6 +84,7 @@ _EXPORTS: dict[str, str] = {
     "AgentLeaseError": "agentlease.errors",
     "ConfigurationError": "agentlease.errors",
     "LedgerUnavailableError": "agentlease.errors",
+    "ClockBehindError": "agentlease.errors",
     "LeaseHeldError": "agentlease.errors",
     "TaskClosedError": "agentlease.errors",
     "TaskNotFoundError": "agentlease.errors",

@@ -21,9 +21,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentlease.errors import ConfigurationError, LedgerUnavailableError
@@ -98,6 +99,36 @@ def is_missing_schema(exc: BaseException) -> bool:
     if getattr(orig, "sqlstate", None) == _PG_UNDEFINED_TABLE:
         return True
     return isinstance(orig, sqlite3.OperationalError) and str(orig).startswith("no such table")
+
+
+_UNREACHABLE_PG = (
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InterfaceError,
+)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether a database error says the database could not be reached or could not answer (stopped,
+    restarting, the connection dropped, SQLite's write lock held too long), rather than refusing what a
+    statement asked; a missing schema is not an outage."""
+    if is_missing_schema(exc):
+        return False
+    if (isinstance(exc, DBAPIError) and exc.connection_invalidated) or isinstance(exc, InterfaceError):
+        return True
+    orig = getattr(exc, "orig", None) or exc
+    for cause in (orig, orig.__cause__):
+        if isinstance(cause, (OSError, TimeoutError, *_UNREACHABLE_PG)):
+            return True
+        if isinstance(cause, sqlite3.OperationalError) and str(cause).startswith(_SQLITE_OUTAGES):
+            return True
+    return False
+
+
+_SQLITE_OUTAGES = ("database is locked", "unable to open database file", "disk I/O error", "database or disk is full")
 
 
 def create_sqlite_directory(path: Path, *, name: str = "database") -> None:

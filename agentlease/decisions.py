@@ -39,7 +39,11 @@ class DecisionRule:
         event: the evidence-trail entry it writes.
         error_class: recorded with it, read by the next attempt's recovery policy (``None``: cleared).
         restarts_attempts: the task's real-attempt count goes back to 0.
-        settles: it writes a settlement receipt from what the operator observed.
+        settles: it writes a settlement receipt from what the operator observed (the task's stage
+            becomes ``settled`` only when ``to`` is ``settled``).
+        action: the ``--action`` of ``agentlease reconcile`` that makes it (``None`` for other commands).
+        to_if_effect_unknown: the status it leaves instead when the task's side effect may have
+            happened and only a person can say (:meth:`SideEffectClass.effect_unknown`).
     """
 
     kind: DecisionKind
@@ -50,6 +54,8 @@ class DecisionRule:
     error_class: ErrorClass | None = None
     restarts_attempts: bool = False
     settles: bool = False
+    action: str | None = None
+    to_if_effect_unknown: TaskStatus | None = None
 
     def allows(self, status: object) -> bool:
         """Whether a task (or a run's view of a step) in ``status`` may take this decision."""
@@ -68,6 +74,7 @@ def _rule(
 
 
 _OPEN = [status for status in TaskStatus if not status.is_terminal]
+_RECONCILE = "reconcile"
 
 DECISIONS: dict[DecisionKind, DecisionRule] = dict(
     [
@@ -82,26 +89,29 @@ DECISIONS: dict[DecisionKind, DecisionRule] = dict(
         _rule(DecisionKind.REJECT, "reject", [TaskStatus.AWAITING_APPROVAL], TaskStatus.REJECTED, EventKind.REJECTED),
         _rule(
             DecisionKind.CONFIRM,
-            "reconcile",
+            _RECONCILE,
             [TaskStatus.NEEDS_RECONCILIATION],
             TaskStatus.SETTLED,
             EventKind.RECONCILED,
             settles=True,
+            action="confirm",
         ),
         _rule(
             DecisionKind.RETRY,
-            "reconcile",
+            _RECONCILE,
             [TaskStatus.NEEDS_RECONCILIATION],
             TaskStatus.RELEASED,
             EventKind.RECONCILED,
             error_class=ErrorClass.OPERATOR_RETRY,
+            action="retry",
         ),
         _rule(
             DecisionKind.ABANDON,
-            "reconcile",
+            _RECONCILE,
             [TaskStatus.NEEDS_RECONCILIATION],
             TaskStatus.ABANDONED,
             EventKind.RECONCILED,
+            action="abandon",
         ),
         _rule(
             DecisionKind.REDRIVE,
@@ -119,16 +129,54 @@ DECISIONS: dict[DecisionKind, DecisionRule] = dict(
             TaskStatus.CANCELLED,
             EventKind.CANCELLED,
             error_class=ErrorClass.CANCELLED,
+            to_if_effect_unknown=TaskStatus.CANCELLED_EFFECT_UNKNOWN,
+        ),
+        # After a cancel of an unsafe call that may have acted: record what happened; it stays cancelled.
+        _rule(
+            DecisionKind.CONFIRM_EFFECT,
+            _RECONCILE,
+            [TaskStatus.CANCELLED_EFFECT_UNKNOWN],
+            TaskStatus.CANCELLED,
+            EventKind.RECONCILED,
+            error_class=ErrorClass.CANCELLED,
+            settles=True,
+            action="confirm",
+        ),
+        _rule(
+            DecisionKind.ABANDON_EFFECT,
+            _RECONCILE,
+            [TaskStatus.CANCELLED_EFFECT_UNKNOWN],
+            TaskStatus.CANCELLED,
+            EventKind.RECONCILED,
+            error_class=ErrorClass.CANCELLED,
+            action="abandon",
         ),
     ]
 )
 """The decision table: every decision, what it applies to and what it does."""
 
-RECONCILE_ACTIONS: tuple[DecisionKind, ...] = tuple(k for k, r in DECISIONS.items() if r.command == "reconcile")
+RECONCILE_ACTIONS: tuple[str, ...] = tuple(
+    dict.fromkeys(r.action for r in DECISIONS.values() if r.command == _RECONCILE and r.action is not None)
+)
 """The ``--action`` values of ``reconcile``: confirm, retry, abandon."""
 
 WAITING_NOTES = {TaskStatus.BLOCKED: "repair access, then"}
 """What must happen before a decision helps, per status (shown by ``agentlease waiting``)."""
+
+WAITING_WHY = {
+    TaskStatus.CANCELLED_EFFECT_UNKNOWN: "cancelled, but its side effect may have happened (effect unknown); "
+    "record what happened, the cancel stands"
+}
+"""Why a task in this status is listed by ``agentlease waiting``, when its last error does not say it."""
+
+
+def reconcile_kind(action: str, status: object) -> DecisionKind | None:
+    """The decision ``reconcile --action <action>`` makes on a task (or a run's step) in ``status``;
+    ``None`` when the table has none for that status."""
+    for rule in DECISIONS.values():
+        if rule.command == _RECONCILE and rule.action == action and rule.allows(status):
+            return rule.kind
+    return None
 
 
 def offered(status: TaskStatus) -> list[DecisionRule]:
@@ -142,9 +190,10 @@ def offered(status: TaskStatus) -> list[DecisionRule]:
 
 def suggested_commands(status: TaskStatus, agent_run_id: str, step_id: str) -> list[str]:
     """The ``agentlease`` command lines that decide a task waiting in ``status`` (cancel last)."""
+    actions = [a for a in RECONCILE_ACTIONS if reconcile_kind(a, status) is not None]
     lines = []
     for rule in sorted(offered(status), key=lambda r: r.kind is DecisionKind.CANCEL):
-        action = f" --action {'|'.join(RECONCILE_ACTIONS)}" if rule.command == "reconcile" else ""
+        action = f" --action {'|'.join(actions)}" if rule.command == _RECONCILE else ""
         note = f"{WAITING_NOTES[status]} " if status in WAITING_NOTES and rule.kind is not DecisionKind.CANCEL else ""
         lines.append(f"{note}agentlease {rule.command} {agent_run_id} {step_id}{action} --by WHO --reason WHY")
     return lines
@@ -189,10 +238,9 @@ class ReconcileRequest(DecisionRequest):
             raise ValueError("confirm needs the external_id of the outcome")
         return self
 
-    @property
-    def kind(self) -> DecisionKind:
-        """The decision this reconcile makes."""
-        return DecisionKind(self.action)
+    def kind_for(self, status: object) -> DecisionKind | None:
+        """The decision this reconcile makes on a step in ``status`` (``None``: none applies)."""
+        return reconcile_kind(self.action, status)
 
 
 class CancelRequest(_Request):

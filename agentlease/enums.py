@@ -35,6 +35,10 @@ class TaskStatus(StrEnum):
     Left by a redrive (-> released) or a cancel."""
     CANCELLED = "cancelled"
     """An operator cancelled it. Terminal: expiry never undoes it (G8)."""
+    CANCELLED_EFFECT_UNKNOWN = "cancelled_effect_unknown"
+    """An operator cancelled it after its ``unsafe`` side effect may have happened (the stage reached
+    ``external_call``): cancelled all the same (terminal, G8), and listed by ``agentlease waiting`` until a
+    person records what happened (reconcile confirm or abandon -> cancelled)."""
     REJECTED = "rejected"
     """An operator rejected the call before its side effect. Terminal."""
     ABANDONED = "abandoned"
@@ -42,13 +46,25 @@ class TaskStatus(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
-        """Settled, cancelled, rejected or abandoned: nothing moves it any more."""
+        """Settled, cancelled (effect unknown too), rejected or abandoned: no attempt runs it again."""
         return self in _TERMINAL
 
     @property
+    def is_cancelled(self) -> bool:
+        """Cancelled by an operator, whether or not its effect is known."""
+        return self in (TaskStatus.CANCELLED, TaskStatus.CANCELLED_EFFECT_UNKNOWN)
+
+    @property
     def awaits_decision(self) -> bool:
-        """Awaiting approval, blocked, needing reconciliation or dead-lettered: no claim until a person decides."""
+        """Awaiting approval, blocked, needing reconciliation or dead-lettered: no claim until a person
+        decides, and the run waits for that decision."""
         return self in _AWAITS_DECISION
+
+    @property
+    def waits_for_person(self) -> bool:
+        """Listed by ``agentlease waiting``: a decision is awaited, or a cancelled task's effect is
+        unknown and a person should record what happened (the run does not wait for that)."""
+        return self.awaits_decision or self is TaskStatus.CANCELLED_EFFECT_UNKNOWN
 
     @property
     def claimable(self) -> bool:
@@ -61,7 +77,15 @@ class TaskStatus(StrEnum):
         return _FAILURE_OF_STATUS.get(self)
 
 
-_TERMINAL = frozenset({TaskStatus.SETTLED, TaskStatus.CANCELLED, TaskStatus.REJECTED, TaskStatus.ABANDONED})
+_TERMINAL = frozenset(
+    {
+        TaskStatus.SETTLED,
+        TaskStatus.CANCELLED,
+        TaskStatus.CANCELLED_EFFECT_UNKNOWN,
+        TaskStatus.REJECTED,
+        TaskStatus.ABANDONED,
+    }
+)
 _AWAITS_DECISION = frozenset(
     {TaskStatus.AWAITING_APPROVAL, TaskStatus.BLOCKED, TaskStatus.NEEDS_RECONCILIATION, TaskStatus.DEAD_LETTERED}
 )
@@ -84,6 +108,11 @@ class StepEnd(StrEnum):
     @property
     def awaits_decision(self) -> bool:
         """Always false: no decision applies."""
+        return False
+
+    @property
+    def is_cancelled(self) -> bool:
+        """Always false: an operator's cancel is a ledger status."""
         return False
 
 
@@ -154,6 +183,11 @@ class SideEffectClass(StrEnum):
     """Neither: a repeat may duplicate the effect. Waits for approval by default; never retried past
     ``external_call`` without a reconciliation decision (G7)."""
 
+    def effect_unknown(self, stage: Stage | None) -> bool:
+        """Whether only a person can say if the side effect happened: an ``unsafe`` tool whose
+        recorded stage reached ``external_call`` (G7; a cancel then leaves ``cancelled_effect_unknown``)."""
+        return self is SideEffectClass.UNSAFE and stage is not None and stage.crossed_external_call
+
 
 class EventKind(StrEnum):
     """Kinds of entries in the evidence trail (``lease_events``)."""
@@ -213,6 +247,15 @@ class ErrorClass(StrEnum):
     """A person reconciled an ambiguous task with ``retry``: one more attempt with the same key."""
     REDRIVEN = "redriven"
     """A person sent a dead-lettered or blocked task back to work (its attempt budget restarts)."""
+    PAUSED = "paused"
+    """Released because an operator paused the activity in Temporal: not a real attempt."""
+    RESET = "reset"
+    """Released because an operator reset the activity in Temporal: not a real attempt."""
+    TIMED_OUT = "timed_out"
+    """Released because Temporal timed the attempt out while its tool still ran (it did not renew in time)."""
+    LEDGER_UNAVAILABLE = "ledger_unavailable"
+    """Released because the ledger could not be reached mid-attempt: not a real attempt; the tool
+    started no new side effect once its renewal failed."""
 
     @classmethod
     def parse(cls, value: str | None) -> ErrorClass | None:
@@ -224,8 +267,44 @@ class ErrorClass(StrEnum):
 
     @property
     def counts_as_attempt(self) -> bool:
-        """Whether a release with this class used up one of the tool's real attempts."""
-        return self is not ErrorClass.SHUTDOWN
+        """Whether a release with this class used up one of the tool's real attempts (a shutdown, a
+        Temporal pause or reset and a ledger outage give theirs back)."""
+        return self not in _GIVES_ATTEMPT_BACK
+
+
+_GIVES_ATTEMPT_BACK = frozenset(
+    {ErrorClass.SHUTDOWN, ErrorClass.PAUSED, ErrorClass.RESET, ErrorClass.LEDGER_UNAVAILABLE}
+)
+
+
+class Interruption(StrEnum):
+    """Why Temporal cancelled a running attempt (``activity.cancellation_details()``); recorded with the
+    release it causes (``details.cause``) and read as the error class the next attempt sees."""
+
+    PAUSED = "paused"
+    """``temporal activity pause``: the attempt is given back; the next one starts on unpause."""
+    RESET = "reset"
+    """``temporal activity reset``: the attempt is given back; the claim generation goes on growing (G3)."""
+    SHUTDOWN = "shutdown"
+    """The worker shuts down (SIGTERM past the grace): the attempt is given back."""
+    TIMED_OUT = "timed_out"
+    """Temporal timed the attempt out (heartbeat or start-to-close) while the tool still ran."""
+    CANCELLED = "cancelled"
+    """Anything else: the workflow cancelled the activity, or Temporal no longer knows the attempt."""
+
+    @property
+    def error_class(self) -> ErrorClass:
+        """The error class the release records."""
+        return _ERROR_CLASS_OF_INTERRUPTION[self]
+
+
+_ERROR_CLASS_OF_INTERRUPTION = {
+    Interruption.PAUSED: ErrorClass.PAUSED,
+    Interruption.RESET: ErrorClass.RESET,
+    Interruption.SHUTDOWN: ErrorClass.SHUTDOWN,
+    Interruption.TIMED_OUT: ErrorClass.TIMED_OUT,
+    Interruption.CANCELLED: ErrorClass.RETRYABLE,
+}
 
 
 class RecoveryAction(StrEnum):
@@ -300,7 +379,14 @@ class FailureType(StrEnum):
     LEASE_HELD = "LeaseHeld"
     """Retryable: an earlier attempt's lease is still valid; ``next_retry_delay`` is the time left."""
     LEASE_LOST = "LeaseLost"
-    """Retryable: this attempt's lease lapsed or was superseded."""
+    """Retryable: this attempt's lease lapsed or was superseded (a refused settle is ``late_unapplied``)."""
+    LEDGER_UNAVAILABLE = "LedgerUnavailable"
+    """Retryable: the ledger could not be reached; what could not be written is recorded once it is back."""
+    CLOCK_BEHIND = "ClockBehind"
+    """Retryable: a SQLite ledger refused the claim because this process's clock runs behind the
+    ledger's latest recorded time (one host, one clock: G1)."""
+    INTERRUPTED = "Interrupted"
+    """Retryable: Temporal paused, reset or timed out the attempt; its lease was released with the cause."""
     TASK_CLOSED = "TaskClosed"
     """Non-retryable: the task is rejected or abandoned (final), or waits for approval; no attempt may
     run. The failure's details say its status."""
@@ -365,4 +451,11 @@ class DecisionKind(StrEnum):
     REDRIVE = "redrive"
     """Send a dead-lettered or blocked task back to work; its attempt budget restarts (-> released)."""
     CANCEL = "cancel"
-    """Cancel a task that is not final; its claim ends (-> cancelled)."""
+    """Cancel a task that is not final; its claim ends (-> cancelled, or cancelled_effect_unknown for an
+    unsafe task that may have sent its side effect)."""
+    CONFIRM_EFFECT = "confirm_effect"
+    """Reconcile a cancelled task whose effect was unknown: it happened; a receipt is written from what was
+    observed and the task stays cancelled (cancelled_effect_unknown -> cancelled)."""
+    ABANDON_EFFECT = "abandon_effect"
+    """Reconcile a cancelled task whose effect was unknown: it did not happen, with a note; it stays
+    cancelled (cancelled_effect_unknown -> cancelled)."""

@@ -45,7 +45,33 @@ class ConfigurationError(AgentLeaseError):
 
 
 class LedgerUnavailableError(AgentLeaseError):
-    """The ledger database cannot be reached or is not migrated."""
+    """The ledger database cannot be reached (stopped, restarting, the connection dropped), or is not
+    migrated.
+
+    Every ledger operation raises it for an outage, in place of the driver's own error (kept as
+    ``__cause__``). A tool sees it from ``ctx.advance`` and ``ctx.renew``: the lease could not be
+    confirmed, so the tool starts no new side effect (``ctx.ledger_unavailable``); let it propagate.
+    What the attempt could not write is recorded once the ledger is back.
+    """
+
+
+class ClockBehindError(AgentLeaseError):
+    """A claim on a SQLite ledger was refused: this process's clock runs behind the ledger's latest
+    recorded time, so its idea of which leases lapsed cannot be trusted (G1 on SQLite: one host, one
+    clock).
+
+    Attributes:
+        task_id: the task that was to be claimed.
+        behind: how far behind the newest evidence entry this process's clock is.
+    """
+
+    def __init__(self, task_id: str, behind: timedelta) -> None:
+        super().__init__(
+            f"claim of {task_id!r} refused: this process's clock is {behind.total_seconds():.3f}s behind the "
+            "ledger's latest recorded time; every process of a SQLite ledger must share the host's clock"
+        )
+        self.task_id = task_id
+        self.behind = behind
 
 
 class TaskNotFoundError(AgentLeaseError):

@@ -16,6 +16,8 @@ sees (duplicate deliveries, settlement latency). A worker serves them when
 | settlement latency after external commit | ``agentlease_settlement_latency_seconds{tool}`` |
 | dead-letter rate by tool | ``agentlease_tasks_parked_total{tool,status="dead_lettered"}`` |
 | tasks with missing trace links | ``agentlease_claims_without_trace_total{tool}`` |
+| ledger outages seen by a worker | ``agentlease_ledger_unavailable_total{tool,operation}`` |
+| writes waiting for the ledger to come back | ``agentlease_ledger_deferred_writes`` (gauge) |
 
 Also: ``agentlease_lease_claims_total{tool,outcome}`` and ``agentlease_settlements_total{tool,outcome}``
 (``late_unapplied`` counts the results of superseded attempts, G10).
@@ -29,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from agentlease.errors import ConfigurationError
 
@@ -99,6 +101,18 @@ CLAIMS_WITHOUT_TRACE = Counter(
     "agentlease_claims_without_trace",
     "Granted claims with no Temporal trace link (workflow id): their evidence cannot be joined to a history.",
     ["tool"],
+)
+
+LEDGER_UNAVAILABLE = Counter(
+    "agentlease_ledger_unavailable",
+    "Ledger operations that failed because the ledger could not be reached, by operation: claim, renew, "
+    "settle, release, a park (dead_letter, blocked, needs_reconciliation), decide.",
+    ["tool", "operation"],
+)
+LEDGER_DEFERRED_WRITES = Gauge(
+    "agentlease_ledger_deferred_writes",
+    "Settles, releases and parks this worker could not write during a ledger outage, waiting to be "
+    "recorded when the ledger is back.",
 )
 
 
@@ -175,6 +189,14 @@ class LeaseMetrics:
         """Seconds from entering ``commit`` to a durable settle."""
         SETTLEMENT_LATENCY.labels(tool).observe(seconds)
 
+    def ledger_unavailable(self, tool: str, operation: str) -> None:
+        """A ledger operation failed because the ledger could not be reached."""
+        LEDGER_UNAVAILABLE.labels(tool or NONE, operation).inc()
+
+    def deferred_writes(self, pending: int) -> None:
+        """How many writes wait for the ledger to come back."""
+        LEDGER_DEFERRED_WRITES.set(pending)
+
 
 LEASE_METRICS = LeaseMetrics()
 """The process's lease metrics."""
@@ -245,6 +267,8 @@ __all__ = [
     "LEASE_METRICS",
     "LEASE_RELEASES",
     "LEASE_RENEWALS",
+    "LEDGER_DEFERRED_WRITES",
+    "LEDGER_UNAVAILABLE",
     "RENEWALS_PER_TASK",
     "SETTLEMENTS",
     "SETTLEMENT_LATENCY",

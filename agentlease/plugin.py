@@ -16,7 +16,8 @@ beside the frameworks' plugins::
 
 When it opens the ledger itself (no ``ledger`` given) it checks its schema as the worker starts
 (or migrates it, with ``migrate_on_start``) and closes it when the worker stops. The engines its
-tools share (:class:`~activities.resources.ToolResources`) close when the worker stops.
+tools share (:class:`~activities.resources.ToolResources`) close when the worker stops, and so does
+the retrying of writes a ledger outage deferred (:mod:`activities.deferred`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class AgentLeasePlugin(SimplePlugin):
         self._owns_ledger = ledger is None
         self.ledger = ledger or Ledger.from_url(self.settings.ledger_url)
         self.resources = ToolResources()
+        self._leased: list[LeasedActivities] = []
         self._identity = identity or self.settings.worker_identity
         super().__init__(
             PLUGIN_NAME,
@@ -115,6 +117,7 @@ class AgentLeasePlugin(SimplePlugin):
 
     def _activities(self, existing: Any) -> list[Callable[..., Any]]:
         leased = LeasedActivities(self.ledger, self.registry, self.identity, self.settings, self.resources)
+        self._leased.append(leased)
         return [*(existing or []), *leased.activities(), *DecisionActivities(self.ledger).activities()]
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
@@ -128,6 +131,8 @@ class AgentLeasePlugin(SimplePlugin):
                 await (upgrade if self.settings.migrate_on_start else require_current)(self.ledger.database)
             yield
         finally:
+            for leased in self._leased:  # writes still deferred by a ledger outage: logged, left to the sweeper
+                await leased.close()
             await self.resources.close()
             if self._owns_ledger:
                 await self.ledger.close()

@@ -32,6 +32,15 @@ class AgentLeaseSettings(BaseSettings):
         worker_identity: lease owner and Temporal identity; default ``<host>:<pid>``.
         shutdown_grace: how long running tools may finish after SIGTERM. Default 30s.
         max_concurrent_activities: tool calls one worker runs at once. Default 100.
+        sticky_schedule_to_start: how long a run's next workflow task waits on the sticky queue of
+            the worker that ran its last one before any worker may take it (Temporal's
+            ``sticky_queue_schedule_to_start_timeout``): after that worker died or paused, the
+            run moves on this much later. Default 3s.
+        activity_pollers: long polls for tool calls one worker keeps open at most. A paused
+            worker's open polls still take tasks, each one losing an attempt (a lease TTL), until
+            the server's long poll expires; more polls serve more tool calls per second on a
+            distant server. Default 1.
+        workflow_pollers: long polls for workflow tasks one worker keeps open at most. Default 2.
         http_base_url: base for relative URLs of the built-in HTTP tools.
         sql_target_url: database the ``sql_upsert`` tool writes into.
         publish_base_url: base URL of the publishing service ``http_publish`` writes to.
@@ -63,6 +72,9 @@ class AgentLeaseSettings(BaseSettings):
     worker_identity: str | None = None
     shutdown_grace: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(0))
     max_concurrent_activities: int = Field(default=100, ge=1)
+    sticky_schedule_to_start: timedelta = Field(default=timedelta(seconds=3), gt=timedelta(0))
+    activity_pollers: int = Field(default=1, ge=1)
+    workflow_pollers: int = Field(default=2, ge=2)
     http_base_url: str | None = None
     sql_target_url: str | None = None
     publish_base_url: str | None = None
@@ -76,7 +88,7 @@ class AgentLeaseSettings(BaseSettings):
     data_converter: str | None = None
     migrate_on_start: bool = False
 
-    @field_validator("shutdown_grace", "decision_timeout", mode="before")
+    @field_validator("shutdown_grace", "decision_timeout", "sticky_schedule_to_start", mode="before")
     @classmethod
     def _seconds(cls, value: object) -> object:
         if isinstance(value, str):

@@ -82,8 +82,7 @@ def decide(
         return RecoveryDecision(
             RecoveryAction.RETRY_SAME_KEY, "reconciled by a person: retry with the same idempotency key"
         )
-    crossed = last_stage is not None and last_stage.crossed_external_call
-    if side_effect_class is SideEffectClass.UNSAFE and crossed:
+    if side_effect_class.effect_unknown(last_stage):
         return RecoveryDecision(
             RecoveryAction.RECONCILE, "ambiguous non-idempotent side effect: pause for reconciliation"
         )

@@ -71,7 +71,14 @@ def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
 
 
 _DECISION_TIMEOUT = timedelta(seconds=30)
-_DECISION_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=[FailureType.DECISION_REFUSED.value])
+_DECISION_RETRY = RetryPolicy(
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=0,
+    non_retryable_error_types=[FailureType.DECISION_REFUSED.value],
+)
+"""A decision is written to the ledger however long an outage lasts (attempts every 10 s at most)."""
+_CANCEL_ANSWERS_AT_ONCE = "agentlease-cancel-answers-at-once"
+"""Patch: ``cancel`` answers once the ledger recorded it, without waiting for the activity (0.2.0)."""
 _RUN_DECIDER = "agentlease"
 """Who the evidence trail names for decisions the run makes itself (parking an approval-gated call)."""
 
@@ -281,7 +288,7 @@ class LeasedToolCalls:
             return CallOutcome(self._failed(sid, err))
         finally:
             self._running.pop(sid, None)
-        if self._views[sid].status is TaskStatus.CANCELLED:
+        if self._views[sid].status.is_cancelled:
             return CallOutcome(self._views[sid])
         self._set_state(self._state, stage=outcome.stage)
         view = self._update(
@@ -297,7 +304,7 @@ class LeasedToolCalls:
 
     def _failed(self, step_id: str, err: ActivityError) -> TaskView:
         """The view of a step whose attempt failed: the status its failure reports."""
-        if self._views[step_id].status is TaskStatus.CANCELLED:
+        if self._views[step_id].status.is_cancelled:
             return self._views[step_id]
         cause = err.cause
         if isinstance(cause, CancelledError):
@@ -442,16 +449,31 @@ class LeasedToolCalls:
 
     async def _reconcile(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = parse_payload(ReconcileRequest, payload, "reconcile")
+        kind = self._reconcile_kind(request)
         extra: dict[str, Any] = {}
-        if request.kind is DecisionKind.CONFIRM:
+        if DECISIONS[kind].settles:
             extra = {"external_id": request.external_id, "observed": request.observed}
-        await self._apply(self._steps[request.step_id], request.kind, request.by, request.reason, **extra)
+        await self._apply(self._steps[request.step_id], kind, request.by, request.reason, **extra)
         self._refresh_waiting()
         return self._status_query()
 
     def _validate_reconcile(self, payload: dict[str, Any]) -> None:
-        request = parse_payload(ReconcileRequest, payload, "reconcile")
-        self._require(request.step_id, request.kind)
+        self._reconcile_kind(parse_payload(ReconcileRequest, payload, "reconcile"))
+
+    def _reconcile_kind(self, request: ReconcileRequest) -> DecisionKind:
+        """The decision a reconcile makes on its step's status, or a ``ValueError`` if none applies."""
+        if request.step_id not in self._views:
+            raise ValueError(f"run {self.run_id} has no step {request.step_id!r}")
+        status = self._views[request.step_id].status
+        kind = request.kind_for(status)
+        if kind is None:
+            allowed = " or ".join(
+                dict.fromkeys(s.value for r in DECISIONS.values() if r.action == request.action for s in r.applies_to)
+            )
+            raise ValueError(
+                f"cannot reconcile step {request.step_id!r} with {request.action}: it is {status.value}, not {allowed}"
+            )
+        return kind
 
     async def _cancel(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = parse_payload(CancelRequest, payload, "cancel")
@@ -466,8 +488,14 @@ class LeasedToolCalls:
             handle = self._running.get(step_id)
             if handle is not None:
                 handle.cancel()
-        # Wait for the cancelled activities to acknowledge.
-        await workflow.wait_condition(lambda: not any(step_id in self._running for step_id in targets))
+        if workflow.patched(_CANCEL_ANSWERS_AT_ONCE):
+            # Answer at once with the run as it is now: the cancel is in the ledger, and a running attempt
+            # stops at its next renewal (refused), however long its lease; waiting for it to acknowledge
+            # could outlast the caller's time limit.
+            if request.step_id is None:
+                self.end(RunState.CANCELLED)
+        else:  # runs cancelled by an earlier version waited for the activities to acknowledge
+            await workflow.wait_condition(lambda: not any(step_id in self._running for step_id in targets))
         self._refresh_waiting()
         return self._status_query()
 

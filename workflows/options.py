@@ -10,11 +10,12 @@ from temporalio.common import RetryPolicy
 from agentlease.enums import FailureType
 from agentlease.errors import MissingHeartbeatTimeoutError
 from agentlease.records import ToolInfo
+from agentlease.retries import LOST_ATTEMPT_RETRY_INITIAL, LOST_ATTEMPT_RETRY_MAXIMUM
 
-RETRY_INITIAL_INTERVAL = timedelta(seconds=1)
-"""First Temporal retry backoff. Default 1s."""
-RETRY_MAXIMUM_INTERVAL = timedelta(seconds=30)
-"""Largest Temporal retry backoff. Default 30s."""
+RETRY_INITIAL_INTERVAL = LOST_ATTEMPT_RETRY_INITIAL
+"""First Temporal retry backoff (a lost attempt; failures the ledger recorded set their own delay)."""
+RETRY_MAXIMUM_INTERVAL = LOST_ATTEMPT_RETRY_MAXIMUM
+"""Largest Temporal retry backoff: it never grows past what the lease's ``LeaseHeld`` delay paces."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ def leased_activity_options(tool: ToolInfo) -> LeasedActivityOptions:
 
     Temporal retries without an attempt limit: the ledger counts real attempts (refused claims
     while a lease is still held are not attempts) and dead-letters after ``tool.max_attempts``.
+    The policy's own backoff is short and bounded (:mod:`agentlease.retries`): it only paces an
+    attempt that was lost; a failure the ledger recorded sets ``next_retry_delay`` itself.
 
     Raises:
         MissingHeartbeatTimeoutError: the tool has no positive lease TTL.

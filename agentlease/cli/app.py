@@ -28,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from agentlease.cli.plans import load_plan
+from agentlease.cli.reaching import query_within, reconciled_in_ledger
 from agentlease.cli.render import events_table, run_table, tasks_table, to_json
 from agentlease.enums import RunState
 from agentlease.errors import (
@@ -96,6 +97,24 @@ def _settings(ctx: typer.Context) -> AgentLeaseSettings:
     return ctx.obj
 
 
+def _log_in_one_line() -> None:
+    """Log lines on stderr as ``<time> <level> <logger>: <message>``: the SDK's warnings, and agentlease's own
+    one-line reports (a lost lease, a ledger outage, a clock behind the ledger) from INFO up."""
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("agentlease").setLevel(logging.INFO)
+
+
+def _with(settings: AgentLeaseSettings, overrides: dict[str, Any]) -> AgentLeaseSettings:
+    """``settings`` with a command's own options (``None``: not given), validated like the rest."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return settings
+    try:
+        return AgentLeaseSettings.model_validate({**settings.model_dump(), **given})
+    except ValidationError as exc:
+        raise ConfigurationError(f"bad setting: {describe_validation_error(exc)}") from None
+
+
 @asynccontextmanager
 async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> AsyncIterator[Any]:
     """The configured ledger; a read on a SQLite file that does not exist is an error, not a new file."""
@@ -126,12 +145,43 @@ async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> A
 
 
 @app.command()
-def worker(ctx: typer.Context) -> None:
+def worker(
+    ctx: typer.Context,
+    sticky_schedule_to_start: Annotated[
+        float | None,
+        typer.Option(
+            envvar="AGENTLEASE_STICKY_SCHEDULE_TO_START",
+            help="Seconds a run's next workflow task waits for the worker that ran its last one before any "
+            "worker takes it (after that worker died or paused). Default 3.",
+        ),
+    ] = None,
+    activity_pollers: Annotated[
+        int | None,
+        typer.Option(
+            envvar="AGENTLEASE_ACTIVITY_POLLERS",
+            help="Long polls for tool calls kept open at most. A paused worker's open polls still take tasks, "
+            "each losing one lease TTL until the server's long poll expires. Default 1.",
+        ),
+    ] = None,
+    workflow_pollers: Annotated[
+        int | None,
+        typer.Option(
+            envvar="AGENTLEASE_WORKFLOW_POLLERS",
+            help="Long polls for workflow tasks kept open at most (at least 2: sticky and normal). Default 2.",
+        ),
+    ] = None,
+) -> None:
     """Run a worker: the AgentRunWorkflow and every registered tool. Stops on SIGTERM/Ctrl-C."""
     from agentlease.databases import display_url
     from worker import serve
 
-    settings = _settings(ctx)
+    overrides = {
+        "sticky_schedule_to_start": sticky_schedule_to_start,
+        "activity_pollers": activity_pollers,
+        "workflow_pollers": workflow_pollers,
+    }
+    settings = _with(_settings(ctx), overrides)
+    _log_in_one_line()
     ledger = display_url(settings.ledger_url)
     err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {ledger}")
     if settings.metrics_address is not None:
@@ -274,7 +324,7 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
     try:
         description = await handle.describe()
         if description.status == WorkflowExecutionStatus.RUNNING:
-            current = await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=_RPC)
+            current = await query_within(handle, agent_run_id, settings.decision_timeout.total_seconds())
             return await _with_heartbeats(client, description, current)
         if description.status == WorkflowExecutionStatus.COMPLETED:
             return await handle.result()
@@ -419,7 +469,19 @@ def reconcile(
     payload = _request(
         ReconcileRequest, step_id=step_id, by=by, reason=reason, action=action, external_id=external_id, observed=seen
     )
-    _decide(_settings(ctx), agent_run_id, "reconcile", payload, as_json)
+    settings = _settings(ctx)
+
+    async def _in_ledger() -> Any:
+        async with _ledger(settings) as ledger:
+            return await reconciled_in_ledger(ledger, settings, agent_run_id, payload)
+
+    record = asyncio.run(_in_ledger())
+    if record is None:
+        _decide(settings, agent_run_id, "reconcile", payload, as_json)
+    elif as_json:
+        out.print_json(to_json(record))
+    else:
+        out.print(tasks_table([record], title=f"{record.task_id}: {payload.action} recorded; it stays cancelled"))
 
 
 @app.command()
@@ -438,6 +500,10 @@ def cancel(
     _decide(
         _settings(ctx), agent_run_id, "cancel", _request(CancelRequest, step_id=step_id, by=by, reason=reason), as_json
     )
+    err.print(
+        "the cancel is recorded in the ledger; an attempt still running stops at its next renewal, which the "
+        "ledger refuses (cancelled stays cancelled)"
+    )
 
 
 def _request(model: Any, **fields: Any) -> Any:
@@ -453,11 +519,11 @@ def waiting(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List every task waiting for a person, and why (from the ledger)."""
-    from agentlease.decisions import suggested_commands
+    from agentlease.decisions import WAITING_WHY, suggested_commands
 
     async def _list() -> list[Any]:
         async with _ledger(_settings(ctx)) as ledger:
-            return [r for r in await ledger.list_tasks() if r.status.awaits_decision]
+            return [r for r in await ledger.list_tasks() if r.status.waits_for_person]
 
     records = asyncio.run(_list())
     if as_json:
@@ -465,7 +531,8 @@ def waiting(
         return
     out.print(tasks_table(records, title="tasks waiting for a person"))
     for record in records:
-        why = f": {record.last_error}" if record.last_error else ""
+        explained = WAITING_WHY.get(record.status) or record.last_error
+        why = f": {explained}" if explained else ""
         out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}{why}", soft_wrap=True)
         for hint in suggested_commands(record.status, record.agent_run_id, record.step_id):
             out.print(f"  -> {hint}", soft_wrap=True, markup=False)

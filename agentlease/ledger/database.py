@@ -34,15 +34,18 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Protocol, TypeVar
 
+import asyncpg
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, sqlite_path
+from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, is_unavailable, sqlite_path
+from agentlease.errors import LedgerUnavailableError, one_line
 from agentlease.ledger.engine import READ_ONLY_OPTION, create_pg_ledger_engine, create_sqlite_thread_engine
 
 T = TypeVar("T")
@@ -63,11 +66,20 @@ class LedgerDatabase(Protocol):
     url: str
 
     async def write(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction`` in a write transaction; commit if it returns, roll back if it raises."""
+        """Run ``transaction`` in a write transaction; commit if it returns, roll back if it raises.
+
+        Raises:
+            LedgerUnavailableError: the database could not be reached or answer; the outcome of the
+                transaction is unknown (it may have committed).
+        """
         ...
 
     async def read(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction`` on one consistent snapshot without taking SQLite's write lock."""
+        """Run ``transaction`` on one consistent snapshot without taking SQLite's write lock.
+
+        Raises:
+            LedgerUnavailableError: the database could not be reached or answer.
+        """
         ...
 
     async def dispose(self) -> None:
@@ -95,6 +107,21 @@ def open_database(
         engine = create_sqlite_thread_engine(url, busy_timeout_ms=sqlite_busy_timeout_ms)
         return SQLiteThreadDatabase(engine, display_url(url), busy_timeout_ms=sqlite_busy_timeout_ms)
     return AsyncEngineDatabase(create_pg_ledger_engine(url, pool_size=pool_size))
+
+
+@contextmanager
+def unavailable_as_error(url: str) -> Iterator[None]:
+    """Raise :class:`LedgerUnavailableError` (one line, the driver's error as its cause) for an error
+    that says the ledger could not be reached or answer (:func:`~agentlease.databases.is_unavailable`);
+    anything else propagates unchanged. On such an error a write's outcome is unknown: it may have
+    committed (see the idempotent retries of :class:`~agentlease.ledger.store.Ledger`)."""
+    try:
+        yield
+    except (SQLAlchemyError, OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        if not is_unavailable(exc):
+            raise
+        cause = one_line(getattr(exc, "orig", None) or exc)
+        raise LedgerUnavailableError(f"ledger {url} unavailable: {cause}") from exc
 
 
 class SQLiteThreadDatabase:
@@ -131,10 +158,12 @@ class SQLiteThreadDatabase:
         return await asyncio.get_running_loop().run_in_executor(self._thread, self._run, engine, transaction, deadline)
 
     async def write(self, transaction: Transaction[T]) -> T:
-        return await self._hop(self._engine, transaction)
+        with unavailable_as_error(self.url):
+            return await self._hop(self._engine, transaction)
 
     async def read(self, transaction: Transaction[T]) -> T:
-        return await self._hop(self._read_engine, transaction)
+        with unavailable_as_error(self.url):
+            return await self._hop(self._read_engine, transaction)
 
     async def dispose(self) -> None:
         thread, self._thread = self._thread, None
@@ -158,18 +187,27 @@ class AsyncEngineDatabase:
         self._engine = engine
         self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
         self.dialect = engine.dialect.name
-        self.url = engine.url.render_as_string(hide_password=True)
+        self.url = engine.url.set(drivername=engine.url.get_backend_name()).render_as_string(hide_password=True)
 
     async def write(self, transaction: Transaction[T]) -> T:
-        async with self._engine.begin() as conn:
-            return await conn.run_sync(transaction)
+        with unavailable_as_error(self.url):
+            async with self._engine.begin() as conn:
+                return await conn.run_sync(transaction)
 
     async def read(self, transaction: Transaction[T]) -> T:
-        async with self._read_engine.begin() as conn:
-            return await conn.run_sync(transaction)
+        with unavailable_as_error(self.url):
+            async with self._read_engine.begin() as conn:
+                return await conn.run_sync(transaction)
 
     async def dispose(self) -> None:
         await self._engine.dispose()
 
 
-__all__ = ["AsyncEngineDatabase", "LedgerDatabase", "SQLiteThreadDatabase", "Transaction", "open_database"]
+__all__ = [
+    "AsyncEngineDatabase",
+    "LedgerDatabase",
+    "SQLiteThreadDatabase",
+    "Transaction",
+    "open_database",
+    "unavailable_as_error",
+]

@@ -38,7 +38,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from agentlease.clock import bound_now_ms
 from agentlease.decisions import DECISIONS
-from agentlease.enums import DecisionKind, Stage, TaskStatus
+from agentlease.enums import DecisionKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.schema import LeaseEventRow, ReceiptRow, TaskRow
 from agentlease.records import TraceLink
 
@@ -92,6 +92,7 @@ class LeaseStatements:
         set_receipt: the ``receipt`` column of ``key_task_id`` (the receipt that stands for its key).
         decisions: per decision kind, the conditional UPDATE of :data:`~agentlease.decisions.DECISIONS`
             (``receipt`` bound for a decision that settles); RETURNING the row.
+        latest_event_at: ``at_ms`` of the newest evidence entry (the ledger's latest recorded time).
         expired_first: running tasks whose lease lapsed, oldest lapse first, ``limit`` rows.
         expired_after: the same after the keyset cursor ``after_expires_at_ms`` / ``after_task_id``.
         record_expiry: the sweeper's conditional write of one lapsed lease (unchanged since read).
@@ -112,6 +113,7 @@ class LeaseStatements:
     select_task: Select[Any]
     set_receipt: Update
     decisions: dict[DecisionKind, Update]
+    latest_event_at: Select[Any]
     expired_first: Select[Any]
     expired_after: Select[Any]
     record_expiry: Update
@@ -125,8 +127,16 @@ def _column_of_task(column: Any) -> Any:
 def _decision(kind: DecisionKind, now: ColumnElement[int]) -> Update:
     """The conditional UPDATE of one decision: from one of its statuses to its result, ending any claim."""
     rule = DECISIONS[kind]
+    status: Any = rule.to.value
+    if rule.to_if_effect_unknown is not None:
+        # One expression for SideEffectClass.effect_unknown(stage): an unsafe tool past external_call.
+        may_have_acted = and_(
+            _T.side_effect_class == SideEffectClass.UNSAFE.value,
+            _T.stage.in_([stage.value for stage in Stage if SideEffectClass.UNSAFE.effect_unknown(stage)]),
+        )
+        status = case((may_have_acted, rule.to_if_effect_unknown.value), else_=rule.to.value)
     values: dict[str, Any] = {
-        "status": rule.to.value,
+        "status": status,
         "lease_owner": None,
         "lease_expires_at_ms": None,
         "error_class": None if rule.error_class is None else rule.error_class.value,
@@ -136,6 +146,7 @@ def _decision(kind: DecisionKind, now: ColumnElement[int]) -> Update:
         values["attempts"] = 0
     if rule.settles:
         values["receipt"] = bindparam("receipt", type_=_T.receipt.type)
+    if rule.to is TaskStatus.SETTLED:
         values["stage"] = Stage.SETTLED.value
     return (
         update(TASKS)
@@ -284,6 +295,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         .where(_T.task_id == bindparam("key_task_id"))
         .values(receipt=bindparam("receipt", type_=_T.receipt.type)),
         decisions={kind: _decision(kind, now) for kind in DecisionKind},
+        latest_event_at=select(_E.at_ms).order_by(_E.event_id.desc()).limit(1),
         expired_first=expired_first,
         expired_after=expired_after,
         record_expiry=record_expiry,

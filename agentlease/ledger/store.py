@@ -24,8 +24,15 @@ from sqlalchemy.engine import Connection
 from agentlease.clock import duration_ms, from_ms, now_param
 from agentlease.decisions import DECISIONS
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, Stage, TaskStatus
-from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
-from agentlease.ledger.database import LedgerDatabase, open_database
+from agentlease.errors import (
+    LeaseHeldError,
+    LeaseLostError,
+    LedgerUnavailableError,
+    TaskClosedError,
+    TaskNotFoundError,
+)
+from agentlease.ledger.database import LedgerDatabase, Transaction, open_database
+from agentlease.ledger.outages import check_claim_clock, own_lease_end, own_settle
 from agentlease.ledger.statements import LeaseStatements, events_query, held, lease_statements, tasks_query
 from agentlease.ledger.trail import write_event, write_holder_event
 from agentlease.metrics import LEASE_METRICS, LeaseMetrics
@@ -181,10 +188,29 @@ class Ledger:
             )
         return outcome
 
+    async def _write(self, operation: str, tool: str, transaction: Transaction[_R]) -> _R:
+        """One write transaction; an outage is counted (``agentlease_ledger_unavailable_total``) and raised.
+
+        Raises:
+            LedgerUnavailableError: the database could not be reached; the write may or may not have
+                committed (settle and lease ends retried after one recognise their own write).
+        """
+        try:
+            return await self._db.write(transaction)
+        except LedgerUnavailableError:
+            self._metrics.ledger_unavailable(tool, operation)
+            raise
+
     # -- claim ---------------------------------------------------------------------------------
 
     async def claim(
-        self, spec: TaskSpec, owner: str, *, trace: TraceLink | None = None, now: datetime | None = None
+        self,
+        spec: TaskSpec,
+        owner: str,
+        *,
+        trace: TraceLink | None = None,
+        heartbeat_timeout: timedelta | None = None,
+        now: datetime | None = None,
     ) -> Claim:
         """Claim a task for one attempt, minting the next claim generation (G1, G3).
 
@@ -197,6 +223,10 @@ class Ledger:
             spec: the task's identity, tool, class, idempotency key and lease TTL.
             owner: the worker identity that will hold the lease.
             trace: the Temporal attempt this claim belongs to.
+            heartbeat_timeout: the attempt's Temporal heartbeat timeout; when it differs from the
+                lease's TTL (``temporal activity update-options`` changed it) the ``claimed`` entry
+                records both (``details.heartbeat_timeout_ms``): Temporal and the ledger then give up
+                on a silent attempt at different times.
             now: injected time; default the database's clock.
 
         Returns:
@@ -205,12 +235,16 @@ class Ledger:
         Raises:
             LeaseHeldError: another lease is valid; ``retry_after`` is the time until it lapses.
             TaskClosedError: the task is settled, dead-lettered or cancelled.
+            ClockBehindError: SQLite only: this process's clock runs behind the ledger's latest
+                recorded time (G1: one host, one clock).
+            LedgerUnavailableError: the ledger could not be reached.
         """
         trace = trace or TraceLink()
         key = {"key_task_id": spec.task_id, **now_param(now)}
 
         def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None]:
             """The claim, whether it superseded a lapsed lease, and that lease's stage."""
+            check_claim_clock(conn, self._sql, self._db.dialect, spec.task_id, now)
             self._insert_task(conn, spec, now)
             before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
@@ -244,6 +278,14 @@ class Ledger:
                     details={"lease_expires_at_ms": before.lease_expires_at_ms, "by": "takeover"},
                     trace=TraceLink.from_mapping(before._mapping),
                 )
+            details: dict[str, Any] = {"lease_expires_at_ms": granted.lease_expires_at_ms}
+            reason = f"attempt {granted.attempts}"
+            if heartbeat_timeout is not None and duration_ms(heartbeat_timeout) != granted.lease_ttl_ms:
+                details.update(heartbeat_timeout_ms=duration_ms(heartbeat_timeout), lease_ttl_ms=granted.lease_ttl_ms)
+                reason += (
+                    f"; Temporal's heartbeat timeout ({heartbeat_timeout.total_seconds():g}s) is not the lease "
+                    f"TTL ({granted.lease_ttl_ms / 1000:g}s): the ledger's TTL decides who holds the lease"
+                )
             write_event(
                 conn,
                 self._sql,
@@ -253,8 +295,8 @@ class Ledger:
                 at_ms=granted.lease_acquired_at_ms,
                 owner=owner,
                 stage=granted.stage,
-                reason=f"attempt {granted.attempts}",
-                details={"lease_expires_at_ms": granted.lease_expires_at_ms},
+                reason=reason,
+                details=details,
                 trace=trace,
             )
             stored = self._receipt(conn, spec.idempotency_key)
@@ -278,7 +320,7 @@ class Ledger:
 
         started = time.perf_counter()
         try:
-            claim, superseded, superseded_stage = await self._db.write(claim_tx)
+            claim, superseded, superseded_stage = await self._write("claim", spec.tool, claim_tx)
         except LeaseHeldError:
             self._metrics.claim(spec.tool, "held")
             raise
@@ -318,6 +360,7 @@ class Ledger:
         Raises:
             LeaseLostError: the lease lapsed, was superseded, or the task was cancelled or settled.
                 A ``lease_lost`` event is recorded before raising.
+            LedgerUnavailableError: the ledger could not be reached; the lease is not confirmed.
             ValueError: ``stage`` is ``settled``, or ``reason`` is blank.
         """
         if stage is Stage.SETTLED:
@@ -351,7 +394,7 @@ class Ledger:
             assert expires_at is not None
             return expires_at, row.stage
 
-        outcome = await self._db.write(renew_tx)
+        outcome = await self._write("renew", claim.tool, renew_tx)
         lost = isinstance(outcome, _Refusal)
         self._metrics.renewal(claim.tool, stage if lost else outcome[1], renewed=not lost)  # type: ignore[index]
         return self._granted(claim, "renew", outcome)[0]
@@ -362,6 +405,7 @@ class Ledger:
         receipt: SettlementReceipt,
         *,
         result: dict[str, Any] | None = None,
+        retried: bool = False,
         now: datetime | None = None,
     ) -> StoredReceipt:
         """Settle the task with a receipt made after readback (G2, G6, G10).
@@ -372,6 +416,9 @@ class Ledger:
             claim: the lease held.
             receipt: the settlement receipt.
             result: the tool's result, kept as evidence if the settle is refused.
+            retried: this call repeats one that raised :class:`LedgerUnavailableError`: a settle of
+                this claim with this receipt that committed all the same is recognised and returned,
+                not refused. Default false: a second settle is refused like any stale write.
             now: injected time; default the database's clock.
 
         Returns:
@@ -380,6 +427,7 @@ class Ledger:
         Raises:
             LeaseLostError: the holder no longer holds the lease; the result is recorded as a
                 ``late_unapplied`` event and nothing else changes.
+            LedgerUnavailableError: the ledger could not be reached; the settle may have committed.
         """
         receipt_json = receipt.model_dump(mode="json")
         params = {**self._held(claim, now), "receipt": receipt_json}
@@ -388,6 +436,10 @@ class Ledger:
             """The stored receipt and the task's renewal count, or the refusal."""
             row = conn.execute(self._sql.settle, params).first()
             if row is None:
+                stored_now = self._receipt(conn, claim.idempotency_key) if retried else None
+                own = own_settle(conn, self._sql, claim, receipt_json, stored_now)
+                if own is not None:  # the first try committed, its answer lost in the outage
+                    return own
                 return self._refused(
                     conn,
                     claim,
@@ -427,7 +479,7 @@ class Ledger:
             assert stored is not None
             return stored, row.renewal_count
 
-        outcome = await self._db.write(settle_tx)
+        outcome = await self._write("settle", claim.tool, settle_tx)
         settled = not isinstance(outcome, _Refusal)
         self._metrics.settle(claim.tool, settled=settled, renewals=outcome[1] if settled else None)  # type: ignore[index]
         return self._granted(claim, "settle", outcome)[0]
@@ -438,6 +490,8 @@ class Ledger:
         *,
         error_class: ErrorClass | str,
         error: str,
+        details: dict[str, Any] | None = None,
+        retried: bool = False,
         now: datetime | None = None,
     ) -> None:
         """Give the task back for a retry, recording why (``docs/guarantees.md``, "release for retry").
@@ -448,15 +502,20 @@ class Ledger:
 
         Args:
             claim: the lease held.
-            error_class: how the attempt ended (``retryable``, ``shutdown``...).
+            error_class: how the attempt ended (``retryable``, ``shutdown``, ``paused``...).
             error: one line describing the failure.
+            details: facts for the ``released`` entry (``cause``: why Temporal cancelled the attempt).
+            retried: this call repeats one that raised :class:`LedgerUnavailableError`: the same
+                release that committed all the same is recognised, not refused.
             now: injected time; default the database's clock.
 
         Raises:
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
+            LedgerUnavailableError: the ledger could not be reached (the release may have committed;
+                call again with ``retried=True``).
             ValueError: ``error_class`` is not an :class:`~agentlease.enums.ErrorClass`.
         """
-        await self._end_lease(claim, "release", TaskStatus.RELEASED, error_class, error, now)
+        await self._end_lease(claim, "release", TaskStatus.RELEASED, error_class, error, now, details, retried)
 
     async def dead_letter(
         self,
@@ -480,19 +539,22 @@ class Ledger:
         status: TaskStatus,
         error_class: ErrorClass | str,
         error: str,
+        retried: bool = False,
         now: datetime | None = None,
     ) -> None:
         """Park the task until a person decides: ``blocked``, ``needs_reconciliation`` or ``dead_lettered``.
 
         No claim is granted while it waits (``docs/recovery.md``, "Recovery classification").
+        ``retried``: as for :meth:`release`.
 
         Raises:
             ValueError: ``status`` is not one a holder may park a task in.
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
+            LedgerUnavailableError: the ledger could not be reached (the park may have committed).
         """
         if not status.awaits_decision or status is TaskStatus.AWAITING_APPROVAL:
             raise ValueError(f"a holder does not park a task as {status.value}")
-        await self._end_lease(claim, status.value, status, error_class, error, now)
+        await self._end_lease(claim, status.value, status, error_class, error, now, retried=retried)
 
     async def _end_lease(
         self,
@@ -502,6 +564,8 @@ class Ledger:
         error_class: ErrorClass | str,
         error: str,
         now: datetime | None,
+        details: dict[str, Any] | None = None,
+        retried: bool = False,
     ) -> None:
         known = ErrorClass(error_class)  # a known class only: the next attempt's policy reads it
         params = {
@@ -516,6 +580,8 @@ class Ledger:
         def end_lease_tx(conn: Connection) -> _Refusal | None:
             row = conn.execute(self._sql.end_lease, params).first()
             if row is None:
+                if retried and own_lease_end(conn, self._sql, claim, status, known, error):
+                    return None  # the first try committed, its answer lost in the outage
                 return self._refused(
                     conn,
                     claim,
@@ -532,10 +598,11 @@ class Ledger:
                 at_ms=row.updated_at_ms,
                 stage=row.stage,
                 reason=f"{known.value}: {error}",
+                details=details,
             )
             return None
 
-        self._granted(claim, operation, await self._db.write(end_lease_tx))
+        self._granted(claim, operation, await self._write(operation, claim.tool, end_lease_tx))
         self._metrics.lease_end(claim.tool, status, known)
 
     # -- decisions -----------------------------------------------------------------------------
@@ -594,6 +661,9 @@ class Ledger:
                 self._store_receipt(
                     conn, row.idempotency_key, task_id, row.claim_generation, receipt_json, row.updated_at_ms
                 )
+            facts = {"by": by, "decision": kind.value, **(details or {})}
+            if rule.to_if_effect_unknown is not None and row.status == rule.to_if_effect_unknown.value:
+                facts["effect"] = "unknown"  # only a person can say whether the side effect happened
             write_event(
                 conn,
                 self._sql,
@@ -603,11 +673,11 @@ class Ledger:
                 at_ms=row.updated_at_ms,
                 stage=row.stage,
                 reason=reason,
-                details={"by": by, "decision": kind.value, **(details or {})},
+                details=facts,
             )
             return TaskRecord.from_row(row)
 
-        return await self._db.write(decide_tx)
+        return await self._write("decide", spec.tool if spec is not None else "", decide_tx)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -305,6 +305,12 @@ class MatrixDownstream:
             rows = await conn.execute(select(effects).where(effects.c.action == action).order_by(effects.c.effect_id))
             return [Effect(**row._mapping) for row in rows]
 
+    async def accepted(self) -> list[Effect]:
+        """Every accepted write, in the order the service accepted them."""
+        async with self.engine.connect() as conn:
+            rows = await conn.execute(select(effects).order_by(effects.c.effect_id))
+            return [Effect(**row._mapping) for row in rows]
+
     async def requests(self, target: str) -> list[LoggedRequest]:
         """Every request about ``target`` (its document, catalog entry or messages), oldest first."""
         columns = [requests_log.c[name] for name in LoggedRequest.__dataclass_fields__]

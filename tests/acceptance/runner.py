@@ -28,6 +28,12 @@ AGENTLEASE = Path(sys.executable).parent / "agentlease"
 CLI_TIMEOUT_S = 60.0
 """Deadline of one CLI run that needs no server. Default 60s."""
 
+
+def python_path(first: Path) -> str:
+    """``PYTHONPATH`` with ``first`` before the caller's own (a test's tool modules, then the checkout)."""
+    return os.pathsep.join(filter(None, [str(first), os.environ.get("PYTHONPATH")]))
+
+
 WriteFile = Callable[[str, str], Path]
 """``write_file(name, text)``: writes a file into the working directory and returns its path."""
 

@@ -34,19 +34,11 @@ from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent, TaskRecord
 from examples.agents.openai_agent import AgentRequest, scripted_prompt
 from tests.acceptance.agent_workflows import FaultsAgent
+from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.matrix_downstream import MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING
 from tests.acceptance.runner import Cli
-from tests.acceptance.test_pause_kill_matrix import (
-    WORKER_START_TIMEOUT_S,
-    Fleet,
-    Worker,
-    event,
-    fate,
-    trail,
-    wait_polling,
-    writer_of,
-)
+from tests.acceptance.test_pause_kill_matrix import WORKER_START_TIMEOUT_S, event, fate, trail, writer_of
 from tests.eventually import assert_eventually
 from tests.lease_trail import assert_one_valid_lease_at_a_time
 

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import re
 import signal
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -52,9 +52,10 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
+from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.matrix_downstream import Effect, LoggedRequest, MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING, LEASE_TTL
-from tests.acceptance.runner import AGENTLEASE, Background, Cli, wait_for_poller
+from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
 from tests.lease_trail import assert_one_valid_lease_at_a_time
 from workflows.agent_run import AgentRunWorkflow
@@ -62,7 +63,6 @@ from workflows.options import RETRY_INITIAL_INTERVAL
 
 pytestmark = pytest.mark.timeout(300)
 
-REPO = Path(__file__).resolve().parents[2]
 
 STAGES = (Stage.PREFLIGHT, Stage.EXTERNAL_CALL, Stage.COMMIT, Stage.VERIFY)
 CLASSES = (SideEffectClass.READ_ONLY, SideEffectClass.IDEMPOTENT, SideEffectClass.FENCED, SideEffectClass.UNSAFE)
@@ -182,80 +182,7 @@ class Observed:
         return f"{self.run_id}:{STEP}"
 
 
-# -- worker processes ----------------------------------------------------------------------------
-
-
-@dataclass
-class Worker:
-    """An ``agentlease worker`` process."""
-
-    identity: str
-    command: Background
-
-    @property
-    def pid(self) -> int:
-        return self.command.process.pid
-
-    def signal(self, sig: signal.Signals) -> None:
-        os.kill(self.pid, sig)
-
-    def stop(self) -> None:
-        """SIGCONT (it may be stopped), then SIGKILL, and wait; a no-op for one already gone."""
-        if self.command.process.poll() is None:
-            self.signal(signal.SIGCONT)
-        self.command.stop(signal.SIGKILL, timeout=30)
-
-    def stderr_tail(self, lines: int = 15) -> str:
-        return "".join(self.command.stderr[-lines:])
-
-
-@dataclass
-class Fleet:
-    """Starts workers as a user does and stops every one of them."""
-
-    temporal_address: str
-    ledger_url: str
-    cli: Cli
-    started: list[Worker] = field(default_factory=list)
-
-    def start(
-        self,
-        queue: str,
-        identity: str,
-        *,
-        slots: int = 100,
-        env: Mapping[str, str] | None = None,
-        program: Path = AGENTLEASE,
-        args: Sequence[str] = ("worker",),
-    ) -> Worker:
-        """Start a worker process (``agentlease worker``, or ``program`` with ``args``) on ``queue``;
-        ``env`` adds to or overrides its ``AGENTLEASE_*`` settings (the matrix tools by default)."""
-        base = {
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-            "AGENTLEASE_TEMPORAL_ADDRESS": self.temporal_address,
-            "AGENTLEASE_TASK_QUEUE": queue,
-            "AGENTLEASE_LEDGER_URL": self.ledger_url,
-            "AGENTLEASE_TOOL_MODULES": "tests.acceptance.matrix_tools",
-            "AGENTLEASE_WORKER_IDENTITY": identity,
-            "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": str(slots),
-            "AGENTLEASE_SHUTDOWN_GRACE": "1",
-            **(env or {}),
-        }
-        command = Background(self.cli, *args, env={**base, **(env or {})}, program=program)
-        self.started.append(Worker(identity, command))
-        return self.started[-1]
-
-    async def stop_all(self) -> None:
-        await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in self.started))
-
-
-async def wait_polling(client: Client, queue: str, worker: Worker, *, timeout: float) -> None:
-    """Wait until ``worker`` polls ``queue`` for activities (Temporal lists it among the pollers)."""
-
-    def alive() -> None:
-        assert worker.command.process.poll() is None, f"{worker.identity} exited:\n{worker.stderr_tail()}"
-
-    await wait_for_poller(client, queue, worker.identity, timeout=timeout, alive=alive)
+# -- helpers ---------------------------------------------------------------------------------------
 
 
 def plan(run_id: str, tool: str, **arguments: object) -> AgentRunPlan:
@@ -620,6 +547,12 @@ async def test_short_lease_is_taken_over_and_the_late_write_fenced(
     assert (record.status, record.claim_generation, record.lease_owner) == (TaskStatus.SETTLED, 2, second)
     assert run.status == "completed"
     assert [(t.status, t.claim_generation) for t in run.tasks] == [("settled", 2)]
+
+    # The superseded attempt's refusals are expected outcomes: one line each, no traceback.
+    stale = next(w for w in workers if w.identity == first)
+    log = "".join(stale.command.stderr)
+    assert "Traceback" not in log, log
+    assert re.search(r"INFO agentlease\.lease: lease lost on \S+: settle with generation 1 refused", log), log
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)

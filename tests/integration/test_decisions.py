@@ -15,7 +15,7 @@ from temporalio.service import RPCError
 
 from agentlease.cli.app import _run_status
 from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileRequest
-from agentlease.enums import EventKind, RecoveryAction, SideEffectClass, Stage, TaskStatus
+from agentlease.enums import DecisionKind, EventKind, RecoveryAction, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError, TaskClosedError
 from agentlease.ledger.store import Ledger
 from agentlease.records import RunStatus, SettlementReceipt, TaskSpec
@@ -236,7 +236,7 @@ async def test_cancel_during_external_call(client: Client, settings: AgentLeaseS
         status = await handle.execute_update(
             "cancel", CancelRequest(step_id="export", by="carol", reason="customer withdrew"), result_type=RunStatus
         )
-        assert status.tasks[0].status == "cancelled"  # the update returned after the activity acknowledged
+        assert status.tasks[0].status == "cancelled"  # the update answers once the ledger recorded the cancel
         result = await asyncio.wait_for(handle.result(), timeout=30)
         old = tools.PROBES[task_id][0]["claim"]
         receipt = SettlementReceipt(
@@ -269,3 +269,88 @@ async def test_cancel_during_external_call(client: Client, settings: AgentLeaseS
 async def refused_cancel_of_settled(handle: WorkflowHandle) -> None:
     with pytest.raises((WorkflowUpdateFailedError, RPCError)):
         await handle.execute_update("cancel", CancelRequest(step_id="after", by="ops", reason="too late"))
+
+
+async def test_cancel_of_an_unsafe_call_past_external_call_is_marked_effect_unknown(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """G8 with G7's signal kept: the cancel stands (never claimed again, expiry never undoes it), and the
+    task says its effect is unknown until a person records what happened, which leaves it cancelled."""
+    async with running(client, settings, ("send", "unsafe_long_call", {}), ("after", "quick", {})) as (
+        handle,
+        ledger,
+        run,
+    ):
+        task_id = f"{run}/send"
+
+        async def sending() -> None:
+            assert [r.stage for r in await ledger.list_tasks(run) if r.task_id == task_id] == [Stage.EXTERNAL_CALL]
+
+        await assert_eventually(sending, timeout=30, message="the message may be on its way")
+        status = await handle.execute_update(
+            "cancel", CancelRequest(step_id="send", by="carol", reason="wrong recipient"), result_type=RunStatus
+        )
+        assert status.tasks[0].status == TaskStatus.CANCELLED_EFFECT_UNKNOWN.value
+        result = await asyncio.wait_for(handle.result(), timeout=30)
+        record = await ledger.get_task(task_id)
+        trail = await ledger.events(task_id)
+
+        # The run goes on and completes: a cancel is final for the run, whatever the effect.
+        assert result.status == "completed"
+        assert [(t.step_id, t.status.value) for t in result.tasks] == [
+            ("send", "cancelled_effect_unknown"),
+            ("after", "settled"),
+        ]
+        assert (record.status, record.stage, record.lease_owner) == (
+            TaskStatus.CANCELLED_EFFECT_UNKNOWN,
+            Stage.EXTERNAL_CALL,
+            None,
+        )
+        [cancelled] = decision_events(trail, EventKind.CANCELLED)
+        assert cancelled.details == {"by": "carol", "decision": "cancel", "effect": "unknown"}
+        spec = TaskSpec(
+            task_id=task_id,
+            agent_run_id=run,
+            step_id="send",
+            tool="unsafe_long_call",
+            side_effect_class=SideEffectClass.UNSAFE,
+            idempotency_key=f"{run}:send",
+            lease_ttl=record.lease_ttl,
+        )
+        with pytest.raises(TaskClosedError):  # G8: no attempt runs it again
+            await ledger.claim(spec, "someone")
+
+        # Recording what happened does not undo the cancel.
+        confirmed = await ledger.decide(
+            task_id,
+            DecisionKind.CONFIRM_EFFECT,
+            by="carol",
+            reason="the MTA log shows it delivered",
+            receipt=SettlementReceipt(
+                external_system="reconciliation",
+                external_id="<m-1@mx>",
+                status="confirmed",
+                verified_at=record.updated_at,
+            ),
+        )
+        assert (confirmed.status, confirmed.stage) == (TaskStatus.CANCELLED, Stage.EXTERNAL_CALL)
+        stored = await ledger.receipt(f"{run}:send")
+        assert stored is not None and stored.receipt.external_id == "<m-1@mx>"
+        with pytest.raises(TaskClosedError):
+            await ledger.decide(task_id, DecisionKind.ABANDON_EFFECT, by="carol", reason="twice")
+
+
+async def test_cancel_of_a_task_waiting_for_reconciliation_keeps_its_signal(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """A pending needs_reconciliation cancelled: cancelled, and still marked effect unknown."""
+    async with running(client, settings, ("mail", "send_once", {"hold_first_attempt": True})) as (handle, ledger, run):
+        await wait_for(handle, "mail", "awaiting_approval")
+        await handle.execute_update("approve", DecisionRequest(step_id="mail", by="alice", reason="ok"))
+        await wait_for(handle, "mail", "needs_reconciliation")
+        await handle.execute_update("cancel", CancelRequest(by="alice", reason="customer left"), result_type=RunStatus)
+        result = await asyncio.wait_for(handle.result(), timeout=30)
+        record = await ledger.get_task(f"{run}/mail")
+    assert result.status == "cancelled"
+    assert record.status is TaskStatus.CANCELLED_EFFECT_UNKNOWN
+    assert result.tasks[0].status == "cancelled_effect_unknown"

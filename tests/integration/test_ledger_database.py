@@ -25,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
+from agentlease.errors import LedgerUnavailableError
 from agentlease.ledger.database import open_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.statements import TASKS
@@ -147,8 +148,11 @@ async def test_queued_sqlite_writes_share_one_busy_timeout(sqlite_ledger: Ledger
             )
     finally:
         await db.dispose()
-    assert all(isinstance(outcome, OperationalError) for outcome in outcomes), outcomes
-    messages = [str(outcome.orig) for outcome in outcomes if isinstance(outcome, OperationalError)]
+    # A write that could not get the lock in time is a ledger outage, with SQLite's own error as its cause.
+    assert all(isinstance(outcome, LedgerUnavailableError) for outcome in outcomes), outcomes
+    causes = [outcome.__cause__ for outcome in outcomes if isinstance(outcome, BaseException)]
+    assert all(isinstance(cause, OperationalError) for cause in causes), causes
+    messages = [str(cause.orig) for cause in causes if isinstance(cause, OperationalError)]
     # The first waits in SQLite's busy handler; a write that reaches the thread after its deadline
     # fails at once instead of waiting the busy timeout again (at the latest the third one).
     assert messages[0] == "database is locked"

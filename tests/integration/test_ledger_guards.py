@@ -15,7 +15,8 @@ import pytest
 
 from agentlease.clock import from_ms
 from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, TaskStatus
-from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError
+from agentlease.errors import ClockBehindError, LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
+from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import (
     Claim,
@@ -271,7 +272,7 @@ async def test_generations_never_decrease(ledger: Ledger) -> None:
 
 async def test_no_api_accepts_a_generation(ledger: Ledger) -> None:
     claim_params = list(inspect.signature(Ledger.claim).parameters)
-    assert claim_params == ["self", "spec", "owner", "trace", "now"]
+    assert claim_params == ["self", "spec", "owner", "trace", "heartbeat_timeout", "now"]
     assert not [p for p in claim_params if _GENERATION_LIKE.search(p)]
     assert not [f for f in TaskSpec.model_fields if _GENERATION_LIKE.search(f)], TaskSpec.model_fields
     for name in ("renew", "settle", "release", "dead_letter", "await_decision", "decide"):
@@ -442,3 +443,38 @@ async def test_a_settle_that_finds_a_standing_receipt_shows_that_one(ledger: Led
     assert stored.receipt.external_id == "first"
     standing = (await row(ledger, second)).receipt
     assert standing is not None and standing.external_id == "first"
+
+
+async def test_a_sqlite_claim_on_a_clock_behind_the_ledger_is_refused(sqlite_url: str) -> None:
+    """G1 on SQLite is one host, one clock: each process judges time by its own clock. A process whose
+    clock is 20 s ahead writes (injected ``now``: its clock); a claim on the host's clock afterwards runs
+    20 s behind the ledger's latest recorded time and is refused, with nothing written."""
+    ledger = Ledger.from_url(sqlite_url)
+    try:
+        await upgrade(ledger.database)
+        ahead = await ledger.db_now() + timedelta(seconds=20)
+        await ledger.claim(make_spec("ahead"), "w-fast-clock", now=ahead)
+        before = await ledger.events()
+        with pytest.raises(ClockBehindError) as behind:
+            await ledger.claim(make_spec("honest"), "w-host-clock")
+        assert timedelta(seconds=19) < behind.value.behind <= timedelta(seconds=20)
+        assert "behind the ledger's latest recorded time" in str(behind.value)
+        assert await ledger.events() == before
+        with pytest.raises(TaskNotFoundError):
+            await ledger.get_task(make_spec("honest").task_id)
+        # A claim on a clock that has caught up goes ahead (here injected: tests control time).
+        await ledger.claim(make_spec("later"), "w-host-clock", now=ahead + MS)
+    finally:
+        await ledger.close()
+
+
+@pytest.mark.postgres
+async def test_postgresql_judges_every_claim_on_its_own_clock(pg_url: str) -> None:
+    """G1 on PostgreSQL: one clock, the server's; an entry written with a later injected time refuses nothing."""
+    ledger = Ledger.from_url(pg_url)
+    try:
+        await upgrade(ledger.database)
+        await ledger.claim(make_spec("ahead"), "w1", now=await ledger.db_now() + timedelta(seconds=20))
+        assert (await ledger.claim(make_spec("now"), "w2")).generation == 1
+    finally:
+        await ledger.close()

@@ -122,14 +122,19 @@ async def quick(ctx: LeaseContext, args: NoArgs) -> ToolResult:
 async def gated(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     """Renews its lease with a specific reason until its gate opens, then settles."""
     await ctx.advance(Stage.PREFLIGHT, "waiting for the gate")
+    await _renew_until_gate(ctx, "gate still closed", every_s=0.5)
+    await ctx.advance(Stage.VERIFY, "gate open")
+    return ToolResult(receipt=_receipt(ctx, "gated"))
+
+
+async def _renew_until_gate(ctx: LeaseContext, reason: str, *, every_s: float) -> None:
+    """Renew the lease every ``every_s`` seconds until the task's gate opens."""
     opened = gate(ctx.claim.task_id)
     while not opened.is_set():
         try:
-            await asyncio.wait_for(opened.wait(), timeout=0.5)
+            await asyncio.wait_for(opened.wait(), timeout=every_s)
         except TimeoutError:
-            await ctx.renew("gate still closed")
-    await ctx.advance(Stage.VERIFY, "gate open")
-    return ToolResult(receipt=_receipt(ctx, "gated"))
+            await ctx.renew(reason)
 
 
 @tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=5))
@@ -201,3 +206,37 @@ async def commit_then_fail_early(ctx: LeaseContext, args: NoArgs) -> ToolResult:
         raise RetryableToolError("upstream 503 before reading back")
     await ctx.advance(Stage.VERIFY, "reading back")
     return ToolResult(receipt=_receipt(ctx, "regress"))
+
+
+@tool(
+    side_effect=SideEffectClass.IDEMPOTENT,
+    lease_ttl=timedelta(seconds=3),
+    max_attempts=3,
+    start_to_close=timedelta(minutes=2),
+)
+async def fail_twice_then_hold(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Real attempts 1 and 2 fail; from the third on it renews in preflight until its gate opens, then settles."""
+    PROBES.setdefault(ctx.claim.task_id, []).append(
+        {
+            "generation": ctx.fencing_token,
+            "attempts": ctx.claim.attempts,
+            "temporal_attempt": activity.info().attempt,
+            "heartbeat_timeout": activity.info().heartbeat_timeout,
+        }
+    )
+    await ctx.advance(Stage.PREFLIGHT, "calling a flaky upstream")
+    if ctx.claim.attempts <= 2:
+        raise RetryableToolError("503 from upstream")
+    await _renew_until_gate(ctx, "holding until the test's gate opens", every_s=0.3)
+    await ctx.advance(Stage.VERIFY, "gate open")
+    return ToolResult(receipt=_receipt(ctx, "flaky"))
+
+
+@tool(side_effect=SideEffectClass.UNSAFE, lease_ttl=timedelta(seconds=3), requires_approval=False)
+async def unsafe_long_call(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Unsafe: sits in external_call (its message may be on its way), renewing, until the lease is lost."""
+    await ctx.advance(Stage.PREFLIGHT, "checking the recipient")
+    await ctx.advance(Stage.EXTERNAL_CALL, "sending the message")
+    while True:
+        await asyncio.sleep(0.2)
+        await ctx.renew("waiting for the mail server's answer")

@@ -1,0 +1,97 @@
+"""Reaching a run whose worker may be gone: its ``status`` query asked again within a limit, and a
+``reconcile`` of a run that already ended, made in the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from agentlease.decisions import ReconcileRequest
+from agentlease.errors import AgentLeaseError, ConfigurationError
+from agentlease.ledger.store import Ledger
+from agentlease.names import STATUS_QUERY
+from agentlease.records import RunStatus, TaskRecord
+from agentlease.settings import AgentLeaseSettings
+
+QUERY_RPC = timedelta(seconds=5)
+"""Deadline of one query to a run."""
+
+
+async def query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatus:
+    """The run's ``status`` query, asked again while no worker answers it, for at most ``limit`` seconds.
+
+    Right after the worker that ran the run's last workflow task dies, Temporal sends queries to that
+    worker's (sticky) queue until it notices; a second try a moment later reaches another worker.
+    """
+    from temporalio.service import RPCStatusCode
+
+    unanswered = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while True:
+        left = deadline - loop.time()
+        try:
+            timeout = timedelta(seconds=max(0.5, min(QUERY_RPC.total_seconds(), left)))
+            return await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=timeout)
+        except RPCError as exc:  # the query's own deadline passed ("Timeout expired"), or the server is away
+            if exc.status not in unanswered:
+                raise
+            if deadline - loop.time() <= 0.5:
+                raise AgentLeaseError(
+                    f"agent run {agent_run_id}: no worker answered its status query within {limit:g}s (the worker "
+                    "that ran it may just have stopped, and no other serves its task queue yet); the ledger's "
+                    f"view: `agentlease tasks --run {agent_run_id}`"
+                ) from None
+        await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+
+
+async def reconciled_in_ledger(
+    ledger: Ledger, settings: AgentLeaseSettings, agent_run_id: str, request: ReconcileRequest
+) -> TaskRecord | None:
+    """Reconcile a cancelled task whose effect was unknown directly in the ledger, when its run has ended
+    (the run has nothing left to decide on it); ``None`` when the decision goes through the run.
+
+    Raises:
+        ConfigurationError: the decision table has no such reconcile for the task's status.
+    """
+    from temporalio.exceptions import ApplicationError
+
+    from activities.decisions import apply
+    from agentlease.decisions import LedgerDecision
+    from agentlease.errors import TaskNotFoundError
+    from agentlease.records import TaskSpec, task_id_for
+    from agentlease.temporal import connect
+
+    try:
+        record = await ledger.get_task(task_id_for(agent_run_id, request.step_id))
+    except TaskNotFoundError:
+        return None
+    if not record.status.is_terminal:
+        return None
+    described = await (await connect(settings)).get_workflow_handle(agent_run_id).describe()
+    if described.status == WorkflowExecutionStatus.RUNNING:
+        return None  # the run takes it: its view of the step follows the decision
+    kind = request.kind_for(record.status)
+    if kind is None:
+        raise ConfigurationError(
+            f"reconcile refused: {record.task_id} is {record.status.value}; --action {request.action} "
+            "does not apply to it"
+        )
+    spec = TaskSpec(**record.model_dump(include=set(TaskSpec.model_fields)))
+    decision = LedgerDecision(
+        kind=kind,
+        task=spec,
+        by=request.by,
+        reason=request.reason,
+        external_id=request.external_id,
+        observed=request.observed,
+    )
+    try:
+        await apply(ledger, decision)
+    except ApplicationError as exc:
+        raise ConfigurationError(f"reconcile refused: {exc.message}") from None
+    return await ledger.get_task(record.task_id)

@@ -1,0 +1,64 @@
+"""How soon a tool call is tried again (``docs/recovery.md``, "How fast recovery is").
+
+Two kinds of retry, paced differently:
+
+- **An attempt that was lost** (its worker died or paused: Temporal's heartbeat timeout) is retried
+  by Temporal's retry policy. Its backoff stays short (:data:`LOST_ATTEMPT_RETRY_INITIAL`, at most
+  :data:`LOST_ATTEMPT_RETRY_MAXIMUM`): the lease already paces the takeover, because the next
+  attempt's claim is refused with ``LeaseHeld`` and ``next_retry_delay`` = the time the lease has
+  left. A long backoff would only add to every attempt a paused worker's open polls absorb.
+- **An attempt that ended with a retryable failure** the ledger recorded (a 503, a released lease)
+  says itself when to come back: ``next_retry_delay`` = :func:`failure_retry_delay` of the task's
+  real attempts, counted by the ledger (so a Temporal reset or a pause does not restart the pacing).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+LOST_ATTEMPT_RETRY_INITIAL = timedelta(milliseconds=200)
+"""First backoff of Temporal's retry policy of a tool call. Default 0.2 s."""
+LOST_ATTEMPT_RETRY_MAXIMUM = timedelta(seconds=1)
+"""Largest backoff of Temporal's retry policy of a tool call. Default 1 s."""
+
+FAILURE_RETRY_INITIAL = timedelta(seconds=1)
+"""Delay after a task's first failed real attempt. Default 1 s."""
+FAILURE_RETRY_MAXIMUM = timedelta(seconds=30)
+"""Largest delay between failed real attempts. Default 30 s."""
+
+LEDGER_RETRY_MAXIMUM = timedelta(seconds=10)
+"""Largest delay of an attempt that could not reach the ledger. Default 10 s."""
+
+MIN_RETRY_DELAY = timedelta(milliseconds=20)
+"""Smallest ``next_retry_delay`` asked of Temporal."""
+
+
+def failure_retry_delay(real_attempts: int) -> timedelta:
+    """``next_retry_delay`` after a retryable failure: 1 s, 2 s, 4 s... doubling per real attempt, at most 30 s.
+
+    Args:
+        real_attempts: the task's real attempts so far, the failed one included (at least 1).
+    """
+    return _doubling(FAILURE_RETRY_INITIAL, real_attempts, FAILURE_RETRY_MAXIMUM)
+
+
+def ledger_retry_delay(temporal_attempt: int) -> timedelta:
+    """``next_retry_delay`` of an attempt that could not reach the ledger: 1 s doubling per Temporal
+    attempt, at most :data:`LEDGER_RETRY_MAXIMUM` (an outage does not count real attempts)."""
+    return _doubling(FAILURE_RETRY_INITIAL, temporal_attempt, LEDGER_RETRY_MAXIMUM)
+
+
+def _doubling(first: timedelta, n: int, most: timedelta) -> timedelta:
+    return min(first * 2 ** min(max(n, 1) - 1, 30), most)
+
+
+__all__ = [
+    "FAILURE_RETRY_INITIAL",
+    "FAILURE_RETRY_MAXIMUM",
+    "LEDGER_RETRY_MAXIMUM",
+    "LOST_ATTEMPT_RETRY_INITIAL",
+    "LOST_ATTEMPT_RETRY_MAXIMUM",
+    "MIN_RETRY_DELAY",
+    "failure_retry_delay",
+    "ledger_retry_delay",
+]

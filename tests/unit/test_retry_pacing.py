@@ -1,0 +1,71 @@
+"""How soon a tool call is tried again, and the worker settings that bound a takeover (docs/recovery.md)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from agentlease.enums import ErrorClass, Interruption, SideEffectClass
+from agentlease.records import ToolInfo
+from agentlease.retries import failure_retry_delay, ledger_retry_delay
+from agentlease.settings import AgentLeaseSettings
+from workflows.options import leased_activity_options
+
+
+def test_the_backoff_of_a_lost_attempt_never_grows_past_a_second() -> None:
+    """A paused worker's open polls each absorb one retry: the policy's backoff must not add up to more
+    than the lease already paces (LeaseHeld says the time left)."""
+    for ttl in (timedelta(seconds=2), timedelta(minutes=5)):
+        info = ToolInfo(
+            name="t",
+            side_effect_class=SideEffectClass.FENCED,
+            lease_ttl=ttl,
+            start_to_close=timedelta(minutes=10),
+            max_attempts=5,
+        )
+        policy = leased_activity_options(info).retry_policy
+        assert policy.initial_interval <= timedelta(milliseconds=200)
+        assert policy.maximum_interval is not None and policy.maximum_interval <= timedelta(seconds=1)
+
+
+@pytest.mark.parametrize(("real_attempts", "delay_s"), [(1, 1), (2, 2), (3, 4), (5, 16), (6, 30), (40, 30)])
+def test_a_recorded_failure_is_paced_by_the_tasks_real_attempts(real_attempts: int, delay_s: int) -> None:
+    assert failure_retry_delay(real_attempts) == timedelta(seconds=delay_s)
+
+
+def test_an_outage_is_paced_by_temporals_attempts_up_to_ten_seconds() -> None:
+    assert [ledger_retry_delay(n).total_seconds() for n in (1, 2, 3, 4, 5, 9)] == [1, 2, 4, 8, 10, 10]
+
+
+def test_a_pause_a_reset_a_shutdown_and_an_outage_give_their_attempt_back() -> None:
+    back = {e for e in ErrorClass if not e.counts_as_attempt}
+    assert back == {ErrorClass.SHUTDOWN, ErrorClass.PAUSED, ErrorClass.RESET, ErrorClass.LEDGER_UNAVAILABLE}
+    assert [cause.error_class for cause in Interruption] == [
+        ErrorClass.PAUSED,
+        ErrorClass.RESET,
+        ErrorClass.SHUTDOWN,
+        ErrorClass.TIMED_OUT,
+        ErrorClass.RETRYABLE,
+    ]
+
+
+def test_worker_recovery_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = AgentLeaseSettings()
+    assert (defaults.sticky_schedule_to_start, defaults.activity_pollers, defaults.workflow_pollers) == (
+        timedelta(seconds=3),
+        1,
+        2,
+    )
+    monkeypatch.setenv("AGENTLEASE_STICKY_SCHEDULE_TO_START", "1.5")
+    monkeypatch.setenv("AGENTLEASE_ACTIVITY_POLLERS", "4")
+    monkeypatch.setenv("AGENTLEASE_WORKFLOW_POLLERS", "3")
+    settings = AgentLeaseSettings()
+    assert (settings.sticky_schedule_to_start, settings.activity_pollers, settings.workflow_pollers) == (
+        timedelta(seconds=1.5),
+        4,
+        3,
+    )
+    monkeypatch.setenv("AGENTLEASE_WORKFLOW_POLLERS", "1")  # a sticky and a normal poll at least
+    with pytest.raises(ValueError, match="workflow_pollers"):
+        AgentLeaseSettings()
