@@ -28,9 +28,13 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    func,
     insert,
+    literal,
     or_,
     select,
+    text,
+    true,
     tuple_,
     update,
 )
@@ -39,7 +43,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agentlease.clock import bound_now_ms
 from agentlease.decisions import DECISIONS
 from agentlease.enums import DecisionKind, Stage, TaskStatus
-from agentlease.ledger.schema import LeaseEventRow, ReceiptRow, TaskRow
+from agentlease.ledger.schema import WAITING_PREDICATE, LeaseEventRow, ReceiptRow, TaskRow
 from agentlease.records import TraceLink
 
 TASKS = cast(Table, TaskRow.__table__)
@@ -291,19 +295,122 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
     )
 
 
-def tasks_query(agent_run_id: str | None) -> Select[Any]:
-    """Tasks, oldest first, optionally of one agent run."""
-    query = select(TASKS).order_by(_T.created_at_ms, _T.task_id)
-    return query if agent_run_id is None else query.where(_T.agent_run_id == agent_run_id)
+PAGE_ROWS = 500
+"""Rows one page of an operator listing reads, each page its own short read transaction."""
+
+_WAITING = text(WAITING_PREDICATE)
+"""The waiting statuses as literal SQL: the planner matches it with the partial index's predicate."""
 
 
-def events_query(task_id: str | None, agent_run_id: str | None) -> Select[Any]:
-    """The evidence trail in order, for one task, one agent run, or all."""
-    query = select(EVENTS).order_by(_E.event_id)
+@dataclass(frozen=True)
+class TaskFilter:
+    """Which tasks an operator listing reads, oldest first.
+
+    Attributes:
+        agent_run_id: only this agent run's tasks.
+        statuses: only tasks in one of these statuses (empty: any).
+        waiting: only tasks waiting for a person (``TaskStatus.awaits_decision``).
+        since_ms: only tasks created at or after this time (epoch ms, ledger clock).
+    """
+
+    agent_run_id: str | None = None
+    statuses: frozenset[TaskStatus] = frozenset()
+    waiting: bool = False
+    since_ms: int | None = None
+
+
+def tasks_page(which: TaskFilter, after: tuple[int, str] | None, limit: int) -> Select[Any]:
+    """One keyset page of tasks in ``(created_at_ms, task_id)`` order, after the cursor ``after``.
+
+    Each filter has an index whose order is the page's order (``ix_tasks_*_created_at_ms``), so a
+    page reads ``limit`` index entries, however many tasks the ledger holds.
+    """
+    query = select(TASKS).order_by(_T.created_at_ms, _T.task_id).limit(limit)
+    if which.agent_run_id is not None:
+        query = query.where(_T.agent_run_id == which.agent_run_id)
+    if which.waiting:
+        query = query.where(_WAITING)
+    if which.statuses:
+        query = query.where(_T.status.in_(sorted(s.value for s in which.statuses)))
+    if which.since_ms is not None:
+        query = query.where(_T.created_at_ms >= which.since_ms)
+    if after is not None:
+        query = query.where(tuple_(_T.created_at_ms, _T.task_id) > tuple_(literal(after[0]), literal(after[1])))
+    return query
+
+
+def run_exists(agent_run_id: str) -> Select[Any]:
+    """Whether the ledger has any task of ``agent_run_id`` (one index probe)."""
+    return select(_T.task_id).where(_T.agent_run_id == agent_run_id).limit(1)
+
+
+def events_page(
+    dialect_name: str, *, task_id: str | None, agent_run_id: str | None, after: int | None, limit: int
+) -> Select[Any]:
+    """One keyset page of the evidence trail in ``event_id`` order, for one task, one run, or all.
+
+    A run's page reads at most ``limit`` entries per task of the run from
+    ``ix_lease_events_task_id_event_id`` (on PostgreSQL a ``LATERAL`` join per task), then the
+    first ``limit`` of them: never a scan of the whole trail in ``event_id`` order.
+    """
+    cursor = [] if after is None else [_E.event_id > after]
+    if agent_run_id is not None and task_id is None and dialect_name == "postgresql":
+        per_task = (
+            select(EVENTS)
+            .where(_E.task_id == _T.task_id, *cursor)
+            .order_by(_E.event_id)
+            .limit(limit)
+            .lateral("run_events")
+        )
+        return (
+            select(per_task)
+            .select_from(TASKS.join(per_task, true()))
+            .where(_T.agent_run_id == agent_run_id)
+            .order_by(per_task.c.event_id)
+            .limit(limit)
+        )
+    query = select(EVENTS).where(*cursor).order_by(_E.event_id).limit(limit)
     if task_id is not None:
         query = query.where(_E.task_id == task_id)
     if agent_run_id is not None:
         query = query.where(_E.task_id.in_(select(_T.task_id).where(_T.agent_run_id == agent_run_id)))
+    return query
+
+
+RUN_TOTALS = ("tasks", "waiting", "final", "settled")
+"""The per-run counts of :func:`runs_page`."""
+
+
+def runs_page(after: str | None, limit: int, *, waiting_only: bool = False) -> Select[Any]:
+    """One keyset page of agent runs (grouped tasks) in ``agent_run_id`` order.
+
+    Grouped along ``ix_tasks_agent_run_id_created_at_ms``: a page reads the tasks of about
+    ``limit`` runs. Columns: ``agent_run_id``, the counts of :data:`RUN_TOTALS`, ``created_at_ms``
+    (first task) and ``updated_at_ms`` (latest change). ``waiting_only``: runs with a task waiting
+    for a person (found through the waiting tasks' partial index).
+    """
+    terminal = [s.value for s in TaskStatus if s.is_terminal]
+    query = (
+        select(
+            _T.agent_run_id,
+            func.count().label("tasks"),
+            func.sum(case((_WAITING, 1), else_=0)).label("waiting"),
+            func.sum(case((_T.status.in_(terminal), 1), else_=0)).label("final"),
+            func.sum(case((_T.status == TaskStatus.SETTLED.value, 1), else_=0)).label("settled"),
+            func.min(_T.created_at_ms).label("created_at_ms"),
+            func.max(_T.updated_at_ms).label("updated_at_ms"),
+        )
+        .group_by(_T.agent_run_id)
+        .order_by(_T.agent_run_id)
+        .limit(limit)
+    )
+    if after is not None:
+        query = query.where(_T.agent_run_id > after)
+    if waiting_only:
+        waiting_runs = select(_T.agent_run_id).where(_WAITING)
+        if after is not None:
+            waiting_runs = waiting_runs.where(_T.agent_run_id > after)
+        query = query.where(_T.agent_run_id.in_(waiting_runs))
     return query
 
 

@@ -26,7 +26,8 @@ from agentlease.decisions import DECISIONS
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, Stage, TaskStatus
 from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
 from agentlease.ledger.database import LedgerDatabase, open_database
-from agentlease.ledger.statements import LeaseStatements, events_query, held, lease_statements, tasks_query
+from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pages
+from agentlease.ledger.statements import LeaseStatements, held, lease_statements
 from agentlease.ledger.trail import write_event, write_holder_event
 from agentlease.metrics import LEASE_METRICS, LeaseMetrics
 from agentlease.records import (
@@ -633,14 +634,16 @@ class Ledger:
         return await self._db.read(lambda conn: self._task(conn, task_id))
 
     async def list_tasks(self, agent_run_id: str | None = None) -> list[TaskRecord]:
-        """Tasks, oldest first, optionally of one agent run."""
-        query = tasks_query(agent_run_id)
-        return await self._db.read(lambda conn: [TaskRecord.from_row(row) for row in conn.execute(query)])
+        """Tasks, oldest first, optionally of one agent run, in one list.
+
+        Read in keyset pages (:mod:`agentlease.ledger.listing`, which streams them for listings
+        of any size).
+        """
+        return await collect(task_pages(self._db, TaskFilter(agent_run_id=agent_run_id)))
 
     async def events(self, task_id: str | None = None, *, agent_run_id: str | None = None) -> list[LeaseEvent]:
-        """The evidence trail in order, for one task or one agent run (or all)."""
-        query = events_query(task_id, agent_run_id)
-        return await self._db.read(lambda conn: [LeaseEvent.from_row(row) for row in conn.execute(query)])
+        """The evidence trail in order, for one task or one agent run (or all), in one list (read in pages)."""
+        return await collect(event_pages(self._db, task_id=task_id, agent_run_id=agent_run_id))
 
     async def receipt(self, idempotency_key: str) -> StoredReceipt | None:
         """The stored settlement receipt for an idempotency key, if any."""
