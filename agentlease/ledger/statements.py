@@ -28,6 +28,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    column,
     func,
     insert,
     literal,
@@ -37,12 +38,13 @@ from sqlalchemy import (
     true,
     tuple_,
     update,
+    values,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agentlease.clock import bound_now_ms
 from agentlease.decisions import DECISIONS
-from agentlease.enums import DecisionKind, Stage, TaskStatus
+from agentlease.enums import DecisionKind, ErrorClass, Stage, TaskStatus
 from agentlease.ledger.schema import WAITING_PREDICATE, LeaseEventRow, ReceiptRow, TaskRow
 from agentlease.records import TraceLink
 
@@ -98,8 +100,6 @@ class LeaseStatements:
             (``receipt`` bound for a decision that settles); RETURNING the row.
         expired_first: running tasks whose lease lapsed, oldest lapse first, ``limit`` rows.
         expired_after: the same after the keyset cursor ``after_expires_at_ms`` / ``after_task_id``.
-        record_expiry: the sweeper's conditional write of one lapsed lease (unchanged since read).
-        lock_expired: ``FOR UPDATE SKIP LOCKED`` of that row (PostgreSQL only; ``None`` on SQLite).
     """
 
     now: ColumnElement[int]
@@ -118,8 +118,6 @@ class LeaseStatements:
     decisions: dict[DecisionKind, Update]
     expired_first: Select[Any]
     expired_after: Select[Any]
-    record_expiry: Update
-    lock_expired: Select[Any] | None
 
 
 def _column_of_task(column: Any) -> Any:
@@ -149,36 +147,71 @@ def _decision(kind: DecisionKind, now: ColumnElement[int]) -> Update:
     )
 
 
-def _expiry_statements(
-    now: ColumnElement[int], dialect_name: str
-) -> tuple[Select[Any], Select[Any], Update, Select[Any] | None]:
-    lapsed = and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now)
-    first = select(TASKS).where(lapsed).order_by(_T.lease_expires_at_ms, _T.task_id).limit(bindparam("limit"))
+def _lapsed(now: ColumnElement[int]) -> ColumnElement[bool]:
+    return and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now)
+
+
+def _expiry_reads(now: ColumnElement[int]) -> tuple[Select[Any], Select[Any]]:
+    first = select(TASKS).where(_lapsed(now)).order_by(_T.lease_expires_at_ms, _T.task_id).limit(bindparam("limit"))
     cursor = tuple_(bindparam("after_expires_at_ms", type_=_T.lease_expires_at_ms.type), bindparam("after_task_id"))
-    following = first.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > cursor)
-    unchanged = and_(
-        _T.task_id == bindparam("key_task_id"),
-        _T.claim_generation == bindparam("expired_generation"),
-        _T.lease_expires_at_ms == bindparam("expired_at_ms"),
-        lapsed,
+    return first, first.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > cursor)
+
+
+EXPIRY_COLUMNS = ("task_id", "claim_generation", "lease_expires_at_ms", "status", "last_error")
+"""The values of one lapsed lease in :func:`record_expiries` rows: the lease as read, and what to write."""
+
+
+def record_expiries(dialect_name: str, rows: list[tuple[str, int, int, str, str]]) -> Update:
+    """The sweeper's write of a batch of lapsed leases: ONE conditional ``UPDATE ... FROM (VALUES ...)``.
+
+    Each row (:data:`EXPIRY_COLUMNS`) moves its task to its ``status`` only if the task is still
+    the lease the sweeper read: same ``claim_generation``, same ``lease_expires_at_ms``, still
+    ``running`` and lapsed on the ledger's clock (bound ``now_ms``). A task claimed again,
+    settled, cancelled or recorded by another sweeper in between is left as it is (the River
+    rescuer fix); on PostgreSQL rows another sweeper has locked are skipped (``FOR UPDATE SKIP
+    LOCKED``) instead of waited for. RETURNING ``task_id`` and ``updated_at_ms`` of each task it
+    recorded: the row count checked, row by row.
+    """
+    now = bound_now_ms(dialect_name)
+    batch = (
+        values(
+            column("task_id", _T.task_id.type),
+            column("claim_generation", _T.claim_generation.type),
+            column("lease_expires_at_ms", _T.lease_expires_at_ms.type),
+            column("status", _T.status.type),
+            column("last_error", _T.last_error.type),
+            name="expired",
+        )
+        .data(rows)
+        .cte("expired")
     )
-    record = (
+    unchanged = and_(
+        _T.task_id == batch.c.task_id,
+        _T.claim_generation == batch.c.claim_generation,
+        _T.lease_expires_at_ms == batch.c.lease_expires_at_ms,
+        _lapsed(now),
+    )
+    if dialect_name == "postgresql":
+        locked = TASKS.alias("locked")
+        free = (
+            select(locked.c.task_id)
+            .where(locked.c.task_id.in_([row[0] for row in rows]))
+            .with_for_update(skip_locked=True, of=locked)
+        )
+        unchanged = and_(unchanged, _T.task_id.in_(free.scalar_subquery()))
+    return (
         update(TASKS)
         .where(unchanged)
         .values(
-            status=bindparam("status", type_=_T.status.type),
+            status=batch.c.status,
             lease_owner=None,
             lease_expires_at_ms=None,
-            error_class=bindparam("error_class", type_=_T.error_class.type),
-            last_error=bindparam("last_error", type_=_T.last_error.type),
+            error_class=ErrorClass.EXPIRED.value,
+            last_error=batch.c.last_error,
             updated_at_ms=now,
         )
-        .returning(_T.updated_at_ms)
+        .returning(_T.task_id, _T.updated_at_ms)
     )
-    lock = (
-        select(_T.task_id).where(unchanged).with_for_update(skip_locked=True) if dialect_name == "postgresql" else None
-    )
-    return first, following, record, lock
 
 
 @cache
@@ -201,7 +234,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
     if dialect_name == "postgresql":
         current_task = current_task.with_for_update(of=TASKS)
     claimable = [status.value for status in TaskStatus if status.claimable]
-    expired_first, expired_after, record_expiry, lock_expired = _expiry_statements(now, dialect_name)
+    expired_first, expired_after = _expiry_reads(now)
     return LeaseStatements(
         now=now,
         insert_task=dialect_insert(TASKS)
@@ -290,8 +323,6 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         decisions={kind: _decision(kind, now) for kind in DecisionKind},
         expired_first=expired_first,
         expired_after=expired_after,
-        record_expiry=record_expiry,
-        lock_expired=lock_expired,
     )
 
 

@@ -44,18 +44,44 @@ def write_event(
     """
     conn.execute(
         sql.insert_event,
-        {
-            "task_id": task_id,
-            "kind": kind.value,
-            "claim_generation": generation,
-            "lease_owner": owner,
-            "stage": None if stage is None else str(stage),
-            "reason": reason,
-            "details": details,
-            "at_ms": at_ms,
-            **(trace or TraceLink()).columns(),
-        },
+        event_values(
+            task_id=task_id,
+            kind=kind,
+            generation=generation,
+            at_ms=at_ms,
+            owner=owner,
+            stage=stage,
+            reason=reason,
+            details=details,
+            trace=trace,
+        ),
     )
+
+
+def event_values(
+    *,
+    task_id: str,
+    kind: EventKind,
+    generation: int,
+    at_ms: int,
+    owner: str | None = None,
+    stage: Stage | str | None = None,
+    reason: str | None = None,
+    details: dict[str, Any] | None = None,
+    trace: TraceLink | None = None,
+) -> dict[str, Any]:
+    """The column values of one evidence-trail entry (see :func:`write_event` for the arguments)."""
+    return {
+        "task_id": task_id,
+        "kind": kind.value,
+        "claim_generation": generation,
+        "lease_owner": owner,
+        "stage": None if stage is None else str(stage),
+        "reason": reason,
+        "details": details,
+        "at_ms": at_ms,
+        **(trace or TraceLink()).columns(),
+    }
 
 
 def write_holder_event(
