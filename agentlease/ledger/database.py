@@ -43,7 +43,12 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, sqlite_path
-from agentlease.ledger.engine import READ_ONLY_OPTION, create_pg_ledger_engine, create_sqlite_thread_engine
+from agentlease.ledger.engine import (
+    PG_POOL_SIZE,
+    READ_ONLY_OPTION,
+    create_pg_ledger_engine,
+    create_sqlite_thread_engine,
+)
 
 T = TypeVar("T")
 
@@ -70,6 +75,16 @@ class LedgerDatabase(Protocol):
         """Run ``transaction`` on one consistent snapshot without taking SQLite's write lock."""
         ...
 
+    async def write_one(self, transaction: Transaction[T]) -> T:
+        """Run ``transaction``, whose change is ONE statement, in as few round trips as the database allows.
+
+        On PostgreSQL each statement is its own transaction (autocommit): no ``BEGIN`` and
+        ``COMMIT`` round trips, so a lease write with its evidence in one statement is one round
+        trip. Statements after the first (the evidence of a refused write) commit on their own.
+        On SQLite the same as :meth:`write`.
+        """
+        ...
+
     async def dispose(self) -> None:
         """Close the connections (and the SQLite thread); a later transaction opens them again, as
         ``Engine.dispose`` does."""
@@ -77,13 +92,14 @@ class LedgerDatabase(Protocol):
 
 
 def open_database(
-    url: str, *, pool_size: int = 10, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS
+    url: str, *, pool_size: int = PG_POOL_SIZE, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS
 ) -> LedgerDatabase:
     """The ledger database for ``sqlite:///PATH`` or ``postgresql://...``.
 
     Args:
         url: see :func:`agentlease.databases.async_url`.
-        pool_size: PostgreSQL connection pool size. Default 10. SQLite uses one connection.
+        pool_size: PostgreSQL connections at most (no overflow). Default
+            :data:`~agentlease.ledger.engine.PG_POOL_SIZE` (10). SQLite uses one connection.
         sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue
             included (ms). Default :data:`~agentlease.databases.SQLITE_BUSY_TIMEOUT_MS`.
 
@@ -136,6 +152,9 @@ class SQLiteThreadDatabase:
     async def read(self, transaction: Transaction[T]) -> T:
         return await self._hop(self._read_engine, transaction)
 
+    async def write_one(self, transaction: Transaction[T]) -> T:
+        return await self._hop(self._engine, transaction)
+
     async def dispose(self) -> None:
         thread, self._thread = self._thread, None
         if thread is None:
@@ -157,6 +176,7 @@ class AsyncEngineDatabase:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
+        self._autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.dialect = engine.dialect.name
         self.url = engine.url.render_as_string(hide_password=True)
 
@@ -166,6 +186,10 @@ class AsyncEngineDatabase:
 
     async def read(self, transaction: Transaction[T]) -> T:
         async with self._read_engine.begin() as conn:
+            return await conn.run_sync(transaction)
+
+    async def write_one(self, transaction: Transaction[T]) -> T:
+        async with self._autocommit_engine.connect() as conn:
             return await conn.run_sync(transaction)
 
     async def dispose(self) -> None:

@@ -26,8 +26,9 @@ from agentlease.decisions import DECISIONS
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, Stage, TaskStatus
 from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
 from agentlease.ledger.database import LedgerDatabase, open_database
+from agentlease.ledger.engine import PG_POOL_SIZE
 from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pages
-from agentlease.ledger.statements import LeaseStatements, held, lease_statements
+from agentlease.ledger.statements import LeaseStatements, event_params, held, lease_statements
 from agentlease.ledger.trail import write_event, write_holder_event
 from agentlease.metrics import LEASE_METRICS, LeaseMetrics
 from agentlease.records import (
@@ -68,7 +69,7 @@ class Ledger:
         self._metrics = metrics
 
     @classmethod
-    def from_url(cls, url: str, *, pool_size: int = 10) -> Ledger:
+    def from_url(cls, url: str, *, pool_size: int = PG_POOL_SIZE) -> Ledger:
         """Open a ledger on ``sqlite:///PATH`` or ``postgresql://...`` (see :func:`open_database`)."""
         return cls(open_database(url, pool_size=pool_size))
 
@@ -99,21 +100,22 @@ class Ledger:
         or the database clock."""
         return self._sql.now
 
+    @staticmethod
+    def _task_values(spec: TaskSpec, now: datetime | None) -> dict[str, Any]:
+        return {
+            "task_id": spec.task_id,
+            "agent_run_id": spec.agent_run_id,
+            "step_id": spec.step_id,
+            "tool": spec.tool,
+            "side_effect_class": spec.side_effect_class.value,
+            "lease_ttl_ms": duration_ms(spec.lease_ttl),
+            "idempotency_key": spec.idempotency_key,
+            **now_param(now),
+        }
+
     def _insert_task(self, conn: Connection, spec: TaskSpec, now: datetime | None) -> None:
         """Create the task row (``pending``) on first sight; an existing row is left as it is."""
-        conn.execute(
-            self._sql.insert_task,
-            {
-                "task_id": spec.task_id,
-                "agent_run_id": spec.agent_run_id,
-                "step_id": spec.step_id,
-                "tool": spec.tool,
-                "side_effect_class": spec.side_effect_class.value,
-                "lease_ttl_ms": duration_ms(spec.lease_ttl),
-                "idempotency_key": spec.idempotency_key,
-                **now_param(now),
-            },
-        )
+        conn.execute(self._sql.insert_task, self._task_values(spec, now))
 
     def _store_receipt(
         self,
@@ -209,10 +211,64 @@ class Ledger:
         """
         trace = trace or TraceLink()
         key = {"key_task_id": spec.task_id, **now_param(now)}
+        fresh = {**self._task_values(spec, now), "lease_owner": owner, **trace.columns()}
+
+        def granted_claim(granted: Any, previous_error_class: str | None, stored: StoredReceipt | None) -> Claim:
+            return Claim(
+                task_id=spec.task_id,
+                tool=granted.tool,
+                generation=granted.claim_generation,
+                owner=owner,
+                acquired_at=from_ms(granted.lease_acquired_at_ms),
+                expires_at=from_ms(granted.lease_expires_at_ms),
+                lease_ttl=timedelta(milliseconds=granted.lease_ttl_ms),
+                attempts=granted.attempts,
+                previous_stage=granted.stage,
+                previous_error_class=previous_error_class,
+                idempotency_key=granted.idempotency_key,
+                trace=trace,
+                receipt=stored,
+            )
+
+        def claimed_event(conn: Connection, granted: Any) -> None:
+            write_event(
+                conn,
+                self._sql,
+                task_id=spec.task_id,
+                kind=EventKind.CLAIMED,
+                generation=granted.claim_generation,
+                at_ms=granted.lease_acquired_at_ms,
+                owner=owner,
+                stage=granted.stage,
+                reason=f"attempt {granted.attempts}",
+                details={"lease_expires_at_ms": granted.lease_expires_at_ms},
+                trace=trace,
+            )
+
+        def first_claim_tx(conn: Connection) -> Claim | None:
+            """PostgreSQL: a task the ledger has not seen, claimed with its evidence in one statement."""
+            assert self._sql.claim_new_evidenced is not None
+            params = {**fresh, **event_params("attempt 1", {}, trace)}
+            granted = conn.execute(self._sql.claim_new_evidenced, params).first()
+            if granted is None:
+                return None  # the task exists: claimed by the conditional UPDATE below
+            stored = None
+            if granted.receipt_task_id is not None:
+                stored = StoredReceipt(
+                    idempotency_key=granted.idempotency_key,
+                    task_id=granted.receipt_task_id,
+                    claim_generation=granted.receipt_generation,
+                    receipt=granted.stored_receipt,
+                )
+            return granted_claim(granted, None, stored)
 
         def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None]:
             """The claim, whether it superseded a lapsed lease, and that lease's stage."""
-            self._insert_task(conn, spec, now)
+            if self._sql.claim_new_evidenced is None:
+                granted = conn.execute(self._sql.claim_new, fresh).first()
+                if granted is not None:  # a task the ledger had not seen: created claimed (generation 1)
+                    claimed_event(conn, granted)
+                    return granted_claim(granted, None, self._receipt(conn, spec.idempotency_key)), False, None
             before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
             if status.is_terminal or status.awaits_decision:
@@ -227,7 +283,8 @@ class Ledger:
                     holder=before.lease_owner,
                     generation=before.claim_generation,
                 )
-            if before.status == TaskStatus.RUNNING.value:
+            superseded = before.status == TaskStatus.RUNNING.value
+            if superseded:
                 # The previous holder neither settled nor released: record why its lease ended.
                 write_event(
                     conn,
@@ -245,41 +302,20 @@ class Ledger:
                     details={"lease_expires_at_ms": before.lease_expires_at_ms, "by": "takeover"},
                     trace=TraceLink.from_mapping(before._mapping),
                 )
-            write_event(
-                conn,
-                self._sql,
-                task_id=spec.task_id,
-                kind=EventKind.CLAIMED,
-                generation=granted.claim_generation,
-                at_ms=granted.lease_acquired_at_ms,
-                owner=owner,
-                stage=granted.stage,
-                reason=f"attempt {granted.attempts}",
-                details={"lease_expires_at_ms": granted.lease_expires_at_ms},
-                trace=trace,
-            )
+            claimed_event(conn, granted)
             stored = self._receipt(conn, spec.idempotency_key)
-            superseded = before.status == TaskStatus.RUNNING.value
-            claim = Claim(
-                task_id=spec.task_id,
-                tool=granted.tool,
-                generation=granted.claim_generation,
-                owner=owner,
-                acquired_at=from_ms(granted.lease_acquired_at_ms),
-                expires_at=from_ms(granted.lease_expires_at_ms),
-                lease_ttl=timedelta(milliseconds=granted.lease_ttl_ms),
-                attempts=granted.attempts,
-                previous_stage=granted.stage,
-                previous_error_class=before.error_class,
-                idempotency_key=granted.idempotency_key,
-                trace=trace,
-                receipt=stored,
-            )
-            return claim, superseded, before.stage
+            return granted_claim(granted, before.error_class, stored), superseded, before.stage
+
+        async def claim_once() -> tuple[Claim, bool, str | None]:
+            if self._sql.claim_new_evidenced is not None:
+                first = await self._db.write_one(first_claim_tx)
+                if first is not None:
+                    return first, False, None
+            return await self._db.write(claim_tx)
 
         started = time.perf_counter()
         try:
-            claim, superseded, superseded_stage = await self._db.write(claim_tx)
+            claim, superseded, superseded_stage = await claim_once()
         except LeaseHeldError:
             self._metrics.claim(spec.tool, "held")
             raise
@@ -327,8 +363,15 @@ class Ledger:
             raise ValueError("a renewal needs a specific reason")
         params = {**self._held(claim, now), "new_stage": None if stage is None else stage.value}
 
+        evidenced = self._sql.renew_evidenced
+        if evidenced is not None:
+            params.update(event_params(reason, {}, claim.trace))
+
         def renew_tx(conn: Connection) -> tuple[datetime, str | None] | _Refusal:
-            row = conn.execute(self._sql.renew, params).first()
+            if evidenced is not None:
+                row = conn.execute(evidenced, params).first()  # the renewal and its entry, one statement
+            else:
+                row = conn.execute(self._sql.renew, params).first()
             if row is None:
                 return self._refused(
                     conn,
@@ -338,21 +381,22 @@ class Ledger:
                     now=now,
                     details={"stage": None if stage is None else stage.value, "renew_reason": reason},
                 )
-            write_holder_event(
-                conn,
-                self._sql,
-                claim,
-                EventKind.RENEWED,
-                at_ms=row.updated_at_ms,
-                stage=row.stage,
-                reason=reason,
-                details={"lease_expires_at_ms": row.lease_expires_at_ms},
-            )
+            if evidenced is None:
+                write_holder_event(
+                    conn,
+                    self._sql,
+                    claim,
+                    EventKind.RENEWED,
+                    at_ms=row.updated_at_ms,
+                    stage=row.stage,
+                    reason=reason,
+                    details={"lease_expires_at_ms": row.lease_expires_at_ms},
+                )
             expires_at = from_ms(row.lease_expires_at_ms)
             assert expires_at is not None
             return expires_at, row.stage
 
-        outcome = await self._db.write(renew_tx)
+        outcome = await self._db.write_one(renew_tx)
         lost = isinstance(outcome, _Refusal)
         self._metrics.renewal(claim.tool, stage if lost else outcome[1], renewed=not lost)  # type: ignore[index]
         return self._granted(claim, "renew", outcome)[0]
@@ -385,18 +429,50 @@ class Ledger:
         receipt_json = receipt.model_dump(mode="json")
         params = {**self._held(claim, now), "receipt": receipt_json}
 
+        reason = f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})"
+        evidenced = self._sql.settle_evidenced
+
+        def ours() -> StoredReceipt:
+            return StoredReceipt(
+                idempotency_key=claim.idempotency_key,
+                task_id=claim.task_id,
+                claim_generation=claim.generation,
+                receipt=receipt,
+            )
+
+        def settle_evidenced_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
+            """PostgreSQL: the settle, the receipt and the entry in one statement (see ``settle_evidenced``)."""
+            assert evidenced is not None
+            event = event_params(reason, {"receipt": receipt_json}, claim.trace)
+            row = conn.execute(evidenced, {**params, **event}).first()
+            if row is None:
+                return refused(conn)
+            if row.receipt_stored:
+                return ours(), row.renewal_count
+            # The first receipt stored for the key stands; the task shows that one too (it already
+            # does, unless that receipt was stored while this statement ran).
+            stored = self._receipt(conn, claim.idempotency_key)
+            assert stored is not None
+            standing = stored.receipt.model_dump(mode="json")
+            if row.receipt != standing:
+                conn.execute(self._sql.set_receipt, {"key_task_id": claim.task_id, "receipt": standing})
+            return stored, row.renewal_count
+
+        def refused(conn: Connection) -> _Refusal:
+            return self._refused(
+                conn,
+                claim,
+                operation="settle",
+                kind=EventKind.LATE_UNAPPLIED,
+                now=now,
+                details={"receipt": receipt_json, "result": result},
+            )
+
         def settle_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
             """The stored receipt and the task's renewal count, or the refusal."""
             row = conn.execute(self._sql.settle, params).first()
             if row is None:
-                return self._refused(
-                    conn,
-                    claim,
-                    operation="settle",
-                    kind=EventKind.LATE_UNAPPLIED,
-                    now=now,
-                    details={"receipt": receipt_json, "result": result},
-                )
+                return refused(conn)
             inserted = self._store_receipt(
                 conn, claim.idempotency_key, claim.task_id, claim.generation, receipt_json, row.updated_at_ms
             )
@@ -407,28 +483,22 @@ class Ledger:
                 EventKind.SETTLED,
                 at_ms=row.updated_at_ms,
                 stage=Stage.SETTLED,
-                reason=f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})",
+                reason=reason,
                 details={"receipt": receipt_json},
             )
             if inserted:
-                stored: StoredReceipt | None = StoredReceipt(
-                    idempotency_key=claim.idempotency_key,
-                    task_id=claim.task_id,
-                    claim_generation=claim.generation,
-                    receipt=receipt,
-                )
-            else:
-                # The first receipt stored for the key stands; the task shows that one too.
-                stored = self._receipt(conn, claim.idempotency_key)
-                assert stored is not None
-                conn.execute(
-                    self._sql.set_receipt,
-                    {"key_task_id": claim.task_id, "receipt": stored.receipt.model_dump(mode="json")},
-                )
+                return ours(), row.renewal_count
+            # The first receipt stored for the key stands; the task shows that one too.
+            stored = self._receipt(conn, claim.idempotency_key)
+            assert stored is not None
+            conn.execute(
+                self._sql.set_receipt,
+                {"key_task_id": claim.task_id, "receipt": stored.receipt.model_dump(mode="json")},
+            )
             assert stored is not None
             return stored, row.renewal_count
 
-        outcome = await self._db.write(settle_tx)
+        outcome = await self._db.write(settle_tx if evidenced is None else settle_evidenced_tx)
         settled = not isinstance(outcome, _Refusal)
         self._metrics.settle(claim.tool, settled=settled, renewals=outcome[1] if settled else None)  # type: ignore[index]
         return self._granted(claim, "settle", outcome)[0]
