@@ -30,7 +30,6 @@ from sqlalchemy import (
     bindparam,
     case,
     column,
-    exists,
     func,
     insert,
     literal,
@@ -268,7 +267,9 @@ def _with_expiry(source: Any) -> Any:
     )
 
 
-def _evidenced(claim_new: Insert, renew: Update, settle: Update) -> tuple[Select[Any], Select[Any], Select[Any]]:
+def _evidenced(
+    claim_new: Insert, renew: Update, settle: Update, holds: ColumnElement[bool], now: ColumnElement[int]
+) -> tuple[Select[Any], Select[Any], Select[Any]]:
     """The PostgreSQL statements that write a lease change and its evidence in one round trip.
 
     Each is ``WITH change AS (<the same conditional write> RETURNING ...), evidence AS (INSERT INTO
@@ -291,7 +292,7 @@ def _evidenced(claim_new: Insert, renew: Update, settle: Update) -> tuple[Select
         details=_with_expiry(claimed),
     ).cte("claim_evidence")
     stored = RECEIPTS.alias("stored")
-    standing = [
+    receipt_columns = [
         select(column).where(stored.c.idempotency_key == claimed.c.idempotency_key).scalar_subquery().label(label)
         for column, label in (
             (stored.c.task_id, "receipt_task_id"),
@@ -299,7 +300,7 @@ def _evidenced(claim_new: Insert, renew: Update, settle: Update) -> tuple[Select
             (stored.c.receipt, "stored_receipt"),
         )
     ]
-    claim = select(claimed, *standing).add_cte(claim_event)
+    claim = select(claimed, *receipt_columns).add_cte(claim_event)
 
     renewed = renew.returning(_T.task_id).cte("renewed")
     renew_event = _event_from(
@@ -312,29 +313,28 @@ def _evidenced(claim_new: Insert, renew: Update, settle: Update) -> tuple[Select
     ).cte("renew_evidence")
     renewed_row = select(renewed.c.lease_expires_at_ms, renewed.c.updated_at_ms, renewed.c.stage).add_cte(renew_event)
 
-    # The first receipt stored for the key stands: the task shows it when one is already there.
-    standing_receipt = select(stored.c.receipt).where(stored.c.idempotency_key == _T.idempotency_key).scalar_subquery()
-    settled = (
-        settle.values(receipt=func.coalesce(standing_receipt, bindparam("receipt", type_=_T.receipt.type)))
-        .returning(_T.task_id, _T.idempotency_key, _T.updated_at_ms, _T.renewal_count, _T.receipt)
-        .cte("settled")
+    # The settle: lock the holder's row (the guard), store the receipt unless one stands for the key
+    # (ON CONFLICT DO UPDATE returns the standing one, after waiting for a concurrent writer of the
+    # same key), settle the task with the receipt that stands, and record the entry.
+    guarded = select(_T.task_id, _T.idempotency_key).where(holds).with_for_update(of=TASKS).cte("guarded")
+    new_receipt = postgresql.insert(RECEIPTS).from_select(
+        ["idempotency_key", "task_id", "claim_generation", "receipt", "created_at_ms"],
+        select(
+            guarded.c.idempotency_key,
+            guarded.c.task_id,
+            holder["generation"],
+            bindparam("receipt", type_=RECEIPTS.c.receipt.type),
+            now,
+        ).select_from(guarded),
     )
-    store_receipt = (
-        postgresql.insert(RECEIPTS)
-        .from_select(
-            ["idempotency_key", "task_id", "claim_generation", "receipt", "created_at_ms"],
-            select(
-                settled.c.idempotency_key,
-                settled.c.task_id,
-                holder["generation"],
-                bindparam("receipt", type_=RECEIPTS.c.receipt.type),
-                settled.c.updated_at_ms,
-            ).select_from(settled),
+    standing = (
+        new_receipt.on_conflict_do_update(
+            index_elements=["idempotency_key"], set_={"idempotency_key": new_receipt.excluded.idempotency_key}
         )
-        .on_conflict_do_nothing(index_elements=["idempotency_key"])
-        .returning(RECEIPTS.c.idempotency_key)
-        .cte("stored_receipt")
+        .returning(RECEIPTS.c.task_id, RECEIPTS.c.claim_generation, RECEIPTS.c.receipt)
+        .cte("standing")
     )
+    settled = settle.values(receipt=select(standing.c.receipt).scalar_subquery()).returning(_T.task_id).cte("settled")
     settle_event = _event_from(
         settled,
         EventKind.SETTLED,
@@ -343,12 +343,17 @@ def _evidenced(claim_new: Insert, renew: Update, settle: Update) -> tuple[Select
         details=bindparam("event_details", type_=_E.details.type),
         **holder,
     ).cte("settle_evidence")
-    settled_row = select(
-        settled.c.updated_at_ms,
-        settled.c.renewal_count,
-        settled.c.receipt,
-        exists(select(store_receipt.c.idempotency_key)).label("receipt_stored"),
-    ).add_cte(settle_event)
+    settled_row = (
+        select(
+            settled.c.updated_at_ms,
+            settled.c.renewal_count,
+            standing.c.task_id.label("receipt_task_id"),
+            standing.c.claim_generation.label("receipt_generation"),
+            standing.c.receipt.label("stored_receipt"),
+        )
+        .select_from(settled.join(standing, true()))
+        .add_cte(settle_event)
+    )
     return claim, renewed_row, settled_row
 
 
@@ -420,7 +425,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         )
         .returning(_T.updated_at_ms, _T.renewal_count)
     )
-    evidenced = _evidenced(claim_new, renew, settle) if dialect_name == "postgresql" else (None, None, None)
+    evidenced = _evidenced(claim_new, renew, settle, holds, now) if dialect_name == "postgresql" else (None, None, None)
     return LeaseStatements(
         now=now,
         insert_task=dialect_insert(TASKS)
@@ -480,8 +485,11 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
             _column_of_task(_T.claim_generation).label("claim_generation"),
             _column_of_task(_T.status).label("status"),
         ),
-        insert_event=insert(EVENTS),
+        insert_event=insert(EVENTS).values(
+            {name: bindparam(name, type_=column.type) for name, column in _E.items() if name != "event_id"}
+        ),
         insert_receipt=dialect_insert(RECEIPTS)
+        .values({name: bindparam(name, type_=column.type) for name, column in RECEIPTS.c.items()})
         .on_conflict_do_nothing(index_elements=["idempotency_key"])
         .returning(RECEIPTS.c.idempotency_key),
         select_receipt=select(RECEIPTS).where(RECEIPTS.c.idempotency_key == bindparam("key_idempotency_key")),

@@ -25,6 +25,7 @@ from agentlease.clock import duration_ms, from_ms, now_param
 from agentlease.decisions import DECISIONS
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, Stage, TaskStatus
 from agentlease.errors import LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
+from agentlease.ledger.compiled import execute
 from agentlease.ledger.database import LedgerDatabase, open_database
 from agentlease.ledger.engine import PG_POOL_SIZE
 from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pages
@@ -127,7 +128,8 @@ class Ledger:
         at_ms: int,
     ) -> bool:
         """Store a receipt unless one already stands for the key (the first stands). Returns whether it did."""
-        inserted = conn.execute(
+        inserted = execute(
+            conn,
             self._sql.insert_receipt,
             {
                 "idempotency_key": idempotency_key,
@@ -137,7 +139,7 @@ class Ledger:
                 "created_at_ms": at_ms,
             },
         )
-        return inserted.first() is not None
+        return bool(inserted)
 
     @staticmethod
     def _held(claim: Claim, now: datetime | None) -> dict[str, Any]:
@@ -249,9 +251,10 @@ class Ledger:
             """PostgreSQL: a task the ledger has not seen, claimed with its evidence in one statement."""
             assert self._sql.claim_new_evidenced is not None
             params = {**fresh, **event_params("attempt 1", {}, trace)}
-            granted = conn.execute(self._sql.claim_new_evidenced, params).first()
-            if granted is None:
+            rows = execute(conn, self._sql.claim_new_evidenced, params)
+            if not rows:
                 return None  # the task exists: claimed by the conditional UPDATE below
+            granted = rows[0]
             stored = None
             if granted.receipt_task_id is not None:
                 stored = StoredReceipt(
@@ -265,8 +268,9 @@ class Ledger:
         def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None]:
             """The claim, whether it superseded a lapsed lease, and that lease's stage."""
             if self._sql.claim_new_evidenced is None:
-                granted = conn.execute(self._sql.claim_new, fresh).first()
-                if granted is not None:  # a task the ledger had not seen: created claimed (generation 1)
+                created = execute(conn, self._sql.claim_new, fresh)
+                if created:  # a task the ledger had not seen: created claimed (generation 1)
+                    granted = created[0]
                     claimed_event(conn, granted)
                     return granted_claim(granted, None, self._receipt(conn, spec.idempotency_key)), False, None
             before = conn.execute(self._sql.current_task, key).one()
@@ -368,10 +372,9 @@ class Ledger:
             params.update(event_params(reason, {}, claim.trace))
 
         def renew_tx(conn: Connection) -> tuple[datetime, str | None] | _Refusal:
-            if evidenced is not None:
-                row = conn.execute(evidenced, params).first()  # the renewal and its entry, one statement
-            else:
-                row = conn.execute(self._sql.renew, params).first()
+            # On PostgreSQL the renewal and its entry are one statement.
+            rows = execute(conn, self._sql.renew if evidenced is None else evidenced, params)
+            row = rows[0] if rows else None
             if row is None:
                 return self._refused(
                     conn,
@@ -441,21 +444,19 @@ class Ledger:
             )
 
         def settle_evidenced_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
-            """PostgreSQL: the settle, the receipt and the entry in one statement (see ``settle_evidenced``)."""
+            """PostgreSQL: the settle, the receipt that stands and the entry in one statement."""
             assert evidenced is not None
             event = event_params(reason, {"receipt": receipt_json}, claim.trace)
-            row = conn.execute(evidenced, {**params, **event}).first()
-            if row is None:
+            rows = execute(conn, evidenced, {**params, **event})
+            if not rows:
                 return refused(conn)
-            if row.receipt_stored:
-                return ours(), row.renewal_count
-            # The first receipt stored for the key stands; the task shows that one too (it already
-            # does, unless that receipt was stored while this statement ran).
-            stored = self._receipt(conn, claim.idempotency_key)
-            assert stored is not None
-            standing = stored.receipt.model_dump(mode="json")
-            if row.receipt != standing:
-                conn.execute(self._sql.set_receipt, {"key_task_id": claim.task_id, "receipt": standing})
+            row = rows[0]
+            stored = StoredReceipt(
+                idempotency_key=claim.idempotency_key,
+                task_id=row.receipt_task_id,
+                claim_generation=row.receipt_generation,
+                receipt=row.stored_receipt,
+            )
             return stored, row.renewal_count
 
         def refused(conn: Connection) -> _Refusal:
@@ -470,9 +471,10 @@ class Ledger:
 
         def settle_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
             """The stored receipt and the task's renewal count, or the refusal."""
-            row = conn.execute(self._sql.settle, params).first()
-            if row is None:
+            rows = execute(conn, self._sql.settle, params)
+            if not rows:
                 return refused(conn)
+            row = rows[0]
             inserted = self._store_receipt(
                 conn, claim.idempotency_key, claim.task_id, claim.generation, receipt_json, row.updated_at_ms
             )
@@ -498,7 +500,10 @@ class Ledger:
             assert stored is not None
             return stored, row.renewal_count
 
-        outcome = await self._db.write(settle_tx if evidenced is None else settle_evidenced_tx)
+        if evidenced is None:
+            outcome = await self._db.write(settle_tx)
+        else:
+            outcome = await self._db.write_one(settle_evidenced_tx)
         settled = not isinstance(outcome, _Refusal)
         self._metrics.settle(claim.tool, settled=settled, renewals=outcome[1] if settled else None)  # type: ignore[index]
         return self._granted(claim, "settle", outcome)[0]
@@ -585,7 +590,8 @@ class Ledger:
         kind = EventKind(status.value)
 
         def end_lease_tx(conn: Connection) -> _Refusal | None:
-            row = conn.execute(self._sql.end_lease, params).first()
+            rows = execute(conn, self._sql.end_lease, params)
+            row = rows[0] if rows else None
             if row is None:
                 return self._refused(
                     conn,
@@ -689,9 +695,10 @@ class Ledger:
         return TaskRecord.from_row(row)
 
     def _receipt(self, conn: Connection, idempotency_key: str) -> StoredReceipt | None:
-        row = conn.execute(self._sql.select_receipt, {"key_idempotency_key": idempotency_key}).first()
-        if row is None:
+        rows = execute(conn, self._sql.select_receipt, {"key_idempotency_key": idempotency_key})
+        if not rows:
             return None
+        row = rows[0]
         return StoredReceipt(
             idempotency_key=row.idempotency_key,
             task_id=row.task_id,

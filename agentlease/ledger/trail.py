@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from agentlease.enums import EventKind, Stage
+from agentlease.ledger.compiled import execute
 from agentlease.ledger.statements import LeaseStatements
 from agentlease.records import Claim, TraceLink
 
@@ -42,7 +43,8 @@ def write_event(
         details: small JSON facts (who decided, the receipt, the refused write...).
         trace: the Temporal attempt that made the change.
     """
-    conn.execute(
+    execute(
+        conn,
         sql.insert_event,
         event_values(
             task_id=task_id,
