@@ -7,7 +7,7 @@ look like a ledger that has been used for a while:
 - tasks ``fill-<run>/s<k>``, ten per agent run, created one millisecond apart (oldest first);
 - every hundredth task waits for a person (``dead_lettered`` or ``awaiting_approval``, alternately),
   the first ``expired`` tasks are ``running`` with a lease that lapsed an hour ago, the rest are
-  ``settled`` with a small receipt;
+  ``settled`` with a small receipt (stored in ``receipts`` too);
 - ``events_per_task`` evidence entries per task (``claimed``, then ``settled``...).
 
 Then ``ANALYZE``, so the planner knows the table sizes as a long-lived ledger's statistics would.
@@ -119,7 +119,11 @@ def _execute(statement: str, conn: Connection) -> None:
 async def fill_ledger(database: LedgerDatabase, fill: Fill) -> None:
     """Insert ``fill``'s rows into a migrated, empty ledger, then update the planner's statistics."""
     dialect = database.dialect
-    statements = [_tasks_sql(dialect, fill)]
+    statements = [
+        _tasks_sql(dialect, fill),
+        "INSERT INTO receipts (idempotency_key, task_id, claim_generation, receipt, created_at_ms) "
+        "SELECT idempotency_key, task_id, claim_generation, receipt, updated_at_ms FROM tasks WHERE receipt IS NOT NULL",
+    ]
     if fill.events_per_task:
         statements.append(_events_sql(dialect, fill))
     for statement in [*statements, "ANALYZE"]:
