@@ -27,7 +27,6 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from agentlease.cli.plans import load_plan
 from agentlease.cli.render import run_table, to_json
 from agentlease.enums import RunState
 from agentlease.errors import (
@@ -153,6 +152,7 @@ def run(
 ) -> None:
     """Start an agent run from a plan file on the configured Temporal."""
     from activities.registry import load_registry
+    from agentlease.cli.plans import load_plan
 
     settings = _settings(ctx)
     plan = load_plan(plan_file, load_registry(settings.tool_modules))

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from sqlalchemy import literal
 from sqlalchemy.engine import Connection
-from sqlalchemy.types import NullType
 from sqlalchemy.sql import visitors
+from sqlalchemy.types import NullType
 
 from agentlease.clock import now_param
 from agentlease.enums import DecisionKind, TaskStatus
