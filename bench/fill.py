@@ -122,7 +122,8 @@ async def fill_ledger(database: LedgerDatabase, fill: Fill) -> None:
     statements = [
         _tasks_sql(dialect, fill),
         "INSERT INTO receipts (idempotency_key, task_id, claim_generation, receipt, created_at_ms) "
-        "SELECT idempotency_key, task_id, claim_generation, receipt, updated_at_ms FROM tasks WHERE receipt IS NOT NULL",
+        "SELECT idempotency_key, task_id, claim_generation, receipt, updated_at_ms FROM tasks "
+        "WHERE receipt IS NOT NULL",
     ]
     if fill.events_per_task:
         statements.append(_events_sql(dialect, fill))

@@ -82,3 +82,44 @@ async def plain_stages(call: ToolCall) -> ToolOutcome:
         receipt=_receipt(call.idempotency_key, index),
         result={"index": index},
     )
+
+
+READ_TOOL_NAME = "bench_read"
+PLAIN_READ_ACTIVITY = "bench_plain_read"
+READ_STAGE = (Stage.EXTERNAL_CALL, "reading the (simulated) source")
+
+
+@tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=LEASE_TTL, name=READ_TOOL_NAME)
+async def bench_read(ctx: LeaseContext, args: BenchArgs) -> ToolResult:
+    """The leased side of ``bench.runs``: a fast read-only tool, one recorded stage, then a receipt."""
+    await ctx.advance(*READ_STAGE)
+    return ToolResult(receipt=_receipt(ctx.idempotency_key, args.index), output={"index": args.index})
+
+
+READ_TOOL = bench_read
+
+
+@activity.defn(name=PLAIN_READ_ACTIVITY)
+async def plain_read(call: ToolCall) -> ToolOutcome:
+    """The plain side of ``bench.runs``: the same stage as one heartbeat, then the same outcome shape."""
+    ttl = activity.info().heartbeat_timeout or LEASE_TTL
+    stage, reason = READ_STAGE
+    activity.heartbeat(
+        LeaseHeartbeat(
+            task_id=call.task_id,
+            claim_generation=1,
+            stage=stage,
+            reason=reason,
+            lease_expires_at=datetime.now(UTC) + ttl,
+        )
+    )
+    index = int(call.arguments.get("index", 0))
+    return ToolOutcome(
+        task_id=call.task_id,
+        status=TaskStatus.SETTLED,
+        stage=Stage.SETTLED,
+        claim_generation=1,
+        attempts=1,
+        receipt=_receipt(call.idempotency_key, index),
+        result={"index": index},
+    )
