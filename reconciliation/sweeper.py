@@ -33,7 +33,7 @@ class SweeperSettings:
 
     Attributes:
         interval: pause between two sweeps. Default 5s.
-        batch_size: leases read per keyset batch. Default 100.
+        batch_size: leases read per keyset batch, each recorded by one statement. Default 500.
         default_max_attempts: real attempts before dead-lettering a tool not named in
             ``max_attempts_by_tool``. Default 5 (the tool declaration's default).
         max_attempts_by_tool: per-tool limits, usually from the worker's tool registry.
@@ -43,7 +43,7 @@ class SweeperSettings:
     """
 
     interval: timedelta = timedelta(seconds=5)
-    batch_size: int = 100
+    batch_size: int = 500
     default_max_attempts: int = DEFAULT_MAX_ATTEMPTS
     max_attempts_by_tool: Mapping[str, int] = field(default_factory=dict)
 

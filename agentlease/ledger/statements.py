@@ -27,6 +27,7 @@ from sqlalchemy import (
     Table,
     Update,
     and_,
+    any_,
     bindparam,
     case,
     column,
@@ -205,13 +206,19 @@ def record_expiries(dialect_name: str, rows: list[tuple[str, int, int, str, str]
         _lapsed(now),
     )
     if dialect_name == "postgresql":
+        # Lock the batch's rows first, skipping those another sweeper (or a claim) holds: one
+        # uncorrelated subquery, evaluated once, whose array drives primary-key lookups.
         locked = TASKS.alias("locked")
         free = (
             select(locked.c.task_id)
             .where(locked.c.task_id.in_([row[0] for row in rows]))
             .with_for_update(skip_locked=True, of=locked)
+            .subquery("free")
         )
-        unchanged = and_(unchanged, _T.task_id.in_(free.scalar_subquery()))
+        locked_ids = sql_cast(
+            select(func.array_agg(free.c.task_id)).scalar_subquery(), postgresql.ARRAY(_T.task_id.type)
+        )
+        unchanged = and_(unchanged, _T.task_id == any_(locked_ids))
     return (
         update(TASKS)
         .where(unchanged)
