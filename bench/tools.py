@@ -11,6 +11,7 @@ Neither talks to an external system: the benchmark measures what the lease adds 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
@@ -113,6 +114,72 @@ async def plain_read(call: ToolCall) -> ToolOutcome:
             lease_expires_at=datetime.now(UTC) + ttl,
         )
     )
+    index = int(call.arguments.get("index", 0))
+    return ToolOutcome(
+        task_id=call.task_id,
+        status=TaskStatus.SETTLED,
+        stage=Stage.SETTLED,
+        claim_generation=1,
+        attempts=1,
+        receipt=_receipt(call.idempotency_key, index),
+        result={"index": index},
+    )
+
+
+HOLD_TOOL_NAME = "bench_hold"
+PLAIN_HOLD_ACTIVITY = "bench_plain_hold"
+HOLD_STAGE = (Stage.EXTERNAL_CALL, "waiting for the (simulated) slow system")
+
+
+class Holding:
+    """What the long calls of ``bench.memory`` wait for, in their worker process: released, and how many run."""
+
+    released = asyncio.Event()
+    in_flight = 0
+
+
+@tool(
+    side_effect=SideEffectClass.READ_ONLY,
+    lease_ttl=LEASE_TTL,
+    start_to_close=timedelta(minutes=30),
+    name=HOLD_TOOL_NAME,
+)
+async def bench_hold(ctx: LeaseContext, args: BenchArgs) -> ToolResult:
+    """The leased side of ``bench.memory``: enter a stage, then hold (renewing) until released."""
+    await ctx.advance(*HOLD_STAGE)
+    Holding.in_flight += 1
+    try:
+        while not Holding.released.is_set():
+            try:
+                await asyncio.wait_for(Holding.released.wait(), timeout=LEASE_TTL.total_seconds() / 3)
+            except TimeoutError:
+                await ctx.renew("still waiting for the (simulated) slow system")
+    finally:
+        Holding.in_flight -= 1
+    return ToolResult(receipt=_receipt(ctx.idempotency_key, args.index), output={"index": args.index})
+
+
+HOLD_TOOL = bench_hold
+
+
+@activity.defn(name=PLAIN_HOLD_ACTIVITY)
+async def plain_hold(call: ToolCall) -> ToolOutcome:
+    """The plain side of ``bench.memory``: heartbeat the same stage, then hold (heartbeating) until released."""
+    ttl = activity.info().heartbeat_timeout or LEASE_TTL
+    stage, reason = HOLD_STAGE
+    details = LeaseHeartbeat(
+        task_id=call.task_id, claim_generation=1, stage=stage, reason=reason, lease_expires_at=datetime.now(UTC) + ttl
+    )
+    activity.heartbeat(details)
+    Holding.in_flight += 1
+    try:
+        while not Holding.released.is_set():
+            try:
+                await asyncio.wait_for(Holding.released.wait(), timeout=LEASE_TTL.total_seconds() / 3)
+            except TimeoutError:
+                activity.heartbeat(details)
+    finally:
+        Holding.in_flight -= 1
     index = int(call.arguments.get("index", 0))
     return ToolOutcome(
         task_id=call.task_id,

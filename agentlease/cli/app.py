@@ -111,7 +111,7 @@ async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> A
             f"no ledger at {path}: set AGENTLEASE_LEDGER_URL (or --ledger-url), "
             "or create it with `agentlease db upgrade`"
         )
-    ledger = Ledger.from_url(settings.ledger_url)
+    ledger = Ledger.from_url(settings.ledger_url, pool_size=settings.ledger_pool_size)
     try:
         yield ledger
     except (SQLAlchemyError, OSError) as exc:

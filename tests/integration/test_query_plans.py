@@ -122,7 +122,7 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
         "runs_page_waiting": (runs_page("fill-5", 100, waiting_only=True), {}),
     }
     for kind in DecisionKind:
-        params = {"key_task_id": TASK, **now}
+        params: dict[str, Any] = {"key_task_id": TASK, **now}
         if kind is DecisionKind.CONFIRM:
             params["receipt"] = receipt
         statements[f"decision_{kind.value}"] = (sql.decisions[kind], params)

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(120)
 
 async def shown(handle: WorkflowHandle) -> dict[str, str | None]:
     attributes = (await handle.describe()).typed_search_attributes
-    return {key.name: attributes.get(key) for key in sa.ALL}  # type: ignore[arg-type]
+    return {key.name: attributes.get(key) for key in sa.ALL}
 
 
 async def upserts(handle: WorkflowHandle) -> int:
