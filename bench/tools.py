@@ -59,20 +59,20 @@ async def bench_stages(ctx: LeaseContext, args: BenchArgs) -> ToolResult:
 BENCH_TOOL = bench_stages
 
 
-@activity.defn(name=PLAIN_ACTIVITY)
-async def plain_stages(call: ToolCall) -> ToolOutcome:
-    """The plain side: the same three stages as heartbeats only, then the same outcome shape."""
+def _details(call: ToolCall, stage: Stage, reason: str) -> LeaseHeartbeat:
+    """The heartbeat details a plain activity sends: the shape a leased call heartbeats."""
     ttl = activity.info().heartbeat_timeout or LEASE_TTL
-    for stage, reason in STAGES:
-        activity.heartbeat(
-            LeaseHeartbeat(
-                task_id=call.task_id,
-                claim_generation=1,
-                stage=stage,
-                reason=reason,
-                lease_expires_at=datetime.now(UTC) + ttl,
-            )
-        )
+    return LeaseHeartbeat(
+        task_id=call.task_id,
+        claim_generation=1,
+        stage=stage,
+        reason=reason,
+        lease_expires_at=datetime.now(UTC) + ttl,
+    )
+
+
+def _settled(call: ToolCall) -> ToolOutcome:
+    """A plain activity's outcome: the shape a leased call returns."""
     index = int(call.arguments.get("index", 0))
     return ToolOutcome(
         task_id=call.task_id,
@@ -83,6 +83,14 @@ async def plain_stages(call: ToolCall) -> ToolOutcome:
         receipt=_receipt(call.idempotency_key, index),
         result={"index": index},
     )
+
+
+@activity.defn(name=PLAIN_ACTIVITY)
+async def plain_stages(call: ToolCall) -> ToolOutcome:
+    """The plain side: the same three stages as heartbeats only, then the same outcome shape."""
+    for stage, reason in STAGES:
+        activity.heartbeat(_details(call, stage, reason))
+    return _settled(call)
 
 
 READ_TOOL_NAME = "bench_read"
@@ -103,27 +111,8 @@ READ_TOOL = bench_read
 @activity.defn(name=PLAIN_READ_ACTIVITY)
 async def plain_read(call: ToolCall) -> ToolOutcome:
     """The plain side of ``bench.runs``: the same stage as one heartbeat, then the same outcome shape."""
-    ttl = activity.info().heartbeat_timeout or LEASE_TTL
-    stage, reason = READ_STAGE
-    activity.heartbeat(
-        LeaseHeartbeat(
-            task_id=call.task_id,
-            claim_generation=1,
-            stage=stage,
-            reason=reason,
-            lease_expires_at=datetime.now(UTC) + ttl,
-        )
-    )
-    index = int(call.arguments.get("index", 0))
-    return ToolOutcome(
-        task_id=call.task_id,
-        status=TaskStatus.SETTLED,
-        stage=Stage.SETTLED,
-        claim_generation=1,
-        attempts=1,
-        receipt=_receipt(call.idempotency_key, index),
-        result={"index": index},
-    )
+    activity.heartbeat(_details(call, *READ_STAGE))
+    return _settled(call)
 
 
 HOLD_TOOL_NAME = "bench_hold"
@@ -165,11 +154,7 @@ HOLD_TOOL = bench_hold
 @activity.defn(name=PLAIN_HOLD_ACTIVITY)
 async def plain_hold(call: ToolCall) -> ToolOutcome:
     """The plain side of ``bench.memory``: heartbeat the same stage, then hold (heartbeating) until released."""
-    ttl = activity.info().heartbeat_timeout or LEASE_TTL
-    stage, reason = HOLD_STAGE
-    details = LeaseHeartbeat(
-        task_id=call.task_id, claim_generation=1, stage=stage, reason=reason, lease_expires_at=datetime.now(UTC) + ttl
-    )
+    details = _details(call, *HOLD_STAGE)
     activity.heartbeat(details)
     Holding.in_flight += 1
     try:
@@ -180,13 +165,4 @@ async def plain_hold(call: ToolCall) -> ToolOutcome:
                 activity.heartbeat(details)
     finally:
         Holding.in_flight -= 1
-    index = int(call.arguments.get("index", 0))
-    return ToolOutcome(
-        task_id=call.task_id,
-        status=TaskStatus.SETTLED,
-        stage=Stage.SETTLED,
-        claim_generation=1,
-        attempts=1,
-        receipt=_receipt(call.idempotency_key, index),
-        result={"index": index},
-    )
+    return _settled(call)

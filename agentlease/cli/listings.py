@@ -118,6 +118,31 @@ async def _print_page(
     return rows[:shown]
 
 
+_MORE = "--limit N shows more, --json streams them all"
+
+
+def _wanted(limit: int | None, as_json: bool) -> int | None:
+    """Rows to read: all (or ``--limit``) for JSON; for a table one more than it shows, to know if there is more."""
+    return limit if as_json else (limit or TABLE_ROWS) + 1
+
+
+async def _show(
+    pages: AsyncIterator[list[T]],
+    *,
+    limit: int | None,
+    as_json: bool,
+    out: Console,
+    render: Any,
+    more: str = _MORE,
+    as_record: Any = None,
+) -> list[T]:
+    """Stream ``pages`` as a JSON array, or print their first page as a table. Returns the rows shown in a table."""
+    if as_json:
+        await write_json_array(pages, out.file, **({} if as_record is None else {"as_json": as_record}))
+        return []
+    return await _print_page(pages, limit, out, render, more=more)
+
+
 async def list_tasks(
     ledger: Ledger, which: TaskFilter, *, limit: int | None, as_json: bool, out: Console, title: str = "tasks"
 ) -> None:
@@ -126,20 +151,10 @@ async def list_tasks(
     Raises:
         AgentLeaseError: ``which`` names an agent run the ledger has no task of.
     """
-    table_limit = None if as_json else (limit or TABLE_ROWS) + 1
-    first, pages = await _first_page(task_pages(ledger.database, which, limit=limit if as_json else table_limit))
-    if not first and which.agent_run_id is not None and not await has_run(ledger.database, which.agent_run_id):
-        raise AgentLeaseError(f"no agent run {which.agent_run_id!r} in the ledger {ledger.database.url}")
-    if as_json:
-        await write_json_array(pages, out.file)
-        return
-    await _print_page(
-        pages,
-        limit,
-        out,
-        lambda rows: tasks_table(rows, title=title),
-        more="--limit N shows more, --json streams them all",
-    )
+    first, pages = await _first_page(task_pages(ledger.database, which, limit=_wanted(limit, as_json)))
+    if not first and which.agent_run_id is not None:
+        await _require_subject(ledger, None, which.agent_run_id)
+    await _show(pages, limit=limit, as_json=as_json, out=out, render=lambda rows: tasks_table(rows, title=title))
 
 
 def _waiting_json(record: TaskRecord) -> dict[str, Any]:
@@ -151,16 +166,14 @@ def _waiting_json(record: TaskRecord) -> dict[str, Any]:
 
 async def list_waiting(ledger: Ledger, *, limit: int | None, as_json: bool, out: Console) -> None:
     """``agentlease waiting``: every task waiting for a person, why, and the commands that decide it."""
-    which = TaskFilter(waiting=True)
-    if as_json:
-        await write_json_array(task_pages(ledger.database, which, limit=limit), out.file, as_json=_waiting_json)
-        return
-    shown = await _print_page(
-        task_pages(ledger.database, which, limit=(limit or TABLE_ROWS) + 1),
-        limit,
-        out,
-        lambda rows: tasks_table(rows, title="tasks waiting for a person"),
+    shown = await _show(
+        task_pages(ledger.database, TaskFilter(waiting=True), limit=_wanted(limit, as_json)),
+        limit=limit,
+        as_json=as_json,
+        out=out,
+        render=lambda rows: tasks_table(rows, title="tasks waiting for a person"),
         more="--limit N shows more, --json lists them all with their commands",
+        as_record=_waiting_json,
     )
     for record in shown:
         why = f": {record.last_error}" if record.last_error else ""
@@ -191,14 +204,11 @@ async def list_runs(
     A state other than ``waiting`` is kept page by page (each page still one short read), since
     a run's state depends on all its tasks.
     """
-    wanted = limit if as_json else (limit or TABLE_ROWS) + 1
+    wanted = _wanted(limit, as_json)
     pages = run_pages(ledger.database, waiting_only=waiting_only, limit=None if state else wanted)
     if state is not None:
         pages = _runs_in(pages, state, wanted)
-    if as_json:
-        await write_json_array(pages, out.file)
-        return
-    await _print_page(pages, limit, out, runs_table, more="--limit N shows more, --json streams them all")
+    await _show(pages, limit=limit, as_json=as_json, out=out, render=runs_table)
 
 
 async def list_events(
@@ -215,21 +225,12 @@ async def list_events(
     Raises:
         AgentLeaseError: the ledger has no such task or run.
     """
-    table_limit = None if as_json else (limit or TABLE_ROWS) + 1
-    pages = event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, limit=limit or table_limit)
+    pages = event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, limit=_wanted(limit, as_json))
     first, pages = await _first_page(pages)
     if not first:
         await _require_subject(ledger, task_id, agent_run_id)
-    if as_json:
-        await write_json_array(pages, out.file)
-        return
-    await _print_page(
-        pages,
-        limit,
-        out,
-        lambda rows: events_table(rows, title=f"evidence trail of {task_id or agent_run_id}"),
-        more="--limit N shows more, --json streams them all",
-    )
+    title = f"evidence trail of {task_id or agent_run_id}"
+    await _show(pages, limit=limit, as_json=as_json, out=out, render=lambda rows: events_table(rows, title=title))
 
 
 async def _require_subject(ledger: Ledger, task_id: str | None, agent_run_id: str | None) -> None:

@@ -134,6 +134,19 @@ class LeaseStatements:
     settle_evidenced: Select[Any] | None
 
 
+def _new_task(now: ColumnElement[int]) -> dict[str, Any]:
+    """The values of a task row the ledger sees for the first time (identity, TTL, times)."""
+    return {
+        **{name: bindparam(name, type_=_T[name].type) for name in ("task_id", "agent_run_id", "step_id", "tool")},
+        "side_effect_class": bindparam("side_effect_class", type_=_T.side_effect_class.type),
+        "idempotency_key": bindparam("idempotency_key", type_=_T.idempotency_key.type),
+        "lease_ttl_ms": bindparam("lease_ttl_ms", type_=_T.lease_ttl_ms.type),
+        "renewal_count": 0,
+        "created_at_ms": now,
+        "updated_at_ms": now,
+    }
+
+
 def _column_of_task(column: Any) -> Any:
     return select(column).where(_T.task_id == bindparam("held_task_id")).scalar_subquery()
 
@@ -388,22 +401,13 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
     claim_new = (
         dialect_insert(TASKS)
         .values(
-            task_id=bindparam("task_id"),
-            agent_run_id=bindparam("agent_run_id"),
-            step_id=bindparam("step_id"),
-            tool=bindparam("tool"),
-            side_effect_class=bindparam("side_effect_class"),
+            **_new_task(now),
             status=TaskStatus.RUNNING.value,
             lease_owner=bindparam("lease_owner", type_=_T.lease_owner.type),
             lease_acquired_at_ms=now,
             lease_expires_at_ms=now + bindparam("lease_ttl_ms", type_=_T.lease_ttl_ms.type),
-            lease_ttl_ms=bindparam("lease_ttl_ms", type_=_T.lease_ttl_ms.type),
             claim_generation=1,
             attempts=1,
-            renewal_count=0,
-            idempotency_key=bindparam("idempotency_key"),
-            created_at_ms=now,
-            updated_at_ms=now,
             **{column: bindparam(column, type_=_T[column].type) for column in _TRACE_COLUMNS},
         )
         .on_conflict_do_nothing(index_elements=["task_id"])
@@ -436,21 +440,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
     return LeaseStatements(
         now=now,
         insert_task=dialect_insert(TASKS)
-        .values(
-            task_id=bindparam("task_id"),
-            agent_run_id=bindparam("agent_run_id"),
-            step_id=bindparam("step_id"),
-            tool=bindparam("tool"),
-            side_effect_class=bindparam("side_effect_class"),
-            status=TaskStatus.PENDING.value,
-            lease_ttl_ms=bindparam("lease_ttl_ms"),
-            claim_generation=0,
-            attempts=0,
-            renewal_count=0,
-            idempotency_key=bindparam("idempotency_key"),
-            created_at_ms=now,
-            updated_at_ms=now,
-        )
+        .values(**_new_task(now), status=TaskStatus.PENDING.value, claim_generation=0, attempts=0)
         .on_conflict_do_nothing(index_elements=["task_id"]),
         current_task=current_task,
         claim=update(TASKS)

@@ -16,48 +16,15 @@ from agentlease.ledger.statements import LeaseStatements
 from agentlease.records import Claim, TraceLink
 
 
-def write_event(
-    conn: Connection,
-    sql: LeaseStatements,
-    *,
-    task_id: str,
-    kind: EventKind,
-    generation: int,
-    at_ms: int,
-    owner: str | None = None,
-    stage: Stage | str | None = None,
-    reason: str | None = None,
-    details: dict[str, Any] | None = None,
-    trace: TraceLink | None = None,
-) -> None:
+def write_event(conn: Connection, sql: LeaseStatements, **entry: Any) -> None:
     """Append one entry to the evidence trail, inside ``conn``'s transaction.
 
     Args:
         conn: the connection of the transaction that makes the recorded change.
         sql: the ledger's statements for this dialect.
-        task_id / kind / generation: what happened to which task, under which claim generation.
-        at_ms: when, on the ledger's clock (epoch ms).
-        owner: the lease owner the entry is about.
-        stage: the task's stage at that moment.
-        reason: a specific, human-readable reason.
-        details: small JSON facts (who decided, the receipt, the refused write...).
-        trace: the Temporal attempt that made the change.
+        **entry: the entry, as the keyword arguments of :func:`event_values`.
     """
-    execute(
-        conn,
-        sql.insert_event,
-        event_values(
-            task_id=task_id,
-            kind=kind,
-            generation=generation,
-            at_ms=at_ms,
-            owner=owner,
-            stage=stage,
-            reason=reason,
-            details=details,
-            trace=trace,
-        ),
-    )
+    execute(conn, sql.insert_event, event_values(**entry))
 
 
 def event_values(
@@ -72,7 +39,17 @@ def event_values(
     details: dict[str, Any] | None = None,
     trace: TraceLink | None = None,
 ) -> dict[str, Any]:
-    """The column values of one evidence-trail entry (see :func:`write_event` for the arguments)."""
+    """The column values of one evidence-trail entry.
+
+    Args:
+        task_id / kind / generation: what happened to which task, under which claim generation.
+        at_ms: when, on the ledger's clock (epoch ms).
+        owner: the lease owner the entry is about.
+        stage: the task's stage at that moment.
+        reason: a specific, human-readable reason.
+        details: small JSON facts (who decided, the receipt, the refused write...).
+        trace: the Temporal attempt that made the change.
+    """
     return {
         "task_id": task_id,
         "kind": kind.value,
