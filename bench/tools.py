@@ -12,6 +12,7 @@ Neither talks to an external system: the benchmark measures what the lease adds 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
@@ -126,6 +127,21 @@ class Holding:
     released = asyncio.Event()
     in_flight = 0
 
+    @classmethod
+    async def hold(cls, keep_alive: Callable[[], Awaitable[None] | None]) -> None:
+        """Wait until released, calling ``keep_alive`` (a renewal, a heartbeat) every TTL/3."""
+        cls.in_flight += 1
+        try:
+            while not cls.released.is_set():
+                try:
+                    await asyncio.wait_for(cls.released.wait(), timeout=LEASE_TTL.total_seconds() / 3)
+                except TimeoutError:
+                    pending = keep_alive()
+                    if pending is not None:
+                        await pending
+        finally:
+            cls.in_flight -= 1
+
 
 @tool(
     side_effect=SideEffectClass.READ_ONLY,
@@ -136,15 +152,7 @@ class Holding:
 async def bench_hold(ctx: LeaseContext, args: BenchArgs) -> ToolResult:
     """The leased side of ``bench.memory``: enter a stage, then hold (renewing) until released."""
     await ctx.advance(*HOLD_STAGE)
-    Holding.in_flight += 1
-    try:
-        while not Holding.released.is_set():
-            try:
-                await asyncio.wait_for(Holding.released.wait(), timeout=LEASE_TTL.total_seconds() / 3)
-            except TimeoutError:
-                await ctx.renew("still waiting for the (simulated) slow system")
-    finally:
-        Holding.in_flight -= 1
+    await Holding.hold(lambda: ctx.renew("still waiting for the (simulated) slow system"))
     return ToolResult(receipt=_receipt(ctx.idempotency_key, args.index), output={"index": args.index})
 
 
@@ -156,13 +164,5 @@ async def plain_hold(call: ToolCall) -> ToolOutcome:
     """The plain side of ``bench.memory``: heartbeat the same stage, then hold (heartbeating) until released."""
     details = _details(call, *HOLD_STAGE)
     activity.heartbeat(details)
-    Holding.in_flight += 1
-    try:
-        while not Holding.released.is_set():
-            try:
-                await asyncio.wait_for(Holding.released.wait(), timeout=LEASE_TTL.total_seconds() / 3)
-            except TimeoutError:
-                activity.heartbeat(details)
-    finally:
-        Holding.in_flight -= 1
+    await Holding.hold(lambda: activity.heartbeat(details))
     return _settled(call)
