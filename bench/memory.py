@@ -88,6 +88,8 @@ def _serve(kind: str, task_queue: str, address: str, ledger_url: str | None, slo
                 while not Path(f"{status}.stop").exists():
                     if Path(f"{status}.release").exists():
                         Holding.released.set()
+                    else:
+                        Holding.released.clear()
                     path.write_text(json.dumps({"in_flight": Holding.in_flight, "rss_kb": rss_kb()}))
                     await asyncio.sleep(0.2)
         finally:
@@ -137,6 +139,7 @@ async def measure(client: Any, side: str, url: str | None, calls: int, opts: arg
         Path(f"{status}.release").touch()  # warm-up calls finish at once
         await asyncio.gather(*(handle.result() for handle in await run("warmup", opts.warmup)))
         Path(f"{status}.release").unlink()
+        await asyncio.sleep(0.5)  # the worker sees the calls are to hold again
         process_rss = []
         for _ in range(5):
             await asyncio.sleep(0.4)
@@ -165,7 +168,7 @@ async def bench(opts: argparse.Namespace) -> None:
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", file=out)
     async with AsyncExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agentlease-bench-memory-")))
-        env, _log = await stack.enter_async_context(quiet_dev_server(work / "temporal"))
+        env, _log = await stack.enter_async_context(quiet_dev_server(work))
         sides: dict[str, str | None] = {PLAIN: None, "leased-sqlite": f"sqlite:///{work / 'ledger.db'}"}
         if opts.pg_url:
             sides["leased-pg"] = await stack.enter_async_context(
