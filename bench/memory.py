@@ -116,8 +116,10 @@ async def _wait(path: Path, check: Any, timeout: float, what: str) -> dict[str, 
     raise TimeoutError(f"{what} within {timeout}s (last: {_status(path)})")
 
 
-async def measure(client: Any, side: str, url: str | None, calls: int, opts: argparse.Namespace, work: Path) -> float:
-    """KB of resident memory per in-flight call of ``side`` at ``calls`` calls."""
+async def measure(
+    client: Any, side: str, url: str | None, calls: int, opts: argparse.Namespace, work: Path
+) -> tuple[float, float]:
+    """The idle worker's resident memory (MB) and the KB per in-flight call of ``side`` at ``calls`` calls."""
     task_queue = f"bench-memory-{side}-{uuid.uuid4().hex[:8]}"
     status = work / f"{task_queue}.json"
     context = multiprocessing.get_context("spawn")
@@ -154,7 +156,7 @@ async def measure(client: Any, side: str, url: str | None, calls: int, opts: arg
         held = max(steady)
         Path(f"{status}.release").touch()
         await asyncio.gather(*(handle.result() for handle in handles))
-        return (held - idle) / calls
+        return idle / 1024, (held - idle) / calls
     finally:
         Path(f"{status}.stop").touch()
         process.join(timeout=60)
@@ -182,13 +184,23 @@ async def bench(opts: argparse.Namespace) -> None:
                 finally:
                     await ledger.close()
         results: dict[tuple[str, int], float] = {}
+        idle: dict[str, list[float]] = {side: [] for side in sides}
         for index, calls in enumerate(opts.calls):
             for side in rotated(list(sides), index):
-                results[side, calls] = await measure(env.client, side, sides[side], calls, opts, work)
-                print(f"{side:<14} {calls:>5} calls in flight: {results[side, calls]:7.1f} KB per call", flush=True)
-    print(f"\n{'side':<14} " + " ".join(f"{n:>9}" for n in opts.calls) + "   KB per in-flight call", file=out)
+                idle_mb, results[side, calls] = await measure(env.client, side, sides[side], calls, opts, work)
+                idle[side].append(idle_mb)
+                print(
+                    f"{side:<14} {calls:>5} calls in flight: {results[side, calls]:7.1f} KB per call "
+                    f"(idle worker {idle_mb:.0f} MB)",
+                    flush=True,
+                )
+    print(
+        f"\n{'side':<14} " + " ".join(f"{n:>9}" for n in opts.calls) + "   KB per in-flight call; idle worker MB",
+        file=out,
+    )
     for side in sides:
-        print(f"{side:<14} " + " ".join(f"{results[side, n]:>9.1f}" for n in opts.calls), file=out)
+        per_call = " ".join(f"{results[side, n]:>9.1f}" for n in opts.calls)
+        print(f"{side:<14} {per_call}   {min(idle[side]):.0f}", file=out)
         if side != PLAIN:
             over = " ".join(f"{results[side, n] - results[PLAIN, n]:>+9.1f}" for n in opts.calls)
             print(f"{'  over plain':<14} {over}", file=out)

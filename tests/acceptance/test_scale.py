@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,28 +55,38 @@ class Measured:
     stderr: str
 
 
+_RUSAGE = """
+import json, os, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+_pid, status, usage = os.wait4(child.pid, 0)
+with open(sys.argv[1], "w") as out:
+    json.dump({"status": status, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_kb": usage.ru_maxrss}, out)
+"""
+"""Runs the command and writes its rusage. A small interpreter of its own starts it: a child's peak
+RSS counts what its forked parent had resident, and the test process is large."""
+
+
 def measured(cli: Cli, env: dict[str, str], *args: str, keep_output: bool = True) -> Measured:
     """Run ``agentlease *args`` and read its rusage: CPU time and peak RSS of that one process."""
     out = cli.cwd / f"out-{time.monotonic_ns()}.txt"
+    usage_file = cli.cwd / f"usage-{time.monotonic_ns()}.json"
     with out.open("w") if keep_output else open(os.devnull, "w") as sink:
         started = time.monotonic()
-        process = subprocess.Popen(
-            [str(AGENTLEASE), *args],
+        done = subprocess.run(
+            [sys.executable, "-S", "-c", _RUSAGE, str(usage_file), str(AGENTLEASE), *args],
             cwd=cli.cwd,
             env=cli.env(env),
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.PIPE,
             text=True,
+            check=False,
         )
-        assert process.stderr is not None
-        with process.stderr:
-            stderr = process.stderr.read()
-        _pid, status, usage = os.wait4(process.pid, 0)
         wall = time.monotonic() - started
-    process.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4: tell Popen
+    usage = json.loads(usage_file.read_text())
+    assert done.returncode == 0, done.stderr
     result = Measured(
-        os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss / 1024, out, stderr
+        os.waitstatus_to_exitcode(usage["status"]), usage["cpu_s"], wall, usage["peak_kb"] / 1024, out, done.stderr
     )
     print(f"\nagentlease {' '.join(args)}: {result.wall_s:.2f}s wall, {result.cpu_s:.2f}s CPU, {result.peak_mb:.0f} MB")
     return result
