@@ -105,7 +105,7 @@ async def running_worker(
     registry = registry or load_registry(settings.tool_modules)
     identity = identity or settings.worker_identity or default_identity()
     with serving_metrics(settings.metrics_address):
-        ledger = Ledger.from_url(settings.ledger_url)
+        ledger = Ledger.from_url(settings.ledger_url, pool_size=settings.ledger_pool_size)
         try:
             await (upgrade if settings.migrate_on_start else require_current)(ledger.database)
             client = await connect(settings, identity=identity)

@@ -95,7 +95,7 @@ class AgentLeasePlugin(SimplePlugin):
         else:
             self.registry = tool_registry(self.settings.tool_modules if tools is None else tools, builtins=builtins)
         self._owns_ledger = ledger is None
-        self.ledger = ledger or Ledger.from_url(self.settings.ledger_url)
+        self.ledger = ledger or Ledger.from_url(self.settings.ledger_url, pool_size=self.settings.ledger_pool_size)
         self.resources = ToolResources()
         self._leased: list[LeasedActivities] = []
         self._identity = identity or self.settings.worker_identity

@@ -57,6 +57,9 @@ class AgentLeaseSettings(BaseSettings):
             (your agents' workflows), comma-separated.
         data_converter: ``module:attribute`` of the Temporal data converter (or a function making
             it); default the pydantic converter, or the one a plugin sets.
+        ledger_pool_size: PostgreSQL connections one process (worker, sweeper) keeps to the ledger, at
+            most; no overflow. Default 10. Size it so that workers x pool size (+ sweepers, CLI)
+            stays under the server's ``max_connections`` (``docs/operations.md``).
         migrate_on_start: a worker brings the ledger schema to the newest revision when it starts.
             Default false: run ``agentlease db upgrade`` once per release, and a worker refuses to
             start on a schema it does not expect.
@@ -86,6 +89,7 @@ class AgentLeaseSettings(BaseSettings):
     plugins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     workflow_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
     data_converter: str | None = None
+    ledger_pool_size: int = Field(default=10, ge=1, le=1000)
     migrate_on_start: bool = False
 
     @field_validator("shutdown_grace", "decision_timeout", "sticky_schedule_to_start", mode="before")

@@ -33,7 +33,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from temporalio.client import Client
@@ -53,6 +53,8 @@ from agentlease.settings import AgentLeaseSettings, default_identity
 from bench.tools import BENCH_TOOL, PLAIN_ACTIVITY, plain_stages
 from bench.workflow import BENCH_WORKFLOW, BenchBatch, ToolCallsWorkflow
 from workflows.agent_run import AgentRunWorkflow
+
+SideT = TypeVar("SideT")
 
 PLAIN = "plain"
 LEASED_SQLITE = "leased-sqlite"
@@ -236,7 +238,7 @@ async def run_round(client: Client, side: Side, calls: int, concurrency: int, la
     return time.perf_counter() - started, time.process_time() - cpu, sum(settled)
 
 
-def rotated(sides: Sequence[Side], by: int) -> list[Side]:
+def rotated(sides: Sequence[SideT], by: int) -> list[SideT]:
     by %= len(sides)
     return [*sides[by:], *sides[:by]]
 

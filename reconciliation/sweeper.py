@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from agentlease.enums import TaskStatus
 from agentlease.errors import one_line
-from agentlease.ledger.expiry import ExpiredLease, expired_leases, record_expiry
+from agentlease.ledger.expiry import ExpiredLease, Expiry, expired_leases, record_expiries
 from agentlease.ledger.store import Ledger
 from agentlease.records import DEFAULT_MAX_ATTEMPTS
 from reconciliation.policy import RecoveryDecision, decide
@@ -33,7 +33,7 @@ class SweeperSettings:
 
     Attributes:
         interval: pause between two sweeps. Default 5s.
-        batch_size: leases read per keyset batch. Default 100.
+        batch_size: leases read per keyset batch, each recorded by one statement. Default 500.
         default_max_attempts: real attempts before dead-lettering a tool not named in
             ``max_attempts_by_tool``. Default 5 (the tool declaration's default).
         max_attempts_by_tool: per-tool limits, usually from the worker's tool registry.
@@ -43,7 +43,7 @@ class SweeperSettings:
     """
 
     interval: timedelta = timedelta(seconds=5)
-    batch_size: int = 100
+    batch_size: int = 500
     default_max_attempts: int = DEFAULT_MAX_ATTEMPTS
     max_attempts_by_tool: Mapping[str, int] = field(default_factory=dict)
 
@@ -105,19 +105,24 @@ class ExpiredLeaseSweeper:
         )
         return decision.action.parks_as or TaskStatus.RELEASED, decision
 
+    def _status_and_rule(self, lease: ExpiredLease) -> tuple[TaskStatus, str]:
+        status, decision = self.classify(lease)
+        return status, decision.rule
+
     async def run_once(self, *, now: datetime | None = None) -> SweepResult:
-        """One sweep over every lease lapsed at ``now`` (default the database's clock), in keyset batches."""
+        """One sweep over every lease lapsed at ``now`` (default the database's clock), in keyset batches,
+        each batch recorded by one conditional statement."""
         counts = {"examined": 0, "released": 0, "needs_reconciliation": 0, "dead_lettered": 0, "skipped": 0}
         cursor: tuple[int, str] | None = None
         while True:
             batch = await expired_leases(self._ledger, limit=self.settings.batch_size, after=cursor, now=now)
-            for lease in batch:
-                counts["examined"] += 1
-                status, decision = self.classify(lease)
-                if await record_expiry(self._ledger, lease, status=status, decision=decision.rule, now=now):
-                    counts[status.value] += 1
-                else:
-                    counts["skipped"] += 1
+            expiries = [Expiry(lease, *self._status_and_rule(lease)) for lease in batch]
+            recorded = await record_expiries(self._ledger, expiries, now=now)
+            counts["examined"] += len(batch)
+            counts["skipped"] += len(batch) - len(recorded)
+            for expiry in expiries:
+                if expiry.lease.task_id in recorded:
+                    counts[expiry.status.value] += 1
             if len(batch) < self.settings.batch_size:
                 return SweepResult(**counts)
             cursor = batch[-1].cursor

@@ -60,6 +60,8 @@ class AgentRunWorkflow:
             def more_to_do(index: int = index) -> bool:
                 return index < len(calls.step_ids()) or calls.closed or calls.cancelled
 
+            if not more_to_do():
+                calls.show_search_attributes()  # about to wait for more steps: show where the run is
             await workflow.wait_condition(more_to_do)
             steps = calls.step_ids()
             if calls.cancelled or index >= len(steps):

@@ -70,6 +70,9 @@ def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
         raise ValueError(f"bad {what} payload: {describe_validation_error(exc)}") from None
 
 
+COALESCE_PATCH = "agentlease-coalesced-search-attributes"
+"""The patch id of coalesced search-attribute upserts (:meth:`LeasedToolCalls._set_state`)."""
+
 _DECISION_TIMEOUT = timedelta(seconds=30)
 _DECISION_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
@@ -122,6 +125,8 @@ class LeasedToolCalls:
         self._views: dict[str, TaskView] = {}
         self._running: dict[str, workflow.ActivityHandle[dict[str, Any]]] = {}
         self._shown: dict[str, str] = {}
+        self._wanted: dict[str, str] = {}
+        self._coalesce = workflow.patched(COALESCE_PATCH)
         workflow.set_query_handler(STATUS_QUERY, self._status_query)
         for command in ("approve", "reject", "redrive"):
             workflow.set_update_handler(
@@ -234,7 +239,9 @@ class LeasedToolCalls:
         if tool not in catalog:
             raise ValueError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
         self.add(PlanStep(step_id=step_id, tool=tool, arguments=arguments, idempotency_key=idempotency_key))
-        return await self.run_step(step_id)
+        outcome = await self.run_step(step_id)
+        self.show_search_attributes()
+        return outcome
 
     async def run_step(self, step_id: str) -> CallOutcome:
         """Run a registered step until it is final (see :meth:`call`)."""
@@ -263,6 +270,7 @@ class LeasedToolCalls:
     async def _wait_for_person(self, step_id: str) -> None:
         waiting = self._views[step_id].status
         self._refresh_waiting()
+        self.show_search_attributes()
         await workflow.wait_condition(lambda: self._views[step_id].status != waiting)
         self._refresh_waiting()
 
@@ -282,6 +290,7 @@ class LeasedToolCalls:
             summary=f"{sid}: {step.tool}",
         )
         self._running[sid] = handle
+        self.show_search_attributes()
         try:
             outcome = ToolOutcome.model_validate(await handle)
         except ActivityError as err:
@@ -365,16 +374,31 @@ class LeasedToolCalls:
     def _set_state(
         self, state: RunState, *, waiting_reason: str | None = None, tool: str | None = None, stage: Any = ...
     ) -> None:
-        """Set the run's state and upsert the search attributes whose value changed."""
+        """Set the run's state; its search attributes follow (see :meth:`show_search_attributes`).
+
+        A run recorded before coalescing (no :data:`COALESCE_PATCH` marker) upserts each change at
+        once, as it did then; a run that ends always upserts at once.
+        """
         self._state = state
-        wanted = {sa.RUN_STATUS.name: state.value}
+        self._wanted[sa.RUN_STATUS.name] = state.value
         if waiting_reason is not None:
-            wanted[sa.WAITING_REASON.name] = waiting_reason
+            self._wanted[sa.WAITING_REASON.name] = waiting_reason
         if tool is not None:
-            wanted[sa.CURRENT_TOOL.name] = tool
+            self._wanted[sa.CURRENT_TOOL.name] = tool
         if stage is not ...:
-            wanted[sa.CURRENT_STAGE.name] = str(getattr(stage, "value", stage) or "")
-        changed = {name: value for name, value in wanted.items() if self._shown.get(name) != value}
+            self._wanted[sa.CURRENT_STAGE.name] = str(getattr(stage, "value", stage) or "")
+        if not self._coalesce or state.ended:
+            self.show_search_attributes()
+
+    def show_search_attributes(self) -> None:
+        """Upsert the search attributes whose value changed since they were last shown, in one command.
+
+        The calls do this whenever they wait (for an activity, for a person), when :meth:`call`
+        returns and when the run ends: the changes of one workflow task (a step's end, the next
+        step's start) are shown once, with the values visibility would have ended with anyway. A
+        workflow that waits on something of its own between calls may call it first.
+        """
+        changed = {name: value for name, value in self._wanted.items() if self._shown.get(name) != value}
         if changed:
             self._shown.update(changed)
             workflow.upsert_search_attributes([sa.BY_NAME[name].value_set(value) for name, value in changed.items()])
@@ -385,6 +409,7 @@ class LeasedToolCalls:
         info = self._catalog[step.tool]
         view = self._views[step.step_id]
         task = TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl)
+        self.show_search_attributes()
         decided = await workflow.execute_activity(
             APPLY_DECISION,
             LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra).model_dump(mode="json"),
@@ -435,6 +460,7 @@ class LeasedToolCalls:
             request = parse_payload(DecisionRequest, payload, command)
             await self._apply(self._steps[request.step_id], kind, request.by, request.reason)
             self._refresh_waiting()
+            self.show_search_attributes()
             return self._status_query()
 
         return handler
@@ -455,6 +481,7 @@ class LeasedToolCalls:
             extra = {"external_id": request.external_id, "observed": request.observed}
         await self._apply(self._steps[request.step_id], kind, request.by, request.reason, **extra)
         self._refresh_waiting()
+        self.show_search_attributes()
         return self._status_query()
 
     def _validate_reconcile(self, payload: dict[str, Any]) -> None:
@@ -497,6 +524,7 @@ class LeasedToolCalls:
         else:  # runs cancelled by an earlier version waited for the activities to acknowledge
             await workflow.wait_condition(lambda: not any(step_id in self._running for step_id in targets))
         self._refresh_waiting()
+        self.show_search_attributes()
         return self._status_query()
 
     def _validate_cancel(self, payload: dict[str, Any]) -> None:

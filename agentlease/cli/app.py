@@ -27,9 +27,8 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from agentlease.cli.plans import load_plan
 from agentlease.cli.reaching import query_within, reconciled_in_ledger
-from agentlease.cli.render import events_table, run_table, tasks_table, to_json
+from agentlease.cli.render import run_table, tasks_table, to_json
 from agentlease.enums import RunState
 from agentlease.errors import (
     AgentLeaseError,
@@ -131,10 +130,12 @@ async def _ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> A
             f"no ledger at {path}: set AGENTLEASE_LEDGER_URL (or --ledger-url), "
             "or create it with `agentlease db upgrade`"
         )
-    ledger = Ledger.from_url(settings.ledger_url)
+    ledger = Ledger.from_url(settings.ledger_url, pool_size=settings.ledger_pool_size)
     try:
         yield ledger
     except (SQLAlchemyError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise  # the output's reader went away: not the ledger's failure
         if is_missing_schema(exc):
             cause = "the ledger has no schema yet; run `agentlease db upgrade`"
         else:
@@ -201,6 +202,7 @@ def run(
 ) -> None:
     """Start an agent run from a plan file on the configured Temporal."""
     from activities.registry import load_registry
+    from agentlease.cli.plans import load_plan
 
     settings = _settings(ctx)
     plan = load_plan(plan_file, load_registry(settings.tool_modules))
@@ -336,23 +338,79 @@ async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunSta
     raise AgentLeaseError(f"agent run {agent_run_id} is {state}")
 
 
+_Limit = Annotated[int | None, typer.Option("--limit", help="At most this many rows (a table shows 100 unless told).")]
+_Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+_JsonList = Annotated[bool, typer.Option("--json", help="Print JSON: an array streamed a record at a time.")]
+
+
 @app.command()
 def tasks(
     ctx: typer.Context,
     run_filter: Annotated[str | None, typer.Option("--run", help="Only this agent run.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    status: Annotated[
+        list[str] | None, typer.Option("--status", help="Only tasks in this status (repeat, or comma-separate).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only tasks created since: 15m, 2h, 7d, or an ISO 8601 time.")
+    ] = None,
+    limit: _Limit = None,
+    as_json: _JsonList = False,
 ) -> None:
-    """List tasks as the ledger records them."""
+    """List tasks as the ledger records them, oldest first."""
+    from agentlease.cli.listings import check_limit, list_tasks, parse_since, parse_statuses
+    from agentlease.clock import to_ms
+    from agentlease.ledger.listing import TaskFilter
 
-    async def _list() -> list[Any]:
+    check_limit(limit)
+    which = TaskFilter(
+        agent_run_id=run_filter,
+        statuses=parse_statuses(status),
+        since_ms=None if since is None else to_ms(parse_since(since)),
+    )
+
+    async def _list() -> None:
         async with _ledger(_settings(ctx)) as ledger:
-            return await ledger.list_tasks(run_filter)
+            await list_tasks(ledger, which, limit=limit, as_json=as_json, out=out)
 
-    records = asyncio.run(_list())
-    if as_json:
-        out.print_json(to_json(records))
-    else:
-        out.print(tasks_table(records))
+    asyncio.run(_list())
+
+
+@app.command()
+def runs(
+    ctx: typer.Context,
+    waiting_only: Annotated[
+        bool, typer.Option("--waiting", help="Only runs with a task waiting for a person.")
+    ] = False,
+    status: Annotated[
+        str | None, typer.Option("--status", help="Only runs in this state: running, waiting or completed.")
+    ] = None,
+    limit: _Limit = None,
+    as_json: _JsonList = False,
+) -> None:
+    """List agent runs from the ledger, with how many of their tasks wait, are final, are settled."""
+    from agentlease.cli.listings import check_limit, list_runs
+
+    check_limit(limit)
+    states = {RunState.RUNNING, RunState.WAITING, RunState.COMPLETED}
+    try:
+        wanted = None if status is None else RunState(status)
+    except ValueError:
+        wanted = None
+    if status is not None and wanted not in states:
+        raise ConfigurationError(f"bad --status {status!r}: one of running, waiting, completed")
+
+    async def _list() -> None:
+        async with _ledger(_settings(ctx)) as ledger:
+            await list_runs(
+                ledger,
+                waiting_only=waiting_only or wanted is RunState.WAITING,
+                state=wanted,
+                limit=limit,
+                as_json=as_json,
+                out=out,
+            )
+
+    asyncio.run(_list())
 
 
 @app.command()
@@ -360,21 +418,35 @@ def events(
     ctx: typer.Context,
     task_id: Annotated[str | None, typer.Argument(help="A task id; omit with --run.")] = None,
     run_filter: Annotated[str | None, typer.Option("--run", help="Every task of this agent run.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep printing new entries as they are written, until Ctrl-C.")
+    ] = False,
+    limit: _Limit = None,
+    as_json: _JsonList = False,
 ) -> None:
     """Show the evidence trail: claims, renewals, releases, settles, lease losses, late results."""
+    from agentlease.cli.listings import check_limit, follow_events, list_events
+
     if task_id is None and run_filter is None:
         raise ConfigurationError("name a task id or --run RUN_ID")
+    check_limit(limit)
+    if follow and limit is not None:
+        raise ConfigurationError("--follow prints every new entry; it takes no --limit")
 
-    async def _list() -> list[Any]:
+    async def _list() -> None:
         async with _ledger(_settings(ctx)) as ledger:
-            return await ledger.events(task_id, agent_run_id=run_filter)
+            if follow:
+                from agentlease.shutdown import stop_event
 
-    trail = asyncio.run(_list())
-    if as_json:
-        out.print_json(to_json(trail))
-    else:
-        out.print(events_table(trail, title=f"evidence trail of {task_id or run_filter}"))
+                await follow_events(
+                    ledger, task_id=task_id, agent_run_id=run_filter, as_json=as_json, out=out, stop=stop_event()
+                )
+            else:
+                await list_events(
+                    ledger, task_id=task_id, agent_run_id=run_filter, limit=limit, as_json=as_json, out=out
+                )
+
+    asyncio.run(_list())
 
 
 _By = Annotated[
@@ -420,9 +492,6 @@ def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payloa
         )
 
     _show_run(asyncio.run(_send()), as_json)
-
-
-_Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _step_decision(update: str, summary: str) -> None:
@@ -514,28 +583,17 @@ def _request(model: Any, **fields: Any) -> Any:
 
 
 @app.command()
-def waiting(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
-    """List every task waiting for a person, and why (from the ledger)."""
-    from agentlease.decisions import WAITING_WHY, suggested_commands
+def waiting(ctx: typer.Context, limit: _Limit = None, as_json: _JsonList = False) -> None:
+    """List every task waiting for a person, why, and the commands that decide it (from the ledger)."""
+    from agentlease.cli.listings import check_limit, list_waiting
 
-    async def _list() -> list[Any]:
+    check_limit(limit)
+
+    async def _list() -> None:
         async with _ledger(_settings(ctx)) as ledger:
-            return [r for r in await ledger.list_tasks() if r.status.waits_for_person]
+            await list_waiting(ledger, limit=limit, as_json=as_json, out=out)
 
-    records = asyncio.run(_list())
-    if as_json:
-        out.print_json(to_json(records))
-        return
-    out.print(tasks_table(records, title="tasks waiting for a person"))
-    for record in records:
-        explained = WAITING_WHY.get(record.status) or record.last_error
-        why = f": {explained}" if explained else ""
-        out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}{why}", soft_wrap=True)
-        for hint in suggested_commands(record.status, record.agent_run_id, record.step_id):
-            out.print(f"  -> {hint}", soft_wrap=True, markup=False)
+    asyncio.run(_list())
 
 
 @app.command()

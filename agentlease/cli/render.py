@@ -1,14 +1,25 @@
-"""How the CLI shows tasks, runs and the evidence trail (rich tables, or JSON with ``--json``)."""
+"""How the CLI shows tasks, runs and the evidence trail (rich tables, or JSON with ``--json``).
+
+A table's column headers are the JSON keys of the same fields (``claim_generation``, ``lease_owner``,
+``kind``...), so what an operator reads in a table is what a script reads in the JSON. Listings of
+the ledger are streamed: :func:`write_json_array` and :func:`write_json_lines` write one record at
+a time, whatever the number of rows.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import IO, Any
 
 from rich.table import Table
 
 from agentlease.records import LeaseEvent, RunStatus, SettlementReceipt, TaskRecord
+
+TASK_COLUMNS = ("task_id", "tool", "status", "stage", "claim_generation", "attempts", "lease_owner", "receipt")
+EVENT_COLUMNS = ("at", "task_id", "kind", "claim_generation", "lease_owner", "stage", "by", "reason")
+RUN_COLUMNS = ("agent_run_id", "status", "tasks", "waiting", "final", "settled", "created_at", "updated_at")
+STEP_COLUMNS = ("step_id", "tool", "status", "stage", "claim_generation", "attempts", "receipt / error")
 
 
 def receipt_text(receipt: SettlementReceipt | None) -> str:
@@ -17,72 +28,145 @@ def receipt_text(receipt: SettlementReceipt | None) -> str:
     return f"{receipt.external_system}:{receipt.external_id} ({receipt.status})"
 
 
+def generation_text(generation: int | None) -> str:
+    """A claim generation for a table: ``-`` for a task never claimed (generation 0) or not known."""
+    return "-" if not generation else str(generation)
+
+
+def _table(title: str, columns: Iterable[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    return table
+
+
+def task_cells(record: TaskRecord) -> tuple[str, ...]:
+    return (
+        record.task_id,
+        record.tool,
+        record.status.value,
+        record.stage.value if record.stage else "-",
+        generation_text(record.claim_generation),
+        str(record.attempts),
+        record.lease_owner or "-",
+        receipt_text(record.receipt),
+    )
+
+
 def tasks_table(records: Iterable[TaskRecord], title: str = "tasks") -> Table:
     """Ledger rows: the task, its lease and its receipt."""
-    table = Table(title=title, title_justify="left")
-    for column in ("task", "tool", "status", "stage", "generation", "attempts", "owner", "receipt"):
-        table.add_column(column)
+    table = _table(title, TASK_COLUMNS)
     for record in records:
-        table.add_row(
-            record.task_id,
-            record.tool,
-            record.status.value,
-            record.stage.value if record.stage else "-",
-            str(record.claim_generation),
-            str(record.attempts),
-            record.lease_owner or "-",
-            receipt_text(record.receipt),
-        )
+        table.add_row(*task_cells(record))
     return table
 
 
 def run_table(status: RunStatus) -> Table:
     """A run as its workflow's ``status`` query reports it."""
-    table = Table(title=f"agent run {status.agent_run_id}: {status.status.value}", title_justify="left")
-    for column in ("step", "tool", "status", "stage", "generation", "attempts", "receipt / error"):
-        table.add_column(column)
+    table = _table(f"agent run {status.agent_run_id}: {status.status.value}", STEP_COLUMNS)
     for task in status.tasks:
         table.add_row(
             task.step_id,
             task.tool,
             task.status.value,
             task.stage.value if task.stage else "-",
-            "-" if task.claim_generation is None else str(task.claim_generation),
+            generation_text(task.claim_generation),
             "-" if task.attempts is None else str(task.attempts),
             task.error or receipt_text(task.receipt),
         )
     return table
 
 
+def runs_table(runs: Iterable[Any], title: str = "agent runs in the ledger") -> Table:
+    """Agent runs as the ledger sees them (:class:`~agentlease.ledger.listing.RunSummary`)."""
+    table = _table(title, RUN_COLUMNS)
+    for run in runs:
+        table.add_row(
+            run.agent_run_id,
+            run.status.value,
+            str(run.tasks),
+            str(run.waiting),
+            str(run.final),
+            str(run.settled),
+            run.created_at.isoformat(timespec="seconds"),
+            run.updated_at.isoformat(timespec="seconds"),
+        )
+    return table
+
+
+def event_by(event: LeaseEvent) -> str | None:
+    """Who made the change, when a person (or the sweeper, or a takeover) did: ``details["by"]``."""
+    who = (event.details or {}).get("by")
+    return None if who is None else str(who)
+
+
+def event_cells(ev: LeaseEvent) -> tuple[str, ...]:
+    return (
+        ev.at.isoformat(timespec="milliseconds"),
+        ev.task_id,
+        ev.kind.value,
+        str(ev.claim_generation),
+        ev.lease_owner or "-",
+        ev.stage.value if ev.stage else "-",
+        event_by(ev) or "-",
+        ev.reason or "",
+    )
+
+
 def events_table(events: Iterable[LeaseEvent], title: str) -> Table:
     """The evidence trail of one task or run."""
-    table = Table(title=title, title_justify="left")
-    for column in ("at", "task", "event", "generation", "owner", "stage", "by", "reason"):
-        table.add_column(column)
+    table = _table(title, EVENT_COLUMNS)
     for ev in events:
-        table.add_row(
-            ev.at.isoformat(timespec="milliseconds"),
-            ev.task_id,
-            ev.kind.value,
-            str(ev.claim_generation),
-            ev.lease_owner or "-",
-            ev.stage.value if ev.stage else "-",
-            str((ev.details or {}).get("by") or "-"),  # who decided: operators and the sweeper
-            ev.reason or "",
-        )
+        table.add_row(*event_cells(ev))
     return table
 
 
 def to_json(value: Any) -> str:
     """JSON text of records, lists of records, or plain data."""
     if isinstance(value, list):
-        return json.dumps([_plain(v) for v in value], indent=2)
-    return json.dumps(_plain(value), indent=2)
+        return json.dumps([plain(v) for v in value], indent=2)
+    return json.dumps(plain(value), indent=2)
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """The JSON form of a record: a task (:meth:`TaskRecord.as_json`), an event (with ``by``), any model."""
     if isinstance(value, TaskRecord):
         return value.as_json()
+    if isinstance(value, LeaseEvent):
+        return {**value.model_dump(mode="json"), "by": event_by(value)}
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
     return value
+
+
+async def write_json_array(
+    pages: AsyncIterator[list[Any]], out: IO[str], *, as_json: Callable[[Any], Any] = plain
+) -> int:
+    """Write the records of ``pages`` as one JSON array, a record at a time. Returns how many."""
+    count = 0
+    out.write("[")
+    async for page in pages:
+        for record in page:
+            out.write(",\n" if count else "\n")
+            out.write(_indented(json.dumps(as_json(record), indent=2)))
+            count += 1
+    out.write("\n]\n" if count else "]\n")
+    out.flush()
+    return count
+
+
+async def write_json_lines(
+    pages: AsyncIterator[list[Any]], out: IO[str], *, as_json: Callable[[Any], Any] = plain
+) -> int:
+    """Write the records of ``pages`` as JSON lines, one record per line. Returns how many."""
+    count = 0
+    async for page in pages:
+        for record in page:
+            out.write(json.dumps(as_json(record)) + "\n")
+            count += 1
+        out.flush()
+    return count
+
+
+def _indented(text: str) -> str:
+    return "  " + text.replace("\n", "\n  ")

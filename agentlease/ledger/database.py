@@ -46,7 +46,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, is_unavailable, sqlite_path
 from agentlease.errors import LedgerUnavailableError, one_line
-from agentlease.ledger.engine import READ_ONLY_OPTION, create_pg_ledger_engine, create_sqlite_thread_engine
+from agentlease.ledger.engine import (
+    PG_POOL_SIZE,
+    READ_ONLY_OPTION,
+    create_pg_ledger_engine,
+    create_sqlite_thread_engine,
+)
 
 T = TypeVar("T")
 
@@ -82,6 +87,19 @@ class LedgerDatabase(Protocol):
         """
         ...
 
+    async def write_one(self, transaction: Transaction[T]) -> T:
+        """Run ``transaction``, whose change is ONE statement, in as few round trips as the database allows.
+
+        On PostgreSQL each statement is its own transaction (autocommit): no ``BEGIN`` and
+        ``COMMIT`` round trips, so a lease write with its evidence in one statement is one round
+        trip. Statements after the first (the evidence of a refused write) commit on their own.
+        On SQLite the same as :meth:`write`.
+
+        Raises:
+            LedgerUnavailableError: as :meth:`write`.
+        """
+        ...
+
     async def dispose(self) -> None:
         """Close the connections (and the SQLite thread); a later transaction opens them again, as
         ``Engine.dispose`` does."""
@@ -89,13 +107,14 @@ class LedgerDatabase(Protocol):
 
 
 def open_database(
-    url: str, *, pool_size: int = 10, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS
+    url: str, *, pool_size: int = PG_POOL_SIZE, sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS
 ) -> LedgerDatabase:
     """The ledger database for ``sqlite:///PATH`` or ``postgresql://...``.
 
     Args:
         url: see :func:`agentlease.databases.async_url`.
-        pool_size: PostgreSQL connection pool size. Default 10. SQLite uses one connection.
+        pool_size: PostgreSQL connections at most (no overflow). Default
+            :data:`~agentlease.ledger.engine.PG_POOL_SIZE` (10). SQLite uses one connection.
         sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue
             included (ms). Default :data:`~agentlease.databases.SQLITE_BUSY_TIMEOUT_MS`.
 
@@ -165,6 +184,10 @@ class SQLiteThreadDatabase:
         with unavailable_as_error(self.url):
             return await self._hop(self._read_engine, transaction)
 
+    async def write_one(self, transaction: Transaction[T]) -> T:
+        with unavailable_as_error(self.url):
+            return await self._hop(self._engine, transaction)
+
     async def dispose(self) -> None:
         thread, self._thread = self._thread, None
         if thread is None:
@@ -186,6 +209,7 @@ class AsyncEngineDatabase:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
+        self._autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.dialect = engine.dialect.name
         self.url = engine.url.set(drivername=engine.url.get_backend_name()).render_as_string(hide_password=True)
 
@@ -197,6 +221,11 @@ class AsyncEngineDatabase:
     async def read(self, transaction: Transaction[T]) -> T:
         with unavailable_as_error(self.url):
             async with self._read_engine.begin() as conn:
+                return await conn.run_sync(transaction)
+
+    async def write_one(self, transaction: Transaction[T]) -> T:
+        with unavailable_as_error(self.url):
+            async with self._autocommit_engine.connect() as conn:
                 return await conn.run_sync(transaction)
 
     async def dispose(self) -> None:

@@ -9,17 +9,19 @@ take the write lock. ``BEGIN`` is one driver call, and a connection goes back to
 ``ROLLBACK`` when its transaction has already ended.
 
 :func:`create_pg_ledger_engine` makes the PostgreSQL ledger's async engine (asyncpg), whose
-sessions end a transaction left idle (a paused holder) so its row lock cannot block takeovers.
+sessions end a transaction left idle (a paused holder) so its row lock cannot block takeovers, with
+a fixed-size pool and no ping on the hot path.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 
@@ -96,25 +98,65 @@ def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_
     return engine
 
 
-def create_pg_ledger_engine(url: str, *, pool_size: int = 10) -> AsyncEngine:
+PG_POOL_SIZE = 10
+"""Connections a PostgreSQL ledger keeps per process by default (no overflow): see
+:func:`create_pg_ledger_engine`."""
+
+PG_PING_AFTER_IDLE_S = 10.0
+"""A pooled PostgreSQL connection idle this long is pinged before use. Default 10s."""
+
+PG_POOL_TIMEOUT_S = 30.0
+"""How long a ledger transaction waits for a free pooled connection. Default 30s."""
+
+
+def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> AsyncEngine:
     """Create the async engine of a PostgreSQL ledger.
+
+    The pool holds at most ``pool_size`` connections, opened on demand and kept: no overflow, so a
+    burst of transactions waits for a free connection (up to :data:`PG_POOL_TIMEOUT_S`) instead of
+    opening and closing sessions. A process therefore uses at most ``pool_size`` of the server's
+    ``max_connections`` (see ``docs/operations.md``). A connection is pinged before use only when it
+    has been idle in the pool for :data:`PG_PING_AFTER_IDLE_S` or more: busy connections go
+    straight to work (no ``pool_pre_ping`` round trip per transaction), and one the server closed
+    while it sat idle (a restart, a network cut) is replaced before a lease write uses it.
 
     Args:
         url: ``postgresql://USER:PASS@HOST:PORT/DB`` (see :func:`agentlease.databases.async_url`).
-        pool_size: connection pool size; as many again may overflow. Default 10.
+        pool_size: connections at most. Default :data:`PG_POOL_SIZE` (10).
 
     Raises:
-        ConfigurationError: bad URL, or not PostgreSQL.
+        ConfigurationError: bad URL, not PostgreSQL, or ``pool_size`` below 1.
     """
     if sqlite_path(url, name="ledger") is not None:
         raise ConfigurationError(f"not a PostgreSQL URL: {display_url(url)!r}")
-    return create_async_engine(
+    if pool_size < 1:
+        raise ConfigurationError(f"the ledger's pool size must be at least 1, not {pool_size}")
+    engine = create_async_engine(
         async_url(url, name="ledger"),
         pool_size=pool_size,
-        max_overflow=pool_size,
-        pool_pre_ping=True,
+        max_overflow=0,
+        pool_timeout=PG_POOL_TIMEOUT_S,
+        pool_pre_ping=False,
         connect_args={
             "timeout": PG_CONNECT_TIMEOUT_S,
             "server_settings": {"idle_in_transaction_session_timeout": str(PG_IDLE_IN_TRANSACTION_TIMEOUT_MS)},
         },
     )
+    sync_engine = engine.sync_engine
+
+    @event.listens_for(sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["agentlease_idle_since"] = time.monotonic()
+
+    @event.listens_for(sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get("agentlease_idle_since")
+        if idle_since is None or time.monotonic() - idle_since < PG_PING_AFTER_IDLE_S:
+            return
+        try:
+            sync_engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:  # any failure means: replace this connection
+            # The pool discards this connection and checks out another (SQLAlchemy's documented recipe).
+            raise DisconnectionError(f"pooled ledger connection is gone: {exc}") from exc
+
+    return engine

@@ -3,12 +3,15 @@
 Reading candidates and recording an expiry are separate statements on purpose: between them the
 task may be claimed again and settled by a newer generation. The write is conditional on the
 generation and the lapse it read, so such a settlement always stands (the River rescuer fix,
-PR #1373). On PostgreSQL the write first locks the row with ``FOR UPDATE SKIP LOCKED`` so that
-several sweepers pass each other by instead of queueing.
+PR #1373). A batch of leases is read in one keyset page and recorded by one conditional
+``UPDATE ... FROM (VALUES ...)`` whose RETURNING says which tasks it moved; on PostgreSQL it skips
+rows another sweeper has locked (``FOR UPDATE SKIP LOCKED``) so that several sweepers pass each
+other by instead of queueing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,10 +19,11 @@ from typing import Any
 from sqlalchemy.engine import Connection, Row
 
 from agentlease.clock import from_ms, now_param
-from agentlease.enums import ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.ledger import statements
 from agentlease.ledger.statements import receipt_keys_query
 from agentlease.ledger.store import Ledger
-from agentlease.ledger.trail import write_event
+from agentlease.ledger.trail import event_values
 from agentlease.records import TraceLink
 
 SWEEPER_STATUSES = frozenset({TaskStatus.RELEASED, TaskStatus.NEEDS_RECONCILIATION, TaskStatus.DEAD_LETTERED})
@@ -77,6 +81,9 @@ async def expired_leases(
 ) -> list[ExpiredLease]:
     """Running tasks whose lease lapsed, oldest lapse first, in keyset batches.
 
+    One short read transaction fetches the rows and which of them have a receipt; the leases are
+    built after it ended.
+
     Args:
         limit: batch size.
         after: the cursor of the last lease of the previous batch.
@@ -90,13 +97,94 @@ async def expired_leases(
         cursor = {"after_expires_at_ms": after[0], "after_task_id": after[1]}
         query, params = sql.expired_after, {"limit": limit, **cursor, **now_param(now)}
 
-    def read_tx(conn: Connection) -> list[ExpiredLease]:
+    def read_tx(conn: Connection) -> tuple[Sequence[Row[Any]], set[str]]:
         rows = conn.execute(query, params).all()
         keys = {row.idempotency_key for row in rows}
         stored = {r.idempotency_key for r in conn.execute(receipt_keys_query(keys))} if keys else set()
-        return [ExpiredLease.from_row(row, row.idempotency_key in stored) for row in rows]
+        return rows, stored
 
-    return await ledger.database.read(read_tx)
+    rows, stored = await ledger.database.read(read_tx)
+    return [ExpiredLease.from_row(row, row.idempotency_key in stored) for row in rows]
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """What the sweeper records for one lapsed lease.
+
+    Attributes:
+        lease: as read by :func:`expired_leases`.
+        status: ``released`` (reclaimable), ``needs_reconciliation`` or ``dead_lettered``.
+        decision: the policy rule that chose ``status``, kept in the evidence trail.
+    """
+
+    lease: ExpiredLease
+    status: TaskStatus
+    decision: str
+
+    def __post_init__(self) -> None:
+        if self.status not in SWEEPER_STATUSES:
+            raise ValueError(f"the sweeper does not move a task to {self.status.value}")
+
+    def row(self) -> tuple[str, int, int, str, str]:
+        """The row of :func:`~agentlease.ledger.statements.record_expiries`."""
+        lease = self.lease
+        stage = f"in stage {lease.stage.value}" if lease.stage else "before any stage was recorded"
+        return (lease.task_id, lease.generation, lease.expires_at_ms, self.status.value, f"lease lapsed {stage}")
+
+    def event(self, at_ms: int) -> dict[str, Any]:
+        """The ``expired`` evidence entry of this lease, recorded at ``at_ms``."""
+        lease = self.lease
+        return event_values(
+            task_id=lease.task_id,
+            kind=EventKind.EXPIRED,
+            generation=lease.generation,
+            at_ms=at_ms,
+            owner=lease.owner,
+            stage=lease.stage,
+            reason=(
+                f"lease lapsed at {from_ms(lease.expires_at_ms).isoformat()}; "
+                f"sweeper: {self.decision} -> {self.status.value}"
+            ),
+            details={"lease_expires_at_ms": lease.expires_at_ms, "by": "sweeper", "next_status": self.status.value},
+            trace=lease.trace,
+        )
+
+
+async def record_expiries(ledger: Ledger, expiries: Sequence[Expiry], *, now: datetime | None = None) -> set[str]:
+    """Record a batch of lapsed leases in one transaction: one conditional UPDATE, then their evidence.
+
+    Each task moves to its status only if nothing changed since it was read (see
+    :func:`agentlease.ledger.statements.record_expiries`); the ``expired`` entries are written, in
+    the same transaction, for exactly the tasks the UPDATE returned.
+
+    Args:
+        expiries: leases as read by :func:`expired_leases`, each with the status it moves to.
+        now: injected time; default the database's clock.
+
+    Returns:
+        The ids of the tasks this call recorded; the others were claimed again, settled,
+        cancelled or recorded by another sweeper meanwhile (nothing is written for them).
+    """
+    if not expiries:
+        return set()
+    by_task = {expiry.lease.task_id: expiry for expiry in expiries}
+    if len(by_task) != len(expiries):
+        raise ValueError("a batch names each task once")
+    sql = ledger.statements
+    statement = statements.record_expiries(ledger.database.dialect, [expiry.row() for expiry in expiries])
+
+    def record_tx(conn: Connection) -> list[tuple[str, int]]:
+        recorded = [(row.task_id, row.updated_at_ms) for row in conn.execute(statement, now_param(now))]
+        if recorded:
+            conn.execute(sql.insert_event, [by_task[task_id].event(at_ms) for task_id, at_ms in recorded])
+        return recorded
+
+    recorded = await ledger.database.write(record_tx)
+    for task_id, _at_ms in recorded:
+        expiry = by_task[task_id]
+        parked = None if expiry.status is TaskStatus.RELEASED else expiry.status
+        ledger.metrics.expiry(expiry.lease.tool, expiry.lease.stage, by="sweeper", parked=parked)
+    return {task_id for task_id, _at_ms in recorded}
 
 
 async def record_expiry(
@@ -109,11 +197,7 @@ async def record_expiry(
 ) -> bool:
     """Record that ``lease`` expired and move its task to ``status``, if nothing changed since it was read.
 
-    Args:
-        lease: as read by :func:`expired_leases`.
-        status: ``released`` (reclaimable), ``needs_reconciliation`` or ``dead_lettered``.
-        decision: the policy rule that chose ``status``, kept in the evidence trail.
-        now: injected time; default the database's clock.
+    A batch of one (:func:`record_expiries`).
 
     Returns:
         True if this call recorded the expiry; False if the task was claimed again, settled,
@@ -122,46 +206,7 @@ async def record_expiry(
     Raises:
         ValueError: ``status`` is not one the sweeper may set.
     """
-    if status not in SWEEPER_STATUSES:
-        raise ValueError(f"the sweeper does not move a task to {status.value}")
-    sql = ledger.statements
-    params = {
-        "key_task_id": lease.task_id,
-        "expired_generation": lease.generation,
-        "expired_at_ms": lease.expires_at_ms,
-        "status": status.value,
-        "error_class": ErrorClass.EXPIRED.value,
-        "last_error": f"lease lapsed in stage {lease.stage.value if lease.stage else 'none'}",
-        **now_param(now),
-    }
-
-    def record_tx(conn: Connection) -> bool:
-        if sql.lock_expired is not None and conn.execute(sql.lock_expired, params).first() is None:
-            return False  # another sweeper holds it, or it changed
-        row = conn.execute(sql.record_expiry, params).first()
-        if row is None:
-            return False
-        write_event(
-            conn,
-            sql,
-            task_id=lease.task_id,
-            kind=EventKind.EXPIRED,
-            generation=lease.generation,
-            at_ms=row.updated_at_ms,
-            owner=lease.owner,
-            stage=lease.stage,
-            reason=f"lease lapsed at {from_ms(lease.expires_at_ms).isoformat()}; sweeper: {decision} -> {status.value}",
-            details={"lease_expires_at_ms": lease.expires_at_ms, "by": "sweeper", "next_status": status.value},
-            trace=lease.trace,
-        )
-        return True
-
-    recorded: bool = await ledger.database.write(record_tx)
-    if recorded:
-        ledger.metrics.expiry(
-            lease.tool, lease.stage, by="sweeper", parked=None if status is TaskStatus.RELEASED else status
-        )
-    return recorded
+    return bool(await record_expiries(ledger, [Expiry(lease, status, decision)], now=now))
 
 
-__all__ = ["SWEEPER_STATUSES", "ExpiredLease", "expired_leases", "record_expiry"]
+__all__ = ["SWEEPER_STATUSES", "ExpiredLease", "Expiry", "expired_leases", "record_expiries", "record_expiry"]

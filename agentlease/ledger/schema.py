@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Index, Integer, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, Index, Integer, MetaData, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -21,6 +21,13 @@ NAMING_CONVENTION = {
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 _EventId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+WAITING_PREDICATE = (
+    "status IN ('awaiting_approval', 'blocked', 'needs_reconciliation', 'dead_lettered', 'cancelled_effect_unknown')"
+)
+"""SQL of the statuses that wait for a person (``TaskStatus.waits_for_person``): the partial index of
+``agentlease waiting``. ``tests/unit/test_listing_predicate.py`` checks it against the enum."""
 
 
 class Base(DeclarativeBase):
@@ -42,7 +49,7 @@ class TaskRow(_TraceColumns, Base):
     __tablename__ = "tasks"
 
     task_id: Mapped[str] = mapped_column(String(400), primary_key=True)
-    agent_run_id: Mapped[str] = mapped_column(String(255), index=True)
+    agent_run_id: Mapped[str] = mapped_column(String(255))
     step_id: Mapped[str] = mapped_column(String(128))
     tool: Mapped[str] = mapped_column(String(128))
     side_effect_class: Mapped[str] = mapped_column(String(16))
@@ -62,7 +69,22 @@ class TaskRow(_TraceColumns, Base):
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
     updated_at_ms: Mapped[int] = mapped_column(BigInteger)
 
-    __table_args__ = (Index("ix_tasks_status_lease_expires_at_ms", "status", "lease_expires_at_ms"),)
+    __table_args__ = (
+        # The sweeper: running tasks by lease expiry.
+        Index("ix_tasks_status_lease_expires_at_ms", "status", "lease_expires_at_ms"),
+        # Operator listings, each read in keyset pages on (created_at_ms, task_id): all tasks, one
+        # run's tasks (and the runs, grouped), tasks of one status, and the tasks waiting for a person.
+        Index("ix_tasks_created_at_ms_task_id", "created_at_ms", "task_id"),
+        Index("ix_tasks_agent_run_id_created_at_ms", "agent_run_id", "created_at_ms", "task_id"),
+        Index("ix_tasks_status_created_at_ms", "status", "created_at_ms", "task_id"),
+        Index(
+            "ix_tasks_waiting_created_at_ms",
+            "created_at_ms",
+            "task_id",
+            postgresql_where=text(WAITING_PREDICATE),
+            sqlite_where=text(WAITING_PREDICATE),
+        ),
+    )
 
 
 class LeaseEventRow(_TraceColumns, Base):
@@ -71,7 +93,7 @@ class LeaseEventRow(_TraceColumns, Base):
     __tablename__ = "lease_events"
 
     event_id: Mapped[int] = mapped_column(_EventId, primary_key=True, autoincrement=True)
-    task_id: Mapped[str] = mapped_column(String(400), index=True)
+    task_id: Mapped[str] = mapped_column(String(400))
     kind: Mapped[str] = mapped_column(String(24))
     claim_generation: Mapped[int] = mapped_column(BigInteger)
     lease_owner: Mapped[str | None] = mapped_column(String(255))
@@ -79,6 +101,9 @@ class LeaseEventRow(_TraceColumns, Base):
     reason: Mapped[str | None] = mapped_column(Text)
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     at_ms: Mapped[int] = mapped_column(BigInteger)
+
+    # One task's trail in order (and a run's, task by task), read in keyset pages on event_id.
+    __table_args__ = (Index("ix_lease_events_task_id_event_id", "task_id", "event_id"),)
 
 
 class ReceiptRow(Base):

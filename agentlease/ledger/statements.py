@@ -20,26 +20,35 @@ from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
+    JSON,
     ColumnElement,
     Insert,
     Select,
     Table,
     Update,
     and_,
+    any_,
     bindparam,
     case,
+    column,
+    func,
     insert,
+    literal,
     or_,
     select,
+    text,
+    true,
     tuple_,
     update,
+    values,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agentlease.clock import bound_now_ms
 from agentlease.decisions import DECISIONS
-from agentlease.enums import DecisionKind, SideEffectClass, Stage, TaskStatus
-from agentlease.ledger.schema import LeaseEventRow, ReceiptRow, TaskRow
+from agentlease.enums import DecisionKind, ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.ledger.schema import WAITING_PREDICATE, LeaseEventRow, ReceiptRow, TaskRow
 from agentlease.records import TraceLink
 
 TASKS = cast(Table, TaskRow.__table__)
@@ -95,8 +104,13 @@ class LeaseStatements:
         latest_event_at: ``at_ms`` of the newest evidence entry (the ledger's latest recorded time).
         expired_first: running tasks whose lease lapsed, oldest lapse first, ``limit`` rows.
         expired_after: the same after the keyset cursor ``after_expires_at_ms`` / ``after_task_id``.
-        record_expiry: the sweeper's conditional write of one lapsed lease (unchanged since read).
-        lock_expired: ``FOR UPDATE SKIP LOCKED`` of that row (PostgreSQL only; ``None`` on SQLite).
+        claim_new: the claim of a task the ledger has not seen: its row inserted already claimed
+            (generation 1, attempt 1), ``ON CONFLICT DO NOTHING`` (a task that exists is claimed
+            by ``claim``); RETURNING the row.
+        claim_new_evidenced, renew_evidenced, settle_evidenced: PostgreSQL only (``None`` on
+            SQLite): ``claim_new``, ``renew`` and ``settle`` with their evidence entry (and for a
+            claim the stored receipt, for a settle the receipt row) in the same statement, through
+            data-modifying CTEs; one round trip instead of three or four. See :func:`_evidenced`.
     """
 
     now: ColumnElement[int]
@@ -116,8 +130,23 @@ class LeaseStatements:
     latest_event_at: Select[Any]
     expired_first: Select[Any]
     expired_after: Select[Any]
-    record_expiry: Update
-    lock_expired: Select[Any] | None
+    claim_new: Insert
+    claim_new_evidenced: Select[Any] | None
+    renew_evidenced: Select[Any] | None
+    settle_evidenced: Select[Any] | None
+
+
+def _new_task(now: ColumnElement[int]) -> dict[str, Any]:
+    """The values of a task row the ledger sees for the first time (identity, TTL, times)."""
+    return {
+        **{name: bindparam(name, type_=_T[name].type) for name in ("task_id", "agent_run_id", "step_id", "tool")},
+        "side_effect_class": bindparam("side_effect_class", type_=_T.side_effect_class.type),
+        "idempotency_key": bindparam("idempotency_key", type_=_T.idempotency_key.type),
+        "lease_ttl_ms": bindparam("lease_ttl_ms", type_=_T.lease_ttl_ms.type),
+        "renewal_count": 0,
+        "created_at_ms": now,
+        "updated_at_ms": now,
+    }
 
 
 def _column_of_task(column: Any) -> Any:
@@ -156,36 +185,207 @@ def _decision(kind: DecisionKind, now: ColumnElement[int]) -> Update:
     )
 
 
-def _expiry_statements(
-    now: ColumnElement[int], dialect_name: str
-) -> tuple[Select[Any], Select[Any], Update, Select[Any] | None]:
-    lapsed = and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now)
-    first = select(TASKS).where(lapsed).order_by(_T.lease_expires_at_ms, _T.task_id).limit(bindparam("limit"))
+def _lapsed(now: ColumnElement[int]) -> ColumnElement[bool]:
+    return and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now)
+
+
+def _expiry_reads(now: ColumnElement[int]) -> tuple[Select[Any], Select[Any]]:
+    first = select(TASKS).where(_lapsed(now)).order_by(_T.lease_expires_at_ms, _T.task_id).limit(bindparam("limit"))
     cursor = tuple_(bindparam("after_expires_at_ms", type_=_T.lease_expires_at_ms.type), bindparam("after_task_id"))
-    following = first.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > cursor)
-    unchanged = and_(
-        _T.task_id == bindparam("key_task_id"),
-        _T.claim_generation == bindparam("expired_generation"),
-        _T.lease_expires_at_ms == bindparam("expired_at_ms"),
-        lapsed,
+    return first, first.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > cursor)
+
+
+EXPIRY_COLUMNS = ("task_id", "claim_generation", "lease_expires_at_ms", "status", "last_error")
+"""The values of one lapsed lease in :func:`record_expiries` rows: the lease as read, and what to write."""
+
+
+def record_expiries(dialect_name: str, rows: list[tuple[str, int, int, str, str]]) -> Update:
+    """The sweeper's write of a batch of lapsed leases: ONE conditional ``UPDATE ... FROM (VALUES ...)``.
+
+    Each row (:data:`EXPIRY_COLUMNS`) moves its task to its ``status`` only if the task is still
+    the lease the sweeper read: same ``claim_generation``, same ``lease_expires_at_ms``, still
+    ``running`` and lapsed on the ledger's clock (bound ``now_ms``). A task claimed again,
+    settled, cancelled or recorded by another sweeper in between is left as it is (the River
+    rescuer fix); on PostgreSQL rows another sweeper has locked are skipped (``FOR UPDATE SKIP
+    LOCKED``) instead of waited for. RETURNING ``task_id`` and ``updated_at_ms`` of each task it
+    recorded: the row count checked, row by row.
+    """
+    now = bound_now_ms(dialect_name)
+    batch = (
+        values(
+            column("task_id", _T.task_id.type),
+            column("claim_generation", _T.claim_generation.type),
+            column("lease_expires_at_ms", _T.lease_expires_at_ms.type),
+            column("status", _T.status.type),
+            column("last_error", _T.last_error.type),
+            name="expired",
+        )
+        .data(rows)
+        .cte("expired")
     )
-    record = (
+    unchanged = and_(
+        _T.task_id == batch.c.task_id,
+        _T.claim_generation == batch.c.claim_generation,
+        _T.lease_expires_at_ms == batch.c.lease_expires_at_ms,
+        _lapsed(now),
+    )
+    if dialect_name == "postgresql":
+        # Lock the batch's rows first, skipping those another sweeper (or a claim) holds: one
+        # uncorrelated subquery, evaluated once, whose array drives primary-key lookups.
+        locked = TASKS.alias("locked")
+        free = (
+            select(locked.c.task_id)
+            .where(locked.c.task_id.in_([row[0] for row in rows]))
+            .with_for_update(skip_locked=True, of=locked)
+            .subquery("free")
+        )
+        locked_ids = sql_cast(
+            select(func.array_agg(free.c.task_id)).scalar_subquery(), postgresql.ARRAY(_T.task_id.type)
+        )
+        unchanged = and_(unchanged, _T.task_id == any_(locked_ids))
+    return (
         update(TASKS)
         .where(unchanged)
         .values(
-            status=bindparam("status", type_=_T.status.type),
+            status=batch.c.status,
             lease_owner=None,
             lease_expires_at_ms=None,
-            error_class=bindparam("error_class", type_=_T.error_class.type),
-            last_error=bindparam("last_error", type_=_T.last_error.type),
+            error_class=ErrorClass.EXPIRED.value,
+            last_error=batch.c.last_error,
             updated_at_ms=now,
         )
-        .returning(_T.updated_at_ms)
+        .returning(_T.task_id, _T.updated_at_ms)
     )
-    lock = (
-        select(_T.task_id).where(unchanged).with_for_update(skip_locked=True) if dialect_name == "postgresql" else None
+
+
+def event_params(reason: str, details: dict[str, Any], trace: TraceLink) -> dict[str, Any]:
+    """Parameters of the evidence entry of an evidenced statement (besides the holder's ``held_*``):
+    its reason, its details (a JSON object; the lease's expiry is added in SQL) and its trace.
+
+    Named apart from the ``tasks`` columns: an UPDATE takes a parameter named like a column as a
+    value to SET.
+    """
+    columns = {f"event_{name}": value for name, value in trace.columns().items()}
+    return {"event_reason": reason, "event_details": details, **columns}
+
+
+def _event_from(
+    source: Any, kind: EventKind, *, generation: Any, owner: Any, stage: Any, at_ms: Any, details: Any
+) -> Insert:
+    """INSERT of one evidence entry whose values come from the CTE ``source`` and bound parameters."""
+    trace = [bindparam(f"event_{column}", type_=_E[column].type) for column in _TRACE_COLUMNS]
+    return insert(EVENTS).from_select(
+        ["task_id", "kind", "claim_generation", "lease_owner", "stage", "reason", "details", "at_ms", *_TRACE_COLUMNS],
+        select(
+            source.c.task_id,
+            literal(kind.value, _E.kind.type),
+            generation,
+            owner,
+            stage,
+            bindparam("event_reason", type_=_E.reason.type),
+            details,
+            at_ms,
+            *trace,
+        ).select_from(source),
     )
-    return first, following, record, lock
+
+
+def _with_expiry(source: Any) -> Any:
+    """``event_details`` (a JSON object) with the lease's new expiry added, as PostgreSQL ``jsonb``."""
+    details = sql_cast(bindparam("event_details", type_=postgresql.JSONB), postgresql.JSONB)
+    return sql_cast(
+        details.op("||")(func.jsonb_build_object("lease_expires_at_ms", source.c.lease_expires_at_ms)), JSON
+    )
+
+
+def _evidenced(
+    claim_new: Insert, renew: Update, settle: Update, holds: ColumnElement[bool], now: ColumnElement[int]
+) -> tuple[Select[Any], Select[Any], Select[Any]]:
+    """The PostgreSQL statements that write a lease change and its evidence in one round trip.
+
+    Each is ``WITH change AS (<the same conditional write> RETURNING ...), evidence AS (INSERT INTO
+    lease_events SELECT ... FROM change) SELECT ... FROM change``: the evidence entry is inserted
+    for exactly the rows the write changed, in the same statement and transaction, so a refused
+    write (no row) leaves no entry and returns no row; its row count is checked as before.
+    """
+    holder = {
+        "generation": bindparam("held_generation", type_=_E.claim_generation.type),
+        "owner": bindparam("held_owner", type_=_E.lease_owner.type),
+    }
+    claimed = claim_new.cte("claimed")
+    claim_event = _event_from(
+        claimed,
+        EventKind.CLAIMED,
+        generation=claimed.c.claim_generation,
+        owner=claimed.c.lease_owner,
+        stage=claimed.c.stage,
+        at_ms=claimed.c.lease_acquired_at_ms,
+        details=_with_expiry(claimed),
+    ).cte("claim_evidence")
+    stored = RECEIPTS.alias("stored")
+    receipt_columns = [
+        select(column).where(stored.c.idempotency_key == claimed.c.idempotency_key).scalar_subquery().label(label)
+        for column, label in (
+            (stored.c.task_id, "receipt_task_id"),
+            (stored.c.claim_generation, "receipt_generation"),
+            (stored.c.receipt, "stored_receipt"),
+        )
+    ]
+    claim = select(claimed, *receipt_columns).add_cte(claim_event)
+
+    renewed = renew.returning(_T.task_id).cte("renewed")
+    renew_event = _event_from(
+        renewed,
+        EventKind.RENEWED,
+        stage=renewed.c.stage,
+        at_ms=renewed.c.updated_at_ms,
+        details=_with_expiry(renewed),
+        **holder,
+    ).cte("renew_evidence")
+    renewed_row = select(renewed.c.lease_expires_at_ms, renewed.c.updated_at_ms, renewed.c.stage).add_cte(renew_event)
+
+    # The settle: lock the holder's row (the guard), store the receipt unless one stands for the key
+    # (ON CONFLICT DO UPDATE returns the standing one, after waiting for a concurrent writer of the
+    # same key), settle the task with the receipt that stands, and record the entry.
+    guarded = select(_T.task_id, _T.idempotency_key).where(holds).with_for_update(of=TASKS).cte("guarded")
+    new_receipt = postgresql.insert(RECEIPTS).from_select(
+        ["idempotency_key", "task_id", "claim_generation", "receipt", "created_at_ms"],
+        select(
+            guarded.c.idempotency_key,
+            guarded.c.task_id,
+            holder["generation"],
+            bindparam("receipt", type_=RECEIPTS.c.receipt.type),
+            now,
+        ).select_from(guarded),
+    )
+    standing = (
+        new_receipt.on_conflict_do_update(
+            index_elements=["idempotency_key"], set_={"idempotency_key": new_receipt.excluded.idempotency_key}
+        )
+        .returning(RECEIPTS.c.task_id, RECEIPTS.c.claim_generation, RECEIPTS.c.receipt)
+        .cte("standing")
+    )
+    settled = settle.values(receipt=select(standing.c.receipt).scalar_subquery()).returning(_T.task_id).cte("settled")
+    settle_event = _event_from(
+        settled,
+        EventKind.SETTLED,
+        stage=literal(Stage.SETTLED.value, _E.stage.type),
+        at_ms=settled.c.updated_at_ms,
+        details=bindparam("event_details", type_=_E.details.type),
+        **holder,
+    ).cte("settle_evidence")
+    settled_row = (
+        select(
+            settled.c.updated_at_ms,
+            settled.c.renewal_count,
+            standing.c.task_id.label("receipt_task_id"),
+            standing.c.claim_generation.label("receipt_generation"),
+            standing.c.receipt.label("stored_receipt"),
+        )
+        .select_from(settled.join(standing, true()))
+        .add_cte(settle_event)
+    )
+    return claim, renewed_row, settled_row
 
 
 @cache
@@ -208,25 +408,50 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
     if dialect_name == "postgresql":
         current_task = current_task.with_for_update(of=TASKS)
     claimable = [status.value for status in TaskStatus if status.claimable]
-    expired_first, expired_after, record_expiry, lock_expired = _expiry_statements(now, dialect_name)
+    expired_first, expired_after = _expiry_reads(now)
+    claim_new = (
+        dialect_insert(TASKS)
+        .values(
+            **_new_task(now),
+            status=TaskStatus.RUNNING.value,
+            lease_owner=bindparam("lease_owner", type_=_T.lease_owner.type),
+            lease_acquired_at_ms=now,
+            lease_expires_at_ms=now + bindparam("lease_ttl_ms", type_=_T.lease_ttl_ms.type),
+            claim_generation=1,
+            attempts=1,
+            **{column: bindparam(column, type_=_T[column].type) for column in _TRACE_COLUMNS},
+        )
+        .on_conflict_do_nothing(index_elements=["task_id"])
+        .returning(*TASKS.c)
+    )
+    renew = (
+        update(TASKS)
+        .where(holds)
+        .values(
+            lease_expires_at_ms=now + _T.lease_ttl_ms,
+            renewal_count=_T.renewal_count + 1,
+            updated_at_ms=now,
+            stage=furthest_stage(bindparam("new_stage", type_=_T.stage.type)),
+        )
+        .returning(_T.lease_expires_at_ms, _T.updated_at_ms, _T.stage)
+    )
+    settle = (
+        update(TASKS)
+        .where(holds)
+        .values(
+            status=TaskStatus.SETTLED.value,
+            stage=Stage.SETTLED.value,
+            receipt=bindparam("receipt", type_=_T.receipt.type),
+            lease_expires_at_ms=None,
+            updated_at_ms=now,
+        )
+        .returning(_T.updated_at_ms, _T.renewal_count)
+    )
+    evidenced = _evidenced(claim_new, renew, settle, holds, now) if dialect_name == "postgresql" else (None, None, None)
     return LeaseStatements(
         now=now,
         insert_task=dialect_insert(TASKS)
-        .values(
-            task_id=bindparam("task_id"),
-            agent_run_id=bindparam("agent_run_id"),
-            step_id=bindparam("step_id"),
-            tool=bindparam("tool"),
-            side_effect_class=bindparam("side_effect_class"),
-            status=TaskStatus.PENDING.value,
-            lease_ttl_ms=bindparam("lease_ttl_ms"),
-            claim_generation=0,
-            attempts=0,
-            renewal_count=0,
-            idempotency_key=bindparam("idempotency_key"),
-            created_at_ms=now,
-            updated_at_ms=now,
-        )
+        .values(**_new_task(now), status=TaskStatus.PENDING.value, claim_generation=0, attempts=0)
         .on_conflict_do_nothing(index_elements=["task_id"]),
         current_task=current_task,
         claim=update(TASKS)
@@ -249,25 +474,8 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
             **{column: bindparam(column, type_=_T[column].type) for column in _TRACE_COLUMNS},
         )
         .returning(*TASKS.c),
-        renew=update(TASKS)
-        .where(holds)
-        .values(
-            lease_expires_at_ms=now + _T.lease_ttl_ms,
-            renewal_count=_T.renewal_count + 1,
-            updated_at_ms=now,
-            stage=furthest_stage(bindparam("new_stage", type_=_T.stage.type)),
-        )
-        .returning(_T.lease_expires_at_ms, _T.updated_at_ms, _T.stage),
-        settle=update(TASKS)
-        .where(holds)
-        .values(
-            status=TaskStatus.SETTLED.value,
-            stage=Stage.SETTLED.value,
-            receipt=bindparam("receipt", type_=_T.receipt.type),
-            lease_expires_at_ms=None,
-            updated_at_ms=now,
-        )
-        .returning(_T.updated_at_ms, _T.renewal_count),
+        renew=renew,
+        settle=settle,
         end_lease=update(TASKS)
         .where(holds)
         .values(
@@ -285,8 +493,11 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
             _column_of_task(_T.claim_generation).label("claim_generation"),
             _column_of_task(_T.status).label("status"),
         ),
-        insert_event=insert(EVENTS),
+        insert_event=insert(EVENTS).values(
+            {name: bindparam(name, type_=column.type) for name, column in _E.items() if name != "event_id"}
+        ),
         insert_receipt=dialect_insert(RECEIPTS)
+        .values({name: bindparam(name, type_=column.type) for name, column in RECEIPTS.c.items()})
         .on_conflict_do_nothing(index_elements=["idempotency_key"])
         .returning(RECEIPTS.c.idempotency_key),
         select_receipt=select(RECEIPTS).where(RECEIPTS.c.idempotency_key == bindparam("key_idempotency_key")),
@@ -298,24 +509,129 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         latest_event_at=select(_E.at_ms).order_by(_E.event_id.desc()).limit(1),
         expired_first=expired_first,
         expired_after=expired_after,
-        record_expiry=record_expiry,
-        lock_expired=lock_expired,
+        claim_new=claim_new,
+        claim_new_evidenced=evidenced[0],
+        renew_evidenced=evidenced[1],
+        settle_evidenced=evidenced[2],
     )
 
 
-def tasks_query(agent_run_id: str | None) -> Select[Any]:
-    """Tasks, oldest first, optionally of one agent run."""
-    query = select(TASKS).order_by(_T.created_at_ms, _T.task_id)
-    return query if agent_run_id is None else query.where(_T.agent_run_id == agent_run_id)
+PAGE_ROWS = 500
+"""Rows one page of an operator listing reads, each page its own short read transaction."""
+
+_WAITING = text(WAITING_PREDICATE)
+"""The waiting statuses as literal SQL: the planner matches it with the partial index's predicate."""
 
 
-def events_query(task_id: str | None, agent_run_id: str | None) -> Select[Any]:
-    """The evidence trail in order, for one task, one agent run, or all."""
-    query = select(EVENTS).order_by(_E.event_id)
+@dataclass(frozen=True)
+class TaskFilter:
+    """Which tasks an operator listing reads, oldest first.
+
+    Attributes:
+        agent_run_id: only this agent run's tasks.
+        statuses: only tasks in one of these statuses (empty: any).
+        waiting: only tasks waiting for a person (``TaskStatus.waits_for_person``).
+        since_ms: only tasks created at or after this time (epoch ms, ledger clock).
+    """
+
+    agent_run_id: str | None = None
+    statuses: frozenset[TaskStatus] = frozenset()
+    waiting: bool = False
+    since_ms: int | None = None
+
+
+def tasks_page(which: TaskFilter, after: tuple[int, str] | None, limit: int) -> Select[Any]:
+    """One keyset page of tasks in ``(created_at_ms, task_id)`` order, after the cursor ``after``.
+
+    Each filter has an index whose order is the page's order (``ix_tasks_*_created_at_ms``), so a
+    page reads ``limit`` index entries, however many tasks the ledger holds.
+    """
+    query = select(TASKS).order_by(_T.created_at_ms, _T.task_id).limit(limit)
+    if which.agent_run_id is not None:
+        query = query.where(_T.agent_run_id == which.agent_run_id)
+    if which.waiting:
+        query = query.where(_WAITING)
+    if which.statuses:
+        query = query.where(_T.status.in_(sorted(s.value for s in which.statuses)))
+    if which.since_ms is not None:
+        query = query.where(_T.created_at_ms >= which.since_ms)
+    if after is not None:
+        query = query.where(tuple_(_T.created_at_ms, _T.task_id) > tuple_(literal(after[0]), literal(after[1])))
+    return query
+
+
+def run_exists(agent_run_id: str) -> Select[Any]:
+    """Whether the ledger has any task of ``agent_run_id`` (one index probe)."""
+    return select(_T.task_id).where(_T.agent_run_id == agent_run_id).limit(1)
+
+
+def events_page(
+    dialect_name: str, *, task_id: str | None, agent_run_id: str | None, after: int | None, limit: int
+) -> Select[Any]:
+    """One keyset page of the evidence trail in ``event_id`` order, for one task, one run, or all.
+
+    A run's page reads at most ``limit`` entries per task of the run from
+    ``ix_lease_events_task_id_event_id`` (on PostgreSQL a ``LATERAL`` join per task), then the
+    first ``limit`` of them: never a scan of the whole trail in ``event_id`` order.
+    """
+    cursor = [] if after is None else [_E.event_id > after]
+    if agent_run_id is not None and task_id is None and dialect_name == "postgresql":
+        per_task = (
+            select(EVENTS)
+            .where(_E.task_id == _T.task_id, *cursor)
+            .order_by(_E.event_id)
+            .limit(limit)
+            .lateral("run_events")
+        )
+        return (
+            select(per_task)
+            .select_from(TASKS.join(per_task, true()))
+            .where(_T.agent_run_id == agent_run_id)
+            .order_by(per_task.c.event_id)
+            .limit(limit)
+        )
+    query = select(EVENTS).where(*cursor).order_by(_E.event_id).limit(limit)
     if task_id is not None:
         query = query.where(_E.task_id == task_id)
     if agent_run_id is not None:
         query = query.where(_E.task_id.in_(select(_T.task_id).where(_T.agent_run_id == agent_run_id)))
+    return query
+
+
+RUN_TOTALS = ("tasks", "waiting", "final", "settled")
+"""The per-run counts of :func:`runs_page`."""
+
+
+def runs_page(after: str | None, limit: int, *, waiting_only: bool = False) -> Select[Any]:
+    """One keyset page of agent runs (grouped tasks) in ``agent_run_id`` order.
+
+    Grouped along ``ix_tasks_agent_run_id_created_at_ms``: a page reads the tasks of about
+    ``limit`` runs. Columns: ``agent_run_id``, the counts of :data:`RUN_TOTALS`, ``created_at_ms``
+    (first task) and ``updated_at_ms`` (latest change). ``waiting_only``: runs with a task waiting
+    for a person (found through the waiting tasks' partial index).
+    """
+    terminal = [s.value for s in TaskStatus if s.is_terminal]
+    query = (
+        select(
+            _T.agent_run_id,
+            func.count().label("tasks"),
+            func.sum(case((_WAITING, 1), else_=0)).label("waiting"),
+            func.sum(case((_T.status.in_(terminal), 1), else_=0)).label("final"),
+            func.sum(case((_T.status == TaskStatus.SETTLED.value, 1), else_=0)).label("settled"),
+            func.min(_T.created_at_ms).label("created_at_ms"),
+            func.max(_T.updated_at_ms).label("updated_at_ms"),
+        )
+        .group_by(_T.agent_run_id)
+        .order_by(_T.agent_run_id)
+        .limit(limit)
+    )
+    if after is not None:
+        query = query.where(_T.agent_run_id > after)
+    if waiting_only:
+        waiting_runs = select(_T.agent_run_id).where(_WAITING)
+        if after is not None:
+            waiting_runs = waiting_runs.where(_T.agent_run_id > after)
+        query = query.where(_T.agent_run_id.in_(waiting_runs))
     return query
 
 

@@ -31,9 +31,12 @@ from agentlease.errors import (
     TaskClosedError,
     TaskNotFoundError,
 )
+from agentlease.ledger.compiled import execute
 from agentlease.ledger.database import LedgerDatabase, Transaction, open_database
+from agentlease.ledger.engine import PG_POOL_SIZE
+from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pages
 from agentlease.ledger.outages import check_claim_clock, own_lease_end, own_settle
-from agentlease.ledger.statements import LeaseStatements, events_query, held, lease_statements, tasks_query
+from agentlease.ledger.statements import LeaseStatements, event_params, held, lease_statements
 from agentlease.ledger.trail import write_event, write_holder_event
 from agentlease.metrics import LEASE_METRICS, LeaseMetrics
 from agentlease.records import (
@@ -74,7 +77,7 @@ class Ledger:
         self._metrics = metrics
 
     @classmethod
-    def from_url(cls, url: str, *, pool_size: int = 10) -> Ledger:
+    def from_url(cls, url: str, *, pool_size: int = PG_POOL_SIZE) -> Ledger:
         """Open a ledger on ``sqlite:///PATH`` or ``postgresql://...`` (see :func:`open_database`)."""
         return cls(open_database(url, pool_size=pool_size))
 
@@ -105,21 +108,22 @@ class Ledger:
         or the database clock."""
         return self._sql.now
 
+    @staticmethod
+    def _task_values(spec: TaskSpec, now: datetime | None) -> dict[str, Any]:
+        return {
+            "task_id": spec.task_id,
+            "agent_run_id": spec.agent_run_id,
+            "step_id": spec.step_id,
+            "tool": spec.tool,
+            "side_effect_class": spec.side_effect_class.value,
+            "lease_ttl_ms": duration_ms(spec.lease_ttl),
+            "idempotency_key": spec.idempotency_key,
+            **now_param(now),
+        }
+
     def _insert_task(self, conn: Connection, spec: TaskSpec, now: datetime | None) -> None:
         """Create the task row (``pending``) on first sight; an existing row is left as it is."""
-        conn.execute(
-            self._sql.insert_task,
-            {
-                "task_id": spec.task_id,
-                "agent_run_id": spec.agent_run_id,
-                "step_id": spec.step_id,
-                "tool": spec.tool,
-                "side_effect_class": spec.side_effect_class.value,
-                "lease_ttl_ms": duration_ms(spec.lease_ttl),
-                "idempotency_key": spec.idempotency_key,
-                **now_param(now),
-            },
-        )
+        conn.execute(self._sql.insert_task, self._task_values(spec, now))
 
     def _store_receipt(
         self,
@@ -131,7 +135,8 @@ class Ledger:
         at_ms: int,
     ) -> bool:
         """Store a receipt unless one already stands for the key (the first stands). Returns whether it did."""
-        inserted = conn.execute(
+        inserted = execute(
+            conn,
             self._sql.insert_receipt,
             {
                 "idempotency_key": idempotency_key,
@@ -141,7 +146,7 @@ class Ledger:
                 "created_at_ms": at_ms,
             },
         )
-        return inserted.first() is not None
+        return bool(inserted)
 
     @staticmethod
     def _held(claim: Claim, now: datetime | None) -> dict[str, Any]:
@@ -188,15 +193,17 @@ class Ledger:
             )
         return outcome
 
-    async def _write(self, operation: str, tool: str, transaction: Transaction[_R]) -> _R:
+    async def _write(self, operation: str, tool: str, transaction: Transaction[_R], *, one: bool = False) -> _R:
         """One write transaction; an outage is counted (``agentlease_ledger_unavailable_total``) and raised.
+
+        ``one``: the transaction's change is one statement (:meth:`LedgerDatabase.write_one`).
 
         Raises:
             LedgerUnavailableError: the database could not be reached; the write may or may not have
                 committed (settle and lease ends retried after one recognise their own write).
         """
         try:
-            return await self._db.write(transaction)
+            return await (self._db.write_one if one else self._db.write)(transaction)
         except LedgerUnavailableError:
             self._metrics.ledger_unavailable(tool, operation)
             raise
@@ -241,11 +248,80 @@ class Ledger:
         """
         trace = trace or TraceLink()
         key = {"key_task_id": spec.task_id, **now_param(now)}
+        fresh = {**self._task_values(spec, now), "lease_owner": owner, **trace.columns()}
+
+        def granted_claim(granted: Any, previous_error_class: str | None, stored: StoredReceipt | None) -> Claim:
+            return Claim(
+                task_id=spec.task_id,
+                tool=granted.tool,
+                generation=granted.claim_generation,
+                owner=owner,
+                acquired_at=from_ms(granted.lease_acquired_at_ms),
+                expires_at=from_ms(granted.lease_expires_at_ms),
+                lease_ttl=timedelta(milliseconds=granted.lease_ttl_ms),
+                attempts=granted.attempts,
+                previous_stage=granted.stage,
+                previous_error_class=previous_error_class,
+                idempotency_key=granted.idempotency_key,
+                trace=trace,
+                receipt=stored,
+            )
+
+        def claimed_note(attempts: int, lease_ttl_ms: int) -> tuple[str, dict[str, Any]]:
+            """The ``claimed`` entry's reason and details: the attempt, and a heartbeat timeout that is
+            not the lease's TTL."""
+            reason = f"attempt {attempts}"
+            if heartbeat_timeout is None or duration_ms(heartbeat_timeout) == lease_ttl_ms:
+                return reason, {}
+            reason += (
+                f"; Temporal's heartbeat timeout ({heartbeat_timeout.total_seconds():g}s) is not the lease "
+                f"TTL ({lease_ttl_ms / 1000:g}s): the ledger's TTL decides who holds the lease"
+            )
+            return reason, {"heartbeat_timeout_ms": duration_ms(heartbeat_timeout), "lease_ttl_ms": lease_ttl_ms}
+
+        def claimed_event(conn: Connection, granted: Any) -> None:
+            reason, details = claimed_note(granted.attempts, granted.lease_ttl_ms)
+            write_event(
+                conn,
+                self._sql,
+                task_id=spec.task_id,
+                kind=EventKind.CLAIMED,
+                generation=granted.claim_generation,
+                at_ms=granted.lease_acquired_at_ms,
+                owner=owner,
+                stage=granted.stage,
+                reason=reason,
+                details={"lease_expires_at_ms": granted.lease_expires_at_ms, **details},
+                trace=trace,
+            )
+
+        def first_claim_tx(conn: Connection) -> Claim | None:
+            """PostgreSQL: a task the ledger has not seen, claimed with its evidence in one statement."""
+            assert self._sql.claim_new_evidenced is not None
+            params = {**fresh, **event_params(*claimed_note(1, fresh["lease_ttl_ms"]), trace)}
+            rows = execute(conn, self._sql.claim_new_evidenced, params)
+            if not rows:
+                return None  # the task exists: claimed by the conditional UPDATE below
+            granted = rows[0]
+            stored = None
+            if granted.receipt_task_id is not None:
+                stored = StoredReceipt(
+                    idempotency_key=granted.idempotency_key,
+                    task_id=granted.receipt_task_id,
+                    claim_generation=granted.receipt_generation,
+                    receipt=granted.stored_receipt,
+                )
+            return granted_claim(granted, None, stored)
 
         def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None]:
             """The claim, whether it superseded a lapsed lease, and that lease's stage."""
             check_claim_clock(conn, self._sql, self._db.dialect, spec.task_id, now)
-            self._insert_task(conn, spec, now)
+            if self._sql.claim_new_evidenced is None:
+                created = execute(conn, self._sql.claim_new, fresh)
+                if created:  # a task the ledger had not seen: created claimed (generation 1)
+                    granted = created[0]
+                    claimed_event(conn, granted)
+                    return granted_claim(granted, None, self._receipt(conn, spec.idempotency_key)), False, None
             before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
             if status.is_terminal or status.awaits_decision:
@@ -260,7 +336,8 @@ class Ledger:
                     holder=before.lease_owner,
                     generation=before.claim_generation,
                 )
-            if before.status == TaskStatus.RUNNING.value:
+            superseded = before.status == TaskStatus.RUNNING.value
+            if superseded:
                 # The previous holder neither settled nor released: record why its lease ended.
                 write_event(
                     conn,
@@ -278,49 +355,20 @@ class Ledger:
                     details={"lease_expires_at_ms": before.lease_expires_at_ms, "by": "takeover"},
                     trace=TraceLink.from_mapping(before._mapping),
                 )
-            details: dict[str, Any] = {"lease_expires_at_ms": granted.lease_expires_at_ms}
-            reason = f"attempt {granted.attempts}"
-            if heartbeat_timeout is not None and duration_ms(heartbeat_timeout) != granted.lease_ttl_ms:
-                details.update(heartbeat_timeout_ms=duration_ms(heartbeat_timeout), lease_ttl_ms=granted.lease_ttl_ms)
-                reason += (
-                    f"; Temporal's heartbeat timeout ({heartbeat_timeout.total_seconds():g}s) is not the lease "
-                    f"TTL ({granted.lease_ttl_ms / 1000:g}s): the ledger's TTL decides who holds the lease"
-                )
-            write_event(
-                conn,
-                self._sql,
-                task_id=spec.task_id,
-                kind=EventKind.CLAIMED,
-                generation=granted.claim_generation,
-                at_ms=granted.lease_acquired_at_ms,
-                owner=owner,
-                stage=granted.stage,
-                reason=reason,
-                details=details,
-                trace=trace,
-            )
+            claimed_event(conn, granted)
             stored = self._receipt(conn, spec.idempotency_key)
-            superseded = before.status == TaskStatus.RUNNING.value
-            claim = Claim(
-                task_id=spec.task_id,
-                tool=granted.tool,
-                generation=granted.claim_generation,
-                owner=owner,
-                acquired_at=from_ms(granted.lease_acquired_at_ms),
-                expires_at=from_ms(granted.lease_expires_at_ms),
-                lease_ttl=timedelta(milliseconds=granted.lease_ttl_ms),
-                attempts=granted.attempts,
-                previous_stage=granted.stage,
-                previous_error_class=before.error_class,
-                idempotency_key=granted.idempotency_key,
-                trace=trace,
-                receipt=stored,
-            )
-            return claim, superseded, before.stage
+            return granted_claim(granted, before.error_class, stored), superseded, before.stage
+
+        async def claim_once() -> tuple[Claim, bool, str | None]:
+            if self._sql.claim_new_evidenced is not None:
+                first = await self._write("claim", spec.tool, first_claim_tx, one=True)
+                if first is not None:
+                    return first, False, None
+            return await self._write("claim", spec.tool, claim_tx)
 
         started = time.perf_counter()
         try:
-            claim, superseded, superseded_stage = await self._write("claim", spec.tool, claim_tx)
+            claim, superseded, superseded_stage = await claim_once()
         except LeaseHeldError:
             self._metrics.claim(spec.tool, "held")
             raise
@@ -369,8 +417,14 @@ class Ledger:
             raise ValueError("a renewal needs a specific reason")
         params = {**self._held(claim, now), "new_stage": None if stage is None else stage.value}
 
+        evidenced = self._sql.renew_evidenced
+        if evidenced is not None:
+            params.update(event_params(reason, {}, claim.trace))
+
         def renew_tx(conn: Connection) -> tuple[datetime, str | None] | _Refusal:
-            row = conn.execute(self._sql.renew, params).first()
+            # On PostgreSQL the renewal and its entry are one statement.
+            rows = execute(conn, self._sql.renew if evidenced is None else evidenced, params)
+            row = rows[0] if rows else None
             if row is None:
                 return self._refused(
                     conn,
@@ -380,21 +434,22 @@ class Ledger:
                     now=now,
                     details={"stage": None if stage is None else stage.value, "renew_reason": reason},
                 )
-            write_holder_event(
-                conn,
-                self._sql,
-                claim,
-                EventKind.RENEWED,
-                at_ms=row.updated_at_ms,
-                stage=row.stage,
-                reason=reason,
-                details={"lease_expires_at_ms": row.lease_expires_at_ms},
-            )
+            if evidenced is None:
+                write_holder_event(
+                    conn,
+                    self._sql,
+                    claim,
+                    EventKind.RENEWED,
+                    at_ms=row.updated_at_ms,
+                    stage=row.stage,
+                    reason=reason,
+                    details={"lease_expires_at_ms": row.lease_expires_at_ms},
+                )
             expires_at = from_ms(row.lease_expires_at_ms)
             assert expires_at is not None
             return expires_at, row.stage
 
-        outcome = await self._write("renew", claim.tool, renew_tx)
+        outcome = await self._write("renew", claim.tool, renew_tx, one=True)
         lost = isinstance(outcome, _Refusal)
         self._metrics.renewal(claim.tool, stage if lost else outcome[1], renewed=not lost)  # type: ignore[index]
         return self._granted(claim, "renew", outcome)[0]
@@ -432,22 +487,53 @@ class Ledger:
         receipt_json = receipt.model_dump(mode="json")
         params = {**self._held(claim, now), "receipt": receipt_json}
 
+        reason = f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})"
+        evidenced = self._sql.settle_evidenced
+
+        def ours() -> StoredReceipt:
+            return StoredReceipt(
+                idempotency_key=claim.idempotency_key,
+                task_id=claim.task_id,
+                claim_generation=claim.generation,
+                receipt=receipt,
+            )
+
+        def settle_evidenced_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
+            """PostgreSQL: the settle, the receipt that stands and the entry in one statement."""
+            assert evidenced is not None
+            event = event_params(reason, {"receipt": receipt_json}, claim.trace)
+            rows = execute(conn, evidenced, {**params, **event})
+            if not rows:
+                return refused(conn)
+            row = rows[0]
+            stored = StoredReceipt(
+                idempotency_key=claim.idempotency_key,
+                task_id=row.receipt_task_id,
+                claim_generation=row.receipt_generation,
+                receipt=row.stored_receipt,
+            )
+            return stored, row.renewal_count
+
+        def refused(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
+            stored_now = self._receipt(conn, claim.idempotency_key) if retried else None
+            own = own_settle(conn, self._sql, claim, receipt_json, stored_now)
+            if own is not None:  # the first try committed, its answer lost in the outage
+                return own
+            return self._refused(
+                conn,
+                claim,
+                operation="settle",
+                kind=EventKind.LATE_UNAPPLIED,
+                now=now,
+                details={"receipt": receipt_json, "result": result},
+            )
+
         def settle_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
             """The stored receipt and the task's renewal count, or the refusal."""
-            row = conn.execute(self._sql.settle, params).first()
-            if row is None:
-                stored_now = self._receipt(conn, claim.idempotency_key) if retried else None
-                own = own_settle(conn, self._sql, claim, receipt_json, stored_now)
-                if own is not None:  # the first try committed, its answer lost in the outage
-                    return own
-                return self._refused(
-                    conn,
-                    claim,
-                    operation="settle",
-                    kind=EventKind.LATE_UNAPPLIED,
-                    now=now,
-                    details={"receipt": receipt_json, "result": result},
-                )
+            rows = execute(conn, self._sql.settle, params)
+            if not rows:
+                return refused(conn)
+            row = rows[0]
             inserted = self._store_receipt(
                 conn, claim.idempotency_key, claim.task_id, claim.generation, receipt_json, row.updated_at_ms
             )
@@ -458,28 +544,25 @@ class Ledger:
                 EventKind.SETTLED,
                 at_ms=row.updated_at_ms,
                 stage=Stage.SETTLED,
-                reason=f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})",
+                reason=reason,
                 details={"receipt": receipt_json},
             )
             if inserted:
-                stored: StoredReceipt | None = StoredReceipt(
-                    idempotency_key=claim.idempotency_key,
-                    task_id=claim.task_id,
-                    claim_generation=claim.generation,
-                    receipt=receipt,
-                )
-            else:
-                # The first receipt stored for the key stands; the task shows that one too.
-                stored = self._receipt(conn, claim.idempotency_key)
-                assert stored is not None
-                conn.execute(
-                    self._sql.set_receipt,
-                    {"key_task_id": claim.task_id, "receipt": stored.receipt.model_dump(mode="json")},
-                )
+                return ours(), row.renewal_count
+            # The first receipt stored for the key stands; the task shows that one too.
+            stored = self._receipt(conn, claim.idempotency_key)
+            assert stored is not None
+            conn.execute(
+                self._sql.set_receipt,
+                {"key_task_id": claim.task_id, "receipt": stored.receipt.model_dump(mode="json")},
+            )
             assert stored is not None
             return stored, row.renewal_count
 
-        outcome = await self._write("settle", claim.tool, settle_tx)
+        if evidenced is None:
+            outcome = await self._write("settle", claim.tool, settle_tx)
+        else:
+            outcome = await self._write("settle", claim.tool, settle_evidenced_tx, one=True)
         settled = not isinstance(outcome, _Refusal)
         self._metrics.settle(claim.tool, settled=settled, renewals=outcome[1] if settled else None)  # type: ignore[index]
         return self._granted(claim, "settle", outcome)[0]
@@ -578,7 +661,8 @@ class Ledger:
         kind = EventKind(status.value)
 
         def end_lease_tx(conn: Connection) -> _Refusal | None:
-            row = conn.execute(self._sql.end_lease, params).first()
+            rows = execute(conn, self._sql.end_lease, params)
+            row = rows[0] if rows else None
             if row is None:
                 if retried and own_lease_end(conn, self._sql, claim, status, known, error):
                     return None  # the first try committed, its answer lost in the outage
@@ -688,9 +772,10 @@ class Ledger:
         return TaskRecord.from_row(row)
 
     def _receipt(self, conn: Connection, idempotency_key: str) -> StoredReceipt | None:
-        row = conn.execute(self._sql.select_receipt, {"key_idempotency_key": idempotency_key}).first()
-        if row is None:
+        rows = execute(conn, self._sql.select_receipt, {"key_idempotency_key": idempotency_key})
+        if not rows:
             return None
+        row = rows[0]
         return StoredReceipt(
             idempotency_key=row.idempotency_key,
             task_id=row.task_id,
@@ -703,14 +788,16 @@ class Ledger:
         return await self._db.read(lambda conn: self._task(conn, task_id))
 
     async def list_tasks(self, agent_run_id: str | None = None) -> list[TaskRecord]:
-        """Tasks, oldest first, optionally of one agent run."""
-        query = tasks_query(agent_run_id)
-        return await self._db.read(lambda conn: [TaskRecord.from_row(row) for row in conn.execute(query)])
+        """Tasks, oldest first, optionally of one agent run, in one list.
+
+        Read in keyset pages (:mod:`agentlease.ledger.listing`, which streams them for listings
+        of any size).
+        """
+        return await collect(task_pages(self._db, TaskFilter(agent_run_id=agent_run_id)))
 
     async def events(self, task_id: str | None = None, *, agent_run_id: str | None = None) -> list[LeaseEvent]:
-        """The evidence trail in order, for one task or one agent run (or all)."""
-        query = events_query(task_id, agent_run_id)
-        return await self._db.read(lambda conn: [LeaseEvent.from_row(row) for row in conn.execute(query)])
+        """The evidence trail in order, for one task or one agent run (or all), in one list (read in pages)."""
+        return await collect(event_pages(self._db, task_id=task_id, agent_run_id=agent_run_id))
 
     async def receipt(self, idempotency_key: str) -> StoredReceipt | None:
         """The stored settlement receipt for an idempotency key, if any."""

@@ -11,13 +11,23 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from agentlease.enums import EventKind, Stage
+from agentlease.ledger.compiled import execute
 from agentlease.ledger.statements import LeaseStatements
 from agentlease.records import Claim, TraceLink
 
 
-def write_event(
-    conn: Connection,
-    sql: LeaseStatements,
+def write_event(conn: Connection, sql: LeaseStatements, **entry: Any) -> None:
+    """Append one entry to the evidence trail, inside ``conn``'s transaction.
+
+    Args:
+        conn: the connection of the transaction that makes the recorded change.
+        sql: the ledger's statements for this dialect.
+        **entry: the entry, as the keyword arguments of :func:`event_values`.
+    """
+    execute(conn, sql.insert_event, event_values(**entry))
+
+
+def event_values(
     *,
     task_id: str,
     kind: EventKind,
@@ -28,12 +38,10 @@ def write_event(
     reason: str | None = None,
     details: dict[str, Any] | None = None,
     trace: TraceLink | None = None,
-) -> None:
-    """Append one entry to the evidence trail, inside ``conn``'s transaction.
+) -> dict[str, Any]:
+    """The column values of one evidence-trail entry.
 
     Args:
-        conn: the connection of the transaction that makes the recorded change.
-        sql: the ledger's statements for this dialect.
         task_id / kind / generation: what happened to which task, under which claim generation.
         at_ms: when, on the ledger's clock (epoch ms).
         owner: the lease owner the entry is about.
@@ -42,20 +50,17 @@ def write_event(
         details: small JSON facts (who decided, the receipt, the refused write...).
         trace: the Temporal attempt that made the change.
     """
-    conn.execute(
-        sql.insert_event,
-        {
-            "task_id": task_id,
-            "kind": kind.value,
-            "claim_generation": generation,
-            "lease_owner": owner,
-            "stage": None if stage is None else str(stage),
-            "reason": reason,
-            "details": details,
-            "at_ms": at_ms,
-            **(trace or TraceLink()).columns(),
-        },
-    )
+    return {
+        "task_id": task_id,
+        "kind": kind.value,
+        "claim_generation": generation,
+        "lease_owner": owner,
+        "stage": None if stage is None else str(stage),
+        "reason": reason,
+        "details": details,
+        "at_ms": at_ms,
+        **(trace or TraceLink()).columns(),
+    }
 
 
 def write_holder_event(

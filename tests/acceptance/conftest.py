@@ -58,8 +58,8 @@ def background(cli: Cli) -> Iterator[Callable[..., Background]]:
     """Start long-running commands; whatever still runs at the end of the test is killed."""
     started: list[Background] = []
 
-    def start(*args: str, env: Mapping[str, str] | None = None) -> Background:
-        started.append(Background(cli, *args, env=env))
+    def start(*args: str, env: Mapping[str, str] | None = None, stdout: bool = False) -> Background:
+        started.append(Background(cli, *args, env=env, stdout=stdout))
         return started[-1]
 
     yield start

@@ -105,16 +105,24 @@ class Background:
         args: the arguments after ``agentlease``.
         env: extra environment variables.
         program: what runs; default the ``agentlease`` console script.
+        stdout: read its stdout too (see :meth:`wait_for_output`); default discarded.
     """
 
-    def __init__(self, cli: Cli, *args: str, env: Mapping[str, str] | None = None, program: Path = AGENTLEASE) -> None:
+    def __init__(
+        self,
+        cli: Cli,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        program: Path = AGENTLEASE,
+        stdout: bool = False,
+    ) -> None:
         self.args = args
         self.process = subprocess.Popen(
             [str(program), *args],
             cwd=cli.cwd,
             env=cli.env(env),
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,  # its own process group: see stop(SIGKILL)
@@ -123,12 +131,36 @@ class Background:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._output: queue.Queue[str | None] = queue.Queue()
+        if stdout:
+            threading.Thread(target=self._read_output, daemon=True).start()
 
     def _read(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
             self._lines.put(line)
         self._lines.put(None)
+
+    def _read_output(self) -> None:
+        assert self.process.stdout is not None
+        with self.process.stdout:
+            for line in self.process.stdout:
+                self._output.put(line)
+        self._output.put(None)
+
+    def wait_for_output_line(self, pattern: str, *, timeout: float) -> re.Match[str]:
+        """Read stdout (started with ``stdout=True``) until a line matches ``pattern``; the match
+        spans the whole line."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._output.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no output line matching {pattern!r} within {timeout}s") from None
+            if line is None:
+                raise AssertionError(f"agentlease {' '.join(self.args)} ended:\n{''.join(self.stderr)}")
+            if re.search(pattern, line):
+                return re.fullmatch(r".*", line.rstrip("\n"))  # type: ignore[return-value]
 
     def wait_for_line(self, pattern: str, *, timeout: float) -> re.Match[str]:
         """Read stderr until a line matches ``pattern``; fail if the process ends or ``timeout`` passes."""

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
-from agentlease.ledger.expiry import expired_leases, record_expiry
+from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.ledger.expiry import Expiry, expired_leases, record_expiries, record_expiry
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, SettlementReceipt, TaskSpec, idempotency_key_for, task_id_for
@@ -138,3 +138,32 @@ def test_settings_are_validated() -> None:
         SweeperSettings(batch_size=0)
     with pytest.raises(ValueError):
         SweeperSettings(max_attempts_by_tool={"t": 0})
+
+
+async def test_a_batch_records_only_the_leases_unchanged_since_it_was_read(ledger: Ledger) -> None:
+    """One statement per batch, row by row conditional: a task settled, cancelled or claimed again
+    between the sweeper's read and its write keeps what the newer writer recorded (G1, G8)."""
+    base = await ledger.db_now()
+    run = f"batch-{uuid.uuid4().hex[:8]}"
+    settled, cancelled, taken, lapsed = (spec(SideEffectClass.IDEMPOTENT, run=run, step=s) for s in "abcd")
+    for task in (settled, cancelled, taken, lapsed):
+        await claimed_at_stage(ledger, task, Stage.EXTERNAL_CALL, base)
+    later = base + LATER
+    leases = await expired_leases(ledger, limit=10, now=later)
+    assert {lease.task_id for lease in leases} == {t.task_id for t in (settled, cancelled, taken, lapsed)}
+
+    stored = await ledger.settle(await ledger.claim(settled, "worker-2", now=later), receipt(), now=later)
+    await ledger.decide(cancelled.task_id, DecisionKind.CANCEL, by="carol", reason="withdrawn", now=later)
+    await ledger.claim(taken, "worker-2", now=later)
+
+    expiries = [Expiry(lease, TaskStatus.RELEASED, "test") for lease in leases]
+    assert await record_expiries(ledger, expiries, now=later) == {lapsed.task_id}
+
+    records = {t.task_id: await ledger.get_task(t.task_id) for t in (settled, cancelled, taken, lapsed)}
+    assert (records[settled.task_id].status, records[settled.task_id].receipt) == (TaskStatus.SETTLED, stored.receipt)
+    assert records[cancelled.task_id].status is TaskStatus.CANCELLED
+    taken_now = records[taken.task_id]
+    assert (taken_now.status, taken_now.claim_generation, taken_now.lease_owner) == (TaskStatus.RUNNING, 2, "worker-2")
+    assert (records[lapsed.task_id].status, records[lapsed.task_id].lease_owner) == (TaskStatus.RELEASED, None)
+    swept = sweeper_events(await ledger.events(agent_run_id=run))
+    assert [(e.task_id, e.claim_generation) for e in swept] == [(lapsed.task_id, 1)]

@@ -1,0 +1,295 @@
+"""The CLI's listings of the ledger: ``tasks``, ``runs``, ``waiting`` and ``events`` (with ``--follow``).
+
+Every listing reads keyset pages (:mod:`agentlease.ledger.listing`) and streams what it prints: a
+JSON array written one record at a time (JSON lines for ``events --follow``), or a rich table of
+one bounded page (:data:`TABLE_ROWS` rows unless ``--limit`` says otherwise) followed by a line
+saying how to see more. Nothing loads the whole ledger, so time and memory do not grow with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from rich.console import Console
+
+from agentlease.cli.render import (
+    EVENT_COLUMNS,
+    event_cells,
+    events_table,
+    runs_table,
+    tasks_table,
+    write_json_array,
+    write_json_lines,
+)
+from agentlease.decisions import WAITING_WHY, suggested_commands
+from agentlease.enums import RunState, TaskStatus
+from agentlease.errors import AgentLeaseError, ConfigurationError
+from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages, has_run, has_task, run_pages, task_pages
+from agentlease.ledger.store import Ledger
+from agentlease.records import TaskRecord
+
+T = TypeVar("T")
+
+TABLE_ROWS = 100
+"""Rows a table shows when ``--limit`` is not given (JSON output streams every row)."""
+
+FOLLOW_INTERVAL_S = 1.0
+"""How often ``events --follow`` polls the trail. Default 1s."""
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_since(text: str, *, now: datetime | None = None) -> datetime:
+    """``--since``: a time ago (``90s``, ``15m``, ``2h``, ``7d``) or an ISO 8601 time with its zone.
+
+    Raises:
+        ConfigurationError: anything else (a time without a zone included).
+    """
+    text = text.strip()
+    relative = _RELATIVE.fullmatch(text)
+    if relative:
+        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[relative[2]]: float(relative[1])})
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise ConfigurationError(
+            f"bad --since {text!r}: give a time ago (90s, 15m, 2h, 7d) or an ISO 8601 time such as 2026-11-30T09:00Z"
+        ) from None
+    if when.tzinfo is None:
+        raise ConfigurationError(f"bad --since {text!r}: give the time zone, e.g. 2026-11-30T09:00Z or +01:00")
+    return when
+
+
+def parse_statuses(values: list[str] | None) -> frozenset[TaskStatus]:
+    """``--status`` values (repeatable, or comma-separated) as task statuses.
+
+    Raises:
+        ConfigurationError: a value that is no task status.
+    """
+    statuses = set()
+    for value in (part.strip() for given in values or [] for part in given.split(",")):
+        if not value:
+            continue
+        try:
+            statuses.add(TaskStatus(value))
+        except ValueError:
+            known = ", ".join(s.value for s in TaskStatus)
+            raise ConfigurationError(f"bad --status {value!r}: one of {known}") from None
+    return frozenset(statuses)
+
+
+def check_limit(limit: int | None) -> None:
+    """Raises ConfigurationError for a ``--limit`` below 1."""
+    if limit is not None and limit < 1:
+        raise ConfigurationError(f"bad --limit {limit}: at least 1")
+
+
+async def _first_page(pages: AsyncIterator[list[T]]) -> tuple[list[T], AsyncIterator[list[T]]]:
+    """The first page, and the pages with it put back in front."""
+    first: list[T] = await anext(pages, [])
+
+    async def again() -> AsyncIterator[list[T]]:
+        if first:
+            yield first
+        async for page in pages:
+            yield page
+
+    return first, again()
+
+
+async def _print_page(
+    pages: AsyncIterator[list[T]], limit: int | None, out: Console, render: Any, *, more: str
+) -> list[T]:
+    """One bounded page as a table, then a line saying how to see more if there is more."""
+    shown = limit or TABLE_ROWS
+    rows: list[T] = []
+    async for page in pages:
+        rows.extend(page)
+        if len(rows) > shown:
+            break
+    out.print(render(rows[:shown]))
+    if len(rows) > shown:
+        out.print(f"(first {shown} shown; {more})", soft_wrap=True, markup=False)
+    return rows[:shown]
+
+
+_MORE = "--limit N shows more, --json streams them all"
+
+
+def _wanted(limit: int | None, as_json: bool) -> int | None:
+    """Rows to read: all (or ``--limit``) for JSON; for a table one more than it shows, to know if there is more."""
+    return limit if as_json else (limit or TABLE_ROWS) + 1
+
+
+async def _show(
+    pages: AsyncIterator[list[T]],
+    *,
+    limit: int | None,
+    as_json: bool,
+    out: Console,
+    render: Any,
+    more: str = _MORE,
+    as_record: Any = None,
+) -> list[T]:
+    """Stream ``pages`` as a JSON array, or print their first page as a table. Returns the rows shown in a table."""
+    if as_json:
+        await write_json_array(pages, out.file, **({} if as_record is None else {"as_json": as_record}))
+        return []
+    return await _print_page(pages, limit, out, render, more=more)
+
+
+async def list_tasks(
+    ledger: Ledger, which: TaskFilter, *, limit: int | None, as_json: bool, out: Console, title: str = "tasks"
+) -> None:
+    """``agentlease tasks``: the tasks ``which`` selects, oldest first.
+
+    Raises:
+        AgentLeaseError: ``which`` names an agent run the ledger has no task of.
+    """
+    first, pages = await _first_page(task_pages(ledger.database, which, limit=_wanted(limit, as_json)))
+    if not first and which.agent_run_id is not None:
+        await _require_subject(ledger, None, which.agent_run_id)
+    await _show(pages, limit=limit, as_json=as_json, out=out, render=lambda rows: tasks_table(rows, title=title))
+
+
+def _waiting_json(record: TaskRecord) -> dict[str, Any]:
+    return {
+        **record.as_json(),
+        "suggested_commands": suggested_commands(record.status, record.agent_run_id, record.step_id),
+    }
+
+
+async def list_waiting(ledger: Ledger, *, limit: int | None, as_json: bool, out: Console) -> None:
+    """``agentlease waiting``: every task waiting for a person, why, and the commands that decide it."""
+    shown = await _show(
+        task_pages(ledger.database, TaskFilter(waiting=True), limit=_wanted(limit, as_json)),
+        limit=limit,
+        as_json=as_json,
+        out=out,
+        render=lambda rows: tasks_table(rows, title="tasks waiting for a person"),
+        more="--limit N shows more, --json lists them all with their commands",
+        as_record=_waiting_json,
+    )
+    for record in shown:
+        explained = WAITING_WHY.get(record.status) or record.last_error
+        why = f": {explained}" if explained else ""
+        out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}{why}", soft_wrap=True, markup=False)
+        for hint in suggested_commands(record.status, record.agent_run_id, record.step_id):
+            out.print(f"  -> {hint}", soft_wrap=True, markup=False)
+
+
+async def _runs_in(
+    pages: AsyncIterator[list[RunSummary]], state: RunState, limit: int | None
+) -> AsyncIterator[list[RunSummary]]:
+    left = limit
+    async for page in pages:
+        kept = [run for run in page if run.status is state][:left]
+        if kept:
+            yield kept
+        if left is not None:
+            left -= len(kept)
+            if left <= 0:
+                return
+
+
+async def list_runs(
+    ledger: Ledger, *, waiting_only: bool, state: RunState | None, limit: int | None, as_json: bool, out: Console
+) -> None:
+    """``agentlease runs``: agent runs with their tasks' counts, in run id order; ``state`` keeps one state.
+
+    A state other than ``waiting`` is kept page by page (each page still one short read), since
+    a run's state depends on all its tasks.
+    """
+    wanted = _wanted(limit, as_json)
+    pages = run_pages(ledger.database, waiting_only=waiting_only, limit=None if state else wanted)
+    if state is not None:
+        pages = _runs_in(pages, state, wanted)
+    await _show(pages, limit=limit, as_json=as_json, out=out, render=runs_table)
+
+
+async def list_events(
+    ledger: Ledger,
+    *,
+    task_id: str | None,
+    agent_run_id: str | None,
+    limit: int | None,
+    as_json: bool,
+    out: Console,
+) -> None:
+    """``agentlease events``: the evidence trail of one task or one run, in order.
+
+    Raises:
+        AgentLeaseError: the ledger has no such task or run.
+    """
+    pages = event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, limit=_wanted(limit, as_json))
+    first, pages = await _first_page(pages)
+    if not first:
+        await _require_subject(ledger, task_id, agent_run_id)
+    title = f"evidence trail of {task_id or agent_run_id}"
+    await _show(pages, limit=limit, as_json=as_json, out=out, render=lambda rows: events_table(rows, title=title))
+
+
+async def _require_subject(ledger: Ledger, task_id: str | None, agent_run_id: str | None) -> None:
+    if task_id is not None and not await has_task(ledger.database, task_id):
+        raise AgentLeaseError(f"no task {task_id!r} in the ledger {ledger.database.url}")
+    if agent_run_id is not None and not await has_run(ledger.database, agent_run_id):
+        raise AgentLeaseError(f"no agent run {agent_run_id!r} in the ledger {ledger.database.url}")
+
+
+async def follow_events(
+    ledger: Ledger,
+    *,
+    task_id: str | None,
+    agent_run_id: str | None,
+    as_json: bool,
+    out: Console,
+    stop: asyncio.Event,
+    interval_s: float = FOLLOW_INTERVAL_S,
+) -> None:
+    """``agentlease events --follow``: the trail so far, then each new entry as it is written, until ``stop``.
+
+    Each poll reads at most one page after the last entry shown (an indexed keyset read), so
+    following costs the same on a ledger of any size. JSON output is JSON lines.
+
+    Raises:
+        AgentLeaseError: the ledger has no such task or run.
+    """
+    await _require_subject(ledger, task_id, agent_run_id)
+    if not as_json:
+        out.print("  ".join(EVENT_COLUMNS), markup=False)
+    after: int | None = None
+    while not stop.is_set():
+        async for page in event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, after=after):
+            if as_json:
+                await write_json_lines(_one(page), out.file)
+            else:
+                for event in page:
+                    out.print("  ".join(event_cells(event)), soft_wrap=True, markup=False, highlight=False)
+            after = page[-1].event_id
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=interval_s)
+        except TimeoutError:
+            pass
+
+
+async def _one(page: list[T]) -> AsyncIterator[list[T]]:
+    yield page
+
+
+__all__ = [
+    "FOLLOW_INTERVAL_S",
+    "TABLE_ROWS",
+    "check_limit",
+    "follow_events",
+    "list_events",
+    "list_runs",
+    "list_tasks",
+    "list_waiting",
+    "parse_since",
+    "parse_statuses",
+]

@@ -1,0 +1,145 @@
+"""Running the ledger's hot statements on the driver connection: compiled once, executed without SQLAlchemy's
+per-call machinery.
+
+A lease write is one statement of :mod:`agentlease.ledger.statements`, run thousands of times a
+second at scale. SQLAlchemy's execution layer (execution context, result objects, events) costs
+about 50-80 us of CPU per statement on a small machine, more than the statement itself on SQLite
+and, with the greenlet hop of its asyncio adapter, most of a PostgreSQL round trip's client CPU
+(``bench/README.md``). :func:`execute` compiles such a statement once per dialect (SQL text,
+parameter order, constant parameters, the types' own bind and result processors) and runs it:
+
+- on SQLite, inside the current transaction, with ``sqlite3``'s ``execute``;
+- on PostgreSQL, on a connection in autocommit (:meth:`LedgerDatabase.write_one`), with asyncpg's
+  ``fetch`` (a prepared statement from asyncpg's per-connection cache; one round trip);
+- otherwise (a PostgreSQL transaction), through SQLAlchemy as usual.
+
+The SQL is exactly what SQLAlchemy renders for the statement; only the call path differs. Driver
+errors are wrapped as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, and a PostgreSQL
+connection that failed is invalidated, as SQLAlchemy's own execution would.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import ClauseElement
+
+_Processor = Callable[[Any], Any] | None
+
+
+class _Compiled:
+    """One statement compiled for one dialect."""
+
+    def __init__(self, statement: Any, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+        self.sql = str(compiled)
+        self.order: list[tuple[str | None, Any, _Processor]] = []
+        for name in compiled.positiontup or ():
+            bind = compiled.binds[name]  # KeyError: an expanding IN list, not supported here
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if bind.callable is None and not bind.required:
+                value = bind.value if processor is None else processor(bind.value)
+                self.order.append((None, value, None))  # a constant of the statement
+            else:
+                self.order.append((bind.key, None, processor))
+        columns: list[Any] = list(
+            getattr(statement, "selected_columns", None) or getattr(statement, "exported_columns", None) or ()
+        )
+        names = [column.key for column in columns]
+        self.row_type = _row_type(names)
+        self.result_processors: list[_Processor] = [
+            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+        ]
+        self.has_results = bool(columns)
+
+    def args(self, params: Mapping[str, Any]) -> list[Any]:
+        out = []
+        for key, value, processor in self.order:
+            if key is None:
+                out.append(value)
+            else:
+                given = params[key]
+                out.append(given if processor is None or given is None else processor(given))
+        return out
+
+    def rows(self, raw: Sequence[Sequence[Any]]) -> list[Any]:
+        processors = self.result_processors
+        if not any(processors):
+            return [self.row_type(*row) for row in raw]
+        return [
+            self.row_type(*(v if p is None or v is None else p(v) for v, p in zip(row, processors, strict=True)))
+            for row in raw
+        ]
+
+
+def _row_type(names: list[str]) -> type:
+    base = collections.namedtuple("LedgerRow", names)  # type: ignore[misc]
+
+    class LedgerRow(base):
+        """A result row: attributes by column name, and ``_mapping`` as SQLAlchemy's rows have."""
+
+        __slots__ = ()
+
+        @property
+        def _mapping(self) -> dict[str, Any]:
+            return self._asdict()
+
+    return LedgerRow
+
+
+_COMPILED: dict[tuple[int, str], tuple[ClauseElement, _Compiled]] = {}
+
+
+def _compiled(statement: ClauseElement, dialect: Dialect) -> _Compiled:
+    key = (id(statement), dialect.name)
+    found = _COMPILED.get(key)
+    if found is None or found[0] is not statement:
+        found = _COMPILED[key] = (statement, _Compiled(statement, dialect))
+    return found[1]
+
+
+def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
+    """Run a prebuilt ``statement`` with ``params`` on ``conn`` (see the module docstring). Returns its rows.
+
+    ``statement`` is one built once (:func:`~agentlease.ledger.statements.lease_statements`): its
+    compiled form is kept for the life of the process. Its parameters are named ``bindparam`` s
+    or constants (no expanding ``IN`` lists).
+
+    Raises:
+        DBAPIError: the driver's error, wrapped.
+    """
+    dialect = conn.dialect
+    if dialect.name == "sqlite":
+        compiled = _compiled(statement, dialect)
+        args = compiled.args(params)
+        driver: Any = conn.connection.driver_connection
+        try:
+            cursor = driver.execute(compiled.sql, args)
+            raw = cursor.fetchall() if compiled.has_results else []
+        except dialect.loaded_dbapi.Error as exc:
+            raise DBAPIError.instance(compiled.sql, args, exc, dialect.loaded_dbapi.Error) from exc
+        return compiled.rows(raw)
+    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        compiled = _compiled(statement, dialect)
+        args = compiled.args(params)
+        adapted = conn.connection.dbapi_connection
+        try:
+            if compiled.has_results:
+                raw = adapted.run_async(lambda driver: driver.fetch(compiled.sql, *args))  # type: ignore[union-attr]
+            else:
+                adapted.run_async(lambda driver: driver.execute(compiled.sql, *args))  # type: ignore[union-attr]
+                raw = []
+        except Exception as exc:
+            if not isinstance(exc, asyncpg.PostgresError):  # the server answered: the connection is fine
+                conn.invalidate(exc)
+            raise DBAPIError.instance(compiled.sql, args, exc, Exception) from exc
+        return compiled.rows(raw)
+    return list(conn.execute(statement, dict(params)))  # type: ignore[call-overload]
+
+
+__all__ = ["execute"]

@@ -1,0 +1,194 @@
+"""Operator listings of the ledger, read in keyset pages: tasks, agent runs, the evidence trail.
+
+Nothing here loads the whole ledger. Each page is one indexed query (``agentlease.ledger.statements``:
+:func:`~agentlease.ledger.statements.tasks_page`, :func:`~agentlease.ledger.statements.runs_page`,
+:func:`~agentlease.ledger.statements.events_page`) run in its own short read transaction that
+only fetches rows; the records are built after the transaction has ended. A PostgreSQL read
+therefore never stays open while Python works (the ledger's sessions end a transaction left idle
+for a second, see :data:`~agentlease.ledger.engine.PG_IDLE_IN_TRANSACTION_TIMEOUT_MS`), and memory
+stays bounded by one page however many rows the ledger holds.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Select
+from sqlalchemy.engine import Connection, Row
+
+from agentlease.clock import from_ms
+from agentlease.enums import RunState
+from agentlease.ledger.database import LedgerDatabase
+from agentlease.ledger.statements import (
+    PAGE_ROWS,
+    TaskFilter,
+    events_page,
+    lease_statements,
+    run_exists,
+    runs_page,
+    tasks_page,
+)
+from agentlease.records import AwareDatetime, LeaseEvent, TaskRecord
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+
+class RunSummary(BaseModel):
+    """One agent run as the ledger sees it: its tasks' counts (``agentlease runs``).
+
+    Attributes:
+        agent_run_id: the run (workflow) id.
+        status: ``waiting`` (a task waits for a person), ``running`` (a task is not final yet) or
+            ``completed`` (every task is final); the workflow's own state is ``agentlease status``.
+        tasks / waiting / final / settled: how many of its tasks the ledger holds, wait for a person,
+            are final (settled, cancelled, rejected, abandoned), are settled.
+        created_at: when its first task was recorded; updated_at: its latest change (ledger clock).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    agent_run_id: str
+    status: RunState
+    tasks: int
+    waiting: int
+    final: int
+    settled: int
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> RunSummary:
+        if row.waiting:
+            status = RunState.WAITING
+        elif row.final < row.tasks:
+            status = RunState.RUNNING
+        else:
+            status = RunState.COMPLETED
+        created, updated = from_ms(row.created_at_ms), from_ms(row.updated_at_ms)
+        assert created is not None and updated is not None
+        return cls(
+            agent_run_id=row.agent_run_id,
+            status=status,
+            tasks=row.tasks,
+            waiting=row.waiting,
+            final=row.final,
+            settled=row.settled,
+            created_at=created,
+            updated_at=updated,
+        )
+
+
+def _fetch(query: Select[Any], conn: Connection) -> Sequence[Row[Any]]:
+    return conn.execute(query).all()
+
+
+async def _pages(
+    database: LedgerDatabase,
+    page: Callable[[C | None, int], Select[Any]],
+    build: Callable[[Row[Any]], T],
+    cursor_of: Callable[[Row[Any]], C],
+    *,
+    limit: int | None,
+    page_rows: int,
+    after: C | None = None,
+) -> AsyncIterator[list[T]]:
+    """Pages of records: each page read in its own transaction, its records built after it ended."""
+    left = limit
+    while left is None or left > 0:
+        size = page_rows if left is None else min(page_rows, left)
+        query = page(after, size)
+        rows = await database.read(functools.partial(_fetch, query))
+        if rows:
+            yield [build(row) for row in rows]
+            after = cursor_of(rows[-1])
+        if left is not None:
+            left -= len(rows)
+        if len(rows) < size:
+            return
+
+
+def task_pages(
+    database: LedgerDatabase, which: TaskFilter | None = None, *, limit: int | None = None, page_rows: int = PAGE_ROWS
+) -> AsyncIterator[list[TaskRecord]]:
+    """The tasks ``which`` selects, oldest first, at most ``limit`` (``None``: all), in pages of ``page_rows``."""
+    return _pages(
+        database,
+        lambda after, size: tasks_page(which or TaskFilter(), after, size),
+        TaskRecord.from_row,
+        lambda row: (row.created_at_ms, row.task_id),
+        limit=limit,
+        page_rows=page_rows,
+    )
+
+
+def run_pages(
+    database: LedgerDatabase, *, waiting_only: bool = False, limit: int | None = None, page_rows: int = PAGE_ROWS
+) -> AsyncIterator[list[RunSummary]]:
+    """Agent runs in ``agent_run_id`` order (``waiting_only``: those with a task waiting for a person)."""
+    return _pages(
+        database,
+        lambda after, size: runs_page(after, size, waiting_only=waiting_only),
+        RunSummary.from_row,
+        lambda row: row.agent_run_id,
+        limit=limit,
+        page_rows=page_rows,
+    )
+
+
+def event_pages(
+    database: LedgerDatabase,
+    *,
+    task_id: str | None = None,
+    agent_run_id: str | None = None,
+    after: int | None = None,
+    limit: int | None = None,
+    page_rows: int = PAGE_ROWS,
+) -> AsyncIterator[list[LeaseEvent]]:
+    """The evidence trail in order for one task, one run, or all, after the entry ``after`` (an ``event_id``)."""
+    dialect = database.dialect
+    return _pages(
+        database,
+        lambda cursor, size: events_page(dialect, task_id=task_id, agent_run_id=agent_run_id, after=cursor, limit=size),
+        LeaseEvent.from_row,
+        lambda row: row.event_id,
+        limit=limit,
+        page_rows=page_rows,
+        after=after,
+    )
+
+
+async def collect(pages: AsyncIterator[list[T]]) -> list[T]:
+    """Every record of ``pages`` in one list (for bounded listings: one run, one task)."""
+    return [record async for page in pages for record in page]
+
+
+async def has_run(database: LedgerDatabase, agent_run_id: str) -> bool:
+    """Whether the ledger holds any task of ``agent_run_id``."""
+    query = run_exists(agent_run_id)
+    return await database.read(lambda conn: conn.execute(query).first() is not None)
+
+
+async def has_task(database: LedgerDatabase, task_id: str) -> bool:
+    """Whether the ledger holds the task ``task_id``."""
+    query = lease_statements(database.dialect).select_task
+
+    def probe(conn: Connection) -> bool:
+        return conn.execute(query, {"key_task_id": task_id}).first() is not None
+
+    return await database.read(probe)
+
+
+__all__ = [
+    "RunSummary",
+    "TaskFilter",
+    "collect",
+    "event_pages",
+    "has_run",
+    "has_task",
+    "run_pages",
+    "task_pages",
+]
