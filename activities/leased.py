@@ -74,6 +74,7 @@ from agentlease.records import (
     TraceLink,
 )
 from agentlease.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
+from agentlease.secrets import ToolSecrets, ToolSettings, secret_provider
 from agentlease.settings import AgentLeaseSettings
 from reconciliation.policy import RecoveryDecision, classify, decide
 
@@ -114,6 +115,7 @@ class LeasedActivities:
         self._identity = identity
         self._settings = settings
         self._resources = resources or ToolResources()
+        self._secrets = secret_provider(settings)
         self._metrics = ledger.metrics
         self.deferred = DeferredWrites(self._metrics)
         """Writes an outage kept from the ledger, recorded once it is back."""
@@ -239,9 +241,10 @@ class LeasedActivities:
             claim=claim,
             side_effect_class=spec.side_effect_class,
             previous_receipt=stored,
-            settings=self._settings,
+            settings=ToolSettings(self._settings, spec.name, spec.settings),
             recovery=decision,
             resources=self._resources,
+            secrets=ToolSecrets(self._secrets, spec.name),
         )
         try:
             args = spec.args_model.model_validate(call.arguments)
