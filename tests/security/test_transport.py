@@ -13,12 +13,14 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import TLSConfig
 
 from agentlease.errors import ConfigurationError
@@ -141,8 +143,8 @@ async def tls_frontend(pki: Pki, upstream: str, *, require_client_cert: bool) ->
         await process.wait()
 
 
-def _settings(address: str, **tls: object) -> AgentLeaseSettings:
-    return AgentLeaseSettings(temporal_address=address, **tls)
+def _settings(address: str, **tls: Any) -> AgentLeaseSettings:
+    return AgentLeaseSettings.model_validate({"temporal_address": address, **tls})
 
 
 async def test_tls_with_the_right_ca_connects_and_a_wrong_one_is_one_line(pki: Pki, temporal_address: str) -> None:
@@ -212,7 +214,5 @@ async def test_unreachable_tls_server_is_one_line(pki: Pki) -> None:
     assert "\n" not in str(info.value) and "127.0.0.1:1" in str(info.value)
 
 
-def _system_info() -> object:
-    from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
-
+def _system_info() -> GetSystemInfoRequest:
     return GetSystemInfoRequest()
