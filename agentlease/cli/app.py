@@ -476,7 +476,9 @@ def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payloa
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             raise AgentLeaseError(late) from None
         except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
+            cause: Any = exc.cause
+            while getattr(cause, "cause", None) is not None:  # a refusal by the decision activity
+                cause = cause.cause
             message = getattr(cause, "message", None) or str(cause)
             raise ConfigurationError(f"{update} refused: {message}") from None
         except RPCError as exc:
