@@ -101,7 +101,7 @@ class AgentLeasePlugin(SimplePlugin):
         self.ledger = ledger or Ledger.from_url(self.settings.ledger_url, pool_size=self.settings.ledger_pool_size)
         self.resources = ToolResources()
         if self.settings.redactor:
-            configure_redaction(load_object(self.settings.redactor, "redactor"))
+            configure_redaction(load_object(self.settings.redactor, "redactor", factory=False))
         self._leased: list[LeasedActivities] = []
         self._identity = identity or self.settings.worker_identity
         super().__init__(

@@ -172,8 +172,9 @@ def with_codec(converter: DataConverter, codec: PayloadCodec) -> DataConverter:
     )
 
 
-def load_object(path: str, what: str) -> Any:
-    """The object named ``module:attribute``; a function there is called (a factory, no arguments).
+def load_object(path: str, what: str, *, factory: bool = True) -> Any:
+    """The object named ``module:attribute``; a function there is called (a factory, no arguments)
+    unless ``factory`` is false (the object is the function itself: a redactor).
 
     Raises:
         ConfigurationError: not ``module:attribute``, or it cannot be imported.
@@ -185,4 +186,4 @@ def load_object(path: str, what: str) -> Any:
         value = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot load {what} {path!r}: {exc}") from None
-    return value() if inspect.isfunction(value) else value  # a factory: ``def plugin() -> Plugin``
+    return value() if factory and inspect.isfunction(value) else value  # a factory: ``def plugin() -> Plugin``
