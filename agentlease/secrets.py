@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentlease.errors import ConfigurationError
+from agentlease.errors import ConfigurationError, CredentialToolError, PermanentToolError
 
 if TYPE_CHECKING:
     from agentlease.settings import AgentLeaseSettings
@@ -51,8 +51,9 @@ WORKER_ONLY = frozenset(
 """Settings no tool sees: the worker's own connections and secrets."""
 
 
-class SettingNotAllowedError(ConfigurationError, AttributeError):
-    """A tool read a setting it did not declare, or one of the worker's own (:data:`WORKER_ONLY`).
+class SettingNotAllowedError(PermanentToolError, AttributeError):
+    """A tool read a setting it did not declare, or one of the worker's own (:data:`WORKER_ONLY`):
+    a permanent tool error (the task is dead-lettered with this reason).
 
     Attributes:
         tool: the tool.
@@ -69,8 +70,9 @@ class SettingNotAllowedError(ConfigurationError, AttributeError):
         self.setting = setting
 
 
-class MissingSecretError(ConfigurationError):
-    """The secret provider has no such secret for this tool.
+class MissingSecretError(CredentialToolError):
+    """The secret provider has no such secret for this tool: a credential error (the task is blocked
+    until the secret is provided, then redriven).
 
     Attributes:
         tool / name: whose secret, and which.

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import Connection
 from temporalio.client import Client
 
 from agentlease.decisions import CancelRequest
+from agentlease.ledger.store import Ledger
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
 from tests.acceptance.runner import Background, Cli
@@ -61,16 +63,16 @@ def file_server() -> Iterator[int]:
         thread.join()
 
 
-async def _ledger_text(ledger: object) -> str:
+async def _ledger_text(ledger: Ledger) -> str:
     """Every row of the ledger's tables, as text."""
 
-    def dump(conn: object) -> str:
+    def dump(conn: Connection) -> str:
         rows = []
         for table in ("tasks", "lease_events", "receipts"):
-            rows += [repr(tuple(row)) for row in conn.execute(text(f"SELECT * FROM {table}"))]  # type: ignore[attr-defined]
+            rows += [repr(tuple(row)) for row in conn.execute(text(f"SELECT * FROM {table}"))]
         return "\n".join(rows)
 
-    return await ledger.database.read(dump)  # type: ignore[attr-defined]
+    return await ledger.database.read(dump)
 
 
 async def test_http_get_with_a_password_in_the_url_leaves_it_nowhere(
@@ -131,7 +133,7 @@ def custom_redactor(value: str) -> str:
     return redact_text(value).replace("TICKET-42", "TICKET-?")
 
 
-async def test_a_configured_redactor_applies_to_what_the_ledger_stores(ledger: object) -> None:
+async def test_a_configured_redactor_applies_to_what_the_ledger_stores(ledger: Ledger) -> None:
     from datetime import timedelta
 
     from agentlease.enums import SideEffectClass
@@ -141,7 +143,7 @@ async def test_a_configured_redactor_applies_to_what_the_ledger_stores(ledger: o
 
     AgentLeasePlugin(
         settings=AgentLeaseSettings(redactor="tests.security.test_redaction:custom_redactor"), ledger=ledger
-    )  # type: ignore[arg-type]
+    )
     try:
         spec = TaskSpec(
             task_id="r/1",
@@ -152,8 +154,8 @@ async def test_a_configured_redactor_applies_to_what_the_ledger_stores(ledger: o
             idempotency_key="r:1",
             lease_ttl=timedelta(seconds=30),
         )
-        claim = await ledger.claim(spec, owner="w", heartbeat_timeout=timedelta(seconds=30))  # type: ignore[attr-defined]
-        await ledger.renew(claim, reason="working on TICKET-42 with password=pw1")  # type: ignore[attr-defined]
+        claim = await ledger.claim(spec, owner="w", heartbeat_timeout=timedelta(seconds=30))
+        await ledger.renew(claim, reason="working on TICKET-42 with password=pw1")
         stored = await _ledger_text(ledger)
         assert "TICKET-?" in stored and "TICKET-42" not in stored and "pw1" not in stored
     finally:
