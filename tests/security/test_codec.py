@@ -5,11 +5,14 @@ attributes."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +22,8 @@ from activities.registry import load_registry
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
+from tests.acceptance.runner import Background, Cli
+from tests.acceptance.test_cli import free_port
 from tests.integration.test_lease_on_temporal import opened_ledger
 from tests.security.edge_cli import agentlease
 from worker import build_worker
@@ -46,11 +51,8 @@ async def encrypted_run(settings: AgentLeaseSettings, marker: str) -> AsyncItera
         yield handle, run_id
 
 
-async def raw_history_text(temporal_address: str, run_id: str) -> str:
-    """The run's history as the server stores it, read by a client without the codec: its JSON plus
-    every payload's bytes decoded from base64 (what anyone reading history sees)."""
-    raw = await Client.connect(temporal_address)
-    history = (await raw.get_workflow_handle(run_id).fetch_history()).to_json_dict()
+def readable(history: object) -> str:
+    """History JSON plus every payload's bytes decoded from base64: what anyone reading it sees."""
     seen: list[str] = [json.dumps(history)]
 
     def walk(node: object) -> None:
@@ -65,6 +67,12 @@ async def raw_history_text(temporal_address: str, run_id: str) -> str:
 
     walk(history)
     return "\n".join(seen)
+
+
+async def raw_history_text(temporal_address: str, run_id: str) -> str:
+    """The run's history as the server stores it, read by a client without the codec (:func:`readable`)."""
+    raw = await Client.connect(temporal_address)
+    return readable((await raw.get_workflow_handle(run_id).fetch_history()).to_json_dict())
 
 
 async def test_history_is_encrypted_and_cli_still_shows_it(settings: AgentLeaseSettings, temporal_address: str) -> None:
@@ -182,3 +190,41 @@ def test_keys_are_checked_and_rotation_opens_old_payloads() -> None:
         with pytest.raises(ConfigurationError):
             parse_keys(bad)
     assert parse_keys(new_key_entry("2026-12"))[0][0] == "2026-12"
+
+
+async def test_temporal_cli_decodes_through_the_codec_server_command(
+    settings: AgentLeaseSettings, temporal_address: str, tmp_path: Path
+) -> None:
+    """`agentlease codec-server` as its own process; the `temporal` CLI shows the run sealed without it,
+    and decrypted through it with the token."""
+    from agentlease.devserver import temporal_binary
+
+    marker = f"marker-{uuid.uuid4().hex}"
+    settings = settings.model_copy(update={"codec_keys": OLD_KEY})
+    port = free_port()
+    env = {"AGENTLEASE_CODEC_KEYS": OLD_KEY, "AGENTLEASE_CODEC_SERVER_TOKEN": "tok-1"}
+    server = Background(Cli(cwd=tmp_path, data_dir=tmp_path / "data"), "codec-server", "--port", str(port), env=env)
+    try:
+        await asyncio.to_thread(server.wait_for_line, "codec server on", timeout=60)
+        async with encrypted_run(settings, marker) as (_handle, run_id):
+            show = [temporal_binary(), "workflow", "show", "-w", run_id, "--address", temporal_address, "-o", "json"]
+            sealed = await asyncio.to_thread(subprocess.run, show, capture_output=True, text=True, check=False)
+            assert sealed.returncode == 0, sealed.stderr
+            assert marker not in readable(json.loads(sealed.stdout))
+            assert base64.b64encode(b"binary/encrypted").decode() in sealed.stdout
+            codec = ["--codec-endpoint", f"http://127.0.0.1:{port}", "--codec-auth", "Bearer tok-1"]
+            opened = await asyncio.to_thread(
+                subprocess.run, [*show, *codec], capture_output=True, text=True, check=False
+            )
+            assert opened.returncode == 0, opened.stderr
+            assert marker in readable(json.loads(opened.stdout))
+            wrong = await asyncio.to_thread(
+                subprocess.run,
+                [*show, "--codec-endpoint", f"http://127.0.0.1:{port}", "--codec-auth", "Bearer nope"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert marker not in wrong.stdout + (readable(json.loads(wrong.stdout)) if wrong.returncode == 0 else "")
+    finally:
+        await asyncio.to_thread(server.stop)
