@@ -168,3 +168,48 @@ def test_the_open_mode_is_the_default_and_authenticated_needs_keys() -> None:
         decision_verifier(AgentLeaseSettings(decision_mode="authenticated", operator_keys="alice"))
     with pytest.raises(ConfigurationError, match="neither a file nor a base64"):
         decision_verifier(AgentLeaseSettings(decision_mode="authenticated", operator_keys="alice=nope!"))
+
+
+def test_a_signed_request_applies_only_to_the_decision_it_names(tmp_path: Path) -> None:
+    """Another workflow on the task queue schedules the decision activity itself, with a real signed
+    request of another step: the activity's check refuses it (the signature is valid, the binding is not)."""
+    from activities.decisions import authenticate
+    from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier, SignedDecision
+    from agentlease.decisions import LedgerDecision, ReconcileRequest
+    from agentlease.enums import DecisionKind, SideEffectClass
+    from agentlease.records import TaskSpec
+
+    alice = Ed25519PrivateKey.generate()
+    key = _operator_file(alice, tmp_path / "alice.key")
+    verifier = DecisionVerifier("authenticated", {"alice": alice.public_key()})
+    request = ReconcileRequest(step_id="other", by="alice", reason="seen", action="confirm", external_id="ext-1")
+    signed = SignedDecision(
+        command="reconcile",
+        request={
+            **request.model_dump(mode="json"),
+            "proof": key.sign("run-1", "reconcile", request.model_dump(mode="json")).model_dump(mode="json"),
+        },
+    )
+
+    def decision(step: str, **change: Any) -> LedgerDecision:
+        task = TaskSpec(
+            task_id=f"run-1/{step}",
+            agent_run_id="run-1",
+            step_id=step,
+            tool="t",
+            side_effect_class=SideEffectClass.UNSAFE,
+            idempotency_key=f"run-1:{step}",
+            lease_ttl=timedelta(seconds=5),
+        )
+        fields = {"kind": DecisionKind.CONFIRM, "by": "alice", "reason": "seen", "external_id": "ext-1", **change}
+        return LedgerDecision(task=task, signed=signed, **fields)
+
+    assert authenticate(verifier, decision("other")) == "alice"
+    with pytest.raises(DecisionRefusedError, match="step_id differs"):
+        authenticate(verifier, decision("mail"))
+    with pytest.raises(DecisionRefusedError, match="external_id differs"):
+        authenticate(verifier, decision("other", external_id="ext-2"))
+    with pytest.raises(DecisionRefusedError, match="action differs"):
+        authenticate(verifier, decision("other", kind=DecisionKind.ABANDON))
+    with pytest.raises(DecisionRefusedError, match="unsigned"):
+        authenticate(verifier, decision("other").model_copy(update={"signed": None}))
