@@ -228,3 +228,20 @@ async def test_temporal_cli_decodes_through_the_codec_server_command(
             assert marker not in wrong.stdout + (readable(json.loads(wrong.stdout)) if wrong.returncode == 0 else "")
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def test_the_codec_wraps_a_framework_plugins_converter(settings: AgentLeaseSettings) -> None:
+    """An agent framework's plugin sets its own converter; the codec still seals its payloads."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.plugin import SimplePlugin
+
+    from agentlease.codec import EncryptionCodec
+
+    framework = SimplePlugin("framework", data_converter=pydantic_data_converter)
+    client = await connect(settings.model_copy(update={"codec_keys": OLD_KEY}), plugins=[framework])
+    converter = client.data_converter
+    assert isinstance(converter.payload_codec, EncryptionCodec)
+    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    [sealed] = await converter.encode(["a secret argument"])
+    assert b"secret" not in sealed.SerializeToString()
+    assert await converter.decode([sealed], [str]) == ["a secret argument"]
