@@ -4,6 +4,11 @@ Each decision is one row of the decision table (:data:`agentlease.decisions.DECI
 by :meth:`Ledger.decide` as one conditional ledger write with an evidence entry naming who decided
 and why. Applying a decision twice (a Temporal retry) is harmless: when the task already has the
 decision's resulting status, the activity reports it as applied.
+
+Before it writes, the activity checks the decision's operator signature with the worker's
+:class:`~agentlease.decision_auth.DecisionVerifier` (``docs/security.md``, "Authenticated
+decisions"): in the authenticated mode an unsigned or badly signed decision is refused
+(``DecisionRefused``, not retried) and the ledger is not touched.
 """
 
 from __future__ import annotations
@@ -16,8 +21,9 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier
 from agentlease.decisions import DECISIONS, LedgerDecision
-from agentlease.enums import FailureType
+from agentlease.enums import DecisionKind, FailureType
 from agentlease.errors import LedgerUnavailableError, TaskClosedError, TaskNotFoundError, describe_validation_error
 from agentlease.ledger.store import Ledger
 from agentlease.names import APPLY_DECISION
@@ -27,13 +33,20 @@ logger = logging.getLogger("agentlease.lease")
 
 
 class DecisionActivities:
-    """Registers ``agentlease.apply_decision`` over one ledger."""
+    """Registers ``agentlease.apply_decision`` over one ledger.
 
-    def __init__(self, ledger: Ledger) -> None:
+    Args:
+        ledger: the ledger decisions are written to.
+        verifier: the check of operator signatures; default the open mode with no keys.
+    """
+
+    def __init__(self, ledger: Ledger, verifier: DecisionVerifier | None = None) -> None:
         self._ledger = ledger
+        self._verifier = verifier or DecisionVerifier()
 
     def activities(self) -> list[Any]:
         ledger = self._ledger
+        verifier = self._verifier
 
         @activity.defn(name=APPLY_DECISION)
         async def apply_decision(payload: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +59,14 @@ class DecisionActivities:
                     non_retryable=True,
                 ) from None
             try:
-                return (await apply(ledger, decision)).model_dump(mode="json")
+                signed_by = authenticate(verifier, decision)
+            except DecisionRefusedError as exc:
+                logger.warning("decision %s on %s refused: %s", decision.kind.value, decision.task.task_id, exc)
+                raise ApplicationError(
+                    f"decision refused: {exc}", type=FailureType.DECISION_REFUSED.value, non_retryable=True
+                ) from None
+            try:
+                return (await apply(ledger, decision, signed_by=signed_by)).model_dump(mode="json")
             except LedgerUnavailableError as exc:  # retried by the decision's retry policy
                 logger.warning(
                     "ledger unavailable, decision %s on %s retried: %s", decision.kind.value, decision.task.task_id, exc
@@ -69,8 +89,38 @@ def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
     )
 
 
-async def apply(ledger: Ledger, decision: LedgerDecision) -> ToolOutcome:
+def authenticate(verifier: DecisionVerifier, decision: LedgerDecision) -> str | None:
+    """The operator whose signature ``decision`` carries, checked (``None``: unsigned, open mode).
+
+    The run's own decision (parking a call for approval) needs no signature.
+
+    Raises:
+        DecisionRefusedError: see :meth:`DecisionVerifier.verify`.
+    """
+    if decision.kind is DecisionKind.AWAIT_APPROVAL:
+        return None
+    rule = DECISIONS[decision.kind]
+    expect: dict[str, Any] = {
+        "command": rule.command,
+        "step_id": decision.task.step_id,
+        "by": decision.by,
+        "reason": decision.reason,
+    }
+    if rule.action is not None:
+        expect["action"] = rule.action
+    if rule.settles:
+        expect.update(external_id=decision.external_id, observed=decision.observed)
+    at = activity.info().scheduled_time if activity.in_activity() else datetime.now(UTC)
+    return verifier.verify(decision.task.agent_run_id, decision.signed, expect=expect, at=at)
+
+
+async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | None = None) -> ToolOutcome:
     """Apply one decision to the ledger.
+
+    Args:
+        ledger: the ledger.
+        decision: the decision.
+        signed_by: the operator whose signature was verified, recorded in the evidence trail.
 
     Raises:
         ApplicationError: non-retryable ``DecisionRefused`` when the ledger's task is not in a
@@ -83,7 +133,11 @@ async def apply(ledger: Ledger, decision: LedgerDecision) -> ToolOutcome:
             decision.kind,
             by=decision.by,
             reason=decision.reason,
-            details={"observed": decision.observed} if decision.observed else None,
+            details={
+                **({"observed": decision.observed} if decision.observed else {}),
+                **({"signed_by": signed_by} if signed_by else {}),
+            }
+            or None,
             receipt=_confirmed_receipt(decision) if rule.settles else None,
             spec=decision.task,
         )

@@ -21,6 +21,7 @@ from agentlease.errors import LeaseLostError, LedgerUnavailableError
 from agentlease.idempotency.convention import downstream_headers
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, SettlementReceipt, StoredReceipt
+from agentlease.secrets import EnvSecretProvider, ToolSecrets, ToolSettings
 from agentlease.settings import AgentLeaseSettings
 from reconciliation.policy import RecoveryDecision
 
@@ -46,7 +47,10 @@ class LeaseContext:
         claim: the lease this attempt holds (task id, generation, owner, expiry, attempts).
         side_effect_class: the tool's class.
         previous_receipt: a receipt already stored for this idempotency key, if any.
-        settings: the worker's settings (endpoints of the built-in tools).
+        settings: the settings this tool may read (:class:`~agentlease.secrets.ToolSettings`:
+            those it declared, or every one but the worker's own; never the ledger URL).
+        secrets: this tool's own secrets (:class:`~agentlease.secrets.ToolSecrets`):
+            ``ctx.secrets.get("api_token")``.
         resources: what the worker's tools share (database engines by URL).
         recovery: the recovery decision for this attempt; ``recovery.read_back_first`` is true when
             an earlier attempt reached ``commit`` and the tool must read back before it writes.
@@ -64,15 +68,17 @@ class LeaseContext:
         claim: Claim,
         side_effect_class: SideEffectClass,
         previous_receipt: StoredReceipt | None,
-        settings: AgentLeaseSettings,
+        settings: AgentLeaseSettings | ToolSettings,
         recovery: RecoveryDecision,
         resources: ToolResources | None = None,
+        secrets: ToolSecrets | None = None,
     ) -> None:
         self._ledger = ledger
         self.claim = claim
         self.side_effect_class = side_effect_class
         self.previous_receipt = previous_receipt
-        self.settings = settings
+        self.settings = settings if isinstance(settings, ToolSettings) else ToolSettings(settings, claim.tool)
+        self.secrets = secrets or ToolSecrets(EnvSecretProvider(), claim.tool)
         self.resources = resources or ToolResources()
         self.recovery = recovery
         self.stage: Stage | None = None

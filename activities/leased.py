@@ -73,7 +73,9 @@ from agentlease.records import (
     ToolOutcome,
     TraceLink,
 )
+from agentlease.redaction import redact
 from agentlease.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
+from agentlease.secrets import ToolSecrets, ToolSettings, secret_provider
 from agentlease.settings import AgentLeaseSettings
 from reconciliation.policy import RecoveryDecision, classify, decide
 
@@ -114,6 +116,7 @@ class LeasedActivities:
         self._identity = identity
         self._settings = settings
         self._resources = resources or ToolResources()
+        self._secrets = secret_provider(settings)
         self._metrics = ledger.metrics
         self.deferred = DeferredWrites(self._metrics)
         """Writes an outage kept from the ledger, recorded once it is back."""
@@ -239,9 +242,10 @@ class LeasedActivities:
             claim=claim,
             side_effect_class=spec.side_effect_class,
             previous_receipt=stored,
-            settings=self._settings,
+            settings=ToolSettings(self._settings, spec.name, spec.settings),
             recovery=decision,
             resources=self._resources,
+            secrets=ToolSecrets(self._secrets, spec.name),
         )
         try:
             args = spec.args_model.model_validate(call.arguments)
@@ -263,6 +267,7 @@ class LeasedActivities:
             raise
         except Exception as exc:  # noqa: BLE001 - every way a tool fails is classified and recorded
             error_class = classify(exc)
+            error = redact(one_line(exc))  # what the ledger, the run and Temporal history keep (docs/security.md)
             after = decide(
                 spec.side_effect_class,
                 context.stage or claim.previous_stage,
@@ -272,10 +277,10 @@ class LeasedActivities:
                 max_attempts=spec.max_attempts,
             )
             if not after.action.runs_tool:
-                await self._park(claim, after, error_class, one_line(exc))
-            await self._release(claim, error_class, one_line(exc))
+                await self._park(claim, after, error_class, error)
+            await self._release(claim, error_class, error)
             raise ApplicationError(
-                one_line(exc), type=error_class.value, next_retry_delay=failure_retry_delay(claim.attempts)
+                error, type=error_class.value, next_retry_delay=failure_retry_delay(claim.attempts)
             ) from None
 
         try:

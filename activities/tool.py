@@ -53,6 +53,8 @@ class ToolSpec:
         requires_approval: whether each call waits for an operator's ``approve`` before it runs.
         args_model: the pydantic model of the tool's arguments.
         fn: the tool's code.
+        settings: the settings the tool reads through ``ctx.settings``; ``None``: every one but
+            the worker's own (:data:`agentlease.secrets.WORKER_ONLY`).
     """
 
     name: str
@@ -63,6 +65,7 @@ class ToolSpec:
     requires_approval: bool
     args_model: type[BaseModel]
     fn: ToolFunction
+    settings: frozenset[str] | None = None
 
     def info(self) -> ToolInfo:
         """The part of the declaration the workflow needs to schedule the tool."""
@@ -84,6 +87,7 @@ def tool(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     requires_approval: bool | None = None,
     name: str | None = None,
+    settings: tuple[str, ...] | None = None,
 ) -> Callable[[ToolFunction], ToolSpec]:
     """Declare a tool (``docs/writing-tools.md``).
 
@@ -95,6 +99,9 @@ def tool(
         requires_approval: each call waits for ``approve`` before its side effect. Default: true
             for ``unsafe`` tools, false otherwise.
         name: tool name; default the function's name.
+        settings: the ``AgentLeaseSettings`` fields the tool reads (``ctx.settings``); reading any
+            other is an error. Default: every field but the worker's own connections and secrets
+            (``docs/security.md``, "Tool credentials").
 
     Returns:
         A decorator turning ``async def fn(ctx, args: Model) -> ToolResult`` into a :class:`ToolSpec`.
@@ -138,6 +145,7 @@ def tool(
             ),
             args_model=args_model,
             fn=fn,
+            settings=None if settings is None else frozenset(settings),
         )
 
     return declare

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentlease.decision_auth import DecisionProof, SignedDecision
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
 from agentlease.records import TaskSpec
 
@@ -210,11 +211,14 @@ class DecisionRequest(_Request):
         step_id: the step decided on.
         by: who decides (operator name), 1 to 200 characters.
         reason: why, 1 to 2000 characters.
+        proof: the operator's signature (:mod:`agentlease.decision_auth`); required in the
+            authenticated decision mode.
     """
 
     step_id: str = Field(min_length=1)
     by: str = _Who
     reason: str = _Why
+    proof: DecisionProof | None = None
 
 
 class ReconcileRequest(DecisionRequest):
@@ -249,6 +253,7 @@ class CancelRequest(_Request):
     step_id: str | None = Field(default=None, min_length=1)
     by: str = _Who
     reason: str = _Why
+    proof: DecisionProof | None = None
 
 
 class LedgerDecision(_Request):
@@ -259,6 +264,7 @@ class LedgerDecision(_Request):
         task: the task's identity, to create it in the ledger if it is not there yet.
         by / reason: who decided, and why.
         external_id / observed: what a ``confirm`` writes into its receipt.
+        signed: the operator's signed request, checked by the activity (``None``: unsigned).
     """
 
     kind: DecisionKind
@@ -267,3 +273,4 @@ class LedgerDecision(_Request):
     reason: str
     external_id: str | None = None
     observed: dict[str, Any] = Field(default_factory=dict)
+    signed: SignedDecision | None = None

@@ -35,9 +35,12 @@ from activities.leased import LeasedActivities
 from activities.registry import ToolRegistry, load_registry
 from activities.resources import ToolResources
 from activities.tool import ToolSpec
+from agentlease.decision_auth import decision_verifier
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.redaction import configure as configure_redaction
 from agentlease.settings import AgentLeaseSettings, default_identity
+from agentlease.temporal import load_object
 from workflows.agent_run import AgentRunWorkflow
 
 PLUGIN_NAME = "agentlease.AgentLeasePlugin"
@@ -97,6 +100,8 @@ class AgentLeasePlugin(SimplePlugin):
         self._owns_ledger = ledger is None
         self.ledger = ledger or Ledger.from_url(self.settings.ledger_url, pool_size=self.settings.ledger_pool_size)
         self.resources = ToolResources()
+        if self.settings.redactor:
+            configure_redaction(load_object(self.settings.redactor, "redactor", factory=False))
         self._leased: list[LeasedActivities] = []
         self._identity = identity or self.settings.worker_identity
         super().__init__(
@@ -118,7 +123,11 @@ class AgentLeasePlugin(SimplePlugin):
     def _activities(self, existing: Any) -> list[Callable[..., Any]]:
         leased = LeasedActivities(self.ledger, self.registry, self.identity, self.settings, self.resources)
         self._leased.append(leased)
-        return [*(existing or []), *leased.activities(), *DecisionActivities(self.ledger).activities()]
+        return [
+            *(existing or []),
+            *leased.activities(),
+            *DecisionActivities(self.ledger, decision_verifier(self.settings)).activities(),
+        ]
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         async with self._open():

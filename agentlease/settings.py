@@ -10,7 +10,7 @@ import os
 import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -63,6 +63,35 @@ class AgentLeaseSettings(BaseSettings):
         migrate_on_start: a worker brings the ledger schema to the newest revision when it starts.
             Default false: run ``agentlease db upgrade`` once per release, and a worker refuses to
             start on a schema it does not expect.
+        temporal_tls_ca_file: PEM file of the CA that signed the Temporal frontend's certificate;
+            setting it (or a client certificate) turns TLS on. Default unset: plain TCP.
+        temporal_tls_cert_file / temporal_tls_key_file: PEM client certificate and key (mTLS), both
+            or neither.
+        temporal_tls_server_name: the name to check the server's certificate against; default the
+            host of ``temporal_address``.
+        temporal_tls: TLS with the system's CAs (Temporal Cloud with an API key). Default false.
+        temporal_api_key: API key sent with every call (turns TLS on, as Temporal Cloud needs).
+        codec_keys: payload encryption keys, ``ID:BASE64KEY`` comma-separated (16, 24 or 32-byte
+            AES keys); the first encrypts, every one decrypts (key rotation). Default unset: payloads
+            are stored as plain JSON. See ``docs/security.md``.
+        payload_codec: ``module:attribute`` of another payload codec (or a function making it).
+        codec_server_token: bearer token the codec server (``agentlease codec-server``) requires;
+            default unset: anyone who reaches it may decode.
+        codec_server_origins: browser origins allowed to call the codec server (CORS),
+            comma-separated. Default the local Temporal UI, ``http://localhost:8233``.
+        decision_mode: ``open`` (default: ``--by`` names the operator, as typed) or
+            ``authenticated`` (every operator decision must be signed by a key of
+            ``operator_keys``). See ``docs/security.md``, "Authenticated decisions".
+        operator_keys: the workers' operator public keys, ``NAME=KEY`` comma-separated, KEY a
+            ``.pub`` file written by ``agentlease keys new-operator`` or its base64 text.
+        operator_key: the CLI's operator private key file; decisions are signed with it and name
+            its operator.
+        decision_max_age: how old a signed decision may be when a worker applies it. Default 15m.
+        redactor: ``module:attribute`` of the function ``(text) -> text`` applied to everything the
+            ledger stores (reasons, errors, receipts, evidence); default
+            :func:`agentlease.redaction.redact_text`.
+        secret_provider: ``module:attribute`` of the tools' secret provider (or a function making
+            it); default :class:`agentlease.secrets.EnvSecretProvider`.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
@@ -91,8 +120,26 @@ class AgentLeaseSettings(BaseSettings):
     data_converter: str | None = None
     ledger_pool_size: int = Field(default=10, ge=1, le=1000)
     migrate_on_start: bool = False
+    temporal_tls_ca_file: Path | None = None
+    temporal_tls_cert_file: Path | None = None
+    temporal_tls_key_file: Path | None = None
+    temporal_tls_server_name: str | None = None
+    temporal_tls: bool = False
+    temporal_api_key: str | None = Field(default=None, repr=False)
+    codec_keys: str | None = Field(default=None, repr=False)
+    payload_codec: str | None = None
+    codec_server_token: str | None = Field(default=None, repr=False)
+    codec_server_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["http://localhost:8233"])
+    decision_mode: Literal["open", "authenticated"] = "open"
+    operator_keys: str | None = None
+    operator_key: Path | None = None
+    decision_max_age: timedelta = Field(default=timedelta(minutes=15), gt=timedelta(0))
+    redactor: str | None = None
+    secret_provider: str | None = None
 
-    @field_validator("shutdown_grace", "decision_timeout", "sticky_schedule_to_start", mode="before")
+    @field_validator(
+        "shutdown_grace", "decision_timeout", "sticky_schedule_to_start", "decision_max_age", mode="before"
+    )
     @classmethod
     def _seconds(cls, value: object) -> object:
         if isinstance(value, str):
@@ -114,7 +161,7 @@ class AgentLeaseSettings(BaseSettings):
                 raise ValueError(str(exc)) from None
         return value
 
-    @field_validator("tool_modules", "plugins", "workflow_modules", mode="before")
+    @field_validator("tool_modules", "plugins", "workflow_modules", "codec_server_origins", mode="before")
     @classmethod
     def _split_modules(cls, value: object) -> object:
         if isinstance(value, str):

@@ -4,16 +4,19 @@ clear errors when it is unreachable."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
-from temporalio.service import RPCError
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes, PayloadCodec
+from temporalio.plugin import SimplePlugin
+from temporalio.service import RPCError, TLSConfig
 
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.settings import AgentLeaseSettings
@@ -51,7 +54,9 @@ async def connect(
 
     Args:
         settings: address and namespace; ``settings.plugins`` and ``settings.data_converter`` name
-            further plugins and a converter to load (``module:attribute``).
+            further plugins and a converter to load (``module:attribute``); the ``temporal_tls*``
+            and ``temporal_api_key`` settings secure the connection (:func:`tls_config`), and
+            ``codec_keys`` / ``payload_codec`` encrypt every payload (:func:`payload_codec`).
         identity: the client's identity; default the SDK's ``<pid>@<host>``.
         timeout: how long connecting may take. Default 10s.
         plugins: client plugins (an agent framework's, which may set its own converter), before
@@ -64,7 +69,8 @@ async def connect(
     Raises:
         TemporalUnavailableError: the server is unreachable, refused the connection, or did not
             answer within ``timeout``.
-        ConfigurationError: a plugin or converter named in ``settings`` cannot be loaded.
+        ConfigurationError: a plugin, converter or codec named in ``settings`` cannot be loaded, a
+            TLS file cannot be read, or the codec keys are malformed.
     """
     every_plugin = [*plugins, *(load_object(path, "plugin") for path in settings.plugins)]
     converter = data_converter
@@ -72,7 +78,21 @@ async def connect(
         converter = load_object(settings.data_converter, "data converter")
     if converter is None and not every_plugin:
         converter = pydantic_data_converter
+    codec = payload_codec(settings)
+    if codec is not None:
+        if converter is not None:
+            converter = with_codec(converter, codec)
+        else:  # a framework plugin sets the converter: the codec wraps whatever it set, last
+            every_plugin.append(
+                SimplePlugin(
+                    "agentlease.payload-codec",
+                    data_converter=lambda found: with_codec(found or DataConverter.default, codec),
+                )
+            )
     options: dict[str, Any] = {"data_converter": converter} if converter is not None else {}
+    tls = tls_config(settings)
+    if settings.temporal_api_key:
+        options["api_key"] = settings.temporal_api_key
     try:
         async with asyncio.timeout(timeout.total_seconds()):
             return await Client.connect(
@@ -80,6 +100,7 @@ async def connect(
                 namespace=settings.namespace,
                 identity=identity,
                 connect_timeout=timeout,
+                tls=tls,
                 plugins=every_plugin,
                 interceptors=list(interceptors),
                 **options,
@@ -93,8 +114,67 @@ async def connect(
         raise TemporalUnavailableError(settings.temporal_address, first) from None
 
 
-def load_object(path: str, what: str) -> Any:
-    """The object named ``module:attribute``; a function there is called (a factory, no arguments).
+def tls_config(settings: AgentLeaseSettings) -> TLSConfig | bool:
+    """The TLS of the Temporal connection: a :class:`TLSConfig` when a CA, client certificate or
+    server name is set; ``True`` (the system's CAs) with ``temporal_tls`` or an API key; else
+    ``False`` (plain TCP, the local dev server).
+
+    Raises:
+        ConfigurationError: a file cannot be read, or only one of client certificate and key is set.
+    """
+    s = settings
+    if (s.temporal_tls_cert_file is None) != (s.temporal_tls_key_file is None):
+        raise ConfigurationError(
+            "AGENTLEASE_TEMPORAL_TLS_CERT_FILE and AGENTLEASE_TEMPORAL_TLS_KEY_FILE go together: set both or neither"
+        )
+    if s.temporal_tls_ca_file or s.temporal_tls_cert_file or s.temporal_tls_server_name:
+        return TLSConfig(
+            server_root_ca_cert=_read(s.temporal_tls_ca_file, "AGENTLEASE_TEMPORAL_TLS_CA_FILE"),
+            domain=s.temporal_tls_server_name,
+            client_cert=_read(s.temporal_tls_cert_file, "AGENTLEASE_TEMPORAL_TLS_CERT_FILE"),
+            client_private_key=_read(s.temporal_tls_key_file, "AGENTLEASE_TEMPORAL_TLS_KEY_FILE"),
+        )
+    return bool(s.temporal_tls or s.temporal_api_key)
+
+
+def _read(path: Path | None, setting: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def payload_codec(settings: AgentLeaseSettings) -> PayloadCodec | None:
+    """The payload codec of ``settings``: ``payload_codec`` (``module:attribute``) if set, else the
+    :class:`~agentlease.codec.EncryptionCodec` of ``codec_keys``, else ``None`` (plain payloads).
+
+    Raises:
+        ConfigurationError: the codec cannot be loaded, or the keys are malformed.
+    """
+    if settings.payload_codec:
+        codec = load_object(settings.payload_codec, "payload codec")
+        if not isinstance(codec, PayloadCodec):
+            raise ConfigurationError(f"payload codec {settings.payload_codec!r} is not a temporalio PayloadCodec")
+        return codec
+    if settings.codec_keys:
+        from agentlease.codec import EncryptionCodec
+
+        return EncryptionCodec.from_text(settings.codec_keys)
+    return None
+
+
+def with_codec(converter: DataConverter, codec: PayloadCodec) -> DataConverter:
+    """``converter`` whose payloads go through ``codec``, failure messages and stack traces included."""
+    return dataclasses.replace(
+        converter, payload_codec=codec, failure_converter_class=DefaultFailureConverterWithEncodedAttributes
+    )
+
+
+def load_object(path: str, what: str, *, factory: bool = True) -> Any:
+    """The object named ``module:attribute``; a function there is called (a factory, no arguments)
+    unless ``factory`` is false (the object is the function itself: a redactor).
 
     Raises:
         ConfigurationError: not ``module:attribute``, or it cannot be imported.
@@ -106,4 +186,4 @@ def load_object(path: str, what: str) -> Any:
         value = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot load {what} {path!r}: {exc}") from None
-    return value() if inspect.isfunction(value) else value  # a factory: ``def plugin() -> Plugin``
+    return value() if factory and inspect.isfunction(value) else value  # a factory: ``def plugin() -> Plugin``

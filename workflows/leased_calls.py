@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
     from agentlease import search_attributes as sa
+    from agentlease.decision_auth import signed_decision
     from agentlease.decisions import DECISIONS, CancelRequest, DecisionRequest, LedgerDecision, ReconcileRequest
     from agentlease.enums import DecisionKind, FailureType, RunState, Stage, StepEnd, StepStatus, TaskStatus
     from agentlease.errors import describe_validation_error
@@ -458,7 +459,8 @@ class LeasedToolCalls:
 
         async def handler(payload: dict[str, Any]) -> dict[str, Any]:
             request = parse_payload(DecisionRequest, payload, command)
-            await self._apply(self._steps[request.step_id], kind, request.by, request.reason)
+            signed = signed_decision(command, request)
+            await self._apply(self._steps[request.step_id], kind, request.by, request.reason, **signed)
             self._refresh_waiting()
             self.show_search_attributes()
             return self._status_query()
@@ -476,7 +478,7 @@ class LeasedToolCalls:
     async def _reconcile(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = parse_payload(ReconcileRequest, payload, "reconcile")
         kind = self._reconcile_kind(request)
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = signed_decision("reconcile", request)
         if DECISIONS[kind].settles:
             extra = {"external_id": request.external_id, "observed": request.observed}
         await self._apply(self._steps[request.step_id], kind, request.by, request.reason, **extra)
@@ -509,9 +511,15 @@ class LeasedToolCalls:
             targets = [sid for sid, view in self._views.items() if not view.status.is_terminal]
         else:
             targets = [request.step_id]
-        for step_id in targets:
+        signed = signed_decision("cancel", request)
+        for n, step_id in enumerate(targets):
             # The ledger ends the claim first, so the old generation cannot settle (G8).
-            await self._apply(self._steps[step_id], DecisionKind.CANCEL, request.by, request.reason)
+            try:
+                await self._apply(self._steps[step_id], DecisionKind.CANCEL, request.by, request.reason, **signed)
+            except ActivityError:
+                if n == 0 and request.step_id is None:
+                    self.cancelled = False  # refused (an unsigned or badly signed cancel): the run goes on
+                raise
             handle = self._running.get(step_id)
             if handle is not None:
                 handle.cancel()

@@ -185,6 +185,7 @@ def worker(
     _log_in_one_line()
     ledger = display_url(settings.ledger_url)
     err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {ledger}")
+    err.print(f"decisions in {settings.decision_mode} mode; payloads {_payloads(settings)}")
     if settings.metrics_address is not None:
         err.print(f"lease metrics on http://{settings.metrics_address}/metrics")
     asyncio.run(serve(settings))
@@ -450,7 +451,12 @@ def events(
 
 
 _By = Annotated[
-    str, typer.Option("--by", envvar="AGENTLEASE_OPERATOR", help="Who decides (kept in the evidence trail).")
+    str | None,
+    typer.Option(
+        "--by",
+        envvar="AGENTLEASE_OPERATOR",
+        help="Who decides (kept in the evidence trail); with AGENTLEASE_OPERATOR_KEY, the key's operator.",
+    ),
 ]
 _Why = Annotated[str, typer.Option("--reason", help="Why (kept in the evidence trail).")]
 _Run = Annotated[str, typer.Argument(help="The agent run (workflow) id.")]
@@ -470,11 +476,19 @@ def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payloa
         except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
             raise AgentLeaseError(late) from None
         except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
+            cause: Any = exc.cause
+            while getattr(cause, "cause", None) is not None:  # a refusal by the decision activity
+                cause = cause.cause
             message = getattr(cause, "message", None) or str(cause)
             raise ConfigurationError(f"{update} refused: {message}") from None
         except RPCError as exc:
             raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+
+    if settings.operator_key is not None:
+        from agentlease.decision_auth import OperatorKey
+
+        key = OperatorKey(settings.operator_key)
+        payload = payload.model_copy(update={"proof": key.sign(agent_run_id, update, payload.model_dump(mode="json"))})
 
     async def _send() -> RunStatus:
         client = await connect(settings)
@@ -498,11 +512,16 @@ def _step_decision(update: str, summary: str) -> None:
     """Register ``agentlease <update> RUN_ID STEP_ID --by --reason``: a decision on one step."""
 
     def command(
-        ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, by: _By, reason: _Why, as_json: _Json = False
+        ctx: typer.Context,
+        agent_run_id: _Run,
+        step_id: _StepArg,
+        reason: _Why,
+        by: _By = None,
+        as_json: _Json = False,
     ) -> None:
         from agentlease.decisions import DecisionRequest
 
-        payload = _request(DecisionRequest, step_id=step_id, by=by, reason=reason)
+        payload = _request(DecisionRequest, _settings(ctx), step_id=step_id, by=by, reason=reason)
         _decide(_settings(ctx), agent_run_id, update, payload, as_json)
 
     command.__doc__ = summary
@@ -520,8 +539,8 @@ def reconcile(
     agent_run_id: _Run,
     step_id: _StepArg,
     action: Annotated[str, typer.Option(help="confirm | retry | abandon")],
-    by: _By,
     reason: _Why,
+    by: _By = None,
     external_id: Annotated[str | None, typer.Option(help="With confirm: the external system's id.")] = None,
     observed: Annotated[str | None, typer.Option(help="With confirm: what you saw, as a JSON object.")] = None,
     as_json: _Json = False,
@@ -535,10 +554,17 @@ def reconcile(
         seen = {} if observed is None else json.loads(observed)
     except json.JSONDecodeError as exc:
         raise ConfigurationError(f"--observed is not JSON: {exc.msg}") from None
-    payload = _request(
-        ReconcileRequest, step_id=step_id, by=by, reason=reason, action=action, external_id=external_id, observed=seen
-    )
     settings = _settings(ctx)
+    payload = _request(
+        ReconcileRequest,
+        settings,
+        step_id=step_id,
+        by=by,
+        reason=reason,
+        action=action,
+        external_id=external_id,
+        observed=seen,
+    )
 
     async def _in_ledger() -> Any:
         async with _ledger(settings) as ledger:
@@ -559,15 +585,20 @@ def cancel(
     agent_run_id: _Run,
     step_id: Annotated[str | None, typer.Argument(help="The step id; omit to cancel the whole run.")] = None,
     *,
-    by: _By,
+    by: _By = None,
     reason: _Why,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Cancel one task or the whole run; cancelled stays cancelled."""
     from agentlease.decisions import CancelRequest
 
+    settings = _settings(ctx)
     _decide(
-        _settings(ctx), agent_run_id, "cancel", _request(CancelRequest, step_id=step_id, by=by, reason=reason), as_json
+        settings,
+        agent_run_id,
+        "cancel",
+        _request(CancelRequest, settings, step_id=step_id, by=by, reason=reason),
+        as_json,
     )
     err.print(
         "the cancel is recorded in the ledger; an attempt still running stops at its next renewal, which the "
@@ -575,7 +606,21 @@ def cancel(
     )
 
 
-def _request(model: Any, **fields: Any) -> Any:
+def _request(model: Any, settings: AgentLeaseSettings, **fields: Any) -> Any:
+    """The decision payload; with ``AGENTLEASE_OPERATOR_KEY`` its operator is the key's (``--by`` may
+    only repeat it), and :func:`_decide` signs it."""
+    if settings.operator_key is not None:
+        from agentlease.decision_auth import OperatorKey
+
+        operator = OperatorKey(settings.operator_key).operator
+        if fields.get("by") not in (None, operator):
+            raise ConfigurationError(
+                f"--by {fields['by']}: this decision is signed with the key of {operator!r} "
+                "(AGENTLEASE_OPERATOR_KEY); the operator is the key's"
+            )
+        fields["by"] = operator
+    elif fields.get("by") is None:
+        raise ConfigurationError("--by is required (who decides), unless AGENTLEASE_OPERATOR_KEY signs the decision")
     try:
         return model(**fields)
     except ValidationError as exc:
@@ -679,6 +724,47 @@ def ui(
         asyncio.run(_serve())
     finally:
         sock.close()
+
+
+def _payloads(settings: AgentLeaseSettings) -> str:
+    """How this process's Temporal payloads travel, for the worker's banner."""
+    if settings.payload_codec:
+        return f"through codec {settings.payload_codec}"
+    return "encrypted (AGENTLEASE_CODEC_KEYS)" if settings.codec_keys else "in plain JSON (no codec)"
+
+
+@app.command()
+def purge(
+    ctx: typer.Context,
+    older_than: Annotated[str, typer.Option("--older-than", help="Age of a final task's last change: 30d, 12h, 2w.")],
+    keep_receipts: Annotated[
+        bool, typer.Option("--keep-receipts", help="Keep receipts: their idempotency keys still deduplicate.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only; delete nothing.")] = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per transaction.")] = 500,
+) -> None:
+    """Delete the evidence of final tasks older than an age (tasks, trail, receipts), in batches."""
+    from agentlease.ledger.retention import parse_age
+    from agentlease.ledger.retention import purge as purge_ledger
+
+    try:
+        age = parse_age(older_than)
+    except ValueError as exc:
+        raise ConfigurationError(f"--older-than: {exc}") from None
+    if batch_size < 1:
+        raise ConfigurationError("--batch-size must be at least 1")
+
+    async def _purge() -> Any:
+        async with _ledger(_settings(ctx)) as ledger:
+            return await purge_ledger(ledger, age, keep_receipts=keep_receipts, dry_run=dry_run, batch_size=batch_size)
+
+    counts = asyncio.run(_purge())
+    verb = "would delete" if dry_run else "deleted"
+    kept = " (receipts kept)" if keep_receipts else ""
+    out.print(
+        f"{verb} {counts.tasks} tasks, {counts.events} evidence entries, {counts.receipts} receipts{kept}"
+        + ("" if dry_run else f" in {counts.batches} batches")
+    )
 
 
 @app.command("advise-ttl")
@@ -803,6 +889,15 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             stream.flush()
     os._exit(code)
 
+
+def _security_commands() -> None:
+    from agentlease.cli.security import codec_server, keys_app
+
+    app.add_typer(keys_app, name="keys")
+    app.command("codec-server")(codec_server)
+
+
+_security_commands()
 
 if __name__ == "__main__":
     main()

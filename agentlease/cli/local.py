@@ -15,6 +15,7 @@ from agentlease.cli.demo_agents import agent_workers, start_agent_runs
 from agentlease.cli.plans import load_plan
 from agentlease.cli.render import tasks_table
 from agentlease.cli.stack import local_stack
+from agentlease.databases import display_url
 from agentlease.decisions import DecisionRequest
 from agentlease.enums import TaskStatus
 from agentlease.errors import AgentLeaseError
@@ -106,17 +107,20 @@ async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_p
     stop = stop_event()
     async with local_stack(settings, port=port, ui_port=ui_port) as stack:
         s = stack.settings
+        ledger_url, sql_url = display_url(s.ledger_url), s.sql_target_url and display_url(s.sql_target_url)
         err.print(f"Temporal UI:      {stack.ui_url}")
         err.print(f"Temporal server:  {s.temporal_address} (namespace {s.namespace}, queue {s.task_queue})")
-        err.print(f"ledger:           {s.ledger_url}")
+        err.print(f"ledger:           {ledger_url}")
+        err.print(f"decisions:        {s.decision_mode} mode (docs/security.md, Authenticated decisions)")
         if s.metrics_address is not None:
             err.print(f"lease metrics:    http://{s.metrics_address}/metrics")
-        err.print(f"example services: files {s.http_base_url}  sql {s.sql_target_url}")
+        err.print(f"example services: files {s.http_base_url}  sql {sql_url}")
         err.print(f"                  publishing {s.publish_base_url}  smtp {s.smtp_host}:{s.smtp_port}")
         err.print("in another shell:")
         err.print(f"  export AGENTLEASE_TEMPORAL_ADDRESS={s.temporal_address} AGENTLEASE_TASK_QUEUE={s.task_queue}")
-        err.print(f"  export AGENTLEASE_LEDGER_URL={s.ledger_url}")
-        err.print(f"  export AGENTLEASE_HTTP_BASE_URL={s.http_base_url} AGENTLEASE_SQL_TARGET_URL={s.sql_target_url}")
+        hidden = " (with the password you set)" if ledger_url != s.ledger_url or sql_url != s.sql_target_url else ""
+        err.print(f"  export AGENTLEASE_LEDGER_URL={ledger_url}{hidden}")
+        err.print(f"  export AGENTLEASE_HTTP_BASE_URL={s.http_base_url} AGENTLEASE_SQL_TARGET_URL={sql_url}")
         err.print(
             f"  export AGENTLEASE_PUBLISH_BASE_URL={s.publish_base_url} "
             f"AGENTLEASE_SMTP_HOST={s.smtp_host} AGENTLEASE_SMTP_PORT={s.smtp_port}"

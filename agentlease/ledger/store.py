@@ -48,6 +48,7 @@ from agentlease.records import (
     TaskSpec,
     TraceLink,
 )
+from agentlease.redaction import redact
 
 _R = TypeVar("_R")
 
@@ -415,6 +416,7 @@ class Ledger:
             raise ValueError("a renewal does not enter 'settled'; settle with a receipt")
         if not reason.strip():
             raise ValueError("a renewal needs a specific reason")
+        reason = redact(reason)
         params = {**self._held(claim, now), "new_stage": None if stage is None else stage.value}
 
         evidenced = self._sql.renew_evidenced
@@ -484,6 +486,7 @@ class Ledger:
                 ``late_unapplied`` event and nothing else changes.
             LedgerUnavailableError: the ledger could not be reached; the settle may have committed.
         """
+        receipt, result = _redacted_receipt(receipt), redact(result)  # docs/security.md, "Retention and redaction"
         receipt_json = receipt.model_dump(mode="json")
         params = {**self._held(claim, now), "receipt": receipt_json}
 
@@ -651,6 +654,7 @@ class Ledger:
         retried: bool = False,
     ) -> None:
         known = ErrorClass(error_class)  # a known class only: the next attempt's policy reads it
+        error, details = redact(error), redact(details)
         params = {
             **self._held(claim, now),
             "status": status.value,
@@ -732,6 +736,8 @@ class Ledger:
         rule = DECISIONS[kind]
         if rule.settles != (receipt is not None):
             raise ValueError(f"{kind.value} {'needs' if rule.settles else 'takes no'} settlement receipt")
+        reason, details = redact(reason), redact(details)
+        receipt = None if receipt is None else _redacted_receipt(receipt)
         receipt_json = None if receipt is None else receipt.model_dump(mode="json")
         params = {"key_task_id": task_id, **now_param(now), **({"receipt": receipt_json} if receipt_json else {})}
 
@@ -809,3 +815,8 @@ class Ledger:
         result = from_ms(value)
         assert result is not None
         return result
+
+
+def _redacted_receipt(receipt: SettlementReceipt) -> SettlementReceipt:
+    """``receipt`` with the secrets in its text masked (:mod:`agentlease.redaction`)."""
+    return SettlementReceipt.model_validate(redact(receipt.model_dump(mode="json")))

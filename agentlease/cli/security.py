@@ -1,0 +1,90 @@
+"""The security commands: ``agentlease keys ...`` and ``agentlease codec-server``."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from agentlease.errors import AgentLeaseError, ConfigurationError
+from agentlease.settings import AgentLeaseSettings
+
+keys_app = typer.Typer(help="Operator keys (signed decisions) and payload encryption keys.", no_args_is_help=True)
+
+_out = Console(highlight=False, soft_wrap=True)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@keys_app.command("new-operator")
+def new_operator(
+    name: Annotated[str, typer.Argument(help="The operator's name, as the evidence trail will show it.")],
+    directory: Annotated[Path, typer.Option("--dir", help="Where to write NAME.key and NAME.pub.")] = Path("."),
+) -> None:
+    """Create an operator's Ed25519 key pair: NAME.key signs decisions, NAME.pub goes to the workers."""
+    from agentlease.decision_auth import load_public_keys, new_operator_keys, public_key_text
+
+    private, public = new_operator_keys(name, directory)
+    key = load_public_keys(f"{name}={public}")[name]
+    _out.print(f"wrote {private} (private: keep it to {name}) and {public}")
+    _out.print(f"  the CLI of {name}:  export AGENTLEASE_OPERATOR_KEY={private}")
+    _out.print(f"  every worker:       AGENTLEASE_OPERATOR_KEYS={name}={public_key_text(key)},...")
+
+
+@keys_app.command("new-codec-key")
+def new_codec_key(
+    key_id: Annotated[str, typer.Argument(help="The key's id, kept in each payload it encrypts.")],
+) -> None:
+    """Print a new payload encryption key as ID:BASE64KEY; put it first in AGENTLEASE_CODEC_KEYS to rotate."""
+    from agentlease.codec import new_key_entry
+
+    _out.print(new_key_entry(key_id))
+
+
+def codec_server(
+    ctx: typer.Context,
+    host: Annotated[
+        str, typer.Option(envvar="AGENTLEASE_CODEC_SERVER_HOST", help="Address to serve on.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="AGENTLEASE_CODEC_SERVER_PORT", help="Port to serve on.")] = 8081,
+) -> None:
+    """Serve the payload codec for the Temporal UI and `temporal` CLI (POST /decode, /encode)."""
+    import uvicorn
+
+    from agentlease.codec_server import codec_app
+    from agentlease.shutdown import stop_event
+    from agentlease.temporal import payload_codec
+
+    settings: AgentLeaseSettings = ctx.obj
+    codec = payload_codec(settings)
+    if codec is None:
+        raise ConfigurationError("no payload codec: set AGENTLEASE_CODEC_KEYS (or AGENTLEASE_PAYLOAD_CODEC)")
+    try:
+        sock = socket.create_server((host, port))
+    except OSError as exc:
+        raise AgentLeaseError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    app = codec_app(codec, token=settings.codec_server_token, origins=settings.codec_server_origins)
+
+    async def _serve() -> None:
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+        stop = stop_event()
+        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+        guarded = "a bearer token" if settings.codec_server_token else "no token (anyone who reaches it decodes)"
+        _err.print(
+            f"codec server on http://{host}:{port} (POST /decode, /encode), {guarded}; "
+            f"CORS origins: {', '.join(settings.codec_server_origins) or 'none'}; Ctrl-C stops"
+        )
+        await asyncio.wait([serving, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        await serving
+
+    try:
+        asyncio.run(_serve())
+    finally:
+        sock.close()
+
+
+__all__ = ["codec_server", "keys_app"]

@@ -1,0 +1,159 @@
+"""Payload encryption: a Temporal payload codec with AES-GCM keys that rotate.
+
+Every payload the Temporal client writes (workflow and activity inputs and results, update
+arguments, query answers, heartbeat details, failure messages) leaves the process as
+``binary/encrypted``: the serialized payload sealed with AES-GCM under the first configured key,
+the key's id in the payload's metadata (``encryption-key-id``) and bound into the seal. A payload
+decodes with whichever configured key its id names, so a new key is put first and the old ones
+stay listed until no history needs them (key rotation); a payload that names a key no longer
+configured is refused with :class:`UnknownCodecKeyError`. Payloads that were never encrypted
+(history written before the codec was turned on) pass through unchanged.
+
+Keys come from ``AGENTLEASE_CODEC_KEYS`` (``ID:BASE64KEY,...``). The rules and the codec server
+are in ``docs/security.md`` ("Transport and payload encryption").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+from collections.abc import Sequence
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import PayloadCodec
+
+from agentlease.errors import AgentLeaseError, ConfigurationError
+
+ENCODING = b"binary/encrypted"
+"""The ``encoding`` metadata of an encrypted payload."""
+KEY_ID = "encryption-key-id"
+"""The metadata entry naming the key that sealed a payload."""
+_NONCE_BYTES = 12
+_KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+class UnknownCodecKeyError(AgentLeaseError):
+    """A payload was sealed with a key that is not configured (or it does not open with it).
+
+    Attributes:
+        key_id: the key id the payload names.
+    """
+
+    def __init__(self, key_id: str, known: Sequence[str], *, configured: bool = False) -> None:
+        listed = ", ".join(known) or "none"
+        if configured:
+            why = f"but the key of that id in AGENTLEASE_CODEC_KEYS ({listed}) does not open it"
+        else:
+            why = f"which is not among AGENTLEASE_CODEC_KEYS ({listed})"
+        super().__init__(f"payload encrypted with key id {key_id!r}, {why}")
+        self.key_id = key_id
+
+
+def parse_keys(text: str) -> list[tuple[str, bytes]]:
+    """``ID:BASE64KEY,...`` as ``(id, key)`` pairs, the encrypting key first.
+
+    Raises:
+        ConfigurationError: an entry is not ``ID:BASE64KEY``, a key is not 16, 24 or 32 bytes of
+            base64, or an id repeats.
+    """
+    keys: list[tuple[str, bytes]] = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        key_id, sep, encoded = entry.partition(":")
+        if not sep or not _KEY_ID_PATTERN.fullmatch(key_id):
+            raise ConfigurationError(
+                "bad AGENTLEASE_CODEC_KEYS entry: expected ID:BASE64KEY, the id of letters, digits, '.', '_', '-'"
+            )
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigurationError(f"bad AGENTLEASE_CODEC_KEYS: key {key_id!r} is not base64") from None
+        if len(key) not in (16, 24, 32):
+            raise ConfigurationError(
+                f"bad AGENTLEASE_CODEC_KEYS: key {key_id!r} has {len(key)} bytes; AES-GCM takes 16, 24 or 32"
+            )
+        if any(key_id == known for known, _ in keys):
+            raise ConfigurationError(f"bad AGENTLEASE_CODEC_KEYS: key id {key_id!r} is listed twice")
+        keys.append((key_id, key))
+    if not keys:
+        raise ConfigurationError("AGENTLEASE_CODEC_KEYS is set but names no key")
+    return keys
+
+
+def new_key_entry(key_id: str) -> str:
+    """A fresh ``ID:BASE64KEY`` entry (a random 32-byte key) for ``AGENTLEASE_CODEC_KEYS``.
+
+    Raises:
+        ConfigurationError: a bad id.
+    """
+    if not _KEY_ID_PATTERN.fullmatch(key_id):
+        raise ConfigurationError(f"bad key id {key_id!r}: use 1 to 64 letters, digits, '.', '_', '-'")
+    return f"{key_id}:{base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()}"
+
+
+class EncryptionCodec(PayloadCodec):
+    """AES-GCM payload codec with rotating keys (see the module docstring).
+
+    Args:
+        keys: ``(id, key)`` pairs; the first encrypts, every one decrypts.
+
+    Raises:
+        ConfigurationError: no key given.
+    """
+
+    def __init__(self, keys: Sequence[tuple[str, bytes]]) -> None:
+        if not keys:
+            raise ConfigurationError("the encryption codec needs at least one key")
+        self._encrypting = keys[0][0]
+        self._keys = {key_id: AESGCM(key) for key_id, key in keys}
+
+    @classmethod
+    def from_text(cls, text: str) -> EncryptionCodec:
+        """The codec of an ``AGENTLEASE_CODEC_KEYS`` value (see :func:`parse_keys`)."""
+        return cls(parse_keys(text))
+
+    @property
+    def key_ids(self) -> list[str]:
+        """The configured key ids, the encrypting one first."""
+        return list(self._keys)
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self.seal(payload) for payload in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self.open(payload) for payload in payloads]
+
+    def seal(self, payload: Payload) -> Payload:
+        """``payload`` encrypted with the first key."""
+        key_id = self._encrypting
+        nonce = os.urandom(_NONCE_BYTES)
+        sealed = self._keys[key_id].encrypt(nonce, payload.SerializeToString(), key_id.encode())
+        return Payload(metadata={"encoding": ENCODING, KEY_ID: key_id.encode()}, data=nonce + sealed)
+
+    def open(self, payload: Payload) -> Payload:
+        """``payload`` decrypted; a payload that is not encrypted is returned as it is.
+
+        Raises:
+            UnknownCodecKeyError: it names a key that is not configured, or does not open with it.
+        """
+        if payload.metadata.get("encoding") != ENCODING:
+            return payload
+        key_id = payload.metadata.get(KEY_ID, b"").decode("utf-8", "replace")
+        aead = self._keys.get(key_id)
+        if aead is None:
+            raise UnknownCodecKeyError(key_id, self.key_ids)
+        try:
+            plain = aead.decrypt(payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:], key_id.encode())
+        except InvalidTag:
+            raise UnknownCodecKeyError(key_id, self.key_ids, configured=True) from None
+        decoded = Payload()
+        decoded.ParseFromString(plain)
+        return decoded
+
+
+__all__ = ["ENCODING", "KEY_ID", "EncryptionCodec", "UnknownCodecKeyError", "new_key_entry", "parse_keys"]

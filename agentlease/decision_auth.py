@@ -1,0 +1,343 @@
+"""Authenticated decisions: operator decisions signed with an operator's Ed25519 key.
+
+A deployment is in one of two decision modes (``AGENTLEASE_DECISION_MODE``):
+
+- ``open`` (the default, and the embedded demo's): the operator is whoever ``--by`` names. A
+  signed decision is still checked when the worker knows its operator's key.
+- ``authenticated``: every operator decision (approve, reject, reconcile, redrive, cancel) must
+  carry a :class:`DecisionProof` made with the private key of an operator the workers know
+  (``AGENTLEASE_OPERATOR_KEYS``); the evidence trail names the key's operator.
+
+The CLI signs with ``AGENTLEASE_OPERATOR_KEY`` (:func:`sign_request`). The proof covers the run id,
+the command and the whole request (step, reason, action, external id, observed) and when it was
+signed, so it cannot be moved to another run, step or decision, nor replayed after
+``AGENTLEASE_DECISION_MAX_AGE``. The decision activity verifies it (:class:`DecisionVerifier`), on
+the worker, where the keys are; a refused decision fails its update with the reason and changes
+nothing. ``docs/security.md`` ("Authenticated decisions") gives the rules.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from agentlease.errors import AgentLeaseError, ConfigurationError
+
+if TYPE_CHECKING:
+    from agentlease.settings import AgentLeaseSettings
+
+OPEN = "open"
+AUTHENTICATED = "authenticated"
+_NAME_LINE = "agentlease-operator: "
+_NAME = re.compile(r"[A-Za-z0-9._@-]{1,200}")
+FUTURE_SKEW = timedelta(minutes=5)
+"""How far in the future a proof's ``signed_at`` may be (clocks differ). 5 minutes."""
+
+
+class DecisionProof(BaseModel):
+    """An operator's signature of one decision request.
+
+    Attributes:
+        operator: the operator whose key signed it (the key file's name).
+        signed_at: when it was signed (timezone-aware).
+        signature: the Ed25519 signature of :func:`signed_message`, base64.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    operator: str = Field(min_length=1, max_length=200)
+    signed_at: AwareDatetime
+    signature: str = Field(min_length=1, max_length=200)
+
+
+class SignedDecision(BaseModel):
+    """What the workflow hands the decision activity of a signed request: the update's name and
+    the request as the workflow received it (its ``proof`` included)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    command: str
+    request: dict[str, Any]
+
+
+class DecisionRefusedError(AgentLeaseError):
+    """A decision's signature is missing, unknown, wrong, stale, or does not match the decision."""
+
+
+def signed_message(agent_run_id: str, command: str, request: Mapping[str, Any], operator: str, signed_at: str) -> bytes:
+    """The bytes an operator signs: canonical JSON of the run, command, request (without its
+    proof), operator and time."""
+    body = {
+        "agentlease-decision": 1,
+        "run": agent_run_id,
+        "command": command,
+        "request": {k: v for k, v in request.items() if k != "proof"},
+        "operator": operator,
+        "signed_at": signed_at,
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# -- keys --------------------------------------------------------------------------------------------
+
+
+def new_operator_keys(name: str, directory: Path) -> tuple[Path, Path]:
+    """Write ``NAME.key`` (private, mode 0600) and ``NAME.pub`` into ``directory``.
+
+    Returns:
+        the private and public key files.
+
+    Raises:
+        ConfigurationError: a bad name, a file that already exists, or a directory not writable.
+    """
+    if not _NAME.fullmatch(name):
+        raise ConfigurationError(f"bad operator name {name!r}: use letters, digits, '.', '_', '@', '-'")
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    header = f"{_NAME_LINE}{name}\n".encode()
+    paths = (directory / f"{name}.key", directory / f"{name}.pub")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for path, data, mode in ((paths[0], private, 0o600), (paths[1], public, 0o644)):
+            with path.open("xb") as file:
+                path.chmod(mode)
+                file.write(header + data)
+    except FileExistsError as exc:
+        raise ConfigurationError(f"{exc.filename} exists already; not overwritten") from None
+    except OSError as exc:
+        raise ConfigurationError(f"cannot write operator keys into {directory}: {exc.strerror or exc}") from None
+    return paths
+
+
+def _named(data: bytes, path: Path) -> str:
+    first = data.split(b"\n", 1)[0].decode("utf-8", "replace")
+    if not first.startswith(_NAME_LINE) or not _NAME.fullmatch(first[len(_NAME_LINE) :].strip()):
+        raise ConfigurationError(f"{path}: not an agentlease operator key (no {_NAME_LINE.strip()} line)")
+    return first[len(_NAME_LINE) :].strip()
+
+
+class OperatorKey:
+    """An operator's private key, loaded from the file ``agentlease keys new-operator`` wrote.
+
+    Raises:
+        ConfigurationError: the file cannot be read or holds no Ed25519 operator key.
+    """
+
+    def __init__(self, path: Path) -> None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEY: cannot read {path}: {exc.strerror or exc}") from None
+        self.operator = _named(data, path)
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError):
+            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEY: {path} holds no readable private key") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEY: {path} is not an Ed25519 key")
+        self._key = key
+
+    def sign(
+        self, agent_run_id: str, command: str, request: Mapping[str, Any], now: datetime | None = None
+    ) -> DecisionProof:
+        """The proof of ``request`` (the update payload, as JSON) for ``command`` on ``agent_run_id``."""
+        signed_at = (now or datetime.now(UTC)).isoformat()
+        message = signed_message(agent_run_id, command, request, self.operator, signed_at)
+        signature = base64.b64encode(self._key.sign(message)).decode()
+        return DecisionProof(operator=self.operator, signed_at=datetime.fromisoformat(signed_at), signature=signature)
+
+
+def load_public_keys(text: str | None) -> dict[str, Ed25519PublicKey]:
+    """``AGENTLEASE_OPERATOR_KEYS`` (``NAME=FILE_OR_BASE64,...``) as public keys by operator name.
+
+    A file is a ``.pub`` written by ``agentlease keys new-operator``; base64 is the raw 32-byte key.
+
+    Raises:
+        ConfigurationError: a malformed entry, an unreadable file, or a file of another operator.
+    """
+    keys: dict[str, Ed25519PublicKey] = {}
+    for entry in (part.strip() for part in (text or "").split(",")):
+        if not entry:
+            continue
+        name, sep, value = entry.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not _NAME.fullmatch(name) or not value:
+            raise ConfigurationError("bad AGENTLEASE_OPERATOR_KEYS entry: expected NAME=KEYFILE or NAME=BASE64KEY")
+        keys[name] = _public_key(name, value)
+    return keys
+
+
+def _public_key(name: str, value: str) -> Ed25519PublicKey:
+    path = Path(value)
+    if path.is_file():
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEYS: cannot read {path}: {exc.strerror or exc}") from None
+        if _named(data, path) != name:
+            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEYS: {path} is the key of another operator, not {name!r}")
+        try:
+            key = serialization.load_pem_public_key(data)
+        except ValueError:
+            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEYS: {path} holds no readable public key") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEYS: {path} is not an Ed25519 key")
+        return key
+    try:
+        return Ed25519PublicKey.from_public_bytes(base64.b64decode(value, validate=True))
+    except (binascii.Error, ValueError):
+        raise ConfigurationError(
+            f"AGENTLEASE_OPERATOR_KEYS: the key of {name!r} is neither a file nor a base64 Ed25519 key"
+        ) from None
+
+
+def public_key_text(key: Ed25519PublicKey) -> str:
+    """The raw public key, base64 (the ``NAME=BASE64`` form of ``AGENTLEASE_OPERATOR_KEYS``)."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode()
+
+
+# -- verifying ------------------------------------------------------------------------------------
+
+
+class DecisionVerifier:
+    """The workers' check of operator decisions (see the module docstring).
+
+    Args:
+        mode: ``open`` or ``authenticated``.
+        keys: operator public keys by name.
+        max_age: how old a proof may be when the decision is first scheduled. Default 15m.
+
+    Raises:
+        ConfigurationError: ``authenticated`` without any key, or an unknown mode.
+    """
+
+    def __init__(
+        self,
+        mode: str = OPEN,
+        keys: Mapping[str, Ed25519PublicKey] | None = None,
+        max_age: timedelta = timedelta(minutes=15),
+    ) -> None:
+        if mode not in (OPEN, AUTHENTICATED):
+            raise ConfigurationError(f"bad AGENTLEASE_DECISION_MODE {mode!r}: open or authenticated")
+        self.mode = mode
+        self.keys = dict(keys or {})
+        self.max_age = max_age
+        if mode == AUTHENTICATED and not self.keys:
+            raise ConfigurationError(
+                "AGENTLEASE_DECISION_MODE=authenticated needs AGENTLEASE_OPERATOR_KEYS (NAME=KEYFILE,...)"
+            )
+
+    def verify(
+        self,
+        agent_run_id: str,
+        signed: SignedDecision | None,
+        *,
+        expect: Mapping[str, Any],
+        at: datetime,
+    ) -> str | None:
+        """Check one operator decision.
+
+        Args:
+            agent_run_id: the run the decision is applied to.
+            signed: the request and its command, as the workflow received them; ``None``: unsigned.
+            expect: what the decision does (``command``, ``step_id``, ``by``, ``reason`` and, for
+                reconcile, ``action``, ``external_id``, ``observed``): the request must say the same.
+            at: when the decision was first scheduled (a proof older than ``max_age`` then is stale).
+
+        Returns:
+            the verified operator's name; ``None`` for an unsigned decision in open mode (or one
+            signed by an operator this worker has no key of).
+
+        Raises:
+            DecisionRefusedError: why the decision is refused.
+        """
+        if signed is None or signed.request.get("proof") is None:
+            if self.mode == AUTHENTICATED:
+                raise DecisionRefusedError(
+                    "unsigned decision: this deployment is in authenticated decision mode; "
+                    "sign it with AGENTLEASE_OPERATOR_KEY"
+                )
+            return None
+        try:
+            proof = DecisionProof.model_validate(signed.request["proof"])
+        except ValueError:
+            raise DecisionRefusedError("malformed decision signature") from None
+        key = self.keys.get(proof.operator)
+        if key is None:
+            if self.mode == AUTHENTICATED:
+                raise DecisionRefusedError(
+                    f"decision signed by {proof.operator!r}, an operator this worker has no key of"
+                )
+            return None
+        message = signed_message(
+            agent_run_id, signed.command, signed.request, proof.operator, proof.signed_at.isoformat()
+        )
+        try:
+            key.verify(base64.b64decode(proof.signature, validate=True), message)
+        except (InvalidSignature, binascii.Error, ValueError):
+            raise DecisionRefusedError(f"bad signature of operator {proof.operator!r} on this decision") from None
+        if proof.signed_at < at - self.max_age or proof.signed_at > at + FUTURE_SKEW:
+            raise DecisionRefusedError(
+                f"decision signed at {proof.signed_at.isoformat()}, outside "
+                f"{self.max_age.total_seconds():g}s of when it was sent (stale or replayed)"
+            )
+        said = {**signed.request, "command": signed.command, "by": signed.request.get("by")}
+        for field, value in expect.items():
+            if field == "step_id" and signed.command == "cancel" and said.get("step_id") is None:
+                continue  # a cancel of the whole run covers each of its steps
+            if said.get(field, {} if field == "observed" else None) != value:
+                raise DecisionRefusedError(f"the signed decision does not match the one applied ({field} differs)")
+        if said.get("by") != proof.operator:
+            raise DecisionRefusedError(
+                f"the signed decision names {said.get('by')!r}, but {proof.operator!r} signed it"
+            )
+        return proof.operator
+
+
+def decision_verifier(settings: AgentLeaseSettings) -> DecisionVerifier:
+    """The verifier of ``settings`` (``decision_mode``, ``operator_keys``, ``decision_max_age``).
+
+    Raises:
+        ConfigurationError: see :class:`DecisionVerifier` and :func:`load_public_keys`.
+    """
+    return DecisionVerifier(settings.decision_mode, load_public_keys(settings.operator_keys), settings.decision_max_age)
+
+
+def signed_decision(command: str, request: BaseModel) -> dict[str, Any]:
+    """The ``signed`` field of the decision activity's input for a request the workflow received:
+    ``{}`` when the request carries no proof (nothing changes for unsigned decisions)."""
+    if getattr(request, "proof", None) is None:
+        return {}
+    return {"signed": SignedDecision(command=command, request=request.model_dump(mode="json"))}
+
+
+__all__ = [
+    "AUTHENTICATED",
+    "OPEN",
+    "DecisionProof",
+    "DecisionRefusedError",
+    "DecisionVerifier",
+    "OperatorKey",
+    "SignedDecision",
+    "decision_verifier",
+    "load_public_keys",
+    "new_operator_keys",
+    "public_key_text",
+    "signed_decision",
+    "signed_message",
+]

@@ -1,0 +1,207 @@
+"""What a tool may know: a narrowed view of the worker's settings, and secrets scoped to the tool.
+
+A tool's :class:`~activities.lease_context.LeaseContext` carries:
+
+- ``ctx.settings``, a :class:`ToolSettings`: the settings the tool declared
+  (``@tool(settings=("publish_base_url",))``), or, when it declared none, every setting except the
+  worker's own secrets and connections (:data:`WORKER_ONLY`: the ledger URL and its password,
+  Temporal's API key and TLS key, the codec keys, the operator keys...). Reading another one is a
+  :class:`SettingNotAllowedError`.
+- ``ctx.secrets``, a :class:`ToolSecrets`: ``ctx.secrets.get("api_token")`` asks the worker's
+  :class:`SecretProvider` for that tool's own secret, ``provider.get(tool, name)``; a tool cannot
+  ask for another tool's. The default provider (:class:`EnvSecretProvider`) reads
+  ``AGENTLEASE_SECRET_<TOOL>_<NAME>``; a deployment plugs in its vault with
+  ``AGENTLEASE_SECRET_PROVIDER=module:attribute``.
+
+``docs/security.md`` ("Tool credentials") shows a tool using both.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from agentlease.errors import ConfigurationError, CredentialToolError, PermanentToolError
+
+if TYPE_CHECKING:
+    from agentlease.settings import AgentLeaseSettings
+
+WORKER_ONLY = frozenset(
+    {
+        "ledger_url",
+        "ledger_pool_size",
+        "migrate_on_start",
+        "temporal_api_key",
+        "temporal_tls_key_file",
+        "temporal_tls_cert_file",
+        "codec_keys",
+        "payload_codec",
+        "codec_server_token",
+        "operator_keys",
+        "operator_key",
+        "decision_mode",
+        "redactor",
+        "secret_provider",
+        "plugins",
+        "data_converter",
+    }
+)
+"""Settings no tool sees: the worker's own connections and secrets."""
+
+
+class SettingNotAllowedError(PermanentToolError, AttributeError):
+    """A tool read a setting it did not declare, or one of the worker's own (:data:`WORKER_ONLY`):
+    a permanent tool error (the task is dead-lettered with this reason).
+
+    Attributes:
+        tool: the tool.
+        setting: the setting it read.
+    """
+
+    def __init__(self, tool: str, setting: str, declared: Iterable[str] | None) -> None:
+        if declared is None:
+            why = "a setting of the worker itself, which no tool sees"
+        else:
+            why = f"not among the settings it declares ({', '.join(sorted(declared)) or 'none'})"
+        super().__init__(f"tool {tool!r} may not read setting {setting!r}: {why}")
+        self.tool = tool
+        self.setting = setting
+
+
+class MissingSecretError(CredentialToolError):
+    """The secret provider has no such secret for this tool: a credential error (the task is blocked
+    until the secret is provided, then redriven).
+
+    Attributes:
+        tool / name: whose secret, and which.
+    """
+
+    def __init__(self, tool: str, name: str, where: str) -> None:
+        super().__init__(f"tool {tool!r} has no secret {name!r} ({where})")
+        self.tool = tool
+        self.name = name
+
+
+class ToolSettings:
+    """The settings one tool may read: attributes of :class:`~agentlease.settings.AgentLeaseSettings`.
+
+    Args:
+        settings: the worker's settings.
+        tool: the tool's name.
+        declared: the settings the tool declared; ``None``: every one but :data:`WORKER_ONLY`.
+    """
+
+    __slots__ = ("_declared", "_settings", "_tool")
+
+    def __init__(self, settings: AgentLeaseSettings, tool: str, declared: Iterable[str] | None = None) -> None:
+        self._settings = settings
+        self._tool = tool
+        self._declared = None if declared is None else frozenset(declared)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        allowed = name not in WORKER_ONLY if self._declared is None else name in self._declared
+        if not allowed:
+            raise SettingNotAllowedError(self._tool, name, self._declared)
+        return getattr(self._settings, name)
+
+    def __repr__(self) -> str:
+        return f"ToolSettings(tool={self._tool!r})"
+
+
+@runtime_checkable
+class SecretProvider(Protocol):
+    """Where tools' secrets come from (a vault, the environment).
+
+    ``get(tool, name)`` returns the secret ``name`` of ``tool``, or ``None`` when there is none.
+    It may block briefly (it is called from the tool's attempt); keep it fast or cache.
+    """
+
+    def get(self, tool: str, name: str) -> str | None: ...
+
+
+class EnvSecretProvider:
+    """Secrets from the environment: ``AGENTLEASE_SECRET_<TOOL>_<NAME>`` (upper case, every
+    character other than a letter or digit as ``_``).
+
+    Args:
+        environ: the environment; default ``os.environ``.
+    """
+
+    PREFIX = "AGENTLEASE_SECRET_"
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = os.environ if environ is None else environ
+
+    @classmethod
+    def variable(cls, tool: str, name: str) -> str:
+        """The variable holding ``tool``'s secret ``name``."""
+        return cls.PREFIX + "_".join(re.sub(r"[^A-Za-z0-9]", "_", part).upper() for part in (tool, name))
+
+    def get(self, tool: str, name: str) -> str | None:
+        return self._environ.get(self.variable(tool, name))
+
+
+class ToolSecrets:
+    """One tool's secrets: :meth:`get` asks the provider for this tool's own, never another's.
+
+    Args:
+        provider: the worker's secret provider.
+        tool: the tool's name.
+    """
+
+    __slots__ = ("_provider", "_tool")
+
+    def __init__(self, provider: SecretProvider, tool: str) -> None:
+        self._provider = provider
+        self._tool = tool
+
+    def get(self, name: str) -> str:
+        """The tool's secret ``name``.
+
+        Raises:
+            MissingSecretError: the provider has none.
+        """
+        value = self._provider.get(self._tool, name)
+        if value is None:
+            where = (
+                f"set {EnvSecretProvider.variable(self._tool, name)}"
+                if isinstance(self._provider, EnvSecretProvider)
+                else "the configured secret provider has none"
+            )
+            raise MissingSecretError(self._tool, name, where)
+        return value
+
+    def __repr__(self) -> str:
+        return f"ToolSecrets(tool={self._tool!r})"
+
+
+def secret_provider(settings: AgentLeaseSettings) -> SecretProvider:
+    """The provider of ``settings.secret_provider`` (``module:attribute``), default the environment's.
+
+    Raises:
+        ConfigurationError: it cannot be loaded or has no ``get(tool, name)``.
+    """
+    if not settings.secret_provider:
+        return EnvSecretProvider()
+    from agentlease.temporal import load_object
+
+    provider = load_object(settings.secret_provider, "secret provider")
+    if not isinstance(provider, SecretProvider):
+        raise ConfigurationError(f"secret provider {settings.secret_provider!r} has no get(tool, name)")
+    return provider
+
+
+__all__ = [
+    "WORKER_ONLY",
+    "EnvSecretProvider",
+    "MissingSecretError",
+    "SecretProvider",
+    "SettingNotAllowedError",
+    "ToolSecrets",
+    "ToolSettings",
+    "secret_provider",
+]
