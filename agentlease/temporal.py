@@ -15,6 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.service import RPCError
 
+from agentlease import tracing
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.settings import AgentLeaseSettings
 
@@ -46,6 +47,7 @@ async def connect(
     plugins: Sequence[Plugin] = (),
     interceptors: Sequence[Interceptor] = (),
     data_converter: DataConverter | None = None,
+    runtime: Any = None,
 ) -> Client:
     """A Temporal client for agentlease.
 
@@ -60,6 +62,11 @@ async def connect(
         data_converter: the converter; default ``settings.data_converter``, else the pydantic
             converter when no plugin is given, else the SDK's default (a framework plugin replaces
             it with its own). agentlease's payloads are plain JSON, so any JSON converter reads them.
+        runtime: the SDK runtime (``temporalio.runtime.Runtime``: its telemetry, e.g. the worker's
+            Temporal metrics, see :mod:`agentlease.runtime_metrics`); default the SDK's.
+
+    With ``settings.tracing`` the client (and every worker made from it) also carries Temporal's
+    ``TracingInterceptor`` (:mod:`agentlease.tracing`, ``docs/tracing.md``).
 
     Raises:
         TemporalUnavailableError: the server is unreachable, refused the connection, or did not
@@ -73,6 +80,13 @@ async def connect(
     if converter is None and not every_plugin:
         converter = pydantic_data_converter
     options: dict[str, Any] = {"data_converter": converter} if converter is not None else {}
+    if runtime is not None:
+        options["runtime"] = runtime
+    every_interceptor = list(interceptors)
+    if settings.tracing:
+        if not tracing.enabled():
+            tracing.configure_tracing()
+        every_interceptor += tracing.temporal_interceptors()
     try:
         async with asyncio.timeout(timeout.total_seconds()):
             return await Client.connect(
@@ -81,7 +95,7 @@ async def connect(
                 identity=identity,
                 connect_timeout=timeout,
                 plugins=every_plugin,
-                interceptors=list(interceptors),
+                interceptors=every_interceptor,
                 **options,
             )
     except TimeoutError:

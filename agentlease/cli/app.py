@@ -797,6 +797,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     delivered with ``os._exit`` after flushing logs and standard streams.
     """
     code = _run(argv)
+    from agentlease.tracing import flush
+
+    flush()  # spans still buffered for the OTLP exporter (tracing on), before the exit below skips atexit
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError):  # a reader that went away: nothing left to deliver to

@@ -20,6 +20,7 @@ from agentlease.cli.render import (
     EVENT_COLUMNS,
     event_cells,
     events_table,
+    plain,
     runs_table,
     tasks_table,
     write_json_array,
@@ -159,7 +160,7 @@ async def list_tasks(
 
 def _waiting_json(record: TaskRecord) -> dict[str, Any]:
     return {
-        **record.as_json(),
+        **plain(record),
         "suggested_commands": suggested_commands(record.status, record.agent_run_id, record.step_id),
     }
 
