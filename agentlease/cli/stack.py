@@ -35,9 +35,9 @@ class LocalStack:
 
 @asynccontextmanager
 async def local_stack(
-    base: AgentLeaseSettings, *, port: int | None = None, ui_port: int | None = None
+    base: AgentLeaseSettings, *, port: int | None = None, ui_port: int | None = None, worker: bool = True
 ) -> AsyncIterator[LocalStack]:
-    """Start the dev server, the example downstream systems and one worker.
+    """Start the dev server, the example downstream systems and (unless ``worker`` is false) one worker.
 
     The ledger is ``base.ledger_url`` unless that is the default relative path, in which case it
     lives in ``base.data_dir``.
@@ -65,5 +65,6 @@ async def local_stack(
                 "migrate_on_start": True,
             }
         )
-        await stack.enter_async_context(running_worker(settings))
+        if worker:
+            await stack.enter_async_context(running_worker(settings))
         yield LocalStack(env=env, settings=settings, ui_url=f"http://127.0.0.1:{ui_port}")
