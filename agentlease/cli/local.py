@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import uuid
 from pathlib import Path
@@ -165,4 +166,7 @@ def export_lines(settings: AgentLeaseSettings) -> tuple[list[str], bool]:
         pairs(http_base_url=s.http_base_url, sql_target_url=s.sql_target_url),
         pairs(publish_base_url=s.publish_base_url, smtp_host=s.smtp_host, smtp_port=s.smtp_port),
     ]
+    path = os.environ.get("PYTHONPATH")
+    if path and (s.tool_modules or s.workflow_modules):  # where those modules import from
+        lines.append(f"export PYTHONPATH={shlex.quote(path)}")
     return [line for line in lines if line], shown_url != s.ledger_url

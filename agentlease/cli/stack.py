@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from temporalio.testing import WorkflowEnvironment
 
 from agentlease.devserver import dev_server
+from agentlease.ledger.migrate import upgrade
+from agentlease.ledger.store import Ledger
 from agentlease.settings import AgentLeaseSettings
 from examples.downstream import bind_loopback, running_downstream
 from worker import running_worker
@@ -67,4 +69,10 @@ async def local_stack(
         )
         if worker:
             await stack.enter_async_context(running_worker(settings))
+        else:  # the workers started elsewhere find the ledger at the newest schema
+            ledger = Ledger.from_url(settings.ledger_url)
+            try:
+                await upgrade(ledger.database)
+            finally:
+                await ledger.close()
         yield LocalStack(env=env, settings=settings, ui_url=f"http://127.0.0.1:{ui_port}")
