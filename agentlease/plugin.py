@@ -37,6 +37,7 @@ from activities.resources import ToolResources
 from activities.tool import ToolSpec
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.metrics import LeaseMetrics
 from agentlease.settings import AgentLeaseSettings, default_identity
 from workflows.agent_run import AgentRunWorkflow
 
@@ -95,7 +96,11 @@ class AgentLeasePlugin(SimplePlugin):
         else:
             self.registry = tool_registry(self.settings.tool_modules if tools is None else tools, builtins=builtins)
         self._owns_ledger = ledger is None
-        self.ledger = ledger or Ledger.from_url(self.settings.ledger_url, pool_size=self.settings.ledger_pool_size)
+        self.ledger = ledger or Ledger.from_url(
+            self.settings.ledger_url,
+            pool_size=self.settings.ledger_pool_size,
+            metrics=LeaseMetrics(namespace=self.settings.namespace, task_queue=self.settings.task_queue),
+        )
         self.resources = ToolResources()
         self._leased: list[LeasedActivities] = []
         self._identity = identity or self.settings.worker_identity

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import socket
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 
 from agentlease import tracing
@@ -105,6 +107,27 @@ async def connect(
     except (RuntimeError, RPCError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TemporalUnavailableError(settings.temporal_address, first) from None
+
+
+def prometheus_runtime() -> tuple[Runtime, str]:
+    """An SDK runtime whose metrics (``temporal_*``) Temporal serves on a free loopback port, and that
+    endpoint's URL, for :func:`agentlease.metrics.serving_metrics` to re-export (``docs/metrics.md``).
+
+    Counters carry the ``_total`` suffix and durations are in seconds, like the lease metrics.
+
+    Raises:
+        ConfigurationError: the runtime could not bind its port.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    prometheus = PrometheusConfig(bind_address=address, counters_total_suffix=True, durations_as_seconds=True)
+    try:
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=prometheus))
+    except RuntimeError as exc:  # how the SDK's core reports a port it cannot bind
+        raise ConfigurationError(f"cannot serve Temporal's runtime metrics on {address}: {exc}") from None
+    return runtime, f"http://{address}/metrics"
 
 
 def load_object(path: str, what: str) -> Any:

@@ -78,9 +78,9 @@ class Ledger:
         self._metrics = metrics
 
     @classmethod
-    def from_url(cls, url: str, *, pool_size: int = PG_POOL_SIZE) -> Ledger:
+    def from_url(cls, url: str, *, pool_size: int = PG_POOL_SIZE, metrics: LeaseMetrics = LEASE_METRICS) -> Ledger:
         """Open a ledger on ``sqlite:///PATH`` or ``postgresql://...`` (see :func:`open_database`)."""
-        return cls(open_database(url, pool_size=pool_size))
+        return cls(open_database(url, pool_size=pool_size), metrics=metrics)
 
     @property
     def metrics(self) -> LeaseMetrics:

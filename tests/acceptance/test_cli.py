@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
+from agentlease.metrics import SCOPE
 from tests.eventually import assert_eventually_sync
 
 from .runner import Background, Cli, CliResult, WriteFile, processes_mentioning
@@ -194,7 +195,8 @@ def lease_metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
     response = httpx.get(url, timeout=10)
     assert response.status_code == 200, response.text
     return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        # One worker: its namespace and task queue labels are left out of the key.
+        (sample.name, tuple(sorted((k, v) for k, v in sample.labels.items() if k not in SCOPE))): sample.value
         for family in text_string_to_metric_families(response.text)
         for sample in family.samples
         if sample.name.startswith("agentlease_")
