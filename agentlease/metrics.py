@@ -23,7 +23,10 @@ Also: ``agentlease_lease_claims_total{tool,outcome}`` and ``agentlease_settlemen
 (``late_unapplied`` counts the results of superseded attempts, G10).
 
 Label values are bounded: tool names, the five stages, the task statuses and error classes of
-:mod:`agentlease.enums`. Task ids never become labels.
+:mod:`agentlease.enums`. Task ids never become labels. Every metric also starts with the
+:data:`SCOPE` labels ``namespace`` and ``task_queue`` of the worker that recorded it, the names
+Temporal's runtime metrics use, and a worker can serve those on the same endpoint
+(:class:`ForwardedMetrics`; ``docs/metrics.md``).
 """
 
 from __future__ import annotations
