@@ -294,8 +294,8 @@ def worker(
     _log_in_one_line()
     tools = ", ".join(load_registry(settings.tool_modules).names())
     err.print(
-        f"worker {settings.worker_identity} on {settings.temporal_address} namespace {settings.namespace} "
-        f"queue {settings.task_queue}, ledger {display_url(settings.ledger_url)}",
+        f"worker on {settings.temporal_address} namespace {settings.namespace} queue {settings.task_queue} "
+        f"as {settings.worker_identity}, ledger {display_url(settings.ledger_url)}",
         markup=False,
     )
     err.print(f"tools: {tools}", markup=False)

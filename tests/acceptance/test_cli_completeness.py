@@ -81,8 +81,9 @@ def test_bulk_decisions_html_timelines_and_not_found_against_a_dev_stack(
 
     # A worker started from the exports alone serves the stack.
     worker = background("worker", env=env)
-    banner = worker.wait_for_line(r"^worker \S+ on ", timeout=60).string
-    assert f"queue {env['AGENTLEASE_TASK_QUEUE']}" in banner, banner
+    banner = worker.wait_for_line(r"^worker on ", timeout=60).string
+    assert f"queue {env['AGENTLEASE_TASK_QUEUE']} as " in banner, banner  # then its identity (host:pid)
+    assert f":{worker.process.pid}, ledger " in banner, banner
     assert "push_config" in worker.wait_for_line(r"^tools: ", timeout=10).string
 
     for name in ("push-a", "push-b"):
