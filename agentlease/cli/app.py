@@ -880,6 +880,10 @@ def sweep(
     ctx: typer.Context,
     once: Annotated[bool, typer.Option("--once", help="Sweep once, print the counts and exit.")] = False,
     interval_s: Annotated[float, typer.Option(help="Seconds between sweeps.")] = 5.0,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_METRICS_ADDRESS", help="HOST:PORT serving the sweeper's GET /metrics."),
+    ] = None,
 ) -> None:
     """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
     from activities.registry import load_registry
@@ -887,7 +891,7 @@ def sweep(
     from agentlease.shutdown import stop_event
     from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings
 
-    settings = _settings(ctx)
+    settings = _with(_settings(ctx), {"metrics_address": metrics_address})
     limits = {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
     try:
         options = SweeperSettings(interval=timedelta(seconds=interval_s), max_attempts_by_tool=limits)

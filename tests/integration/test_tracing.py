@@ -13,6 +13,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -67,9 +68,9 @@ def _cli(settings: AgentLeaseSettings, *args: str) -> subprocess.CompletedProces
 
 
 async def test_ledger_operations_are_spans_inside_run_activity_and_the_trace_id_is_stored(
-    settings: AgentLeaseSettings, spans: InMemorySpanExporter
+    settings: AgentLeaseSettings, ledger_url: str, spans: InMemorySpanExporter, tmp_path: Path
 ) -> None:
-    traced = settings.model_copy(update={"tracing": True})
+    traced = settings.model_copy(update={"tracing": True, "ledger_url": ledger_url})
     run_id = f"trace-{uuid.uuid4().hex[:8]}"
     plan = _plan(run_id, ("look", "quick", {}))
     async with opened_ledger(traced) as ledger, running_worker(traced, identity="traced-worker"):
@@ -111,6 +112,12 @@ async def test_ledger_operations_are_spans_inside_run_activity_and_the_trace_id_
     assert [t["trace_id"] for t in json.loads(listed.stdout)] == [trace_id]
     table = _cli(traced, "tasks", "--run", run_id)
     assert "trace_id" in table.stdout and trace_id in table.stdout, table.stdout
+    # The timeline page (what `agentlease ui` serves and `events --html` writes) shows it too.
+    page = tmp_path / "timeline.html"
+    written = _cli(traced, "events", record.task_id, "--html", str(page))
+    assert written.returncode == 0, written
+    assert f"<code id='trace-id'>{trace_id}</code>" in page.read_text()
+    assert page.read_text().count(f"<td class='trace-id'>{trace_id}</td>") == len(trail)
 
 
 async def test_no_span_is_made_while_tracing_is_off(ledger: Ledger, spans: InMemorySpanExporter) -> None:
