@@ -605,7 +605,13 @@ _StepArg = Annotated[str, typer.Argument(help="The step id.")]
 
 
 def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> None:
-    _show_run(asyncio.run(_send_decision(settings, agent_run_id, update, payload)), as_json)
+    from agentlease.cli.render import decided_title
+
+    status = asyncio.run(_send_decision(settings, agent_run_id, update, payload))
+    if as_json:
+        _show_run(status, as_json)
+    else:
+        out.print(run_table(status, title=decided_title(status, update, getattr(payload, "step_id", None))))
 
 
 async def _send_decision(

@@ -95,9 +95,19 @@ def tasks_table(records: Iterable[TaskRecord], title: str = "tasks") -> Table:
     return table
 
 
-def run_table(status: RunStatus) -> Table:
-    """A run as its workflow's ``status`` query reports it."""
-    table = _table(f"agent run {status.agent_run_id}: {status.status.value}", STEP_COLUMNS)
+def decided_title(status: RunStatus, decision: str, step_id: str | None) -> str:
+    """The heading of a decision's answer: the run's state, and the decided step's status after it,
+    so the heading and the step's row say the same thing."""
+    heading = f"agent run {status.agent_run_id}: {status.status.value}"
+    step = next((t for t in status.tasks if t.step_id == step_id), None)
+    if step is None:
+        return f"{heading} after {decision}"
+    return f"{heading}; after {decision}, step {step.step_id} is {step.status.value}"
+
+
+def run_table(status: RunStatus, title: str | None = None) -> Table:
+    """A run as its workflow's ``status`` query reports it (``title``: default the run's id and state)."""
+    table = _table(title or f"agent run {status.agent_run_id}: {status.status.value}", STEP_COLUMNS)
     for task in status.tasks:
         table.add_row(
             task.step_id,

@@ -111,6 +111,14 @@ def test_bulk_decisions_html_timelines_and_not_found_against_a_dev_stack(
         assert [e["kind"] for e in trail].count("redriven") == 1, trail
         assert next(e for e in trail if e["kind"] == "redriven")["by"] == "sam"
 
+    # One decision's answer: its heading says what its row says.
+    single = cli("redrive", "push-a", "step", *decide, env={**env, "COLUMNS": "300"}, timeout=120)
+    assert single.returncode == 0, single
+    heading = single.stdout.strip().splitlines()[0].strip()
+    [row] = [line for line in single.stdout.splitlines() if line.startswith("│ step ")]
+    step_status = row.split("│")[3].strip()
+    assert heading.endswith(f"after redrive, step step is {step_status}"), single.stdout
+
     cancelled = cli("cancel", "--run", "wire", "--status", "awaiting_approval", "--yes", *decide, env=env)
     assert cancelled.returncode == 0, cancelled
     assert "wire step: cancel sent" in cancelled.stdout, cancelled
