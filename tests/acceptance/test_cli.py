@@ -118,7 +118,9 @@ def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
         str(free_port()),
         env={"AGENTLEASE_METRICS_ADDRESS": metrics_address},
     )
-    dev.wait_for_line(rf"lease metrics:\s+http://{re.escape(metrics_address)}/metrics", timeout=120)
+    # It says that a worker runs in it, and how to run without one.
+    dev.wait_for_line(r"worker:\s+\S+ runs here on queue \S+ and takes its tool calls .*--no-worker", timeout=120)
+    dev.wait_for_line(rf"lease metrics:\s+http://{re.escape(metrics_address)}/metrics", timeout=10)
     env = dev_exports(dev)
     dev.wait_for_line("Ctrl-C stops everything", timeout=10)
 
