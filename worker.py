@@ -23,11 +23,11 @@ from agentlease import search_attributes
 from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.metrics import serving_metrics
+from agentlease.metrics import LeaseMetrics, serving_metrics
 from agentlease.plugin import AgentLeasePlugin
 from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.shutdown import stop_event
-from agentlease.temporal import connect
+from agentlease.temporal import connect, prometheus_runtime
 
 logger = logging.getLogger("agentlease.worker")
 
@@ -95,7 +95,9 @@ async def running_worker(
     """Connect, check (or, with ``migrate_on_start``, migrate) the ledger, and run a worker until the
     block exits (then shut it down).
 
-    With ``settings.metrics_address`` the process's lease metrics are served there meanwhile.
+    With ``settings.metrics_address`` the process's lease metrics (labelled with this worker's
+    namespace and task queue) are served there meanwhile, and with ``settings.temporal_metrics``
+    Temporal's runtime metrics on the same endpoint (``docs/metrics.md``).
 
     Raises:
         TemporalUnavailableError: Temporal is unreachable.
@@ -104,11 +106,15 @@ async def running_worker(
     """
     registry = registry or load_registry(settings.tool_modules)
     identity = identity or settings.worker_identity or default_identity()
-    with serving_metrics(settings.metrics_address):
-        ledger = Ledger.from_url(settings.ledger_url, pool_size=settings.ledger_pool_size)
+    runtime, forward = None, None
+    if settings.metrics_address is not None and settings.temporal_metrics:
+        runtime, forward = prometheus_runtime()  # Temporal's runtime metrics, served on the same endpoint
+    with serving_metrics(settings.metrics_address, forward=forward):
+        scoped = LeaseMetrics(namespace=settings.namespace, task_queue=settings.task_queue)
+        ledger = Ledger.from_url(settings.ledger_url, pool_size=settings.ledger_pool_size, metrics=scoped)
         try:
             await (upgrade if settings.migrate_on_start else require_current)(ledger.database)
-            client = await connect(settings, identity=identity)
+            client = await connect(settings, identity=identity, runtime=runtime)
             problem = await search_attributes.ensure_registered(client, settings.namespace)
             if problem is not None:
                 logger.warning(problem)

@@ -77,6 +77,7 @@ from agentlease.redaction import redact
 from agentlease.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
 from agentlease.secrets import ToolSecrets, ToolSettings, secret_provider
 from agentlease.settings import AgentLeaseSettings
+from agentlease.tracing import current_trace_id
 from reconciliation.policy import RecoveryDecision, classify, decide
 
 EXPECTED = ApplicationErrorCategory.BENIGN
@@ -181,6 +182,7 @@ class LeasedActivities:
             run_id=info.workflow_run_id,
             activity_id=info.activity_id,
             attempt=info.attempt,
+            trace_id=current_trace_id(),  # the RunActivity span's trace, while tracing is on
         )
         heartbeat_timeout = await _heartbeat_timeout(info)
         claiming = asyncio.ensure_future(

@@ -23,20 +23,31 @@ Also: ``agentlease_lease_claims_total{tool,outcome}`` and ``agentlease_settlemen
 (``late_unapplied`` counts the results of superseded attempts, G10).
 
 Label values are bounded: tool names, the five stages, the task statuses and error classes of
-:mod:`agentlease.enums`. Task ids never become labels.
+:mod:`agentlease.enums`. Task ids never become labels. Every metric also starts with the
+:data:`SCOPE` labels ``namespace`` and ``task_queue`` of the worker that recorded it, the names
+Temporal's runtime metrics use, and a worker can serve those on the same endpoint
+(:class:`ForwardedMetrics`; ``docs/metrics.md``).
 """
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from agentlease.errors import ConfigurationError
 
 NONE = "none"
 """Label value of a stage that was never recorded."""
+
+SCOPE = ("namespace", "task_queue")
+"""The labels every lease metric starts with: the Temporal namespace and task queue of the worker that
+recorded it, as Temporal's own runtime metrics label theirs (empty outside a worker: the CLI, the
+sweeper)."""
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _COUNT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 500)
@@ -45,74 +56,75 @@ LEASE_CLAIMS = Counter(
     "agentlease_lease_claims",
     "Claims asked of the ledger, by outcome: granted, held (another lease is valid), closed (settled, "
     "cancelled or waiting for a decision).",
-    ["tool", "outcome"],
+    [*SCOPE, "tool", "outcome"],
 )
 LEASE_ACQUISITION = Histogram(
     "agentlease_lease_acquisition_seconds",
     "Time a granted claim took as its worker waited for it (seconds, worker's monotonic clock), "
     "including the wait for the ledger's connection or write lock.",
-    ["tool"],
+    [*SCOPE, "tool"],
     buckets=_LATENCY_BUCKETS,
 )
 LEASE_RENEWALS = Counter(
     "agentlease_lease_renewals",
     "Renewals (stage changes included), by the stage recorded and outcome: renewed or lost.",
-    ["tool", "stage", "outcome"],
+    [*SCOPE, "tool", "stage", "outcome"],
 )
 RENEWALS_PER_TASK = Histogram(
     "agentlease_lease_renewals_per_task",
     "Renewals a task's leases took over all its attempts, observed when it settles.",
-    ["tool"],
+    [*SCOPE, "tool"],
     buckets=_COUNT_BUCKETS,
 )
 LEASES_EXPIRED = Counter(
     "agentlease_leases_expired",
     "Leases that lapsed without settle or release, by the last durable stage and who found it: "
     "takeover (a later claim) or sweeper. Expiry in commit is a correctness risk.",
-    ["tool", "stage", "by"],
+    [*SCOPE, "tool", "stage", "by"],
 )
 DUPLICATE_DELIVERIES = Counter(
     "agentlease_duplicate_deliveries",
     "Attempts delivered for a task another attempt holds (lease_held) or that already settled (settled).",
-    ["tool", "reason"],
+    [*SCOPE, "tool", "reason"],
 )
 LEASE_RELEASES = Counter(
     "agentlease_lease_releases",
     "Leases given back for a retry, by error class (retryable, shutdown...): retries by error class.",
-    ["tool", "error_class"],
+    [*SCOPE, "tool", "error_class"],
 )
 SETTLEMENTS = Counter(
     "agentlease_settlements",
     "Settle attempts by outcome: settled, or late_unapplied (the result of a superseded attempt, G10).",
-    ["tool", "outcome"],
+    [*SCOPE, "tool", "outcome"],
 )
 SETTLEMENT_LATENCY = Histogram(
     "agentlease_settlement_latency_seconds",
     "Time from entering the commit stage to the settle being durable (seconds, worker's monotonic clock).",
-    ["tool"],
+    [*SCOPE, "tool"],
     buckets=_LATENCY_BUCKETS,
 )
 TASKS_PARKED = Counter(
     "agentlease_tasks_parked",
     "Tasks moved out of circulation until a person decides, by status: dead_lettered, blocked, needs_reconciliation.",
-    ["tool", "status"],
+    [*SCOPE, "tool", "status"],
 )
 CLAIMS_WITHOUT_TRACE = Counter(
     "agentlease_claims_without_trace",
     "Granted claims with no Temporal trace link (workflow id): their evidence cannot be joined to a history.",
-    ["tool"],
+    [*SCOPE, "tool"],
 )
 
 LEDGER_UNAVAILABLE = Counter(
     "agentlease_ledger_unavailable",
     "Ledger operations that failed because the ledger could not be reached, by operation: claim, renew, "
     "settle, release, a park (dead_letter, blocked, needs_reconciliation), decide.",
-    ["tool", "operation"],
+    [*SCOPE, "tool", "operation"],
 )
 LEDGER_DEFERRED_WRITES = Gauge(
     "agentlease_ledger_deferred_writes",
     "Settles, releases and parks this worker could not write during a ledger outage, waiting to be "
     "recorded when the ledger is back.",
+    list(SCOPE),
 )
 
 
@@ -126,9 +138,17 @@ def stage_label(stage: object) -> str:
 class LeaseMetrics:
     """What the ledger and the leased activity report: one call per operation.
 
-    The ledger holds one (default :data:`LEASE_METRICS`); tests may give it another to see what
-    an operation reported.
+    The ledger holds one (default :data:`LEASE_METRICS`, unscoped); a worker's ledger holds one
+    scoped to the worker's namespace and task queue.
+
+    Args:
+        namespace / task_queue: the values of the :data:`SCOPE` labels. Default empty.
     """
+
+    def __init__(self, *, namespace: str = "", task_queue: str = "") -> None:
+        self._scope = (namespace, task_queue)
+        self.namespace = namespace
+        self.task_queue = task_queue
 
     def claim(
         self,
@@ -147,55 +167,55 @@ class LeaseMetrics:
             superseded / superseded_stage: it took over a lapsed lease, last seen in that stage.
             traced: the claim carries a Temporal trace link.
         """
-        LEASE_CLAIMS.labels(tool, outcome).inc()
+        LEASE_CLAIMS.labels(*self._scope, tool, outcome).inc()
         if outcome != "granted":
             return
         if seconds is not None:
-            LEASE_ACQUISITION.labels(tool).observe(seconds)
+            LEASE_ACQUISITION.labels(*self._scope, tool).observe(seconds)
         if superseded:
-            LEASES_EXPIRED.labels(tool, stage_label(superseded_stage), "takeover").inc()
+            LEASES_EXPIRED.labels(*self._scope, tool, stage_label(superseded_stage), "takeover").inc()
         if not traced:
-            CLAIMS_WITHOUT_TRACE.labels(tool).inc()
+            CLAIMS_WITHOUT_TRACE.labels(*self._scope, tool).inc()
 
     def renewal(self, tool: str, stage: object, *, renewed: bool) -> None:
         """A renewal (or stage change), granted or lost."""
-        LEASE_RENEWALS.labels(tool, stage_label(stage), "renewed" if renewed else "lost").inc()
+        LEASE_RENEWALS.labels(*self._scope, tool, stage_label(stage), "renewed" if renewed else "lost").inc()
 
     def settle(self, tool: str, *, settled: bool, renewals: int | None = None) -> None:
         """A settle: ``settled`` with the task's renewal count, or refused (``late_unapplied``)."""
-        SETTLEMENTS.labels(tool, "settled" if settled else "late_unapplied").inc()
+        SETTLEMENTS.labels(*self._scope, tool, "settled" if settled else "late_unapplied").inc()
         if settled and renewals is not None:
-            RENEWALS_PER_TASK.labels(tool).observe(renewals)
+            RENEWALS_PER_TASK.labels(*self._scope, tool).observe(renewals)
 
     def lease_end(self, tool: str, status: object, error_class: object) -> None:
         """A holder ended its lease: released (a retry, by error class) or parked until a person decides."""
         value = stage_label(status)
         if value == "released":
-            LEASE_RELEASES.labels(tool, stage_label(error_class)).inc()
+            LEASE_RELEASES.labels(*self._scope, tool, stage_label(error_class)).inc()
         else:
-            TASKS_PARKED.labels(tool, value).inc()
+            TASKS_PARKED.labels(*self._scope, tool, value).inc()
 
     def expiry(self, tool: str, stage: object, *, by: str, parked: object = None) -> None:
         """A lapsed lease recorded (by the sweeper), and the status it parked the task in, if any."""
-        LEASES_EXPIRED.labels(tool, stage_label(stage), by).inc()
+        LEASES_EXPIRED.labels(*self._scope, tool, stage_label(stage), by).inc()
         if parked is not None:
-            TASKS_PARKED.labels(tool, stage_label(parked)).inc()
+            TASKS_PARKED.labels(*self._scope, tool, stage_label(parked)).inc()
 
     def duplicate_delivery(self, tool: str, reason: str) -> None:
         """An attempt delivered for a task another attempt holds (``lease_held``) or that settled (``settled``)."""
-        DUPLICATE_DELIVERIES.labels(tool, reason).inc()
+        DUPLICATE_DELIVERIES.labels(*self._scope, tool, reason).inc()
 
     def settlement_latency(self, tool: str, seconds: float) -> None:
         """Seconds from entering ``commit`` to a durable settle."""
-        SETTLEMENT_LATENCY.labels(tool).observe(seconds)
+        SETTLEMENT_LATENCY.labels(*self._scope, tool).observe(seconds)
 
     def ledger_unavailable(self, tool: str, operation: str) -> None:
         """A ledger operation failed because the ledger could not be reached."""
-        LEDGER_UNAVAILABLE.labels(tool or NONE, operation).inc()
+        LEDGER_UNAVAILABLE.labels(*self._scope, tool or NONE, operation).inc()
 
     def deferred_writes(self, pending: int) -> None:
         """How many writes wait for the ledger to come back."""
-        LEDGER_DEFERRED_WRITES.set(pending)
+        LEDGER_DEFERRED_WRITES.labels(*self._scope).set(pending)
 
 
 LEASE_METRICS = LeaseMetrics()
@@ -241,9 +261,52 @@ class MetricsServer:
         self._thread.join()
 
 
+class ForwardedMetrics:
+    """A collector that re-exports the samples of another Prometheus endpoint (Temporal's runtime metrics).
+
+    Each scrape of the endpoint that serves it reads ``url`` once (timeout ``timeout_s``, default 2s);
+    an endpoint that does not answer adds nothing to that scrape.
+    """
+
+    def __init__(self, url: str, *, timeout_s: float = 2.0) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+
+    def describe(self) -> list[Metric]:
+        return []  # not known in advance: never checked against the registry's names
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
+                text = response.read().decode("utf-8")
+        except OSError:
+            return
+        yield from text_string_to_metric_families(text)
+
+
+class _Chain:
+    """Every metric of ``registry``, then those of ``extra`` (one exposition)."""
+
+    def __init__(self, registry: CollectorRegistry, extra: ForwardedMetrics) -> None:
+        self._registry = registry
+        self._extra = extra
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._registry.collect()
+        yield from self._extra.collect()
+
+
 @contextmanager
-def serving_metrics(address: str | None) -> Iterator[MetricsServer | None]:
+def serving_metrics(address: str | None, *, forward: str | None = None) -> Iterator[MetricsServer | None]:
     """Serve the lease metrics on ``address`` for the duration of the block; ``None``: not served.
+
+    Args:
+        address: ``HOST:PORT``, or ``None``.
+        forward: the URL of another Prometheus endpoint (Temporal's runtime metrics, see
+            :func:`agentlease.temporal.prometheus_runtime`) whose samples the same endpoint serves too.
 
     Raises:
         ConfigurationError: see :class:`MetricsServer`.
@@ -251,7 +314,11 @@ def serving_metrics(address: str | None) -> Iterator[MetricsServer | None]:
     if address is None:
         yield None
         return
-    server = MetricsServer(address)
+    registry = REGISTRY
+    if forward is not None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Chain(REGISTRY, ForwardedMetrics(forward)))
+    server = MetricsServer(address, registry=registry)
     try:
         yield server
     finally:
@@ -270,9 +337,11 @@ __all__ = [
     "LEDGER_DEFERRED_WRITES",
     "LEDGER_UNAVAILABLE",
     "RENEWALS_PER_TASK",
+    "SCOPE",
     "SETTLEMENTS",
     "SETTLEMENT_LATENCY",
     "TASKS_PARKED",
+    "ForwardedMetrics",
     "LeaseMetrics",
     "MetricsServer",
     "parse_address",

@@ -38,6 +38,7 @@ from activities.tool import ToolSpec
 from agentlease.decision_auth import decision_verifier
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.metrics import LeaseMetrics
 from agentlease.redaction import configure as configure_redaction
 from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.temporal import load_object
@@ -98,7 +99,11 @@ class AgentLeasePlugin(SimplePlugin):
         else:
             self.registry = tool_registry(self.settings.tool_modules if tools is None else tools, builtins=builtins)
         self._owns_ledger = ledger is None
-        self.ledger = ledger or Ledger.from_url(self.settings.ledger_url, pool_size=self.settings.ledger_pool_size)
+        self.ledger = ledger or Ledger.from_url(
+            self.settings.ledger_url,
+            pool_size=self.settings.ledger_pool_size,
+            metrics=LeaseMetrics(namespace=self.settings.namespace, task_queue=self.settings.task_queue),
+        )
         self.resources = ToolResources()
         if self.settings.redactor:
             configure_redaction(load_object(self.settings.redactor, "redactor", factory=False))

@@ -56,12 +56,14 @@ def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
 
 
 class TraceLink(_Frozen):
-    """Where an attempt ran in Temporal: links the evidence trail to the event history."""
+    """Where an attempt ran in Temporal: links the evidence trail to the event history, and (with
+    tracing on) to the attempt's OpenTelemetry trace: ``trace_id``, 32 lowercase hex digits."""
 
     workflow_id: str | None = None
     run_id: str | None = None
     activity_id: str | None = None
     attempt: int | None = None
+    trace_id: str | None = None
 
     @classmethod
     def from_mapping(cls, m: Any) -> TraceLink:
@@ -71,6 +73,7 @@ class TraceLink(_Frozen):
             run_id=m["trace_run_id"],
             activity_id=m["trace_activity_id"],
             attempt=m["trace_attempt"],
+            trace_id=m.get("trace_id"),
         )
 
     def columns(self) -> dict[str, Any]:
@@ -80,6 +83,7 @@ class TraceLink(_Frozen):
             "trace_run_id": self.run_id,
             "trace_activity_id": self.activity_id,
             "trace_attempt": self.attempt,
+            "trace_id": self.trace_id,
         }
 
 

@@ -60,6 +60,11 @@ class AgentLeaseSettings(BaseSettings):
         ledger_pool_size: PostgreSQL connections one process (worker, sweeper) keeps to the ledger, at
             most; no overflow. Default 10. Size it so that workers x pool size (+ sweepers, CLI)
             stays under the server's ``max_connections`` (``docs/operations.md``).
+        tracing: trace ledger operations with OpenTelemetry inside Temporal's activity spans, the
+            exporter set by the standard ``OTEL_*`` variables (needs ``agentlease[otel]``;
+            ``docs/tracing.md``). Default false.
+        temporal_metrics: with ``metrics_address``, a worker also serves Temporal's runtime metrics
+            (``temporal_*``) on the same endpoint (``docs/metrics.md``). Default true.
         migrate_on_start: a worker brings the ledger schema to the newest revision when it starts.
             Default false: run ``agentlease db upgrade`` once per release, and a worker refuses to
             start on a schema it does not expect.
@@ -136,6 +141,8 @@ class AgentLeaseSettings(BaseSettings):
     decision_max_age: timedelta = Field(default=timedelta(minutes=15), gt=timedelta(0))
     redactor: str | None = None
     secret_provider: str | None = None
+    tracing: bool = False
+    temporal_metrics: bool = True
 
     @field_validator(
         "shutdown_grace", "decision_timeout", "sticky_schedule_to_start", "decision_max_age", mode="before"

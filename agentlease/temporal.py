@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import importlib
 import inspect
+import socket
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -16,8 +17,10 @@ from temporalio.client import Client, Interceptor, Plugin
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes, PayloadCodec
 from temporalio.plugin import SimplePlugin
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, TLSConfig
 
+from agentlease import tracing
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.settings import AgentLeaseSettings
 
@@ -49,6 +52,7 @@ async def connect(
     plugins: Sequence[Plugin] = (),
     interceptors: Sequence[Interceptor] = (),
     data_converter: DataConverter | None = None,
+    runtime: Any = None,
 ) -> Client:
     """A Temporal client for agentlease.
 
@@ -65,6 +69,11 @@ async def connect(
         data_converter: the converter; default ``settings.data_converter``, else the pydantic
             converter when no plugin is given, else the SDK's default (a framework plugin replaces
             it with its own). agentlease's payloads are plain JSON, so any JSON converter reads them.
+        runtime: the SDK runtime (``temporalio.runtime.Runtime``: its telemetry, e.g. the worker's
+            Temporal metrics, see :mod:`agentlease.runtime_metrics`); default the SDK's.
+
+    With ``settings.tracing`` the client (and every worker made from it) also carries Temporal's
+    ``TracingInterceptor`` (:mod:`agentlease.tracing`, ``docs/tracing.md``).
 
     Raises:
         TemporalUnavailableError: the server is unreachable, refused the connection, or did not
@@ -93,6 +102,13 @@ async def connect(
     tls = tls_config(settings)
     if settings.temporal_api_key:
         options["api_key"] = settings.temporal_api_key
+    if runtime is not None:
+        options["runtime"] = runtime
+    every_interceptor = list(interceptors)
+    if settings.tracing:
+        if not tracing.enabled():
+            tracing.configure_tracing()
+        every_interceptor += tracing.temporal_interceptors()
     try:
         async with asyncio.timeout(timeout.total_seconds()):
             return await Client.connect(
@@ -102,7 +118,7 @@ async def connect(
                 connect_timeout=timeout,
                 tls=tls,
                 plugins=every_plugin,
-                interceptors=list(interceptors),
+                interceptors=every_interceptor,
                 **options,
             )
     except TimeoutError:
@@ -170,6 +186,27 @@ def with_codec(converter: DataConverter, codec: PayloadCodec) -> DataConverter:
     return dataclasses.replace(
         converter, payload_codec=codec, failure_converter_class=DefaultFailureConverterWithEncodedAttributes
     )
+
+
+def prometheus_runtime() -> tuple[Runtime, str]:
+    """An SDK runtime whose metrics (``temporal_*``) Temporal serves on a free loopback port, and that
+    endpoint's URL, for :func:`agentlease.metrics.serving_metrics` to re-export (``docs/metrics.md``).
+
+    Counters carry the ``_total`` suffix and durations are in seconds, like the lease metrics.
+
+    Raises:
+        ConfigurationError: the runtime could not bind its port.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    prometheus = PrometheusConfig(bind_address=address, counters_total_suffix=True, durations_as_seconds=True)
+    try:
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=prometheus))
+    except RuntimeError as exc:  # how the SDK's core reports a port it cannot bind
+        raise ConfigurationError(f"cannot serve Temporal's runtime metrics on {address}: {exc}") from None
+    return runtime, f"http://{address}/metrics"
 
 
 def load_object(path: str, what: str, *, factory: bool = True) -> Any:

@@ -77,8 +77,16 @@ def _global(
         typer.Option(envvar="AGENTLEASE_TOOL_MODULES", help="Comma-separated modules whose tools are served."),
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(envvar="AGENTLEASE_DATA_DIR", help="Files of demo and dev.")] = None,
+    decision_timeout: Annotated[
+        float | None,
+        typer.Option(
+            envvar="AGENTLEASE_DECISION_TIMEOUT",
+            help="Seconds approve/reject/reconcile/redrive/cancel/status wait for a worker. Default 30.",
+        ),
+    ] = None,
 ) -> None:
     overrides: dict[str, Any] = {
+        "decision_timeout": decision_timeout,
         "temporal_address": temporal_address,
         "namespace": namespace,
         "task_queue": task_queue,
@@ -171,21 +179,127 @@ def worker(
             help="Long polls for workflow tasks kept open at most (at least 2: sticky and normal). Default 2.",
         ),
     ] = None,
+    identity: Annotated[
+        str | None,
+        typer.Option(
+            "--identity",
+            envvar="AGENTLEASE_WORKER_IDENTITY",
+            help="Lease owner and Temporal identity; default HOST:PID.",
+        ),
+    ] = None,
+    shutdown_grace: Annotated[
+        float | None,
+        typer.Option(
+            envvar="AGENTLEASE_SHUTDOWN_GRACE", help="Seconds running tools may finish after SIGTERM. Default 30."
+        ),
+    ] = None,
+    max_concurrent_activities: Annotated[
+        int | None,
+        typer.Option(envvar="AGENTLEASE_MAX_CONCURRENT_ACTIVITIES", help="Tool calls run at once. Default 100."),
+    ] = None,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AGENTLEASE_METRICS_ADDRESS",
+            help="HOST:PORT serving GET /metrics (lease metrics and Temporal's). Default: not served.",
+        ),
+    ] = None,
+    temporal_metrics: Annotated[
+        bool | None,
+        typer.Option(
+            "--temporal-metrics/--no-temporal-metrics",
+            envvar="AGENTLEASE_TEMPORAL_METRICS",
+            help="Also serve Temporal's runtime metrics (temporal_*) on the metrics address. Default on.",
+        ),
+    ] = None,
+    tracing: Annotated[
+        bool | None,
+        typer.Option(
+            "--tracing/--no-tracing",
+            envvar="AGENTLEASE_TRACING",
+            help="Trace ledger operations with OpenTelemetry (OTEL_* variables; agentlease[otel]). Default off.",
+        ),
+    ] = None,
+    workflow_modules: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_WORKFLOW_MODULES", help="Comma-separated modules whose workflows are served."),
+    ] = None,
+    plugins: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_PLUGINS", help="Comma-separated module:attribute Temporal client plugins."),
+    ] = None,
+    data_converter: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_DATA_CONVERTER", help="module:attribute of the Temporal data converter."),
+    ] = None,
+    ledger_pool_size: Annotated[
+        int | None,
+        typer.Option(envvar="AGENTLEASE_LEDGER_POOL_SIZE", help="PostgreSQL connections to the ledger. Default 10."),
+    ] = None,
+    migrate_on_start: Annotated[
+        bool | None,
+        typer.Option(
+            "--migrate-on-start/--no-migrate-on-start",
+            envvar="AGENTLEASE_MIGRATE_ON_START",
+            help="Bring the ledger schema to the newest revision at start. Default off.",
+        ),
+    ] = None,
+    http_base_url: Annotated[
+        str | None, typer.Option(envvar="AGENTLEASE_HTTP_BASE_URL", help="Base of the HTTP tools' relative URLs.")
+    ] = None,
+    sql_target_url: Annotated[
+        str | None, typer.Option(envvar="AGENTLEASE_SQL_TARGET_URL", help="Database the sql_upsert tool writes.")
+    ] = None,
+    publish_base_url: Annotated[
+        str | None, typer.Option(envvar="AGENTLEASE_PUBLISH_BASE_URL", help="Publishing service of http_publish.")
+    ] = None,
+    smtp_host: Annotated[
+        str | None, typer.Option(envvar="AGENTLEASE_SMTP_HOST", help="SMTP server of smtp_send.")
+    ] = None,
+    smtp_port: Annotated[int | None, typer.Option(envvar="AGENTLEASE_SMTP_PORT", help="Its port. Default 25.")] = None,
 ) -> None:
-    """Run a worker: the AgentRunWorkflow and every registered tool. Stops on SIGTERM/Ctrl-C."""
+    """Run a worker: the AgentRunWorkflow and every registered tool. Stops on SIGTERM/Ctrl-C.
+
+    The connection flags (--temporal-address, --namespace, --task-queue, --ledger-url, --tool-modules)
+    go before the command: `agentlease --task-queue Q worker`.
+    """
+    from activities.registry import load_registry
     from agentlease.databases import display_url
+    from agentlease.settings import default_identity
     from worker import serve
 
     overrides = {
         "sticky_schedule_to_start": sticky_schedule_to_start,
         "activity_pollers": activity_pollers,
         "workflow_pollers": workflow_pollers,
+        "worker_identity": identity,
+        "shutdown_grace": shutdown_grace,
+        "max_concurrent_activities": max_concurrent_activities,
+        "metrics_address": metrics_address,
+        "temporal_metrics": temporal_metrics,
+        "tracing": tracing,
+        "workflow_modules": workflow_modules,
+        "plugins": plugins,
+        "data_converter": data_converter,
+        "ledger_pool_size": ledger_pool_size,
+        "migrate_on_start": migrate_on_start,
+        "http_base_url": http_base_url,
+        "sql_target_url": sql_target_url,
+        "publish_base_url": publish_base_url,
+        "smtp_host": smtp_host,
+        "smtp_port": smtp_port,
     }
     settings = _with(_settings(ctx), overrides)
+    settings = _with(settings, {"worker_identity": settings.worker_identity or default_identity()})
     _log_in_one_line()
-    ledger = display_url(settings.ledger_url)
-    err.print(f"worker on {settings.temporal_address} queue {settings.task_queue}, ledger {ledger}")
-    err.print(f"decisions in {settings.decision_mode} mode; payloads {_payloads(settings)}")
+    tools = ", ".join(load_registry(settings.tool_modules).names())
+    err.print(
+        f"worker on {settings.temporal_address} namespace {settings.namespace} queue {settings.task_queue} "
+        f"as {settings.worker_identity}, ledger {display_url(settings.ledger_url)}",
+        markup=False,
+    )
+    err.print(f"tools: {tools}", markup=False)
+    err.print(f"decisions in {settings.decision_mode} mode; payloads {_payloads(settings)}", markup=False)
     if settings.metrics_address is not None:
         err.print(f"lease metrics on http://{settings.metrics_address}/metrics")
     asyncio.run(serve(settings))
@@ -424,6 +538,12 @@ def events(
     ] = False,
     limit: _Limit = None,
     as_json: _JsonList = False,
+    html_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Write the timeline (a task's, or every task's of --run) to this self-contained HTML file."
+        ),
+    ] = None,
 ) -> None:
     """Show the evidence trail: claims, renewals, releases, settles, lease losses, late results."""
     from agentlease.cli.listings import check_limit, follow_events, list_events
@@ -433,6 +553,11 @@ def events(
     check_limit(limit)
     if follow and limit is not None:
         raise ConfigurationError("--follow prints every new entry; it takes no --limit")
+    if html_file is not None:
+        if follow or as_json or limit is not None:
+            raise ConfigurationError("--html writes the whole timeline; it takes no --follow, --json or --limit")
+        _write_timeline(_settings(ctx), task_id, run_filter, html_file)
+        return
 
     async def _list() -> None:
         async with _ledger(_settings(ctx)) as ledger:
@@ -450,6 +575,28 @@ def events(
     asyncio.run(_list())
 
 
+def _write_timeline(settings: AgentLeaseSettings, task_id: str | None, agent_run_id: str | None, path: Path) -> None:
+    """``events --html``: the timeline page of a task (or of every task of a run) as one file."""
+    from agentlease.cli.listings import require_subject
+    from agentlease.ui.timeline import run_timelines_page, timeline_page
+
+    async def _page() -> str:
+        async with _ledger(settings) as ledger:
+            await require_subject(ledger, task_id, agent_run_id)
+            if task_id is not None:
+                return timeline_page(await ledger.get_task(task_id), await ledger.events(task_id))
+            assert agent_run_id is not None
+            tasks = [(task, await ledger.events(task.task_id)) for task in await ledger.list_tasks(agent_run_id)]
+            return run_timelines_page(agent_run_id, tasks)
+
+    page = asyncio.run(_page())
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise AgentLeaseError(f"cannot write {path}: {exc.strerror or exc}") from None
+    out.print(f"wrote the lease timeline of {task_id or agent_run_id} to {path}", markup=False)
+
+
 _By = Annotated[
     str | None,
     typer.Option(
@@ -464,6 +611,23 @@ _StepArg = Annotated[str, typer.Argument(help="The step id.")]
 
 
 def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> None:
+    from agentlease.cli.render import decided_title
+
+    status = asyncio.run(_send_decision(settings, agent_run_id, update, payload))
+    if as_json:
+        _show_run(status, as_json)
+    else:
+        out.print(run_table(status, title=decided_title(status, update, getattr(payload, "step_id", None))))
+
+
+async def _send_decision(
+    settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, client: Any = None
+) -> RunStatus:
+    """Send a decision update to a run and wait for its answer, each step within the decision timeout.
+
+    Raises:
+        ConfigurationError: the run refused it (its validator); AgentLeaseError: no answer in time.
+    """
     from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 
     from agentlease.temporal import connect
@@ -490,22 +654,19 @@ def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payloa
         key = OperatorKey(settings.operator_key)
         payload = payload.model_copy(update={"proof": key.sign(agent_run_id, update, payload.model_dump(mode="json"))})
 
-    async def _send() -> RunStatus:
-        client = await connect(settings)
-        handle = client.get_workflow_handle(agent_run_id)
-        accepted = await _within_limit(
-            handle.start_update(update, payload, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=RunStatus),
-            # Temporal keeps the admitted update: it may still apply when a worker picks the run up.
-            f"{update}: no worker took the decision for agent run {agent_run_id} within {limit:g}s; is a worker "
-            "running for its task queue? The request may still be applied when one starts",
-        )
-        return await _within_limit(
-            accepted.result(),
-            f"{update}: accepted by agent run {agent_run_id} but not finished within {limit:g}s; "
-            f"follow it with `agentlease status {agent_run_id}`",
-        )
-
-    _show_run(asyncio.run(_send()), as_json)
+    client = client or await connect(settings)
+    handle = client.get_workflow_handle(agent_run_id)
+    accepted = await _within_limit(
+        handle.start_update(update, payload, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=RunStatus),
+        # Temporal keeps the admitted update: it may still apply when a worker picks the run up.
+        f"{update}: no worker took the decision for agent run {agent_run_id} within {limit:g}s; is a worker "
+        "running for its task queue? The request may still be applied when one starts",
+    )
+    return await _within_limit(
+        accepted.result(),
+        f"{update}: accepted by agent run {agent_run_id} but not finished within {limit:g}s; "
+        f"follow it with `agentlease status {agent_run_id}`",
+    )
 
 
 def _step_decision(update: str, summary: str) -> None:
@@ -530,7 +691,104 @@ def _step_decision(update: str, summary: str) -> None:
 
 _step_decision("approve", "Approve a tool call that waits for approval (every unsafe tool does, by default).")
 _step_decision("reject", "Reject a tool call that waits for approval: it never runs.")
-_step_decision("redrive", "Send a dead-lettered or blocked task back to work (its attempt budget restarts).")
+
+
+_RunFilter = Annotated[str | None, typer.Option("--run", help="Bulk: tasks of this agent run.")]
+_StatusFilter = Annotated[
+    list[str] | None, typer.Option("--status", help="Bulk: tasks in this status (repeat, or comma-separate).")
+]
+_ToolFilter = Annotated[str | None, typer.Option("--tool", help="Bulk: tasks of this tool.")]
+_Yes = Annotated[bool, typer.Option("--yes", help="Bulk: decide every matching task without asking.")]
+
+
+def _bulk_decision(
+    settings: AgentLeaseSettings,
+    kind: Any,
+    *,
+    run_filter: str | None,
+    status: list[str] | None,
+    tool: str | None,
+    yes: bool,
+    request: Any,
+    as_json: bool,
+) -> None:
+    """``redrive`` / ``cancel`` by filter: list the matching tasks, confirm, then decide each one."""
+    from agentlease.cli.bulk import confirm_bulk, decide_each, select_tasks
+    from agentlease.cli.listings import parse_statuses
+    from agentlease.temporal import connect
+
+    async def _select() -> list[Any]:
+        async with _ledger(settings) as ledger:
+            return await select_tasks(ledger, kind, run_filter, parse_statuses(status), tool)
+
+    chosen = asyncio.run(_select())
+    confirm_bulk(chosen, kind, yes=yes, out=out, err=err)
+
+    async def _each() -> int:
+        client = await connect(settings)
+        return await decide_each(
+            chosen,
+            lambda task: _send_decision(settings, task.agent_run_id, kind.value, request(task.step_id), client),
+            kind=kind,
+            as_json=as_json,
+            out=out,
+            err=err,
+        )
+
+    if failed := asyncio.run(_each()):
+        raise AgentLeaseError(f"{kind.value}: {failed} of {len(chosen)} tasks refused or not decided (see above)")
+
+
+@app.command()
+def redrive(
+    ctx: typer.Context,
+    agent_run_id: Annotated[str | None, typer.Argument(help="The agent run; omit to redrive by filter.")] = None,
+    step_id: Annotated[str | None, typer.Argument(help="The step id.")] = None,
+    *,
+    by: _By = None,
+    reason: _Why,
+    run_filter: _RunFilter = None,
+    status: _StatusFilter = None,
+    tool: _ToolFilter = None,
+    yes: _Yes = False,
+    as_json: _Json = False,
+) -> None:
+    """Send a dead-lettered or blocked task back to work (its attempt budget restarts).
+
+    With --run/--status/--tool instead of RUN_ID STEP_ID: every matching task, after a confirmation
+    (--yes skips it).
+    """
+    from agentlease.decisions import DecisionRequest
+    from agentlease.enums import DecisionKind
+
+    settings = _settings(ctx)
+    if agent_run_id is None:
+        if not (run_filter or status or tool):
+            raise ConfigurationError("name RUN_ID STEP_ID, or filter with --run, --status or --tool")
+
+        def request(step: str) -> Any:
+            return _request(DecisionRequest, settings, step_id=step, by=by, reason=reason)
+
+        _bulk_decision(
+            settings,
+            DecisionKind.REDRIVE,
+            run_filter=run_filter,
+            status=status,
+            tool=tool,
+            yes=yes,
+            request=request,
+            as_json=as_json,
+        )
+        return
+    if step_id is None or run_filter or status or tool:
+        raise ConfigurationError("name RUN_ID STEP_ID, or filter with --run, --status or --tool, not both")
+    _decide(
+        settings,
+        agent_run_id,
+        "redrive",
+        _request(DecisionRequest, settings, step_id=step_id, by=by, reason=reason),
+        as_json,
+    )
 
 
 @app.command()
@@ -582,17 +840,48 @@ def reconcile(
 @app.command()
 def cancel(
     ctx: typer.Context,
-    agent_run_id: _Run,
+    agent_run_id: Annotated[
+        str | None, typer.Argument(help="The agent run (workflow) id; omit to cancel by filter.")
+    ] = None,
     step_id: Annotated[str | None, typer.Argument(help="The step id; omit to cancel the whole run.")] = None,
     *,
     by: _By = None,
     reason: _Why,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    run_filter: _RunFilter = None,
+    status: _StatusFilter = None,
+    tool: _ToolFilter = None,
+    yes: _Yes = False,
 ) -> None:
-    """Cancel one task or the whole run; cancelled stays cancelled."""
+    """Cancel one task or the whole run; cancelled stays cancelled.
+
+    With --run/--status/--tool instead of RUN_ID: every matching task that can be cancelled, after a
+    confirmation (--yes skips it).
+    """
     from agentlease.decisions import CancelRequest
+    from agentlease.enums import DecisionKind
 
     settings = _settings(ctx)
+    if agent_run_id is None:
+        if not (run_filter or status or tool):
+            raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool")
+
+        def request(step: str) -> Any:
+            return _request(CancelRequest, settings, step_id=step, by=by, reason=reason)
+
+        _bulk_decision(
+            settings,
+            DecisionKind.CANCEL,
+            run_filter=run_filter,
+            status=status,
+            tool=tool,
+            yes=yes,
+            request=request,
+            as_json=as_json,
+        )
+        return
+    if run_filter or status or tool:
+        raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool, not both")
     _decide(
         settings,
         agent_run_id,
@@ -646,6 +935,10 @@ def sweep(
     ctx: typer.Context,
     once: Annotated[bool, typer.Option("--once", help="Sweep once, print the counts and exit.")] = False,
     interval_s: Annotated[float, typer.Option(help="Seconds between sweeps.")] = 5.0,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_METRICS_ADDRESS", help="HOST:PORT serving the sweeper's GET /metrics."),
+    ] = None,
 ) -> None:
     """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
     from activities.registry import load_registry
@@ -653,7 +946,7 @@ def sweep(
     from agentlease.shutdown import stop_event
     from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings
 
-    settings = _settings(ctx)
+    settings = _with(_settings(ctx), {"metrics_address": metrics_address})
     limits = {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
     try:
         options = SweeperSettings(interval=timedelta(seconds=interval_s), max_attempts_by_tool=limits)
@@ -837,11 +1130,21 @@ def dev(
     ctx: typer.Context,
     port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
+    with_worker: Annotated[
+        bool,
+        typer.Option(
+            "--worker/--no-worker",
+            help="Run a worker in this process (it takes the queue's tool calls beside your own workers).",
+        ),
+    ] = True,
 ) -> None:
-    """Run the embedded stack in the foreground until Ctrl-C; prints where the Temporal UI is."""
+    """Run the embedded stack (Temporal dev server, ledger, example services and a worker) until Ctrl-C.
+
+    Prints where the Temporal UI is and the exports a second shell needs.
+    """
     from agentlease.cli.local import run_dev
 
-    asyncio.run(run_dev(_settings(ctx), err, port=port, ui_port=ui_port))
+    asyncio.run(run_dev(_settings(ctx), err, port=port, ui_port=ui_port, worker=with_worker))
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -883,6 +1186,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     delivered with ``os._exit`` after flushing logs and standard streams.
     """
     code = _run(argv)
+    from agentlease.tracing import flush
+
+    flush()  # spans still buffered for the OTLP exporter (tracing on), before the exit below skips atexit
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError):  # a reader that went away: nothing left to deliver to

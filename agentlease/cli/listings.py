@@ -20,6 +20,7 @@ from agentlease.cli.render import (
     EVENT_COLUMNS,
     event_cells,
     events_table,
+    plain,
     runs_table,
     tasks_table,
     write_json_array,
@@ -153,13 +154,13 @@ async def list_tasks(
     """
     first, pages = await _first_page(task_pages(ledger.database, which, limit=_wanted(limit, as_json)))
     if not first and which.agent_run_id is not None:
-        await _require_subject(ledger, None, which.agent_run_id)
+        await require_subject(ledger, None, which.agent_run_id)
     await _show(pages, limit=limit, as_json=as_json, out=out, render=lambda rows: tasks_table(rows, title=title))
 
 
 def _waiting_json(record: TaskRecord) -> dict[str, Any]:
     return {
-        **record.as_json(),
+        **plain(record),
         "suggested_commands": suggested_commands(record.status, record.agent_run_id, record.step_id),
     }
 
@@ -229,12 +230,13 @@ async def list_events(
     pages = event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, limit=_wanted(limit, as_json))
     first, pages = await _first_page(pages)
     if not first:
-        await _require_subject(ledger, task_id, agent_run_id)
+        await require_subject(ledger, task_id, agent_run_id)
     title = f"evidence trail of {task_id or agent_run_id}"
     await _show(pages, limit=limit, as_json=as_json, out=out, render=lambda rows: events_table(rows, title=title))
 
 
-async def _require_subject(ledger: Ledger, task_id: str | None, agent_run_id: str | None) -> None:
+async def require_subject(ledger: Ledger, task_id: str | None, agent_run_id: str | None) -> None:
+    """Raises AgentLeaseError (exit 1) when the ledger has no such task or agent run."""
     if task_id is not None and not await has_task(ledger.database, task_id):
         raise AgentLeaseError(f"no task {task_id!r} in the ledger {ledger.database.url}")
     if agent_run_id is not None and not await has_run(ledger.database, agent_run_id):
@@ -259,7 +261,7 @@ async def follow_events(
     Raises:
         AgentLeaseError: the ledger has no such task or run.
     """
-    await _require_subject(ledger, task_id, agent_run_id)
+    await require_subject(ledger, task_id, agent_run_id)
     if not as_json:
         out.print("  ".join(EVENT_COLUMNS), markup=False)
     after: int | None = None
@@ -292,4 +294,5 @@ __all__ = [
     "list_waiting",
     "parse_since",
     "parse_statuses",
+    "require_subject",
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,7 @@ from agentlease.errors import AgentLeaseError
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
-from agentlease.settings import AgentLeaseSettings
+from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.shutdown import stop_event
 from workflows.agent_run import AgentRunWorkflow
 
@@ -102,29 +104,72 @@ async def _approving(handle: WorkflowHandle[Any, Any], err: Console) -> Any:
     return await result
 
 
-async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_port: int) -> None:
-    """Run the stack in the foreground until SIGINT, SIGTERM or SIGHUP; then stop all of it."""
+async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_port: int, worker: bool = True) -> None:
+    """Run the stack in the foreground until SIGINT, SIGTERM or SIGHUP; then stop all of it.
+
+    With ``worker`` (the default) a worker runs in this process too and takes tool calls from the
+    stack's task queue beside any worker started from another shell; the banner says so.
+    """
     stop = stop_event()
-    async with local_stack(settings, port=port, ui_port=ui_port) as stack:
+    if worker:
+        settings = settings.model_copy(update={"worker_identity": settings.worker_identity or default_identity()})
+    async with local_stack(settings, port=port, ui_port=ui_port, worker=worker) as stack:
         s = stack.settings
         ledger_url, sql_url = display_url(s.ledger_url), s.sql_target_url and display_url(s.sql_target_url)
         err.print(f"Temporal UI:      {stack.ui_url}")
         err.print(f"Temporal server:  {s.temporal_address} (namespace {s.namespace}, queue {s.task_queue})")
-        err.print(f"ledger:           {ledger_url}")
+        err.print(f"ledger:           {ledger_url}", markup=False)
         err.print(f"decisions:        {s.decision_mode} mode (docs/security.md, Authenticated decisions)")
+        if worker:
+            tools = ", ".join(load_registry(s.tool_modules).names())
+            err.print(
+                f"worker:           {s.worker_identity} runs here on queue {s.task_queue} and takes its tool calls "
+                f"(tools: {tools}); `agentlease dev --no-worker` runs none",
+                markup=False,
+            )
+        else:
+            err.print(
+                f"worker:           none runs here (--no-worker): start `agentlease worker` for queue {s.task_queue}"
+            )
         if s.metrics_address is not None:
             err.print(f"lease metrics:    http://{s.metrics_address}/metrics")
         err.print(f"example services: files {s.http_base_url}  sql {sql_url}")
         err.print(f"                  publishing {s.publish_base_url}  smtp {s.smtp_host}:{s.smtp_port}")
         err.print("in another shell:")
-        err.print(f"  export AGENTLEASE_TEMPORAL_ADDRESS={s.temporal_address} AGENTLEASE_TASK_QUEUE={s.task_queue}")
-        hidden = " (with the password you set)" if ledger_url != s.ledger_url or sql_url != s.sql_target_url else ""
-        err.print(f"  export AGENTLEASE_LEDGER_URL={ledger_url}{hidden}")
-        err.print(f"  export AGENTLEASE_HTTP_BASE_URL={s.http_base_url} AGENTLEASE_SQL_TARGET_URL={sql_url}")
-        err.print(
-            f"  export AGENTLEASE_PUBLISH_BASE_URL={s.publish_base_url} "
-            f"AGENTLEASE_SMTP_HOST={s.smtp_host} AGENTLEASE_SMTP_PORT={s.smtp_port}"
-        )
+        lines, masked = export_lines(s)
+        for line in lines:
+            err.print(f"  {line}", markup=False, highlight=False)
+        if masked:
+            err.print("  (passwords in URLs are shown as ***: put the real ones in the exports)")
         err.print("  agentlease run examples/plans/restock.json --wait")
         err.print("Ctrl-C stops everything.")
         await stop.wait()
+
+
+def export_lines(settings: AgentLeaseSettings) -> tuple[list[str], bool]:
+    """The ``export`` lines a second shell pastes to reach the same stack (Temporal, ledger, tools,
+    example services), and whether the ledger URL's password was masked in them."""
+    s = settings
+    shown_url = display_url(s.ledger_url)
+    shown_sql = s.sql_target_url and display_url(s.sql_target_url)
+
+    def pairs(**values: object) -> str:
+        given = {k: v for k, v in values.items() if v not in (None, "", [])}
+        text = " ".join(
+            f"AGENTLEASE_{name.upper()}={shlex.quote(','.join(v) if isinstance(v, list) else str(v))}"
+            for name, v in given.items()
+        )
+        return f"export {text}" if text else ""
+
+    lines = [
+        pairs(temporal_address=s.temporal_address, task_queue=s.task_queue),
+        pairs(ledger_url=shown_url),
+        pairs(namespace=s.namespace, tool_modules=s.tool_modules, workflow_modules=s.workflow_modules),
+        pairs(plugins=s.plugins, data_converter=s.data_converter),
+        pairs(http_base_url=s.http_base_url, sql_target_url=shown_sql),
+        pairs(publish_base_url=s.publish_base_url, smtp_host=s.smtp_host, smtp_port=s.smtp_port),
+    ]
+    path = os.environ.get("PYTHONPATH")
+    if path and (s.tool_modules or s.workflow_modules):  # where those modules import from
+        lines.append(f"export PYTHONPATH={shlex.quote(path)}")
+    return [line for line in lines if line], shown_url != s.ledger_url or shown_sql != s.sql_target_url

@@ -1,7 +1,8 @@
 """How the CLI shows tasks, runs and the evidence trail (rich tables, or JSON with ``--json``).
 
 A table's column headers are the JSON keys of the same fields (``claim_generation``, ``lease_owner``,
-``kind``...), so what an operator reads in a table is what a script reads in the JSON. Listings of
+``kind``...; one home: :data:`NAMES`), so what an operator reads in a table is what a script reads
+in the JSON. Listings of
 the ledger are streamed: :func:`write_json_array` and :func:`write_json_lines` write one record at
 a time, whatever the number of rows.
 """
@@ -16,8 +17,39 @@ from rich.table import Table
 
 from agentlease.records import LeaseEvent, RunStatus, SettlementReceipt, TaskRecord
 
-TASK_COLUMNS = ("task_id", "tool", "status", "stage", "claim_generation", "attempts", "lease_owner", "receipt")
-EVENT_COLUMNS = ("at", "task_id", "kind", "claim_generation", "lease_owner", "stage", "by", "reason")
+NAMES = {
+    "agent_run_id": "the agent run (workflow id)",
+    "task_id": "the task (run id + step id)",
+    "step_id": "the step of the run",
+    "tool": "the tool called",
+    "status": "the task's (or run's) status",
+    "stage": "the last durable stage",
+    "claim_generation": "the claim generation (fencing token); - for none",
+    "attempts": "real attempts counted",
+    "lease_owner": "the worker holding (or last holding) the lease",
+    "receipt": "the settlement receipt",
+    "trace_id": "the OpenTelemetry trace of the attempt (with tracing on)",
+    "at": "when, on the ledger's clock",
+    "kind": "what the evidence-trail entry records",
+    "by": "who decided (a person, the sweeper, a takeover)",
+    "reason": "why",
+    "suggested_commands": "the commands that decide a waiting task",
+}
+"""The one set of names of the CLI's listings: each is a table's column header and the JSON key of
+the same field (``tasks``, ``events``, ``waiting``; ``tests/unit/test_cli_names.py`` checks it)."""
+
+TASK_COLUMNS = (
+    "task_id",
+    "tool",
+    "status",
+    "stage",
+    "claim_generation",
+    "attempts",
+    "lease_owner",
+    "receipt",
+    "trace_id",
+)
+EVENT_COLUMNS = ("at", "task_id", "kind", "claim_generation", "lease_owner", "stage", "by", "reason", "trace_id")
 RUN_COLUMNS = ("agent_run_id", "status", "tasks", "waiting", "final", "settled", "created_at", "updated_at")
 STEP_COLUMNS = ("step_id", "tool", "status", "stage", "claim_generation", "attempts", "receipt / error")
 
@@ -36,7 +68,8 @@ def generation_text(generation: int | None) -> str:
 def _table(title: str, columns: Iterable[str]) -> Table:
     table = Table(title=title, title_justify="left")
     for column in columns:
-        table.add_column(column)
+        # A trace id is copied whole into a trace viewer: never wrapped.
+        table.add_column(column, no_wrap=column == "trace_id", min_width=32 if column == "trace_id" else None)
     return table
 
 
@@ -50,6 +83,7 @@ def task_cells(record: TaskRecord) -> tuple[str, ...]:
         str(record.attempts),
         record.lease_owner or "-",
         receipt_text(record.receipt),
+        record.trace.trace_id or "-",
     )
 
 
@@ -61,9 +95,19 @@ def tasks_table(records: Iterable[TaskRecord], title: str = "tasks") -> Table:
     return table
 
 
-def run_table(status: RunStatus) -> Table:
-    """A run as its workflow's ``status`` query reports it."""
-    table = _table(f"agent run {status.agent_run_id}: {status.status.value}", STEP_COLUMNS)
+def decided_title(status: RunStatus, decision: str, step_id: str | None) -> str:
+    """The heading of a decision's answer: the run's state, and the decided step's status after it,
+    so the heading and the step's row say the same thing."""
+    heading = f"agent run {status.agent_run_id}: {status.status.value}"
+    step = next((t for t in status.tasks if t.step_id == step_id), None)
+    if step is None:
+        return f"{heading} after {decision}"
+    return f"{heading}; after {decision}, step {step.step_id} is {step.status.value}"
+
+
+def run_table(status: RunStatus, title: str | None = None) -> Table:
+    """A run as its workflow's ``status`` query reports it (``title``: default the run's id and state)."""
+    table = _table(title or f"agent run {status.agent_run_id}: {status.status.value}", STEP_COLUMNS)
     for task in status.tasks:
         table.add_row(
             task.step_id,
@@ -110,6 +154,7 @@ def event_cells(ev: LeaseEvent) -> tuple[str, ...]:
         ev.stage.value if ev.stage else "-",
         event_by(ev) or "-",
         ev.reason or "",
+        ev.trace.trace_id or "-",
     )
 
 
@@ -131,9 +176,9 @@ def to_json(value: Any) -> str:
 def plain(value: Any) -> Any:
     """The JSON form of a record: a task (:meth:`TaskRecord.as_json`), an event (with ``by``), any model."""
     if isinstance(value, TaskRecord):
-        return value.as_json()
+        return {**value.as_json(), "trace_id": value.trace.trace_id}
     if isinstance(value, LeaseEvent):
-        return {**value.model_dump(mode="json"), "by": event_by(value)}
+        return {**value.model_dump(mode="json"), "by": event_by(value), "trace_id": value.trace.trace_id}
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
     return value

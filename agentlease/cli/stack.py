@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from temporalio.testing import WorkflowEnvironment
 
 from agentlease.devserver import dev_server
+from agentlease.ledger.migrate import upgrade
+from agentlease.ledger.store import Ledger
 from agentlease.settings import AgentLeaseSettings
 from examples.downstream import bind_loopback, running_downstream
 from worker import running_worker
@@ -35,9 +37,9 @@ class LocalStack:
 
 @asynccontextmanager
 async def local_stack(
-    base: AgentLeaseSettings, *, port: int | None = None, ui_port: int | None = None
+    base: AgentLeaseSettings, *, port: int | None = None, ui_port: int | None = None, worker: bool = True
 ) -> AsyncIterator[LocalStack]:
-    """Start the dev server, the example downstream systems and one worker.
+    """Start the dev server, the example downstream systems and (unless ``worker`` is false) one worker.
 
     The ledger is ``base.ledger_url`` unless that is the default relative path, in which case it
     lives in ``base.data_dir``.
@@ -65,5 +67,12 @@ async def local_stack(
                 "migrate_on_start": True,
             }
         )
-        await stack.enter_async_context(running_worker(settings))
+        if worker:
+            await stack.enter_async_context(running_worker(settings))
+        else:  # the workers started elsewhere find the ledger at the newest schema
+            ledger = Ledger.from_url(settings.ledger_url)
+            try:
+                await upgrade(ledger.database)
+            finally:
+                await ledger.close()
         yield LocalStack(env=env, settings=settings, ui_url=f"http://127.0.0.1:{ui_port}")

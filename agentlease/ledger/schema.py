@@ -35,12 +35,14 @@ class Base(DeclarativeBase):
 
 
 class _TraceColumns:
-    """Links into Temporal: workflow id / run id / activity id / attempt of the writing attempt."""
+    """Links into Temporal: workflow id / run id / activity id / attempt of the writing attempt, and
+    the OpenTelemetry trace id (32 hex digits) of that attempt when tracing is on (``docs/tracing.md``)."""
 
     trace_workflow_id: Mapped[str | None] = mapped_column(String(255))
     trace_run_id: Mapped[str | None] = mapped_column(String(64))
     trace_activity_id: Mapped[str | None] = mapped_column(String(255))
     trace_attempt: Mapped[int | None] = mapped_column(Integer)
+    trace_id: Mapped[str | None] = mapped_column(String(32))
 
 
 class TaskRow(_TraceColumns, Base):

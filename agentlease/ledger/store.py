@@ -49,6 +49,7 @@ from agentlease.records import (
     TraceLink,
 )
 from agentlease.redaction import redact
+from agentlease.tracing import annotate_stage, current_trace_id, traced
 
 _R = TypeVar("_R")
 
@@ -78,9 +79,9 @@ class Ledger:
         self._metrics = metrics
 
     @classmethod
-    def from_url(cls, url: str, *, pool_size: int = PG_POOL_SIZE) -> Ledger:
+    def from_url(cls, url: str, *, pool_size: int = PG_POOL_SIZE, metrics: LeaseMetrics = LEASE_METRICS) -> Ledger:
         """Open a ledger on ``sqlite:///PATH`` or ``postgresql://...`` (see :func:`open_database`)."""
-        return cls(open_database(url, pool_size=pool_size))
+        return cls(open_database(url, pool_size=pool_size), metrics=metrics)
 
     @property
     def metrics(self) -> LeaseMetrics:
@@ -211,6 +212,7 @@ class Ledger:
 
     # -- claim ---------------------------------------------------------------------------------
 
+    @traced("claim")
     async def claim(
         self,
         spec: TaskSpec,
@@ -388,6 +390,7 @@ class Ledger:
 
     # -- holder writes -------------------------------------------------------------------------
 
+    @traced("renew")
     async def renew(
         self, claim: Claim, *, reason: str, stage: Stage | None = None, now: datetime | None = None
     ) -> datetime:
@@ -453,9 +456,11 @@ class Ledger:
 
         outcome = await self._write("renew", claim.tool, renew_tx, one=True)
         lost = isinstance(outcome, _Refusal)
+        annotate_stage(None if lost else outcome[1])  # type: ignore[index]
         self._metrics.renewal(claim.tool, stage if lost else outcome[1], renewed=not lost)  # type: ignore[index]
         return self._granted(claim, "renew", outcome)[0]
 
+    @traced("settle")
     async def settle(
         self,
         claim: Claim,
@@ -570,6 +575,7 @@ class Ledger:
         self._metrics.settle(claim.tool, settled=settled, renewals=outcome[1] if settled else None)  # type: ignore[index]
         return self._granted(claim, "settle", outcome)[0]
 
+    @traced("release")
     async def release(
         self,
         claim: Claim,
@@ -603,6 +609,7 @@ class Ledger:
         """
         await self._end_lease(claim, "release", TaskStatus.RELEASED, error_class, error, now, details, retried)
 
+    @traced("dead_letter")
     async def dead_letter(
         self,
         claim: Claim,
@@ -618,6 +625,7 @@ class Ledger:
         """
         await self._end_lease(claim, "dead_letter", TaskStatus.DEAD_LETTERED, error_class, error, now)
 
+    @traced("await_decision")
     async def await_decision(
         self,
         claim: Claim,
@@ -664,7 +672,8 @@ class Ledger:
         }
         kind = EventKind(status.value)
 
-        def end_lease_tx(conn: Connection) -> _Refusal | None:
+        def end_lease_tx(conn: Connection) -> _Refusal | str | None:
+            """The refusal, or the stage the ledger keeps (``None``: a retried end found its own write)."""
             rows = execute(conn, self._sql.end_lease, params)
             row = rows[0] if rows else None
             if row is None:
@@ -688,13 +697,14 @@ class Ledger:
                 reason=f"{known.value}: {error}",
                 details=details,
             )
-            return None
+            return row.stage
 
-        self._granted(claim, operation, await self._write(operation, claim.tool, end_lease_tx))
+        annotate_stage(self._granted(claim, operation, await self._write(operation, claim.tool, end_lease_tx)))
         self._metrics.lease_end(claim.tool, status, known)
 
     # -- decisions -----------------------------------------------------------------------------
 
+    @traced("decide")
     async def decide(
         self,
         task_id: str,
@@ -740,6 +750,7 @@ class Ledger:
         receipt = None if receipt is None else _redacted_receipt(receipt)
         receipt_json = None if receipt is None else receipt.model_dump(mode="json")
         params = {"key_task_id": task_id, **now_param(now), **({"receipt": receipt_json} if receipt_json else {})}
+        trace = TraceLink(trace_id=current_trace_id())  # the decision's own trace, while tracing is on
 
         def decide_tx(conn: Connection) -> TaskRecord:
             if spec is not None:
@@ -764,6 +775,7 @@ class Ledger:
                 stage=row.stage,
                 reason=reason,
                 details=facts,
+                trace=trace,
             )
             return TaskRecord.from_row(row)
 

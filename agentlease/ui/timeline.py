@@ -141,7 +141,7 @@ def timeline_svg(events: Sequence[LeaseEvent]) -> str:
 def _rows(events: Iterable[LeaseEvent]) -> str:
     return "".join(
         "<tr data-kind='{kind}'><td>{at}</td><td>{gen}</td><td>{kind}</td><td>{stage}</td><td>{owner}</td>"
-        "<td>{by}</td><td>{reason}</td></tr>".format(
+        "<td>{by}</td><td>{reason}</td><td class='trace-id'>{trace}</td></tr>".format(
             at=_when(e.at),
             gen=e.claim_generation,
             kind=e.kind.value,
@@ -149,6 +149,7 @@ def _rows(events: Iterable[LeaseEvent]) -> str:
             owner=html.escape(e.lease_owner or "-"),
             by=html.escape(_who(e) or "-"),
             reason=html.escape(e.reason or ""),
+            trace=html.escape(e.trace.trace_id or "-"),
         )
         for e in events
     )
@@ -165,12 +166,32 @@ def timeline_page(
         temporal_ui: the Temporal UI's workflow page of the run, if known.
         back: a link back to the run's page.
     """
-    receipt = task.receipt
     links = []
     if back:
         links.append(f'<a href="{html.escape(back)}">the run</a>')
     if temporal_ui:
         links.append(f'<a class="temporal-ui" href="{html.escape(temporal_ui)}">the run in the Temporal UI</a>')
+    return _document(f"lease timeline of {task.task_id}", task_section(task, events, links=links))
+
+
+def _document(title: str, body: str) -> str:
+    """A self-contained HTML document: inline style, no script, no external file."""
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>{body}</body></html>"
+    )
+
+
+def run_timelines_page(agent_run_id: str, tasks: Sequence[tuple[TaskRecord, Sequence[LeaseEvent]]]) -> str:
+    """One self-contained page with the timeline of every task of a run (``agentlease events --run R --html``)."""
+    sections = "".join(f"<section class='task'>{task_section(t, trail)}</section>" for t, trail in tasks)
+    heading = f"<h1>agent run {html.escape(agent_run_id)}</h1><p class='muted'>{len(tasks)} task(s)</p>"
+    return _document(f"lease timelines of {agent_run_id}", heading + sections)
+
+
+def task_section(task: TaskRecord, events: Sequence[LeaseEvent], *, links: Sequence[str] = ()) -> str:
+    """The body of one task's timeline: its facts, the timeline, its receipt and its evidence trail."""
+    receipt = task.receipt
     receipt_html = (
         "<table>"
         + "".join(
@@ -187,18 +208,16 @@ def timeline_page(
         if receipt
         else '<p class="muted">No settlement receipt.</p>'
     )
+    trace = f", trace <code id='trace-id'>{html.escape(task.trace.trace_id)}</code>" if task.trace.trace_id else ""
     return (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>lease timeline of {html.escape(task.task_id)}</title><style>{_STYLE}</style></head><body>"
         f"<h1>{html.escape(task.task_id)}</h1>"
         f"<p class='muted'>tool {html.escape(task.tool)} ({task.side_effect_class.value}), status "
         f"<b id='status'>{task.status.value}</b>, stage {task.stage.value if task.stage else '-'}, generation "
         f"{task.claim_generation}, {task.attempts} attempt(s), lease TTL {task.lease_ttl.total_seconds():g}s, "
-        f"idempotency key {html.escape(task.idempotency_key)}</p>"
+        f"idempotency key {html.escape(task.idempotency_key)}{trace}</p>"
         f"<p>{' | '.join(links)}</p>"
         f"<h2>Timeline</h2>{timeline_svg(events)}"
         f"<h2>Receipt</h2>{receipt_html}"
         "<h2>Evidence trail</h2><table id='trail'><tr><th>at</th><th>generation</th><th>event</th><th>stage</th>"
-        f"<th>owner</th><th>by</th><th>reason</th></tr>{_rows(events)}</table>"
-        "</body></html>"
+        f"<th>owner</th><th>by</th><th>reason</th><th>trace id</th></tr>{_rows(events)}</table>"
     )

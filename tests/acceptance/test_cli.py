@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
+from agentlease.metrics import SCOPE
 from tests.eventually import assert_eventually_sync
 
 from .runner import Background, Cli, CliResult, WriteFile, processes_mentioning
@@ -117,7 +118,9 @@ def test_dev_serves_runs_started_from_another_shell_and_stops_on_ctrl_c(
         str(free_port()),
         env={"AGENTLEASE_METRICS_ADDRESS": metrics_address},
     )
-    dev.wait_for_line(rf"lease metrics:\s+http://{re.escape(metrics_address)}/metrics", timeout=120)
+    # It says that a worker runs in it, and how to run without one.
+    dev.wait_for_line(r"worker:\s+\S+ runs here on queue \S+ and takes its tool calls .*--no-worker", timeout=120)
+    dev.wait_for_line(rf"lease metrics:\s+http://{re.escape(metrics_address)}/metrics", timeout=10)
     env = dev_exports(dev)
     dev.wait_for_line("Ctrl-C stops everything", timeout=10)
 
@@ -194,7 +197,8 @@ def lease_metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], flo
     response = httpx.get(url, timeout=10)
     assert response.status_code == 200, response.text
     return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        # One worker: its namespace and task queue labels are left out of the key.
+        (sample.name, tuple(sorted((k, v) for k, v in sample.labels.items() if k not in SCOPE))): sample.value
         for family in text_string_to_metric_families(response.text)
         for sample in family.samples
         if sample.name.startswith("agentlease_")

@@ -410,8 +410,9 @@ async def test_worker_counts_duplicate_deliveries_and_settlement_latency(
         idempotency_key=idempotency_key_for(run_id, "done"),
         lease_ttl=timedelta(seconds=5),
     )
-    duplicates = ("agentlease_duplicate_deliveries_total", {"tool": "quick", "reason": "settled"})
-    latency = ("agentlease_settlement_latency_seconds_count", {"tool": "held_write"})
+    unscoped = {"namespace": "", "task_queue": ""}  # a ledger opened outside a worker
+    duplicates = ("agentlease_duplicate_deliveries_total", {**unscoped, "tool": "quick", "reason": "settled"})
+    latency = ("agentlease_settlement_latency_seconds_count", {**unscoped, "tool": "held_write"})
     before = [METRICS.get_sample_value(*sample) or 0.0 for sample in (duplicates, latency)]
     async with opened_ledger(settings) as ledger:
         earlier = await ledger.claim(done, "earlier-worker")

@@ -21,7 +21,8 @@ from tests.integration.test_ledger_guards import TTL, make_receipt, make_spec
 
 
 def value(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+    """A sample of an unscoped ledger's metrics (empty namespace and task queue labels)."""
+    return REGISTRY.get_sample_value(name, {"namespace": "", "task_queue": "", **labels}) or 0.0
 
 
 def own_tool(spec: TaskSpec) -> TaskSpec:
