@@ -10,12 +10,12 @@ import os
 import socket
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from agentlease.errors import ConfigurationError
+from agentlease.errors import ConfigurationError, describe_validation_error
 from agentlease.metrics import parse_address
 
 
@@ -179,3 +179,18 @@ class AgentLeaseSettings(BaseSettings):
 def default_identity() -> str:
     """``<hostname>:<pid>``: the lease owner and Temporal identity of this process, by default."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def with_overrides(settings: AgentLeaseSettings, overrides: dict[str, Any]) -> AgentLeaseSettings:
+    """``settings`` with a command's own options (``None``: not given), validated like the rest.
+
+    Raises:
+        ConfigurationError: an option's value does not validate.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return settings
+    try:
+        return AgentLeaseSettings.model_validate({**settings.model_dump(), **given})
+    except ValidationError as exc:
+        raise ConfigurationError(f"bad setting: {describe_validation_error(exc)}") from None

@@ -39,7 +39,7 @@ from agentlease.errors import (
 )
 from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
-from agentlease.settings import AgentLeaseSettings
+from agentlease.settings import AgentLeaseSettings, with_overrides
 
 app = typer.Typer(
     name="agentlease",
@@ -84,8 +84,47 @@ def _global(
             help="Seconds approve/reject/reconcile/redrive/cancel/status wait for a worker. Default 30.",
         ),
     ] = None,
+    temporal_tls: Annotated[
+        bool | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS", help="TLS to Temporal with the system's CAs.")
+    ] = None,
+    temporal_tls_ca_file: Annotated[
+        Path | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS_CA_FILE", help="CA of Temporal's server (PEM).")
+    ] = None,
+    temporal_tls_cert_file: Annotated[
+        Path | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS_CERT_FILE", help="Client certificate, mTLS (PEM).")
+    ] = None,
+    temporal_tls_key_file: Annotated[
+        Path | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS_KEY_FILE", help="Client private key, mTLS (PEM).")
+    ] = None,
+    temporal_tls_server_name: Annotated[
+        str | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS_SERVER_NAME", help="Server name TLS checks.")
+    ] = None,
+    temporal_api_key: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_TEMPORAL_API_KEY", help="API key for Temporal (turns TLS on)."),
+    ] = None,
+    codec_keys: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_CODEC_KEYS", help="ID:BASE64KEY,... AES-GCM payload keys; the first encrypts."),
+    ] = None,
+    payload_codec: Annotated[
+        str | None, typer.Option(envvar="AGENTLEASE_PAYLOAD_CODEC", help="module:attribute of a payload codec.")
+    ] = None,
+    operator_key: Annotated[
+        Path | None,
+        typer.Option(envvar="AGENTLEASE_OPERATOR_KEY", help="The operator's private key file: decisions are signed."),
+    ] = None,
 ) -> None:
     overrides: dict[str, Any] = {
+        "temporal_tls": temporal_tls,
+        "temporal_tls_ca_file": temporal_tls_ca_file,
+        "temporal_tls_cert_file": temporal_tls_cert_file,
+        "temporal_tls_key_file": temporal_tls_key_file,
+        "temporal_tls_server_name": temporal_tls_server_name,
+        "temporal_api_key": temporal_api_key,
+        "codec_keys": codec_keys,
+        "payload_codec": payload_codec,
+        "operator_key": operator_key,
         "decision_timeout": decision_timeout,
         "temporal_address": temporal_address,
         "namespace": namespace,
@@ -113,13 +152,7 @@ def _log_in_one_line() -> None:
 
 def _with(settings: AgentLeaseSettings, overrides: dict[str, Any]) -> AgentLeaseSettings:
     """``settings`` with a command's own options (``None``: not given), validated like the rest."""
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if not given:
-        return settings
-    try:
-        return AgentLeaseSettings.model_validate({**settings.model_dump(), **given})
-    except ValidationError as exc:
-        raise ConfigurationError(f"bad setting: {describe_validation_error(exc)}") from None
+    return with_overrides(settings, overrides)
 
 
 @asynccontextmanager
@@ -186,6 +219,26 @@ def worker(
             envvar="AGENTLEASE_WORKER_IDENTITY",
             help="Lease owner and Temporal identity; default HOST:PID.",
         ),
+    ] = None,
+    decision_mode: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_DECISION_MODE", help="open | authenticated (decisions signed). Default open."),
+    ] = None,
+    operator_keys: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_OPERATOR_KEYS", help="NAME=KEYFILE_OR_BASE64,... operator public keys."),
+    ] = None,
+    decision_max_age: Annotated[
+        float | None,
+        typer.Option(envvar="AGENTLEASE_DECISION_MAX_AGE", help="Seconds a signed decision stays valid. Default 900."),
+    ] = None,
+    redactor: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_REDACTOR", help="module:function redacting what the ledger stores."),
+    ] = None,
+    secret_provider: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_SECRET_PROVIDER", help="module:attribute with get(tool, name): tool secrets."),
     ] = None,
     shutdown_grace: Annotated[
         float | None,
@@ -273,6 +326,11 @@ def worker(
         "activity_pollers": activity_pollers,
         "workflow_pollers": workflow_pollers,
         "worker_identity": identity,
+        "decision_mode": decision_mode,
+        "operator_keys": operator_keys,
+        "decision_max_age": decision_max_age,
+        "redactor": redactor,
+        "secret_provider": secret_provider,
         "shutdown_grace": shutdown_grace,
         "max_concurrent_activities": max_concurrent_activities,
         "metrics_address": metrics_address,

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from agentlease.errors import AgentLeaseError, ConfigurationError
-from agentlease.settings import AgentLeaseSettings
+from agentlease.settings import AgentLeaseSettings, with_overrides
 
 keys_app = typer.Typer(help="Operator keys (signed decisions) and payload encryption keys.", no_args_is_help=True)
 
@@ -50,6 +50,16 @@ def codec_server(
         str, typer.Option(envvar="AGENTLEASE_CODEC_SERVER_HOST", help="Address to serve on.")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="AGENTLEASE_CODEC_SERVER_PORT", help="Port to serve on.")] = 8081,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_CODEC_SERVER_TOKEN", help="Bearer token a caller must send."),
+    ] = None,
+    origins: Annotated[
+        str | None,
+        typer.Option(
+            envvar="AGENTLEASE_CODEC_SERVER_ORIGINS", help="Comma-separated origins CORS admits. Default the local UI."
+        ),
+    ] = None,
 ) -> None:
     """Serve the payload codec for the Temporal UI and `temporal` CLI (POST /decode, /encode)."""
     import uvicorn
@@ -59,6 +69,7 @@ def codec_server(
     from agentlease.temporal import payload_codec
 
     settings: AgentLeaseSettings = ctx.obj
+    settings = with_overrides(settings, {"codec_server_token": token, "codec_server_origins": origins})
     codec = payload_codec(settings)
     if codec is None:
         raise ConfigurationError("no payload codec: set AGENTLEASE_CODEC_KEYS (or AGENTLEASE_PAYLOAD_CODEC)")

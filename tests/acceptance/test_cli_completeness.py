@@ -158,7 +158,8 @@ def test_bulk_decisions_html_timelines_and_not_found_against_a_dev_stack(
 
 def test_every_setting_has_a_flag_that_help_shows(cli: Cli) -> None:
     wide = {"COLUMNS": "300"}
-    shown = cli("--help", env=wide).stdout + cli("worker", "--help", env=wide).stdout
+    # A setting's flag is on the command that uses it: global, worker or codec-server.
+    shown = "".join(cli(*args, "--help", env=wide).stdout for args in ((), ("worker",), ("codec-server",)))
     missing = [
         f"AGENTLEASE_{name.upper()}"
         for name in AgentLeaseSettings.model_fields
