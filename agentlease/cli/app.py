@@ -60,6 +60,9 @@ _RPC = timedelta(seconds=5)
 EXAMPLE_PLANS = Path(__file__).resolve().parents[2] / "examples" / "plans"
 
 
+_SECURE = "Transport, payloads and signed decisions"
+
+
 @app.callback()
 def _global(
     ctx: typer.Context,
@@ -85,34 +88,80 @@ def _global(
         ),
     ] = None,
     temporal_tls: Annotated[
-        bool | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS", help="TLS to Temporal with the system's CAs.")
+        bool | None,
+        typer.Option(
+            "--tls",
+            rich_help_panel=_SECURE,
+            envvar="AGENTLEASE_TEMPORAL_TLS",
+            help="TLS to Temporal with the system's CAs.",
+        ),
     ] = None,
     temporal_tls_ca_file: Annotated[
-        Path | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS_CA_FILE", help="CA of Temporal's server (PEM).")
+        Path | None,
+        typer.Option(
+            "--tls-ca",
+            rich_help_panel=_SECURE,
+            envvar="AGENTLEASE_TEMPORAL_TLS_CA_FILE",
+            help="CA of Temporal's server (PEM).",
+        ),
     ] = None,
     temporal_tls_cert_file: Annotated[
-        Path | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS_CERT_FILE", help="Client certificate, mTLS (PEM).")
+        Path | None,
+        typer.Option(
+            "--tls-cert",
+            rich_help_panel=_SECURE,
+            envvar="AGENTLEASE_TEMPORAL_TLS_CERT_FILE",
+            help="Client certificate, mTLS (PEM).",
+        ),
     ] = None,
     temporal_tls_key_file: Annotated[
-        Path | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS_KEY_FILE", help="Client private key, mTLS (PEM).")
+        Path | None,
+        typer.Option(
+            "--tls-key",
+            rich_help_panel=_SECURE,
+            envvar="AGENTLEASE_TEMPORAL_TLS_KEY_FILE",
+            help="Client private key, mTLS (PEM).",
+        ),
     ] = None,
     temporal_tls_server_name: Annotated[
-        str | None, typer.Option(envvar="AGENTLEASE_TEMPORAL_TLS_SERVER_NAME", help="Server name TLS checks.")
+        str | None,
+        typer.Option(
+            "--tls-server-name",
+            rich_help_panel=_SECURE,
+            envvar="AGENTLEASE_TEMPORAL_TLS_SERVER_NAME",
+            help="Server name TLS checks.",
+        ),
     ] = None,
     temporal_api_key: Annotated[
         str | None,
-        typer.Option(envvar="AGENTLEASE_TEMPORAL_API_KEY", help="API key for Temporal (turns TLS on)."),
+        typer.Option(
+            "--api-key",
+            rich_help_panel=_SECURE,
+            envvar="AGENTLEASE_TEMPORAL_API_KEY",
+            help="API key for Temporal (turns TLS on).",
+        ),
     ] = None,
     codec_keys: Annotated[
         str | None,
-        typer.Option(envvar="AGENTLEASE_CODEC_KEYS", help="ID:BASE64KEY,... AES-GCM payload keys; the first encrypts."),
+        typer.Option(
+            rich_help_panel=_SECURE,
+            envvar="AGENTLEASE_CODEC_KEYS",
+            help="ID:BASE64KEY,... AES-GCM payload keys; the first encrypts.",
+        ),
     ] = None,
     payload_codec: Annotated[
-        str | None, typer.Option(envvar="AGENTLEASE_PAYLOAD_CODEC", help="module:attribute of a payload codec.")
+        str | None,
+        typer.Option(
+            rich_help_panel=_SECURE, envvar="AGENTLEASE_PAYLOAD_CODEC", help="module:attribute of a payload codec."
+        ),
     ] = None,
     operator_key: Annotated[
         Path | None,
-        typer.Option(envvar="AGENTLEASE_OPERATOR_KEY", help="The operator's private key file: decisions are signed."),
+        typer.Option(
+            rich_help_panel=_SECURE,
+            envvar="AGENTLEASE_OPERATOR_KEY",
+            help="The operator's private key file: decisions are signed.",
+        ),
     ] = None,
 ) -> None:
     overrides: dict[str, Any] = {
