@@ -1,9 +1,10 @@
-"""The ledger side of operator decisions: one activity, ``agentlease.apply_decision``.
+"""The ledger side of operator decisions: ``agentlease.apply_decision`` and ``agentlease.record_refusal``.
 
 Each decision is one row of the decision table (:data:`agentlease.decisions.DECISIONS`), applied
 by :meth:`Ledger.decide` as one conditional ledger write with an evidence entry naming who decided
 and why. Applying a decision twice (a Temporal retry) is harmless: when the task already has the
-decision's resulting status, the activity reports it as applied.
+decision's resulting status, the activity reports it as applied. A ``decide`` signal the run
+refused is written as a ``decision_refused`` entry by ``agentlease.record_refusal``.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from agentlease.decisions import DECISIONS, LedgerDecision
+from agentlease.decisions import DECISIONS, LedgerDecision, LedgerRefusal
 from agentlease.enums import FailureType
 from agentlease.errors import LedgerUnavailableError, TaskClosedError, TaskNotFoundError, describe_validation_error
 from agentlease.ledger.store import Ledger
-from agentlease.names import APPLY_DECISION
+from agentlease.names import APPLY_DECISION, RECORD_REFUSAL
 from agentlease.records import SettlementReceipt, ToolOutcome
 
 logger = logging.getLogger("agentlease.lease")
@@ -55,7 +56,26 @@ class DecisionActivities:
                     str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
                 ) from None
 
-        return [apply_decision]
+        @activity.defn(name=RECORD_REFUSAL)
+        async def record_refusal(payload: dict[str, Any]) -> None:
+            try:
+                refusal = LedgerRefusal.model_validate(payload)
+            except ValidationError as exc:
+                raise ApplicationError(
+                    f"malformed refusal: {describe_validation_error(exc)}",
+                    type=FailureType.DECISION_REFUSED.value,
+                    non_retryable=True,
+                ) from None
+            try:
+                await ledger.record_refused_decision(
+                    refusal.task, decision=refusal.decision, by=refusal.by, refusal=refusal.refusal
+                )
+            except LedgerUnavailableError as exc:  # retried by the run's retry policy
+                raise ApplicationError(
+                    str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
+                ) from None
+
+        return [apply_decision, record_refusal]
 
 
 def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
