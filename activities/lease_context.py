@@ -36,7 +36,7 @@ from reconciliation.policy import RecoveryDecision
 
 logger = logging.getLogger("agentlease.lease")
 
-PROGRESS_INTERVAL = 5.0
+PROGRESS_INTERVAL = 15.0
 """Seconds between progress signals of renewals that do not change the stage."""
 PROGRESS_MIN_GAP = 1.0
 """Fewest seconds between two progress signals of one attempt; what changed meanwhile goes after it, latest only."""

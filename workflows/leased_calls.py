@@ -504,7 +504,7 @@ class LeasedToolCalls:
             elif view.status.awaits_decision:
                 lines.append(f"{view.step_id}: {view.status.value}, waiting for a person")
         if not lines:
-            lines.append(f"{self._state.value}")
+            lines.append(f"run {self._state.value}")
         if self._last_decision:
             lines.append(f"last decision: {self._last_decision}")
         if self._refused:
