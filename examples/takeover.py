@@ -112,11 +112,25 @@ async def takeover_write(ctx: LeaseContext, args: TakeoverArgs) -> ToolResult:
     await create_fence_table(engine)
     await ctx.advance(Stage.PREFLIGHT, f"preparing runbooks/{args.record_key}")
     await ctx.advance(Stage.EXTERNAL_CALL, f"writing runbooks/{args.record_key} as generation {ctx.fencing_token}")
-    superseded = ctx.fencing_token == 1 and await _hold(ctx, args.hold_s)
+    if ctx.fencing_token == 1 and await _hold(ctx, args.hold_s):
+        # Superseded: write and return all the same, deaf to Temporal's cancellation of this attempt.
+        async def write_late() -> ToolResult:
+            return await _finish(engine, ctx, args, await _write(engine, ctx, args))
+
+        late = asyncio.ensure_future(write_late())
+        while True:
+            try:
+                return await asyncio.shield(late)
+            except asyncio.CancelledError:
+                continue
     written = await _write(engine, ctx, args)
-    if not superseded:
-        await ctx.advance(Stage.COMMIT, written)
-        await ctx.advance(Stage.VERIFY, f"reading back runbooks/{args.record_key}")
+    await ctx.advance(Stage.COMMIT, written)
+    await ctx.advance(Stage.VERIFY, f"reading back runbooks/{args.record_key}")
+    return await _finish(engine, ctx, args, written)
+
+
+async def _finish(engine: AsyncEngine, ctx: LeaseContext, args: TakeoverArgs, written: str) -> ToolResult:
+    """Read the row back: the receipt (what the target holds) and the result (what this attempt's write got)."""
     async with engine.connect() as conn:
         row = (await conn.execute(select(TABLE).where(TABLE.c.record_key == args.record_key))).first()
     if row is None:

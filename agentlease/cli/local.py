@@ -101,23 +101,26 @@ def _where_to_look(out: Console, takeover: Takeover, settings: AgentLeaseSetting
         f"takeover: {takeover.task_id} settled with generation {takeover.generation}; "
         f"generation 1 was refused {len(takeover.refused)} time(s) after it resumed:",
         markup=False,
+        soft_wrap=True,
     )
     for line in takeover.refused:
-        out.print(f"  refused: {line}", markup=False)
+        out.print(f"  refused: {line}", markup=False, soft_wrap=True)
     ledger = f"sqlite:///{settings.data_dir.resolve() / 'ledger.db'}"
     if settings.ledger_url != AgentLeaseSettings.model_fields["ledger_url"].default:
         ledger = settings.ledger_url
-    out.print("where to look:", markup=False)
+    out.print("where to look:")
     out.print(
         f"  lease timeline: AGENTLEASE_LEDGER_URL={ledger} agentlease ui, then "
         f"http://127.0.0.1:8080/tasks/{takeover.task_id}",
         markup=False,
+        soft_wrap=True,
     )
     out.print(
         f"  Temporal UI:    {ui_url}/namespaces/{settings.namespace}/workflows/{takeover.run_id} "
         f"(while the demo runs; afterwards `agentlease --data-dir {settings.data_dir} dev` serves it "
         f"on http://127.0.0.1:8233)",
         markup=False,
+        soft_wrap=True,
     )
 
 

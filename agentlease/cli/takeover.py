@@ -188,7 +188,7 @@ async def run_takeover(
             late = await _until("the refused late settle", lambda: _late(ledger, task_id))
             shown.refused = _refusals(await ledger.events(task_id), late)
             for line in shown.refused:
-                err.print(f"takeover: refused: {line}", markup=False)
+                err.print(f"takeover: refused: {line}", markup=False, soft_wrap=True)
             await handle.result()
         return shown
     finally:
