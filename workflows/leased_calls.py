@@ -578,19 +578,25 @@ class LeasedToolCalls:
         step = self._steps.get(step_id or "")
         if step is not None and self._catalog is not None and step.tool in self._catalog:
             info = self._catalog[step.tool]
-            await workflow.execute_activity(
-                RECORD_REFUSAL,
-                LedgerRefusal(
-                    task=TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl),
-                    decision=refused.decision,
-                    by=refused.by,
-                    refusal=refused.refusal,
-                ).model_dump(mode="json"),
-                start_to_close_timeout=_DECISION_TIMEOUT,
-                retry_policy=_DECISION_RETRY,
-                summary=f"{step.step_id}: refused {refused.decision} signal",
-            )
+            try:
+                await self._record_refusal(step, info, refused)
+            except ActivityError as exc:  # a signal handler must not fail the run: the status keeps it
+                workflow.logger.warning("refused %s signal not written to the trail: %s", refused.decision, exc)
         workflow.set_current_details(self.current_details())
+
+    async def _record_refusal(self, step: PlanStep, info: ToolInfo, refused: RefusedDecision) -> None:
+        await workflow.execute_activity(
+            RECORD_REFUSAL,
+            LedgerRefusal(
+                task=TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl),
+                decision=refused.decision,
+                by=refused.by,
+                refusal=refused.refusal,
+            ).model_dump(mode="json"),
+            start_to_close_timeout=_DECISION_TIMEOUT,
+            retry_policy=_DECISION_RETRY,
+            summary=f"{step.step_id}: refused {refused.decision} signal",
+        )
 
     def _status_query(self) -> dict[str, Any]:
         return self.status().model_dump(mode="json")
