@@ -10,6 +10,7 @@ the evidence trail and shown by ``status``.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -17,9 +18,10 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
 from agentlease import search_attributes as sa
-from agentlease.enums import EventKind
+from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.ledger.store import Ledger
 from agentlease.names import DECIDE_SIGNAL, STATUS_QUERY
-from agentlease.records import RunStatus
+from agentlease.records import RunStatus, TaskSpec
 from agentlease.settings import AgentLeaseSettings
 from tests.eventually import assert_eventually
 from tests.integration import tools
@@ -117,3 +119,26 @@ async def test_decisions_by_signal_and_a_refused_one_in_the_evidence_trail(
     assert (await attributes(handle))[sa.LAST_DECISION.name] == "send: approved by alice: ticket OPS-12"
     approved = [e for e in await ledger.events(f"{run_id}/send") if e.kind is EventKind.APPROVED]
     assert [((e.details or {}).get("by"), e.reason) for e in approved] == [("alice", "ticket OPS-12")]
+
+
+async def test_the_ledger_records_a_refused_decision_without_changing_the_task(ledger: Ledger) -> None:
+    spec = TaskSpec(
+        task_id="ov-ledger/send",
+        agent_run_id="ov-ledger",
+        step_id="send",
+        tool="send_once",
+        side_effect_class=SideEffectClass.UNSAFE,
+        idempotency_key="ov-ledger:send",
+        lease_ttl=timedelta(seconds=30),
+    )
+    await ledger.record_refused_decision(spec, decision="redrive", by="mallory", refusal="cannot redrive step 'send'")
+    claim = await ledger.claim(spec, "worker-a")
+    await ledger.record_refused_decision(spec, decision="launch", by=None, refusal="unknown decision 'launch'")
+    task = await ledger.get_task(spec.task_id)
+    assert (task.status, task.claim_generation, task.lease_owner) == (TaskStatus.RUNNING, 1, "worker-a")
+    await ledger.renew(claim, reason="still mine", stage=Stage.PREFLIGHT)  # the refusals left the lease alone
+    trail = [e for e in await ledger.events(spec.task_id) if e.kind is EventKind.DECISION_REFUSED]
+    assert [(e.claim_generation, e.reason, e.details) for e in trail] == [
+        (0, "cannot redrive step 'send'", {"by": "mallory", "decision": "redrive", "via": "signal"}),
+        (1, "unknown decision 'launch'", {"by": None, "decision": "launch", "via": "signal"}),
+    ]
