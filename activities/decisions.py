@@ -1,4 +1,4 @@
-"""The ledger side of operator decisions: one activity, ``agentlease.apply_decision``.
+"""The ledger side of operator decisions: ``agentlease.apply_decision`` and ``agentlease.record_refusal``.
 
 Each decision is one row of the decision table (:data:`agentlease.decisions.DECISIONS`), applied
 by :meth:`Ledger.decide` as one conditional ledger write with an evidence entry naming who decided
@@ -8,7 +8,8 @@ decision's resulting status, the activity reports it as applied.
 Before it writes, the activity checks the decision's operator signature with the worker's
 :class:`~agentlease.decision_auth.DecisionVerifier` (``docs/security.md``, "Authenticated
 decisions"): in the authenticated mode an unsigned or badly signed decision is refused
-(``DecisionRefused``, not retried) and the ledger is not touched.
+(``DecisionRefused``, not retried) and the ledger is not touched. A ``decide`` signal the run
+refused is written as a ``decision_refused`` entry by ``agentlease.record_refusal``.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier
-from agentlease.decisions import DECISIONS, LedgerDecision
+from agentlease.decisions import DECISIONS, LedgerDecision, LedgerRefusal
 from agentlease.enums import DecisionKind, FailureType
 from agentlease.errors import LedgerUnavailableError, TaskClosedError, TaskNotFoundError, describe_validation_error
 from agentlease.ledger.store import Ledger
-from agentlease.names import APPLY_DECISION
+from agentlease.names import APPLY_DECISION, RECORD_REFUSAL
 from agentlease.records import SettlementReceipt, ToolOutcome
 
 logger = logging.getLogger("agentlease.lease")
@@ -75,7 +76,26 @@ class DecisionActivities:
                     str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
                 ) from None
 
-        return [apply_decision]
+        @activity.defn(name=RECORD_REFUSAL)
+        async def record_refusal(payload: dict[str, Any]) -> None:
+            try:
+                refusal = LedgerRefusal.model_validate(payload)
+            except ValidationError as exc:
+                raise ApplicationError(
+                    f"malformed refusal: {describe_validation_error(exc)}",
+                    type=FailureType.DECISION_REFUSED.value,
+                    non_retryable=True,
+                ) from None
+            try:
+                await ledger.record_refused_decision(
+                    refusal.task, decision=refusal.decision, by=refusal.by, refusal=refusal.refusal
+                )
+            except LedgerUnavailableError as exc:  # retried by the run's retry policy
+                raise ApplicationError(
+                    str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
+                ) from None
+
+        return [apply_decision, record_refusal]
 
 
 def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:

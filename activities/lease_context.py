@@ -3,10 +3,19 @@
 ``advance(stage, reason)`` writes the stage to the ledger first, then heartbeats the same details to
 Temporal (G5): heartbeat details are throttled by the SDK and the server keeps only the latest, so
 they are a copy for the Temporal UI and the next attempt, never the record.
+
+After the ledger recorded a claim or a stage, the attempt also tells its own run (the
+``agentlease.lease_progress`` signal, :class:`~agentlease.records.LeaseProgress`): the run's ``status``
+query, search attributes and current details then show the live stage, generation and owner
+(``docs/operator-views.md``). The claim is sent at once; later stage changes at most one per
+:data:`PROGRESS_MIN_GAP` (the latest one wins, so a quick call sends one or two signals); renewals in the
+same stage at most once per :data:`PROGRESS_INTERVAL`. The signal is best effort and never holds the
+tool up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from datetime import UTC, datetime
@@ -20,12 +29,19 @@ from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import LeaseLostError, LedgerUnavailableError
 from agentlease.idempotency.convention import downstream_headers
 from agentlease.ledger.store import Ledger
-from agentlease.records import Claim, SettlementReceipt, StoredReceipt
+from agentlease.names import LEASE_PROGRESS_SIGNAL
+from agentlease.records import Claim, LeaseProgress, SettlementReceipt, StoredReceipt
 from agentlease.secrets import EnvSecretProvider, ToolSecrets, ToolSettings
 from agentlease.settings import AgentLeaseSettings
 from reconciliation.policy import RecoveryDecision
 
 logger = logging.getLogger("agentlease.lease")
+
+PROGRESS_INTERVAL = 15.0
+"""Seconds between progress signals of renewals that do not change the stage."""
+PROGRESS_MIN_GAP = 1.0
+"""Fewest seconds between two progress signals of one attempt; what changed meanwhile goes after it, latest only."""
+_MAX_REASON_CHARS = 500
 
 
 class LeaseHeartbeat(BaseModel):
@@ -86,6 +102,10 @@ class LeaseContext:
         self.confirmed_until = time.monotonic() + claim.lease_ttl.total_seconds()
         self._lost: LeaseLostError | None = None
         self._unavailable: LedgerUnavailableError | None = None
+        self._progress_sent_at: float | None = None
+        self._progress_next: LeaseProgress | None = None
+        self._progress_sender: asyncio.Task[None] | None = None
+        self._tell_run(None, "claimed")
 
     @property
     def fencing_token(self) -> int:
@@ -206,6 +226,10 @@ class LeaseContext:
             raise
         self._unavailable = None
         self.confirmed_until = asked + self.claim.lease_ttl.total_seconds()
+        if stage is not None and stage is not self.stage:
+            self._tell_run(stage, reason)
+        elif self._progress_sent_at is not None and time.monotonic() - self._progress_sent_at >= PROGRESS_INTERVAL:
+            self._tell_run(self.stage, reason)
         _heartbeat(
             LeaseHeartbeat(
                 task_id=self.claim.task_id,
@@ -215,6 +239,44 @@ class LeaseContext:
                 lease_expires_at=expires_at,
             )
         )
+
+    def _tell_run(self, stage: Stage | None, reason: str) -> None:
+        """Signal the attempt's own run what the ledger just recorded (best effort, in the background)."""
+        if not activity.in_activity():
+            return
+        info = activity.info()
+        step_id = self.claim.task_id.removeprefix(f"{info.workflow_id}/")
+        if not info.workflow_id or step_id == self.claim.task_id:
+            return  # not a step of the run that scheduled it
+        self._progress_next = LeaseProgress(
+            step_id=step_id,
+            claim_generation=self.claim.generation,
+            lease_owner=self.claim.owner[:255],
+            stage=stage,
+            reason=reason[:_MAX_REASON_CHARS],
+        )
+        if self._progress_sender is None or self._progress_sender.done():
+            try:
+                client = activity.client()
+            except RuntimeError:  # an activity environment without a client (unit tests of tools)
+                return
+            handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+            self._progress_sender = asyncio.ensure_future(self._send_progress(handle))
+
+    async def _send_progress(self, handle: Any) -> None:
+        """Send the latest progress, then what came meanwhile, at most one per :data:`PROGRESS_MIN_GAP`."""
+        while self._progress_next is not None:
+            if self._progress_sent_at is not None:
+                await asyncio.sleep(max(0.0, self._progress_sent_at + PROGRESS_MIN_GAP - time.monotonic()))
+            progress, self._progress_next = self._progress_next, None
+            if progress is None:
+                return
+            self._progress_sent_at = time.monotonic()
+            try:
+                await handle.signal(LEASE_PROGRESS_SIGNAL, progress.model_dump(mode="json"))
+            except Exception as exc:  # noqa: BLE001 - the ledger holds the record; the run's view just lags
+                logger.debug("progress of %s not signalled to its run: %s", progress.step_id, exc)
+                return
 
 
 def _heartbeat(details: LeaseHeartbeat) -> None:

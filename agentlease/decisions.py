@@ -274,3 +274,21 @@ class LedgerDecision(_Request):
     external_id: str | None = None
     observed: dict[str, Any] = Field(default_factory=dict)
     signed: SignedDecision | None = None
+
+
+class LedgerRefusal(BaseModel):
+    """A refused ``decide`` signal, as the ``agentlease.record_refusal`` activity takes it.
+
+    Attributes:
+        task: the task the signal named.
+        decision: the decision it asked for, as sent (at most 50 characters).
+        by: who sent it, if it said.
+        refusal: why the run refused it.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: TaskSpec
+    decision: str = Field(max_length=50)
+    by: str | None = Field(default=None, max_length=200)
+    refusal: str = Field(min_length=1, max_length=2000)

@@ -224,6 +224,8 @@ class EventKind(StrEnum):
     """A renewal or release was refused: the holder's lease lapsed or was superseded."""
     LATE_UNAPPLIED = "late_unapplied"
     """A result arrived from a superseded attempt; recorded, never applied (G10)."""
+    DECISION_REFUSED = "decision_refused"
+    """A decision sent as a signal was refused (the decision table does not allow it); nothing changed."""
 
 
 class ErrorClass(StrEnum):

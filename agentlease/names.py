@@ -23,3 +23,13 @@ SUBMIT_UPDATE = "submit"
 
 CLOSE_SIGNAL = "close"
 """Signal telling an open ``AgentRunWorkflow`` that no more tool calls come."""
+
+LEASE_PROGRESS_SIGNAL = "agentlease.lease_progress"
+"""Signal a leased activity sends its own run on claim and stage changes (a
+:class:`~agentlease.records.LeaseProgress`)."""
+
+DECIDE_SIGNAL = "decide"
+"""Signal carrying an operator decision, for clients that only signal (``docs/operator-views.md``)."""
+
+RECORD_REFUSAL = "agentlease.record_refusal"
+"""Activity that writes a refused decision signal to the task's evidence trail."""

@@ -388,6 +388,8 @@ class TaskView(_Frozen):
     Attributes:
         status: the ledger's status as the run last learnt it (``released`` shows as ``pending``),
             or how the step ended outside the ledger (``failed``, ``skipped``).
+        stage / claim_generation / lease_owner / progress: while an attempt runs, what it last
+            recorded in the ledger (its :class:`LeaseProgress`); after it, how it ended.
     """
 
     task_id: str
@@ -400,6 +402,45 @@ class TaskView(_Frozen):
     idempotency_key: str
     receipt: SettlementReceipt | None = None
     error: str | None = None
+    lease_owner: str | None = None
+    progress: str | None = None
+
+
+class LeaseProgress(_Frozen):
+    """What a leased attempt tells its own run after the ledger recorded it: a claim or a renewal.
+
+    Sent as the ``agentlease.lease_progress`` signal, rate-limited (``docs/operator-views.md``).
+    It carries no lease token: only what the ``status`` query and the search attributes show.
+
+    Attributes:
+        step_id: the run's step.
+        claim_generation: the generation the ledger minted for this attempt.
+        lease_owner: the attempt's worker identity.
+        stage: the stage the ledger recorded (``None``: just claimed).
+        reason: the renewal's reason, or ``claimed`` (at most 500 characters).
+    """
+
+    step_id: str
+    claim_generation: int = Field(ge=1)
+    lease_owner: str = Field(max_length=255)
+    stage: Stage | None = None
+    reason: str = Field(max_length=500)
+
+
+class RefusedDecision(_Frozen):
+    """A ``decide`` signal the run refused, as the ``status`` query shows it.
+
+    Attributes:
+        decision: the decision it asked for (``approve``, ``reject``...), as sent.
+        step_id: the step it named, if any.
+        by: who sent it, if it said.
+        refusal: why it was refused (the same text an update's validator gives).
+    """
+
+    decision: str
+    step_id: str | None = None
+    by: str | None = None
+    refusal: str
 
 
 class RunStatus(_Frozen):
@@ -409,3 +450,7 @@ class RunStatus(_Frozen):
     status: RunState
     closed: bool
     tasks: list[TaskView]
+    last_decision: str | None = None
+    """The run's last operator decision, ``<step>: <approved|...> by <who>: <why>``."""
+    refused: list[RefusedDecision] = Field(default_factory=list)
+    """``decide`` signals the run refused, oldest first (the last 20)."""

@@ -6,7 +6,11 @@ production namespace create them once::
 
     temporal operator search-attribute create --namespace NS \\
         --name AgentLeaseStatus --type Keyword --name AgentLeaseWaitingReason --type Keyword \\
-        --name AgentLeaseTool --type Keyword --name AgentLeaseStage --type Keyword
+        --name AgentLeaseTool --type Keyword --name AgentLeaseStage --type Keyword \\
+        --name AgentLeaseGeneration --type Int --name AgentLeaseOwner --type Keyword \\
+        --name AgentLeaseDecision --type Keyword
+
+``docs/operator-views.md`` says what each shows, and when it changes.
 """
 
 from __future__ import annotations
@@ -24,9 +28,15 @@ WAITING_REASON = SearchAttributeKey.for_keyword("AgentLeaseWaitingReason")
 CURRENT_TOOL = SearchAttributeKey.for_keyword("AgentLeaseTool")
 """The tool of the step being worked on."""
 CURRENT_STAGE = SearchAttributeKey.for_keyword("AgentLeaseStage")
-"""The last stage the run knows of for that step."""
+"""The last stage the run knows of for that step (live: the leased activity signals each stage it records)."""
+CURRENT_GENERATION = SearchAttributeKey.for_int("AgentLeaseGeneration")
+"""The claim generation of the step's current lease, as the ledger minted it."""
+CURRENT_OWNER = SearchAttributeKey.for_keyword("AgentLeaseOwner")
+"""The ``lease_owner`` (worker identity) holding that step's lease."""
+LAST_DECISION = SearchAttributeKey.for_keyword("AgentLeaseDecision")
+"""The run's last operator decision: ``<step>: <approved|rejected|...> by <who>: <why>`` (at most 250 characters)."""
 
-ALL = (RUN_STATUS, WAITING_REASON, CURRENT_TOOL, CURRENT_STAGE)
+ALL = (RUN_STATUS, WAITING_REASON, CURRENT_TOOL, CURRENT_STAGE, CURRENT_GENERATION, CURRENT_OWNER, LAST_DECISION)
 BY_NAME = {key.name: key for key in ALL}
 
 
@@ -48,7 +58,10 @@ async def ensure_registered(client: Client, namespace: str) -> str | None:
             await client.operator_service.add_search_attributes(
                 AddSearchAttributesRequest(
                     namespace=namespace,
-                    search_attributes=dict.fromkeys(missing, IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD),
+                    search_attributes={
+                        name: IndexedValueType.ValueType(BY_NAME[name].indexed_value_type.value)
+                        for name in sorted(missing)
+                    },
                 )
             )
     except RPCError as exc:

@@ -11,7 +11,13 @@ operator talks to:
   decision table (:data:`~agentlease.decisions.DECISIONS`) does not allow, so a refused update
   leaves no history;
 - the search attributes ``AgentLeaseStatus``, ``AgentLeaseWaitingReason``, ``AgentLeaseTool`` and
-  ``AgentLeaseStage``.
+  ``AgentLeaseStage`` (and, on runs made with :data:`LIVE_PATCH`, ``AgentLeaseGeneration``,
+  ``AgentLeaseOwner``, ``AgentLeaseDecision``), and the run's current details text;
+- signal ``agentlease.lease_progress`` (:class:`~agentlease.records.LeaseProgress`), from the run's
+  own leased activities: the live stage, generation and owner the ledger recorded;
+- signal ``decide``: the same decisions for clients that only signal (``{"decision": "approve",
+  ...the update's payload}``); a refused one is written to the evidence trail and shown by ``status``.
+  ``docs/operator-views.md`` describes what an operator sees where.
 
 Each call (:meth:`LeasedToolCalls.call`) is a task ``<workflow id>/<step id>`` with the idempotency
 key ``<workflow id>:<step id>`` unless the caller gives one (G4). It runs as the tool's leased
@@ -37,12 +43,28 @@ with workflow.unsafe.imports_passed_through():
 
     from agentlease import search_attributes as sa
     from agentlease.decision_auth import signed_decision
-    from agentlease.decisions import DECISIONS, CancelRequest, DecisionRequest, LedgerDecision, ReconcileRequest
+    from agentlease.decisions import (
+        DECISIONS,
+        CancelRequest,
+        DecisionRequest,
+        LedgerDecision,
+        LedgerRefusal,
+        ReconcileRequest,
+    )
     from agentlease.enums import DecisionKind, FailureType, RunState, Stage, StepEnd, StepStatus, TaskStatus
     from agentlease.errors import describe_validation_error
-    from agentlease.names import APPLY_DECISION, DESCRIBE_TOOLS, STATUS_QUERY
+    from agentlease.names import (
+        APPLY_DECISION,
+        DECIDE_SIGNAL,
+        DESCRIBE_TOOLS,
+        LEASE_PROGRESS_SIGNAL,
+        RECORD_REFUSAL,
+        STATUS_QUERY,
+    )
     from agentlease.records import (
+        LeaseProgress,
         PlanStep,
+        RefusedDecision,
         RunStatus,
         TaskSpec,
         TaskView,
@@ -85,6 +107,11 @@ _CANCEL_ANSWERS_AT_ONCE = "agentlease-cancel-answers-at-once"
 """Patch: ``cancel`` answers once the ledger recorded it, without waiting for the activity (0.2.0)."""
 _RUN_DECIDER = "agentlease"
 """Who the evidence trail names for decisions the run makes itself (parking an approval-gated call)."""
+LIVE_PATCH = "agentlease-live-lease-view"
+"""Patch: the run shows its attempts' live progress and its last decision in search attributes (0.3.0)."""
+_KEPT_REFUSALS = 20
+"""How many refused ``decide`` signals the ``status`` query keeps (the evidence trail keeps all)."""
+_MAX_DECISION_CHARS = 250
 
 
 @dataclass(frozen=True)
@@ -125,16 +152,23 @@ class LeasedToolCalls:
         self._steps: dict[str, PlanStep] = {}
         self._views: dict[str, TaskView] = {}
         self._running: dict[str, workflow.ActivityHandle[dict[str, Any]]] = {}
-        self._shown: dict[str, str] = {}
-        self._wanted: dict[str, str] = {}
+        self._shown: dict[str, Any] = {}
+        self._wanted: dict[str, Any] = {}
         self._coalesce = workflow.patched(COALESCE_PATCH)
+        self._live = workflow.patched(LIVE_PATCH)
+        self._last_decision: str | None = None
+        self._refused: list[RefusedDecision] = []
         workflow.set_query_handler(STATUS_QUERY, self._status_query)
-        for command in ("approve", "reject", "redrive"):
-            workflow.set_update_handler(
-                command, self._decision_handler(command), validator=self._decision_validator(command)
-            )
-        workflow.set_update_handler("reconcile", self._reconcile, validator=self._validate_reconcile)
-        workflow.set_update_handler("cancel", self._cancel, validator=self._validate_cancel)
+        self._decisions: dict[str, tuple[Any, Any]] = {
+            command: (self._decision_handler(command), self._decision_validator(command))
+            for command in ("approve", "reject", "redrive")
+        }
+        self._decisions["reconcile"] = (self._reconcile, self._validate_reconcile)
+        self._decisions["cancel"] = (self._cancel, self._validate_cancel)
+        for command, (handler, validator) in self._decisions.items():
+            workflow.set_update_handler(command, handler, validator=validator)
+        workflow.set_signal_handler(LEASE_PROGRESS_SIGNAL, self._on_progress)
+        workflow.set_signal_handler(DECIDE_SIGNAL, self._on_decide)
         if self._catalog is not None:
             self._set_state(RunState.RUNNING)
 
@@ -301,6 +335,8 @@ class LeasedToolCalls:
         if self._views[sid].status.is_cancelled:
             return CallOutcome(self._views[sid])
         self._set_state(self._state, stage=outcome.stage)
+        if self._live:
+            self._wanted[sa.CURRENT_GENERATION.name] = outcome.claim_generation
         view = self._update(
             sid,
             status=outcome.status,
@@ -403,6 +439,7 @@ class LeasedToolCalls:
         if changed:
             self._shown.update(changed)
             workflow.upsert_search_attributes([sa.BY_NAME[name].value_set(value) for name, value in changed.items()])
+        workflow.set_current_details(self.current_details())
 
     async def _apply(self, step: PlanStep, kind: DecisionKind, by: str, reason: str, **extra: Any) -> TaskView:
         """Write a decision to the ledger (evidence: who and why), then show its result."""
@@ -421,6 +458,10 @@ class LeasedToolCalls:
         )
         outcome = ToolOutcome.model_validate(decided)
         shown = TaskStatus.PENDING if outcome.status is TaskStatus.RELEASED else outcome.status
+        if by != _RUN_DECIDER or kind is not DecisionKind.AWAIT_APPROVAL:
+            self._last_decision = _decision_text(step.step_id, kind, by, reason)
+            if self._live:
+                self._wanted[sa.LAST_DECISION.name] = self._last_decision
         # A person ended the call without a receipt: the view says who and why (the run's status,
         # and what an agent framework's model is told).
         return self._update(
@@ -438,7 +479,124 @@ class LeasedToolCalls:
     def status(self) -> RunStatus:
         """The run as the ``status`` query reports it."""
         return RunStatus(
-            agent_run_id=self.run_id, status=self._state, closed=self.closed, tasks=list(self._views.values())
+            agent_run_id=self.run_id,
+            status=self._state,
+            closed=self.closed,
+            tasks=list(self._views.values()),
+            last_decision=self._last_decision,
+            refused=list(self._refused),
+        )
+
+    def current_details(self) -> str:
+        """The run's current details text (the Temporal UI shows it on the run's page), one line each:
+        every running step (``publish: external_call, generation 2, renewing: uploading 3 of 5 images
+        (worker-b)``), every step waiting for a person, the last decision and the last refused signal."""
+        lines = []
+        for view in self._views.values():
+            if view.status is TaskStatus.RUNNING:
+                line = f"{view.step_id}: {view.stage.value if view.stage else 'claiming'}"
+                if view.claim_generation:
+                    line += f", generation {view.claim_generation}"
+                if view.progress and view.stage is not None:
+                    line += f", renewing: {view.progress}"
+                if view.lease_owner:
+                    line += f" ({view.lease_owner})"
+                lines.append(line)
+            elif view.status.awaits_decision:
+                lines.append(f"{view.step_id}: {view.status.value}, waiting for a person")
+        if not lines:
+            lines.append(f"run {self._state.value}")
+        if self._last_decision:
+            lines.append(f"last decision: {self._last_decision}")
+        if self._refused:
+            last = self._refused[-1]
+            lines.append(f"refused {last.decision} signal by {last.by or '?'}: {last.refusal}")
+        return "\n".join(lines)
+
+    async def _on_progress(self, payload: Any) -> None:
+        """A running attempt's :class:`LeaseProgress`: show it (a late or stale one is ignored).
+
+        The ``status`` query and the current details change at once; the search attributes once per
+        workflow task (the signals of one task are upserted together), only when the stage, the
+        generation or the owner changed (a renewal's reason alone is not upserted)."""
+        if not self._live:
+            return
+        try:
+            progress = LeaseProgress.model_validate(payload)
+        except ValidationError:
+            return
+        sid = progress.step_id
+        if sid not in self._running:
+            return  # the attempt already ended: its outcome is the newer fact
+        view = self._views[sid]
+        known = view.claim_generation or 0
+        if progress.claim_generation < known:
+            return
+        if progress.claim_generation == known and _stage_order(progress.stage) < _stage_order(view.stage):
+            return  # signals of one attempt may arrive out of order
+        self._update(
+            sid,
+            stage=progress.stage,
+            claim_generation=progress.claim_generation,
+            lease_owner=progress.lease_owner,
+            progress=progress.reason,
+        )
+        self._wanted[sa.CURRENT_GENERATION.name] = progress.claim_generation
+        self._wanted[sa.CURRENT_OWNER.name] = progress.lease_owner
+        self._wanted[sa.CURRENT_STAGE.name] = progress.stage.value if progress.stage else ""
+        workflow.set_current_details(self.current_details())
+        await workflow.wait_condition(lambda: True)  # after every signal of this workflow task
+        self.show_search_attributes()
+
+    async def _on_decide(self, payload: Any) -> None:
+        """The ``decide`` signal: the decision update of the same name, or a recorded refusal."""
+        body = dict(payload) if isinstance(payload, dict) else {}
+        decision = str(body.pop("decision", "") or "")[:50]
+        try:
+            if decision not in self._decisions:
+                raise ValueError(
+                    f"unknown decision {decision!r}; a decide signal carries one of {', '.join(self._decisions)}"
+                )
+            handler, validator = self._decisions[decision]
+            validator(body)
+        except ValueError as exc:
+            await self._refuse(decision, body, str(exc))
+            return
+        try:
+            await handler(body)
+        except (ActivityError, ValueError) as exc:  # the ledger refused it (another decision got there first)
+            await self._refuse(decision, body, str(getattr(exc, "cause", None) or exc))
+
+    async def _refuse(self, decision: str, body: dict[str, Any], refusal: str) -> None:
+        """Keep a refused ``decide`` signal for ``status`` and write it to the step's evidence trail."""
+        step_id = body.get("step_id") if isinstance(body.get("step_id"), str) else None
+        by = body.get("by") if isinstance(body.get("by"), str) else None
+        refused = RefusedDecision(
+            decision=decision or "?", step_id=step_id and step_id[:128], by=by and by[:200], refusal=refusal[:2000]
+        )
+        self._refused = [*self._refused, refused][-_KEPT_REFUSALS:]
+        workflow.logger.warning("refused %s signal for step %s: %s", refused.decision, step_id, refusal)
+        step = self._steps.get(step_id or "")
+        if step is not None and self._catalog is not None and step.tool in self._catalog:
+            info = self._catalog[step.tool]
+            try:
+                await self._record_refusal(step, info, refused)
+            except ActivityError as exc:  # a signal handler must not fail the run: the status keeps it
+                workflow.logger.warning("refused %s signal not written to the trail: %s", refused.decision, exc)
+        workflow.set_current_details(self.current_details())
+
+    async def _record_refusal(self, step: PlanStep, info: ToolInfo, refused: RefusedDecision) -> None:
+        await workflow.execute_activity(
+            RECORD_REFUSAL,
+            LedgerRefusal(
+                task=TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl),
+                decision=refused.decision,
+                by=refused.by,
+                refusal=refused.refusal,
+            ).model_dump(mode="json"),
+            start_to_close_timeout=_DECISION_TIMEOUT,
+            retry_policy=_DECISION_RETRY,
+            summary=f"{step.step_id}: refused {refused.decision} signal",
         )
 
     def _status_query(self) -> dict[str, Any]:
@@ -480,7 +638,7 @@ class LeasedToolCalls:
         kind = self._reconcile_kind(request)
         extra: dict[str, Any] = signed_decision("reconcile", request)
         if DECISIONS[kind].settles:
-            extra = {"external_id": request.external_id, "observed": request.observed}
+            extra |= {"external_id": request.external_id, "observed": request.observed}
         await self._apply(self._steps[request.step_id], kind, request.by, request.reason, **extra)
         self._refresh_waiting()
         self.show_search_attributes()
@@ -541,6 +699,18 @@ class LeasedToolCalls:
             raise ValueError(f"run {self.run_id} has ended ({self._state.value}); there is nothing to cancel")
         if request.step_id is not None:
             self._require(request.step_id, DecisionKind.CANCEL)
+
+
+def _stage_order(stage: Stage | None) -> int:
+    return -1 if stage is None else stage.order
+
+
+def _decision_text(step_id: str, kind: DecisionKind, by: str, reason: str) -> str:
+    """``publish: approved by alice: ticket OPS-12`` (at most 250 characters)."""
+    rule = DECISIONS[kind]
+    verb = rule.event.value if rule.action is None else f"{rule.event.value} ({rule.action})"
+    text = f"{step_id}: {verb} by {by}: {reason}"
+    return text if len(text) <= _MAX_DECISION_CHARS else text[: _MAX_DECISION_CHARS - 3] + "..."
 
 
 def _ended_by(status: TaskStatus, by: str, reason: str) -> str | None:

@@ -516,7 +516,10 @@ async def _with_heartbeats(client: Any, description: Any, current: RunStatus) ->
             "stage": latest[task.task_id]["stage"],
             "claim_generation": latest[task.task_id]["claim_generation"],
         }
-        if task.task_id in latest and task.status == "running"
+        if task.task_id in latest
+        and task.status == "running"
+        # the run's own view is live (its attempt signals each claim and stage): a heartbeat only fills a gap
+        and (task.claim_generation or 0) < latest[task.task_id]["claim_generation"]
         else task.model_dump()
         for task in current.tasks
     ]

@@ -17,6 +17,7 @@ from agentlease.cli.demo_agents import agent_workers, start_agent_runs
 from agentlease.cli.plans import load_plan
 from agentlease.cli.render import tasks_table
 from agentlease.cli.stack import local_stack
+from agentlease.cli.takeover import Takeover, run_takeover
 from agentlease.databases import display_url
 from agentlease.decisions import DecisionRequest
 from agentlease.enums import TaskStatus
@@ -26,13 +27,15 @@ from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.shutdown import stop_event
+from worker import running_worker
 from workflows.agent_run import AgentRunWorkflow
 
 
 async def run_demo(
     settings: AgentLeaseSettings, plans_dir: Path, out: Console, err: Console, *, timeout_s: float
 ) -> bool:
-    """Start the stack, run every plan in ``plans_dir`` and each example agent, print the ledger's tasks, stop.
+    """Start the stack, run every plan in ``plans_dir``, each example agent and the narrated takeover
+    (:mod:`agentlease.cli.takeover`), print the ledger's tasks and where to look, stop.
 
     Returns:
         True when every task of every run settled.
@@ -64,26 +67,64 @@ async def run_demo(
         agents = await start_agent_runs(client, serving, batch)
         for agent, handle in agents:
             err.print(f"started agent run {handle.id}: an agent on {agent.framework}, scripted model (no API key)")
+        data_dir = settings.data_dir.resolve()
         try:
             async with asyncio.timeout(timeout_s):
-                results = await asyncio.gather(*(_approving(h, err) for h in [*handles, *(h for _, h in agents)]))
+                shown, *results = await asyncio.gather(
+                    run_takeover(stack.settings, client, data_dir, batch, err, running_worker),
+                    *(_approving(h, err) for h in [*handles, *(h for _, h in agents)]),
+                )
         except TimeoutError:
             raise AgentLeaseError(f"the demo runs did not finish within {timeout_s:.0f}s") from None
+        takeover: Takeover = shown
         for (agent, handle), answer in zip(agents, results[len(handles) :], strict=True):
             err.print(f"{agent.framework} agent {handle.id} answered: {answer}", markup=False)
         ledger = Ledger.from_url(stack.settings.ledger_url)
         try:
             by_run = {h.id: await ledger.list_tasks(h.id) for h in [*handles, *(h for _, h in agents)]}
+            by_run[takeover.run_id] = await ledger.list_tasks(takeover.run_id)
         finally:
             await ledger.close()
+        ui_url = stack.ui_url
     records = [r for run in by_run.values() for r in run]
     out.print(tasks_table(records, title="demo: tasks in the ledger"))
+    _where_to_look(out, takeover, settings, ui_url)
     expected = sum(len(plan.steps) for plan in plans.values())
     plan_tasks = sum(len(by_run[h.id]) for h in handles)
     settled = all(r.status is TaskStatus.SETTLED for r in records) and plan_tasks == expected
     settled = settled and all(by_run[h.id] for _, h in agents)
+    settled = settled and bool(by_run[takeover.run_id])
     out.print(f"{sum(r.status is TaskStatus.SETTLED for r in records)}/{len(records)} tasks settled")
     return settled
+
+
+def _where_to_look(out: Console, takeover: Takeover, settings: AgentLeaseSettings, ui_url: str) -> None:
+    """The takeover's outcome and where to see it again: the lease timeline page and the Temporal UI."""
+    out.print(
+        f"takeover: {takeover.task_id} settled with generation {takeover.generation}; "
+        f"generation 1 was refused {len(takeover.refused)} time(s) after it resumed:",
+        markup=False,
+        soft_wrap=True,
+    )
+    for line in takeover.refused:
+        out.print(f"  refused: {line}", markup=False, soft_wrap=True)
+    ledger = f"sqlite:///{settings.data_dir.resolve() / 'ledger.db'}"
+    if settings.ledger_url != AgentLeaseSettings.model_fields["ledger_url"].default:
+        ledger = settings.ledger_url
+    out.print("where to look:")
+    out.print(
+        f"  lease timeline: AGENTLEASE_LEDGER_URL={ledger} agentlease ui, then "
+        f"http://127.0.0.1:8080/tasks/{takeover.task_id}",
+        markup=False,
+        soft_wrap=True,
+    )
+    out.print(
+        f"  Temporal UI:    {ui_url}/namespaces/{settings.namespace}/workflows/{takeover.run_id} "
+        f"(while the demo runs; afterwards `agentlease --data-dir {settings.data_dir} dev` serves it "
+        f"on http://127.0.0.1:8233)",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 async def _approving(handle: WorkflowHandle[Any, Any], err: Console) -> Any:

@@ -118,6 +118,13 @@ def run_table(status: RunStatus, title: str | None = None) -> Table:
             "-" if task.attempts is None else str(task.attempts),
             task.error or receipt_text(task.receipt),
         )
+    notes = [f"last decision: {status.last_decision}"] if status.last_decision else []
+    notes += [
+        f"refused {r.decision} signal ({r.step_id or '-'}, by {r.by or '?'}): {r.refusal}" for r in status.refused
+    ]
+    if notes:
+        table.caption = "\n".join(notes)
+        table.caption_justify = "left"
     return table
 
 

@@ -781,6 +781,40 @@ class Ledger:
 
         return await self._write("decide", spec.tool if spec is not None else "", decide_tx)
 
+    async def record_refused_decision(
+        self, spec: TaskSpec, *, decision: str, by: str | None, refusal: str, now: datetime | None = None
+    ) -> None:
+        """Write a refused decision signal to the task's evidence trail (``decision_refused``); nothing else changes.
+
+        A decision sent as an update is refused before it is accepted and leaves no history; one
+        sent as a signal cannot be refused to its sender, so its refusal is evidence
+        (``docs/operator-views.md``). A task the ledger has not seen yet is created first.
+
+        Args:
+            spec: the task the signal named.
+            decision: the decision it asked for, as sent.
+            by: who sent it, if it said.
+            refusal: why it was refused.
+            now: injected time; default the database's clock.
+        """
+
+        def refuse_tx(conn: Connection) -> None:
+            self._insert_task(conn, spec, now)
+            task = self._task(conn, spec.task_id)
+            write_event(
+                conn,
+                self._sql,
+                task_id=spec.task_id,
+                kind=EventKind.DECISION_REFUSED,
+                generation=task.claim_generation,
+                at_ms=conn.execute(select(self._sql.now), now_param(now)).scalar_one(),
+                stage=task.stage,
+                reason=refusal,
+                details={"by": by, "decision": decision, "via": "signal"},
+            )
+
+        await self._write("record_refusal", spec.tool, refuse_tx)
+
     # -- reads ---------------------------------------------------------------------------------
 
     def _task(self, conn: Connection, task_id: str) -> TaskRecord:

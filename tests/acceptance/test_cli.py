@@ -82,7 +82,9 @@ def test_demo_settles_every_task_and_stops_everything(cli: Cli) -> None:
     assert listed.returncode == 0, listed
     tasks = json.loads(listed.stdout)
     assert len(tasks) == expected, listed
-    assert {task["agent_run_id"] for task in tasks} == set(run_ids)
+    takeover = re.findall(r"takeover: run (demo-takeover-\S+),", result.stderr)
+    assert len(takeover) == 1, result
+    assert {task["agent_run_id"] for task in tasks} == {*run_ids, *takeover}
     assert all(task["status"] == "settled" and task["receipt"] is not None for task in tasks), listed
 
     trail = cli("events", "--run", run_ids[0], "--json", env=ledger)
@@ -90,6 +92,21 @@ def test_demo_settles_every_task_and_stops_everything(cli: Cli) -> None:
     kinds = [event["kind"] for event in json.loads(trail.stdout)]
     steps = sum(task["agent_run_id"] == run_ids[0] for task in tasks)
     assert kinds.count("claimed") >= steps and kinds.count("settled") == steps, trail
+
+    # The takeover, narrated live: generation 2 settles; generation 1's late renewal, fenced write and
+    # settle are refused, and the ledger's trail agrees (outcomes only: no timing is asserted).
+    assert re.search(r"took over with generation 2, wrote the row \(fencing token 2\) and settled", result.stderr)
+    assert re.search(r"takeover: \S+ settled with generation 2", result.stdout), result
+    assert "refused: renewal of generation 1 (lease_lost)" in result.stdout, result
+    assert re.search(r"refused: downstream write by generation 1: .* refused by the fence", result.stdout), result
+    assert "refused: settle of generation 1 (late_unapplied)" in result.stdout, result
+    assert f"/namespaces/default/workflows/{takeover[0]}" in result.stdout, result
+    assert "agentlease ui, then http://127.0.0.1:8080/tasks/" in result.stdout, result
+    [task] = [t for t in tasks if t["agent_run_id"] == takeover[0]]
+    assert task["claim_generation"] == 2, task
+    late = cli("events", "--run", takeover[0], "--json", env=ledger)
+    generation_1 = [(e["kind"]) for e in json.loads(late.stdout) if e["claim_generation"] == 1]
+    assert "lease_lost" in generation_1 and "late_unapplied" in generation_1, late
 
 
 def free_port() -> int:
