@@ -4,6 +4,10 @@ Each decision is one row of the decision table (:data:`agentlease.decisions.DECI
 by :meth:`Ledger.decide` as one conditional ledger write with an evidence entry naming who decided
 and why. Applying a decision twice (a Temporal retry) is harmless: when the task already has the
 decision's resulting status, the activity reports it as applied.
+
+A decision is bound to the workflow that scheduled it, like a tool call (:mod:`activities.binding`):
+one naming a task of another run is refused, non-retryably, and recorded on the scheduling workflow's
+own task.
 """
 
 from __future__ import annotations
@@ -16,12 +20,20 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.binding import own_task, task_refusal
 from agentlease.decisions import DECISIONS, LedgerDecision
 from agentlease.enums import FailureType
-from agentlease.errors import LedgerUnavailableError, TaskClosedError, TaskNotFoundError, describe_validation_error
+from agentlease.errors import (
+    BindingRefusedError,
+    LedgerUnavailableError,
+    TaskClosedError,
+    TaskNotFoundError,
+    describe_validation_error,
+)
+from agentlease.ledger.refusals import record_refusal
 from agentlease.ledger.store import Ledger
 from agentlease.names import APPLY_DECISION
-from agentlease.records import SettlementReceipt, ToolOutcome
+from agentlease.records import SHARED_KEY_PREFIX, SettlementReceipt, ToolOutcome, TraceLink
 
 logger = logging.getLogger("agentlease.lease")
 
@@ -45,6 +57,7 @@ class DecisionActivities:
                     type=FailureType.DECISION_REFUSED.value,
                     non_retryable=True,
                 ) from None
+            await _bound(ledger, decision)
             try:
                 return (await apply(ledger, decision)).model_dump(mode="json")
             except LedgerUnavailableError as exc:  # retried by the decision's retry policy
@@ -56,6 +69,36 @@ class DecisionActivities:
                 ) from None
 
         return [apply_decision]
+
+
+async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
+    """Refuse (and record) a decision on a task that is not of the scheduling workflow's run.
+
+    Raises:
+        ApplicationError: non-retryable ``DecisionRefused``.
+    """
+    info = activity.info()
+    task = decision.task
+    why = task_refusal(info.workflow_id, task, shared_key=task.idempotency_key.startswith(SHARED_KEY_PREFIX))
+    if why is None:
+        return
+    exc = BindingRefusedError(task.task_id, info.workflow_id, why)
+    logger.warning("%s (decision %s)", exc, decision.kind.value)
+    if info.workflow_id is not None:
+        trace = TraceLink(
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            activity_id=info.activity_id,
+            attempt=info.attempt,
+        )
+        await record_refusal(
+            ledger,
+            own_task(info.workflow_id, task),
+            f"{exc} (decision {decision.kind.value} by {decision.by})",
+            details={"named_task_id": task.task_id, "decision": decision.kind.value},
+            trace=trace,
+        )
+    raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True)
 
 
 def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:

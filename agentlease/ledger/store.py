@@ -145,6 +145,11 @@ class Ledger:
         return self._sql.now
 
     @staticmethod
+    def task_values(spec: TaskSpec, now: datetime | None) -> dict[str, Any]:
+        """The parameters of :attr:`LeaseStatements.insert_task` for ``spec``."""
+        return Ledger._task_values(spec, now)
+
+    @staticmethod
     def _task_values(spec: TaskSpec, now: datetime | None) -> dict[str, Any]:
         return {
             "task_id": spec.task_id,
