@@ -56,6 +56,9 @@ def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
     return f"{agent_run_id}:{step_id}"
 
 
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+"""Longest idempotency key the ledger stores (its column)."""
+
 SHARED_KEY_PREFIX = "shared:"
 """How a key shared across runs begins in the ledger: a run-scoped key begins with its run id and ``:``."""
 
@@ -66,9 +69,16 @@ def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False)
 
     Scoped to the run, ``"<agent_run_id>:<key>"``, unless the caller shares it across runs
     (``shared=True``): then ``"shared:<key>"``, which no run-scoped key equals. A run's leased
-    activity accepts only keys of its own run or shared ones.
+    activity accepts only keys of its own run or shared ones. A result longer than
+    :data:`MAX_IDEMPOTENCY_KEY_CHARS` keeps its prefix and digests the key (``sha256:<32 hex>``).
     """
-    return f"{SHARED_KEY_PREFIX}{key}" if shared else f"{agent_run_id}:{key}"
+    prefix = SHARED_KEY_PREFIX if shared else f"{agent_run_id}:"
+    scoped = f"{prefix}{key}"
+    if len(scoped) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        return scoped
+    # Too long for the column: the prefix stays (the binding check reads it), the key is digested.
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{prefix}sha256:{digest}"
 
 
 def arguments_fingerprint(arguments: dict[str, Any]) -> str:

@@ -79,7 +79,7 @@ async def test_a_claim_rebuilt_from_listings_cannot_renew_settle_or_release(ledg
     refusals = [
         e for e in await ledger.events(spec.task_id) if e.kind in (EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED)
     ]
-    assert [e.details["operation"] for e in refusals] == ["renew", "settle", "release"], refusals
+    assert [(e.details or {})["operation"] for e in refusals] == ["renew", "settle", "release"], refusals
     assert all("lease token" in (e.reason or "") for e in refusals), refusals
 
     # The holder, who alone received the token, still holds the lease.
