@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentlease.errors import ConfigurationError
@@ -63,6 +63,11 @@ class AgentLeaseSettings(BaseSettings):
         migrate_on_start: a worker brings the ledger schema to the newest revision when it starts.
             Default false: run ``agentlease db upgrade`` once per release, and a worker refuses to
             start on a schema it does not expect.
+        fencing_key: the key fencing tokens are signed with (``<generation>.<signature>``), shared
+            with the downstreams that verify them; at least 16 characters. Default unset: workers send
+            bare generations (``docs/security.md``, "Fencing tokens a downstream can verify").
+        require_fencing_token: a downstream built from these settings (the demo's services) refuses
+            a write without a fencing token. Default false.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
@@ -91,6 +96,8 @@ class AgentLeaseSettings(BaseSettings):
     data_converter: str | None = None
     ledger_pool_size: int = Field(default=10, ge=1, le=1000)
     migrate_on_start: bool = False
+    fencing_key: SecretStr | None = Field(default=None, min_length=16)
+    require_fencing_token: bool = False
 
     @field_validator("shutdown_grace", "decision_timeout", "sticky_schedule_to_start", mode="before")
     @classmethod

@@ -255,7 +255,9 @@ def publishing_app(store: IdempotencyStore) -> Starlette:
             Route("/posts", service.find, methods=["GET"]),
             Route("/posts/{post_id:int}", service.get, methods=["GET"]),
         ],
-        middleware=[Middleware(IdempotencyMiddleware, store=store, require_fencing_token=True)],
+        middleware=[
+            Middleware(IdempotencyMiddleware, store=store, require_fencing_token=True, client_named_resource=True)
+        ],
     )
 
 
