@@ -8,12 +8,15 @@ resource); a missing token is refused when the service says so; a huge body is 4
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
@@ -149,3 +152,50 @@ async def test_the_sql_fence_with_a_key_takes_only_signed_tokens(ledger_url: str
                 await advance_fence(conn, "docs/1", sign_fencing_token(KEY, "docs/1", 2), fencing_key=KEY)
     finally:
         await engine.dispose()
+
+
+async def test_http_publish_signs_its_token_for_a_downstream_with_the_fencing_key(
+    client: Any, settings: Any, tmp_path: Path
+) -> None:
+    """End to end: a worker with the fencing key publishes through a downstream that requires signed
+    tokens; a client without the key cannot write there, whatever generation it invents."""
+    from agentlease.ledger.migrate import upgrade
+    from agentlease.ledger.store import Ledger
+    from agentlease.records import AgentRunPlan, PlanStep
+    from examples.downstream import running_downstream
+    from tests.security.conftest import victim_worker
+    from workflows.agent_run import AgentRunWorkflow
+
+    async with running_downstream(tmp_path / "downstream", fencing_key=KEY) as downstream:
+        signing = settings.model_copy(
+            update={"publish_base_url": downstream.publish_base_url, "fencing_key": SecretStr(KEY.decode())}
+        )
+        ledger = Ledger.from_url(signing.ledger_url)
+        await upgrade(ledger.database)
+        run_id = f"publish-{uuid.uuid4().hex[:8]}"
+        post = {"slug": "signed", "title": "Signed", "body": "A fenced write with a signed token."}
+        try:
+            async with victim_worker(client, ledger, signing):
+                result = await client.execute_workflow(
+                    AgentRunWorkflow.run,
+                    AgentRunPlan(
+                        agent_run_id=run_id, steps=[PlanStep(step_id="p", tool="http_publish", arguments=post)]
+                    ),
+                    id=run_id,
+                    task_queue=signing.task_queue,
+                )
+        finally:
+            await ledger.close()
+        async with httpx.AsyncClient(base_url=downstream.publish_base_url) as http:
+            forged = await http.post(
+                "posts",
+                json={**post, "slug": "forged"},
+                headers={
+                    "Idempotency-Key": "forged",
+                    "Fencing-Token": str(MAX_GENERATION),
+                    "Fencing-Resource": "posts/forged/forged",
+                },
+            )
+    [view] = result.tasks
+    assert view.status == "settled" and view.receipt is not None, view
+    assert forged.status_code == 400 and forged.json()["error"] == "invalid_fencing_token", forged.json()
