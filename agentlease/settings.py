@@ -66,8 +66,6 @@ class AgentLeaseSettings(BaseSettings):
         fencing_key: the key fencing tokens are signed with (``<generation>.<signature>``), shared
             with the downstreams that verify them; at least 16 characters. Default unset: workers send
             bare generations (``docs/security.md``, "Fencing tokens a downstream can verify").
-        require_fencing_token: a downstream built from these settings (the demo's services) refuses
-            a write without a fencing token. Default false.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
@@ -97,7 +95,6 @@ class AgentLeaseSettings(BaseSettings):
     ledger_pool_size: int = Field(default=10, ge=1, le=1000)
     migrate_on_start: bool = False
     fencing_key: SecretStr | None = Field(default=None, min_length=16)
-    require_fencing_token: bool = False
 
     @field_validator("shutdown_grace", "decision_timeout", "sticky_schedule_to_start", mode="before")
     @classmethod
