@@ -107,15 +107,14 @@ async def test_an_attacker_workflow_cannot_claim_or_decide_a_victims_task(
 
             # The victim's own call runs and settles with its own receipt.
             step = PlanStep(step_id="mail", tool="send_mail", arguments={"to": "cfo@example.com"})
-            result = await asyncio.wait_for(
-                client.execute_workflow(
-                    AgentRunWorkflow.run,
-                    AgentRunPlan(agent_run_id=victim, steps=[step]),
-                    id=victim,
-                    task_queue=settings.task_queue,
-                ),
-                timeout=90,
+            handle = await client.start_workflow(
+                AgentRunWorkflow.run,
+                AgentRunPlan(agent_run_id=victim, steps=[step]),
+                id=victim,
+                task_queue=settings.task_queue,
             )
+            result = await asyncio.wait_for(handle.result(), timeout=90)
+            history = (await handle.fetch_history()).to_json()
         [view] = result.tasks
         assert view.status == "settled" and view.receipt is not None
         task = await ledger.get_task(forged.task_id)
@@ -124,7 +123,16 @@ async def test_an_attacker_workflow_cannot_claim_or_decide_a_victims_task(
             timedelta(minutes=2),
             victim,
         )
-        assert [m["to"] for m in tools.SENT if m["task_id"] == forged.task_id] == ["cfo@example.com"]
+        [sent] = [m for m in tools.SENT if m["task_id"] == forged.task_id]
+        assert sent["to"] == "cfo@example.com"
+        # The lease token the victim's attempt held is nowhere in Temporal's history (heartbeats included)
+        # nor in the ledger's listings and trail.
+        token = sent["lease_token"]
+        assert len(token) >= 40 and token not in history
+        shown = [t.as_json() for t in await ledger.list_tasks(victim)] + [
+            e.model_dump(mode="json") for e in await ledger.events(agent_run_id=victim)
+        ]
+        assert token not in str(shown)
     finally:
         await ledger.close()
 

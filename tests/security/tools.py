@@ -12,7 +12,8 @@ from agentlease.enums import SideEffectClass, Stage
 from agentlease.records import SettlementReceipt
 
 SENT: list[dict[str, str]] = []
-"""Every mail ``send_mail`` sent (in-process workers): who ran it, for which task, with which key."""
+"""Every mail ``send_mail`` sent (in-process workers): for which task, with which key, and the lease
+token its attempt held (so that a test can look for it where it must never appear)."""
 
 
 class MailArgs(BaseModel):
@@ -36,7 +37,14 @@ def _receipt(ctx: LeaseContext, system: str) -> SettlementReceipt:
 async def send_mail(ctx: LeaseContext, args: MailArgs) -> ToolResult:
     """Sends a mail (records it in :data:`SENT`)."""
     await ctx.advance(Stage.EXTERNAL_CALL, f"sending to {args.to}")
-    SENT.append({"task_id": ctx.claim.task_id, "to": args.to, "idempotency_key": ctx.idempotency_key})
+    SENT.append(
+        {
+            "task_id": ctx.claim.task_id,
+            "to": args.to,
+            "idempotency_key": ctx.idempotency_key,
+            "lease_token": ctx.claim.lease_token.get_secret_value(),
+        }
+    )
     await ctx.advance(Stage.VERIFY, "accepted by the server")
     return ToolResult(receipt=_receipt(ctx, "mail"))
 
