@@ -63,8 +63,16 @@ def ttl_refusal(heartbeat_timeout: timedelta | None, lease_ttl: timedelta) -> st
     return None
 
 
-def own_task(workflow_id: str, task: TaskSpec) -> TaskSpec:
-    """The task a refused call of ``workflow_id`` is recorded on: its own, from its workflow id and step."""
+MAX_RECORDED_RUN_ID_CHARS = 120
+"""Longest workflow id whose refused call is recorded on its own task (longer ones do not fit the
+ledger's columns: the refusal is then only logged and raised)."""
+
+
+def own_task(workflow_id: str, task: TaskSpec) -> TaskSpec | None:
+    """The task a refused call of ``workflow_id`` is recorded on: its own, from its workflow id and step;
+    ``None`` when the workflow id is too long for the ledger's columns."""
+    if len(workflow_id) > MAX_RECORDED_RUN_ID_CHARS:
+        return None
     step_id = step_id_from(task.step_id)
     return task.model_copy(
         update={

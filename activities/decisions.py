@@ -84,7 +84,8 @@ async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
         return
     exc = BindingRefusedError(task.task_id, info.workflow_id, why)
     logger.warning("%s (decision %s)", exc, decision.kind.value)
-    if info.workflow_id is not None:
+    own = None if info.workflow_id is None else own_task(info.workflow_id, task)
+    if own is not None:
         trace = TraceLink(
             workflow_id=info.workflow_id,
             run_id=info.workflow_run_id,
@@ -93,7 +94,7 @@ async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
         )
         await record_refusal(
             ledger,
-            own_task(info.workflow_id, task),
+            own,
             f"{exc} (decision {decision.kind.value} by {decision.by})",
             details={"named_task_id": task.task_id, "decision": decision.kind.value},
             trace=trace,

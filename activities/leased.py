@@ -311,8 +311,8 @@ class LeasedActivities:
         exc = BindingRefusedError(task.task_id, workflow_id, why)
         logger.warning("%s", exc)
         facts: dict[str, Any] = {"status": TaskStatus.DEAD_LETTERED.value}
-        if workflow_id is not None:
-            own = own_task(workflow_id, task)
+        own = None if workflow_id is None else own_task(workflow_id, task)
+        if own is not None:
             record = await record_refusal(
                 self._ledger, own, str(exc), details={"named_task_id": task.task_id}, trace=trace
             )
