@@ -10,6 +10,9 @@ Before it writes, the activity checks the decision's operator signature with the
 decisions"): in the authenticated mode an unsigned or badly signed decision is refused
 (``DecisionRefused``, not retried) and the ledger is not touched. A ``decide`` signal the run
 refused is written as a ``decision_refused`` entry by ``agentlease.record_refusal``.
+A decision is bound to the workflow that scheduled it, like a tool call (:mod:`activities.binding`):
+one naming a task of another run is refused, non-retryably, and recorded on the scheduling workflow's
+own task.
 """
 
 from __future__ import annotations
@@ -22,13 +25,21 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.binding import own_task, task_refusal
 from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier
 from agentlease.decisions import DECISIONS, LedgerDecision, LedgerRefusal
 from agentlease.enums import DecisionKind, FailureType
-from agentlease.errors import LedgerUnavailableError, TaskClosedError, TaskNotFoundError, describe_validation_error
+from agentlease.errors import (
+    BindingRefusedError,
+    LedgerUnavailableError,
+    TaskClosedError,
+    TaskNotFoundError,
+    describe_validation_error,
+)
+from agentlease.ledger.refusals import record_refusal as record_binding_refusal
 from agentlease.ledger.store import Ledger
 from agentlease.names import APPLY_DECISION, RECORD_REFUSAL
-from agentlease.records import SettlementReceipt, ToolOutcome
+from agentlease.records import SHARED_KEY_PREFIX, SettlementReceipt, ToolOutcome, TraceLink
 
 logger = logging.getLogger("agentlease.lease")
 
@@ -59,6 +70,7 @@ class DecisionActivities:
                     type=FailureType.DECISION_REFUSED.value,
                     non_retryable=True,
                 ) from None
+            await _bound(ledger, decision)
             try:
                 signed_by = authenticate(verifier, decision)
             except DecisionRefusedError as exc:
@@ -86,6 +98,16 @@ class DecisionActivities:
                     type=FailureType.DECISION_REFUSED.value,
                     non_retryable=True,
                 ) from None
+            info = activity.info()
+            task = refusal.task
+            shared = task.idempotency_key.startswith(SHARED_KEY_PREFIX)
+            if (why := task_refusal(info.workflow_id, task, shared_key=shared)) is not None:
+                # Another run's trail is not this workflow's to write to (docs/security.md).
+                raise ApplicationError(
+                    str(BindingRefusedError(task.task_id, info.workflow_id, why)),
+                    type=FailureType.DECISION_REFUSED.value,
+                    non_retryable=True,
+                )
             try:
                 await ledger.record_refused_decision(
                     refusal.task, decision=refusal.decision, by=refusal.by, refusal=refusal.refusal
@@ -96,6 +118,37 @@ class DecisionActivities:
                 ) from None
 
         return [apply_decision, record_refusal]
+
+
+async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
+    """Refuse (and record) a decision on a task that is not of the scheduling workflow's run.
+
+    Raises:
+        ApplicationError: non-retryable ``DecisionRefused``.
+    """
+    info = activity.info()
+    task = decision.task
+    why = task_refusal(info.workflow_id, task, shared_key=task.idempotency_key.startswith(SHARED_KEY_PREFIX))
+    if why is None:
+        return
+    exc = BindingRefusedError(task.task_id, info.workflow_id, why)
+    logger.warning("%s (decision %s)", exc, decision.kind.value)
+    own = None if info.workflow_id is None else own_task(info.workflow_id, task)
+    if own is not None:
+        trace = TraceLink(
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            activity_id=info.activity_id,
+            attempt=info.attempt,
+        )
+        await record_binding_refusal(
+            ledger,
+            own,
+            f"{exc} (decision {decision.kind.value} by {decision.by})",
+            details={"named_task_id": task.task_id, "decision": decision.kind.value},
+            trace=trace,
+        )
+    raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True)
 
 
 def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:

@@ -27,7 +27,8 @@ from temporalio import activity
 from activities.resources import ToolResources
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import LeaseLostError, LedgerUnavailableError
-from agentlease.idempotency.convention import downstream_headers
+from agentlease.fencing import sign_fencing_token
+from agentlease.idempotency.convention import FENCING_TOKEN_HEADER, downstream_headers
 from agentlease.ledger.store import Ledger
 from agentlease.names import LEASE_PROGRESS_SIGNAL
 from agentlease.records import Claim, LeaseProgress, SettlementReceipt, StoredReceipt
@@ -112,6 +113,18 @@ class LeaseContext:
         """The claim generation, to send to fenced downstream systems (``Fencing-Token``)."""
         return self.claim.generation
 
+    def signed_fencing_token(self, resource: str) -> str:
+        """The fencing token for ``resource`` as a downstream with the fencing key verifies it:
+        ``<generation>.<signature>`` (``docs/security.md``, "Fencing tokens a downstream can verify").
+
+        Raises:
+            ValueError: the worker has no fencing key (``AGENTLEASE_FENCING_KEY``), or a bad resource.
+        """
+        if self.settings.fencing_key is None:
+            raise ValueError("no fencing key is configured (AGENTLEASE_FENCING_KEY)")
+        key = self.settings.fencing_key.get_secret_value().encode("utf-8")
+        return sign_fencing_token(key, resource, self.fencing_token)
+
     @property
     def idempotency_key(self) -> str:
         """Identity of the logical action, stable across attempts (G4)."""
@@ -147,10 +160,14 @@ class LeaseContext:
                 (by default, the request path).
 
         Returns:
-            ``Idempotency-Key`` (the task's key) and ``Fencing-Token`` (the claim generation),
-            plus ``Fencing-Resource`` when ``resource`` is given.
+            ``Idempotency-Key`` (the task's key) and ``Fencing-Token`` (the claim generation; signed
+            for ``resource`` when the worker has a fencing key and ``resource`` is given), plus
+            ``Fencing-Resource`` when ``resource`` is given.
         """
-        return downstream_headers(self.idempotency_key, self.fencing_token, resource)
+        headers = downstream_headers(self.idempotency_key, self.fencing_token, resource)
+        if resource is not None and self.settings.fencing_key is not None:
+            headers[FENCING_TOKEN_HEADER] = self.signed_fencing_token(resource)
+        return headers
 
     def receipt(self, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
         """A settlement receipt of what the tool just read back, verified now.

@@ -45,6 +45,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.binding import own_task, task_refusal, ttl_refusal
 from activities.deferred import DeferredWrites
 from activities.lease_context import LeaseContext
 from activities.registry import ToolRegistry
@@ -52,6 +53,7 @@ from activities.resources import ToolResources
 from activities.tool import ToolSpec
 from agentlease.enums import ErrorClass, FailureType, Interruption, RecoveryAction, Stage, TaskStatus
 from agentlease.errors import (
+    BindingRefusedError,
     ClockBehindError,
     LeaseHeldError,
     LeaseLostError,
@@ -61,6 +63,7 @@ from agentlease.errors import (
     describe_validation_error,
     one_line,
 )
+from agentlease.ledger.refusals import record_refusal
 from agentlease.ledger.store import Ledger
 from agentlease.names import DESCRIBE_TOOLS
 from agentlease.records import (
@@ -184,6 +187,11 @@ class LeasedActivities:
             attempt=info.attempt,
             trace_id=current_trace_id(),  # the RunActivity span's trace, while tracing is on
         )
+        refused = task_refusal(info.workflow_id, task_spec, shared_key=call.share_idempotency_key) or ttl_refusal(
+            info.heartbeat_timeout, spec.lease_ttl
+        )
+        if refused is not None:
+            await self._refuse_binding(task_spec, info.workflow_id, refused, trace)
         heartbeat_timeout = await _heartbeat_timeout(info)
         claiming = asyncio.ensure_future(
             self._ledger.claim(task_spec, self._identity, trace=trace, heartbeat_timeout=heartbeat_timeout)
@@ -221,6 +229,14 @@ class LeasedActivities:
                 claim.generation,
             )
 
+        if claim.receipt_refused is not None:
+            # A receipt stands for this key, made by another action: neither settle with it nor run.
+            await self._park(
+                claim,
+                RecoveryDecision(RecoveryAction.DEAD_LETTER, "idempotency key reused for another action"),
+                ErrorClass.PERMANENT,
+                claim.receipt_refused,
+            )
         stored = claim.receipt
         decision = decide(
             spec.side_effect_class,
@@ -295,6 +311,22 @@ class LeasedActivities:
         if context.committed_at is not None:
             self._metrics.settlement_latency(spec.name, time.perf_counter() - context.committed_at)
         return self._settled(claim, saved.receipt, result.output)
+
+    async def _refuse_binding(self, task: TaskSpec, workflow_id: str | None, why: str, trace: TraceLink) -> NoReturn:
+        """Refuse a call whose task, key or TTL is not its workflow's: nothing of the task it names changes;
+        the refusal is recorded on its own task (dead-lettered); the attempt fails non-retryably."""
+        exc = BindingRefusedError(task.task_id, workflow_id, why)
+        logger.warning("%s", exc)
+        facts: dict[str, Any] = {"status": TaskStatus.DEAD_LETTERED.value}
+        own = None if workflow_id is None else own_task(workflow_id, task)
+        if own is not None:
+            record = await record_refusal(
+                self._ledger, own, str(exc), details={"named_task_id": task.task_id}, trace=trace
+            )
+            facts = _facts(record)
+        raise ApplicationError(
+            str(exc), facts, type=FailureType.DEAD_LETTERED.value, non_retryable=True, category=EXPECTED
+        )
 
     async def _settle(
         self, context: LeaseContext, receipt: SettlementReceipt, output: dict[str, Any] | None

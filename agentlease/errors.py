@@ -120,6 +120,48 @@ class LeaseLostError(AgentLeaseError):
         self.operation = operation
 
 
+class LeaseTokenMismatchError(LeaseLostError):
+    """A holder write presented no lease token, or not the one minted with its claim generation.
+
+    A claim rebuilt from what listings, the evidence trail or Temporal show (owner and generation)
+    has no token: it cannot renew, settle or end a lease (``docs/security.md``, "Lease tokens").
+    The refusal is recorded as ``lease_lost`` evidence.
+    """
+
+    def __init__(self, task_id: str, generation: int, *, operation: str, status: str | None = None) -> None:
+        super().__init__(task_id, generation, operation=operation, current_generation=generation, status=status)
+        self.args = (
+            f"lease token refused on {task_id!r}: {operation} with generation {generation} did not present the "
+            "lease token minted with that claim (a claim rebuilt from listings or the trail cannot write)",
+        )
+
+
+class BindingRefusedError(AgentLeaseError):
+    """A tool call or decision named a task, key or lease TTL that is not its own workflow's.
+
+    Attributes:
+        task_id: the task id the call named.
+        workflow_id: the workflow that scheduled it.
+    """
+
+    def __init__(self, task_id: str, workflow_id: str | None, why: str) -> None:
+        super().__init__(f"refused tool call for task {task_id!r} from workflow {workflow_id!r}: {why}")
+        self.task_id = task_id
+        self.workflow_id = workflow_id
+
+
+class InvalidFencingTokenError(AgentLeaseError):
+    """A fencing token is missing, malformed, or not signed by the ledger's fencing key for its resource.
+
+    Attributes:
+        resource_key: the fenced resource.
+    """
+
+    def __init__(self, resource_key: str, why: str) -> None:
+        super().__init__(f"fencing token refused for {resource_key!r}: {why}")
+        self.resource_key = resource_key
+
+
 class LeaseHeldError(AgentLeaseError):
     """A claim was refused because another lease on the task is still valid (G1).
 

@@ -34,10 +34,23 @@ or inside a transaction the caller already has::
     async with engine.begin() as conn:
         await conn.execute(...)
         await advance_fence(conn, "publications/42", generation)
+
+Signed fencing tokens (``docs/security.md``, "Fencing tokens a downstream can verify")
+    A generation is a small integer anyone can write down, and a fence accepts any newer one: an
+    invented ``9223372036854775807`` would block every later writer of the resource. With a
+    fencing key (``AGENTLEASE_FENCING_KEY``, shared by the workers and the downstream) a worker
+    sends ``<generation>.<signature>`` (:func:`sign_fencing_token`: HMAC-SHA256 over the resource
+    and the generation, base64url), and a downstream configured with the key accepts only tokens
+    that verify for the resource it writes (``fencing_key=`` of :func:`advance_fence`,
+    :func:`fenced_write` and the idempotency middleware); an unsigned or forged token is refused
+    with :class:`~agentlease.errors.InvalidFencingTokenError` before the fence moves.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -48,7 +61,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentlease.clock import db_now_ms
-from agentlease.errors import StaleFencingTokenError
+from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
 from agentlease.ledger.schema import NAMING_CONVENTION
 
 MAX_GENERATION = 2**63 - 1
@@ -112,6 +125,68 @@ def check_resource_key(resource_key: str) -> str:
     return resource_key
 
 
+def _signature(fencing_key: bytes, resource_key: str, generation: int) -> str:
+    message = f"agentlease-fence\n{resource_key}\n{generation}".encode()
+    mac = hmac.new(fencing_key, message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
+
+
+def sign_fencing_token(fencing_key: bytes, resource_key: str, generation: int) -> str:
+    """The signed fencing token ``<generation>.<signature>`` of ``generation`` for ``resource_key``.
+
+    Args:
+        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``), at least 16 bytes.
+        resource_key: the fenced resource the downstream will name, 1 to 400 characters.
+        generation: the claim generation.
+
+    Raises:
+        ValueError: a short key, a bad resource key or generation.
+    """
+    if len(fencing_key) < 16:
+        raise ValueError("a fencing key has at least 16 bytes")
+    token = FencingToken(resource_key, generation)
+    return f"{token.generation}.{_signature(fencing_key, token.resource_key, token.generation)}"
+
+
+def verify_fencing_token(fencing_key: bytes, resource_key: str, token: str | int | None) -> int:
+    """The generation of a signed fencing token that verifies for ``resource_key``.
+
+    Raises:
+        InvalidFencingTokenError: no token, an unsigned one (a bare integer), a malformed one, or a
+            signature that is not the fencing key's for this resource and generation.
+    """
+    if token is None:
+        raise InvalidFencingTokenError(resource_key, "a signed fencing token is required")
+    if isinstance(token, int) or "." not in token:
+        raise InvalidFencingTokenError(resource_key, "the token is not signed (expected <generation>.<signature>)")
+    raw_generation, _, signature = token.partition(".")
+    if not raw_generation.isdigit() or len(raw_generation) > 19 or int(raw_generation) > MAX_GENERATION:
+        raise InvalidFencingTokenError(resource_key, "malformed generation")
+    generation = int(raw_generation)
+    if not hmac.compare_digest(signature, _signature(fencing_key, resource_key, generation)):
+        raise InvalidFencingTokenError(
+            resource_key, "the signature is not the ledger's fencing key's for this resource"
+        )
+    return generation
+
+
+def token_generation(resource_key: str, token: int | str, fencing_key: bytes | None) -> int:
+    """The generation a writer's ``token`` carries: verified when ``fencing_key`` is set, else read.
+
+    Raises:
+        InvalidFencingTokenError: with a key, a token that does not verify (see :func:`verify_fencing_token`).
+        ValueError: without a key, a token that is not a generation (or ``<generation>.<signature>``).
+    """
+    if fencing_key is not None:
+        return verify_fencing_token(fencing_key, resource_key, token)
+    if isinstance(token, str):
+        raw = token.partition(".")[0]
+        if not raw.isdigit():
+            raise ValueError(f"a fencing token is a generation, not {token!r}")
+        return check_generation(int(raw))
+    return token
+
+
 def upsert_for(dialect_name: str, table: Table) -> postgresql.Insert | sqlite.Insert:
     """An ``INSERT`` with ``ON CONFLICT`` support for ``table`` on SQLite or PostgreSQL.
 
@@ -137,7 +212,12 @@ async def read_fence(conn: AsyncConnection, resource_key: str) -> int | None:
 
 
 async def advance_fence(
-    conn: AsyncConnection, resource_key: str, generation: int, *, now: datetime | None = None
+    conn: AsyncConnection,
+    resource_key: str,
+    generation: int | str,
+    *,
+    now: datetime | None = None,
+    fencing_key: bytes | None = None,
 ) -> None:
     """Accept ``generation`` for ``resource_key`` inside the caller's transaction, or refuse it.
 
@@ -149,14 +229,17 @@ async def advance_fence(
     Args:
         conn: a connection inside the caller's transaction (``engine.begin()``).
         resource_key: the fenced resource, 1 to 400 characters.
-        generation: the writer's claim generation.
+        generation: the writer's claim generation, or its signed token ``<generation>.<signature>``.
         now: injected time for ``updated_at_ms``; default the database's clock.
+        fencing_key: the shared fencing key: only a signed token that verifies for ``resource_key``
+            is accepted. Default ``None``: the generation is taken as sent.
 
     Raises:
         StaleFencingTokenError: the resource has accepted a newer generation.
+        InvalidFencingTokenError: with ``fencing_key``, an unsigned or forged token; the fence is untouched.
         ValueError: a bad key or generation (see :class:`FencingToken`).
     """
-    token = FencingToken(resource_key, generation)
+    token = FencingToken(resource_key, token_generation(check_resource_key(resource_key), generation, fencing_key))
     now_ms = db_now_ms(conn.dialect.name, now)
     insert = upsert_for(conn.dialect.name, fences).values(
         resource_key=token.resource_key, generation=token.generation, updated_at_ms=now_ms
@@ -173,7 +256,12 @@ async def advance_fence(
 
 @asynccontextmanager
 async def fenced_write(
-    engine: AsyncEngine, resource_key: str, generation: int, *, now: datetime | None = None
+    engine: AsyncEngine,
+    resource_key: str,
+    generation: int | str,
+    *,
+    now: datetime | None = None,
+    fencing_key: bytes | None = None,
 ) -> AsyncIterator[AsyncConnection]:
     """Open a transaction that has already accepted ``generation``; it commits when the block exits.
 
@@ -183,16 +271,18 @@ async def fenced_write(
     Args:
         engine: the downstream's engine (see :func:`~agentlease.databases.create_async_database_engine`).
         resource_key: the fenced resource, 1 to 400 characters.
-        generation: the writer's claim generation.
+        generation: the writer's claim generation, or its signed token.
         now: injected time for ``updated_at_ms``; default the database's clock.
+        fencing_key: accept only signed tokens that verify (see :func:`advance_fence`).
 
     Yields:
         The connection of the open transaction.
 
     Raises:
         StaleFencingTokenError: the resource has accepted a newer generation.
+        InvalidFencingTokenError: with ``fencing_key``, an unsigned or forged token.
         ValueError: a bad key or generation.
     """
     async with engine.begin() as conn:
-        await advance_fence(conn, resource_key, generation, now=now)
+        await advance_fence(conn, resource_key, generation, now=now, fencing_key=fencing_key)
         yield conn

@@ -7,11 +7,12 @@ Timestamps are timezone-aware; a naive datetime is rejected. Durations are
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from agentlease.clock import from_ms, require_aware
 from agentlease.enums import EventKind, RunState, SideEffectClass, Stage, StepStatus, TaskStatus
@@ -55,6 +56,38 @@ def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
     return f"{agent_run_id}:{step_id}"
 
 
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+"""Longest idempotency key the ledger stores (its column)."""
+
+SHARED_KEY_PREFIX = "shared:"
+"""How a key shared across runs begins in the ledger: a run-scoped key begins with its run id and ``:``."""
+
+
+def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False) -> str:
+    """The ledger's idempotency key of a caller-chosen ``key`` (``docs/security.md``, "Receipts and
+    tasks bound to their run").
+
+    Scoped to the run, ``"<agent_run_id>:<key>"``, unless the caller shares it across runs
+    (``shared=True``): then ``"shared:<key>"``, which no run-scoped key equals. A run's leased
+    activity accepts only keys of its own run or shared ones. A result longer than
+    :data:`MAX_IDEMPOTENCY_KEY_CHARS` keeps its prefix and digests the key (``sha256:<32 hex>``).
+    """
+    prefix = SHARED_KEY_PREFIX if shared else f"{agent_run_id}:"
+    scoped = f"{prefix}{key}"
+    if len(scoped) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        return scoped
+    # Too long for the column: the prefix stays (the binding check reads it), the key is digested.
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{prefix}sha256:{digest}"
+
+
+def arguments_fingerprint(arguments: dict[str, Any]) -> str:
+    """SHA-256 (hex) of ``arguments`` as canonical JSON (sorted keys, no spaces): what a stored receipt
+    is bound to besides its tool."""
+    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 class TraceLink(_Frozen):
     """Where an attempt ran in Temporal: links the evidence trail to the event history, and (with
     tracing on) to the attempt's OpenTelemetry trace: ``trace_id``, 32 lowercase hex digits."""
@@ -94,13 +127,17 @@ class PlanStep(_Frozen):
         step_id: unique within the run; letters, digits, ``_ . -``; at most 128 characters.
         tool: the registered tool name.
         arguments: the tool's arguments (validated by the tool's own argument model).
-        idempotency_key: optional caller-chosen key; default ``"<run>:<step>"``.
+        idempotency_key: optional caller-chosen key; default ``"<run>:<step>"``. A caller's key is
+            scoped to the run (``"<run>:<key>"``) unless ``share_idempotency_key`` is true.
+        share_idempotency_key: share ``idempotency_key`` across runs (``"shared:<key>"``): another
+            run's call with the same key, tool and arguments finds this call's receipt. Default false.
     """
 
     step_id: str
     tool: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    share_idempotency_key: bool = False
 
     @field_validator("step_id")
     @classmethod
@@ -170,10 +207,18 @@ class ToolCall(_Frozen):
     tool: str
     arguments: dict[str, Any]
     idempotency_key: str
+    share_idempotency_key: bool = False
+    """The key is shared across runs (``"shared:<key>"``); otherwise it must be of the call's own run."""
 
 
 class TaskSpec(_Frozen):
-    """What the ledger records when it first sees a task."""
+    """What the ledger records when it first sees a task.
+
+    Attributes:
+        arguments_sha256: :func:`arguments_fingerprint` of the call's arguments; a stored receipt
+            settles the task only when its tool and fingerprint match. ``None``: not known (the
+            receipt's tool alone is compared).
+    """
 
     task_id: str
     agent_run_id: str
@@ -182,6 +227,7 @@ class TaskSpec(_Frozen):
     side_effect_class: SideEffectClass
     idempotency_key: str
     lease_ttl: timedelta
+    arguments_sha256: str | None = None
 
     @classmethod
     def of(cls, call: ToolCall, side_effect_class: SideEffectClass, lease_ttl: timedelta) -> TaskSpec:
@@ -198,6 +244,7 @@ class TaskSpec(_Frozen):
             side_effect_class=side_effect_class,
             idempotency_key=call.idempotency_key,
             lease_ttl=lease_ttl,
+            arguments_sha256=arguments_fingerprint(call.arguments),
         )
 
     @field_validator("lease_ttl")
@@ -251,7 +298,12 @@ class Claim(_Frozen):
         idempotency_key: stable across attempts.
         trace: the Temporal attempt holding the lease.
         receipt: a settlement receipt already stored for the idempotency key (G6), read in the
-            claim's transaction.
+            claim's transaction, and made for the same tool and arguments.
+        receipt_refused: why a receipt stored for the key was not given (another tool or other
+            arguments used the key, like an HTTP 422); ``None`` when none was refused.
+        lease_token: the secret only this holder knows (the ledger keeps its SHA-256); every holder
+            write presents it. Never shown (``repr``, JSON dumps mask it); a claim rebuilt from
+            listings or the evidence trail has none, and its writes are refused.
     """
 
     task_id: str
@@ -267,6 +319,8 @@ class Claim(_Frozen):
     idempotency_key: str
     trace: TraceLink = Field(default_factory=TraceLink)
     receipt: StoredReceipt | None = None
+    receipt_refused: str | None = None
+    lease_token: SecretStr = Field(default=SecretStr(""), repr=False)
 
 
 class TaskRecord(_Frozen):
@@ -340,6 +394,8 @@ class LeaseEvent(_Frozen):
     details: dict[str, Any] | None
     trace: TraceLink
     at: AwareDatetime
+    authenticated_as: str | None = None
+    """The database role the writer authenticated as (PostgreSQL), beside ``lease_owner``."""
 
     @classmethod
     def from_row(cls, row: Any) -> LeaseEvent:
@@ -355,6 +411,7 @@ class LeaseEvent(_Frozen):
             details=m["details"],
             trace=TraceLink.from_mapping(m),
             at=from_ms(m["at_ms"]),
+            authenticated_as=m.get("authenticated_as"),
         )
 
 

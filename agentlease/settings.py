@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentlease.errors import ConfigurationError, describe_validation_error
@@ -97,6 +97,9 @@ class AgentLeaseSettings(BaseSettings):
             :func:`agentlease.redaction.redact_text`.
         secret_provider: ``module:attribute`` of the tools' secret provider (or a function making
             it); default :class:`agentlease.secrets.EnvSecretProvider`.
+        fencing_key: the key fencing tokens are signed with (``<generation>.<signature>``), shared
+            with the downstreams that verify them; at least 16 characters. Default unset: workers send
+            bare generations (``docs/security.md``, "Fencing tokens a downstream can verify").
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
@@ -143,6 +146,7 @@ class AgentLeaseSettings(BaseSettings):
     secret_provider: str | None = None
     tracing: bool = False
     temporal_metrics: bool = True
+    fencing_key: SecretStr | None = Field(default=None, min_length=16)
 
     @field_validator(
         "shutdown_grace", "decision_timeout", "sticky_schedule_to_start", "decision_max_age", mode="before"

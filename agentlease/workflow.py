@@ -42,6 +42,7 @@ async def call_tool(
     *,
     step_id: str,
     idempotency_key: str | None = None,
+    share_idempotency_key: bool = False,
 ) -> CallOutcome:
     """Run one leased tool call from workflow code until its task is final.
 
@@ -50,7 +51,11 @@ async def call_tool(
             of a tool the worker serves (its catalog is then learnt once per run).
         arguments: the tool's arguments, checked by its argument model in the activity.
         step_id: unique within the run; 1-128 letters, digits, ``_ . -``.
-        idempotency_key: the action's key; default ``<workflow id>:<step id>``.
+        idempotency_key: the action's key, scoped to the run (``<workflow id>:<key>``); default
+            ``<workflow id>:<step id>``.
+        share_idempotency_key: share the key across runs (``shared:<key>``), deliberately: another
+            run's call with the same key, tool and arguments settles from this call's receipt
+            (``docs/security.md``). Default false.
 
     Returns:
         How the call ended (see :class:`~workflows.leased_calls.CallOutcome`).
@@ -61,4 +66,6 @@ async def call_tool(
     info = tool.info() if isinstance(tool, ToolSpec) else tool
     calls = leased_calls([info] if isinstance(info, ToolInfo) else None)
     name = info.name if isinstance(info, ToolInfo) else info
-    return await calls.call(name, arguments, step_id=step_id, idempotency_key=idempotency_key)
+    return await calls.call(
+        name, arguments, step_id=step_id, idempotency_key=idempotency_key, share_idempotency_key=share_idempotency_key
+    )

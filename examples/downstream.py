@@ -75,9 +75,10 @@ async def prepare_sql_target(url: str, tables: tuple[str, ...] = TARGET_TABLES) 
 
 
 @asynccontextmanager
-async def running_downstream(data_dir: Path) -> AsyncIterator[Downstream]:
+async def running_downstream(data_dir: Path, *, fencing_key: bytes | None = None) -> AsyncIterator[Downstream]:
     """Start the file server, the publishing service and the SMTP server, and prepare the SQL
-    target; every database is a SQLite file under ``data_dir``."""
+    target; every database is a SQLite file under ``data_dir``. ``fencing_key``: the publishing
+    service accepts only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     sql_target_url = f"sqlite:///{(data_dir / 'target.db').resolve()}"
     await prepare_sql_target(sql_target_url)
@@ -86,7 +87,9 @@ async def running_downstream(data_dir: Path) -> AsyncIterator[Downstream]:
     files = Starlette(routes=[Mount("/files", app=StaticFiles(directory=FILES_DIR), name="files")])
     async with AsyncExitStack() as stack:
         http_base_url = await stack.enter_async_context(serve_app(files))
-        publish_base_url = await stack.enter_async_context(publishing.running_publishing(publish_database_url))
+        publish_base_url = await stack.enter_async_context(
+            publishing.running_publishing(publish_database_url, fencing_key=fencing_key)
+        )
         smtp_host, smtp_port = await stack.enter_async_context(mail.running_mail(mail_database_url))
         yield Downstream(
             http_base_url=http_base_url,

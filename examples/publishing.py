@@ -246,8 +246,12 @@ class PublishingService:
         return JSONResponse(post)
 
 
-def publishing_app(store: IdempotencyStore) -> Starlette:
-    """The service's ASGI app; its handlers use ``store``'s engine."""
+def publishing_app(store: IdempotencyStore, *, fencing_key: bytes | None = None) -> Starlette:
+    """The service's ASGI app; its handlers use ``store``'s engine.
+
+    ``fencing_key``: accept only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``,
+    ``docs/security.md``); default ``None``, bare generations.
+    """
     service = PublishingService(store.engine)
     return Starlette(
         routes=[
@@ -255,7 +259,15 @@ def publishing_app(store: IdempotencyStore) -> Starlette:
             Route("/posts", service.find, methods=["GET"]),
             Route("/posts/{post_id:int}", service.get, methods=["GET"]),
         ],
-        middleware=[Middleware(IdempotencyMiddleware, store=store, require_fencing_token=True)],
+        middleware=[
+            Middleware(
+                IdempotencyMiddleware,
+                store=store,
+                require_fencing_token=True,
+                client_named_resource=True,
+                fencing_key=fencing_key,
+            )
+        ],
     )
 
 
@@ -279,13 +291,16 @@ async def count_publications(url: str, idempotency_key: str | None = None) -> in
 
 
 @asynccontextmanager
-async def running_publishing(url: str) -> AsyncIterator[str]:
-    """Create the service's tables in ``url`` and serve it on a loopback port; yields its base URL."""
+async def running_publishing(url: str, *, fencing_key: bytes | None = None) -> AsyncIterator[str]:
+    """Create the service's tables in ``url`` and serve it on a loopback port; yields its base URL.
+
+    ``fencing_key``: see :func:`publishing_app`.
+    """
     store = IdempotencyStore.from_url(url)
     try:
         await store.create_tables()
         await create_tables(store.engine)
-        async with serve_app(publishing_app(store)) as base_url:
+        async with serve_app(publishing_app(store, fencing_key=fencing_key)) as base_url:
             yield base_url
     finally:
         await store.close()

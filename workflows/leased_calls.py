@@ -20,7 +20,9 @@ operator talks to:
   ``docs/operator-views.md`` describes what an operator sees where.
 
 Each call (:meth:`LeasedToolCalls.call`) is a task ``<workflow id>/<step id>`` with the idempotency
-key ``<workflow id>:<step id>`` unless the caller gives one (G4). It runs as the tool's leased
+key ``<workflow id>:<step id>`` unless the caller gives one (G4); a caller's key is scoped to the run,
+``<workflow id>:<key>``, unless the caller shares it across runs (``share_idempotency_key``,
+``docs/security.md``). It runs as the tool's leased
 activity with heartbeat timeout = lease TTL (G9) until the task is final; when the task needs a
 person (approval, reconciliation, blocked, dead-lettered) the call waits for that person's decision.
 Every decision is written to the ledger's evidence trail with who made it and why.
@@ -72,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
         ToolInfo,
         ToolOutcome,
         idempotency_key_for,
+        scoped_idempotency_key,
         step_id_from,
         task_id_for,
     )
@@ -217,7 +220,9 @@ class LeasedToolCalls:
             step_id=step.step_id,
             tool=step.tool,
             status=TaskStatus.PENDING,
-            idempotency_key=step.idempotency_key or idempotency_key_for(self.run_id, step.step_id),
+            idempotency_key=idempotency_key_for(self.run_id, step.step_id)
+            if step.idempotency_key is None
+            else scoped_idempotency_key(self.run_id, step.idempotency_key, shared=step.share_idempotency_key),
         )
         self._steps[step.step_id] = step
         self._views[step.step_id] = view
@@ -253,6 +258,7 @@ class LeasedToolCalls:
         *,
         step_id: str,
         idempotency_key: str | None = None,
+        share_idempotency_key: bool = False,
     ) -> CallOutcome:
         """Run one leased tool call until its task is final, waiting for people where the policy says so.
 
@@ -260,7 +266,11 @@ class LeasedToolCalls:
             tool: a tool of the catalog.
             arguments: its arguments (checked by the tool's model in the activity).
             step_id: unique within the run; with the workflow id it makes the task id and default key.
-            idempotency_key: the caller's key for the action; default ``<workflow id>:<step id>``.
+            idempotency_key: the caller's key for the action, scoped to the run (``<workflow id>:<key>``);
+                default ``<workflow id>:<step id>``.
+            share_idempotency_key: share ``idempotency_key`` across runs (``shared:<key>``): a call of
+                another run with the same key, tool and arguments settles from this one's receipt.
+                Default false.
 
         Returns:
             How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.
@@ -273,7 +283,15 @@ class LeasedToolCalls:
         catalog = self._catalog if self._catalog is not None else await self.load_catalog()
         if tool not in catalog:
             raise ValueError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
-        self.add(PlanStep(step_id=step_id, tool=tool, arguments=arguments, idempotency_key=idempotency_key))
+        self.add(
+            PlanStep(
+                step_id=step_id,
+                tool=tool,
+                arguments=arguments,
+                idempotency_key=idempotency_key,
+                share_idempotency_key=share_idempotency_key,
+            )
+        )
         outcome = await self.run_step(step_id)
         self.show_search_attributes()
         return outcome
@@ -383,6 +401,7 @@ class LeasedToolCalls:
             tool=step.tool,
             arguments=step.arguments,
             idempotency_key=view.idempotency_key,
+            share_idempotency_key=step.share_idempotency_key,
         )
 
     # -- state -------------------------------------------------------------------------------------

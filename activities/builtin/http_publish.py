@@ -11,8 +11,8 @@ Stages:
   ``retry_readback``, or another task carried the same key), settle from what the service shows,
   without writing.
 - ``external_call``: ``POST /posts`` with ``Idempotency-Key`` = the task's key,
-  ``Fencing-Token`` = the claim generation and ``Fencing-Resource`` =
-  :func:`fenced_resource`. A replayed answer is as good as the first one.
+  ``Fencing-Token`` = the claim generation (signed when the worker has a fencing key) and
+  ``Fencing-Resource`` = :func:`fenced_resource`. A replayed answer is as good as the first one.
 - ``commit``: the service answered 2xx: the post is durable there.
 - ``verify``: read the post back by id; the receipt is built from that readback only.
 
@@ -36,9 +36,6 @@ from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import AmbiguousSideEffectError, PermanentToolError, RetryableToolError
 from agentlease.idempotency.convention import (
-    FENCING_RESOURCE_HEADER,
-    FENCING_TOKEN_HEADER,
-    IDEMPOTENCY_KEY_HEADER,
     REPLAYED_HEADER,
 )
 from agentlease.records import SettlementReceipt
@@ -117,11 +114,8 @@ async def _get(client: httpx.AsyncClient, path: str, **params: str) -> httpx.Res
 
 
 async def _post(client: httpx.AsyncClient, ctx: LeaseContext, args: HttpPublishArgs) -> httpx.Response:
-    headers = {
-        IDEMPOTENCY_KEY_HEADER: ctx.idempotency_key,
-        FENCING_TOKEN_HEADER: str(ctx.fencing_token),
-        FENCING_RESOURCE_HEADER: fenced_resource(args.slug, ctx.idempotency_key),
-    }
+    # Signed for the resource when the worker has a fencing key (docs/security.md).
+    headers = ctx.downstream_headers(resource=fenced_resource(args.slug, ctx.idempotency_key))
     try:
         response = await client.post(
             "posts", json={"slug": args.slug, "title": args.title, "body": args.body}, headers=headers

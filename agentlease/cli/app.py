@@ -1221,6 +1221,45 @@ def db_upgrade(ctx: typer.Context) -> None:
     out.print(f"ledger {display_url(settings.ledger_url)} is at the newest schema")
 
 
+@db_app.command("grant")
+def db_grant(
+    ctx: typer.Context,
+    worker_role: Annotated[str | None, typer.Option(help="Role the workers connect as: lease operations only.")] = None,
+    operator_role: Annotated[str | None, typer.Option(help="Role of operators: reads and decisions.")] = None,
+    reader_role: Annotated[str | None, typer.Option(help="Role that only reads.")] = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Run the statements on the ledger (as its owner).")] = False,
+) -> None:
+    """Print (or --apply) the least-privilege grants of the PostgreSQL ledger's roles (docs/security.md)."""
+    from sqlalchemy import text
+
+    from agentlease.databases import display_url
+    from agentlease.ledger.grants import LedgerRoles, grant_statements
+
+    try:
+        statements = grant_statements(LedgerRoles(worker_role, operator_role, reader_role))
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    if not apply:
+        for statement in statements:
+            out.print(statement, markup=False, soft_wrap=True)
+        return
+    settings = _settings(ctx)
+    if not settings.ledger_url.startswith("postgresql"):
+        raise ConfigurationError("db grant --apply needs a PostgreSQL ledger (AGENTLEASE_LEDGER_URL)")
+
+    async def _apply() -> None:
+        async with _ledger(settings) as ledger:
+
+            def grant_tx(conn: Any) -> None:
+                for statement in statements:
+                    conn.execute(text(statement))
+
+            await ledger.database.write(grant_tx)
+
+    asyncio.run(_apply())
+    out.print(f"granted on {display_url(settings.ledger_url)}: {len(statements)} statements")
+
+
 @app.command()
 def demo(
     ctx: typer.Context,

@@ -50,7 +50,8 @@ async def local_stack(
             ui_port = probe.getsockname()[1]
     async with AsyncExitStack() as stack:
         env = await stack.enter_async_context(dev_server(data_dir, port=port, ui_port=ui_port))
-        downstream = await stack.enter_async_context(running_downstream(data_dir))
+        key = None if base.fencing_key is None else base.fencing_key.get_secret_value().encode("utf-8")
+        downstream = await stack.enter_async_context(running_downstream(data_dir, fencing_key=key))
         target = env.client.service_client.config.target_host
         ledger_url = base.ledger_url
         if ledger_url == AgentLeaseSettings.model_fields["ledger_url"].default:

@@ -125,6 +125,28 @@ def parse_fencing_token(values: list[str]) -> int | None:
     return int(raw)
 
 
+_SIGNED = re.compile(r"^[0-9]{1,19}(\.[A-Za-z0-9_-]{1,128})?$")
+
+
+def raw_fencing_token(values: list[str]) -> str | None:
+    """The ``Fencing-Token`` as sent: a generation or a signed ``<generation>.<signature>``; ``None`` when absent.
+
+    Raises:
+        HeaderError: repeated, or neither form (the generation at most 2**63 - 1).
+    """
+    header = FENCING_TOKEN_HEADER
+    raw = _single(values, header)
+    if raw is None:
+        return None
+    if not _SIGNED.match(raw) or int(raw.partition(".")[0]) > MAX_GENERATION:
+        raise HeaderError(
+            header,
+            "invalid_fencing_token",
+            f"{header} must be a decimal integer from 0 to {MAX_GENERATION}, or <generation>.<signature>",
+        )
+    return raw
+
+
 def parse_fencing_resource(values: list[str]) -> str | None:
     """The resource from the values of every ``Fencing-Resource`` header, or ``None`` when absent.
 

@@ -5,15 +5,28 @@ The HTTP convention (what agentlease tools send, what the service answers):
 Requests
     ``POST``, ``PUT``, ``PATCH`` and ``DELETE`` carry ``Idempotency-Key`` (1 to 255 printable ASCII
     characters, bare or as a quoted structured-field string). A fenced write also carries
-    ``Fencing-Token``: the claim generation of the writer's lease, a decimal integer. The fenced
-    resource is named by the ``Fencing-Resource`` header when present, otherwise by the service's
-    ``resource_for(request)`` function, which by default is the request path (``/articles/42``).
-    Every other method (``GET``, ``HEAD``, ``OPTIONS``) passes through untouched.
+    ``Fencing-Token``: the claim generation of the writer's lease, a decimal integer, or with a
+    fencing key ``<generation>.<signature>`` (:func:`~agentlease.fencing.sign_fencing_token`). The
+    fenced resource is named by the service's ``resource_for(request)`` function (its route
+    configuration), by default the request path (``/articles/42``); a client's ``Fencing-Resource``
+    header is ignored unless the service opts in (``client_named_resource=True``, and its handler then
+    checks the resource is the one it writes). Every other method (``GET``, ``HEAD``, ``OPTIONS``)
+    passes through untouched.
+
+Callers (``docs/security.md``, "Fencing tokens a downstream can verify")
+    Keys are scoped per caller: ``caller_for(request)`` names the caller (by default a digest of the
+    ``Authorization`` or ``X-API-Key`` header; requests with neither share one anonymous scope), and
+    a stored response is replayed only to the caller that made it. A stored response never keeps
+    ``Set-Cookie``: the first answer carries its cookies, a replay none. A body larger than
+    ``max_body_bytes`` (default 1 MiB) is answered 413 ``request_too_large`` before anything is stored.
 
 Answers, in the order they are decided
+    - 413 ``request_too_large``: the body is larger than ``max_body_bytes``.
     - 400 ``missing_idempotency_key`` / ``invalid_idempotency_key`` / ``invalid_fencing_token`` /
       ``invalid_fencing_resource`` / ``repeated_*``: a malformed convention header. With
-      ``require_fencing_token=True`` a missing token is 400 ``missing_fencing_token``.
+      ``require_fencing_token=True`` a missing token is 400 ``missing_fencing_token``. With a
+      ``fencing_key``, an unsigned token or one whose signature does not verify for the resource
+      is 400 ``invalid_fencing_token`` (an invented huge generation never reaches the fence).
     - 422 ``idempotency_key_reused``: the key was used for a request with other arguments (the
       SHA-256 of method, path, query string and body bytes differs), whatever its state.
     - replay: the key's first response is stored; it is sent again, with its status, headers
@@ -53,6 +66,7 @@ creates at startup with ``await store.create_tables()``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from datetime import datetime
 
@@ -62,8 +76,8 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentlease.errors import StaleFencingTokenError
-from agentlease.fencing import FencingToken
+from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
+from agentlease.fencing import FencingToken, verify_fencing_token
 from agentlease.idempotency.convention import (
     FENCING_RESOURCE_HEADER,
     FENCING_TOKEN_HEADER,
@@ -74,6 +88,7 @@ from agentlease.idempotency.convention import (
     parse_fencing_resource,
     parse_fencing_token,
     parse_idempotency_key,
+    raw_fencing_token,
     request_hash,
 )
 from agentlease.idempotency.store import Claimed, IdempotencyStore, KeyStatus, StoredResponse
@@ -82,6 +97,31 @@ from agentlease.idempotency.store import Claimed, IdempotencyStore, KeyStatus, S
 def request_path(connection: HTTPConnection) -> str:
     """The default ``resource_for``: the request's path."""
     return connection.url.path
+
+
+MAX_BODY_BYTES = 1024 * 1024
+"""Default largest request body the middleware reads (1 MiB); a larger one is answered 413."""
+
+
+def caller_from_credentials(connection: HTTPConnection) -> str:
+    """The default ``caller_for``: the request's ``Authorization`` (or else ``X-API-Key``) header value,
+    ``""`` (the anonymous scope) when it has neither. The middleware stores only a digest of it."""
+    headers = connection.headers
+    return headers.get("authorization") or headers.get("x-api-key") or ""
+
+
+def scoped_key(caller: str, key: str) -> str:
+    """The stored form of ``key`` for ``caller``: ``<16 hex of the caller's digest>:<key>``, or a digest
+    of both when that would not fit the store's column."""
+    tag = hashlib.sha256(caller.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    scoped = f"{tag}:{key}"
+    if len(scoped) <= 255:
+        return scoped
+    return "sha256:" + hashlib.sha256(f"{caller}\n{key}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class _TooLarge(Exception):
+    """The request body outgrew ``max_body_bytes``."""
 
 
 def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse:
@@ -101,14 +141,23 @@ def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
     )
 
 
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole request body, or ``None`` if the client disconnected first."""
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or ``None`` if the client disconnected first.
+
+    Raises:
+        _TooLarge: the body is larger than ``limit`` bytes (reading stops there).
+    """
     chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return None
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
 
@@ -131,7 +180,12 @@ def _captured(messages: list[Message]) -> StoredResponse:
     start = next((m for m in messages if m["type"] == "http.response.start"), None)
     if start is None:
         raise RuntimeError("the application returned without starting a response")
-    headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in start.get("headers", [])]
+    # A replay never sets the first caller's cookies again.
+    headers = [
+        (name.decode("latin-1"), value.decode("latin-1"))
+        for name, value in start.get("headers", [])
+        if name.lower() != b"set-cookie"
+    ]
     body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
     return StoredResponse(start["status"], headers, body)
 
@@ -149,10 +203,17 @@ class IdempotencyMiddleware:
     Args:
         app: the wrapped ASGI app.
         store: where keys, responses and fences live (the service's database).
-        resource_for: names the fenced resource of a request without a ``Fencing-Resource``
-            header. Default :func:`request_path`.
+        resource_for: names the fenced resource of a request (the service's route
+            configuration). Default :func:`request_path`.
         require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``.
             Default ``False`` (idempotent-only clients send just the key).
+        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only signed tokens that
+            verify for the request's resource pass. Default ``None``: bare generations are taken.
+        caller_for: names the caller a key is scoped to. Default :func:`caller_from_credentials`.
+        client_named_resource: take the resource from the client's ``Fencing-Resource`` header when
+            present (the handler must check it is the one it writes). Default ``False``: the header
+            is ignored.
+        max_body_bytes: the largest body read; larger is 413. Default :data:`MAX_BODY_BYTES`.
         clock: returns the current time (aware) for every statement; default ``None``, the
             database's clock. Tests inject time here.
     """
@@ -165,26 +226,42 @@ class IdempotencyMiddleware:
         resource_for: Callable[[HTTPConnection], str] = request_path,
         require_fencing_token: bool = False,
         clock: Callable[[], datetime] | None = None,
+        fencing_key: bytes | str | None = None,
+        caller_for: Callable[[HTTPConnection], str] = caller_from_credentials,
+        client_named_resource: bool = False,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.app = app
         self.store = store
         self.resource_for = resource_for
         self.require_fencing_token = require_fencing_token
         self.clock = clock
+        self.fencing_key = fencing_key.encode("utf-8") if isinstance(fencing_key, str) else fencing_key
+        self.caller_for = caller_for
+        self.client_named_resource = client_named_resource
+        self.max_body_bytes = max_body_bytes
 
     def _now(self) -> datetime | None:
         return None if self.clock is None else self.clock()
 
     def _fence(self, scope: Scope, headers: Headers) -> FencingToken | None:
-        generation = parse_fencing_token(headers.getlist(FENCING_TOKEN_HEADER))
-        if generation is None:
+        raw = raw_fencing_token(headers.getlist(FENCING_TOKEN_HEADER))
+        if raw is None:
             if self.require_fencing_token:
                 raise HeaderError(FENCING_TOKEN_HEADER, "missing_fencing_token", f"{FENCING_TOKEN_HEADER} is required")
             return None
-        resource = parse_fencing_resource(headers.getlist(FENCING_RESOURCE_HEADER))
+        named = parse_fencing_resource(headers.getlist(FENCING_RESOURCE_HEADER))
+        resource = named if self.client_named_resource and named is not None else None
         if resource is None:
             resource = parse_fencing_resource([self.resource_for(HTTPConnection(scope))]) or ""
-        return FencingToken(resource, generation)
+        if self.fencing_key is None:
+            generation = parse_fencing_token([raw.partition(".")[0]])
+            assert generation is not None
+            return FencingToken(resource, generation)
+        try:
+            return FencingToken(resource, verify_fencing_token(self.fencing_key, resource, raw))
+        except InvalidFencingTokenError as exc:
+            raise HeaderError(FENCING_TOKEN_HEADER, "invalid_fencing_token", str(exc)) from None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in MUTATING_METHODS:
@@ -197,12 +274,22 @@ class IdempotencyMiddleware:
         except HeaderError as exc:
             await _error(400, exc.code, str(exc), header=exc.header)(scope, receive, send)
             return
-        body = await _read_body(receive)
+        too_large = _error(413, "request_too_large", f"the request body is larger than {self.max_body_bytes} bytes")
+        length = headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            await too_large(scope, receive, send)
+            return
+        try:
+            body = await _read_body(receive, self.max_body_bytes)
+        except _TooLarge:
+            await too_large(scope, receive, send)
+            return
         if body is None:
             return
         digest = request_hash(scope["method"], scope["path"], scope.get("query_string", b""), body)
+        stored_key = scoped_key(self.caller_for(HTTPConnection(scope)), key)
         try:
-            claim = await self.store.claim(key, digest, fence=fence, now=self._now())
+            claim = await self.store.claim(stored_key, digest, fence=fence, now=self._now())
         except StaleFencingTokenError as exc:
             await stale_fencing_response(exc)(scope, receive, send)
             return

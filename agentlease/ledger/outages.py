@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from agentlease.clock import duration_ms, now_param
 from agentlease.enums import ErrorClass, TaskStatus
 from agentlease.errors import ClockBehindError
-from agentlease.ledger.statements import LeaseStatements
+from agentlease.ledger.statements import LeaseStatements, token_sha256
 from agentlease.records import Claim, StoredReceipt
 
 CLOCK_TOLERANCE = timedelta(seconds=1)
@@ -49,10 +49,11 @@ def own_settle(
     task = conn.execute(sql.select_task, {"key_task_id": claim.task_id}).first()
     if task is None or stored is None:
         return None
-    settled = (task.status, task.claim_generation, task.lease_owner) == (
+    settled = (task.status, task.claim_generation, task.lease_owner, task.lease_token_sha256) == (
         TaskStatus.SETTLED.value,
         claim.generation,
         claim.owner,
+        token_sha256(claim.lease_token.get_secret_value()),
     )
     mine = stored.claim_generation == claim.generation and stored.receipt.model_dump(mode="json") == receipt_json
     return (stored, task.renewal_count) if settled and mine else None
@@ -69,7 +70,15 @@ def own_lease_end(
         task.lease_owner,
         task.error_class,
         task.last_error,
-    ) == (status.value, claim.generation, None, error_class.value, error)
+        task.lease_token_sha256,
+    ) == (
+        status.value,
+        claim.generation,
+        None,
+        error_class.value,
+        error,
+        token_sha256(claim.lease_token.get_secret_value()),
+    )
 
 
 __all__ = ["CLOCK_TOLERANCE", "check_claim_clock", "own_lease_end", "own_settle"]

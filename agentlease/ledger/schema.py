@@ -66,6 +66,12 @@ class TaskRow(_TraceColumns, Base):
     renewal_count: Mapped[int] = mapped_column(Integer, default=0)
     idempotency_key: Mapped[str] = mapped_column(String(256), index=True)
     receipt: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The SHA-256 (hex) of the current claim's lease token: every holder write presents the token
+    # (``docs/security.md``, "Lease tokens"); the token itself is never stored.
+    lease_token_sha256: Mapped[str | None] = mapped_column(String(64))
+    # The fingerprint of the call's arguments (SHA-256 of their canonical JSON): a stored receipt
+    # settles a task only for the same tool and arguments.
+    arguments_sha256: Mapped[str | None] = mapped_column(String(64))
     last_error: Mapped[str | None] = mapped_column(Text)
     error_class: Mapped[str | None] = mapped_column(String(64))
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
@@ -103,6 +109,9 @@ class LeaseEventRow(_TraceColumns, Base):
     reason: Mapped[str | None] = mapped_column(Text)
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     at_ms: Mapped[int] = mapped_column(BigInteger)
+    # The database role the writer authenticated as (PostgreSQL ``session_user``), beside the
+    # configured ``lease_owner``; ``NULL`` on SQLite, which authenticates nobody.
+    authenticated_as: Mapped[str | None] = mapped_column(String(128))
 
     # One task's trail in order (and a run's, task by task), read in keyset pages on event_id.
     __table_args__ = (Index("ix_lease_events_task_id_event_id", "task_id", "event_id"),)
@@ -118,3 +127,7 @@ class ReceiptRow(Base):
     claim_generation: Mapped[int] = mapped_column(BigInteger)
     receipt: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at_ms: Mapped[int] = mapped_column(BigInteger)
+    # What the receipt is for: a task of another tool or other arguments with the same key is
+    # refused, not settled with it (``docs/security.md``, "Receipts and tasks bound to their run").
+    tool: Mapped[str | None] = mapped_column(String(128))
+    arguments_sha256: Mapped[str | None] = mapped_column(String(64))

@@ -8,13 +8,15 @@ one conditional statement judged on the database's clock, and its row count is c
 Parameter names (bound, never chosen by SQL text):
 
 - ``now_ms``: the injected time (:func:`agentlease.clock.now_param`); ``None`` = database clock.
-- ``held_task_id``, ``held_owner``, ``held_generation``: the claim a holder write is guarded by (G2).
+- ``held_task_id``, ``held_owner``, ``held_generation``, ``held_token_sha256``: the claim a holder
+  write is guarded by (G2), its lease token's hash among them (``docs/security.md``, "Lease tokens").
 - ``key_task_id``: the task a claim, decision or read is about.
 - ``task_id`` and column names: values written.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, cast
@@ -34,6 +36,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     or_,
     select,
     text,
@@ -60,9 +63,19 @@ _E = EVENTS.c
 _TRACE_COLUMNS = tuple(TraceLink().columns())
 
 
-def held(claim_task_id: str, owner: str, generation: int) -> dict[str, Any]:
-    """The guard parameters of a holder write for the claim (task, owner, generation)."""
-    return {"held_task_id": claim_task_id, "held_owner": owner, "held_generation": generation}
+def token_sha256(token: str) -> str:
+    """The SHA-256 (hex) of a lease token: what the ledger stores and compares; ``""`` for no token."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest() if token else ""
+
+
+def held(claim_task_id: str, owner: str, generation: int, token_sha256: str = "") -> dict[str, Any]:
+    """The guard parameters of a holder write for the claim (task, owner, generation, lease token hash)."""
+    return {
+        "held_task_id": claim_task_id,
+        "held_owner": owner,
+        "held_generation": generation,
+        "held_token_sha256": token_sha256,
+    }
 
 
 def _stage_rank(expression: ColumnElement[Any]) -> ColumnElement[int]:
@@ -93,7 +106,8 @@ class LeaseStatements:
         settle: the holder's settle with ``receipt``; RETURNING ``updated_at_ms``, ``renewal_count``.
         end_lease: release / dead-letter / park with ``status``, ``error_class``, ``last_error``
             and ``attempts_returned`` (0 or 1).
-        refused: why a holder write touched no row: ``now_ms``, ``claim_generation``, ``status``.
+        refused: why a holder write touched no row: ``now_ms``, ``claim_generation``, ``status``,
+            ``lease_owner``, ``lease_token_sha256``.
         insert_event: one evidence-trail entry (every column as a parameter).
         insert_receipt: store a receipt unless one stands for the key; RETURNING the key if stored.
         select_receipt: the receipt of ``key_idempotency_key``.
@@ -142,6 +156,7 @@ def _new_task(now: ColumnElement[int]) -> dict[str, Any]:
         **{name: bindparam(name, type_=_T[name].type) for name in ("task_id", "agent_run_id", "step_id", "tool")},
         "side_effect_class": bindparam("side_effect_class", type_=_T.side_effect_class.type),
         "idempotency_key": bindparam("idempotency_key", type_=_T.idempotency_key.type),
+        "arguments_sha256": bindparam("arguments_sha256", type_=_T.arguments_sha256.type),
         "lease_ttl_ms": bindparam("lease_ttl_ms", type_=_T.lease_ttl_ms.type),
         "renewal_count": 0,
         "created_at_ms": now,
@@ -274,8 +289,9 @@ def _event_from(
 ) -> Insert:
     """INSERT of one evidence entry whose values come from the CTE ``source`` and bound parameters."""
     trace = [bindparam(f"event_{column}", type_=_E[column].type) for column in _TRACE_COLUMNS]
+    columns = ["task_id", "kind", "claim_generation", "lease_owner", "stage", "reason", "details", "at_ms"]
     return insert(EVENTS).from_select(
-        ["task_id", "kind", "claim_generation", "lease_owner", "stage", "reason", "details", "at_ms", *_TRACE_COLUMNS],
+        [*columns, *_TRACE_COLUMNS, "authenticated_as"],
         select(
             source.c.task_id,
             literal(kind.value, _E.kind.type),
@@ -286,8 +302,16 @@ def _event_from(
             details,
             at_ms,
             *trace,
+            _authenticated_as("postgresql"),
         ).select_from(source),
     )
+
+
+def _authenticated_as(dialect_name: str) -> Any:
+    """The role the writer authenticated as: ``session_user`` on PostgreSQL, ``NULL`` on SQLite."""
+    if dialect_name == "postgresql":
+        return sql_cast(func.session_user(), _E.authenticated_as.type)
+    return null()
 
 
 def _with_expiry(source: Any) -> Any:
@@ -329,6 +353,8 @@ def _evidenced(
             (stored.c.task_id, "receipt_task_id"),
             (stored.c.claim_generation, "receipt_generation"),
             (stored.c.receipt, "stored_receipt"),
+            (stored.c.tool, "receipt_tool"),
+            (stored.c.arguments_sha256, "receipt_arguments_sha256"),
         )
     ]
     claim = select(claimed, *receipt_columns).add_cte(claim_event)
@@ -347,15 +373,22 @@ def _evidenced(
     # The settle: lock the holder's row (the guard), store the receipt unless one stands for the key
     # (ON CONFLICT DO UPDATE returns the standing one, after waiting for a concurrent writer of the
     # same key), settle the task with the receipt that stands, and record the entry.
-    guarded = select(_T.task_id, _T.idempotency_key).where(holds).with_for_update(of=TASKS).cte("guarded")
+    guarded = (
+        select(_T.task_id, _T.idempotency_key, _T.tool, _T.arguments_sha256)
+        .where(holds)
+        .with_for_update(of=TASKS)
+        .cte("guarded")
+    )
     new_receipt = postgresql.insert(RECEIPTS).from_select(
-        ["idempotency_key", "task_id", "claim_generation", "receipt", "created_at_ms"],
+        ["idempotency_key", "task_id", "claim_generation", "receipt", "created_at_ms", "tool", "arguments_sha256"],
         select(
             guarded.c.idempotency_key,
             guarded.c.task_id,
             holder["generation"],
             bindparam("receipt", type_=RECEIPTS.c.receipt.type),
             now,
+            guarded.c.tool,
+            guarded.c.arguments_sha256,
         ).select_from(guarded),
     )
     standing = (
@@ -402,6 +435,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         _T.status == TaskStatus.RUNNING.value,
         _T.lease_owner == bindparam("held_owner"),
         _T.claim_generation == bindparam("held_generation"),
+        _T.lease_token_sha256 == bindparam("held_token_sha256", type_=_T.lease_token_sha256.type),
         _T.lease_expires_at_ms > now,
     )
     current_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
@@ -415,6 +449,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
             **_new_task(now),
             status=TaskStatus.RUNNING.value,
             lease_owner=bindparam("lease_owner", type_=_T.lease_owner.type),
+            lease_token_sha256=bindparam("lease_token_sha256", type_=_T.lease_token_sha256.type),
             lease_acquired_at_ms=now,
             lease_expires_at_ms=now + bindparam("lease_ttl_ms", type_=_T.lease_ttl_ms.type),
             claim_generation=1,
@@ -445,7 +480,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
             lease_expires_at_ms=None,
             updated_at_ms=now,
         )
-        .returning(_T.updated_at_ms, _T.renewal_count)
+        .returning(_T.updated_at_ms, _T.renewal_count, _T.tool, _T.arguments_sha256)
     )
     evidenced = _evidenced(claim_new, renew, settle, holds, now) if dialect_name == "postgresql" else (None, None, None)
     return LeaseStatements(
@@ -465,6 +500,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         .values(
             status=TaskStatus.RUNNING.value,
             lease_owner=bindparam("lease_owner"),
+            lease_token_sha256=bindparam("lease_token_sha256", type_=_T.lease_token_sha256.type),
             lease_acquired_at_ms=now,
             lease_expires_at_ms=now + _T.lease_ttl_ms,
             claim_generation=_T.claim_generation + 1,
@@ -492,9 +528,18 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
             now.label("now_ms"),
             _column_of_task(_T.claim_generation).label("claim_generation"),
             _column_of_task(_T.status).label("status"),
+            _column_of_task(_T.lease_owner).label("lease_owner"),
+            _column_of_task(_T.lease_token_sha256).label("lease_token_sha256"),
         ),
         insert_event=insert(EVENTS).values(
-            {name: bindparam(name, type_=column.type) for name, column in _E.items() if name != "event_id"}
+            {
+                **{
+                    name: bindparam(name, type_=column.type)
+                    for name, column in _E.items()
+                    if name not in ("event_id", "authenticated_as")
+                },
+                "authenticated_as": _authenticated_as(dialect_name),
+            }
         ),
         insert_receipt=dialect_insert(RECEIPTS)
         .values({name: bindparam(name, type_=column.type) for name, column in RECEIPTS.c.items()})

@@ -13,11 +13,13 @@ decides.
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from pydantic import SecretStr
 from sqlalchemy import ColumnElement, select
 from sqlalchemy.engine import Connection
 
@@ -27,6 +29,7 @@ from agentlease.enums import DecisionKind, ErrorClass, EventKind, Stage, TaskSta
 from agentlease.errors import (
     LeaseHeldError,
     LeaseLostError,
+    LeaseTokenMismatchError,
     LedgerUnavailableError,
     TaskClosedError,
     TaskNotFoundError,
@@ -36,7 +39,7 @@ from agentlease.ledger.database import LedgerDatabase, Transaction, open_databas
 from agentlease.ledger.engine import PG_POOL_SIZE
 from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pages
 from agentlease.ledger.outages import check_claim_clock, own_lease_end, own_settle
-from agentlease.ledger.statements import LeaseStatements, event_params, held, lease_statements
+from agentlease.ledger.statements import LeaseStatements, event_params, held, lease_statements, token_sha256
 from agentlease.ledger.trail import write_event, write_holder_event
 from agentlease.metrics import LEASE_METRICS, LeaseMetrics
 from agentlease.records import (
@@ -55,11 +58,44 @@ _R = TypeVar("_R")
 
 
 @dataclass(frozen=True)
+class _Stored:
+    """A stored receipt and what it was made for."""
+
+    receipt: StoredReceipt
+    tool: str | None
+    arguments_sha256: str | None
+
+
+@dataclass(frozen=True)
 class _Refusal:
     """Why a guarded write touched no row, read back in the same transaction."""
 
     current_generation: int | None
     status: str | None
+    token_refused: bool = False
+    """Owner and generation were the ledger's, the lease token was not (a rebuilt claim)."""
+
+
+LEASE_TOKEN_BYTES = 32
+"""Random bytes of a lease token (``secrets.token_urlsafe``): 43 URL-safe characters."""
+
+
+def receipt_mismatch(spec: TaskSpec, tool: str | None, arguments_sha256: str | None) -> str | None:
+    """Why a receipt stored for ``spec``'s key (made by ``tool`` with those arguments) does not settle it.
+
+    ``None`` when it does: the same tool, and the same argument fingerprint where both are known.
+    """
+    if tool is not None and tool != spec.tool:
+        return (
+            f"idempotency key {spec.idempotency_key!r} already has a settlement receipt of tool {tool!r}, "
+            f"not {spec.tool!r}: a key reused for another action is refused (HTTP 422 in Stripe's terms)"
+        )
+    if arguments_sha256 is not None and spec.arguments_sha256 is not None and arguments_sha256 != spec.arguments_sha256:
+        return (
+            f"idempotency key {spec.idempotency_key!r} already has a settlement receipt of {spec.tool!r} "
+            "with other arguments: a key reused for another action is refused (HTTP 422 in Stripe's terms)"
+        )
+    return None
 
 
 class Ledger:
@@ -111,6 +147,11 @@ class Ledger:
         return self._sql.now
 
     @staticmethod
+    def task_values(spec: TaskSpec, now: datetime | None) -> dict[str, Any]:
+        """The parameters of :attr:`LeaseStatements.insert_task` for ``spec``."""
+        return Ledger._task_values(spec, now)
+
+    @staticmethod
     def _task_values(spec: TaskSpec, now: datetime | None) -> dict[str, Any]:
         return {
             "task_id": spec.task_id,
@@ -120,6 +161,7 @@ class Ledger:
             "side_effect_class": spec.side_effect_class.value,
             "lease_ttl_ms": duration_ms(spec.lease_ttl),
             "idempotency_key": spec.idempotency_key,
+            "arguments_sha256": spec.arguments_sha256,
             **now_param(now),
         }
 
@@ -135,6 +177,8 @@ class Ledger:
         generation: int,
         receipt_json: dict[str, Any],
         at_ms: int,
+        tool: str | None = None,
+        arguments_sha256: str | None = None,
     ) -> bool:
         """Store a receipt unless one already stands for the key (the first stands). Returns whether it did."""
         inserted = execute(
@@ -146,14 +190,18 @@ class Ledger:
                 "claim_generation": generation,
                 "receipt": receipt_json,
                 "created_at_ms": at_ms,
+                "tool": tool,
+                "arguments_sha256": arguments_sha256,
             },
         )
         return bool(inserted)
 
     @staticmethod
     def _held(claim: Claim, now: datetime | None) -> dict[str, Any]:
-        """Parameters of the guard of every holder write (G2): same owner, same generation, lease valid."""
-        return {**held(claim.task_id, claim.owner, claim.generation), **now_param(now)}
+        """Parameters of the guard of every holder write (G2): same owner, same generation, the lease
+        token minted with it, lease valid."""
+        token = token_sha256(claim.lease_token.get_secret_value())
+        return {**held(claim.task_id, claim.owner, claim.generation, token), **now_param(now)}
 
     def _refused(
         self,
@@ -165,16 +213,30 @@ class Ledger:
         now: datetime | None,
         details: dict[str, Any] | None = None,
     ) -> _Refusal:
-        row = conn.execute(self._sql.refused, self._held(claim, now)).one()
-        refusal = _Refusal(row.claim_generation, row.status)
+        guard = self._held(claim, now)
+        row = conn.execute(self._sql.refused, guard).one()
+        token_refused = (row.claim_generation, row.lease_owner) == (claim.generation, claim.owner) and (
+            row.lease_token_sha256 != guard["held_token_sha256"]
+        )
+        refusal = _Refusal(row.claim_generation, row.status, token_refused)
+        reason = f"{operation} refused: ledger has generation {refusal.current_generation}, status {refusal.status}"
+        if token_refused:
+            reason = (
+                f"{operation} refused: the claim of generation {claim.generation} did not present the lease token "
+                "the ledger minted with it (a claim rebuilt from listings or the trail cannot write)"
+            )
         write_holder_event(
             conn,
             self._sql,
             claim,
             kind,
             at_ms=row.now_ms,
-            reason=f"{operation} refused: ledger has generation {refusal.current_generation}, status {refusal.status}",
-            details={"operation": operation, **(details or {})},
+            reason=reason,
+            details={
+                "operation": operation,
+                **({"lease_token": "refused"} if token_refused else {}),
+                **(details or {}),
+            },
         )
         return refusal
 
@@ -185,6 +247,8 @@ class Ledger:
         Raises:
             LeaseLostError: the write was refused (G2).
         """
+        if isinstance(outcome, _Refusal) and outcome.token_refused:
+            raise LeaseTokenMismatchError(claim.task_id, claim.generation, operation=operation, status=outcome.status)
         if isinstance(outcome, _Refusal):
             raise LeaseLostError(
                 claim.task_id,
@@ -251,9 +315,12 @@ class Ledger:
         """
         trace = trace or TraceLink()
         key = {"key_task_id": spec.task_id, **now_param(now)}
-        fresh = {**self._task_values(spec, now), "lease_owner": owner, **trace.columns()}
+        lease_token = secrets.token_urlsafe(LEASE_TOKEN_BYTES)
+        minted = {"lease_owner": owner, "lease_token_sha256": token_sha256(lease_token), **trace.columns()}
+        fresh = {**self._task_values(spec, now), **minted}
 
-        def granted_claim(granted: Any, previous_error_class: str | None, stored: StoredReceipt | None) -> Claim:
+        def granted_claim(granted: Any, previous_error_class: str | None, stored: _Stored | None) -> Claim:
+            refused = None if stored is None else receipt_mismatch(spec, stored.tool, stored.arguments_sha256)
             return Claim(
                 task_id=spec.task_id,
                 tool=granted.tool,
@@ -267,7 +334,9 @@ class Ledger:
                 previous_error_class=previous_error_class,
                 idempotency_key=granted.idempotency_key,
                 trace=trace,
-                receipt=stored,
+                receipt=None if stored is None or refused is not None else stored.receipt,
+                receipt_refused=refused,
+                lease_token=SecretStr(lease_token),
             )
 
         def claimed_note(attempts: int, lease_ttl_ms: int) -> tuple[str, dict[str, Any]]:
@@ -308,12 +377,13 @@ class Ledger:
             granted = rows[0]
             stored = None
             if granted.receipt_task_id is not None:
-                stored = StoredReceipt(
+                receipt = StoredReceipt(
                     idempotency_key=granted.idempotency_key,
                     task_id=granted.receipt_task_id,
                     claim_generation=granted.receipt_generation,
                     receipt=granted.stored_receipt,
                 )
+                stored = _Stored(receipt, granted.receipt_tool, granted.receipt_arguments_sha256)
             return granted_claim(granted, None, stored)
 
         def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None]:
@@ -324,12 +394,12 @@ class Ledger:
                 if created:  # a task the ledger had not seen: created claimed (generation 1)
                     granted = created[0]
                     claimed_event(conn, granted)
-                    return granted_claim(granted, None, self._receipt(conn, spec.idempotency_key)), False, None
+                    return granted_claim(granted, None, self._stored(conn, spec.idempotency_key)), False, None
             before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
             if status.is_terminal or status.awaits_decision:
                 raise TaskClosedError(spec.task_id, before.status)
-            granted = conn.execute(self._sql.claim, {**key, "lease_owner": owner, **trace.columns()}).first()
+            granted = conn.execute(self._sql.claim, {**key, **minted}).first()
             if granted is None:
                 # Measured now, not at ``before``: on PostgreSQL that read may have waited for the row lock.
                 refused_at_ms = conn.execute(select(self._sql.now), key).scalar_one()
@@ -359,7 +429,7 @@ class Ledger:
                     trace=TraceLink.from_mapping(before._mapping),
                 )
             claimed_event(conn, granted)
-            stored = self._receipt(conn, spec.idempotency_key)
+            stored = self._stored(conn, spec.idempotency_key)
             return granted_claim(granted, before.error_class, stored), superseded, before.stage
 
         async def claim_once() -> tuple[Claim, bool, str | None]:
@@ -543,7 +613,14 @@ class Ledger:
                 return refused(conn)
             row = rows[0]
             inserted = self._store_receipt(
-                conn, claim.idempotency_key, claim.task_id, claim.generation, receipt_json, row.updated_at_ms
+                conn,
+                claim.idempotency_key,
+                claim.task_id,
+                claim.generation,
+                receipt_json,
+                row.updated_at_ms,
+                row.tool,
+                row.arguments_sha256,
             )
             write_holder_event(
                 conn,
@@ -760,7 +837,14 @@ class Ledger:
                 raise TaskClosedError(task_id, self._task(conn, task_id).status)
             if receipt_json is not None:
                 self._store_receipt(
-                    conn, row.idempotency_key, task_id, row.claim_generation, receipt_json, row.updated_at_ms
+                    conn,
+                    row.idempotency_key,
+                    task_id,
+                    row.claim_generation,
+                    receipt_json,
+                    row.updated_at_ms,
+                    row.tool,
+                    row.arguments_sha256,
                 )
             facts = {"by": by, "decision": kind.value, **(details or {})}
             if rule.to_if_effect_unknown is not None and row.status == rule.to_if_effect_unknown.value:
@@ -822,6 +906,20 @@ class Ledger:
         if row is None:
             raise TaskNotFoundError(task_id)
         return TaskRecord.from_row(row)
+
+    def _stored(self, conn: Connection, idempotency_key: str) -> _Stored | None:
+        """The receipt stored for the key with what it was made for (tool, argument fingerprint)."""
+        rows = execute(conn, self._sql.select_receipt, {"key_idempotency_key": idempotency_key})
+        if not rows:
+            return None
+        row = rows[0]
+        receipt = StoredReceipt(
+            idempotency_key=row.idempotency_key,
+            task_id=row.task_id,
+            claim_generation=row.claim_generation,
+            receipt=row.receipt,
+        )
+        return _Stored(receipt, row.tool, row.arguments_sha256)
 
     def _receipt(self, conn: Connection, idempotency_key: str) -> StoredReceipt | None:
         rows = execute(conn, self._sql.select_receipt, {"key_idempotency_key": idempotency_key})

@@ -102,8 +102,12 @@ async def run_plan(client: Client, settings: AgentLeaseSettings, *steps: PlanSte
 async def test_http_publish_writes_once_per_key_and_its_receipt_matches_the_readback(
     client: Client, tool_settings: AgentLeaseSettings, downstream: Downstream, tmp_path: Path
 ) -> None:
-    key = f"publish-{uuid.uuid4().hex[:8]}"
-    step = PlanStep(step_id="publish", tool="http_publish", arguments=POST, idempotency_key=key)
+    # Shared across runs on purpose (a caller's key is otherwise scoped to its run, docs/security.md).
+    given = f"publish-{uuid.uuid4().hex[:8]}"
+    key = f"shared:{given}"
+    step = PlanStep(
+        step_id="publish", tool="http_publish", arguments=POST, idempotency_key=given, share_idempotency_key=True
+    )
     async with serving(client, tool_settings, "worker-publish"):
         first = await run_plan(client, tool_settings, step)
         [view] = first.tasks

@@ -298,10 +298,13 @@ async def test_a_key_over_the_arguments_keeps_an_action_unique_across_call_ids(s
     assert again["settled"] is True and again["receipt"]["external_id"] == str(first["post_id"]), answer
     tasks = await stack.tasks(handle.id)
     assert [(t.step_id, t.idempotency_key, t.status) for t in tasks.values()] == [
-        ("post_note-call_0_0", "note:restock-b-2040", TaskStatus.SETTLED),
-        ("post_note-call_1_0", "note:restock-b-2040", TaskStatus.SETTLED),
+        ("post_note-call_0_0", f"{handle.id}:note:restock-b-2040", TaskStatus.SETTLED),
+        ("post_note-call_1_0", f"{handle.id}:note:restock-b-2040", TaskStatus.SETTLED),
     ], tasks
-    assert await publishing.count_publications(stack.downstream.publish_database_url, "note:restock-b-2040") == 1
+    assert (
+        await publishing.count_publications(stack.downstream.publish_database_url, f"{handle.id}:note:restock-b-2040")
+        == 1
+    )
     claims = [e for e in await stack.ledger.events(agent_run_id=handle.id) if e.kind is EventKind.CLAIMED]
     assert len(claims) == 2, claims
     await assert_replays(handle, "keyed")

@@ -247,7 +247,7 @@ async def test_bad_arguments_and_an_unknown_tool_get_a_retry_prompt_and_nothing_
     assert settled["content"] == {"record_key": "reorder:A-1001", "written": True}
     # Only the corrected call is a task; the key comes from its arguments (key=).
     assert [(t.tool, t.status, t.idempotency_key) for t in tasks] == [
-        ("sql_upsert", TaskStatus.SETTLED, "upsert:inventory:reorder:A-1001")
+        ("sql_upsert", TaskStatus.SETTLED, f"{handle.id}:upsert:inventory:reorder:A-1001")
     ]
     assert [r["record_key"] for r in rows] == ["reorder:A-1001"]
 
@@ -264,7 +264,8 @@ async def test_a_key_from_the_arguments_settles_a_repeated_action_from_its_recei
         first, second = await stack.tasks(handle.id)
         rows = await stack.rows()
 
-    assert first.idempotency_key == second.idempotency_key == "upsert:inventory:reorder:C-3300"
+    # The key made from the arguments is scoped to the run (``docs/security.md``).
+    assert first.idempotency_key == second.idempotency_key == f"{handle.id}:upsert:inventory:reorder:C-3300"
     assert (first.status, second.status) == (TaskStatus.SETTLED, TaskStatus.SETTLED)
     assert first.receipt is not None and first.receipt == second.receipt
     assert [(r["record_key"], r["claim_generation"]) for r in rows] == [("reorder:C-3300", 1)]
