@@ -7,10 +7,11 @@ they are a copy for the Temporal UI and the next attempt, never the record.
 After the ledger recorded a claim or a stage, the attempt also tells its own run (the
 ``agentlease.lease_progress`` signal, :class:`~agentlease.records.LeaseProgress`): the run's ``status``
 query, search attributes and current details then show the live stage, generation and owner
-(``docs/operator-views.md``). The claim is sent at once; later stage changes at most one per
-:data:`PROGRESS_MIN_GAP` (the latest one wins, so a quick call sends one or two signals); renewals in the
-same stage at most once per :data:`PROGRESS_INTERVAL`. The signal is best effort and never holds the
-tool up.
+(``docs/operator-views.md``). Nothing is sent before the attempt has run for
+:data:`PROGRESS_FIRST_AFTER` (a quick call sends none: its result tells the run), then the latest
+progress, and later stage changes at most one per :data:`PROGRESS_MIN_GAP` (the latest one wins);
+renewals in the same stage at most once per :data:`PROGRESS_INTERVAL`. What is still unsent when the
+attempt ends is dropped. The signal is best effort and never holds the tool up.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ PROGRESS_INTERVAL = 15.0
 """Seconds between progress signals of renewals that do not change the stage."""
 PROGRESS_MIN_GAP = 1.0
 """Fewest seconds between two progress signals of one attempt; what changed meanwhile goes after it, latest only."""
+PROGRESS_FIRST_AFTER = 1.0
+"""Seconds an attempt runs before its first progress signal: each signal costs the run a workflow task."""
 _MAX_REASON_CHARS = 500
 
 
@@ -104,6 +107,7 @@ class LeaseContext:
         self._lost: LeaseLostError | None = None
         self._unavailable: LedgerUnavailableError | None = None
         self._progress_sent_at: float | None = None
+        self._progress_first_at = time.monotonic() + PROGRESS_FIRST_AFTER
         self._progress_next: LeaseProgress | None = None
         self._progress_sender: asyncio.Task[None] | None = None
         self._tell_run(None, "claimed")
@@ -283,8 +287,10 @@ class LeaseContext:
     async def _send_progress(self, handle: Any) -> None:
         """Send the latest progress, then what came meanwhile, at most one per :data:`PROGRESS_MIN_GAP`."""
         while self._progress_next is not None:
-            if self._progress_sent_at is not None:
-                await asyncio.sleep(max(0.0, self._progress_sent_at + PROGRESS_MIN_GAP - time.monotonic()))
+            due = (
+                self._progress_first_at if self._progress_sent_at is None else self._progress_sent_at + PROGRESS_MIN_GAP
+            )
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
             progress, self._progress_next = self._progress_next, None
             if progress is None:
                 return
@@ -294,6 +300,12 @@ class LeaseContext:
             except Exception as exc:  # noqa: BLE001 - the ledger holds the record; the run's view just lags
                 logger.debug("progress of %s not signalled to its run: %s", progress.step_id, exc)
                 return
+
+    def end_progress(self) -> None:
+        """The attempt ended: drop the progress not sent yet (the activity's result tells the run)."""
+        self._progress_next = None
+        if self._progress_sender is not None and not self._progress_sender.done():
+            self._progress_sender.cancel()
 
 
 def _heartbeat(details: LeaseHeartbeat) -> None:

@@ -266,6 +266,13 @@ class LeasedActivities:
             secrets=ToolSecrets(self._secrets, spec.name),
         )
         try:
+            return await self._run_tool(spec, call, claim, context)
+        finally:
+            context.end_progress()
+
+    async def _run_tool(self, spec: ToolSpec, call: ToolCall, claim: Claim, context: LeaseContext) -> ToolOutcome:
+        """Run the tool in its lease context, then settle or classify how it failed."""
+        try:
             args = spec.args_model.model_validate(call.arguments)
             result = await spec.fn(context, args)
         except LeaseLostError as exc:
