@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agentlease.enums import FailureType, RunState, StepEnd
+    from agentlease.limits import MAX_STEPS_PER_RUN
     from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
     from agentlease.records import AgentRunPlan, PlanStep, RunStatus
     from workflows.leased_calls import LeasedToolCalls, parse_payload
@@ -95,6 +96,8 @@ class AgentRunWorkflow:
             raise ValueError(f"unknown tool {step.tool!r}; known tools: {', '.join(known)}")
         if calls.has_step(step.step_id):
             raise ValueError(f"step id {step.step_id!r} is already used in run {calls.run_id}")
+        if len(calls.step_ids()) >= MAX_STEPS_PER_RUN:
+            raise ValueError(f"run {calls.run_id} has {MAX_STEPS_PER_RUN} steps, the most one run takes")
 
     @workflow.signal(name=CLOSE_SIGNAL)
     def close(self) -> None:

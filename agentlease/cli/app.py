@@ -202,12 +202,13 @@ def run(
 ) -> None:
     """Start an agent run from a plan file on the configured Temporal."""
     from activities.registry import load_registry
-    from agentlease.cli.plans import load_plan
+    from agentlease.cli.plans import load_plan, with_run_id
 
     settings = _settings(ctx)
     plan = load_plan(plan_file, load_registry(settings.tool_modules))
     agent_run_id = run_id or plan.agent_run_id or f"run-{uuid.uuid4().hex[:12]}"
-    status = asyncio.run(_start_run(settings, plan.model_copy(update={"agent_run_id": agent_run_id}), wait, as_json))
+    plan = with_run_id(plan, agent_run_id)
+    status = asyncio.run(_start_run(settings, plan, wait, as_json))
     if status is not None:
         _show_run(status, as_json)
         if status.status is RunState.WAITING:
@@ -527,14 +528,14 @@ def reconcile(
     as_json: _Json = False,
 ) -> None:
     """Decide a task whose side effect is ambiguous: confirm it happened, retry with the same key, or abandon."""
-    import json
 
     from agentlease.decisions import ReconcileRequest
+    from agentlease.limits import loads
 
     try:
-        seen = {} if observed is None else json.loads(observed)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"--observed is not JSON: {exc.msg}") from None
+        seen = {} if observed is None else loads(observed, "--observed")
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     payload = _request(
         ReconcileRequest, step_id=step_id, by=by, reason=reason, action=action, external_id=external_id, observed=seen
     )
