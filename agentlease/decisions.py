@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentlease import limits
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
@@ -206,9 +206,9 @@ class _Request(BaseModel):
 
     @field_validator("step_id", "by", "reason", check_fields=False)
     @classmethod
-    def _clean_text(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _clean_text(cls, value: str | None) -> str | None:
         """No NUL byte, no lone surrogate (``docs/limits.md``)."""
-        return None if value is None else limits.check_text(value, info.field_name or "text")
+        return None if value is None else limits.check_text(value)
 
 
 class DecisionRequest(_Request):
@@ -245,12 +245,12 @@ class ReconcileRequest(DecisionRequest):
     @field_validator("external_id")
     @classmethod
     def _clean_external_id(cls, value: str | None) -> str | None:
-        return None if value is None else limits.check_text(value, "external_id")
+        return None if value is None else limits.check_text(value)
 
     @field_validator("observed")
     @classmethod
     def _bounded_observed(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return limits.check_json(value, "observed", max_bytes=limits.MAX_OBSERVED_BYTES)
+        return limits.check_json(value, "the object", max_bytes=limits.MAX_OBSERVED_BYTES)
 
     @model_validator(mode="after")
     def _confirm_needs_external_id(self) -> ReconcileRequest:

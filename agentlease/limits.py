@@ -66,17 +66,19 @@ MAX_NAME_CHARS = 200
 """Longest namespace name."""
 
 
-def check_text(value: str, what: str = "text") -> str:
+def check_text(value: str, what: str = "") -> str:
     """``value`` unless it holds a NUL byte or a lone surrogate (neither can be stored on PostgreSQL
-    nor encoded as UTF-8). Raises ``ValueError`` naming ``what``."""
+    nor encoded as UTF-8). Raises ``ValueError`` naming ``what`` (a pydantic field's error names
+    the field itself)."""
+    subject = f"{what} contains" if what else "contains"
     if "\x00" in value:
-        raise ValueError(f"{what} contains a NUL character")
+        raise ValueError(f"{subject} a NUL character")
     if any("\ud800" <= ch <= "\udfff" for ch in value):
-        raise ValueError(f"{what} contains a lone surrogate (not valid Unicode)")
+        raise ValueError(f"{subject} a lone surrogate (not valid Unicode)")
     return value
 
 
-def check_id(value: str, what: str = "id") -> str:
+def check_id(value: str, what: str = "") -> str:
     """``value`` unless it is empty, holds a control character or is not valid Unicode.
 
     Raises:
@@ -84,9 +86,9 @@ def check_id(value: str, what: str = "id") -> str:
     """
     check_text(value, what)
     if not value:
-        raise ValueError(f"{what} must not be empty")
+        raise ValueError(f"{what or 'an id'} must not be empty")
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
-        raise ValueError(f"{what} contains a control character")
+        raise ValueError(f"{what + ' contains' if what else 'contains'} a control character")
     return value
 
 
@@ -128,16 +130,17 @@ def refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def loads(text: str | bytes, what: str) -> Any:
-    """Parse JSON text from outside: NaN/Infinity refused, nesting beyond :data:`MAX_DEPTH` refused
-    before parsing (so that no input exhausts the stack).
+def loads(text: str | bytes, what: str, *, max_depth: int = MAX_DEPTH + 4) -> Any:
+    """Parse JSON text from outside: NaN/Infinity refused, nesting beyond ``max_depth`` refused
+    before parsing, so that no input exhausts the stack (default :data:`MAX_DEPTH` plus the four
+    levels a plan has above a step's arguments).
 
     Raises:
         ValueError: one line naming ``what``: not JSON, a NaN/Infinity, or too deep.
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
-    _check_text_depth(text, what)
+    _check_text_depth(text, what, max_depth)
     try:
         return json.loads(text, parse_constant=refuse_constant)
     except json.JSONDecodeError as exc:
@@ -146,9 +149,8 @@ def loads(text: str | bytes, what: str) -> Any:
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
 
 
-def _check_text_depth(text: str, what: str) -> None:
-    """Refuse JSON text whose brackets nest deeper than the deepest value any model accepts."""
-    limit = MAX_DEPTH + 4  # a plan's own levels (plan, steps, step) above the arguments
+def _check_text_depth(text: str, what: str, limit: int) -> None:
+    """Refuse JSON text whose brackets nest deeper than ``limit``."""
     depth = 0
     in_string = escaped = False
     for ch in text:

@@ -118,17 +118,17 @@ class PlanStep(_Frozen):
     @field_validator("tool")
     @classmethod
     def _check_tool(cls, value: str) -> str:
-        return limits.check_id(value, "tool")
+        return limits.check_id(value)
 
     @field_validator("idempotency_key")
     @classmethod
     def _check_key(cls, value: str | None) -> str | None:
-        return None if value is None else limits.check_id(value, "idempotency_key")
+        return None if value is None else limits.check_id(value)
 
     @field_validator("arguments")
     @classmethod
     def _bounded_arguments(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return limits.check_json(value, "arguments", max_bytes=limits.MAX_ARGUMENTS_BYTES)
+        return limits.check_json(value, "the arguments", max_bytes=limits.MAX_ARGUMENTS_BYTES)
 
 
 class AgentRunPlan(_Frozen):
@@ -149,7 +149,7 @@ class AgentRunPlan(_Frozen):
     @field_validator("agent_run_id")
     @classmethod
     def _check_run_id(cls, value: str | None) -> str | None:
-        return None if value is None else limits.check_id(value, "agent_run_id")
+        return None if value is None else limits.check_id(value)
 
     @field_validator("steps")
     @classmethod

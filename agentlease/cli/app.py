@@ -530,10 +530,10 @@ def reconcile(
     """Decide a task whose side effect is ambiguous: confirm it happened, retry with the same key, or abandon."""
 
     from agentlease.decisions import ReconcileRequest
-    from agentlease.limits import loads
+    from agentlease.limits import MAX_DEPTH, loads
 
     try:
-        seen = {} if observed is None else loads(observed, "--observed")
+        seen = {} if observed is None else loads(observed, "--observed", max_depth=MAX_DEPTH + 1)
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     payload = _request(

@@ -117,6 +117,7 @@ async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_p
         err.print(f"  export AGENTLEASE_TEMPORAL_ADDRESS={s.temporal_address} AGENTLEASE_TASK_QUEUE={s.task_queue}")
         err.print(f"  export AGENTLEASE_LEDGER_URL={s.ledger_url}")
         err.print(f"  export AGENTLEASE_HTTP_BASE_URL={s.http_base_url} AGENTLEASE_SQL_TARGET_URL={s.sql_target_url}")
+        err.print(f"  export AGENTLEASE_SQL_ALLOWED_TABLES={','.join(s.sql_allowed_tables)}")
         err.print(
             f"  export AGENTLEASE_PUBLISH_BASE_URL={s.publish_base_url} "
             f"AGENTLEASE_SMTP_HOST={s.smtp_host} AGENTLEASE_SMTP_PORT={s.smtp_port}"
