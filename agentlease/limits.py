@@ -92,6 +92,15 @@ def check_id(value: str, what: str = "") -> str:
     return value
 
 
+def check_run_id(value: str) -> str:
+    """``value`` if it can be an agent run id: at most :data:`MAX_RUN_ID_CHARS`, no control
+    character, valid Unicode. Raises ``ValueError``."""
+    check_id(value, "agent run id")
+    if len(value) > MAX_RUN_ID_CHARS:
+        raise ValueError(f"agent run id has {len(value)} characters, more than {MAX_RUN_ID_CHARS}")
+    return value
+
+
 def check_json(value: Any, what: str, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     """``value`` unless it is deeper than ``max_depth``, holds NaN, Infinity, a NUL byte or a lone
     surrogate, or is larger than ``max_bytes`` as compact UTF-8 JSON.

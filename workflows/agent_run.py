@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agentlease.enums import FailureType, RunState, StepEnd
-    from agentlease.limits import MAX_STEPS_PER_RUN
+    from agentlease.limits import MAX_STEPS_PER_RUN, check_run_id
     from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
     from agentlease.records import AgentRunPlan, PlanStep, RunStatus
     from workflows.leased_calls import LeasedToolCalls, parse_payload
@@ -40,6 +40,7 @@ class AgentRunWorkflow:
         self._bad_plan: str | None = None
         try:
             parsed = parse_payload(AgentRunPlan, plan, "plan")
+            check_run_id(workflow.info().workflow_id)
         except ValueError as exc:
             self._bad_plan = str(exc)
             return

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.decisions import DECISIONS, CancelRequest, DecisionRequest, LedgerDecision, ReconcileRequest
     from agentlease.enums import DecisionKind, FailureType, RunState, Stage, StepEnd, StepStatus, TaskStatus
     from agentlease.errors import describe_validation_error
+    from agentlease.limits import MAX_WORKFLOW_ID_CHARS
     from agentlease.names import APPLY_DECISION, DESCRIBE_TOOLS, STATUS_QUERY
     from agentlease.records import (
         PlanStep,
@@ -231,10 +232,16 @@ class LeasedToolCalls:
             How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.
 
         Raises:
-            ValueError: ``step_id`` is already used in this run, or ``tool`` is unknown.
+            ValueError: ``step_id`` is already used in this run, ``tool`` is unknown, or the step
+                is beyond the limits of ``docs/limits.md`` (its arguments' size or depth, a NaN, a
+                NUL, the workflow id's length); a ``pydantic.ValidationError`` is a ``ValueError``.
         """
         if step_id in self._views:
             raise ValueError(f"step id {step_id!r} is already used in run {self.run_id}")
+        if len(self.run_id) > MAX_WORKFLOW_ID_CHARS:
+            raise ValueError(
+                f"workflow id of {len(self.run_id)} characters: leased calls take at most {MAX_WORKFLOW_ID_CHARS}"
+            )
         catalog = self._catalog if self._catalog is not None else await self.load_catalog()
         if tool not in catalog:
             raise ValueError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
