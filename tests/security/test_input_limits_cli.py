@@ -16,7 +16,7 @@ import pytest
 
 from agentlease import limits
 from tests.acceptance.conftest import background, cli, temporal_address, write_file  # noqa: F401
-from tests.acceptance.runner import Background, Cli, WriteFile
+from tests.acceptance.runner import Background, Cli, CliResult, WriteFile
 from tests.acceptance.test_cli import BAD_INPUT, FAILED, UNREACHABLE_TEMPORAL, assert_one_error_line
 
 pytestmark = pytest.mark.timeout(120)
@@ -31,7 +31,7 @@ def _plan(arguments: object = None, **plan: object) -> str:
     return json.dumps({"steps": [step], **plan})
 
 
-def _run(cli: Cli, write_file: WriteFile, text: str, *args: str) -> object:  # noqa: F811
+def _run(cli: Cli, write_file: WriteFile, text: str, *args: str) -> CliResult:  # noqa: F811
     write_file("plan.json", text)
     return cli("run", "plan.json", *args, env=UNREACHABLE_TEMPORAL)
 
