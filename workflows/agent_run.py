@@ -21,6 +21,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from agentlease.enums import FailureType, RunState, StepEnd
     from agentlease.limits import MAX_STEPS_PER_RUN, check_run_id
     from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
@@ -28,11 +30,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.leased_calls import LeasedToolCalls, parse_payload
 
 
-@workflow.defn(name=AGENT_RUN_WORKFLOW)
+@workflow.defn(name=AGENT_RUN_WORKFLOW, failure_exception_types=[ValidationError, RecursionError])
 class AgentRunWorkflow:
     """Takes an :class:`~agentlease.records.AgentRunPlan` and returns the run's final
     :class:`~agentlease.records.RunStatus`. A plan that does not validate (a hand-written
-    ``temporal workflow start --input``) fails the run at once with what is wrong."""
+    ``temporal workflow start --input``) fails the run at once with what is wrong: an
+    ``InvalidPlan`` error, or a ``ValidationError``/``RecursionError`` when the input cannot even
+    be decoded (nested deeper than the data converter decodes); never a workflow task retried
+    forever (``docs/limits.md``)."""
 
     @workflow.init
     def __init__(self, plan: AgentRunPlan | dict[str, Any]) -> None:
