@@ -55,6 +55,12 @@ class LedgerUnavailableError(AgentLeaseError):
     """
 
 
+class LedgerRefusedValueError(AgentLeaseError):
+    """The ledger database refused a value of a write (too long for its column, a character it cannot
+    store): the same write would fail on every retry, so it is not an outage. The message carries the
+    database's own (``docs/limits.md``)."""
+
+
 class ClockBehindError(AgentLeaseError):
     """A claim on a SQLite ledger was refused: this process's clock runs behind the ledger's latest
     recorded time, so its idea of which leases lapsed cannot be trusted (G1 on SQLite: one host, one

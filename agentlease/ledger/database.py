@@ -44,8 +44,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, is_unavailable, sqlite_path
-from agentlease.errors import LedgerUnavailableError, one_line
+from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, is_refused_value, is_unavailable, sqlite_path
+from agentlease.errors import LedgerRefusedValueError, LedgerUnavailableError, one_line
 from agentlease.ledger.engine import (
     PG_POOL_SIZE,
     READ_ONLY_OPTION,
@@ -132,14 +132,18 @@ def open_database(
 def unavailable_as_error(url: str) -> Iterator[None]:
     """Raise :class:`LedgerUnavailableError` (one line, the driver's error as its cause) for an error
     that says the ledger could not be reached or answer (:func:`~agentlease.databases.is_unavailable`);
-    anything else propagates unchanged. On such an error a write's outcome is unknown: it may have
-    committed (see the idempotent retries of :class:`~agentlease.ledger.store.Ledger`)."""
+    a value the database refuses (:func:`~agentlease.databases.is_refused_value`) raises
+    :class:`LedgerRefusedValueError`; anything else propagates unchanged. On an outage a write's
+    outcome is unknown: it may have committed (see the idempotent retries of
+    :class:`~agentlease.ledger.store.Ledger`)."""
     try:
         yield
     except (SQLAlchemyError, OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        cause = one_line(getattr(exc, "orig", None) or exc)
+        if is_refused_value(exc):
+            raise LedgerRefusedValueError(f"ledger {url} refused a value: {cause}") from exc
         if not is_unavailable(exc):
             raise
-        cause = one_line(getattr(exc, "orig", None) or exc)
         raise LedgerUnavailableError(f"ledger {url} unavailable: {cause}") from exc
 
 
