@@ -61,6 +61,24 @@ class LedgerRefusedValueError(AgentLeaseError):
     database's own (``docs/limits.md``)."""
 
 
+class LedgerFileChangedError(LedgerUnavailableError):
+    """The SQLite ledger file this process opened was deleted or replaced by another file: nothing is
+    read from or written to the new one (which would be an empty ledger, or someone else's) until the
+    process restarts on the restored file. Each lease operation raises it, so no lease is claimed,
+    renewed or settled meanwhile.
+
+    Attributes:
+        path: the ledger file.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(
+            f"the SQLite ledger {path} was {what} while this process used it; no lease is claimed, renewed or "
+            "settled until it is restored and the process restarted"
+        )
+        self.path = path
+
+
 class ClockBehindError(AgentLeaseError):
     """A claim on a SQLite ledger was refused: this process's clock runs behind the ledger's latest
     recorded time, so its idea of which leases lapsed cannot be trusted (G1 on SQLite: one host, one
