@@ -140,11 +140,17 @@ class AgentRunPlan(_Frozen):
         steps: executed in order; step ids must be unique; at most 1000 (with ``submit``s).
         keep_open: when true the run waits for ``submit`` updates until a ``close`` signal (a
             JSON boolean: ``"yes"`` is refused).
+        continue_as_new_after: steps one Temporal run executes before the agent run continues as
+            new (a fresh event history, same workflow id); default ``None``: when Temporal suggests
+            it (``docs/limits.md``).
+        carried: set by the run itself when it continues as new: what it had done so far.
     """
 
     agent_run_id: str | None = Field(default=None, min_length=1, max_length=limits.MAX_RUN_ID_CHARS)
     steps: list[PlanStep] = Field(default_factory=list, max_length=limits.MAX_STEPS_PER_RUN)
     keep_open: StrictBool = False
+    continue_as_new_after: int | None = Field(default=None, ge=1, le=limits.MAX_STEPS_PER_RUN)
+    carried: RunCarry | None = None
 
     @field_validator("agent_run_id")
     @classmethod
@@ -430,6 +436,18 @@ class TaskView(_Frozen):
     error: str | None = None
 
 
+class RunCarry(_Frozen):
+    """What an agent run carries into its next Temporal run when it continues as new.
+
+    Attributes:
+        views: every step's view so far, in order (the ``status`` query shows them all).
+        next_step: index in ``views`` of the first step not run yet.
+    """
+
+    views: list[TaskView] = Field(max_length=limits.MAX_STEPS_PER_RUN)
+    next_step: int = Field(ge=0)
+
+
 class RunStatus(_Frozen):
     """Answer of the ``status`` query."""
 
@@ -437,3 +455,6 @@ class RunStatus(_Frozen):
     status: RunState
     closed: bool
     tasks: list[TaskView]
+
+
+AgentRunPlan.model_rebuild()

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.names import APPLY_DECISION, DESCRIBE_TOOLS, STATUS_QUERY
     from agentlease.records import (
         PlanStep,
+        RunCarry,
         RunStatus,
         TaskSpec,
         TaskView,
@@ -191,6 +192,27 @@ class LeasedToolCalls:
 
     def has_step(self, step_id: str) -> bool:
         return step_id in self._views
+
+    def restore(self, steps: Iterable[PlanStep], carried: RunCarry) -> None:
+        """Take up the steps and views of the run this one continues (continue-as-new).
+
+        Raises:
+            ValueError: the views and the steps do not name the same step ids.
+        """
+        by_id = {step.step_id: step for step in steps}
+        if [view.step_id for view in carried.views] != list(by_id) or carried.next_step > len(by_id):
+            raise ValueError("bad plan payload: carried views do not match the plan's steps")
+        self._steps.update(by_id)
+        self._views.update((view.step_id, view) for view in carried.views)
+
+    def carry(self, next_step: int) -> tuple[list[PlanStep], RunCarry]:
+        """The steps and views to continue as new with: the arguments of the steps before ``next_step``
+        are left out (none of them runs again; decisions do not read arguments)."""
+        steps = [
+            step.model_copy(update={"arguments": {}}) if index < next_step else step
+            for index, step in enumerate(self._steps[sid] for sid in self._views)
+        ]
+        return steps, RunCarry(views=list(self._views.values()), next_step=next_step)
 
     def unique_step_id(self, text: str) -> str:
         """A valid step id made from ``text`` that no step of this run uses yet (``-2``, ``-3``... appended)."""
