@@ -25,9 +25,24 @@ _ERRORS_SHOWN = 3
 
 
 def _one_error(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"])
+    where = ".".join(_location(part) for part in error["loc"])
     message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+    message = " ".join(message.split())  # one line, whatever the input held
     return f"{where}: {message}" if where else message
+
+
+_LOCATION_CHARS = 40
+"""Longest key of an input shown in an error's location; a longer one is cut, with ``...``."""
+
+
+def _location(part: object) -> str:
+    """One part of an error's location, printable: a key with a newline, a NUL or a lone surrogate is
+    shown escaped, a long one cut (the input is hostile, the error line is read by a person)."""
+    text = str(part)
+    shown = text[:_LOCATION_CHARS] + ("..." if len(text) > _LOCATION_CHARS else "")
+    if shown.isprintable() and shown.strip() == shown and shown:
+        return shown
+    return shown.encode("unicode_escape", "backslashreplace").decode("ascii").join("''")
 
 
 def one_line(exc: BaseException) -> str:

@@ -1,7 +1,8 @@
 """A long agent run continues as new without losing its steps, its decisions or its status query.
 
 The plan's ``continue_as_new_after`` makes the run continue as new every 10 steps, so 30 steps run in
-3 Temporal runs of one workflow id (an open run then continues once more, to wait for more steps) (``docs/limits.md``, "Steps per run and history").
+3 Temporal runs of one workflow id (an open run then continues once more, to wait for more steps);
+``docs/limits.md``, "Steps per run and history".
 """
 
 from __future__ import annotations
