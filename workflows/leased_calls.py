@@ -157,7 +157,9 @@ class LeasedToolCalls:
         if unknown:
             self._set_state(RunState.FAILED)
             raise ApplicationError(
-                f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(sorted(self._catalog))}",
+                f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(sorted(self._catalog))} (the tools of "
+                "the worker that started the run: every worker of a task queue must serve the same "
+                "AGENTLEASE_TOOL_MODULES)",
                 type=FailureType.UNKNOWN_TOOL.value,
                 non_retryable=True,
             )
