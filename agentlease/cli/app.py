@@ -247,9 +247,28 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
 
 
 async def _follow(client: Any, handle: Any, agent_run_id: str, live: Live | None) -> RunStatus:
-    """Follow a run until it ends or waits for a person (live: running tasks show their heartbeat)."""
+    """Follow a run until it ends or waits for a person (live: running tasks show their heartbeat).
+
+    Temporal unreachable meanwhile (a restart): following goes on once it answers again, for at
+    most :data:`_FOLLOW_OUTAGE`; then one ``error:`` line (the run itself goes on).
+    """
     result = asyncio.ensure_future(handle.result())
-    while not result.done():
+    lost_since: float | None = None
+    while True:
+        if result.done():
+            failure = result.exception()
+            if not isinstance(failure, RPCError):
+                break
+            now = asyncio.get_running_loop().time()
+            lost_since = now if lost_since is None else lost_since
+            if now - lost_since > _FOLLOW_OUTAGE.total_seconds():
+                raise AgentLeaseError(
+                    f"lost Temporal while following agent run {agent_run_id}: {failure.message}; the run goes on, "
+                    f"follow it with `agentlease status {agent_run_id}`"
+                ) from None
+            await asyncio.sleep(0.5)
+            result = asyncio.ensure_future(handle.result())
+            continue
         try:
             current = await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=_RPC)
         except RPCError:
@@ -262,8 +281,13 @@ async def _follow(client: Any, handle: Any, agent_run_id: str, live: Live | None
             if current.status is RunState.WAITING:
                 result.cancel()
                 return current
+            lost_since = None
         await asyncio.wait([result], timeout=0.5)
     return await _result(result, agent_run_id)
+
+
+_FOLLOW_OUTAGE = timedelta(seconds=60)
+"""How long ``run --wait`` keeps following a run while Temporal does not answer. Default 60s."""
 
 
 async def _result(result: Any, agent_run_id: str) -> RunStatus:
