@@ -72,6 +72,20 @@ def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
         raise ValueError(f"bad {what} payload: {describe_validation_error(exc)}") from None
 
 
+CATALOG_PATIENCE = timedelta(seconds=30)
+"""How long after its start a run waits for a worker that serves its tools (see
+:meth:`LeasedToolCalls.load_catalog`). Default 30s."""
+
+_CATALOG_PATIENCE_PATCH = "agentlease-catalog-patience"
+"""Patch: a worker without a run's tools fails its workflow task instead of the run (runs recorded
+before failed at once)."""
+
+
+class ToolsNotServedHereError(RuntimeError):
+    """This worker does not serve a tool of the run: the workflow task fails (Temporal retries it,
+    on any worker of the queue); nothing is recorded in the run's history."""
+
+
 COALESCE_PATCH = "agentlease-coalesced-search-attributes"
 """The patch id of coalesced search-attribute upserts (:meth:`LeasedToolCalls._set_state`)."""
 
@@ -144,9 +158,14 @@ class LeasedToolCalls:
     async def load_catalog(self) -> dict[str, ToolInfo]:
         """Learn the worker's tools (a local activity, recorded in history) and start running.
 
+        A worker that does not serve a tool of the run's steps fails only this workflow task
+        (:class:`ToolsNotServedHereError`, nothing recorded), for up to :data:`CATALOG_PATIENCE` after
+        the run started, so that a worker of the queue that serves them takes the run up.
+
         Raises:
-            ApplicationError: non-retryable ``UnknownTool`` when a step already added names a tool
-                the worker does not serve; the workflow fails with it.
+            ToolsNotServedHereError: as said, within :data:`CATALOG_PATIENCE`.
+            ApplicationError: non-retryable ``UnknownTool`` when a step names a tool the worker
+                does not serve after that; the workflow fails with it.
         """
         if self._catalog is None:
             catalog = await workflow.execute_local_activity(
@@ -154,6 +173,14 @@ class LeasedToolCalls:
             )
             self._catalog = {info.name: info for info in map(ToolInfo.model_validate, catalog)}
         unknown = sorted({step.tool for step in self._steps.values()} - set(self._catalog))
+        patient = bool(unknown) and workflow.now() - workflow.info().workflow_start_time < CATALOG_PATIENCE
+        if patient and workflow.patched(_CATALOG_PATIENCE_PATCH):
+            # Not recorded: the workflow task fails, and the next one (on another worker of the
+            # queue, perhaps) learns that worker's tools.
+            raise ToolsNotServedHereError(
+                f"this worker does not serve tool(s) {', '.join(unknown)} of run {self.run_id}; the run waits "
+                f"up to {CATALOG_PATIENCE.total_seconds():g}s for a worker of its task queue that does"
+            )
         if unknown:
             self._set_state(RunState.FAILED)
             raise ApplicationError(
