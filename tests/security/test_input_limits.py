@@ -221,3 +221,43 @@ async def test_decisions_refuse_hostile_payloads(
     await open_run.execute_update("submit", {**STEP, "step_id": "after"})
     status = await open_run.query("status", result_type=RunStatus)
     assert [t.step_id for t in status.tasks] == ["s", "after"], status
+
+
+@pytest.mark.parametrize(
+    ("update", "text", "fragment"),
+    [
+        pytest.param("submit", '{"step_id": "t", "tool": "quick", "idempotency_key": "k\\u0000"}', "NUL", id="nul"),
+        pytest.param(
+            "submit",
+            '{"step_id": "t", "tool": "quick", "arguments": {"a": ' + "[" * 40 + "]" * 40 + "}}",
+            "nested deeper than",
+            id="nested",
+        ),
+        pytest.param(
+            "reconcile",
+            '{"step_id": "s", "by": "sam", "reason": "x", "action": "confirm", "external_id": "' + "x" * 5000 + '"}',
+            "at most 1024 characters",
+            id="external-id",
+        ),
+    ],
+)
+async def test_hand_written_update_is_refused(
+    open_run: WorkflowHandle[Any, RunStatus],
+    temporal_address: str,  # noqa: F811
+    tmp_path: Path,
+    update: str,
+    text: str,
+    fragment: str,
+) -> None:
+    """``temporal workflow update execute`` with a hand-written input, as an operator would type it."""
+    (tmp_path / "update.json").write_text(text)
+    args = ["workflow", "update", "execute", "--address", temporal_address, "--workflow-id", open_run.id]
+    args += ["--name", update, "--input-file", str(tmp_path / "update.json")]
+    process = await asyncio.create_subprocess_exec(
+        str(temporal_binary()), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode != 0
+    assert fragment in stderr.decode(), stderr
+    status = await open_run.query("status", result_type=RunStatus)
+    assert [t.step_id for t in status.tasks] == ["s"], status
