@@ -250,7 +250,7 @@ class ReconcileRequest(DecisionRequest):
     @field_validator("observed")
     @classmethod
     def _bounded_observed(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return limits.check_json(value, "the object", max_bytes=limits.MAX_OBSERVED_BYTES)
+        return limits.check_json(value, max_bytes=limits.MAX_OBSERVED_BYTES)
 
     @model_validator(mode="after")
     def _confirm_needs_external_id(self) -> ReconcileRequest:

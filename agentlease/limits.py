@@ -101,7 +101,7 @@ def check_run_id(value: str) -> str:
     return value
 
 
-def check_json(value: Any, what: str, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
+def check_json(value: Any, what: str = "", *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     """``value`` unless it is deeper than ``max_depth``, holds NaN, Infinity, a NUL byte or a lone
     surrogate, or is larger than ``max_bytes`` as compact UTF-8 JSON.
 
@@ -110,27 +110,28 @@ def check_json(value: Any, what: str, *, max_bytes: int, max_depth: int = MAX_DE
     Raises:
         ValueError: one line naming ``what`` and the first problem found.
     """
+    subject = f"{what} " if what else ""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict | list | tuple):
             if depth >= max_depth:
-                raise ValueError(f"{what} is nested deeper than {max_depth} levels")
+                raise ValueError(f"{subject}nested deeper than {max_depth} levels")
             if isinstance(item, dict):
                 for key, child in item.items():
                     if not isinstance(key, str):
-                        raise ValueError(f"{what} has a non-string key")
-                    check_text(key, f"{what} key")
+                        raise ValueError(f"{subject}has a non-string key")
+                    check_text(key, f"{subject}key".strip())
                     stack.append((child, depth + 1))
             else:
                 stack.extend((child, depth + 1) for child in item)
         elif isinstance(item, str):
             check_text(item, what)
         elif isinstance(item, float) and not math.isfinite(item):
-            raise ValueError(f"{what} contains {item!r}, which JSON cannot carry")
+            raise ValueError(f"{subject}contains {item!r}, which JSON cannot carry")
     size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode())
     if size > max_bytes:
-        raise ValueError(f"{what} is {size} bytes as JSON, more than {max_bytes}")
+        raise ValueError(f"{subject}{size} bytes as JSON, more than {max_bytes}")
     return value
 
 

@@ -128,7 +128,7 @@ class PlanStep(_Frozen):
     @field_validator("arguments")
     @classmethod
     def _bounded_arguments(cls, value: dict[str, Any]) -> dict[str, Any]:
-        return limits.check_json(value, "the arguments", max_bytes=limits.MAX_ARGUMENTS_BYTES)
+        return limits.check_json(value, max_bytes=limits.MAX_ARGUMENTS_BYTES)
 
 
 class AgentRunPlan(_Frozen):
