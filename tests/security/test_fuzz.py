@@ -33,7 +33,7 @@ from agentlease.records import AgentRunPlan, PlanStep, TaskSpec, ToolCall, idemp
 from workflows.leased_calls import parse_payload
 
 FUZZ = settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-"""Cases per property: five properties of 800 and one of 60 through the command line."""
+"""Cases per property: five properties of 800, one of 300 (long keys) and one of 60 through the command line."""
 
 
 def _length(table: Any, column: str) -> int:
@@ -293,3 +293,19 @@ def test_the_command_line_refuses_or_starts(
     assert len(captured.err.strip().splitlines()) == 1 and captured.err.startswith("error: "), captured.err
     if not loadable:
         assert code == 2, captured.err
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=limits.MAX_WORKFLOW_ID_CHARS),
+    st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z"),
+)
+def test_default_keys_of_long_workflow_ids_fit_and_stay_apart(workflow_id: str, step_id: str) -> None:
+    """An adapter's workflow id may be longer than a plan's run id: its default key is cut and digested."""
+    key = idempotency_key_for(workflow_id, step_id)
+    assert len(key) <= COLUMNS["idempotency_key"]
+    assert len(task_id_for(workflow_id, step_id)) <= COLUMNS["task_id"]
+    if len(workflow_id) + 1 + len(step_id) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
+        assert key == f"{workflow_id}:{step_id}"
+    else:
+        assert key != idempotency_key_for(workflow_id + "x", step_id)
