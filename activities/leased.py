@@ -57,6 +57,7 @@ from agentlease.errors import (
     ClockBehindError,
     LeaseHeldError,
     LeaseLostError,
+    LedgerRefusedValueError,
     LedgerUnavailableError,
     MissingHeartbeatTimeoutError,
     TaskClosedError,
@@ -158,6 +159,9 @@ class LeasedActivities:
                 return (await self.execute(spec, call)).model_dump(mode="json")
             except LedgerUnavailableError as exc:
                 raise _outage(call.task_id, exc) from None
+            except LedgerRefusedValueError as exc:
+                logger.warning("%s: %s; the step fails, it is not retried", call.task_id, exc)
+                raise ApplicationError(str(exc), type=FailureType.LEDGER_REFUSED_VALUE, non_retryable=True) from None
 
         run_tool.__name__ = f"tool_{spec.name}"
         return activity.defn(name=spec.name)(run_tool)

@@ -17,14 +17,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentlease import limits
 from agentlease.decision_auth import DecisionProof, SignedDecision
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
 from agentlease.records import TaskSpec
 
-_Who = Field(min_length=1, max_length=200)
-_Why = Field(min_length=1, max_length=2000)
+_Who = Field(min_length=1, max_length=limits.MAX_WHO_CHARS)
+_Why = Field(min_length=1, max_length=limits.MAX_WHY_CHARS)
+_StepRef = Field(min_length=1, max_length=limits.MAX_STEP_ID_CHARS)
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,12 @@ def suggested_commands(status: TaskStatus, agent_run_id: str, step_id: str) -> l
 class _Request(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    @field_validator("step_id", "by", "reason", check_fields=False)
+    @classmethod
+    def _clean_text(cls, value: str | None) -> str | None:
+        """No NUL byte, no lone surrogate (``docs/limits.md``)."""
+        return None if value is None else limits.check_text(value)
+
 
 class DecisionRequest(_Request):
     """Payload of ``approve``, ``reject`` and ``redrive`` of one step.
@@ -215,7 +223,7 @@ class DecisionRequest(_Request):
             authenticated decision mode.
     """
 
-    step_id: str = Field(min_length=1)
+    step_id: str = _StepRef
     by: str = _Who
     reason: str = _Why
     proof: DecisionProof | None = None
@@ -228,13 +236,25 @@ class ReconcileRequest(DecisionRequest):
         action: ``confirm`` (the side effect happened: a receipt is written from ``external_id``
             and ``observed``), ``retry`` (once more, with the same idempotency key), or
             ``abandon`` (it stays undone; ``reason`` is the note).
-        external_id: required with ``confirm``: the external system's id of the outcome.
-        observed: with ``confirm``: what the operator saw (JSON object).
+        external_id: required with ``confirm``: the external system's id of the outcome (at most
+            1024 characters).
+        observed: with ``confirm``: what the operator saw (JSON object, at most 16 KiB and 32
+            levels; ``docs/limits.md``).
     """
 
     action: Literal["confirm", "retry", "abandon"]
-    external_id: str | None = Field(default=None, min_length=1)
+    external_id: str | None = Field(default=None, min_length=1, max_length=limits.MAX_EXTERNAL_ID_CHARS)
     observed: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("external_id")
+    @classmethod
+    def _clean_external_id(cls, value: str | None) -> str | None:
+        return None if value is None else limits.check_text(value)
+
+    @field_validator("observed")
+    @classmethod
+    def _bounded_observed(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return limits.check_json(value, max_bytes=limits.MAX_OBSERVED_BYTES)
 
     @model_validator(mode="after")
     def _confirm_needs_external_id(self) -> ReconcileRequest:
@@ -250,7 +270,7 @@ class ReconcileRequest(DecisionRequest):
 class CancelRequest(_Request):
     """Payload of ``cancel`` of one step, or of the whole run when ``step_id`` is omitted."""
 
-    step_id: str | None = Field(default=None, min_length=1)
+    step_id: str | None = Field(default=None, min_length=1, max_length=limits.MAX_STEP_ID_CHARS)
     by: str = _Who
     reason: str = _Why
     proof: DecisionProof | None = None

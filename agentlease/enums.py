@@ -400,6 +400,9 @@ class FailureType(StrEnum):
     """Non-retryable: the ledger's task is not in a status the operator's decision applies to."""
     UNKNOWN_TOOL = "UnknownTool"
     """Non-retryable: a run names a tool no worker on its task queue serves."""
+    LEDGER_REFUSED_VALUE = "LedgerRefusedValue"
+    """Non-retryable: the ledger database refused a value of the call (too long for its column...);
+    the step fails with the database's message instead of being retried forever."""
 
     @classmethod
     def parse(cls, value: str | None) -> FailureType | None:
@@ -421,6 +424,7 @@ class FailureType(StrEnum):
             cls.MISSING_HEARTBEAT_TIMEOUT.value,
             cls.TASK_CLOSED.value,
             cls.INVALID_TOOL_CALL.value,
+            cls.LEDGER_REFUSED_VALUE.value,
             *(failure.value for failure in _STATUS_OF_FAILURE),
         ]
 

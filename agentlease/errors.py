@@ -25,9 +25,24 @@ _ERRORS_SHOWN = 3
 
 
 def _one_error(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"])
+    where = ".".join(_location(part) for part in error["loc"])
     message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
+    message = " ".join(message.split())  # one line, whatever the input held
     return f"{where}: {message}" if where else message
+
+
+_LOCATION_CHARS = 40
+"""Longest key of an input shown in an error's location; a longer one is cut, with ``...``."""
+
+
+def _location(part: object) -> str:
+    """One part of an error's location, printable: a key with a newline, a NUL or a lone surrogate is
+    shown escaped, a long one cut (the input is hostile, the error line is read by a person)."""
+    text = str(part)
+    shown = text[:_LOCATION_CHARS] + ("..." if len(text) > _LOCATION_CHARS else "")
+    if shown.isprintable() and shown.strip() == shown and shown:
+        return shown
+    return shown.encode("unicode_escape", "backslashreplace").decode("ascii").join("''")
 
 
 def one_line(exc: BaseException) -> str:
@@ -53,6 +68,30 @@ class LedgerUnavailableError(AgentLeaseError):
     confirmed, so the tool starts no new side effect (``ctx.ledger_unavailable``); let it propagate.
     What the attempt could not write is recorded once the ledger is back.
     """
+
+
+class LedgerRefusedValueError(AgentLeaseError):
+    """The ledger database refused a value of a write (too long for its column, a character it cannot
+    store): the same write would fail on every retry, so it is not an outage. The message carries the
+    database's own (``docs/limits.md``)."""
+
+
+class LedgerFileChangedError(LedgerUnavailableError):
+    """The SQLite ledger file this process opened was deleted or replaced by another file: nothing is
+    read from or written to the new one (which would be an empty ledger, or someone else's) until the
+    process restarts on the restored file. Each lease operation raises it, so no lease is claimed,
+    renewed or settled meanwhile.
+
+    Attributes:
+        path: the ledger file.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(
+            f"the SQLite ledger {path} was {what} while this process used it; no lease is claimed, renewed or "
+            "settled until it is restored and the process restarted"
+        )
+        self.path = path
 
 
 class ClockBehindError(AgentLeaseError):

@@ -12,17 +12,17 @@ import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictBool, field_validator
 
+from agentlease import limits
 from agentlease.clock import from_ms, require_aware
 from agentlease.enums import EventKind, RunState, SideEffectClass, Stage, StepStatus, TaskStatus
+from agentlease.limits import MAX_STEP_ID_CHARS
 
 AwareDatetime = Annotated[datetime, AfterValidator(require_aware)]
 
 _STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _NOT_STEP_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
-MAX_STEP_ID_CHARS = 128
-"""Longest step id."""
 
 
 class _Frozen(BaseModel):
@@ -51,13 +51,17 @@ def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
     """The default idempotency key, ``"<agent_run_id>:<step_id>"`` (G4).
 
     Made from the run and the step, never from Temporal's ``activity_id`` (a per-run command
-    sequence number that changes when a run is reset or replanned).
+    sequence number that changes when a run is reset or replanned). A key longer than
+    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` (a workflow id of an adapter's workflow
+    longer than a plan's run id may be) keeps its first characters and a 32-character digest of the
+    whole, so that it fits the ledger's column and two runs stay apart (``docs/limits.md``).
     """
-    return f"{agent_run_id}:{step_id}"
+    key = f"{agent_run_id}:{step_id}"
+    if len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{key[: limits.MAX_IDEMPOTENCY_KEY_CHARS - 33]}~{digest}"
 
-
-MAX_IDEMPOTENCY_KEY_CHARS = 256
-"""Longest idempotency key the ledger stores (its column)."""
 
 SHARED_KEY_PREFIX = "shared:"
 """How a key shared across runs begins in the ledger: a run-scoped key begins with its run id and ``:``."""
@@ -70,11 +74,12 @@ def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False)
     Scoped to the run, ``"<agent_run_id>:<key>"``, unless the caller shares it across runs
     (``shared=True``): then ``"shared:<key>"``, which no run-scoped key equals. A run's leased
     activity accepts only keys of its own run or shared ones. A result longer than
-    :data:`MAX_IDEMPOTENCY_KEY_CHARS` keeps its prefix and digests the key (``sha256:<32 hex>``).
+    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its prefix and digests the key
+    (``sha256:<32 hex>``).
     """
     prefix = SHARED_KEY_PREFIX if shared else f"{agent_run_id}:"
     scoped = f"{prefix}{key}"
-    if len(scoped) <= MAX_IDEMPOTENCY_KEY_CHARS:
+    if len(scoped) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
         return scoped
     # Too long for the column: the prefix stays (the binding check reads it), the key is digested.
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
@@ -125,19 +130,22 @@ class PlanStep(_Frozen):
 
     Attributes:
         step_id: unique within the run; letters, digits, ``_ . -``; at most 128 characters.
-        tool: the registered tool name.
-        arguments: the tool's arguments (validated by the tool's own argument model).
-        idempotency_key: optional caller-chosen key; default ``"<run>:<step>"``. A caller's key is
-            scoped to the run (``"<run>:<key>"``) unless ``share_idempotency_key`` is true.
+        tool: the registered tool name, at most 128 characters.
+        arguments: the tool's arguments (validated by the tool's own argument model); at most
+            64 KiB as JSON, 32 levels deep, no NaN, Infinity, NUL or lone surrogate
+            (``docs/limits.md``).
+        idempotency_key: optional caller-chosen key (at most 256 characters); default
+            ``"<run>:<step>"``. A caller's key is scoped to the run (``"<run>:<key>"``) unless
+            ``share_idempotency_key`` is true.
         share_idempotency_key: share ``idempotency_key`` across runs (``"shared:<key>"``): another
             run's call with the same key, tool and arguments finds this call's receipt. Default false.
     """
 
     step_id: str
-    tool: str = Field(min_length=1)
+    tool: str = Field(min_length=1, max_length=limits.MAX_TOOL_NAME_CHARS)
     arguments: dict[str, Any] = Field(default_factory=dict)
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-    share_idempotency_key: bool = False
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=limits.MAX_IDEMPOTENCY_KEY_CHARS)
+    share_idempotency_key: StrictBool = False
 
     @field_validator("step_id")
     @classmethod
@@ -146,19 +154,47 @@ class PlanStep(_Frozen):
             raise ValueError("step_id must be 1-128 letters, digits, '_', '.', '-', starting with a letter or digit")
         return value
 
+    @field_validator("tool")
+    @classmethod
+    def _check_tool(cls, value: str) -> str:
+        return limits.check_id(value)
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _check_key(cls, value: str | None) -> str | None:
+        return None if value is None else limits.check_id(value)
+
+    @field_validator("arguments")
+    @classmethod
+    def _bounded_arguments(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return limits.check_json(value, max_bytes=limits.MAX_ARGUMENTS_BYTES)
+
 
 class AgentRunPlan(_Frozen):
     """Input of ``AgentRunWorkflow``: an ordered list of tool calls.
 
     Attributes:
-        agent_run_id: the workflow id of the run; ``None`` lets the CLI make one.
-        steps: executed in order; step ids must be unique.
-        keep_open: when true the run waits for ``submit`` updates until a ``close`` signal.
+        agent_run_id: the workflow id of the run, at most 127 characters, no control character;
+            ``None`` lets the CLI make one.
+        steps: executed in order; step ids must be unique; at most 1000 (with ``submit``s).
+        keep_open: when true the run waits for ``submit`` updates until a ``close`` signal (a
+            JSON boolean: ``"yes"`` is refused).
+        continue_as_new_after: steps one Temporal run executes before the agent run continues as
+            new (a fresh event history, same workflow id); default ``None``: when Temporal suggests
+            it (``docs/limits.md``).
+        carried: set by the run itself when it continues as new: what it had done so far.
     """
 
-    agent_run_id: str | None = Field(default=None, min_length=1, max_length=200)
-    steps: list[PlanStep] = Field(default_factory=list)
-    keep_open: bool = False
+    agent_run_id: str | None = Field(default=None, min_length=1, max_length=limits.MAX_RUN_ID_CHARS)
+    steps: list[PlanStep] = Field(default_factory=list, max_length=limits.MAX_STEPS_PER_RUN)
+    keep_open: StrictBool = False
+    continue_as_new_after: int | None = Field(default=None, ge=1, le=limits.MAX_STEPS_PER_RUN)
+    carried: RunCarry | None = None
+
+    @field_validator("agent_run_id")
+    @classmethod
+    def _check_run_id(cls, value: str | None) -> str | None:
+        return None if value is None else limits.check_id(value)
 
     @field_validator("steps")
     @classmethod
@@ -500,6 +536,18 @@ class RefusedDecision(_Frozen):
     refusal: str
 
 
+class RunCarry(_Frozen):
+    """What an agent run carries into its next Temporal run when it continues as new.
+
+    Attributes:
+        views: every step's view so far, in order (the ``status`` query shows them all).
+        next_step: index in ``views`` of the first step not run yet.
+    """
+
+    views: list[TaskView] = Field(max_length=limits.MAX_STEPS_PER_RUN)
+    next_step: int = Field(ge=0)
+
+
 class RunStatus(_Frozen):
     """Answer of the ``status`` query."""
 
@@ -511,3 +559,6 @@ class RunStatus(_Frozen):
     """The run's last operator decision, ``<step>: <approved|...> by <who>: <why>``."""
     refused: list[RefusedDecision] = Field(default_factory=list)
     """``decide`` signals the run refused, oldest first (the last 20)."""
+
+
+AgentRunPlan.model_rebuild()

@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentlease.errors import ConfigurationError, describe_validation_error
+from agentlease.limits import MAX_NAME_CHARS, MAX_TASK_QUEUE_CHARS
 from agentlease.metrics import parse_address
 
 
@@ -41,8 +42,13 @@ class AgentLeaseSettings(BaseSettings):
             the server's long poll expires; more polls serve more tool calls per second on a
             distant server. Default 1.
         workflow_pollers: long polls for workflow tasks one worker keeps open at most. Default 2.
-        http_base_url: base for relative URLs of the built-in HTTP tools.
+        http_base_url: base for relative URLs of the built-in HTTP tools; ``http_get`` fetches only
+            under it (its host, its path prefix) unless ``http_allowed_hosts`` names another host.
+        http_allowed_hosts: further hosts (``host`` or ``host:port``) ``http_get`` may fetch from,
+            comma-separated; default none (``docs/security.md``, "Tool authority").
         sql_target_url: database the ``sql_upsert`` tool writes into.
+        sql_allowed_tables: the tables ``sql_upsert`` may write, comma-separated; default none,
+            so every write is refused until a deployment names its tables.
         publish_base_url: base URL of the publishing service ``http_publish`` writes to.
         smtp_host: SMTP server ``smtp_send`` delivers to.
         smtp_port: its port. Default 25.
@@ -105,8 +111,8 @@ class AgentLeaseSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
 
     temporal_address: str = "localhost:7233"
-    namespace: str = "default"
-    task_queue: str = "agentlease"
+    namespace: str = Field(default="default", min_length=1, max_length=MAX_NAME_CHARS)
+    task_queue: str = Field(default="agentlease", min_length=1, max_length=MAX_TASK_QUEUE_CHARS)
     ledger_url: str = "sqlite:///.agentlease/ledger.db"
     tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
     worker_identity: str | None = None
@@ -116,7 +122,9 @@ class AgentLeaseSettings(BaseSettings):
     activity_pollers: int = Field(default=1, ge=1)
     workflow_pollers: int = Field(default=2, ge=2)
     http_base_url: str | None = None
+    http_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     sql_target_url: str | None = None
+    sql_allowed_tables: Annotated[list[str], NoDecode] = Field(default_factory=list)
     publish_base_url: str | None = None
     smtp_host: str | None = None
     smtp_port: int = Field(default=25, ge=1, le=65535)
@@ -172,7 +180,23 @@ class AgentLeaseSettings(BaseSettings):
                 raise ValueError(str(exc)) from None
         return value
 
-    @field_validator("tool_modules", "plugins", "workflow_modules", "codec_server_origins", mode="before")
+    @field_validator("temporal_address")
+    @classmethod
+    def _temporal_host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) <= 65535:
+            raise ValueError(f"bad Temporal address {value!r}: expected HOST:PORT, e.g. localhost:7233")
+        return value
+
+    @field_validator(
+        "tool_modules",
+        "plugins",
+        "workflow_modules",
+        "codec_server_origins",
+        "http_allowed_hosts",
+        "sql_allowed_tables",
+        mode="before",
+    )
     @classmethod
     def _split_modules(cls, value: object) -> object:
         if isinstance(value, str):

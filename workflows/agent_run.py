@@ -21,28 +21,47 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from agentlease.enums import FailureType, RunState, StepEnd
+    from agentlease.limits import MAX_STEPS_PER_RUN, check_run_id
     from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
     from agentlease.records import AgentRunPlan, PlanStep, RunStatus
     from workflows.leased_calls import LeasedToolCalls, parse_payload
 
 
-@workflow.defn(name=AGENT_RUN_WORKFLOW)
+CONTINUE_AS_NEW_PATCH = "agentlease-continue-as-new"
+"""Patch: a run continues as new between steps when its history is full (runs recorded before it did not)."""
+
+
+@workflow.defn(name=AGENT_RUN_WORKFLOW, failure_exception_types=[ValidationError, RecursionError])
 class AgentRunWorkflow:
     """Takes an :class:`~agentlease.records.AgentRunPlan` and returns the run's final
     :class:`~agentlease.records.RunStatus`. A plan that does not validate (a hand-written
-    ``temporal workflow start --input``) fails the run at once with what is wrong."""
+    ``temporal workflow start --input``) fails the run at once with what is wrong: an
+    ``InvalidPlan`` error, or a ``ValidationError``/``RecursionError`` when the input cannot even
+    be decoded (nested deeper than the data converter decodes); never a workflow task retried
+    forever (``docs/limits.md``)."""
 
     @workflow.init
     def __init__(self, plan: AgentRunPlan | dict[str, Any]) -> None:
         self._calls = LeasedToolCalls()
         self._bad_plan: str | None = None
+        self._plan = AgentRunPlan()
         try:
             parsed = parse_payload(AgentRunPlan, plan, "plan")
+            check_run_id(workflow.info().workflow_id)
         except ValueError as exc:
             self._bad_plan = str(exc)
             return
+        self._plan = parsed
         self._calls.closed = not parsed.keep_open
+        if parsed.carried is not None:
+            try:
+                self._calls.restore(parsed.steps, parsed.carried)
+            except ValueError as exc:
+                self._bad_plan = str(exc)
+            return
         for step in parsed.steps:
             self._calls.add(step)
 
@@ -53,7 +72,9 @@ class AgentRunWorkflow:
             calls.end(RunState.FAILED)
             raise ApplicationError(self._bad_plan, type=FailureType.INVALID_PLAN.value, non_retryable=True)
         await calls.load_catalog()
-        index = 0
+        plan = self._plan
+        index = 0 if plan.carried is None else plan.carried.next_step
+        ran = 0
         failed = False
         while True:
 
@@ -69,14 +90,28 @@ class AgentRunWorkflow:
             step_id = steps[index]
             index += 1
             outcome = await calls.run_step(step_id)
+            ran += 1
             if outcome.view.status is StepEnd.FAILED:
                 failed = True
                 for rest in calls.step_ids()[index:]:
                     calls.skip(rest)
                 break
+            more = index < len(calls.step_ids()) or not calls.closed
+            if more and self._history_is_full(ran) and workflow.patched(CONTINUE_AS_NEW_PATCH):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if not calls.cancelled:
+                    kept, carried = calls.carry(index)
+                    update = {"steps": kept, "carried": carried, "keep_open": not calls.closed}
+                    workflow.continue_as_new(plan.model_copy(update=update))
         calls.end(RunState.FAILED if failed else RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return calls.status()
+
+    def _history_is_full(self, ran: int) -> bool:
+        """Whether to continue as new now, between steps: after the plan's ``continue_as_new_after``
+        steps in this Temporal run, or when Temporal suggests it (the history grows large)."""
+        limit = self._plan.continue_as_new_after
+        return (limit is not None and ran >= limit) or workflow.info().is_continue_as_new_suggested()
 
     @workflow.update(name=SUBMIT_UPDATE)
     def submit(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +130,8 @@ class AgentRunWorkflow:
             raise ValueError(f"unknown tool {step.tool!r}; known tools: {', '.join(known)}")
         if calls.has_step(step.step_id):
             raise ValueError(f"step id {step.step_id!r} is already used in run {calls.run_id}")
+        if len(calls.step_ids()) >= MAX_STEPS_PER_RUN:
+            raise ValueError(f"run {calls.run_id} has {MAX_STEPS_PER_RUN} steps, the most one run takes")
 
     @workflow.signal(name=CLOSE_SIGNAL)
     def close(self) -> None:

@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentlease.enums import DecisionKind, FailureType, RunState, Stage, StepEnd, StepStatus, TaskStatus
     from agentlease.errors import describe_validation_error
+    from agentlease.limits import MAX_WORKFLOW_ID_CHARS
     from agentlease.names import (
         APPLY_DECISION,
         DECIDE_SIGNAL,
@@ -67,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         LeaseProgress,
         PlanStep,
         RefusedDecision,
+        RunCarry,
         RunStatus,
         TaskSpec,
         TaskView,
@@ -94,6 +96,20 @@ def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
         return model.model_validate(payload)
     except ValidationError as exc:
         raise ValueError(f"bad {what} payload: {describe_validation_error(exc)}") from None
+
+
+CATALOG_PATIENCE = timedelta(seconds=30)
+"""How long after its start a run waits for a worker that serves its tools (see
+:meth:`LeasedToolCalls.load_catalog`). Default 30s."""
+
+_CATALOG_PATIENCE_PATCH = "agentlease-catalog-patience"
+"""Patch: a worker without a run's tools fails its workflow task instead of the run (runs recorded
+before failed at once)."""
+
+
+class ToolsNotServedHereError(RuntimeError):
+    """This worker does not serve a tool of the run: the workflow task fails (Temporal retries it,
+    on any worker of the queue); nothing is recorded in the run's history."""
 
 
 COALESCE_PATCH = "agentlease-coalesced-search-attributes"
@@ -180,9 +196,14 @@ class LeasedToolCalls:
     async def load_catalog(self) -> dict[str, ToolInfo]:
         """Learn the worker's tools (a local activity, recorded in history) and start running.
 
+        A worker that does not serve a tool of the run's steps fails only this workflow task
+        (:class:`ToolsNotServedHereError`, nothing recorded), for up to :data:`CATALOG_PATIENCE` after
+        the run started, so that a worker of the queue that serves them takes the run up.
+
         Raises:
-            ApplicationError: non-retryable ``UnknownTool`` when a step already added names a tool
-                the worker does not serve; the workflow fails with it.
+            ToolsNotServedHereError: as said, within :data:`CATALOG_PATIENCE`.
+            ApplicationError: non-retryable ``UnknownTool`` when a step names a tool the worker
+                does not serve after that; the workflow fails with it.
         """
         if self._catalog is None:
             catalog = await workflow.execute_local_activity(
@@ -190,10 +211,20 @@ class LeasedToolCalls:
             )
             self._catalog = {info.name: info for info in map(ToolInfo.model_validate, catalog)}
         unknown = sorted({step.tool for step in self._steps.values()} - set(self._catalog))
+        patient = bool(unknown) and workflow.now() - workflow.info().workflow_start_time < CATALOG_PATIENCE
+        if patient and workflow.patched(_CATALOG_PATIENCE_PATCH):
+            # Not recorded: the workflow task fails, and the next one (on another worker of the
+            # queue, perhaps) learns that worker's tools.
+            raise ToolsNotServedHereError(
+                f"this worker does not serve tool(s) {', '.join(unknown)} of run {self.run_id}; the run waits "
+                f"up to {CATALOG_PATIENCE.total_seconds():g}s for a worker of its task queue that does"
+            )
         if unknown:
             self._set_state(RunState.FAILED)
             raise ApplicationError(
-                f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(sorted(self._catalog))}",
+                f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(sorted(self._catalog))} (the tools of "
+                "the worker that started the run: every worker of a task queue must serve the same "
+                "AGENTLEASE_TOOL_MODULES)",
                 type=FailureType.UNKNOWN_TOOL.value,
                 non_retryable=True,
             )
@@ -230,6 +261,27 @@ class LeasedToolCalls:
 
     def has_step(self, step_id: str) -> bool:
         return step_id in self._views
+
+    def restore(self, steps: Iterable[PlanStep], carried: RunCarry) -> None:
+        """Take up the steps and views of the run this one continues (continue-as-new).
+
+        Raises:
+            ValueError: the views and the steps do not name the same step ids.
+        """
+        by_id = {step.step_id: step for step in steps}
+        if [view.step_id for view in carried.views] != list(by_id) or carried.next_step > len(by_id):
+            raise ValueError("bad plan payload: carried views do not match the plan's steps")
+        self._steps.update(by_id)
+        self._views.update((view.step_id, view) for view in carried.views)
+
+    def carry(self, next_step: int) -> tuple[list[PlanStep], RunCarry]:
+        """The steps and views to continue as new with: the arguments of the steps before ``next_step``
+        are left out (none of them runs again; decisions do not read arguments)."""
+        steps = [
+            step.model_copy(update={"arguments": {}}) if index < next_step else step
+            for index, step in enumerate(self._steps[sid] for sid in self._views)
+        ]
+        return steps, RunCarry(views=list(self._views.values()), next_step=next_step)
 
     def unique_step_id(self, text: str) -> str:
         """A valid step id made from ``text`` that no step of this run uses yet (``-2``, ``-3``... appended)."""
@@ -276,10 +328,16 @@ class LeasedToolCalls:
             How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.
 
         Raises:
-            ValueError: ``step_id`` is already used in this run, or ``tool`` is unknown.
+            ValueError: ``step_id`` is already used in this run, ``tool`` is unknown, or the step
+                is beyond the limits of ``docs/limits.md`` (its arguments' size or depth, a NaN, a
+                NUL, the workflow id's length); a ``pydantic.ValidationError`` is a ``ValueError``.
         """
         if step_id in self._views:
             raise ValueError(f"step id {step_id!r} is already used in run {self.run_id}")
+        if len(self.run_id) > MAX_WORKFLOW_ID_CHARS:
+            raise ValueError(
+                f"workflow id of {len(self.run_id)} characters: leased calls take at most {MAX_WORKFLOW_ID_CHARS}"
+            )
         catalog = self._catalog if self._catalog is not None else await self.load_catalog()
         if tool not in catalog:
             raise ValueError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")

@@ -55,7 +55,8 @@ class SqlUpsertArgs(BaseModel):
     """Arguments of ``sql_upsert``.
 
     Attributes:
-        table: target table (lower-case identifier) in ``AGENTLEASE_SQL_TARGET_URL``.
+        table: target table (lower-case identifier) in ``AGENTLEASE_SQL_TARGET_URL``; one of
+            ``AGENTLEASE_SQL_ALLOWED_TABLES``.
         row: the JSON payload to store.
         record_key: the deterministic target; default the task's idempotency key.
     """
@@ -99,9 +100,17 @@ def _receipt(ctx: LeaseContext, table: Table, row: Any) -> SettlementReceipt:
 
 @tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=15), start_to_close=timedelta(minutes=2))
 async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
-    """Upsert ``row`` under its record key, read it back, settle with a receipt."""
+    """Upsert ``row`` under its record key, read it back, settle with a receipt.
+
+    Only the tables of ``AGENTLEASE_SQL_ALLOWED_TABLES`` are written; any other table is a permanent
+    tool error (the step is dead-lettered with the reason) before a connection is opened."""
     if not ctx.settings.sql_target_url:
         raise PermanentToolError("sql_upsert needs AGENTLEASE_SQL_TARGET_URL")
+    if args.table not in ctx.settings.sql_allowed_tables:
+        allowed = ", ".join(ctx.settings.sql_allowed_tables) or "none"
+        raise PermanentToolError(
+            f"refused to write table {args.table!r}: not in AGENTLEASE_SQL_ALLOWED_TABLES (allowed: {allowed})"
+        )
     key = args.record_key or ctx.idempotency_key
     table = records_table(args.table)
     engine = ctx.resources.sql_engine(ctx.settings.sql_target_url)

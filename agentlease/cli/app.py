@@ -424,12 +424,13 @@ def run(
 ) -> None:
     """Start an agent run from a plan file on the configured Temporal."""
     from activities.registry import load_registry
-    from agentlease.cli.plans import load_plan
+    from agentlease.cli.plans import load_plan, with_run_id
 
     settings = _settings(ctx)
     plan = load_plan(plan_file, load_registry(settings.tool_modules))
     agent_run_id = run_id or plan.agent_run_id or f"run-{uuid.uuid4().hex[:12]}"
-    status = asyncio.run(_start_run(settings, plan.model_copy(update={"agent_run_id": agent_run_id}), wait, as_json))
+    plan = with_run_id(plan, agent_run_id)
+    status = asyncio.run(_start_run(settings, plan, wait, as_json))
     if status is not None:
         _show_run(status, as_json)
         if status.status is RunState.WAITING:
@@ -468,9 +469,28 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
 
 
 async def _follow(client: Any, handle: Any, agent_run_id: str, live: Live | None) -> RunStatus:
-    """Follow a run until it ends or waits for a person (live: running tasks show their heartbeat)."""
+    """Follow a run until it ends or waits for a person (live: running tasks show their heartbeat).
+
+    Temporal unreachable meanwhile (a restart): following goes on once it answers again, for at
+    most :data:`_FOLLOW_OUTAGE`; then one ``error:`` line (the run itself goes on).
+    """
     result = asyncio.ensure_future(handle.result())
-    while not result.done():
+    lost_since: float | None = None
+    while True:
+        if result.done():
+            failure = result.exception()
+            if not isinstance(failure, RPCError):
+                break
+            now = asyncio.get_running_loop().time()
+            lost_since = now if lost_since is None else lost_since
+            if now - lost_since > _FOLLOW_OUTAGE.total_seconds():
+                raise AgentLeaseError(
+                    f"lost Temporal while following agent run {agent_run_id}: {failure.message}; the run goes on, "
+                    f"follow it with `agentlease status {agent_run_id}`"
+                ) from None
+            await asyncio.sleep(0.5)
+            result = asyncio.ensure_future(handle.result())
+            continue
         try:
             current = await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=_RPC)
         except RPCError:
@@ -483,8 +503,13 @@ async def _follow(client: Any, handle: Any, agent_run_id: str, live: Live | None
             if current.status is RunState.WAITING:
                 result.cancel()
                 return current
+            lost_since = None
         await asyncio.wait([result], timeout=0.5)
     return await _result(result, agent_run_id)
+
+
+_FOLLOW_OUTAGE = timedelta(seconds=60)
+"""How long ``run --wait`` keeps following a run while Temporal does not answer. Default 60s."""
 
 
 async def _result(result: Any, agent_run_id: str) -> RunStatus:
@@ -914,14 +939,14 @@ def reconcile(
     as_json: _Json = False,
 ) -> None:
     """Decide a task whose side effect is ambiguous: confirm it happened, retry with the same key, or abandon."""
-    import json
 
     from agentlease.decisions import ReconcileRequest
+    from agentlease.limits import MAX_DEPTH, loads
 
     try:
-        seen = {} if observed is None else json.loads(observed)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"--observed is not JSON: {exc.msg}") from None
+        seen = {} if observed is None else loads(observed, "--observed", max_depth=MAX_DEPTH + 1)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     settings = _settings(ctx)
     payload = _request(
         ReconcileRequest,

@@ -207,7 +207,8 @@ def export_lines(settings: AgentLeaseSettings) -> tuple[list[str], bool]:
         pairs(ledger_url=shown_url),
         pairs(namespace=s.namespace, tool_modules=s.tool_modules, workflow_modules=s.workflow_modules),
         pairs(plugins=s.plugins, data_converter=s.data_converter),
-        pairs(http_base_url=s.http_base_url, sql_target_url=shown_sql),
+        pairs(http_base_url=s.http_base_url, sql_target_url=shown_sql, sql_allowed_tables=s.sql_allowed_tables),
+        pairs(http_allowed_hosts=s.http_allowed_hosts),
         pairs(publish_base_url=s.publish_base_url, smtp_host=s.smtp_host, smtp_port=s.smtp_port),
     ]
     path = os.environ.get("PYTHONPATH")

@@ -2,34 +2,40 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from activities.registry import ToolRegistry
+from agentlease import limits
 from agentlease.errors import ConfigurationError, UnknownToolError, describe_validation_error
 from agentlease.records import AgentRunPlan
 
 
 def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
-    """Read and check a plan file: JSON shape, unique step ids, known tools, valid arguments.
+    """Read and check a plan file: size, JSON shape, unique step ids, known tools, valid arguments.
+
+    At most :data:`~agentlease.limits.MAX_PLAN_BYTES` are read (``run /dev/zero`` ends at once);
+    NaN, Infinity and nesting deeper than the limits allow are refused (``docs/limits.md``).
 
     Raises:
         ConfigurationError: with one line saying what is wrong and where.
     """
     try:
-        text = path.read_text()
+        with path.open("rb") as file:
+            raw = file.read(limits.MAX_PLAN_BYTES + 1)
     except OSError as exc:
         raise ConfigurationError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    if len(raw) > limits.MAX_PLAN_BYTES:
+        raise ConfigurationError(f"plan {path} is larger than {limits.MAX_PLAN_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigurationError(f"plan {path} is not UTF-8 text: byte {exc.start} is invalid") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(
-            f"plan {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
+        data = limits.loads(text, f"plan {path}")
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     try:
         plan = AgentRunPlan.model_validate(data)
     except ValidationError as exc:
@@ -49,3 +55,15 @@ def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
                 f"{describe_validation_error(exc)}"
             ) from None
     return plan
+
+
+def with_run_id(plan: AgentRunPlan, agent_run_id: str) -> AgentRunPlan:
+    """``plan`` with its run id set to ``agent_run_id`` (``run --run-id``), checked like a plan's own.
+
+    Raises:
+        ConfigurationError: the run id is too long or holds a character an id may not.
+    """
+    try:
+        return AgentRunPlan.model_validate({**plan.model_dump(), "agent_run_id": agent_run_id})
+    except ValidationError as exc:
+        raise ConfigurationError(f"bad --run-id: {describe_validation_error(exc)}") from None

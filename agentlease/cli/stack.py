@@ -16,7 +16,7 @@ from agentlease.devserver import dev_server
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.settings import AgentLeaseSettings
-from examples.downstream import bind_loopback, running_downstream
+from examples.downstream import TARGET_TABLES, bind_loopback, running_downstream
 from worker import running_worker
 
 
@@ -62,6 +62,7 @@ async def local_stack(
                 "ledger_url": ledger_url,
                 "http_base_url": downstream.http_base_url,
                 "sql_target_url": downstream.sql_target_url,
+                "sql_allowed_tables": list(TARGET_TABLES),
                 "publish_base_url": downstream.publish_base_url,
                 "smtp_host": downstream.smtp_host,
                 "smtp_port": downstream.smtp_port,

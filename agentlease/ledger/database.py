@@ -32,6 +32,7 @@ worker's shutdown stays bounded by about one busy timeout however many tools wer
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -44,8 +45,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, is_unavailable, sqlite_path
-from agentlease.errors import LedgerUnavailableError, one_line
+from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, is_refused_value, is_unavailable, sqlite_path
+from agentlease.errors import LedgerFileChangedError, LedgerRefusedValueError, LedgerUnavailableError, one_line
 from agentlease.ledger.engine import (
     PG_POOL_SIZE,
     READ_ONLY_OPTION,
@@ -132,14 +133,18 @@ def open_database(
 def unavailable_as_error(url: str) -> Iterator[None]:
     """Raise :class:`LedgerUnavailableError` (one line, the driver's error as its cause) for an error
     that says the ledger could not be reached or answer (:func:`~agentlease.databases.is_unavailable`);
-    anything else propagates unchanged. On such an error a write's outcome is unknown: it may have
-    committed (see the idempotent retries of :class:`~agentlease.ledger.store.Ledger`)."""
+    a value the database refuses (:func:`~agentlease.databases.is_refused_value`) raises
+    :class:`LedgerRefusedValueError`; anything else propagates unchanged. On an outage a write's
+    outcome is unknown: it may have committed (see the idempotent retries of
+    :class:`~agentlease.ledger.store.Ledger`)."""
     try:
         yield
     except (SQLAlchemyError, OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        cause = one_line(getattr(exc, "orig", None) or exc)
+        if is_refused_value(exc):
+            raise LedgerRefusedValueError(f"ledger {url} refused a value: {cause}") from exc
         if not is_unavailable(exc):
             raise
-        cause = one_line(getattr(exc, "orig", None) or exc)
         raise LedgerUnavailableError(f"ledger {url} unavailable: {cause}") from exc
 
 
@@ -160,6 +165,10 @@ class SQLiteThreadDatabase:
         self._engine = engine
         self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
         self._thread: ThreadPoolExecutor | None = None
+        database = engine.url.database
+        self._path = "" if not database or database == ":memory:" or database.startswith("file:") else database
+        self._file_id: tuple[int, int] | None = None
+        """The file's identity at the first transaction: a later transaction on another file is refused."""
 
     def _run(self, engine: Engine, transaction: Transaction[T], deadline: float) -> T:
         if time.monotonic() >= deadline:
@@ -167,8 +176,30 @@ class SQLiteThreadDatabase:
                 f"database is locked: waited {self._wait_s:g}s behind this process's other ledger transactions"
             )
             raise OperationalError("BEGIN", None, cause)
+        self._check_file()
         with engine.begin() as conn:
-            return transaction(conn)
+            result = transaction(conn)
+        if self._file_id is None:
+            self._file_id = self._stat()
+        return result
+
+    def _stat(self) -> tuple[int, int] | None:
+        """``(device, inode)`` of the ledger file; ``None`` for an in-memory database or no file."""
+        if not self._path:
+            return None
+        try:
+            found = os.stat(self._path)
+        except FileNotFoundError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def _check_file(self) -> None:
+        """Refuse to go on when the file first used was deleted or replaced (a new, empty ledger)."""
+        if self._file_id is None:
+            return
+        now = self._stat()
+        if now != self._file_id:
+            raise LedgerFileChangedError(self._path, "deleted" if now is None else "replaced by another file")
 
     async def _hop(self, engine: Engine, transaction: Transaction[T]) -> T:
         if self._thread is None:

@@ -6,6 +6,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -51,14 +52,19 @@ async def upgrade(database: LedgerDatabase, revision: str = "head") -> None:
         revision: an Alembic revision. Default ``head``.
 
     Raises:
-        LedgerUnavailableError: the database cannot be reached, refused the migration, or (SQLite)
-            cannot be written.
+        LedgerUnavailableError: the database cannot be reached, refused the migration, is at a
+            schema newer than this version knows, or (SQLite) cannot be written.
     """
     try:
         await database.write(lambda connection: _upgrade(connection, revision))
     except (SQLAlchemyError, OSError) as exc:
         cause = one_line(getattr(exc, "orig", None) or exc)
         raise LedgerUnavailableError(f"cannot migrate the ledger at {database.url}: {cause}") from exc
+    except CommandError as exc:  # a revision this version does not know: newer code wrote the ledger
+        raise LedgerUnavailableError(
+            f"cannot migrate the ledger at {database.url}: {str(exc).strip().splitlines()[0]}; "
+            f"it was written by a newer agentlease (this version's newest schema is {head_revision()})"
+        ) from None
 
 
 def head_revision() -> str:
@@ -92,7 +98,10 @@ async def require_current(database: LedgerDatabase) -> None:
     elif found in {script.revision for script in ScriptDirectory.from_config(alembic_config()).walk_revisions()}:
         problem = f"is at schema {found}, older than this version's {head}"
     else:
-        problem = f"is at schema {found}, which this version does not know (newer code wrote it?)"
+        raise LedgerUnavailableError(
+            f"the ledger at {database.url} is at schema {found}, which this version does not know: a newer "
+            f"agentlease wrote it (this version's newest is {head}); run that version"
+        )
     raise LedgerUnavailableError(
         f"the ledger at {database.url} {problem}; run `agentlease db upgrade` (or set AGENTLEASE_MIGRATE_ON_START=true)"
     )

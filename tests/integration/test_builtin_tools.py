@@ -27,7 +27,7 @@ from agentlease.enums import ErrorClass, EventKind, RecoveryAction, Stage, TaskS
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskSpec, task_id_for
 from agentlease.settings import AgentLeaseSettings
-from examples.downstream import Downstream, running_downstream
+from examples.downstream import TARGET_TABLES, Downstream, running_downstream
 from examples.mail import received_messages
 from examples.publishing import count_publications
 from reconciliation.policy import decide
@@ -56,6 +56,7 @@ def tool_settings(settings: AgentLeaseSettings, downstream: Downstream) -> Agent
         update={
             "http_base_url": downstream.http_base_url,
             "sql_target_url": downstream.sql_target_url,
+            "sql_allowed_tables": list(TARGET_TABLES),
             "publish_base_url": downstream.publish_base_url,
             "smtp_host": downstream.smtp_host,
             "smtp_port": downstream.smtp_port,

@@ -41,7 +41,7 @@ from agentlease.temporal import connect
 from examples import mail, publishing
 from examples.agents import openai_agent as example
 from examples.agents.openai_agent import AgentRequest, RestockAgent, scripted_prompt
-from examples.downstream import Downstream, running_downstream
+from examples.downstream import TARGET_TABLES, Downstream, running_downstream
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
 from tests.integration.openai_workflows import CallerIdsAgent, KeyedNotesAgent
@@ -101,6 +101,7 @@ async def stack(settings: AgentLeaseSettings, tmp_path: Path) -> AsyncIterator[S
                 "workflow_modules": ["tests.integration.openai_workflows"],
                 "http_base_url": downstream.http_base_url,
                 "sql_target_url": downstream.sql_target_url,
+                "sql_allowed_tables": list(TARGET_TABLES),
                 "publish_base_url": downstream.publish_base_url,
                 "smtp_host": downstream.smtp_host,
                 "smtp_port": downstream.smtp_port,

@@ -44,7 +44,7 @@ from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
 from examples import mail, publishing
 from examples.agents.pydantic_ai_agent import WORKFLOW, RestockAgentWorkflow, agent_settings, run_scripted_agent
-from examples.downstream import Downstream, running_downstream
+from examples.downstream import TARGET_TABLES, Downstream, running_downstream
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
 from tests.integration.pydantic_ai_agents import Call, ScriptedAgentWorkflow, prompt_for
@@ -102,6 +102,7 @@ async def agent_stack(settings: AgentLeaseSettings, tmp_path: Path) -> AsyncIter
                     "workflow_modules": [TEST_AGENTS],
                     "http_base_url": downstream.http_base_url,
                     "sql_target_url": downstream.sql_target_url,
+                    "sql_allowed_tables": list(TARGET_TABLES),
                     "publish_base_url": downstream.publish_base_url,
                     "smtp_host": downstream.smtp_host,
                     "smtp_port": downstream.smtp_port,

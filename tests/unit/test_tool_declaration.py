@@ -80,6 +80,7 @@ def test_scheduling_options_use_the_lease_ttl_as_heartbeat_timeout() -> None:
         FailureType.NEEDS_RECONCILIATION,
         FailureType.TASK_CLOSED,
         FailureType.INVALID_TOOL_CALL,
+        FailureType.LEDGER_REFUSED_VALUE,
     }
 
 

@@ -131,8 +131,8 @@ def leased_tool(
         call_id = ctx.tool_call_id or "call"
         sid = step_id(shown, call_id) if step_id is not None else calls.unique_step_id(f"{shown}-{call_id}")
         step = {"step_id": sid, "tool": info.name, "idempotency_key": key(args) if key is not None else None}
-        try:  # what the caller's step_id and key functions made
-            PlanStep.model_validate(step)
+        try:  # what the caller's step_id and key functions made, and the arguments' bounds (docs/limits.md)
+            PlanStep.model_validate({**step, "arguments": args.model_dump(mode="json")})
         except ValidationError as exc:
             return f"error: {shown} was not run: {describe_validation_error(exc)}"
         if calls.has_step(sid):

@@ -1,0 +1,181 @@
+"""Every bound on what agentlease accepts from outside: one home for each number (``docs/limits.md``).
+
+Plans, ``submit`` updates, decision payloads and the calls of the framework adapters all validate
+through the pydantic models of :mod:`agentlease.records` and :mod:`agentlease.decisions`, whose
+fields use the bounds and checks defined here; the CLI, the update validators and the workflow's
+own bad-plan handling therefore refuse the same input with the same message.
+
+The id lengths follow the ledger's columns (:mod:`agentlease.ledger.schema`): a run id of
+:data:`MAX_RUN_ID_CHARS` and a step id of :data:`MAX_STEP_ID_CHARS` make a default idempotency key
+``<run>:<step>`` of at most :data:`MAX_IDEMPOTENCY_KEY_CHARS` characters, and a task id
+``<run>/<step>`` that fits ``tasks.task_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+MAX_RUN_ID_CHARS = 127
+"""Longest agent run id (workflow id) a plan or ``run --run-id`` may give: ``127 + 1 + 128 = 256``,
+so the default key ``<run>:<step>`` fits ``idempotency_key`` (256)."""
+
+MAX_STEP_ID_CHARS = 128
+"""Longest step id (``tasks.step_id`` is 128 characters)."""
+
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+"""Longest idempotency key (``tasks.idempotency_key`` and ``receipts.idempotency_key``)."""
+
+MAX_WORKFLOW_ID_CHARS = 255
+"""Longest workflow id of any workflow making leased calls (``tasks.agent_run_id``); a longer id of
+an adapter's workflow makes each call fail at once."""
+
+MAX_TOOL_NAME_CHARS = 128
+"""Longest tool name (``tasks.tool``)."""
+
+MAX_DEPTH = 32
+"""Deepest nesting of objects and arrays in tool arguments and in ``observed``."""
+
+MAX_ARGUMENTS_BYTES = 64 * 1024
+"""Largest tool arguments of one step, as compact UTF-8 JSON (64 KiB)."""
+
+MAX_OBSERVED_BYTES = 16 * 1024
+"""Largest ``observed`` object of a ``reconcile --action confirm`` (16 KiB): it becomes a receipt."""
+
+MAX_EXTERNAL_ID_CHARS = 1024
+"""Longest ``external_id`` of a ``reconcile --action confirm``."""
+
+MAX_WHO_CHARS = 200
+"""Longest ``by`` of a decision."""
+
+MAX_WHY_CHARS = 2000
+"""Longest ``reason`` of a decision."""
+
+MAX_STEPS_PER_RUN = 1000
+"""Most steps one ``AgentRunWorkflow`` takes, plan and ``submit`` together."""
+
+MAX_PLAN_BYTES = 1024 * 1024
+"""Largest plan file ``agentlease run`` reads, and largest plan as JSON (1 MiB; Temporal refuses a
+payload over 2 MiB)."""
+
+MAX_TASK_QUEUE_CHARS = 200
+"""Longest task queue name."""
+
+MAX_NAME_CHARS = 200
+"""Longest namespace name."""
+
+
+def check_text(value: str, what: str = "") -> str:
+    """``value`` unless it holds a NUL byte or a lone surrogate (neither can be stored on PostgreSQL
+    nor encoded as UTF-8). Raises ``ValueError`` naming ``what`` (a pydantic field's error names
+    the field itself)."""
+    subject = f"{what} contains" if what else "contains"
+    if "\x00" in value:
+        raise ValueError(f"{subject} a NUL character")
+    if any("\ud800" <= ch <= "\udfff" for ch in value):
+        raise ValueError(f"{subject} a lone surrogate (not valid Unicode)")
+    return value
+
+
+def check_id(value: str, what: str = "") -> str:
+    """``value`` unless it is empty, holds a control character or is not valid Unicode.
+
+    Raises:
+        ValueError: naming ``what``.
+    """
+    check_text(value, what)
+    if not value:
+        raise ValueError(f"{what or 'an id'} must not be empty")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+        raise ValueError(f"{what + ' contains' if what else 'contains'} a control character")
+    return value
+
+
+def check_run_id(value: str) -> str:
+    """``value`` if it can be an agent run id: at most :data:`MAX_RUN_ID_CHARS`, no control
+    character, valid Unicode. Raises ``ValueError``."""
+    check_id(value, "agent run id")
+    if len(value) > MAX_RUN_ID_CHARS:
+        raise ValueError(f"agent run id has {len(value)} characters, more than {MAX_RUN_ID_CHARS}")
+    return value
+
+
+def check_json(value: Any, what: str = "", *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
+    """``value`` unless it is deeper than ``max_depth``, holds NaN, Infinity, a NUL byte or a lone
+    surrogate, or is larger than ``max_bytes`` as compact UTF-8 JSON.
+
+    Walks iteratively, so no input can exhaust the interpreter's stack.
+
+    Raises:
+        ValueError: one line naming ``what`` and the first problem found.
+    """
+    subject = f"{what} " if what else ""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list | tuple):
+            if depth >= max_depth:
+                raise ValueError(f"{subject}nested deeper than {max_depth} levels")
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        raise ValueError(f"{subject}has a non-string key")
+                    check_text(key, f"{subject}key".strip())
+                    stack.append((child, depth + 1))
+            else:
+                stack.extend((child, depth + 1) for child in item)
+        elif isinstance(item, str):
+            check_text(item, what)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{subject}contains {item!r}, which JSON cannot carry")
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode())
+    if size > max_bytes:
+        raise ValueError(f"{subject}{size} bytes as JSON, more than {max_bytes}")
+    return value
+
+
+def refuse_constant(name: str) -> Any:
+    """``parse_constant`` for :func:`json.loads`: NaN, Infinity and -Infinity are refused."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads(text: str | bytes, what: str, *, max_depth: int = MAX_DEPTH + 4) -> Any:
+    """Parse JSON text from outside: NaN/Infinity refused, nesting beyond ``max_depth`` refused
+    before parsing, so that no input exhausts the stack (default :data:`MAX_DEPTH` plus the four
+    levels a plan has above a step's arguments).
+
+    Raises:
+        ValueError: one line naming ``what``: not JSON, a NaN/Infinity, or too deep.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "surrogateescape")
+    _check_text_depth(text, what, max_depth)
+    try:
+        return json.loads(text, parse_constant=refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _check_text_depth(text: str, what: str, limit: int) -> None:
+    """Refuse JSON text whose brackets nest deeper than ``limit``."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                raise ValueError(f"{what} is nested deeper than {limit} levels")
+        elif ch in "]}":
+            depth -= 1
