@@ -21,13 +21,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.live import Live
 from sqlalchemy.exc import SQLAlchemyError
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowUpdateStage
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
 
-from agentlease.cli.reaching import query_within, reconciled_in_ledger
+# Temporal's client is imported by the commands that reach Temporal: a ledger-only command (tasks,
+# events, waiting, runs) starts without it.
 from agentlease.cli.render import run_table, tasks_table, to_json
 from agentlease.enums import RunState
 from agentlease.errors import (
@@ -445,6 +442,10 @@ def run(
 
 
 async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_json: bool) -> RunStatus | None:
+    from rich.live import Live
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
     from agentlease.temporal import connect
     from workflows.agent_run import AgentRunWorkflow
 
@@ -468,12 +469,15 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
         return await _follow(client, handle, plan.agent_run_id, live)
 
 
-async def _follow(client: Any, handle: Any, agent_run_id: str, live: Live | None) -> RunStatus:
-    """Follow a run until it ends or waits for a person (live: running tasks show their heartbeat).
+async def _follow(client: Any, handle: Any, agent_run_id: str, live: Any) -> RunStatus:
+    """Follow a run until it ends or waits for a person (``live``, a :class:`rich.live.Live` or
+    ``None``: running tasks show their heartbeat).
 
     Temporal unreachable meanwhile (a restart): following goes on once it answers again, for at
     most :data:`_FOLLOW_OUTAGE`; then one ``error:`` line (the run itself goes on).
     """
+    from temporalio.service import RPCError
+
     result = asyncio.ensure_future(handle.result())
     lost_since: float | None = None
     while True:
@@ -513,6 +517,8 @@ _FOLLOW_OUTAGE = timedelta(seconds=60)
 
 
 async def _result(result: Any, agent_run_id: str) -> RunStatus:
+    from temporalio.client import WorkflowFailureError
+
     try:
         return await result
     except WorkflowFailureError as exc:
@@ -569,6 +575,10 @@ def status(
 
 
 async def _run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStatus:
+    from temporalio.client import WorkflowExecutionStatus
+    from temporalio.service import RPCError
+
+    from agentlease.cli.reaching import query_within
     from agentlease.temporal import connect
 
     client = await connect(settings)
@@ -763,7 +773,12 @@ async def _send_decision(
     Raises:
         ConfigurationError: the run refused it (its validator); AgentLeaseError: no answer in time.
     """
-    from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+    from temporalio.client import (
+        WorkflowUpdateFailedError,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+        WorkflowUpdateStage,
+    )
+    from temporalio.service import RPCError
 
     from agentlease.temporal import connect
 
@@ -961,6 +976,8 @@ def reconcile(
 
     async def _in_ledger() -> Any:
         async with _ledger(settings) as ledger:
+            from agentlease.cli.reaching import reconciled_in_ledger
+
             return await reconciled_in_ledger(ledger, settings, agent_run_id, payload)
 
     record = asyncio.run(_in_ledger())
