@@ -15,6 +15,8 @@ production namespace create them once::
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client
@@ -38,6 +40,20 @@ LAST_DECISION = SearchAttributeKey.for_keyword("AgentLeaseDecision")
 
 ALL = (RUN_STATUS, WAITING_REASON, CURRENT_TOOL, CURRENT_STAGE, CURRENT_GENERATION, CURRENT_OWNER, LAST_DECISION)
 BY_NAME = {key.name: key for key in ALL}
+
+
+def type_name(key: SearchAttributeKey[Any]) -> str:
+    """The type of ``key`` as the ``temporal`` CLI spells it: ``Keyword``, ``Int``."""
+    return (
+        IndexedValueType.Name(IndexedValueType.ValueType(key.indexed_value_type.value))
+        .removeprefix("INDEXED_VALUE_TYPE_")
+        .capitalize()
+    )
+
+
+def dev_server_flags() -> list[str]:
+    """``temporal server start-dev`` flags that register every attribute with its type."""
+    return [flag for key in ALL for flag in ("--search-attribute", f"{key.name}={type_name(key)}")]
 
 
 async def ensure_registered(client: Client, namespace: str) -> str | None:

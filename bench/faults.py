@@ -85,8 +85,7 @@ class TemporalProcess:
             "--db-filename",
             str(self.directory / "temporal.db"),
         ]
-        for attribute in search_attributes.ALL:
-            args += ["--search-attribute", f"{attribute.name}=Keyword"]
+        args += search_attributes.dev_server_flags()
         for key, value in self.dynamic_config.items():
             args += ["--dynamic-config-value", f"{key}={value}"]
         with open(self.directory / "temporal.log", "ab") as log:

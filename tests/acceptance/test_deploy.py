@@ -203,3 +203,11 @@ async def _drop_role(url: str, role: str) -> None:
             await admin.execute(f'DROP ROLE "{role}"')
     finally:
         await admin.close()
+
+
+def test_the_namespace_setup_creates_every_search_attribute_with_its_type() -> None:
+    from agentlease import search_attributes
+
+    script = (ROOT / "deploy" / "temporal" / "create-namespace.sh").read_text()
+    listed = set(re.findall(r"\b(AgentLease\w+):(\w+)", script))
+    assert listed == {(key.name, search_attributes.type_name(key)) for key in search_attributes.ALL}

@@ -59,11 +59,9 @@ async def wait_for_file(ctx: LeaseContext, args: GateArgs) -> ToolResult:
 
 
 def _server(port: int, db: Path) -> subprocess.Popen[bytes]:
-    flags = [f"{key.name}=Keyword" for key in search_attributes.ALL]
     args = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port), "--headless"]
     args += ["--db-filename", str(db), "--log-level", "error"]
-    for flag in flags:
-        args += ["--search-attribute", flag]
+    args += search_attributes.dev_server_flags()
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
