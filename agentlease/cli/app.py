@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -851,6 +852,57 @@ _ToolFilter = Annotated[str | None, typer.Option("--tool", help="Bulk: tasks of 
 _Yes = Annotated[bool, typer.Option("--yes", help="Bulk: decide every matching task without asking.")]
 
 
+@dataclass(frozen=True)
+class _Filters:
+    """``--run/--status/--tool/--yes`` of a bulk ``redrive`` or ``cancel``."""
+
+    run: str | None
+    status: list[str] | None
+    tool: str | None
+    yes: bool
+
+    def __bool__(self) -> bool:
+        return bool(self.run or self.status or self.tool)
+
+
+def _by_filter(
+    settings: AgentLeaseSettings,
+    kind: Any,
+    model: Any,
+    agent_run_id: str | None,
+    filters: _Filters,
+    by: str | None,
+    reason: str,
+    as_json: bool,
+) -> bool:
+    """Decide by filter when no RUN_ID is named (returns true); refuse both or neither.
+
+    Raises:
+        ConfigurationError: a RUN_ID and filters, or neither.
+    """
+    if agent_run_id is not None:
+        if filters:
+            raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool, not both")
+        return False
+    if not filters:
+        raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool")
+
+    def request(step: str) -> Any:
+        return _request(model, settings, step_id=step, by=by, reason=reason)
+
+    _bulk_decision(
+        settings,
+        kind,
+        run_filter=filters.run,
+        status=filters.status,
+        tool=filters.tool,
+        yes=filters.yes,
+        request=request,
+        as_json=as_json,
+    )
+    return True
+
+
 def _bulk_decision(
     settings: AgentLeaseSettings,
     kind: Any,
@@ -912,26 +964,11 @@ def redrive(
     from agentlease.enums import DecisionKind
 
     settings = _settings(ctx)
-    if agent_run_id is None:
-        if not (run_filter or status or tool):
-            raise ConfigurationError("name RUN_ID STEP_ID, or filter with --run, --status or --tool")
-
-        def request(step: str) -> Any:
-            return _request(DecisionRequest, settings, step_id=step, by=by, reason=reason)
-
-        _bulk_decision(
-            settings,
-            DecisionKind.REDRIVE,
-            run_filter=run_filter,
-            status=status,
-            tool=tool,
-            yes=yes,
-            request=request,
-            as_json=as_json,
-        )
+    filters = _Filters(run_filter, status, tool, yes)
+    if _by_filter(settings, DecisionKind.REDRIVE, DecisionRequest, agent_run_id, filters, by, reason, as_json):
         return
-    if step_id is None or run_filter or status or tool:
-        raise ConfigurationError("name RUN_ID STEP_ID, or filter with --run, --status or --tool, not both")
+    if agent_run_id is None or step_id is None:
+        raise ConfigurationError("name RUN_ID STEP_ID, or filter with --run, --status or --tool")
     _decide(
         settings,
         agent_run_id,
@@ -1014,26 +1051,10 @@ def cancel(
     from agentlease.enums import DecisionKind
 
     settings = _settings(ctx)
-    if agent_run_id is None:
-        if not (run_filter or status or tool):
-            raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool")
-
-        def request(step: str) -> Any:
-            return _request(CancelRequest, settings, step_id=step, by=by, reason=reason)
-
-        _bulk_decision(
-            settings,
-            DecisionKind.CANCEL,
-            run_filter=run_filter,
-            status=status,
-            tool=tool,
-            yes=yes,
-            request=request,
-            as_json=as_json,
-        )
+    filters = _Filters(run_filter, status, tool, yes)
+    if _by_filter(settings, DecisionKind.CANCEL, CancelRequest, agent_run_id, filters, by, reason, as_json):
         return
-    if run_filter or status or tool:
-        raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool, not both")
+    assert agent_run_id is not None
     _decide(
         settings,
         agent_run_id,
@@ -1133,42 +1154,22 @@ def ui(
     ] = None,
 ) -> None:
     """Serve a read-only web view of the ledger: runs, tasks and each task's lease timeline."""
-    import socket
-
-    import uvicorn
-
-    from agentlease.shutdown import stop_event
+    from agentlease.cli.serving import bound, serve_until_stopped
     from agentlease.ui.app import ui_app
 
     settings = _settings(ctx)
 
-    try:
-        sock = socket.create_server((host, port))
-    except OSError as exc:
-        raise AgentLeaseError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
-
-    async def _serve() -> None:
+    async def _serve(sock: Any) -> None:
         async with _ledger(settings) as ledger:
-            server = uvicorn.Server(
-                uvicorn.Config(
-                    ui_app(ledger, temporal_ui=temporal_ui, namespace=settings.namespace),
-                    host=host,
-                    port=port,
-                    log_level="warning",
-                    lifespan="off",
-                )
+            app = ui_app(ledger, temporal_ui=temporal_ui, namespace=settings.namespace)
+            await serve_until_stopped(
+                app,
+                sock,
+                lambda: err.print(f"lease timelines on http://{host}:{port}/runs/RUN_ID (read-only); Ctrl-C stops"),
             )
-            stop = stop_event()
-            serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-            err.print(f"lease timelines on http://{host}:{port}/runs/RUN_ID (read-only); Ctrl-C stops")
-            await asyncio.wait([serving, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-            server.should_exit = True
-            await serving
 
-    try:
-        asyncio.run(_serve())
-    finally:
-        sock.close()
+    with bound(host, port) as sock:
+        asyncio.run(_serve(sock))
 
 
 def _payloads(settings: AgentLeaseSettings) -> str:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from agentlease.errors import AgentLeaseError, ConfigurationError
+from agentlease.errors import ConfigurationError
 from agentlease.settings import AgentLeaseSettings, with_overrides
 
 keys_app = typer.Typer(help="Operator keys (signed decisions) and payload encryption keys.", no_args_is_help=True)
@@ -62,10 +61,8 @@ def codec_server(
     ] = None,
 ) -> None:
     """Serve the payload codec for the Temporal UI and `temporal` CLI (POST /decode, /encode)."""
-    import uvicorn
-
+    from agentlease.cli.serving import bound, serve_until_stopped
     from agentlease.codec_server import codec_app
-    from agentlease.shutdown import stop_event
     from agentlease.temporal import payload_codec
 
     settings: AgentLeaseSettings = ctx.obj
@@ -73,29 +70,17 @@ def codec_server(
     codec = payload_codec(settings)
     if codec is None:
         raise ConfigurationError("no payload codec: set AGENTLEASE_CODEC_KEYS (or AGENTLEASE_PAYLOAD_CODEC)")
-    try:
-        sock = socket.create_server((host, port))
-    except OSError as exc:
-        raise AgentLeaseError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     app = codec_app(codec, token=settings.codec_server_token, origins=settings.codec_server_origins)
 
-    async def _serve() -> None:
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
-        stop = stop_event()
-        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
+    def announce() -> None:
         guarded = "a bearer token" if settings.codec_server_token else "no token (anyone who reaches it decodes)"
         _err.print(
             f"codec server on http://{host}:{port} (POST /decode, /encode), {guarded}; "
             f"CORS origins: {', '.join(settings.codec_server_origins) or 'none'}; Ctrl-C stops"
         )
-        await asyncio.wait([serving, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        server.should_exit = True
-        await serving
 
-    try:
-        asyncio.run(_serve())
-    finally:
-        sock.close()
+    with bound(host, port) as sock:
+        asyncio.run(serve_until_stopped(app, sock, announce))
 
 
 __all__ = ["codec_server", "keys_app"]

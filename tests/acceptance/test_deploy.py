@@ -72,15 +72,7 @@ def test_the_entrypoint_migrates_and_serves_a_worker_until_sigterm(
         AGENTLEASE_TEMPORAL_ADDRESS=temporal_address,
         AGENTLEASE_TASK_QUEUE="deploy-check",
     )
-    migrated = subprocess.run(
-        [str(ENTRYPOINT), "db", "upgrade"],
-        env={**os.environ, **cli.env(env)},
-        cwd=cli.cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    migrated = _run_image(cli, env, "db", "upgrade")
     assert migrated.returncode == 0, migrated.stderr
     assert "is at the newest schema" in migrated.stdout, migrated.stdout
 
