@@ -350,6 +350,18 @@ def worker(
     sql_target_url: Annotated[
         str | None, typer.Option(envvar="AGENTLEASE_SQL_TARGET_URL", help="Database the sql_upsert tool writes.")
     ] = None,
+    http_allowed_hosts: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_HTTP_ALLOWED_HOSTS", help="Comma-separated hosts http_get may reach too."),
+    ] = None,
+    sql_allowed_tables: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_SQL_ALLOWED_TABLES", help="Comma-separated tables sql_upsert may write."),
+    ] = None,
+    fencing_key: Annotated[
+        str | None,
+        typer.Option(envvar="AGENTLEASE_FENCING_KEY", help="Key fencing tokens are signed with (16+ characters)."),
+    ] = None,
     publish_base_url: Annotated[
         str | None, typer.Option(envvar="AGENTLEASE_PUBLISH_BASE_URL", help="Publishing service of http_publish.")
     ] = None,
@@ -389,6 +401,9 @@ def worker(
         "ledger_pool_size": ledger_pool_size,
         "migrate_on_start": migrate_on_start,
         "http_base_url": http_base_url,
+        "http_allowed_hosts": http_allowed_hosts,
+        "sql_allowed_tables": sql_allowed_tables,
+        "fencing_key": fencing_key,
         "sql_target_url": sql_target_url,
         "publish_base_url": publish_base_url,
         "smtp_host": smtp_host,
