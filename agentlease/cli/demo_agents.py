@@ -4,6 +4,7 @@ payload converters), against the demo's real downstream systems."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -24,11 +25,19 @@ class DemoAgent:
         framework: shown in the demo's output.
         configure: adds the agent's plugin, workflow and tools to the worker's settings.
         start: starts one scripted run on a task queue; returns its handle.
+        module: the framework's top-level module: without it the demo skips this agent.
+        extra: the agentlease extra that installs the framework.
     """
 
     framework: str
     configure: Callable[[AgentLeaseSettings], AgentLeaseSettings]
     start: Callable[[Client, str, str], Awaitable[WorkflowHandle[Any, Any]]]
+    module: str
+    extra: str
+
+    @property
+    def installed(self) -> bool:
+        return importlib.util.find_spec(self.module) is not None
 
 
 async def _start_openai(client: Client, task_queue: str, run_id: str) -> WorkflowHandle[Any, Any]:
@@ -59,9 +68,14 @@ def _pydantic_ai_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
 
 
 AGENTS = (
-    DemoAgent("OpenAI Agents SDK", _openai_settings, _start_openai),
-    DemoAgent("Pydantic AI", _pydantic_ai_settings, _start_pydantic_ai),
+    DemoAgent("OpenAI Agents SDK", _openai_settings, _start_openai, module="agents", extra="openai-agents"),
+    DemoAgent("Pydantic AI", _pydantic_ai_settings, _start_pydantic_ai, module="pydantic_ai", extra="pydantic-ai"),
 )
+
+
+def missing_frameworks() -> list[DemoAgent]:
+    """The example agents whose framework is not installed (the demo skips them)."""
+    return [agent for agent in AGENTS if not agent.installed]
 
 
 @asynccontextmanager
@@ -70,6 +84,8 @@ async def agent_workers(settings: AgentLeaseSettings) -> AsyncIterator[list[tupl
     async with AsyncExitStack() as stack:
         serving = []
         for agent in AGENTS:
+            if not agent.installed:
+                continue
             queue = f"{settings.task_queue}-{agent.framework.lower().replace(' ', '-')}"
             configured = agent.configure(settings.model_copy(update={"task_queue": queue, "migrate_on_start": False}))
             await stack.enter_async_context(running_worker(configured))

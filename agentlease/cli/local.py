@@ -13,7 +13,7 @@ from rich.console import Console
 from temporalio.client import WorkflowHandle
 
 from activities.registry import load_registry
-from agentlease.cli.demo_agents import agent_workers, start_agent_runs
+from agentlease.cli.demo_agents import agent_workers, missing_frameworks, start_agent_runs
 from agentlease.cli.plans import load_plan
 from agentlease.cli.render import tasks_table
 from agentlease.cli.stack import local_stack
@@ -48,6 +48,12 @@ async def run_demo(
     if not plans:
         raise AgentLeaseError(f"no plans in {plans_dir}")
     err.print("starting the Temporal dev server, the example services and the workers...")
+    for agent in missing_frameworks():
+        err.print(
+            f"skipping the example agent on {agent.framework}: it is not installed "
+            f"(pip install -e '.[{agent.extra}]' adds it)",
+            markup=False,
+        )
     async with local_stack(settings) as stack, agent_workers(stack.settings) as serving:
         client = stack.env.client
         err.print(f"Temporal UI: {stack.ui_url}  (server {stack.settings.temporal_address})")

@@ -28,3 +28,16 @@ def test_the_core_worker_and_cli_import_no_agent_framework() -> None:
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+def test_the_demo_skips_an_agent_whose_framework_is_not_installed() -> None:
+    """`pip install -e .` without the framework extras: the demo runs the plans and says what it skipped."""
+    from agentlease.cli import demo_agents
+
+    present, absent = (
+        demo_agents.DemoAgent("here", lambda s: s, demo_agents._start_openai, module="json", extra="x"),
+        demo_agents.DemoAgent("gone", lambda s: s, demo_agents._start_openai, module="no_such_framework", extra="y"),
+    )
+    assert present.installed and not absent.installed
+    assert all(agent.installed for agent in demo_agents.AGENTS)  # this test venv has both extras
+    assert demo_agents.missing_frameworks() == []
