@@ -21,11 +21,11 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.binding import own_task, task_refusal
+from activities.payloads import activity_input
 from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier
 from agentlease.decisions import DECISIONS, LedgerDecision, LedgerRefusal
 from agentlease.enums import DecisionKind, FailureType
@@ -34,7 +34,6 @@ from agentlease.errors import (
     LedgerUnavailableError,
     TaskClosedError,
     TaskNotFoundError,
-    describe_validation_error,
 )
 from agentlease.ledger.refusals import record_refusal as record_binding_refusal
 from agentlease.ledger.store import Ledger
@@ -62,14 +61,7 @@ class DecisionActivities:
 
         @activity.defn(name=APPLY_DECISION)
         async def apply_decision(payload: dict[str, Any]) -> dict[str, Any]:
-            try:
-                decision = LedgerDecision.model_validate(payload)
-            except ValidationError as exc:
-                raise ApplicationError(
-                    f"malformed decision: {describe_validation_error(exc)}",
-                    type=FailureType.DECISION_REFUSED.value,
-                    non_retryable=True,
-                ) from None
+            decision = activity_input(LedgerDecision, payload, "malformed decision", FailureType.DECISION_REFUSED)
             await _bound(ledger, decision)
             try:
                 signed_by = authenticate(verifier, decision)
@@ -90,14 +82,7 @@ class DecisionActivities:
 
         @activity.defn(name=RECORD_REFUSAL)
         async def record_refusal(payload: dict[str, Any]) -> None:
-            try:
-                refusal = LedgerRefusal.model_validate(payload)
-            except ValidationError as exc:
-                raise ApplicationError(
-                    f"malformed refusal: {describe_validation_error(exc)}",
-                    type=FailureType.DECISION_REFUSED.value,
-                    non_retryable=True,
-                ) from None
+            refusal = activity_input(LedgerRefusal, payload, "malformed refusal", FailureType.DECISION_REFUSED)
             info = activity.info()
             task = refusal.task
             shared = task.idempotency_key.startswith(SHARED_KEY_PREFIX)

@@ -41,13 +41,13 @@ import time
 from datetime import timedelta
 from typing import Any, NoReturn
 
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.binding import own_task, task_refusal, ttl_refusal
 from activities.deferred import DeferredWrites
 from activities.lease_context import LeaseContext
+from activities.payloads import activity_input
 from activities.registry import ToolRegistry
 from activities.resources import ToolResources
 from activities.tool import ToolSpec
@@ -61,7 +61,6 @@ from agentlease.errors import (
     LedgerUnavailableError,
     MissingHeartbeatTimeoutError,
     TaskClosedError,
-    describe_validation_error,
     one_line,
 )
 from agentlease.ledger.refusals import record_refusal
@@ -147,14 +146,9 @@ class LeasedActivities:
         async def run_tool(payload: dict[str, Any]) -> dict[str, Any]:
             # JSON in and out, validated here: the activity works under any payload converter (the
             # frameworks' own included) and refuses a malformed call in one line.
-            try:
-                call = ToolCall.model_validate(payload)
-            except ValidationError as exc:
-                raise ApplicationError(
-                    f"malformed tool call for {spec.name}: {describe_validation_error(exc)}",
-                    type=FailureType.INVALID_TOOL_CALL.value,
-                    non_retryable=True,
-                ) from None
+            call = activity_input(
+                ToolCall, payload, f"malformed tool call for {spec.name}", FailureType.INVALID_TOOL_CALL
+            )
             try:
                 return (await self.execute(spec, call)).model_dump(mode="json")
             except LedgerUnavailableError as exc:
