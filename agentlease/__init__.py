@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.2.0"
 
 if TYPE_CHECKING:
-    from activities.lease_context import LeaseContext
-    from activities.tool import ToolResult, ToolSpec, tool
     from agentlease.enums import ErrorClass, RecoveryAction, RunState, SideEffectClass, Stage, TaskStatus
     from agentlease.errors import (
         AgentLeaseError,
@@ -42,15 +40,18 @@ if TYPE_CHECKING:
     from agentlease.fencing import FencingToken, advance_fence, create_fence_table, fenced_write, read_fence
     from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
     from agentlease.ledger.store import Ledger
+    from agentlease.plugin import AgentLeasePlugin
     from agentlease.records import Claim, LeaseEvent, SettlementReceipt, StoredReceipt, TaskRecord
     from agentlease.settings import AgentLeaseSettings
+    from agentlease.tools._context import LeaseContext
+    from agentlease.tools._declaration import ToolResult, ToolSpec, tool
 
 _EXPORTS: dict[str, str] = {
     # writing a tool
-    "tool": "activities.tool",
-    "ToolResult": "activities.tool",
-    "ToolSpec": "activities.tool",
-    "LeaseContext": "activities.lease_context",
+    "tool": "agentlease.tools._declaration",
+    "ToolResult": "agentlease.tools._declaration",
+    "ToolSpec": "agentlease.tools._declaration",
+    "LeaseContext": "agentlease.tools._context",
     "SettlementReceipt": "agentlease.records",
     "Stage": "agentlease.enums",
     "SideEffectClass": "agentlease.enums",
@@ -70,6 +71,8 @@ _EXPORTS: dict[str, str] = {
     "StaleFencingTokenError": "agentlease.errors",
     "IdempotencyMiddleware": "agentlease.idempotency",
     "IdempotencyStore": "agentlease.idempotency",
+    # a worker
+    "AgentLeasePlugin": "agentlease.plugin",
     # an operator's script
     "Ledger": "agentlease.ledger.store",
     "AgentLeaseSettings": "agentlease.settings",

@@ -7,7 +7,7 @@ one edit. Tool activities are named after their tool.
 from __future__ import annotations
 
 AGENT_RUN_WORKFLOW = "AgentRunWorkflow"
-"""Workflow type of an agent run made from a plan (``workflows.agent_run``)."""
+"""Workflow type of an agent run made from a plan (``agentlease.workflow._plan``)."""
 
 DESCRIBE_TOOLS = "agentlease.describe_tools"
 """Local activity that returns the worker's tool catalog."""

@@ -16,11 +16,13 @@ beside the frameworks' plugins::
 
 When it opens the ledger itself (no ``ledger`` given) it checks its schema as the worker starts
 (or migrates it, with ``migrate_on_start``) and closes it when the worker stops. The engines its
-tools share (:class:`~activities.resources.ToolResources`) close when the worker stops, and so does
-the retrying of writes a ledger outage deferred (:mod:`activities.deferred`).
+tools share (:class:`~agentlease.tools._resources.ToolResources`) close when the worker stops, and so does
+the retrying of writes a ledger outage deferred (:mod:`agentlease.tools._deferred`).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -28,13 +30,9 @@ from types import ModuleType
 from typing import Any
 
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Worker, WorkerConfig
+from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.decisions import DecisionActivities
-from activities.leased import LeasedActivities
-from activities.registry import ToolRegistry, load_registry
-from activities.resources import ToolResources
-from activities.tool import ToolSpec
 from agentlease.decision_auth import decision_verifier
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
@@ -42,7 +40,12 @@ from agentlease.metrics import LeaseMetrics
 from agentlease.redaction import configure as configure_redaction
 from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.temporal import load_object
-from workflows.agent_run import AgentRunWorkflow
+from agentlease.tools._decisions import DecisionActivities
+from agentlease.tools._declaration import ToolSpec
+from agentlease.tools._leased import LeasedActivities
+from agentlease.tools._registry import ToolRegistry, load_registry
+from agentlease.tools._resources import ToolResources
+from agentlease.workflow._plan import AgentRunWorkflow
 
 PLUGIN_NAME = "agentlease.AgentLeasePlugin"
 
@@ -72,7 +75,7 @@ class AgentLeasePlugin(SimplePlugin):
         ledger: a ledger the caller owns and closes; default one opened from ``settings.ledger_url``
             for the worker's lifetime.
         tools: tool modules (import paths or modules) or declared tools, besides the built-ins, or
-            a ready :class:`~activities.registry.ToolRegistry`. Default ``settings.tool_modules``.
+            a ready :class:`~agentlease.tools._registry.ToolRegistry`. Default ``settings.tool_modules``.
         builtins: serve the built-in tools (``http_get``, ``sql_upsert``, ``http_publish``,
             ``smtp_send``). Default true.
         identity: the lease owner of this worker's claims; default ``settings.worker_identity``,
@@ -113,6 +116,7 @@ class AgentLeasePlugin(SimplePlugin):
             PLUGIN_NAME,
             activities=self._activities,
             workflows=[AgentRunWorkflow] if agent_run_workflow else None,
+            workflow_runner=_pass_through,
         )
 
     @property
@@ -150,6 +154,21 @@ class AgentLeasePlugin(SimplePlugin):
             await self.resources.close()
             if self._owns_ledger:
                 await self.ledger.close()
+
+
+PASSTHROUGH_MODULES = ("agentlease",)
+"""Modules the workflow sandbox imports once, outside the sandbox: agentlease's records and decisions are
+plain data and deterministic helpers, and one copy of each class keeps pydantic's checks of them true."""
+
+
+def _pass_through(runner: WorkflowRunner | None) -> WorkflowRunner:
+    if runner is None:
+        runner = SandboxedWorkflowRunner()
+    if isinstance(runner, SandboxedWorkflowRunner):
+        return dataclasses.replace(
+            runner, restrictions=runner.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES)
+        )
+    return runner
 
 
 __all__ = ["PLUGIN_NAME", "AgentLeasePlugin", "tool_registry"]

@@ -1,6 +1,6 @@
 """What a tool may know: a narrowed view of the worker's settings, and secrets scoped to the tool.
 
-A tool's :class:`~activities.lease_context.LeaseContext` carries:
+A tool's :class:`~agentlease.tools._context.LeaseContext` carries:
 
 - ``ctx.settings``, a :class:`ToolSettings`: the settings the tool declared
   (``@tool(settings=("publish_base_url",))``), or, when it declared none, every setting except the

@@ -42,7 +42,7 @@ HOLDER_WRITES = frozenset(
 """Entries a lease holder writes itself: the points between which it was quiet."""
 
 RECOVERY_BACKOFF_S = 1.0
-"""The first retry backoff of a tool call (``workflows.options.RETRY_INITIAL_INTERVAL``), added to the
+"""The first retry backoff of a tool call (``agentlease.workflow._options.RETRY_INITIAL_INTERVAL``), added to the
 TTL in the recovery estimate. Default 1s."""
 
 HEADROOM = 2.0

@@ -26,9 +26,9 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from temporalio.openai_agents.testing import ResponseBuilders
 
-    from activities.lease_context import LeaseHeartbeat
+    from agentlease.pydantic_ai._toolset import LeasedToolset
+    from agentlease.tools._context import LeaseHeartbeat
     from bench.tools import BENCH_TOOL, LEASE_TTL, STAGES
-    from workflows.integrations.pydantic_ai import LeasedToolset
 
 
 class AgentBatch(BaseModel):

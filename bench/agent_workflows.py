@@ -20,6 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow
     from temporalio.openai_agents.workflow import activity_as_tool
 
+    from agentlease.openai_agents._tools import leased_run_config, leased_tool
+    from agentlease.workflow._calls import leased_calls
     from bench.agent_models import (
         AgentBatch,
         bench_plain_tool,
@@ -28,8 +30,6 @@ with workflow.unsafe.imports_passed_through():
         pydantic_plain_agent,
     )
     from bench.tools import BENCH_TOOL, LEASE_TTL
-    from workflows.integrations.openai_agents import leased_run_config, leased_tool
-    from workflows.leased_calls import leased_calls
 
 OPENAI_PLAIN = "agentlease.bench.OpenAIPlainAgent"
 OPENAI_LEASED = "agentlease.bench.OpenAILeasedAgent"

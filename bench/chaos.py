@@ -59,12 +59,12 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus
+from agentlease.workflow._plan import AgentRunWorkflow
 from bench.chaos_tools import CHAOS_TOOLS, LEASE_TTL
 from bench.faults import PostgresCluster, TemporalProcess
 from tests.acceptance.fleet import Fleet, Worker
 from tests.acceptance.matrix_downstream import Effect, MatrixDownstream, running_matrix_downstream
 from tests.acceptance.runner import Cli
-from workflows.agent_run import AgentRunWorkflow
 
 _RPC = timedelta(seconds=3)
 """Deadline of one describe or query of a run."""

@@ -28,11 +28,11 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
-from activities.lease_context import LeaseContext
-from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import RetryableToolError, raise_for_status
 from agentlease.idempotency import FENCING_TOKEN_HEADER, REPLAYED_HEADER
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
 from tests.acceptance.matrix_downstream import WRITER_HEADER
 
 LEASE_TTL = timedelta(seconds=5)

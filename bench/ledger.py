@@ -143,7 +143,7 @@ def _run_processes(url: str, claimers: int, seconds: float) -> tuple[int, float,
 
 async def _sweep(url: str, expired: int) -> tuple[int, float]:
     """Sweep the filled ledger's lapsed leases once: (recorded, seconds)."""
-    from reconciliation.sweeper import ExpiredLeaseSweeper
+    from agentlease.recovery._sweeper import ExpiredLeaseSweeper
 
     ledger = Ledger.from_url(url)
     try:

@@ -56,11 +56,11 @@ def _serve(kind: str, task_queue: str, address: str, ledger_url: str | None, slo
     async def main() -> None:
         from temporalio.worker import Worker
 
-        from activities.decisions import DecisionActivities
-        from activities.leased import LeasedActivities
-        from activities.registry import ToolRegistry
         from agentlease.settings import AgentLeaseSettings, default_identity
         from agentlease.temporal import connect
+        from agentlease.tools._decisions import DecisionActivities
+        from agentlease.tools._leased import LeasedActivities
+        from agentlease.tools._registry import ToolRegistry
         from bench.tools import Holding, plain_hold
         from bench.workflow import ToolCallsWorkflow
 

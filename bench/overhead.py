@@ -5,7 +5,7 @@ One Temporal dev server, one worker per side with the same settings, and the sam
 ``preflight -> external_call -> commit`` and returning:
 
 - ``plain``: a plain activity that heartbeats the stage details (no ledger);
-- ``leased-sqlite``: the bench tool through :class:`activities.leased.LeasedActivities` on a SQLite ledger;
+- ``leased-sqlite``: the bench tool through :class:`agentlease.tools._leased.LeasedActivities` on a SQLite ledger;
 - ``leased-pg``: the same on PostgreSQL, when ``--pg-url`` or ``AGENTLEASE_LEDGER_URL`` names one;
 - ``agent-run-sqlite`` (``--agent-run``): the bench tool through ``AgentRunWorkflow``, for reference.
 
@@ -40,9 +40,6 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.decisions import DecisionActivities
-from activities.leased import LeasedActivities
-from activities.registry import ToolRegistry
 from agentlease.devserver import dev_server, scratch_postgres_database
 from agentlease.errors import AgentLeaseError, one_line
 from agentlease.ledger.migrate import upgrade
@@ -50,9 +47,12 @@ from agentlease.ledger.store import Ledger
 from agentlease.names import AGENT_RUN_WORKFLOW
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings, default_identity
+from agentlease.tools._decisions import DecisionActivities
+from agentlease.tools._leased import LeasedActivities
+from agentlease.tools._registry import ToolRegistry
+from agentlease.workflow._plan import AgentRunWorkflow
 from bench.tools import BENCH_TOOL, PLAIN_ACTIVITY, plain_stages
 from bench.workflow import BENCH_WORKFLOW, BenchBatch, ToolCallsWorkflow
-from workflows.agent_run import AgentRunWorkflow
 
 SideT = TypeVar("SideT")
 

@@ -48,12 +48,12 @@ from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep
+from agentlease.workflow._plan import AgentRunWorkflow
 from bench.faults import TemporalProcess
 from bench.recovery_tools import HOLDING, TOOL_OF_TTL
 from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
-from workflows.agent_run import AgentRunWorkflow
 
 MODES = ("kill", "pause")
 STEP = "hold"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from activities.lease_context import LeaseContext
-from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
 
 HOLDING = "holding until the benchmark's fault"
 """Renewal reason of a holding attempt (the benchmark waits for it in the ledger)."""

@@ -85,11 +85,11 @@ def _serve(kind: str, task_queue: str, address: str, ledger_url: str | None, rea
     async def main() -> None:
         from temporalio.worker import Worker
 
-        from activities.registry import ToolRegistry
         from agentlease.temporal import connect
+        from agentlease.tools._registry import ToolRegistry
+        from agentlease.worker import build_worker
         from bench.tools import plain_read
         from bench.workflow import ToolCallsWorkflow
-        from worker import build_worker
 
         settings = AgentLeaseSettings(temporal_address=address, task_queue=task_queue, ledger_url=ledger_url or "")
         client = await connect(settings)
@@ -260,16 +260,16 @@ def compile_bytecode() -> None:
 
 def bytecode_note() -> str:
     """Whether the workflow sandbox's re-imports of the workflow modules find bytecode."""
-    import workflows.agent_run
-    import workflows.leased_calls
+    import agentlease.workflow._calls
+    import agentlease.workflow._plan
 
     cached = all(
         Path(cache_from_source(module.__file__ or "")).exists()
-        for module in (workflows.agent_run, workflows.leased_calls)
+        for module in (agentlease.workflow._plan, agentlease.workflow._calls)
     )
     writes = "off" if sys.dont_write_bytecode else "on"
     return (
-        f"workflow sandbox re-imports per run: workflows.agent_run and workflows.leased_calls "
+        f"workflow sandbox re-imports per run: agentlease.workflow._plan and agentlease.workflow._calls "
         f"{'with' if cached else 'without'} bytecode (.pyc present: {cached}; bytecode writing {writes})"
     )
 

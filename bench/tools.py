@@ -4,7 +4,7 @@
   ``preflight``, ``external_call`` and ``commit`` and returns; no ledger.
 - :data:`BENCH_TOOL`: a declared tool that calls ``ctx.advance`` for the same three stages and
   returns a :class:`ToolResult` with a :class:`SettlementReceipt`; run through
-  :class:`activities.leased.LeasedActivities` it claims, renews three times and settles in the ledger.
+  :class:`agentlease.tools._leased.LeasedActivities` it claims, renews three times and settles in the ledger.
 
 Neither talks to an external system: the benchmark measures what the lease adds to a tool call.
 """
@@ -18,10 +18,10 @@ from datetime import UTC, datetime, timedelta
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.lease_context import LeaseContext, LeaseHeartbeat
-from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage, TaskStatus
 from agentlease.records import SettlementReceipt, ToolCall, ToolOutcome
+from agentlease.tools._context import LeaseContext, LeaseHeartbeat
+from agentlease.tools._declaration import ToolResult, tool
 
 BENCH_TOOL_NAME = "bench_stages"
 PLAIN_ACTIVITY = "bench_plain_stages"

@@ -1,7 +1,7 @@
 """The benchmark's workflow: one chain of tool calls, shared by the plain and the leased side.
 
 Both sides run this same workflow type with the same activity options (those of
-:func:`workflows.options.leased_activity_options` for the bench tool), so Temporal does the same
+:func:`agentlease.workflow._options.leased_activity_options` for the bench tool), so Temporal does the same
 work for each call; only the activity behind ``batch.activity`` differs. Kept apart from the
 activities so that the workflow sandbox imports nothing but records and options.
 """
@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agentlease.enums import TaskStatus
     from agentlease.records import ToolCall, ToolInfo, ToolOutcome, idempotency_key_for, task_id_for
-    from workflows.options import leased_activity_options
+    from agentlease.workflow._options import leased_activity_options
 
 BENCH_WORKFLOW = "agentlease.bench.ToolCalls"
 

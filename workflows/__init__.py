@@ -1,0 +1,1 @@
+"""This deployment's agent workflows, written against agentlease's public API."""

@@ -55,7 +55,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 _RPC = timedelta(seconds=5)
 """Deadline of one query to a run."""
 
-EXAMPLE_PLANS = Path(__file__).resolve().parents[2] / "examples" / "plans"
+EXAMPLE_PLANS = Path(__file__).resolve().parents[1] / "demo" / "plans"
 
 
 _SECURE = "Transport, payloads and signed decisions"
@@ -375,10 +375,10 @@ def worker(
     The connection flags (--temporal-address, --namespace, --task-queue, --ledger-url, --tool-modules)
     go before the command: `agentlease --task-queue Q worker`.
     """
-    from activities.registry import load_registry
     from agentlease.databases import display_url
     from agentlease.settings import default_identity
-    from worker import serve
+    from agentlease.tools._registry import load_registry
+    from agentlease.worker import serve
 
     overrides = {
         "sticky_schedule_to_start": sticky_schedule_to_start,
@@ -436,8 +436,8 @@ def run(
     ] = None,
 ) -> None:
     """Start an agent run from a plan file on the configured Temporal."""
-    from activities.registry import load_registry
     from agentlease.cli.plans import load_plan, with_run_id
+    from agentlease.tools._registry import load_registry
 
     settings = _settings(ctx)
     plan = load_plan(plan_file, load_registry(settings.tool_modules))
@@ -463,7 +463,7 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
     from temporalio.service import RPCError
 
     from agentlease.temporal import connect
-    from workflows.agent_run import AgentRunWorkflow
+    from agentlease.workflow._plan import AgentRunWorkflow
 
     client = await connect(settings)
     try:
@@ -1129,10 +1129,10 @@ def sweep(
     ] = None,
 ) -> None:
     """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
-    from activities.registry import load_registry
     from agentlease.metrics import serving_metrics
+    from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings
     from agentlease.shutdown import stop_event
-    from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings
+    from agentlease.tools._registry import load_registry
 
     settings = _with(_settings(ctx), {"metrics_address": metrics_address})
     limits = {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}

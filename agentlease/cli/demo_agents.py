@@ -14,7 +14,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHandle
 
 from agentlease.settings import AgentLeaseSettings
-from worker import running_worker
+from agentlease.worker import running_worker
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class DemoAgent:
 
 
 async def _start_openai(client: Client, task_queue: str, run_id: str) -> WorkflowHandle[Any, Any]:
-    from examples.agents.openai_agent import AgentRequest, RestockAgent, restock_prompt
+    from agentlease.demo.agents.openai_agent import AgentRequest, RestockAgent, restock_prompt
 
     return await client.start_workflow(
         RestockAgent.run, AgentRequest(prompt=restock_prompt()), id=run_id, task_queue=task_queue
@@ -49,20 +49,20 @@ async def _start_openai(client: Client, task_queue: str, run_id: str) -> Workflo
 
 
 async def _start_pydantic_ai(client: Client, task_queue: str, run_id: str) -> WorkflowHandle[Any, Any]:
-    from examples.agents.pydantic_ai_agent import DEFAULT_PROMPT, WORKFLOW
+    from agentlease.demo.agents.pydantic_ai_agent import DEFAULT_PROMPT, WORKFLOW
 
     return await client.start_workflow(WORKFLOW, DEFAULT_PROMPT, id=run_id, task_queue=task_queue, result_type=str)
 
 
 def _openai_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
-    from examples.agents.openai_agent import agent_settings
+    from agentlease.demo.agents.openai_agent import agent_settings
 
     os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # a scripted model has no key to export traces to
     return agent_settings(settings)
 
 
 def _pydantic_ai_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
-    from examples.agents.pydantic_ai_agent import agent_settings
+    from agentlease.demo.agents.pydantic_ai_agent import agent_settings
 
     return agent_settings(settings)
 

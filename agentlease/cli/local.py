@@ -12,7 +12,6 @@ from typing import Any
 from rich.console import Console
 from temporalio.client import WorkflowHandle
 
-from activities.registry import load_registry
 from agentlease.cli.demo_agents import agent_workers, missing_frameworks, start_agent_runs
 from agentlease.cli.plans import load_plan
 from agentlease.cli.render import tasks_table
@@ -27,8 +26,9 @@ from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.shutdown import stop_event
-from worker import running_worker
-from workflows.agent_run import AgentRunWorkflow
+from agentlease.tools._registry import load_registry
+from agentlease.worker import running_worker
+from agentlease.workflow._plan import AgentRunWorkflow
 
 
 async def run_demo(
@@ -188,7 +188,7 @@ async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_p
             err.print(f"  {line}", markup=False, highlight=False)
         if masked:
             err.print("  (passwords in URLs are shown as ***: put the real ones in the exports)")
-        err.print("  agentlease run examples/plans/restock.json --wait")
+        err.print("  agentlease run agentlease/demo/plans/restock.json --wait")
         err.print("Ctrl-C stops everything.")
         await stop.wait()
 

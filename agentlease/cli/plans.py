@@ -6,10 +6,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from activities.registry import ToolRegistry
 from agentlease import limits
 from agentlease.errors import ConfigurationError, UnknownToolError, describe_validation_error
 from agentlease.records import AgentRunPlan
+from agentlease.tools._registry import ToolRegistry
 
 
 def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:

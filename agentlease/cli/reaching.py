@@ -60,11 +60,11 @@ async def reconciled_in_ledger(
     """
     from temporalio.exceptions import ApplicationError
 
-    from activities.decisions import apply
     from agentlease.decisions import LedgerDecision
     from agentlease.errors import TaskNotFoundError
     from agentlease.records import TaskSpec, task_id_for
     from agentlease.temporal import connect
+    from agentlease.tools._decisions import apply
 
     try:
         record = await ledger.get_task(task_id_for(agent_run_id, request.step_id))

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 from temporalio.testing import WorkflowEnvironment
 
+from agentlease.demo.downstream import TARGET_TABLES, bind_loopback, running_downstream
 from agentlease.devserver import dev_server
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.settings import AgentLeaseSettings
-from examples.downstream import TARGET_TABLES, bind_loopback, running_downstream
-from worker import running_worker
+from agentlease.worker import running_worker
 
 
 @dataclass(frozen=True)

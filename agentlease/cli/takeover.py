@@ -1,6 +1,7 @@
 """The demo's operational test, run live and narrated: a paused holder, a takeover, refused late writes.
 
-One fenced call (``takeover_write`` of :mod:`examples.takeover`, lease TTL 3 s) runs on a task queue of its own. Worker
+One fenced call (``takeover_write`` of :mod:`agentlease.demo.takeover`, lease TTL 3 s) runs on a task queue
+of its own. Worker
 ``demo-worker-a`` (a separate ``agentlease worker`` process) claims it with generation 1 and holds
 it in ``external_call``; the demo pauses that process (SIGSTOP). Its lease lapses; worker
 ``demo-worker-b`` (started in the demo's process only now) takes over with generation 2, writes
@@ -30,9 +31,9 @@ from agentlease.errors import AgentLeaseError
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, TaskRecord, task_id_for
 from agentlease.settings import AgentLeaseSettings
-from workflows.agent_run import AgentRunWorkflow
+from agentlease.workflow._plan import AgentRunWorkflow
 
-TOOL_MODULE = "examples.takeover"
+TOOL_MODULE = "agentlease.demo.takeover"
 """The module of the demo's fenced tool (``takeover_write``)."""
 STEP_ID = "write-runbook"
 PAUSED_WORKER = "demo-worker-a"
@@ -110,7 +111,7 @@ async def run_takeover(
         data_dir: where the paused worker's log goes (``takeover-worker.log``).
         batch: the demo's batch id (run id ``demo-takeover-<batch>``).
         err: where the narration goes.
-        worker: starts an in-process worker on the given settings (``worker.running_worker``).
+        worker: starts an in-process worker on the given settings (``agentlease.worker.running_worker``).
 
     Returns:
         What it showed; the run has settled or failed by then.

@@ -1,4 +1,4 @@
-"""Ledger queries of the expired-lease sweeper (:mod:`reconciliation.sweeper`).
+"""Ledger queries of the expired-lease sweeper (:mod:`agentlease.recovery._sweeper`).
 
 Reading candidates and recording an expiry are separate statements on purpose: between them the
 task may be claimed again and settled by a newer generation. The write is conditional on the

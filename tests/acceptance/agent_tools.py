@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from activities.lease_context import LeaseContext
-from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
 from tests.acceptance.matrix_tools import MatrixArgs, matrix_attempt
 
 LEASE_TTL = timedelta(seconds=6)

@@ -1,5 +1,5 @@
-"""The agent of the fault tests: the example's agent run (:func:`examples.agents.openai_agent.run_agent`)
-with the tools of :mod:`tests.acceptance.agent_tools`. Served by ``python -m examples.agents.openai_agent``
+"""The agent of the fault tests: the example's agent run (:func:`agentlease.demo.agents.openai_agent.run_agent`)
+with the tools of :mod:`tests.acceptance.agent_tools`. Served by ``python -m agentlease.demo.agents.openai_agent``
 with ``AGENTLEASE_WORKFLOW_MODULES=tests.acceptance.agent_workflows``."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from examples.agents.openai_agent import AgentRequest, run_agent
+    from agentlease.demo.agents.openai_agent import AgentRequest, run_agent
+    from agentlease.openai_agents._tools import leased_tool
+    from agentlease.workflow._calls import leased_calls
     from tests.acceptance import agent_tools
-    from workflows.integrations.openai_agents import leased_tool
-    from workflows.leased_calls import leased_calls
 
 
 @workflow.defn

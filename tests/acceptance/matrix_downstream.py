@@ -1,6 +1,6 @@
 """The downstream service of the pause/kill matrix: a real HTTP server that counts its own effects.
 
-A Starlette app served by uvicorn on 127.0.0.1 (:func:`examples.downstream.serve_app`) in a
+A Starlette app served by uvicorn on 127.0.0.1 (:func:`agentlease.demo.downstream.serve_app`) in a
 process of its own (``python -m tests.acceptance.matrix_downstream DATABASE_URL``, which prints
 ``serving <base url>`` and runs until SIGTERM), with its own database. Effects are counted there,
 in the service's table of accepted writes (``effects``), never in the agentlease ledger.
@@ -48,6 +48,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentlease.databases import create_async_database_engine
+from agentlease.demo.downstream import serve_app
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import advance_fence, upsert_for
 from agentlease.idempotency import (
@@ -58,7 +59,6 @@ from agentlease.idempotency import (
     IdempotencyStore,
 )
 from agentlease.idempotency.middleware import stale_fencing_response
-from examples.downstream import serve_app
 
 _REPO = Path(__file__).resolve().parents[2]
 

@@ -48,12 +48,12 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, Field
 
-from activities.lease_context import LeaseContext
-from activities.tool import ToolResult, tool
 from agentlease.enums import RecoveryAction, SideEffectClass, Stage
 from agentlease.errors import LeaseLostError, RetryableToolError
 from agentlease.idempotency import FENCING_TOKEN_HEADER, IDEMPOTENCY_KEY_HEADER, REPLAYED_HEADER
 from agentlease.records import SettlementReceipt
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
 from tests.acceptance.matrix_downstream import WRITER_HEADER
 
 LEASE_TTL = timedelta(seconds=2)

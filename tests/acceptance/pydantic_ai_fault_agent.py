@@ -19,12 +19,12 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
     from pydantic_ai.models.function import FunctionModel
 
-    from activities.lease_context import LeaseContext
-    from activities.tool import ToolResult, tool
     from agentlease.enums import SideEffectClass
+    from agentlease.pydantic_ai._toolset import LeasedToolset, run_agent
+    from agentlease.tools._context import LeaseContext
+    from agentlease.tools._declaration import ToolResult, tool
     from tests.acceptance.matrix_tools import MatrixArgs, matrix_attempt
     from tests.integration.pydantic_ai_agents import follow_prompt
-    from workflows.integrations.pydantic_ai import LeasedToolset, run_agent
 
 LEASE_TTL = timedelta(seconds=5)
 """Lease TTL (= heartbeat timeout) of the agent's tools."""

@@ -24,8 +24,8 @@ from tests.eventually import assert_eventually_sync
 from .runner import Background, Cli, CliResult, WriteFile, processes_mentioning
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE_PLANS = sorted((REPO / "examples" / "plans").glob("*.json"))
-RESTOCK_PLAN = REPO / "examples" / "plans" / "restock.json"
+EXAMPLE_PLANS = sorted((REPO / "agentlease" / "demo" / "plans").glob("*.json"))
+RESTOCK_PLAN = REPO / "agentlease" / "demo" / "plans" / "restock.json"
 
 BAD_INPUT = 2
 FAILED = 1
@@ -192,7 +192,7 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
 
-from activities.tool import ToolResult, tool
+from agentlease.tools._declaration import ToolResult, tool
 from agentlease.enums import SideEffectClass
 from agentlease.records import SettlementReceipt
 

@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
 
-from activities.lease_context import LeaseContext
-from activities.tool import ToolResult, tool
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import AmbiguousSideEffectError
 from agentlease.records import SettlementReceipt

@@ -1,6 +1,6 @@
 """Faults inside an agent run on the OpenAI Agents SDK, with worker processes as a user runs them.
 
-Workers are ``python -m examples.agents.openai_agent`` processes (the example's worker: the
+Workers are ``python -m agentlease.demo.agents.openai_agent`` processes (the example's worker: the
 OpenAI plugin with its scripted model, ``AgentLeasePlugin``), configured by ``AGENTLEASE_*``, serving
 the agent of :mod:`tests.acceptance.agent_workflows`, whose tools are the pause/kill matrix's with a
 6 s lease (:mod:`tests.acceptance.agent_tools`); the downstream is the matrix's HTTP server, which
@@ -28,11 +28,11 @@ pytest.importorskip("temporalio.openai_agents", reason="needs the openai-agents 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agentlease.demo.agents.openai_agent import AgentRequest, scripted_prompt
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent, TaskRecord
-from examples.agents.openai_agent import AgentRequest, scripted_prompt
 from tests.acceptance.agent_workflows import FaultsAgent
 from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.matrix_downstream import MatrixDownstream, running_matrix_downstream
@@ -44,7 +44,7 @@ from tests.lease_trail import assert_one_valid_lease_at_a_time
 
 pytestmark = pytest.mark.timeout(300)
 
-AGENT_WORKER = ("-m", "examples.agents.openai_agent")
+AGENT_WORKER = ("-m", "agentlease.demo.agents.openai_agent")
 """The example's worker, run by this interpreter as its module docstring says."""
 
 AGENT_ENV = {

@@ -52,14 +52,14 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
+from agentlease.workflow._options import RETRY_INITIAL_INTERVAL
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.matrix_downstream import Effect, LoggedRequest, MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING, LEASE_TTL
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
 from tests.lease_trail import assert_one_valid_lease_at_a_time
-from workflows.agent_run import AgentRunWorkflow
-from workflows.options import RETRY_INITIAL_INTERVAL
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,6 +1,6 @@
 """A Pydantic AI agent's leased tool call when its worker dies or pauses, with worker processes.
 
-Workers are ``python -m examples.agents.pydantic_ai_agent`` processes (the example's worker:
+Workers are ``python -m agentlease.demo.agents.pydantic_ai_agent`` processes (the example's worker:
 ``PydanticAIPlugin`` on the client, ``AgentLeasePlugin`` on the worker) that also serve the agent
 of :mod:`tests.acceptance.pydantic_ai_fault_agent`, whose tools run the pause/kill matrix's code
 (hold points) against the matrix's downstream, which counts the writes it accepted in its own
@@ -50,7 +50,7 @@ from tests.lease_trail import assert_one_valid_lease_at_a_time
 
 pytestmark = pytest.mark.timeout(300)
 
-AGENT_WORKER = ("-m", "examples.agents.pydantic_ai_agent")
+AGENT_WORKER = ("-m", "agentlease.demo.agents.pydantic_ai_agent")
 """The example's worker, run by this interpreter as its module docstring says."""
 FAULT_AGENT = "tests.acceptance.pydantic_ai_fault_agent"
 SERVES_FAULT_AGENT = {"AGENTLEASE_TOOL_MODULES": FAULT_AGENT, "AGENTLEASE_WORKFLOW_MODULES": FAULT_AGENT}

@@ -8,11 +8,11 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.builtin.http_get import http_get
-    from examples.agents import notes
-    from examples.agents.openai_agent import AgentRequest, run_agent
-    from workflows.integrations.openai_agents import leased_tool
-    from workflows.leased_calls import leased_calls
+    from agentlease.demo.agents import notes
+    from agentlease.demo.agents.openai_agent import AgentRequest, run_agent
+    from agentlease.openai_agents._tools import leased_tool
+    from agentlease.tools.builtin.http_get import http_get
+    from agentlease.workflow._calls import leased_calls
 
 
 @workflow.defn

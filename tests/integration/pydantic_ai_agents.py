@@ -24,11 +24,11 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.messages import RetryPromptPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from activities.builtin.http_get import http_get
-    from activities.builtin.smtp_send import smtp_send
-    from activities.builtin.sql_upsert import sql_upsert
+    from agentlease.pydantic_ai._toolset import LeasedToolset, run_agent
+    from agentlease.tools.builtin.http_get import http_get
+    from agentlease.tools.builtin.smtp_send import smtp_send
+    from agentlease.tools.builtin.sql_upsert import sql_upsert
     from tests.integration import tools
-    from workflows.integrations.pydantic_ai import LeasedToolset, run_agent
 
 Call = tuple[str, dict[str, Any]]
 

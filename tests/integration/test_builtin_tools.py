@@ -16,24 +16,24 @@ import pytest
 from sqlalchemy import select
 from temporalio.client import Client, WorkflowHandle
 
-from activities.builtin.http_publish import fenced_resource
-from activities.builtin.smtp_send import message_id_for
-from activities.builtin.sql_upsert import payload_digest, records_table
-from activities.lease_context import LeaseContext
-from activities.resources import ToolResources
-from activities.tool import ToolResult, ToolSpec
 from agentlease.databases import create_async_database_engine, sqlite_path
+from agentlease.demo.downstream import TARGET_TABLES, Downstream, running_downstream
+from agentlease.demo.mail import received_messages
+from agentlease.demo.publishing import count_publications
 from agentlease.enums import ErrorClass, EventKind, RecoveryAction, Stage, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskSpec, task_id_for
+from agentlease.recovery._policy import decide
 from agentlease.settings import AgentLeaseSettings
-from examples.downstream import TARGET_TABLES, Downstream, running_downstream
-from examples.mail import received_messages
-from examples.publishing import count_publications
-from reconciliation.policy import decide
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, ToolSpec
+from agentlease.tools._resources import ToolResources
+from agentlease.tools.builtin.http_publish import fenced_resource
+from agentlease.tools.builtin.smtp_send import message_id_for
+from agentlease.tools.builtin.sql_upsert import payload_digest, records_table
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration.test_lease_on_temporal import REGISTRY, _worker, opened_ledger
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(60)
 

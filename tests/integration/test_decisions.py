@@ -19,12 +19,12 @@ from agentlease.enums import DecisionKind, EventKind, RecoveryAction, SideEffect
 from agentlease.errors import LeaseLostError, TaskClosedError
 from agentlease.ledger.store import Ledger
 from agentlease.records import RunStatus, SettlementReceipt, TaskSpec
+from agentlease.recovery._sweeper import ExpiredLeaseSweeper
 from agentlease.settings import AgentLeaseSettings
-from reconciliation.sweeper import ExpiredLeaseSweeper
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration import tools
 from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -25,9 +25,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agentlease.demo.downstream import serve_app
 from agentlease.fencing import advance_fence
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
-from examples.downstream import serve_app
 from tests.eventually import assert_eventually
 
 _tables = MetaData()

@@ -22,7 +22,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.registry import load_registry
 from agentlease.decisions import CancelRequest
 from agentlease.enums import EventKind, RecoveryAction, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError
@@ -39,10 +38,11 @@ from agentlease.records import (
     task_id_for,
 )
 from agentlease.settings import AgentLeaseSettings
+from agentlease.tools._registry import load_registry
+from agentlease.worker import build_worker
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration import tools
-from worker import build_worker
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
+from agentlease.worker import running_worker
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration.test_lease_on_temporal import _plan
-from worker import running_worker
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,6 +1,6 @@
 """Agents on the OpenAI Agents SDK whose tool calls are leased, on the real dev server.
 
-The agent is the example's restock assistant (:mod:`examples.agents.openai_agent`): a workflow run by
+The agent is the example's restock assistant (:mod:`agentlease.demo.agents.openai_agent`): a workflow run by
 ``temporalio.openai_agents`` with its scripted model (no API key), served by one worker that carries
 ``AgentLeasePlugin`` and, from the client, ``OpenAIAgentsPlugin``; its tools call the demo's real
 downstream systems (file server, SQL table, publishing service, SMTP server). Operators decide with
@@ -32,21 +32,21 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, Work
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
+from agentlease.demo import mail, publishing
+from agentlease.demo.agents import openai_agent as example
+from agentlease.demo.agents.openai_agent import AgentRequest, RestockAgent, scripted_prompt
+from agentlease.demo.downstream import TARGET_TABLES, Downstream, running_downstream
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskRecord
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
-from examples import mail, publishing
-from examples.agents import openai_agent as example
-from examples.agents.openai_agent import AgentRequest, RestockAgent, scripted_prompt
-from examples.downstream import TARGET_TABLES, Downstream, running_downstream
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
 from tests.integration.openai_workflows import CallerIdsAgent, KeyedNotesAgent
 from tests.integration.test_lease_on_temporal import opened_ledger
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,7 +1,7 @@
 """Pydantic AI agents whose tool calls are leased, on the real dev server (the ``pydantic-ai`` extra).
 
-Every test runs one worker built the way ``python -m examples.agents.pydantic_ai_agent`` builds
-it (:func:`examples.agents.pydantic_ai_agent.agent_settings`: ``PydanticAIPlugin`` on the client,
+Every test runs one worker built the way ``python -m agentlease.demo.agents.pydantic_ai_agent`` builds
+it (:func:`agentlease.demo.agents.pydantic_ai_agent.agent_settings`: ``PydanticAIPlugin`` on the client,
 ``AgentLeasePlugin`` on the worker), against the demo's real downstream systems (file server, SQL
 table, publishing service, SMTP server). The agents' models are scripted (``FunctionModel``): the
 restock example, and :mod:`tests.integration.pydantic_ai_agents`, which makes the calls its prompt
@@ -32,25 +32,25 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Replayer
 
-from activities.builtin.sql_upsert import records_table
-from activities.registry import load_registry
 from agentlease.databases import create_async_database_engine
 from agentlease.decisions import CancelRequest
+from agentlease.demo import mail, publishing
+from agentlease.demo.agents.pydantic_ai_agent import WORKFLOW, RestockAgentWorkflow, agent_settings, run_scripted_agent
+from agentlease.demo.downstream import TARGET_TABLES, Downstream, running_downstream
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskRecord
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
-from examples import mail, publishing
-from examples.agents.pydantic_ai_agent import WORKFLOW, RestockAgentWorkflow, agent_settings, run_scripted_agent
-from examples.downstream import TARGET_TABLES, Downstream, running_downstream
+from agentlease.tools._registry import load_registry
+from agentlease.tools.builtin.sql_upsert import records_table
+from agentlease.worker import build_worker
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually
 from tests.integration.pydantic_ai_agents import Call, ScriptedAgentWorkflow, prompt_for
 from tests.integration.test_lease_on_temporal import opened_ledger
-from worker import build_worker
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -170,7 +170,7 @@ async def test_restock_agent_answers_from_its_leased_tool_outputs(
         assert task.receipt is not None
         assert task.task_id == f"{run_id}/{task.step_id}" and task.idempotency_key == f"{run_id}:{task.step_id}"
         assert task.step_id.startswith(f"{task.tool}-pyd_ai_"), task.step_id  # the model's tool-call id
-    # Below 100 units in examples/files/inventory.csv: B-2040 (12) and C-3300 (88).
+    # Below 100 units in agentlease/demo/files/inventory.csv: B-2040 (12) and C-3300 (88).
     assert sorted((r["record_key"], r["payload"]["reorder"], r["claim_generation"]) for r in rows) == [
         ("reorder:B-2040", 188, 1),
         ("reorder:C-3300", 112, 1),

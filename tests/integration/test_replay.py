@@ -26,10 +26,10 @@ from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileReques
 from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration import tools
 from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -13,7 +13,7 @@ from agentlease.ledger.expiry import Expiry, expired_leases, record_expiries, re
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, SettlementReceipt, TaskSpec, idempotency_key_for, task_id_for
-from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings
+from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings
 
 TTL = timedelta(seconds=10)
 LATER = TTL + timedelta(seconds=1)

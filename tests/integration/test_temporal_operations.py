@@ -20,17 +20,17 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import PollerBehaviorSimpleMaximum
 
-from activities.registry import load_registry
 from agentlease.devserver import temporal_binary
 from agentlease.enums import ErrorClass, EventKind, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent
 from agentlease.settings import AgentLeaseSettings
+from agentlease.tools._registry import load_registry
+from agentlease.worker import build_worker
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration import tools
 from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
-from worker import build_worker
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -20,16 +20,16 @@ from playwright.async_api import Page, async_playwright, expect
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from agentlease.demo.downstream import bind_loopback
 from agentlease.devserver import dev_server
 from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
-from examples.downstream import bind_loopback
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration import tools
 from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
 from tests.integration.test_ui import ARTIFACTS, CHROMIUM
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(240)
 

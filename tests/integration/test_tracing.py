@@ -25,10 +25,10 @@ from agentlease import tracing
 from agentlease.ledger.store import Ledger
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
+from agentlease.worker import running_worker
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.integration.test_lease_on_temporal import _plan, opened_ledger
 from tests.integration.test_ledger_guards import make_spec
-from worker import running_worker
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

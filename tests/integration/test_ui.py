@@ -17,13 +17,13 @@ import httpx
 import pytest
 from playwright.async_api import async_playwright
 
+from agentlease.demo.serving import serve_app
 from agentlease.enums import EventKind, SideEffectClass, Stage
 from agentlease.errors import LeaseLostError
 from agentlease.ledger.store import Ledger
 from agentlease.records import SettlementReceipt, TaskSpec
 from agentlease.ui.app import ui_app
 from agentlease.ui.timeline import timeline_page
-from examples.serving import serve_app
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("AGENTLEASE_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / ".test-artifacts"))

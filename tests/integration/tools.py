@@ -11,8 +11,6 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.lease_context import LeaseContext
-from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import (
     AmbiguousSideEffectError,
@@ -22,6 +20,8 @@ from agentlease.errors import (
     RetryableToolError,
 )
 from agentlease.records import SettlementReceipt
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
 
 PROBES: dict[str, list[dict[str, Any]]] = {}
 """What each attempt saw, by task id (in-process workers only)."""

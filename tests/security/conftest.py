@@ -12,11 +12,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-from activities.registry import load_registry
 from agentlease.ledger.store import Ledger
 from agentlease.settings import AgentLeaseSettings
+from agentlease.tools._registry import load_registry
+from agentlease.worker import build_worker
 from tests.integration.conftest import client, settings, temporal_address
-from worker import build_worker
 
 __all__ = ["client", "settings", "temporal_address"]
 

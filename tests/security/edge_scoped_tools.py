@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from activities.lease_context import LeaseContext
-from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass
 from agentlease.records import SettlementReceipt
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
 from tests.security.edge_tools import NameArgs
 
 

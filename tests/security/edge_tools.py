@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
 
-from activities.lease_context import LeaseContext
-from activities.tool import ToolResult, tool
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.records import SettlementReceipt
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
 
 
 class EchoArgs(BaseModel):

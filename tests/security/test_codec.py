@@ -18,16 +18,16 @@ import httpx
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.registry import load_registry
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
+from agentlease.tools._registry import load_registry
+from agentlease.worker import build_worker
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.runner import Background, Cli
 from tests.acceptance.test_cli import free_port
 from tests.integration.test_lease_on_temporal import opened_ledger
 from tests.security.edge_cli import agentlease
-from worker import build_worker
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -173,11 +173,11 @@ def test_the_open_mode_is_the_default_and_authenticated_needs_keys() -> None:
 def test_a_signed_request_applies_only_to_the_decision_it_names(tmp_path: Path) -> None:
     """Another workflow on the task queue schedules the decision activity itself, with a real signed
     request of another step: the activity's check refuses it (the signature is valid, the binding is not)."""
-    from activities.decisions import authenticate
     from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier, SignedDecision
     from agentlease.decisions import LedgerDecision, ReconcileRequest
     from agentlease.enums import DecisionKind, SideEffectClass
     from agentlease.records import TaskSpec
+    from agentlease.tools._decisions import authenticate
 
     alice = Ed25519PrivateKey.generate()
     key = _operator_file(alice, tmp_path / "alice.key")

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
+from agentlease.demo.downstream import Downstream, running_downstream
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.records import task_id_for
 from agentlease.settings import AgentLeaseSettings
-from examples.downstream import Downstream, running_downstream
 from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
 from tests.integration.test_builtin_tools import serving
 

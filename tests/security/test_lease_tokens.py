@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import SecretStr
 
-from activities.lease_context import LeaseHeartbeat
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError
 from agentlease.ledger.store import Ledger
 from agentlease.records import Claim, SettlementReceipt, TaskSpec, idempotency_key_for, task_id_for
+from agentlease.tools._context import LeaseHeartbeat
 
 TTL = timedelta(minutes=5)
 

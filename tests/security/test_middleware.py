@@ -26,10 +26,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentlease.databases import create_async_database_engine
+from agentlease.demo.downstream import serve_app
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import MAX_GENERATION, advance_fence, create_fence_table, read_fence
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
-from examples.downstream import serve_app
 
 KEY = b"a fencing key of the deployment"
 _tables = MetaData()
@@ -159,12 +159,12 @@ async def test_http_publish_signs_its_token_for_a_downstream_with_the_fencing_ke
 ) -> None:
     """End to end: a worker with the fencing key publishes through a downstream that requires signed
     tokens; a client without the key cannot write there, whatever generation it invents."""
+    from agentlease.demo.downstream import running_downstream
     from agentlease.ledger.migrate import upgrade
     from agentlease.ledger.store import Ledger
     from agentlease.records import AgentRunPlan, PlanStep
-    from examples.downstream import running_downstream
+    from agentlease.workflow._plan import AgentRunWorkflow
     from tests.security.conftest import victim_worker
-    from workflows.agent_run import AgentRunWorkflow
 
     async with running_downstream(tmp_path / "downstream", fencing_key=KEY) as downstream:
         signing = attack_settings.model_copy(

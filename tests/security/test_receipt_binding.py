@@ -20,10 +20,10 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, SettlementReceipt, TaskSpec
 from agentlease.settings import AgentLeaseSettings
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.security import tools
 from tests.security.conftest import victim_worker
-from workflows.agent_run import AgentRunWorkflow
 
 
 async def _run(

@@ -22,11 +22,11 @@ from agentlease.decisions import CancelRequest
 from agentlease.ledger.store import Ledger
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.runner import Background, Cli
 from tests.acceptance.test_cli import free_port
 from tests.eventually import assert_eventually
 from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -13,12 +13,12 @@ import pytest
 from sqlalchemy import func, select
 from temporalio.client import Client
 
-from activities.builtin.sql_upsert import records_table
 from agentlease.databases import create_async_database_engine
+from agentlease.demo.downstream import Downstream, prepare_sql_target, running_downstream
 from agentlease.enums import TaskStatus
 from agentlease.records import task_id_for
 from agentlease.settings import AgentLeaseSettings
-from examples.downstream import Downstream, prepare_sql_target, running_downstream
+from agentlease.tools.builtin.sql_upsert import records_table
 from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
 from tests.integration.test_builtin_tools import serving
 

@@ -25,10 +25,10 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, TaskSpec, ToolCall, idempotency_key_for, task_id_for
 from agentlease.settings import AgentLeaseSettings
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.security import tools
 from tests.security.attacker import AttackerDecision, AttackerToolCall
 from tests.security.conftest import victim_worker
-from workflows.agent_run import AgentRunWorkflow
 
 THIRTY_DAYS_S = timedelta(days=30).total_seconds()
 

@@ -8,15 +8,15 @@ import uuid
 
 import pytest
 
-from activities.registry import load_registry
 from agentlease.enums import TaskStatus
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
+from agentlease.tools._registry import load_registry
+from agentlease.worker import build_worker
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration.test_lease_on_temporal import opened_ledger
-from worker import build_worker
-from workflows.agent_run import AgentRunWorkflow
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,14 +14,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import Runtime, TelemetryConfig
 
-from activities.registry import load_registry
 from agentlease.enums import RunState, TaskStatus
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings
+from agentlease.tools._registry import load_registry
+from agentlease.worker import build_worker
 from tests.eventually import assert_eventually
 from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
 from tests.integration.test_lease_on_temporal import opened_ledger
-from worker import build_worker
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,14 +8,14 @@ from datetime import timedelta
 import pytest
 from pydantic import ValidationError
 
-from activities import builtin
-from activities.builtin.http_publish import HttpPublishArgs, fenced_resource
-from activities.builtin.smtp_send import message_id_for
-from activities.registry import load_registry
 from agentlease.enums import RecoveryAction, SideEffectClass, Stage
 from agentlease.fencing import MAX_RESOURCE_KEY_LENGTH, check_resource_key
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
-from reconciliation.policy import decide
+from agentlease.recovery._policy import decide
+from agentlease.tools import builtin
+from agentlease.tools._registry import load_registry
+from agentlease.tools.builtin.http_publish import HttpPublishArgs, fenced_resource
+from agentlease.tools.builtin.smtp_send import message_id_for
 
 REGISTRY = load_registry()
 
@@ -23,10 +23,10 @@ REGISTRY = load_registry()
 def test_the_registry_keeps_the_builtins_when_a_sandbox_sets_their_submodules_on_the_package(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Temporal's workflow sandbox, importing ``activities.builtin.http_get`` through, sets the package's
+    """Temporal's workflow sandbox, importing ``agentlease.tools.builtin.http_get`` through, sets the package's
     ``http_get`` attribute to the submodule; the next worker of the process must still serve every built-in."""
     for name in ("http_get", "http_publish", "smtp_send", "sql_upsert"):
-        monkeypatch.setattr(builtin, name, importlib.import_module(f"activities.builtin.{name}"))
+        monkeypatch.setattr(builtin, name, importlib.import_module(f"agentlease.tools.builtin.{name}"))
     assert load_registry().names() == ["http_get", "http_publish", "smtp_send", "sql_upsert"]
 
 

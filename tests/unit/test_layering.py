@@ -1,13 +1,16 @@
 """The layering rule: no import cycles, no edge from a lower layer to a higher one (CONTRIBUTING.md).
 
-Layers, lowest first: the core (``agentlease.*``), ``reconciliation``, then ``activities`` and
-``workflows`` (side by side; neither imports the other), ``worker`` (with ``agentlease.plugin``),
-the CLI (``agentlease.cli``).
-The facade ``agentlease/__init__.py`` sits above all of them and no project module imports it.
-``examples`` are the demo's downstream systems: they may follow a built-in tool's contract (its
-table shape, its slug rule) and sit beside ``worker``. The example agents (``examples.agents``) sit
-above ``worker``, below the CLI: each brings its workflow, its tools and the worker that serves
-them. Every import counts, including imports inside functions and under ``TYPE_CHECKING``.
+The library is the one package ``agentlease``. Its layers, lowest first: the core
+(``agentlease.*``), ``agentlease.recovery``, then ``agentlease.tools`` and ``agentlease.workflow``
+(side by side; neither imports the other), the framework adapters, the worker level
+(``agentlease.plugin``, ``agentlease.worker``) beside the demo's downstream systems
+(``agentlease.demo``), the demo's agents (``agentlease.demo.agents``), the CLI (``agentlease.cli``).
+The public faces (``agentlease``, the packages' ``__init__``) re-export; no library module imports one.
+
+Above all of them sits this repository's application (``worker.py``, ``activities``, ``workflows``,
+``reconciliation``): it is written against the public API only (no ``agentlease._*`` module), and
+nothing in the library imports it. Every import counts, including imports inside functions and
+under ``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
@@ -18,45 +21,60 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agentlease", "reconciliation", "activities", "workflows", "examples")
+APPLICATION = ("activities", "workflows", "reconciliation")
+"""The application's packages (with ``worker.py``)."""
 
 RANKS = {
     "core": 0,
-    "reconciliation": 1,
-    "activities": 2,
-    "workflows": 2,
-    "examples": 3,
-    "worker": 3,
-    "agents": 4,
-    "cli": 5,
+    "recovery": 1,
+    "tools": 2,
+    "workflow": 2,
+    "adapters": 3,
+    "demo": 4,
+    "worker": 4,
+    "agents": 5,
+    "cli": 6,
+    "application": 7,
 }
-SIDE_BY_SIDE = {frozenset({"activities", "workflows"}), frozenset({"examples", "worker"})}
+SIDE_BY_SIDE = {frozenset({"tools", "workflow"}), frozenset({"demo", "worker"})}
 """Layers of one rank that must not import each other."""
 
-FACADES = {"agentlease", "agentlease.workflow", "agentlease.openai_agents", "agentlease.pydantic_ai"}
-"""Modules above every layer: they re-export; nothing of the project imports them."""
+FACADES = {
+    "agentlease",
+    "agentlease.tools",
+    "agentlease.workflow",
+    "agentlease.recovery",
+    "agentlease.openai_agents",
+    "agentlease.pydantic_ai",
+}
+"""The public faces: they re-export; no library module imports them (the application does)."""
 
-WORKER_LEVEL = {"agentlease.plugin"}
-"""Modules of the ``agentlease`` package that sit at the worker's level: they register activities
-and workflows on a worker."""
+PREFIXES = (
+    ("agentlease.recovery", "recovery"),
+    ("agentlease.tools", "tools"),
+    ("agentlease.workflow", "workflow"),
+    ("agentlease.openai_agents", "adapters"),
+    ("agentlease.pydantic_ai", "adapters"),
+    ("agentlease.demo.agents", "agents"),
+    ("agentlease.demo", "demo"),
+    ("agentlease.plugin", "worker"),
+    ("agentlease.worker", "worker"),
+    ("agentlease.cli", "cli"),
+)
 
 
 def layer(module: str) -> str:
-    top = module.split(".")[0]
-    if module in WORKER_LEVEL:
-        return "worker"
-    if module == "agentlease.cli" or module.startswith("agentlease.cli."):
-        return "cli"
-    if module == "examples.agents" or module.startswith("examples.agents."):
-        return "agents"
-    if top == "agentlease":
-        return "core"
-    return top
+    if module == "worker" or module.split(".")[0] in APPLICATION:
+        return "application"
+    for prefix, name in PREFIXES:
+        if module == prefix or module.startswith(prefix + "."):
+            return name
+    return "core"
 
 
 def project_modules() -> dict[str, Path]:
     modules = {"worker": ROOT / "worker.py"}
-    for package in PACKAGES:
+    for package in ("agentlease", *APPLICATION):
         for path in (ROOT / package).rglob("*.py"):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -100,6 +118,10 @@ def back_edges(edges: dict[str, set[str]]) -> list[str]:
     problems = []
     for source, targets in edges.items():
         for target in targets:
+            if layer(source) == "application":
+                if any(part.startswith("_") for part in target.split(".")):
+                    problems.append(f"{source} imports the private module {target}; use the public API")
+                continue
             if target in FACADES:
                 if source not in FACADES:
                     problems.append(f"{source} imports the facade {target}; import the defining module")
@@ -159,18 +181,23 @@ def test_no_import_cycles() -> None:
     ("edges", "problem"),
     [
         (
-            {"agentlease.ledger.store": {"activities.tool"}},
-            "agentlease.ledger.store (core) imports activities.tool (activities)",
+            {"agentlease.ledger.store": {"agentlease.tools._declaration"}},
+            "agentlease.ledger.store (core) imports agentlease.tools._declaration (tools)",
         ),
         (
-            {"activities.leased": {"workflows.agent_run"}},
-            "activities.leased (activities) imports workflows.agent_run (workflows)",
+            {"agentlease.tools._leased": {"agentlease.workflow._plan"}},
+            "agentlease.tools._leased (tools) imports agentlease.workflow._plan (workflow)",
         ),
         (
-            {"reconciliation.sweeper": {"agentlease"}},
-            "reconciliation.sweeper imports the facade agentlease; import the defining module",
+            {"agentlease.recovery._sweeper": {"agentlease"}},
+            "agentlease.recovery._sweeper imports the facade agentlease; import the defining module",
         ),
-        ({"worker": {"agentlease.cli.app"}}, "worker (worker) imports agentlease.cli.app (cli)"),
+        ({"agentlease.plugin": {"agentlease.cli.app"}}, "agentlease.plugin (worker) imports agentlease.cli.app (cli)"),
+        ({"agentlease.cli.app": {"worker"}}, "agentlease.cli.app (cli) imports worker (application)"),
+        (
+            {"workflows.support": {"agentlease.workflow._calls"}},
+            "workflows.support imports the private module agentlease.workflow._calls; use the public API",
+        ),
     ],
 )
 def test_the_rule_catches_a_back_edge(edges: dict[str, set[str]], problem: str) -> None:
@@ -178,12 +205,14 @@ def test_the_rule_catches_a_back_edge(edges: dict[str, set[str]], problem: str) 
 
 
 def test_the_rule_catches_a_cycle() -> None:
-    assert cycles({"activities.tool": {"activities.builtin"}, "activities.builtin": {"activities.tool"}}) == [
-        ["activities.builtin", "activities.tool"]
-    ]
+    edges = {
+        "agentlease.tools._declaration": {"agentlease.tools.builtin"},
+        "agentlease.tools.builtin": {"agentlease.tools._declaration"},
+    }
+    assert cycles(edges) == [["agentlease.tools._declaration", "agentlease.tools.builtin"]]
 
 
 def test_the_graph_sees_function_level_imports() -> None:
     edges = graph()
-    assert "worker" in edges["agentlease.cli.app"]  # imported inside a command
-    assert "agentlease.enums" in edges["workflows.leased_calls"]  # imported under imports_passed_through
+    assert "agentlease.worker" in edges["agentlease.cli.app"]  # imported inside a command
+    assert "agentlease.enums" in edges["agentlease.workflow._calls"]  # imported under imports_passed_through

@@ -13,12 +13,12 @@ import pytest
 
 pytest.importorskip("agents", reason="needs the openai-agents extra")
 
-from activities.builtin.http_get import http_get
-from activities.builtin.sql_upsert import sql_upsert
 from agentlease.enums import StepEnd, TaskStatus
+from agentlease.openai_agents._tools import leased_tool, tool_output
 from agentlease.records import SettlementReceipt, TaskView
-from workflows.integrations.openai_agents import leased_tool, tool_output
-from workflows.leased_calls import CallOutcome
+from agentlease.tools.builtin.http_get import http_get
+from agentlease.tools.builtin.sql_upsert import sql_upsert
+from agentlease.workflow._calls import CallOutcome
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,7 +86,7 @@ def test_the_core_imports_without_the_sdk() -> None:
     """The core, the worker, the plugin and the CLI never import ``agents``; only the adapter does."""
     code = (
         "import sys, agentlease, agentlease.workflow, agentlease.plugin, agentlease.cli.app, worker, "
-        "workflows.agent_run; print(sorted(m for m in ('agents', 'openai') if m in sys.modules))"
+        "agentlease.workflow._plan; print(sorted(m for m in ('agents', 'openai') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done

@@ -11,7 +11,7 @@ from tests.unit.test_layering import ROOT, project_modules
 FRAMEWORKS = ("pydantic_ai",)
 """Top-level packages of the frameworks' extras."""
 
-ADAPTERS = ("workflows.integrations.", "examples.agents.", "agentlease.pydantic_ai")
+ADAPTERS = ("agentlease.openai_agents", "agentlease.demo.agents.", "agentlease.pydantic_ai")
 """Modules allowed to import them: the adapters, their facades, the example agents."""
 
 NOT_IMPORTABLE = ("agentlease.migrations",)

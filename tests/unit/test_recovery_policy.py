@@ -19,7 +19,7 @@ from agentlease.errors import (
     PermanentToolError,
     RetryableToolError,
 )
-from reconciliation.policy import classify, decide
+from agentlease.recovery._policy import classify, decide
 
 STAGES: list[Stage | None] = [None, *Stage]
 ERRORS: list[ErrorClass | None] = [None, *ErrorClass]

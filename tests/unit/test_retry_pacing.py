@@ -10,7 +10,7 @@ from agentlease.enums import ErrorClass, Interruption, SideEffectClass
 from agentlease.records import ToolInfo
 from agentlease.retries import failure_retry_delay, ledger_retry_delay
 from agentlease.settings import AgentLeaseSettings
-from workflows.options import leased_activity_options
+from agentlease.workflow._options import leased_activity_options
 
 
 def test_the_backoff_of_a_lost_attempt_never_grows_past_a_second() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentlease.errors import LedgerUnavailableError
-from reconciliation.sweeper import ExpiredLeaseSweeper, SweeperSettings, SweepResult
+from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings, SweepResult
 
 
 class FlakySweeper(ExpiredLeaseSweeper):

@@ -7,12 +7,12 @@ from datetime import timedelta
 import pytest
 from pydantic import BaseModel
 
-from activities.registry import ToolRegistry, load_registry
-from activities.tool import ToolResult, tool
 from agentlease.enums import FailureType, SideEffectClass
 from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError, UnknownToolError
 from agentlease.records import ToolInfo
-from workflows.options import leased_activity_options
+from agentlease.tools._declaration import ToolResult, tool
+from agentlease.tools._registry import ToolRegistry, load_registry
+from agentlease.workflow._options import leased_activity_options
 
 
 class Args(BaseModel):

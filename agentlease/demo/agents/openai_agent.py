@@ -1,0 +1,291 @@
+"""A restock assistant on the OpenAI Agents SDK whose tool calls are leased.
+
+The agent (:class:`RestockAgent`, a workflow run by ``temporalio.openai_agents``) has four tools,
+each a leased tool call (:func:`~agentlease.openai_agents._tools.leased_tool`) against the
+demo's real downstream systems: ``http_get`` (the file server), ``sql_upsert`` (the SQL table),
+its own ``post_note`` (the publishing service, fenced; :mod:`agentlease.demo.agents.notes`) and
+``smtp_send`` (the SMTP server; ``unsafe``, so every mail waits for an operator's approval).
+
+The model is scripted (:class:`ScriptedModel`, no API key): the prompt carries the tool calls it
+makes, turn by turn (:func:`scripted_prompt`), and its final answer lists what each tool returned.
+To run the same agent on a real model, an OpenAI-compatible endpoint through the SDK's usual
+settings (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``), give the client the plugin without the scripted
+provider and send a plain prompt::
+
+    plugin = OpenAIAgentsPlugin(model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=60)))
+    request = AgentRequest(prompt="Reserve 25 units of A-1002 and tell the team.", model="gpt-4.1-mini")
+
+Run a worker for it (settings from ``AGENTLEASE_*``; the example's workflow, tool and plugin are
+added to them)::
+
+    python -m agentlease.demo.agents.openai_agent
+
+This module is workflow code: it is imported again inside Temporal's sandbox, so everything with
+side effects is imported through ``imports_passed_through``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from agents import Agent, Model, ModelResponse, Runner, Tool, Usage
+    from pydantic import BaseModel, Field
+    from temporalio.client import Client
+    from temporalio.exceptions import ApplicationError
+    from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+    from temporalio.openai_agents.testing import ResponseBuilders, TestModelProvider
+    from temporalio.worker import Worker
+
+    from agentlease import worker as agentlease_worker
+    from agentlease.demo.agents import notes
+    from agentlease.enums import FailureType, RunState
+    from agentlease.openai_agents._tools import leased_run_config, leased_tool
+    from agentlease.settings import AgentLeaseSettings
+    from agentlease.tools.builtin.http_get import http_get
+    from agentlease.tools.builtin.smtp_send import smtp_send
+    from agentlease.tools.builtin.sql_upsert import sql_upsert
+    from agentlease.workflow._calls import leased_calls, parse_payload
+
+MODULE = "agentlease.demo.agents.openai_agent"
+"""This module's import path (also when it runs as ``python -m``)."""
+
+MODEL_ACTIVITY_TIMEOUT = timedelta(seconds=60)
+"""Bound of one model call (the plugin's model activity). Default 60s."""
+
+INSTRUCTIONS = (
+    "You help the operations team restock. Read files/inventory.csv with http_get, record reservations "
+    "in the inventory table with sql_upsert, publish a note for the team with post_note, and mail people "
+    "with smtp_send (an operator approves every mail). When a tool answers with 'error:', say so in your answer."
+)
+
+
+class AgentRequest(BaseModel):
+    """Input of an agent run.
+
+    Attributes:
+        prompt: what the agent is asked to do (for the scripted model: :func:`scripted_prompt`).
+        model: the model name a real provider resolves; ignored by the scripted model.
+        max_turns: model calls the run may make. Default 10.
+    """
+
+    prompt: str = Field(min_length=1)
+    model: str | None = None
+    max_turns: int = Field(default=10, ge=1, le=100)
+
+
+async def run_agent(request: AgentRequest | dict[str, Any], tools: Sequence[Tool], *, name: str) -> str:
+    """Run one agent with ``tools`` for ``request`` in the current workflow; its final answer.
+
+    The run's state (the ``AgentLeaseStatus`` search attribute, the ``status`` query) ends
+    ``completed``, ``cancelled`` (an operator cancelled the whole run) or ``failed``.
+
+    Raises:
+        ApplicationError: non-retryable ``InvalidPlan`` for a request that does not validate.
+    """
+    calls = leased_calls()
+    try:
+        parsed = parse_payload(AgentRequest, request, "agent request")
+    except ValueError as exc:
+        calls.end(RunState.FAILED)
+        raise ApplicationError(str(exc), type=FailureType.INVALID_PLAN.value, non_retryable=True) from None
+    agent: Agent[None] = Agent(name=name, instructions=INSTRUCTIONS, model=parsed.model, tools=list(tools))
+    try:
+        result = await Runner.run(agent, parsed.prompt, run_config=leased_run_config(), max_turns=parsed.max_turns)
+    except Exception:
+        calls.end(RunState.FAILED)
+        raise
+    calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
+    await workflow.wait_condition(workflow.all_handlers_finished)
+    return str(result.final_output)
+
+
+@workflow.defn
+class RestockAgent:
+    """The restock assistant: takes an :class:`AgentRequest`, returns the agent's final answer."""
+
+    @workflow.init
+    def __init__(self, request: AgentRequest | dict[str, Any]) -> None:
+        self._calls = leased_calls()  # the status query and the decision updates answer from the start
+
+    @workflow.run
+    async def run(self, request: AgentRequest | dict[str, Any]) -> str:
+        tools = [leased_tool(http_get), leased_tool(sql_upsert), leased_tool(notes.post_note), leased_tool(smtp_send)]
+        return await run_agent(request, tools, name="restock-assistant")
+
+
+# -- the scripted model ----------------------------------------------------------------------------
+
+
+class ScriptedCall(BaseModel):
+    """One tool call of the script: the tool's name and its arguments (a JSON string is sent as is)."""
+
+    tool: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class Script(BaseModel):
+    """What the scripted model does: the task, then the tool calls of each turn (a turn's calls run together)."""
+
+    task: str
+    turns: list[list[ScriptedCall]]
+
+
+def scripted_prompt(task: str, *turns: Sequence[ScriptedCall | dict[str, Any]]) -> str:
+    """A prompt the scripted model follows: ``task``, then one model turn per element of ``turns``."""
+    script = Script(task=task, turns=[[ScriptedCall.model_validate(call) for call in turn] for turn in turns])
+    return script.model_dump_json()
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+class ScriptedModel(Model):
+    """A model that follows the script in the prompt (:func:`scripted_prompt`) and needs no API key.
+
+    Stateless: each response is worked out from the input alone (how many tool outputs it already
+    holds), so one worker serves many runs, and a retried model activity answers the same. Call
+    ids are ``call_<turn>_<n>``. The final answer names the task and each tool's output.
+    """
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[Any],
+        model_settings: Any,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+        try:
+            script = Script.model_validate_json(str(_field(items[0], "content")))
+        except ValueError:
+            return ResponseBuilders.output_message("scripted model: the prompt holds no script, so no tool was called")
+        names = {_field(i, "call_id"): _field(i, "name") for i in items if _field(i, "type") == "function_call"}
+        outputs = [i for i in items if _field(i, "type") == "function_call_output"]
+        done = 0
+        for turn, calls in enumerate(script.turns):
+            if done == len(outputs):
+                return ModelResponse(
+                    output=[
+                        ResponseBuilders.tool_call(
+                            call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments),
+                            call.tool,
+                            call_id=f"call_{turn}_{n}",
+                            item_id=f"fc_{turn}_{n}",
+                        ).output[0]
+                        for n, call in enumerate(calls)
+                    ],
+                    usage=Usage(),
+                    response_id=None,
+                )
+            done += len(calls)
+        lines = [f"- {names.get(_field(o, 'call_id'), '?')}: {_field(o, 'output')}" for o in outputs]
+        return ResponseBuilders.output_message("\n".join([f"scripted model, task: {script.task}", *lines]))
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the scripted model does not stream")
+
+
+def scripted_model_plugin() -> OpenAIAgentsPlugin:
+    """The OpenAI Agents SDK's Temporal plugin serving the scripted model (give it to the client).
+
+    For a real model (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``) leave out the provider::
+
+        OpenAIAgentsPlugin(model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=60)))
+    """
+    return OpenAIAgentsPlugin(
+        model_params=ModelActivityParameters(start_to_close_timeout=MODEL_ACTIVITY_TIMEOUT),
+        model_provider=TestModelProvider(ScriptedModel()),
+    )
+
+
+# -- the worker, and one scripted run --------------------------------------------------------------
+
+
+def agent_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
+    """``settings`` plus what this example needs: the scripted model's plugin (client and worker),
+    this module's workflow and the ``post_note`` tool. Connect with them too
+    (:func:`agentlease.temporal.connect`): the plugin brings the converter the SDK requires."""
+
+    def plus(values: list[str], extra: str) -> list[str]:
+        return values if extra in values else [*values, extra]
+
+    return settings.model_copy(
+        update={
+            "plugins": plus(settings.plugins, f"{MODULE}:scripted_model_plugin"),
+            "workflow_modules": plus(settings.workflow_modules, MODULE),
+            "tool_modules": plus(settings.tool_modules, notes.__name__),
+        }
+    )
+
+
+@asynccontextmanager
+async def running_agent_worker(settings: AgentLeaseSettings, *, identity: str | None = None) -> AsyncIterator[Worker]:
+    """A worker serving :class:`RestockAgent`, ``AgentRunWorkflow`` and the tools, until the block exits.
+
+    Raises:
+        TemporalUnavailableError, LedgerUnavailableError, ConfigurationError: as
+            :func:`agentlease.worker.running_worker`.
+    """
+    async with agentlease_worker.running_worker(agent_settings(settings), identity=identity) as running:
+        yield running
+
+
+def restock_prompt(sku: str = "A-1002", reserved: int = 25) -> str:
+    """The demo's script: read the inventory, then reserve ``reserved`` units and post a note, together."""
+    slug = f"restock-{sku.lower()}"
+    return scripted_prompt(
+        f"reserve {reserved} units of {sku} and tell the team",
+        [{"tool": "http_get", "arguments": {"url": "files/inventory.csv"}}],
+        [
+            {
+                "tool": "sql_upsert",
+                "arguments": {
+                    "table": "inventory",
+                    "record_key": f"reservation:{sku}",
+                    "row": {"sku": sku, "reserved": reserved, "by": "restock-assistant"},
+                },
+            },
+            {
+                "tool": "post_note",
+                "arguments": {"slug": slug, "title": f"Restock: {sku}", "body": f"{reserved} units of {sku} reserved."},
+            },
+        ],
+    )
+
+
+async def run_scripted_agent(client: Client, task_queue: str, *, agent_run_id: str | None = None) -> tuple[str, str]:
+    """Start one scripted restock run on ``task_queue`` and wait for it: ``(agent run id, final answer)``.
+
+    ``client`` must carry the plugin (connect with :func:`agent_settings`), and a worker of
+    :func:`running_agent_worker` must serve the queue with the demo's downstream settings.
+    """
+    run_id = agent_run_id or f"restock-agent-{uuid.uuid4().hex[:8]}"
+    answer = await client.execute_workflow(
+        RestockAgent.run, AgentRequest(prompt=restock_prompt()), id=run_id, task_queue=task_queue
+    )
+    return run_id, answer
+
+
+def main() -> int:
+    """``python -m agentlease.demo.agents.openai_agent``: a worker for this agent, settings from ``AGENTLEASE_*``."""
+    os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # the scripted model has no key to export traces
+    return agentlease_worker.main(agent_settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""A restock agent on Pydantic AI, running durably on Temporal, whose tool calls are leased.
+
+The agent reads the stock list from the file server (``http_get``), records a reorder for each
+item below target in the SQL table (``sql_upsert``), and publishes a restock report on the
+publishing service with a tool of its own (:func:`publish_restock_report`, fenced: the service
+refuses a superseded attempt's write). Its model is a scripted one (:func:`restock_script`,
+Pydantic AI's ``FunctionModel``), so it runs without an API key: the first turn fetches the stock
+list, the second makes the writes from what it read, the last answers from the tools' outputs.
+
+To use a real model (an OpenAI-compatible endpoint; install ``pydantic-ai-slim[openai]``), replace
+``MODEL`` with these two lines (Pydantic AI's OpenAI provider reads the endpoint's URL and key from
+``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``)::
+
+    from pydantic_ai.models.openai import OpenAIChatModel
+    MODEL = OpenAIChatModel(os.environ["OPENAI_MODEL"])  # the endpoint: OPENAI_BASE_URL, OPENAI_API_KEY
+
+Serve it: ``python -m agentlease.demo.agents.pydantic_ai_agent`` runs a worker with the ``AGENTLEASE_*``
+settings plus this module's workflow, tool and client plugin (the same as ``agentlease worker``
+with ``AGENTLEASE_PLUGINS=agentlease.demo.agents.pydantic_ai_agent:client_plugin``,
+``AGENTLEASE_WORKFLOW_MODULES`` and ``AGENTLEASE_TOOL_MODULES`` naming this module): it serves
+this agent, ``AgentRunWorkflow`` and any other workflow of ``AGENTLEASE_WORKFLOW_MODULES``.
+Start a run with :func:`run_scripted_agent`, or ``temporal workflow start --type
+RestockAgentWorkflow --task-queue agentlease --input '"Restock what is below 100 units."'``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import sys
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.client import Client
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel, Field
+    from pydantic_ai import Agent, ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, PydanticAIWorkflow, TemporalDurability
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from agentlease.enums import SideEffectClass
+    from agentlease.pydantic_ai._toolset import LeasedToolset, run_agent
+    from agentlease.settings import AgentLeaseSettings
+    from agentlease.tools._context import LeaseContext
+    from agentlease.tools._declaration import ToolResult, tool
+    from agentlease.tools.builtin.http_get import http_get
+    from agentlease.tools.builtin.http_publish import SLUG_PATTERN, HttpPublishArgs, http_publish
+    from agentlease.tools.builtin.sql_upsert import sql_upsert
+    from agentlease.worker import main as worker_main
+
+MODULE = "agentlease.demo.agents.pydantic_ai_agent"
+"""This module's import path (what the worker settings name)."""
+
+WORKFLOW = "RestockAgentWorkflow"
+"""The workflow type of a run of this agent."""
+
+DEFAULT_PROMPT = "Check the stock list at files/inventory.csv and reorder every item below 100 units."
+
+STOCK_LIST = "files/inventory.csv"
+DEFAULT_THRESHOLD = 100
+"""Units below which an item is reordered, unless the prompt says "below N"."""
+STOCK_TABLE = "inventory"
+REPORT_SLUG = "restock-report"
+TARGET_UNITS = 200
+"""Stock level a reorder brings an item back to."""
+
+
+# -- the agent's own tool ------------------------------------------------------------------------
+
+
+class LowStock(BaseModel):
+    """One item below target."""
+
+    sku: str = Field(min_length=1, max_length=64)
+    name: str = Field(max_length=200)
+    quantity: int = Field(ge=0)
+    reorder: int = Field(gt=0)
+
+
+class RestockReport(BaseModel):
+    """Arguments of ``publish_restock_report``.
+
+    Attributes:
+        slug: the report's slug on the publishing service.
+        items: the items below target, each with the quantity to reorder.
+    """
+
+    slug: str = Field(pattern=SLUG_PATTERN)
+    items: list[LowStock] = Field(min_length=1, max_length=100)
+
+
+@tool(side_effect=SideEffectClass.FENCED, lease_ttl=timedelta(seconds=15), start_to_close=timedelta(minutes=2))
+async def publish_restock_report(ctx: LeaseContext, args: RestockReport) -> ToolResult:
+    """Publish the restock report (one line per item below target) once per idempotency key."""
+    lines = [f"- {item.sku} {item.name}: {item.quantity} in stock, reorder {item.reorder}" for item in args.items]
+    post = HttpPublishArgs(
+        slug=args.slug, title=f"Restock report: {len(args.items)} item(s) below target", body="\n".join(lines)
+    )
+    # The publishing itself is http_publish's: read back by key, write with the fencing token, verify.
+    return await http_publish.fn(ctx, post)
+
+
+# -- the scripted model --------------------------------------------------------------------------
+
+
+def _returns(messages: list[ModelMessage]) -> dict[str, list[ToolReturnPart]]:
+    """Every tool result the model has seen, by tool name."""
+    found: dict[str, list[ToolReturnPart]] = {}
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart):
+                    found.setdefault(part.tool_name, []).append(part)
+    return found
+
+
+def _prompt(messages: list[ModelMessage]) -> str:
+    first = messages[0]
+    assert isinstance(first, ModelRequest)
+    return " ".join(str(getattr(part, "content", "")) for part in first.parts)
+
+
+def low_stock(csv_text: str, below: int) -> list[LowStock]:
+    """The rows of a ``sku,name,warehouse,quantity`` list whose quantity is below ``below``."""
+    rows = [(row, int(row["quantity"])) for row in csv.DictReader(io.StringIO(csv_text))]
+    return [
+        LowStock(sku=row["sku"], name=row["name"], quantity=quantity, reorder=TARGET_UNITS - quantity)
+        for row, quantity in rows
+        if quantity < below
+    ]
+
+
+def restock_script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The scripted model: fetch the stock list, then write from it, then answer from the outputs."""
+    prompt = _prompt(messages)
+    returns = _returns(messages)
+    if "http_get" not in returns:
+        url = re.search(r"\S+\.csv", prompt)
+        return ModelResponse(parts=[ToolCallPart("http_get", {"url": url[0] if url else STOCK_LIST})])
+    if not {"sql_upsert", "publish_restock_report"} & set(returns):
+        fetched = returns["http_get"][-1]
+        if fetched.outcome != "success" or not isinstance(fetched.content, dict):
+            return ModelResponse(parts=[TextPart(f"I could not read the stock list: {fetched.content}")])
+        threshold = re.search(r"below (\d+)", prompt)
+        below = int(threshold[1]) if threshold else DEFAULT_THRESHOLD
+        items = low_stock(fetched.content["preview"], below)
+        if not items:
+            return ModelResponse(parts=[TextPart(f"Every item has at least {below} units; nothing to reorder.")])
+        calls: list[Any] = [
+            ToolCallPart(
+                "sql_upsert",
+                {
+                    "table": STOCK_TABLE,
+                    "record_key": f"reorder:{item.sku}",
+                    "row": {"sku": item.sku, "reorder": item.reorder},
+                },
+            )
+            for item in items
+        ]
+        report = {"slug": REPORT_SLUG, "items": [item.model_dump() for item in items]}
+        calls.append(ToolCallPart("publish_restock_report", report))
+        return ModelResponse(parts=calls)
+    return ModelResponse(parts=[TextPart(_answer(returns))])
+
+
+def _answer(returns: dict[str, list[ToolReturnPart]]) -> str:
+    """The final answer, made from what the tools returned."""
+    lines = []
+    for part in returns.get("sql_upsert", []):
+        if part.outcome == "success" and isinstance(part.content, dict):
+            lines.append(f"reorder recorded as {part.content['record_key']}")
+        else:
+            lines.append(f"a reorder was not recorded: {part.content}")
+    for part in returns.get("publish_restock_report", []):
+        if part.outcome == "success" and isinstance(part.content, dict):
+            lines.append(f"report published as post {part.content['post_id']} ({part.content['slug']})")
+        else:
+            lines.append(f"the report was not published: {part.content}")
+    return "Restock done: " + "; ".join(lines) + "."
+
+
+MODEL = FunctionModel(restock_script, model_name="scripted-restock")
+"""The scripted model; see the module docstring for the two lines that switch to a real one."""
+
+TOOLSET = LeasedToolset([http_get, sql_upsert, publish_restock_report])
+
+restock_agent = Agent(
+    MODEL,
+    name="restock_agent",
+    instructions="You restock a warehouse: read the stock list, reorder what is low, publish a report.",
+    toolsets=[TOOLSET],
+    capabilities=[TemporalDurability()],
+)
+
+
+# -- the workflow --------------------------------------------------------------------------------
+
+
+@workflow.defn(name=WORKFLOW)
+class RestockAgentWorkflow(PydanticAIWorkflow):
+    """One run of the restock agent: takes the prompt, returns the agent's final answer.
+
+    Its tool calls are leased tasks ``<workflow id>/<tool>-<tool call id>``; the run answers the
+    ``status`` query and takes the operators' decisions like a plan run.
+    """
+
+    __pydantic_ai_agents__ = [restock_agent]  # noqa: RUF012  (read by PydanticAIPlugin)
+
+    @workflow.init
+    def __init__(self, prompt: str) -> None:
+        self._calls = TOOLSET.leased_calls()
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        return (await run_agent(restock_agent, prompt)).output
+
+
+# -- running it ----------------------------------------------------------------------------------
+
+
+def client_plugin() -> PydanticAIPlugin:
+    """The client plugin the agent's workers and clients need (``AGENTLEASE_PLUGINS`` names this factory)."""
+    return PydanticAIPlugin()
+
+
+def agent_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
+    """``settings`` with this module's client plugin, workflow and tool added (once)."""
+
+    def plus(values: list[str], value: str) -> list[str]:
+        return values if value in values else [*values, value]
+
+    return settings.model_copy(
+        update={
+            "plugins": plus(settings.plugins, f"{MODULE}:client_plugin"),
+            "workflow_modules": plus(settings.workflow_modules, MODULE),
+            "tool_modules": plus(settings.tool_modules, MODULE),
+        }
+    )
+
+
+async def run_scripted_agent(
+    client: Client, task_queue: str, *, prompt: str = DEFAULT_PROMPT, run_id: str | None = None
+) -> str:
+    """Start one run of the restock agent on ``task_queue`` and return its final answer.
+
+    A worker serving :func:`agent_settings` must poll ``task_queue``; ``client`` may use any
+    payload converter (the answer is a string).
+
+    Args:
+        client: a Temporal client.
+        task_queue: the workers' task queue.
+        prompt: what the agent is asked. Default :data:`DEFAULT_PROMPT`.
+        run_id: the workflow id (the agent run id); default ``restock-agent-<random>``.
+
+    Raises:
+        temporalio.client.WorkflowFailureError: the run failed or was cancelled.
+    """
+    return await client.execute_workflow(
+        WORKFLOW,
+        prompt,
+        id=run_id or f"restock-agent-{uuid.uuid4().hex[:12]}",
+        task_queue=task_queue,
+        result_type=str,
+    )
+
+
+def main() -> int:
+    """``python -m agentlease.demo.agents.pydantic_ai_agent``: a worker for this agent (see the module docstring)."""
+    return worker_main(configure=agent_settings)
+
+
+if __name__ == "__main__":
+    from agentlease.demo.agents import pydantic_ai_agent  # the workflow under its module name, not __main__
+
+    sys.exit(pydantic_ai_agent.main())

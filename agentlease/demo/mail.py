@@ -1,0 +1,166 @@
+"""A real SMTP server: the downstream of ``smtp_send``, the classic ``unsafe`` side effect.
+
+An aiosmtpd ``SMTP`` protocol served by ``asyncio`` on 127.0.0.1 with an OS-chosen port, on the
+caller's event loop. SMTP has no idempotency key and no readback: a client that sends a message
+twice delivers it twice. The server accepts every message and records it in a SQLite table
+``messages`` (Message-ID, sender, recipients, subject, the ``X-Idempotency-Key`` header if any,
+size, received_at_ms), so tests count deliveries at the downstream (:func:`received_messages`).
+Its 250 reply names the row: ``250 OK: queued as <id>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from email import message_from_bytes, policy
+from pathlib import Path
+from typing import Any
+
+from aiosmtpd.smtp import SMTP, Envelope, Session
+from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Text, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agentlease.clock import db_now_ms
+from agentlease.databases import create_async_database_engine
+from agentlease.demo.serving import bind_loopback
+from agentlease.ledger.schema import NAMING_CONVENTION
+
+DATABASE_FILE = "mail.db"
+"""The server's SQLite file under the data dir."""
+
+IDEMPOTENCY_HEADER = "X-Idempotency-Key"
+"""The header ``smtp_send`` adds; SMTP itself ignores it, the server only records it."""
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+messages = Table(
+    "messages",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("message_id", String(998)),
+    Column("mail_from", String(320), nullable=False),
+    Column("rcpt_to", Text, nullable=False),
+    Column("subject", Text),
+    Column("idempotency_key", String(998)),
+    Column("size_bytes", Integer, nullable=False),
+    Column("received_at_ms", BigInteger, nullable=False),
+)
+"""One row per message received; ``rcpt_to`` is a JSON list of the envelope's recipients."""
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A message as the server recorded it.
+
+    Attributes:
+        id: the row id, named in the 250 reply.
+        message_id: the ``Message-ID`` header.
+        mail_from: the envelope sender.
+        rcpt_to: the envelope recipients.
+        subject: the ``Subject`` header.
+        idempotency_key: the ``X-Idempotency-Key`` header.
+        size_bytes: size of the message data.
+        received_at_ms: when it was accepted (epoch ms, the database's clock).
+    """
+
+    id: int
+    message_id: str | None
+    mail_from: str
+    rcpt_to: list[str]
+    subject: str | None
+    idempotency_key: str | None
+    size_bytes: int
+    received_at_ms: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> ReceivedMessage:
+        return cls(
+            id=row.id,
+            message_id=row.message_id,
+            mail_from=row.mail_from,
+            rcpt_to=json.loads(row.rcpt_to),
+            subject=row.subject,
+            idempotency_key=row.idempotency_key,
+            size_bytes=row.size_bytes,
+            received_at_ms=row.received_at_ms,
+        )
+
+
+def database_url(data_dir: Path) -> str:
+    """URL of the server's SQLite file under ``data_dir``."""
+    return f"sqlite:///{(data_dir / DATABASE_FILE).resolve()}"
+
+
+class RecordingHandler:
+    """aiosmtpd handler: records every message in ``messages``, then answers 250."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        content = envelope.content if isinstance(envelope.content, bytes) else envelope.original_content or b""
+        parsed = message_from_bytes(content, policy=policy.default)
+        async with self.engine.begin() as conn:
+            row_id = (
+                await conn.execute(
+                    insert(messages)
+                    .values(
+                        message_id=parsed.get("Message-ID"),
+                        mail_from=envelope.mail_from or "",
+                        rcpt_to=json.dumps(list(envelope.rcpt_tos)),
+                        subject=parsed.get("Subject"),
+                        idempotency_key=parsed.get(IDEMPOTENCY_HEADER),
+                        size_bytes=len(content),
+                        received_at_ms=db_now_ms(conn.dialect.name),
+                    )
+                    .returning(messages.c.id)
+                )
+            ).scalar_one()
+        return f"250 OK: queued as {row_id}"
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    """Create ``messages`` if it does not exist (safe to run again)."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+
+
+async def received_messages(url: str) -> list[ReceivedMessage]:
+    """Every message the server recorded in ``url``, oldest first."""
+    engine = create_async_database_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            rows = await conn.execute(select(messages).order_by(messages.c.id))
+            return [ReceivedMessage.from_row(row) for row in rows]
+    finally:
+        await engine.dispose()
+
+
+@asynccontextmanager
+async def running_mail(url: str) -> AsyncIterator[tuple[str, int]]:
+    """Serve the recording SMTP server on a loopback port until the block exits.
+
+    Args:
+        url: the database of ``messages`` (created if absent).
+
+    Yields:
+        ``(host, port)`` of the server.
+    """
+    engine = create_async_database_engine(url, pool_size=1)
+    try:
+        await create_tables(engine)
+        handler = RecordingHandler(engine)
+        loop = asyncio.get_running_loop()
+        sock = bind_loopback()
+        server = await loop.create_server(lambda: SMTP(handler, hostname="localhost", loop=loop), sock=sock)
+        try:
+            host, port = sock.getsockname()[:2]
+            yield host, port
+        finally:
+            server.close()
+            await server.wait_closed()
+    finally:
+        await engine.dispose()

@@ -1,0 +1,306 @@
+"""A real publishing service: the fenced and idempotent downstream of ``http_publish``.
+
+A Starlette app served by uvicorn, with its own database (a SQLite file under the data dir, or
+any URL :func:`~agentlease.databases.create_async_database_engine` accepts) that holds its posts,
+its ``publications``, and the ``idempotency_keys`` and ``fences`` of
+:class:`~agentlease.idempotency.IdempotencyMiddleware`, which guards every write (see there for
+the HTTP convention; this service requires ``Fencing-Token`` on writes).
+
+Endpoints
+    ``POST /posts`` with ``{"slug", "title", "body"}``: publishes the post ``slug`` (creates it,
+    or writes a new revision of it). The write, its row in ``publications`` and the fence
+    advance commit in one transaction. Answers 201 with the post; 200 with the post when this
+    idempotency key has already published (the service stays idempotent after the middleware's
+    retention ended); 409 ``stale_fencing_token`` when a newer generation of the same action
+    was accepted; 422 for a malformed body or a ``Fencing-Resource`` that is not
+    the post's fenced resource.
+    ``GET /posts?idempotency_key=K``: ``{"posts": [...]}``, the post this key published (none or
+    one), for a readback before and after writing. Without the parameter: every post.
+    ``GET /posts/{id}``: the post, or 404.
+
+A post in JSON: ``id``, ``slug``, ``title``, ``body``, ``idempotency_key`` and ``generation`` of
+its latest write, ``updated_at_ms``, ``url`` (``/posts/{id}``) and ``publications``: every
+accepted write of it, oldest first, each with ``id``, ``idempotency_key``, ``generation``,
+``title``, ``body``, ``accepted_at_ms``.
+
+The fenced resource
+    A fence compares claim generations, and generations are minted per task: only attempts of
+    the same action can be ordered by them. So the resource is the post *as written by one
+    action*, ``posts/<slug>/<idempotency key>``
+    (:func:`~agentlease.tools.builtin.http_publish.fenced_resource`): a late write of a
+    superseded attempt is refused, while another action publishing the same slug later (a new
+    demo run, with generation 1 again) is a new revision, not a stale writer.
+
+Every accepted write adds one row to ``publications``; tests count effects there
+(:func:`count_publications`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentlease.clock import db_now_ms
+from agentlease.databases import create_async_database_engine
+from agentlease.demo.serving import serve_app
+from agentlease.errors import StaleFencingTokenError
+from agentlease.fencing import advance_fence
+from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+from agentlease.idempotency.convention import MAX_KEY_LENGTH
+from agentlease.idempotency.middleware import stale_fencing_response
+from agentlease.ledger.schema import NAMING_CONVENTION
+from agentlease.tools.builtin.http_publish import MAX_BODY_CHARS, MAX_TITLE_CHARS, SLUG_PATTERN, fenced_resource
+
+DATABASE_FILE = "publishing.db"
+"""The service's SQLite file under the data dir."""
+
+SLUG = re.compile(SLUG_PATTERN)
+"""A post's slug: lower-case letters, digits and ``-``, at most 120 characters."""
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+posts = Table(
+    "posts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("slug", String(120), nullable=False, unique=True),
+    Column("title", String(MAX_TITLE_CHARS), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("idempotency_key", String(MAX_KEY_LENGTH), nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+)
+"""One row per slug: the post as its latest accepted write left it."""
+
+publications = Table(
+    "publications",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("post_id", Integer, ForeignKey("posts.id"), nullable=False),
+    Column("idempotency_key", String(MAX_KEY_LENGTH), nullable=False, unique=True),
+    Column("generation", BigInteger, nullable=False),
+    Column("title", String(MAX_TITLE_CHARS), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("accepted_at_ms", BigInteger, nullable=False),
+)
+"""One row per accepted write (at most one per idempotency key): the effects at this downstream."""
+
+
+def database_url(data_dir: Path) -> str:
+    """URL of the service's SQLite file under ``data_dir``."""
+    return f"sqlite:///{(data_dir / DATABASE_FILE).resolve()}"
+
+
+def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse:
+    return JSONResponse({"error": code, "detail": detail, **facts}, status_code=status)
+
+
+def _post_json(post: Any, history: list[Any]) -> dict[str, Any]:
+    return {
+        "id": post.id,
+        "slug": post.slug,
+        "title": post.title,
+        "body": post.body,
+        "idempotency_key": post.idempotency_key,
+        "generation": post.generation,
+        "updated_at_ms": post.updated_at_ms,
+        "url": f"/posts/{post.id}",
+        "publications": [
+            {
+                "id": row.id,
+                "idempotency_key": row.idempotency_key,
+                "generation": row.generation,
+                "title": row.title,
+                "body": row.body,
+                "accepted_at_ms": row.accepted_at_ms,
+            }
+            for row in history
+        ],
+    }
+
+
+async def _load_post(conn: AsyncConnection, post_id: int) -> dict[str, Any] | None:
+    post = (await conn.execute(select(posts).where(posts.c.id == post_id))).first()
+    if post is None:
+        return None
+    history = await conn.execute(
+        select(publications).where(publications.c.post_id == post_id).order_by(publications.c.id)
+    )
+    return _post_json(post, list(history))
+
+
+def _check_post(payload: object) -> tuple[str, str, str] | str:
+    """``(slug, title, body)`` from a request body, or what is wrong with it."""
+    if not isinstance(payload, dict) or set(payload) != {"slug", "title", "body"}:
+        return "the body is a JSON object with exactly slug, title and body"
+    slug, title, body = payload["slug"], payload["title"], payload["body"]
+    if not isinstance(slug, str) or not SLUG.match(slug):
+        return "slug: 1 to 120 lower-case letters, digits and '-', starting with a letter or digit"
+    if not isinstance(title, str) or not 0 < len(title) <= MAX_TITLE_CHARS:
+        return f"title: 1 to {MAX_TITLE_CHARS} characters"
+    if not isinstance(body, str) or len(body) > MAX_BODY_CHARS:
+        return f"body: at most {MAX_BODY_CHARS} characters"
+    return slug, title, body
+
+
+class PublishingService:
+    """The handlers, over the service's engine.
+
+    Args:
+        engine: the service's database (shared with its :class:`IdempotencyStore`).
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def publish(self, request: Request) -> JSONResponse:
+        """``POST /posts``: the write, its publication row and the fence, in one transaction."""
+        try:
+            checked = _check_post(await request.json())
+        except ValueError:
+            checked = "the body is not JSON"
+        if isinstance(checked, str):
+            return _error(422, "invalid_post", checked)
+        slug, title, body = checked
+        key: str = request.state.idempotency_key
+        resource = fenced_resource(slug, key)
+        fencing = request.state.fencing
+        if fencing.resource_key != resource:
+            return _error(422, "wrong_fencing_resource", f"a write of this post is fenced as {resource!r}")
+        async with self.engine.begin() as conn:
+            try:
+                await advance_fence(conn, resource, fencing.generation)
+            except StaleFencingTokenError as exc:
+                return stale_fencing_response(exc)
+            done = (
+                await conn.execute(select(publications.c.post_id).where(publications.c.idempotency_key == key))
+            ).scalar()
+            if done is not None:
+                return JSONResponse(await _load_post(conn, done), status_code=200)
+            now_ms = db_now_ms(conn.dialect.name)
+            written = {"title": title, "body": body, "idempotency_key": key, "generation": fencing.generation}
+            revise = update(posts).where(posts.c.slug == slug).values(**written, updated_at_ms=now_ms)
+            post_id = (await conn.execute(revise.returning(posts.c.id))).scalar()
+            if post_id is None:
+                post_id = (
+                    await conn.execute(
+                        insert(posts).values(slug=slug, **written, updated_at_ms=now_ms).returning(posts.c.id)
+                    )
+                ).scalar_one()
+            await conn.execute(
+                insert(publications).values(
+                    post_id=post_id,
+                    idempotency_key=key,
+                    generation=fencing.generation,
+                    title=title,
+                    body=body,
+                    accepted_at_ms=now_ms,
+                )
+            )
+            post = await _load_post(conn, post_id)
+        return JSONResponse(post, status_code=201, headers={"Location": f"/posts/{post_id}"})
+
+    async def find(self, request: Request) -> JSONResponse:
+        """``GET /posts[?idempotency_key=K]``."""
+        query = select(posts.c.id).order_by(posts.c.id)
+        key = request.query_params.get("idempotency_key")
+        if key is not None:
+            query = query.join(publications, publications.c.post_id == posts.c.id).where(
+                publications.c.idempotency_key == key
+            )
+        async with self.engine.connect() as conn:
+            ids = (await conn.execute(query)).scalars().all()
+            found = [await _load_post(conn, post_id) for post_id in ids]
+        return JSONResponse({"posts": found})
+
+    async def get(self, request: Request) -> JSONResponse:
+        """``GET /posts/{id}``."""
+        async with self.engine.connect() as conn:
+            post = await _load_post(conn, request.path_params["post_id"])
+        if post is None:
+            return _error(404, "no_such_post", f"no post {request.path_params['post_id']}")
+        return JSONResponse(post)
+
+
+def publishing_app(store: IdempotencyStore, *, fencing_key: bytes | None = None) -> Starlette:
+    """The service's ASGI app; its handlers use ``store``'s engine.
+
+    ``fencing_key``: accept only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``,
+    ``docs/security.md``); default ``None``, bare generations.
+    """
+    service = PublishingService(store.engine)
+    return Starlette(
+        routes=[
+            Route("/posts", service.publish, methods=["POST"]),
+            Route("/posts", service.find, methods=["GET"]),
+            Route("/posts/{post_id:int}", service.get, methods=["GET"]),
+        ],
+        middleware=[
+            Middleware(
+                IdempotencyMiddleware,
+                store=store,
+                require_fencing_token=True,
+                client_named_resource=True,
+                fencing_key=fencing_key,
+            )
+        ],
+    )
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    """Create ``posts`` and ``publications`` if they do not exist (safe to run again)."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+
+
+async def count_publications(url: str, idempotency_key: str | None = None) -> int:
+    """Accepted writes at the service, all or those of one idempotency key."""
+    engine = create_async_database_engine(url, pool_size=1)
+    query = select(func.count()).select_from(publications)
+    if idempotency_key is not None:
+        query = query.where(publications.c.idempotency_key == idempotency_key)
+    try:
+        async with engine.connect() as conn:
+            return (await conn.execute(query)).scalar_one()
+    finally:
+        await engine.dispose()
+
+
+@asynccontextmanager
+async def running_publishing(url: str, *, fencing_key: bytes | None = None) -> AsyncIterator[str]:
+    """Create the service's tables in ``url`` and serve it on a loopback port; yields its base URL.
+
+    ``fencing_key``: see :func:`publishing_app`.
+    """
+    store = IdempotencyStore.from_url(url)
+    try:
+        await store.create_tables()
+        await create_tables(store.engine)
+        async with serve_app(publishing_app(store, fencing_key=fencing_key)) as base_url:
+            yield base_url
+    finally:
+        await store.close()

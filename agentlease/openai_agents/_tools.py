@@ -1,0 +1,183 @@
+"""Leased tools for the OpenAI Agents SDK on Temporal (workflow code).
+
+:func:`leased_tool` turns a declared agentlease tool into an ``agents`` :class:`~agents.FunctionTool`
+for an agent that runs inside a workflow under ``temporalio.openai_agents.OpenAIAgentsPlugin``. The
+model sees the tool's argument model as its JSON schema; each call the model makes runs as the
+tool's leased activity through :class:`~agentlease.workflow._calls.LeasedToolCalls`:
+
+- the task is ``<workflow id>/<step id>``, the step id made from the tool's name and the model's
+  ``tool_call_id`` (the same on every activity retry and on replay, since it comes out of the
+  recorded model activity), the idempotency key ``<workflow id>:<step id>`` unless ``key=`` gives
+  one (G4);
+- it runs with the tool's lease options (heartbeat timeout = lease TTL, G9) until the task is final;
+- a tool that requires approval (every ``unsafe`` tool, by default) waits inside the call for an
+  operator's ``approve`` or ``reject`` (``agentlease approve|reject`` or the Temporal updates); other
+  calls of the same turn go on meanwhile;
+- what the model reads back: the tool's output as JSON text once settled; otherwise one line saying
+  what happened (rejected, abandoned, cancelled, failed), so that it can carry on.
+
+Arguments that fail the tool's model come back to the model as one line, and nothing is recorded.
+A tool name the model makes up is the SDK's business: run with :func:`leased_run_config` (or
+``RunConfig(tool_not_found_behavior="return_error_to_model")``) so the model is told, instead of the
+workflow task failing on every retry.
+
+The limit: a new model call (after a workflow reset, say) gives new tool-call ids, so new tasks and
+new keys. For an action that must stay unique across that, give ``key=``, a function of the
+validated arguments that returns the action's idempotency key; a task with a key that already
+settled is not run again (G6), and the model reads the stored receipt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from agents import FunctionTool, RunConfig
+    from agents.exceptions import UserError
+    from agents.strict_schema import ensure_strict_json_schema
+    from agents.tool_context import ToolContext
+    from pydantic import BaseModel, ValidationError
+
+    from agentlease.enums import StepEnd, TaskStatus
+    from agentlease.errors import describe_validation_error
+    from agentlease.records import PlanStep, ToolInfo
+    from agentlease.workflow._calls import CallOutcome, leased_calls
+
+__all__ = ["DeclaredTool", "KeyFunction", "StepIdFunction", "leased_run_config", "leased_tool", "tool_output"]
+
+StepIdFunction = Callable[[str, str], str]
+"""``(tool name as the model calls it, the model's tool_call_id) -> step id``."""
+
+KeyFunction = Callable[[Any], str]
+"""``(the validated arguments, an instance of the tool's argument model) -> idempotency key``."""
+
+
+class DeclaredTool(Protocol):
+    """What :func:`leased_tool` needs of a tool: a :class:`~agentlease.tools._declaration.ToolSpec` (``@tool``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def args_model(self) -> type[BaseModel]: ...
+
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+
+    def info(self) -> ToolInfo: ...
+
+
+_NOT_SETTLED = {
+    TaskStatus.REJECTED: "was not run",
+    TaskStatus.ABANDONED: "was abandoned after an attempt whose effect is unknown; treat it as not done",
+    TaskStatus.CANCELLED: "was cancelled",
+    StepEnd.FAILED: "failed",
+}
+"""How the model is told that a call ended without settling, by the task's final status."""
+
+
+def leased_tool(
+    tool: DeclaredTool,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    step_id: StepIdFunction | None = None,
+    key: KeyFunction | None = None,
+    strict: bool | None = None,
+) -> FunctionTool:
+    """An ``agents`` function tool whose calls are leased tool calls of the running workflow.
+
+    Use it in workflow code (the agent's ``tools=[...]``); the worker must serve the tool
+    (:class:`agentlease.plugin.AgentLeasePlugin` with the tool's module).
+
+    Args:
+        tool: a declared tool (``@tool``); its argument model is the JSON schema the model sees.
+        name: the name the model calls it by. Default the tool's name.
+        description: what the model reads about it. Default the first paragraph of the tool
+            function's docstring.
+        step_id: makes the step id from ``(name, tool_call_id)``; it must be unique in the run and
+            the same on replay. Default ``<name>-<tool_call_id>``, with ``-2``, ``-3``... appended
+            when a later turn repeats a call id.
+        key: makes the idempotency key from the validated arguments. Default
+            ``<workflow id>:<step id>``.
+        strict: give the model a strict JSON schema. Default: strict when the argument model allows
+            it (a free-form ``dict`` field does not).
+
+    Returns:
+        The tool. Its invocation returns the settled output as JSON text, or one line starting with
+        ``error:`` (bad arguments, rejected, abandoned, cancelled, failed).
+    """
+    info = tool.info()
+    shown = name or tool.name
+    schema = tool.args_model.model_json_schema()
+    if strict is None:
+        try:
+            ensure_strict_json_schema(json.loads(json.dumps(schema)))
+            strict = True
+        except UserError:
+            strict = False
+
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+        # Annotated ToolContext: the SDK passes the tool call's own context, with its tool_call_id.
+        try:
+            args = tool.args_model.model_validate_json(arguments or "{}")
+        except ValidationError as exc:
+            return f"error: invalid arguments for {shown}, nothing was run: {describe_validation_error(exc)}"
+        calls = leased_calls([info])
+        call_id = ctx.tool_call_id or "call"
+        sid = step_id(shown, call_id) if step_id is not None else calls.unique_step_id(f"{shown}-{call_id}")
+        step = {"step_id": sid, "tool": info.name, "idempotency_key": key(args) if key is not None else None}
+        try:  # what the caller's step_id and key functions made, and the arguments' bounds (docs/limits.md)
+            PlanStep.model_validate({**step, "arguments": args.model_dump(mode="json")})
+        except ValidationError as exc:
+            return f"error: {shown} was not run: {describe_validation_error(exc)}"
+        if calls.has_step(sid):
+            return f"error: {shown} was not run: step id {sid!r} is already used in this run"
+        outcome = await calls.call(
+            info.name, args.model_dump(mode="json"), step_id=sid, idempotency_key=step["idempotency_key"]
+        )
+        return tool_output(shown, outcome)
+
+    return FunctionTool(
+        name=shown,
+        description=description or _first_paragraph(tool.fn.__doc__) or f"the {info.name} tool",
+        params_json_schema=schema,
+        on_invoke_tool=invoke,
+        strict_json_schema=strict,
+    )
+
+
+def tool_output(name: str, outcome: CallOutcome) -> str:
+    """What the model reads after a leased call: the output as JSON, or one ``error:`` line.
+
+    A call that settled without an output in this run (settled earlier under the same key, or
+    confirmed by a person) reads ``{"settled": true, "receipt": {...}}``.
+    """
+    view = outcome.view
+    if outcome.settled:
+        if outcome.output:
+            return json.dumps(outcome.output)
+        receipt = view.receipt.model_dump(mode="json") if view.receipt is not None else None
+        return json.dumps({"settled": True, "receipt": receipt})
+    what = _NOT_SETTLED.get(view.status, f"ended {view.status.value}")
+    return f"error: {name} {what}" + (f" ({view.error})" if view.error else "")
+
+
+def leased_run_config(**options: Any) -> RunConfig:
+    """A ``RunConfig`` that tells the model about a tool it made up instead of failing the run.
+
+    With the SDK's default (``tool_not_found_behavior="raise_error"``) an unknown tool name raises
+    ``ModelBehaviorError`` inside the workflow, whose task then fails on every retry.
+
+    Args:
+        options: further ``RunConfig`` fields.
+    """
+    return RunConfig(**{"tool_not_found_behavior": "return_error_to_model", **options})
+
+
+def _first_paragraph(doc: str | None) -> str:
+    return " ".join((doc or "").strip().split("\n\n")[0].split())

@@ -1,0 +1,20 @@
+"""Leased tool calls for Pydantic AI agents on Temporal (extra ``agentlease[pydantic-ai]``).
+
+::
+
+    from pydantic_ai import Agent
+    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, PydanticAIWorkflow, TemporalDurability
+    from agentlease.pydantic_ai import LeasedToolset
+
+    agent = Agent(model, name="restock", toolsets=[LeasedToolset([http_get, sql_upsert])],
+                  capabilities=[TemporalDurability()])
+
+Put ``PydanticAIPlugin()`` on the client and ``AgentLeasePlugin(...)`` on the worker; see
+:mod:`agentlease.pydantic_ai._toolset` for keys, approvals and what the model sees.
+"""
+
+from __future__ import annotations
+
+from agentlease.pydantic_ai._toolset import DeclaredTool, KeyFunction, LeasedToolset, StepIdFunction, run_agent
+
+__all__ = ["DeclaredTool", "KeyFunction", "LeasedToolset", "StepIdFunction", "run_agent"]

@@ -1,0 +1,264 @@
+"""Leased tool calls for a Pydantic AI agent that runs durably on Temporal (``TemporalDurability``).
+
+Workflow code. :class:`LeasedToolset` is a Pydantic AI toolset whose tools are declared agentlease
+tools (``@tool``): the model sees each one with the JSON schema of its argument model, and each
+call runs as the tool's leased activity through the running workflow's
+:class:`~agentlease.workflow._calls.LeasedToolCalls`, with a claim generation, an idempotency key, a
+settlement receipt and the operators' decisions.
+
+``TemporalDurability`` moves a ``FunctionToolset``'s tools into activities of its own; it leaves
+any other toolset as it is, so this toolset's ``get_tools`` and ``call_tool`` run in workflow code
+and schedule agentlease's activity, with the tool's lease options (heartbeat timeout = lease TTL).
+
+Keys. The step id of a call is made from the tool name and the model's tool-call id
+(``<tool>-<tool_call_id>``, made unique in the run), so the task id ``<workflow id>/<step id>`` and
+the idempotency key ``<workflow id>:<step id>`` (G4) are the same in every attempt and on replay:
+the tool-call id comes from the model's response, which Temporal recorded. Pydantic AI's
+``ctx.run_id`` is not used: it changes when a run resumes after deferred tools, and on a reset.
+After a workflow reset (or a new run) the model is asked again and its new tool call has a new
+id, so a new key: for actions that must stay unique across that, give ``key=`` a function of the
+arguments (a post's slug, an invoice number).
+
+Approvals. A tool that requires approval (``unsafe`` tools by default) is shown to Pydantic AI as
+an ordinary tool, not as a deferred one: the call parks in the ledger as ``awaiting_approval``
+(``agentlease waiting`` lists it) and waits inside the workflow for ``agentlease approve`` or
+``agentlease reject``, in the same agent run, with the same key. Pydantic AI's own deferred tools
+(``requires_approval``, ``ApprovalRequired``) would end the agent run with
+``DeferredToolRequests`` and need a second run with ``DeferredToolResults``, outside the ledger
+and the evidence trail.
+
+What the model sees. A settled call returns the tool's output (a JSON object; the receipt when
+the task settled without one). A call that did not settle (rejected, abandoned, cancelled,
+failed) raises Pydantic AI's ``ToolFailed`` with a sentence saying what happened and who decided:
+the model sees a failed tool result and can carry on. Arguments that fail the tool's model, and
+unknown tools, never reach the ledger: Pydantic AI sends the model a retry prompt.
+
+Cancellation. Cancelling the workflow, or a timeout around ``agent.run``, cancels each running
+leased activity once (its attempt gives the lease back) and the run ends cancelled. An operator's
+``cancel`` of one call ends its claim in the ledger first (G8): the model is told, the agent goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel, TypeAdapter
+    from pydantic_ai import AbstractToolset, RunContext, ToolDefinition, ToolsetTool
+    from pydantic_ai.agent import AbstractAgent, AgentRunResult
+    from pydantic_ai.exceptions import ToolFailed
+
+    from agentlease.enums import RunState, TaskStatus
+    from agentlease.records import ToolInfo
+    from agentlease.workflow._calls import CallOutcome, LeasedToolCalls, leased_calls
+
+OutputT = TypeVar("OutputT")
+
+DEFAULT_MAX_RETRIES = 1
+"""How many times the model may correct a call whose arguments failed the tool's model. Default 1."""
+
+StepIdFunction = Callable[[str, str], str]
+"""``(tool name, tool-call id) -> text`` a step id is made from (made valid and unique in the run)."""
+
+KeyFunction = Callable[[str, dict[str, Any]], str | None]
+"""``(tool name, validated arguments) -> idempotency key``; ``None``: the default ``<workflow id>:<step id>``."""
+
+
+class DeclaredTool(Protocol):
+    """What the toolset needs of a declared tool (an ``agentlease.tools._declaration.ToolSpec``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def args_model(self) -> type[BaseModel]: ...
+
+    @property
+    def fn(self) -> Callable[..., Any]: ...
+
+    def info(self) -> ToolInfo: ...
+
+
+class _ArgsValidator:
+    """Validates a call's arguments with the tool's model, handing Pydantic AI a JSON-ready dict.
+
+    A ``ValidationError`` raised here becomes a retry prompt to the model, before anything is
+    scheduled or recorded.
+    """
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self._adapter = TypeAdapter(model)
+
+    def validate_json(
+        self,
+        input: str | bytes | bytearray,
+        *,
+        allow_partial: bool | Literal["off", "on", "trailing-strings"] = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        value = self._adapter.validate_json(
+            input or "{}", experimental_allow_partial=allow_partial, context=kwargs.get("context")
+        )
+        return value.model_dump(mode="json")
+
+    def validate_python(
+        self, input: Any, *, allow_partial: bool | Literal["off", "on", "trailing-strings"] = False, **kwargs: Any
+    ) -> dict[str, Any]:
+        value = self._adapter.validate_python(
+            input or {}, experimental_allow_partial=allow_partial, context=kwargs.get("context")
+        )
+        return value.model_dump(mode="json")
+
+
+def _default_step_id(tool: str, tool_call_id: str) -> str:
+    return f"{tool}-{tool_call_id}"
+
+
+def _description(tool: DeclaredTool) -> str | None:
+    return inspect.getdoc(tool.fn) or inspect.getdoc(tool.args_model)
+
+
+class LeasedToolset(AbstractToolset[Any]):
+    """Declared agentlease tools as a Pydantic AI toolset whose calls are leased activities.
+
+    Give it to the agent (``Agent(model, name=..., toolsets=[LeasedToolset([...])],
+    capabilities=[TemporalDurability()])``), and register the tools on the worker with
+    ``AgentLeasePlugin``. Call :meth:`leased_calls` from the workflow's ``@workflow.init`` so that
+    the ``status`` query and the decision updates answer from the start.
+
+    Args:
+        tools: the declared tools (``@tool``); names must be unique.
+        id: the toolset's id among the agent's toolsets. Default ``"agentlease"``.
+        step_id: ``(tool, tool_call_id) -> text`` a call's step id is made from; default
+            ``"<tool>-<tool_call_id>"``. It must be deterministic (it runs in workflow code).
+        key: ``(tool, arguments) -> idempotency key or None``; default ``None`` for every call
+            (``<workflow id>:<step id>``). Deterministic too.
+        max_retries: how often the model may correct bad arguments. Default 1.
+
+    Raises:
+        ValueError: two tools share a name.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[DeclaredTool],
+        *,
+        id: str = "agentlease",
+        step_id: StepIdFunction | None = None,
+        key: KeyFunction | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+    ) -> None:
+        names = [tool.name for tool in tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"two tools of a LeasedToolset share a name: {sorted(names)}")
+        self._id = id
+        self._infos = {tool.name: tool.info() for tool in tools}
+        self._step_id = step_id or _default_step_id
+        self._key = key
+        self._definitions = {
+            tool.name: ToolDefinition(
+                name=tool.name,
+                description=_description(tool),
+                parameters_json_schema=tool.args_model.model_json_schema(),
+                metadata={"agentlease": self._infos[tool.name].side_effect_class.value},
+            )
+            for tool in tools
+        }
+        self._validators = {tool.name: _ArgsValidator(tool.args_model) for tool in tools}
+        self._max_retries = max_retries
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def infos(self) -> list[ToolInfo]:
+        """The tools' declarations as the workflow schedules them."""
+        return list(self._infos.values())
+
+    def leased_calls(self) -> LeasedToolCalls:
+        """The running workflow's :class:`LeasedToolCalls` with these tools registered (workflow code)."""
+        return leased_calls(self.infos)
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        return {
+            name: ToolsetTool(
+                toolset=self,
+                tool_def=definition,
+                max_retries=self._max_retries,
+                args_validator=self._validators[name],
+            )
+            for name, definition in self._definitions.items()
+        }
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        """Run the call as a leased activity until it is final; see the module docstring for what the model sees.
+
+        Raises:
+            ToolFailed: the call did not settle (the model is told why).
+            RuntimeError: not called from workflow code.
+        """
+        if not workflow.in_workflow():
+            raise RuntimeError(f"{name}: a LeasedToolset runs its tools only inside a Temporal workflow")
+        calls = self.leased_calls()
+        step_id = calls.unique_step_id(self._step_id(name, ctx.tool_call_id or name))
+        key = self._key(name, tool_args) if self._key is not None else None
+        try:
+            outcome = await calls.call(name, tool_args, step_id=step_id, idempotency_key=key)
+        except (ActivityError, ValueError) as exc:  # the decision activity gave up; a refused call
+            raise ToolFailed(f"{name} could not be run ({exc}); it did not settle") from None
+        if outcome.settled:
+            return _settled_output(outcome)
+        raise ToolFailed(_not_settled(name, outcome))
+
+
+def _settled_output(outcome: CallOutcome) -> dict[str, Any]:
+    if outcome.output is not None:
+        return outcome.output
+    receipt = outcome.view.receipt
+    return {} if receipt is None else {"receipt": receipt.model_dump(mode="json", exclude={"verified_at"})}
+
+
+_NOT_SETTLED: dict[str, str] = {
+    TaskStatus.REJECTED.value: "an operator refused this call; it did not run and will not run",
+    TaskStatus.ABANDONED.value: "an operator abandoned this call after an unclear outcome; it will not be retried",
+    TaskStatus.CANCELLED.value: "this call was cancelled by an operator; it will not run again",
+}
+
+
+def _not_settled(name: str, outcome: CallOutcome) -> str:
+    """What the model is told of a call that ended without a receipt."""
+    view = outcome.view
+    what = _NOT_SETTLED.get(view.status.value, f"this call ended {view.status.value} without a result")
+    return f"{name}: {what}" + (f" ({view.error})" if view.error else "")
+
+
+async def run_agent(agent: AbstractAgent[Any, OutputT], *args: Any, **kwargs: Any) -> AgentRunResult[OutputT]:
+    """``agent.run(*args, **kwargs)`` from workflow code, then end the run's leased calls.
+
+    The run's ``status`` and its ``AgentLeaseStatus`` search attribute end ``completed``
+    (``cancelled`` when an operator cancelled the whole run or the workflow was cancelled), or
+    ``failed`` when the agent run raised.
+    """
+    calls = leased_calls()
+    try:
+        result = await agent.run(*args, **kwargs)
+    except asyncio.CancelledError:  # the workflow was cancelled
+        calls.end(RunState.CANCELLED)
+        raise
+    except BaseException:
+        calls.end(RunState.FAILED)
+        raise
+    calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
+    return result
+
+
+__all__ = ["DEFAULT_MAX_RETRIES", "DeclaredTool", "KeyFunction", "LeasedToolset", "StepIdFunction", "run_agent"]

@@ -1,0 +1,147 @@
+"""The expired-lease sweeper, shaped like River's rescuer: settings validated at construction, a
+loop that only calls :meth:`ExpiredLeaseSweeper.run_once`, which returns counts.
+
+It finds running tasks whose lease lapsed on the database clock (a worker that died without
+Temporal retrying it, or a run that was terminated), records an ``expired`` event with the stage,
+and classifies each by the recovery policy (:mod:`agentlease.recovery._policy`): reclaimable tasks are
+released, an ``unsafe`` task past ``external_call`` waits for reconciliation, one out of attempts
+is dead-lettered. Its writes are conditional (:mod:`agentlease.ledger.expiry`), so a task that
+settled between its read and its write is never overwritten, and several sweepers can run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from agentlease.enums import TaskStatus
+from agentlease.errors import one_line
+from agentlease.ledger.expiry import ExpiredLease, Expiry, expired_leases, record_expiries
+from agentlease.ledger.store import Ledger
+from agentlease.records import DEFAULT_MAX_ATTEMPTS
+from agentlease.recovery._policy import RecoveryDecision, decide
+
+logger = logging.getLogger("agentlease.sweeper")
+
+
+@dataclass(frozen=True)
+class SweeperSettings:
+    """Settings of the sweeper.
+
+    Attributes:
+        interval: pause between two sweeps. Default 5s.
+        batch_size: leases read per keyset batch, each recorded by one statement. Default 500.
+        default_max_attempts: real attempts before dead-lettering a tool not named in
+            ``max_attempts_by_tool``. Default 5 (the tool declaration's default).
+        max_attempts_by_tool: per-tool limits, usually from the worker's tool registry.
+
+    Raises:
+        ValueError: a non-positive interval, batch size or limit.
+    """
+
+    interval: timedelta = timedelta(seconds=5)
+    batch_size: int = 500
+    default_max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts_by_tool: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.interval <= timedelta(0):
+            raise ValueError("sweeper interval must be positive")
+        if self.batch_size < 1:
+            raise ValueError("sweeper batch_size must be at least 1")
+        if self.default_max_attempts < 1 or any(v < 1 for v in self.max_attempts_by_tool.values()):
+            raise ValueError("max attempts must be at least 1")
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Counts of one :meth:`ExpiredLeaseSweeper.run_once`.
+
+    Attributes:
+        examined: expired leases read.
+        released: recorded and released for another attempt.
+        needs_reconciliation: recorded and parked for a human decision.
+        dead_lettered: recorded and dead-lettered.
+        skipped: changed meanwhile (claimed again, settled, or recorded by another sweeper).
+    """
+
+    examined: int = 0
+    released: int = 0
+    needs_reconciliation: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+
+    @property
+    def recorded(self) -> int:
+        return self.released + self.needs_reconciliation + self.dead_lettered
+
+
+class ExpiredLeaseSweeper:
+    """Records and classifies lapsed leases.
+
+    Args:
+        ledger: the lease ledger.
+        settings: see :class:`SweeperSettings`.
+    """
+
+    def __init__(self, ledger: Ledger, settings: SweeperSettings | None = None) -> None:
+        self._ledger = ledger
+        self.settings = settings or SweeperSettings()
+        self.failed_sweeps = 0
+        """Sweeps of :meth:`run` that raised (logged, then the loop went on)."""
+
+    def classify(self, lease: ExpiredLease) -> tuple[TaskStatus, RecoveryDecision]:
+        """The status a lapsed lease's task moves to, and the policy rule that chose it."""
+        decision = decide(
+            lease.side_effect_class,
+            lease.stage,
+            receipt_present=lease.has_receipt,
+            error_class=None,
+            real_attempts=lease.attempts,
+            max_attempts=self.settings.max_attempts_by_tool.get(lease.tool, self.settings.default_max_attempts),
+        )
+        return decision.action.parks_as or TaskStatus.RELEASED, decision
+
+    def _status_and_rule(self, lease: ExpiredLease) -> tuple[TaskStatus, str]:
+        status, decision = self.classify(lease)
+        return status, decision.rule
+
+    async def run_once(self, *, now: datetime | None = None) -> SweepResult:
+        """One sweep over every lease lapsed at ``now`` (default the database's clock), in keyset batches,
+        each batch recorded by one conditional statement."""
+        counts = {"examined": 0, "released": 0, "needs_reconciliation": 0, "dead_lettered": 0, "skipped": 0}
+        cursor: tuple[int, str] | None = None
+        while True:
+            batch = await expired_leases(self._ledger, limit=self.settings.batch_size, after=cursor, now=now)
+            expiries = [Expiry(lease, *self._status_and_rule(lease)) for lease in batch]
+            recorded = await record_expiries(self._ledger, expiries, now=now)
+            counts["examined"] += len(batch)
+            counts["skipped"] += len(batch) - len(recorded)
+            for expiry in expiries:
+                if expiry.lease.task_id in recorded:
+                    counts[expiry.status.value] += 1
+            if len(batch) < self.settings.batch_size:
+                return SweepResult(**counts)
+            cursor = batch[-1].cursor
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sweep every ``interval`` until ``stop`` is set.
+
+        A sweep that fails (the ledger is unreachable for a moment) is logged in one line and
+        counted in :attr:`failed_sweeps`; the next one runs after the interval as usual.
+        """
+        while not stop.is_set():
+            try:
+                await self.run_once()
+            except Exception as exc:  # noqa: BLE001 - a background loop outlives one failed sweep
+                self.failed_sweeps += 1
+                logger.warning(
+                    "sweep failed, next one in %gs: %s", self.settings.interval.total_seconds(), one_line(exc)
+                )
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.settings.interval.total_seconds())
+            except TimeoutError:
+                pass

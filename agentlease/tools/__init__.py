@@ -1,0 +1,28 @@
+"""Declaring tools and serving them: the activity side of agentlease.
+
+A tool is declared with :func:`tool` (``(ctx, args: Model) -> ToolResult``) or an existing function
+is leased as it is with :func:`leased`; a worker serves the tools of a :class:`ToolRegistry`
+(``docs/writing-tools.md``). The built-in tools are in :mod:`agentlease.tools.builtin`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentlease._lazy import exports
+
+if TYPE_CHECKING:
+    from agentlease.tools._context import LeaseContext
+    from agentlease.tools._declaration import ToolResult, ToolSpec, tool
+    from agentlease.tools._registry import ToolRegistry, load_registry
+
+_EXPORTS = {
+    "LeaseContext": "agentlease.tools._context",
+    "ToolResult": "agentlease.tools._declaration",
+    "ToolSpec": "agentlease.tools._declaration",
+    "tool": "agentlease.tools._declaration",
+    "ToolRegistry": "agentlease.tools._registry",
+    "load_registry": "agentlease.tools._registry",
+}
+__all__ = ["LeaseContext", "ToolRegistry", "ToolResult", "ToolSpec", "load_registry", "tool"]
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

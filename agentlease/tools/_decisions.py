@@ -1,0 +1,208 @@
+"""The ledger side of operator decisions: ``agentlease.apply_decision`` and ``agentlease.record_refusal``.
+
+Each decision is one row of the decision table (:data:`agentlease.decisions.DECISIONS`), applied
+by :meth:`Ledger.decide` as one conditional ledger write with an evidence entry naming who decided
+and why. Applying a decision twice (a Temporal retry) is harmless: when the task already has the
+decision's resulting status, the activity reports it as applied.
+
+Before it writes, the activity checks the decision's operator signature with the worker's
+:class:`~agentlease.decision_auth.DecisionVerifier` (``docs/security.md``, "Authenticated
+decisions"): in the authenticated mode an unsigned or badly signed decision is refused
+(``DecisionRefused``, not retried) and the ledger is not touched. A ``decide`` signal the run
+refused is written as a ``decision_refused`` entry by ``agentlease.record_refusal``.
+A decision is bound to the workflow that scheduled it, like a tool call (:mod:`agentlease.tools._binding`):
+one naming a task of another run is refused, non-retryably, and recorded on the scheduling workflow's
+own task.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier
+from agentlease.decisions import DECISIONS, LedgerDecision, LedgerRefusal
+from agentlease.enums import DecisionKind, FailureType
+from agentlease.errors import (
+    BindingRefusedError,
+    LedgerUnavailableError,
+    TaskClosedError,
+    TaskNotFoundError,
+)
+from agentlease.ledger.refusals import record_refusal as record_binding_refusal
+from agentlease.ledger.store import Ledger
+from agentlease.names import APPLY_DECISION, RECORD_REFUSAL
+from agentlease.records import SHARED_KEY_PREFIX, SettlementReceipt, ToolOutcome, TraceLink
+from agentlease.tools._binding import own_task, task_refusal
+from agentlease.tools._payloads import activity_input
+
+logger = logging.getLogger("agentlease.lease")
+
+
+class DecisionActivities:
+    """Registers ``agentlease.apply_decision`` over one ledger.
+
+    Args:
+        ledger: the ledger decisions are written to.
+        verifier: the check of operator signatures; default the open mode with no keys.
+    """
+
+    def __init__(self, ledger: Ledger, verifier: DecisionVerifier | None = None) -> None:
+        self._ledger = ledger
+        self._verifier = verifier or DecisionVerifier()
+
+    def activities(self) -> list[Any]:
+        ledger = self._ledger
+        verifier = self._verifier
+
+        @activity.defn(name=APPLY_DECISION)
+        async def apply_decision(payload: dict[str, Any]) -> dict[str, Any]:
+            decision = activity_input(LedgerDecision, payload, "malformed decision", FailureType.DECISION_REFUSED)
+            await _bound(ledger, decision)
+            try:
+                signed_by = authenticate(verifier, decision)
+            except DecisionRefusedError as exc:
+                logger.warning("decision %s on %s refused: %s", decision.kind.value, decision.task.task_id, exc)
+                raise ApplicationError(
+                    f"decision refused: {exc}", type=FailureType.DECISION_REFUSED.value, non_retryable=True
+                ) from None
+            try:
+                return (await apply(ledger, decision, signed_by=signed_by)).model_dump(mode="json")
+            except LedgerUnavailableError as exc:  # retried by the decision's retry policy
+                logger.warning(
+                    "ledger unavailable, decision %s on %s retried: %s", decision.kind.value, decision.task.task_id, exc
+                )
+                raise ApplicationError(
+                    str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
+                ) from None
+
+        @activity.defn(name=RECORD_REFUSAL)
+        async def record_refusal(payload: dict[str, Any]) -> None:
+            refusal = activity_input(LedgerRefusal, payload, "malformed refusal", FailureType.DECISION_REFUSED)
+            info = activity.info()
+            task = refusal.task
+            shared = task.idempotency_key.startswith(SHARED_KEY_PREFIX)
+            if (why := task_refusal(info.workflow_id, task, shared_key=shared)) is not None:
+                # Another run's trail is not this workflow's to write to (docs/security.md).
+                raise ApplicationError(
+                    str(BindingRefusedError(task.task_id, info.workflow_id, why)),
+                    type=FailureType.DECISION_REFUSED.value,
+                    non_retryable=True,
+                )
+            try:
+                await ledger.record_refused_decision(
+                    refusal.task, decision=refusal.decision, by=refusal.by, refusal=refusal.refusal
+                )
+            except LedgerUnavailableError as exc:  # retried by the run's retry policy
+                raise ApplicationError(
+                    str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
+                ) from None
+
+        return [apply_decision, record_refusal]
+
+
+async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
+    """Refuse (and record) a decision on a task that is not of the scheduling workflow's run.
+
+    Raises:
+        ApplicationError: non-retryable ``DecisionRefused``.
+    """
+    info = activity.info()
+    task = decision.task
+    why = task_refusal(info.workflow_id, task, shared_key=task.idempotency_key.startswith(SHARED_KEY_PREFIX))
+    if why is None:
+        return
+    exc = BindingRefusedError(task.task_id, info.workflow_id, why)
+    logger.warning("%s (decision %s)", exc, decision.kind.value)
+    own = None if info.workflow_id is None else own_task(info.workflow_id, task)
+    if own is not None:
+        trace = TraceLink(
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            activity_id=info.activity_id,
+            attempt=info.attempt,
+        )
+        await record_binding_refusal(
+            ledger,
+            own,
+            f"{exc} (decision {decision.kind.value} by {decision.by})",
+            details={"named_task_id": task.task_id, "decision": decision.kind.value},
+            trace=trace,
+        )
+    raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True)
+
+
+def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
+    """The receipt of a ``confirm``: what the operator observed, in their name."""
+    return SettlementReceipt(
+        external_system="reconciliation",
+        external_id=decision.external_id or "",
+        status="confirmed",
+        details={"by": decision.by, "observed": decision.observed},
+        verified_at=datetime.now(UTC),
+    )
+
+
+def authenticate(verifier: DecisionVerifier, decision: LedgerDecision) -> str | None:
+    """The operator whose signature ``decision`` carries, checked (``None``: unsigned, open mode).
+
+    The run's own decision (parking a call for approval) needs no signature.
+
+    Raises:
+        DecisionRefusedError: see :meth:`DecisionVerifier.verify`.
+    """
+    if decision.kind is DecisionKind.AWAIT_APPROVAL:
+        return None
+    rule = DECISIONS[decision.kind]
+    expect: dict[str, Any] = {
+        "command": rule.command,
+        "step_id": decision.task.step_id,
+        "by": decision.by,
+        "reason": decision.reason,
+    }
+    if rule.action is not None:
+        expect["action"] = rule.action
+    if rule.settles:
+        expect.update(external_id=decision.external_id, observed=decision.observed)
+    at = activity.info().scheduled_time if activity.in_activity() else datetime.now(UTC)
+    return verifier.verify(decision.task.agent_run_id, decision.signed, expect=expect, at=at)
+
+
+async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | None = None) -> ToolOutcome:
+    """Apply one decision to the ledger.
+
+    Args:
+        ledger: the ledger.
+        decision: the decision.
+        signed_by: the operator whose signature was verified, recorded in the evidence trail.
+
+    Raises:
+        ApplicationError: non-retryable ``DecisionRefused`` when the ledger's task is not in a
+            status the decision applies to (say, the sweeper or another operator got there first).
+    """
+    rule = DECISIONS[decision.kind]
+    try:
+        record = await ledger.decide(
+            decision.task.task_id,
+            decision.kind,
+            by=decision.by,
+            reason=decision.reason,
+            details={
+                **({"observed": decision.observed} if decision.observed else {}),
+                **({"signed_by": signed_by} if signed_by else {}),
+            }
+            or None,
+            receipt=_confirmed_receipt(decision) if rule.settles else None,
+            spec=decision.task,
+        )
+    except TaskClosedError as exc:
+        record = await ledger.get_task(decision.task.task_id)
+        if record.status is not rule.to:
+            raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True) from None
+    except TaskNotFoundError as exc:
+        raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True) from None
+    return ToolOutcome.of(record)

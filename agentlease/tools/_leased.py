@@ -1,0 +1,544 @@
+"""Leased activities: each tool call claims its task in the ledger before the tool runs.
+
+One Temporal activity per tool (activity type = tool name), taking one typed input
+(:class:`ToolCall`) and returning a :class:`ToolOutcome`. At the start of every attempt the
+recovery policy (:mod:`agentlease.recovery._policy`) decides from the ledger's record of the previous
+attempt; after a failure it decides again. How that maps onto Temporal:
+
+==========================================  ========================================================
+ledger / policy says                        Temporal sees
+==========================================  ========================================================
+lease still held by an earlier attempt      retryable ``LeaseHeld``, ``next_retry_delay`` = time left
+receipt exists / already settled (G6)       the stored outcome; the tool does not run
+retry, same key, read back first, readback  the tool runs, with ``ctx.recovery`` saying which
+dead-letter (permanent, too many attempts)  non-retryable ``DeadLettered``
+block (credential)                          non-retryable ``Blocked``
+reconcile (unsafe past external_call, G7)   non-retryable ``NeedsReconciliation``
+cancelled                                   non-retryable ``TaskCancelled``
+tool raised a retryable error               released with its error class; retryable, ``next_retry_delay``
+                                            paced by the task's real attempts (:mod:`agentlease.retries`)
+lease lost (renew or settle refused)        retryable ``LeaseLost``; a refused settle is ``late_unapplied``
+Temporal pause, reset, timeout              released with the cause; retryable ``Interrupted`` (a pause
+                                            or a reset gives the attempt back)
+worker shutdown (SIGTERM past grace)        released with error class ``shutdown``
+ledger unreachable                          retryable ``LedgerUnavailable``; what could not be written
+                                            is deferred until the ledger is back (:mod:`.deferred`)
+SQLite claim on a clock behind the ledger   retryable ``ClockBehind`` (G1: one host, one clock)
+==========================================  ========================================================
+
+Every outcome but a tool's own failure is a decision already recorded in the ledger or a known
+condition of the platform, not a fault of the worker: it is raised in Temporal's ``BENIGN`` error
+category, which the SDK logs at DEBUG instead of a WARNING with a traceback and leaves out of its
+failure metrics; agentlease logs it in one line (``agentlease.lease``) when a person should know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from agentlease.enums import ErrorClass, FailureType, Interruption, RecoveryAction, Stage, TaskStatus
+from agentlease.errors import (
+    BindingRefusedError,
+    ClockBehindError,
+    LeaseHeldError,
+    LeaseLostError,
+    LedgerRefusedValueError,
+    LedgerUnavailableError,
+    MissingHeartbeatTimeoutError,
+    TaskClosedError,
+    one_line,
+)
+from agentlease.ledger.refusals import record_refusal
+from agentlease.ledger.store import Ledger
+from agentlease.names import DESCRIBE_TOOLS
+from agentlease.records import (
+    Claim,
+    SettlementReceipt,
+    StoredReceipt,
+    TaskRecord,
+    TaskSpec,
+    ToolCall,
+    ToolOutcome,
+    TraceLink,
+)
+from agentlease.recovery._policy import RecoveryDecision, classify, decide
+from agentlease.redaction import redact
+from agentlease.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
+from agentlease.secrets import ToolSecrets, ToolSettings, secret_provider
+from agentlease.settings import AgentLeaseSettings
+from agentlease.tools._binding import own_task, task_refusal, ttl_refusal
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolSpec
+from agentlease.tools._deferred import DeferredWrites
+from agentlease.tools._payloads import activity_input
+from agentlease.tools._registry import ToolRegistry
+from agentlease.tools._resources import ToolResources
+from agentlease.tracing import current_trace_id
+
+EXPECTED = ApplicationErrorCategory.BENIGN
+"""Category of the failures that report a recorded decision or a known condition, not a fault (see the table)."""
+
+SETTLE_RETRY = timedelta(milliseconds=250)
+"""Pause between tries of a settle the ledger did not answer, while the lease may still be valid."""
+
+CLOCK_BEHIND_RETRY = timedelta(seconds=5)
+"""``next_retry_delay`` of a claim refused because this process's clock runs behind a SQLite ledger."""
+
+logger = logging.getLogger("agentlease.lease")
+
+
+class LeasedActivities:
+    """Builds the worker's activities over one ledger and one tool registry.
+
+    Args:
+        ledger: the lease ledger.
+        registry: the tools this worker serves.
+        identity: the ``lease_owner`` of every claim this worker makes.
+        settings: handed to tools through their :class:`LeaseContext`.
+        resources: what the tools share (database engines); default a new, empty one. The caller
+            closes it when the worker stops.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        registry: ToolRegistry,
+        identity: str,
+        settings: AgentLeaseSettings,
+        resources: ToolResources | None = None,
+    ) -> None:
+        self._ledger = ledger
+        self._registry = registry
+        self._identity = identity
+        self._settings = settings
+        self._resources = resources or ToolResources()
+        self._secrets = secret_provider(settings)
+        self._metrics = ledger.metrics
+        self.deferred = DeferredWrites(self._metrics)
+        """Writes an outage kept from the ledger, recorded once it is back."""
+
+    async def close(self) -> None:
+        """Stop retrying deferred writes (what is left is logged, and left to the sweeper)."""
+        await self.deferred.close()
+
+    def activities(self) -> list[Any]:
+        """The activity callables to register on a Temporal worker."""
+        return [self._describe_tools_activity(), *(self._tool_activity(spec) for spec in self._registry.specs())]
+
+    def _describe_tools_activity(self) -> Any:
+        registry = self._registry
+
+        @activity.defn(name=DESCRIBE_TOOLS)
+        async def describe_tools() -> list[dict[str, Any]]:
+            return [info.model_dump(mode="json") for info in registry.catalog()]
+
+        return describe_tools
+
+    def _tool_activity(self, spec: ToolSpec) -> Any:
+        async def run_tool(payload: dict[str, Any]) -> dict[str, Any]:
+            # JSON in and out, validated here: the activity works under any payload converter (the
+            # frameworks' own included) and refuses a malformed call in one line.
+            call = activity_input(
+                ToolCall, payload, f"malformed tool call for {spec.name}", FailureType.INVALID_TOOL_CALL
+            )
+            try:
+                return (await self.execute(spec, call)).model_dump(mode="json")
+            except LedgerUnavailableError as exc:
+                raise _outage(call.task_id, exc) from None
+            except LedgerRefusedValueError as exc:
+                logger.warning("%s: %s; the step fails, it is not retried", call.task_id, exc)
+                raise ApplicationError(str(exc), type=FailureType.LEDGER_REFUSED_VALUE, non_retryable=True) from None
+
+        run_tool.__name__ = f"tool_{spec.name}"
+        return activity.defn(name=spec.name)(run_tool)
+
+    async def execute(self, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
+        """Run one attempt of a tool call under a ledger lease (see the module table).
+
+        Raises:
+            ApplicationError: every way the attempt ends short of a settle (the module table).
+            LedgerUnavailableError: the ledger could not be reached (the activity reports it as
+                ``LedgerUnavailable``); what could not be written is deferred.
+        """
+        info = activity.info()
+        if info.heartbeat_timeout is None or info.heartbeat_timeout <= timedelta(0):
+            message = str(
+                MissingHeartbeatTimeoutError(
+                    f"tool call {call.task_id!r} was scheduled without a heartbeat_timeout; "
+                    "its lease would have no TTL (G9)"
+                )
+            )
+            raise ApplicationError(message, type=FailureType.MISSING_HEARTBEAT_TIMEOUT, non_retryable=True)
+        task_spec = TaskSpec.of(call, spec.side_effect_class, spec.lease_ttl)
+        trace = TraceLink(
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            activity_id=info.activity_id,
+            attempt=info.attempt,
+            trace_id=current_trace_id(),  # the RunActivity span's trace, while tracing is on
+        )
+        refused = task_refusal(info.workflow_id, task_spec, shared_key=call.share_idempotency_key) or ttl_refusal(
+            info.heartbeat_timeout, spec.lease_ttl
+        )
+        if refused is not None:
+            await self._refuse_binding(task_spec, info.workflow_id, refused, trace)
+        heartbeat_timeout = await _heartbeat_timeout(info)
+        claiming = asyncio.ensure_future(
+            self._ledger.claim(task_spec, self._identity, trace=trace, heartbeat_timeout=heartbeat_timeout)
+        )
+        try:
+            claim = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            # The claim may be granted all the same (on SQLite it runs to its end on the ledger
+            # thread): give it back rather than leave a lease nobody holds until its TTL lapses.
+            with contextlib.suppress(Exception):
+                await self._interrupted(await claiming, "while claiming")
+            raise
+        except LeaseHeldError as exc:
+            self._metrics.duplicate_delivery(spec.name, "lease_held")
+            raise ApplicationError(
+                str(exc),
+                type=FailureType.LEASE_HELD,
+                next_retry_delay=max(exc.retry_after, MIN_RETRY_DELAY),
+                category=EXPECTED,
+            ) from None
+        except TaskClosedError as exc:
+            return await self._closed_outcome(exc)
+        except ClockBehindError as exc:
+            logger.warning("%s", exc)
+            raise ApplicationError(
+                str(exc), type=FailureType.CLOCK_BEHIND, next_retry_delay=CLOCK_BEHIND_RETRY, category=EXPECTED
+            ) from None
+        if heartbeat_timeout != claim.lease_ttl:
+            logger.warning(
+                "%s: Temporal's heartbeat timeout (%gs) differs from the lease TTL (%gs), recorded with claim "
+                "generation %d; the ledger's TTL decides who holds the lease",
+                claim.task_id,
+                heartbeat_timeout.total_seconds(),
+                claim.lease_ttl.total_seconds(),
+                claim.generation,
+            )
+
+        if claim.receipt_refused is not None:
+            # A receipt stands for this key, made by another action: neither settle with it nor run.
+            await self._park(
+                claim,
+                RecoveryDecision(RecoveryAction.DEAD_LETTER, "idempotency key reused for another action"),
+                ErrorClass.PERMANENT,
+                claim.receipt_refused,
+            )
+        stored = claim.receipt
+        decision = decide(
+            spec.side_effect_class,
+            claim.previous_stage,
+            receipt_present=stored is not None,
+            error_class=ErrorClass.parse(claim.previous_error_class),
+            real_attempts=claim.attempts - 1,
+            max_attempts=spec.max_attempts,
+        )
+        if decision.action is RecoveryAction.NEVER_RERUN and stored is not None:
+            # G6: an earlier attempt (or a task with the same key) already proved the outcome.
+            self._metrics.duplicate_delivery(spec.name, "settled")
+            await asyncio.shield(self._ledger.settle(claim, stored.receipt))
+            return self._settled(claim, stored.receipt, None)
+        if not decision.action.runs_tool:
+            previous = ErrorClass.parse(claim.previous_error_class) or ErrorClass.EXPIRED
+            await self._park(claim, decision, previous, "before this attempt ran")
+
+        context = LeaseContext(
+            ledger=self._ledger,
+            claim=claim,
+            side_effect_class=spec.side_effect_class,
+            previous_receipt=stored,
+            settings=ToolSettings(self._settings, spec.name, spec.settings),
+            recovery=decision,
+            resources=self._resources,
+            secrets=ToolSecrets(self._secrets, spec.name),
+        )
+        try:
+            return await self._run_tool(spec, call, claim, context)
+        finally:
+            context.end_progress()
+
+    async def _run_tool(self, spec: ToolSpec, call: ToolCall, claim: Claim, context: LeaseContext) -> ToolOutcome:
+        """Run the tool in its lease context, then settle or classify how it failed."""
+        try:
+            args = spec.args_model.model_validate(call.arguments)
+            result = await spec.fn(context, args)
+        except LeaseLostError as exc:
+            raise _lease_lost(exc) from None
+        except LedgerUnavailableError as exc:
+            # The tool stopped at a renewal the ledger did not answer: it started no new side effect.
+            await self._release(claim, ErrorClass.LEDGER_UNAVAILABLE, one_line(exc))
+            raise
+        except asyncio.CancelledError:
+            cause = await self._interrupted(claim, "while the tool ran")
+            if cause in (Interruption.PAUSED, Interruption.RESET, Interruption.TIMED_OUT):
+                raise ApplicationError(
+                    f"{claim.task_id}: attempt {cause.value} in Temporal; lease released ({cause.error_class.value})",
+                    type=FailureType.INTERRUPTED,
+                    category=EXPECTED,
+                ) from None
+            raise
+        except Exception as exc:  # noqa: BLE001 - every way a tool fails is classified and recorded
+            error_class = classify(exc)
+            error = redact(one_line(exc))  # what the ledger, the run and Temporal history keep (docs/security.md)
+            after = decide(
+                spec.side_effect_class,
+                context.stage or claim.previous_stage,
+                receipt_present=False,
+                error_class=error_class,
+                real_attempts=claim.attempts,
+                max_attempts=spec.max_attempts,
+            )
+            if not after.action.runs_tool:
+                await self._park(claim, after, error_class, error)
+            await self._release(claim, error_class, error)
+            raise ApplicationError(
+                error, type=error_class.value, next_retry_delay=failure_retry_delay(claim.attempts)
+            ) from None
+
+        try:
+            # Shielded: a cancellation delivered now (this attempt was superseded) must not abandon the
+            # settle, whose refusal is the late_unapplied evidence (G10).
+            saved = await asyncio.shield(self._settle(context, result.receipt, result.output))
+        except LeaseLostError as exc:
+            # G10: recorded as late_unapplied by the ledger; never reported as success.
+            raise _lease_lost(exc, late=True) from None
+        if context.committed_at is not None:
+            self._metrics.settlement_latency(spec.name, time.perf_counter() - context.committed_at)
+        return self._settled(claim, saved.receipt, result.output)
+
+    async def _refuse_binding(self, task: TaskSpec, workflow_id: str | None, why: str, trace: TraceLink) -> NoReturn:
+        """Refuse a call whose task, key or TTL is not its workflow's: nothing of the task it names changes;
+        the refusal is recorded on its own task (dead-lettered); the attempt fails non-retryably."""
+        exc = BindingRefusedError(task.task_id, workflow_id, why)
+        logger.warning("%s", exc)
+        facts: dict[str, Any] = {"status": TaskStatus.DEAD_LETTERED.value}
+        own = None if workflow_id is None else own_task(workflow_id, task)
+        if own is not None:
+            record = await record_refusal(
+                self._ledger, own, str(exc), details={"named_task_id": task.task_id}, trace=trace
+            )
+            facts = _facts(record)
+        raise ApplicationError(
+            str(exc), facts, type=FailureType.DEAD_LETTERED.value, non_retryable=True, category=EXPECTED
+        )
+
+    async def _settle(
+        self, context: LeaseContext, receipt: SettlementReceipt, output: dict[str, Any] | None
+    ) -> StoredReceipt:
+        """Settle; while the ledger does not answer, try again as long as the lease may still be valid,
+        then defer the settle (recorded, applied or refused, once the ledger is back) and raise.
+
+        Raises:
+            LeaseLostError: the settle was refused (``late_unapplied``).
+            LedgerUnavailableError: the ledger did not answer before the lease would have lapsed.
+        """
+        claim = context.claim
+        retried = False
+        while True:
+            try:
+                return await self._ledger.settle(claim, receipt, result=output, retried=retried)
+            except LedgerUnavailableError:
+                retried = True
+                if time.monotonic() + SETTLE_RETRY.total_seconds() >= context.confirmed_until:
+                    self.deferred.add(
+                        f"settle of {claim.task_id} (generation {claim.generation})",
+                        lambda: self._ledger.settle(claim, receipt, result=output, retried=True),
+                    )
+                    raise
+                await asyncio.sleep(SETTLE_RETRY.total_seconds())
+
+    async def _interrupted(self, claim: Claim, when: str) -> Interruption:
+        """Release the lease of an attempt Temporal cancelled, with the cause; a pause, a reset or a
+        worker shutdown gives the attempt back."""
+        cause = await _interruption()
+        await asyncio.shield(
+            self._release(
+                claim,
+                cause.error_class,
+                f"attempt cancelled {when} ({cause.value})",
+                details={"cause": cause.value},
+            )
+        )
+        return cause
+
+    async def _release(
+        self, claim: Claim, error_class: ErrorClass, error: str, *, details: dict[str, Any] | None = None
+    ) -> None:
+        """Release the lease; refused: already recorded as ``lease_lost``; the ledger down: deferred."""
+
+        def release(retried: bool = False) -> Any:
+            return self._ledger.release(claim, error_class=error_class, error=error, details=details, retried=retried)
+
+        try:
+            await release()
+        except LeaseLostError:
+            pass  # Already recorded as lease_lost evidence; the newer holder decides.
+        except LedgerUnavailableError:
+            what = f"release of {claim.task_id} (generation {claim.generation}, {error_class.value})"
+            self.deferred.add(what, lambda: release(True))
+
+    async def _park(self, claim: Claim, decision: RecoveryDecision, error_class: ErrorClass, error: str) -> NoReturn:
+        """Apply a decision that does not run the tool, then fail the attempt non-retryably.
+
+        Raises:
+            ApplicationError: the parked failure (``DeadLettered``, ``Blocked``, ``NeedsReconciliation``,
+                ``TaskClosed``), or a retryable ``LeaseLost``.
+            LedgerUnavailableError: the park could not be written; it is deferred, and the next attempt
+                (or the sweeper) decides again from the same record.
+        """
+        status = decision.action.parks_as
+        if status is None:  # stay cancelled / never rerun: the ledger's record says how it ended
+            raise ApplicationError(
+                f"{claim.task_id}: {decision.rule}",
+                _facts(await self._ledger.get_task(claim.task_id)),
+                type=FailureType.TASK_CLOSED.value,
+                non_retryable=True,
+                category=EXPECTED,
+            )
+        reason = f"{decision.rule} ({error})"
+
+        def park(retried: bool = False) -> Any:
+            return self._ledger.await_decision(
+                claim, status=status, error_class=error_class, error=reason, retried=retried
+            )
+
+        try:
+            await park()
+        except LeaseLostError as exc:
+            raise _lease_lost(exc) from None
+        except LedgerUnavailableError:
+            self.deferred.add(f"{status.value} of {claim.task_id} (generation {claim.generation})", lambda: park(True))
+            raise
+        record = await self._ledger.get_task(claim.task_id)
+        failure = status.failure_type
+        assert failure is not None
+        raise ApplicationError(
+            f"{claim.task_id}: {reason}", _facts(record), type=failure.value, non_retryable=True, category=EXPECTED
+        )
+
+    async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
+        record = await self._ledger.get_task(exc.task_id)
+        if record.status is TaskStatus.SETTLED:
+            self._metrics.duplicate_delivery(record.tool, "settled")
+            return ToolOutcome.of(record)
+        failure = record.status.failure_type or FailureType.TASK_CLOSED
+        raise ApplicationError(str(exc), _facts(record), type=failure.value, non_retryable=True, category=EXPECTED)
+
+    @staticmethod
+    def _settled(claim: Claim, receipt: SettlementReceipt, output: dict[str, Any] | None) -> ToolOutcome:
+        return ToolOutcome(
+            task_id=claim.task_id,
+            status=TaskStatus.SETTLED,
+            stage=Stage.SETTLED,
+            claim_generation=claim.generation,
+            attempts=claim.attempts,
+            receipt=receipt,
+            result=output,
+        )
+
+
+async def _interruption() -> Interruption:
+    """Why Temporal cancelled the running attempt, from ``activity.cancellation_details()``."""
+    details = activity.cancellation_details()
+    if activity.is_worker_shutdown() or (details is not None and details.worker_shutdown):
+        return Interruption.SHUTDOWN
+    if details is None:
+        return Interruption.CANCELLED
+    if details.reset:
+        return Interruption.RESET
+    if details.paused:
+        return Interruption.PAUSED
+    if details.timed_out:
+        return Interruption.TIMED_OUT
+    if details.not_found:
+        return await _unknown_attempt()
+    return Interruption.CANCELLED
+
+
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
+"""How long an attempt waits for a describe of its run (to learn why Temporal no longer knows it, or
+the heartbeat timeout Temporal applies now)."""
+
+
+async def _pending_activity(info: activity.Info) -> Any:
+    """This attempt's activity as the run's description shows it; ``None`` if gone or no answer."""
+    if info.workflow_id is None:
+        return None
+    handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+    try:
+        described = await asyncio.wait_for(handle.describe(), DESCRIBE_TIMEOUT.total_seconds())
+    except Exception:  # noqa: BLE001 - what a describe tells is evidence only
+        return None
+    return next((p for p in described.raw_description.pending_activities if p.activity_id == info.activity_id), None)
+
+
+async def _heartbeat_timeout(info: activity.Info) -> timedelta:
+    """The heartbeat timeout Temporal applies to this attempt.
+
+    ``temporal activity update-options --heartbeat-timeout`` changes it on the server, but the attempt's
+    ``activity.info()`` keeps the value the workflow scheduled (server 1.32). An operator changes the
+    options of an activity that failed, was paused or reset: so an attempt that follows another (a
+    retry, or one that finds an earlier attempt's heartbeat details) reads it from the run's
+    description, one describe per such attempt.
+    """
+    assert info.heartbeat_timeout is not None
+    if info.attempt <= 1 and not info.heartbeat_details:
+        return info.heartbeat_timeout
+    pending = await _pending_activity(info)
+    if pending is None or not pending.activity_options.HasField("heartbeat_timeout"):
+        return info.heartbeat_timeout
+    changed: timedelta = pending.activity_options.heartbeat_timeout.ToTimedelta()
+    return changed
+
+
+async def _unknown_attempt() -> Interruption:
+    """Temporal answered a heartbeat with NotFound: a reset restarted the activity's attempts (the server
+    says so with NotFound rather than a reset flag while the attempt runs), a timeout started the next
+    attempt, or the run closed. The run's pending activity tells them apart."""
+    info = activity.info()
+    pending = await _pending_activity(info)
+    if pending is None:
+        return Interruption.CANCELLED
+    # A timeout moves the attempt count on; a reset starts it again at 1.
+    return Interruption.RESET if pending.attempt <= info.attempt else Interruption.TIMED_OUT
+
+
+def _lease_lost(exc: LeaseLostError, *, late: bool = False) -> ApplicationError:
+    """The retryable ``LeaseLost`` failure of an attempt whose lease another holds, logged in one line:
+    an expected outcome (the guards held), not a fault."""
+    kept = "its result recorded as late_unapplied" if late else "the newer holder decides"
+    logger.info("%s; %s", exc, kept)
+    return ApplicationError(str(exc), type=FailureType.LEASE_LOST, category=EXPECTED)
+
+
+def _outage(task_id: str, exc: LedgerUnavailableError) -> ApplicationError:
+    """The retryable ``LedgerUnavailable`` failure, logged in one line, paced by Temporal's attempt."""
+    logger.warning("ledger unavailable, attempt of %s ends and is retried: %s", task_id, exc)
+    attempt = activity.info().attempt if activity.in_activity() else 1
+    return ApplicationError(
+        str(exc),
+        type=FailureType.LEDGER_UNAVAILABLE,
+        next_retry_delay=ledger_retry_delay(attempt),
+        category=EXPECTED,
+    )
+
+
+def _facts(record: TaskRecord) -> dict[str, Any]:
+    """What the workflow shows of a task that did not settle: failure details of the activity."""
+    return {
+        "status": record.status.value,
+        "stage": None if record.stage is None else record.stage.value,
+        "claim_generation": record.claim_generation,
+        "attempts": record.attempts,
+    }

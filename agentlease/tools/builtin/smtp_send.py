@@ -1,0 +1,171 @@
+"""``smtp_send``: send one e-mail over SMTP, the classic ``unsafe`` side effect.
+
+SMTP has no idempotency key and no readback: a message sent twice is delivered twice, and a
+client that lost the connection during ``DATA`` cannot ask whether the server took it. So the
+tool is declared ``unsafe``, and the recovery policy (:func:`agentlease.recovery._policy.decide`,
+applied by :mod:`agentlease.tools._leased` before and after every attempt) never retries it once an
+attempt may have crossed ``external_call``: the task waits for a reconciliation decision (G7).
+An attempt that failed before ``external_call`` (a bad address, a refused connection, a
+recipient the server rejects) is retried as usual: nothing was sent.
+
+Stages:
+
+- ``preflight``: check the addresses, connect, ``EHLO``, ``MAIL FROM`` and ``RCPT TO``: the
+  server has agreed to take the message, and nothing is delivered yet.
+- ``external_call``: ``DATA``, the one step that delivers.
+- ``commit``: the server's 250 reply: it took responsibility for the message.
+- ``verify``: there is nothing to read back beyond that reply; the receipt records it with the
+  ``Message-ID`` (derived from the idempotency key, so a duplicate is recognisable at the
+  recipient) and the ``X-Idempotency-Key`` header the message carries. Status ``accepted``.
+
+smtplib runs in a thread (:func:`asyncio.to_thread`); no extra dependency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import smtplib
+from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from email.utils import formatdate
+
+from pydantic import BaseModel, Field
+
+from agentlease.enums import SideEffectClass, Stage
+from agentlease.errors import AmbiguousSideEffectError, PermanentToolError, RetryableToolError
+from agentlease.records import SettlementReceipt
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
+
+IDEMPOTENCY_HEADER = "X-Idempotency-Key"
+"""Header carrying the task's idempotency key in every message (SMTP itself ignores it)."""
+
+MESSAGE_ID_DOMAIN = "agentlease.invalid"
+"""Right-hand side of the ``Message-ID`` the tool makes."""
+
+_ADDRESS = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+
+
+class SmtpSendArgs(BaseModel):
+    """Arguments of ``smtp_send``.
+
+    Attributes:
+        to: 1 to 50 recipient addresses (``local@domain``).
+        subject: the subject line.
+        body: the plain-text body.
+        sender: the envelope and ``From`` address. Default ``agentlease@localhost``.
+        timeout_s: timeout of each SMTP command, in seconds. Default 10.
+    """
+
+    to: list[str] = Field(min_length=1, max_length=50)
+    subject: str = Field(min_length=1, max_length=500)
+    body: str = Field(max_length=100_000)
+    sender: str = "agentlease@localhost"
+    timeout_s: float = Field(default=10.0, gt=0)
+
+
+def message_id_for(idempotency_key: str) -> str:
+    """``<sha256(key)[:40]@agentlease.invalid>``: one Message-ID per logical action."""
+    return f"<{hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]}@{MESSAGE_ID_DOMAIN}>"
+
+
+def _build(args: SmtpSendArgs, idempotency_key: str) -> EmailMessage:
+    message = EmailMessage()
+    message["From"] = args.sender
+    message["To"] = ", ".join(args.to)
+    message["Subject"] = args.subject
+    message["Date"] = formatdate(usegmt=True)
+    message["Message-ID"] = message_id_for(idempotency_key)
+    message[IDEMPOTENCY_HEADER] = idempotency_key
+    message.set_content(args.body)
+    return message
+
+
+def _reply(code: int, text: bytes) -> str:
+    return f"{code} {text.decode('utf-8', 'replace')}"
+
+
+def _check_reply(command: str, code: int, text: bytes, accepted: tuple[int, ...] = (250,)) -> None:
+    if code in accepted:
+        return
+    if 400 <= code < 500:
+        raise RetryableToolError(f"{command} refused for now: {_reply(code, text)}")
+    raise PermanentToolError(f"{command} refused: {_reply(code, text)}")
+
+
+def _open(host: str, port: int, args: SmtpSendArgs) -> smtplib.SMTP:
+    """Connect and pass the envelope (MAIL FROM, RCPT TO): nothing is delivered yet."""
+    try:
+        smtp = smtplib.SMTP(host, port, timeout=args.timeout_s)
+    except (OSError, smtplib.SMTPException) as exc:
+        raise RetryableToolError(f"cannot reach SMTP server {host}:{port}: {type(exc).__name__}") from None
+    try:
+        smtp.ehlo_or_helo_if_needed()
+        _check_reply("MAIL FROM", *smtp.mail(args.sender))
+        for address in args.to:
+            _check_reply(f"RCPT TO {address}", *smtp.rcpt(address), accepted=(250, 251))
+    except (OSError, smtplib.SMTPException) as exc:
+        smtp.close()
+        raise RetryableToolError(f"SMTP envelope to {host}:{port}: {type(exc).__name__}") from None
+    except BaseException:
+        smtp.close()
+        raise
+    return smtp
+
+
+def _deliver(smtp: smtplib.SMTP, message: EmailMessage) -> str:
+    """``DATA``: the step that delivers; closes the connection. Returns the server's reply."""
+    try:
+        code, text = smtp.data(message.as_bytes())
+    except (OSError, smtplib.SMTPException) as exc:
+        smtp.close()
+        raise AmbiguousSideEffectError(f"DATA failed: {type(exc).__name__}: {exc}") from None
+    try:
+        smtp.quit()
+    except (OSError, smtplib.SMTPException):
+        pass  # The reply is in; a failed QUIT changes nothing.
+    finally:
+        smtp.close()
+    if code != 250:
+        # Refused after the data went out: most likely not delivered, but only a person can be sure.
+        raise AmbiguousSideEffectError(f"DATA answered {_reply(code, text)}")
+    return _reply(code, text)
+
+
+@tool(side_effect=SideEffectClass.UNSAFE, lease_ttl=timedelta(seconds=15), start_to_close=timedelta(minutes=2))
+async def smtp_send(ctx: LeaseContext, args: SmtpSendArgs) -> ToolResult:
+    """Send one message; never retried past ``external_call`` without a reconciliation decision."""
+    host, port = ctx.settings.smtp_host, ctx.settings.smtp_port
+    if not host:
+        raise PermanentToolError("smtp_send needs AGENTLEASE_SMTP_HOST")
+    await ctx.advance(Stage.PREFLIGHT, f"checking {len(args.to)} recipient(s) and the envelope via {host}:{port}")
+    bad = [address for address in [args.sender, *args.to] if not _ADDRESS.match(address)]
+    if bad:
+        raise PermanentToolError(f"not an e-mail address: {', '.join(bad)}")
+    message = _build(args, ctx.idempotency_key)
+    smtp = await asyncio.to_thread(_open, host, port, args)
+    try:
+        await ctx.advance(Stage.EXTERNAL_CALL, f"sending {message['Message-ID']} to {', '.join(args.to)}")
+    except BaseException:
+        smtp.close()
+        raise
+    reply = await asyncio.to_thread(_deliver, smtp, message)
+    await ctx.advance(Stage.COMMIT, f"server accepted {message['Message-ID']}: {reply}")
+    await ctx.advance(Stage.VERIFY, "SMTP has no readback: the receipt records the server's reply")
+    return ToolResult(
+        receipt=SettlementReceipt(
+            external_system="smtp",
+            external_id=message["Message-ID"],
+            status="accepted",
+            details={
+                "server": f"{host}:{port}",
+                "reply": reply,
+                "recipients": args.to,
+                "idempotency_key": ctx.idempotency_key,
+            },
+            verified_at=datetime.now(UTC),
+        ),
+        output={"message_id": message["Message-ID"], "reply": reply},
+    )

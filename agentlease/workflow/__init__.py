@@ -1,0 +1,71 @@
+"""Leased tool calls from your own workflow: the workflow-side API.
+
+Import it in workflow code, passed through the sandbox::
+
+    with workflow.unsafe.imports_passed_through():
+        from agentlease.workflow import call_tool, leased_calls
+        import mytools
+
+    @workflow.defn
+    class Triage:
+        @workflow.init
+        def __init__(self, ticket: str) -> None:
+            self.calls = leased_calls()  # installs the status query and the decision updates now
+
+        @workflow.run
+        async def run(self, ticket: str) -> str:
+            done = await call_tool(mytools.open_ticket, {"title": ticket}, step_id="open")
+            return "opened" if done.settled else f"not opened: {done.view.status.value}"
+
+Each call is a task ``<workflow id>/<step id>`` whose idempotency key is ``<workflow id>:<step id>``
+unless you give one; it runs as the tool's leased activity, and waits when a person must decide
+(approval, reconciliation, blocked, dead-lettered). Operators decide with ``agentlease approve |
+reject | reconcile | redrive | cancel`` or the same Temporal updates as for ``AgentRunWorkflow``;
+``agentlease waiting`` lists the calls that wait. Register the activities on the worker with
+:class:`agentlease.plugin.AgentLeasePlugin`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentlease.records import ToolInfo
+from agentlease.tools._declaration import ToolSpec
+from agentlease.workflow._calls import CallOutcome, LeasedToolCalls, leased_calls
+
+__all__ = ["CallOutcome", "LeasedToolCalls", "call_tool", "leased_calls"]
+
+
+async def call_tool(
+    tool: ToolSpec | ToolInfo | str,
+    arguments: dict[str, Any],
+    *,
+    step_id: str,
+    idempotency_key: str | None = None,
+    share_idempotency_key: bool = False,
+) -> CallOutcome:
+    """Run one leased tool call from workflow code until its task is final.
+
+    Args:
+        tool: a declared tool (``@tool``), its :class:`~agentlease.records.ToolInfo`, or the name
+            of a tool the worker serves (its catalog is then learnt once per run).
+        arguments: the tool's arguments, checked by its argument model in the activity.
+        step_id: unique within the run; 1-128 letters, digits, ``_ . -``.
+        idempotency_key: the action's key, scoped to the run (``<workflow id>:<key>``); default
+            ``<workflow id>:<step id>``.
+        share_idempotency_key: share the key across runs (``shared:<key>``), deliberately: another
+            run's call with the same key, tool and arguments settles from this call's receipt
+            (``docs/security.md``). Default false.
+
+    Returns:
+        How the call ended (see :class:`~agentlease.workflow._calls.CallOutcome`).
+
+    Raises:
+        ValueError: ``step_id`` is already used in this run, or ``tool`` is unknown.
+    """
+    info = tool.info() if isinstance(tool, ToolSpec) else tool
+    calls = leased_calls([info] if isinstance(info, ToolInfo) else None)
+    name = info.name if isinstance(info, ToolInfo) else info
+    return await calls.call(
+        name, arguments, step_id=step_id, idempotency_key=idempotency_key, share_idempotency_key=share_idempotency_key
+    )

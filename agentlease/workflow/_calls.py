@@ -1,0 +1,835 @@
+"""Leased tool calls from inside any workflow: scheduling, waiting for people, decisions, status.
+
+Deterministic orchestration only. A workflow makes one :class:`LeasedToolCalls` in its
+``@workflow.init`` (or at the start of its run); that installs, on the running workflow, what an
+operator talks to:
+
+- query ``status`` -> :class:`~agentlease.records.RunStatus`;
+- updates ``approve`` / ``reject`` / ``redrive`` (:class:`~agentlease.decisions.DecisionRequest`),
+  ``reconcile`` (:class:`~agentlease.decisions.ReconcileRequest`), ``cancel``
+  (:class:`~agentlease.decisions.CancelRequest`) -> ``RunStatus``; their validators refuse what the
+  decision table (:data:`~agentlease.decisions.DECISIONS`) does not allow, so a refused update
+  leaves no history;
+- the search attributes ``AgentLeaseStatus``, ``AgentLeaseWaitingReason``, ``AgentLeaseTool`` and
+  ``AgentLeaseStage`` (and, on runs made with :data:`LIVE_PATCH`, ``AgentLeaseGeneration``,
+  ``AgentLeaseOwner``, ``AgentLeaseDecision``), and the run's current details text;
+- signal ``agentlease.lease_progress`` (:class:`~agentlease.records.LeaseProgress`), from the run's
+  own leased activities: the live stage, generation and owner the ledger recorded;
+- signal ``decide``: the same decisions for clients that only signal (``{"decision": "approve",
+  ...the update's payload}``); a refused one is written to the evidence trail and shown by ``status``.
+  ``docs/operator-views.md`` describes what an operator sees where.
+
+Each call (:meth:`LeasedToolCalls.call`) is a task ``<workflow id>/<step id>`` with the idempotency
+key ``<workflow id>:<step id>`` unless the caller gives one (G4); a caller's key is scoped to the run,
+``<workflow id>:<key>``, unless the caller shares it across runs (``share_idempotency_key``,
+``docs/security.md``). It runs as the tool's leased
+activity with heartbeat timeout = lease TTL (G9) until the task is final; when the task needs a
+person (approval, reconciliation, blocked, dead-lettered) the call waits for that person's decision.
+Every decision is written to the ledger's evidence trail with who made it and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel, ValidationError
+
+    from agentlease import search_attributes as sa
+    from agentlease.decision_auth import signed_decision
+    from agentlease.decisions import (
+        DECISIONS,
+        CancelRequest,
+        DecisionRequest,
+        LedgerDecision,
+        LedgerRefusal,
+        ReconcileRequest,
+    )
+    from agentlease.enums import DecisionKind, FailureType, RunState, Stage, StepEnd, StepStatus, TaskStatus
+    from agentlease.errors import describe_validation_error
+    from agentlease.limits import MAX_WORKFLOW_ID_CHARS
+    from agentlease.names import (
+        APPLY_DECISION,
+        DECIDE_SIGNAL,
+        DESCRIBE_TOOLS,
+        LEASE_PROGRESS_SIGNAL,
+        RECORD_REFUSAL,
+        STATUS_QUERY,
+    )
+    from agentlease.records import (
+        LeaseProgress,
+        PlanStep,
+        RefusedDecision,
+        RunCarry,
+        RunStatus,
+        TaskSpec,
+        TaskView,
+        ToolCall,
+        ToolInfo,
+        ToolOutcome,
+        idempotency_key_for,
+        scoped_idempotency_key,
+        step_id_from,
+        task_id_for,
+    )
+    from agentlease.workflow._options import leased_activity_options
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
+    """A handler's payload as ``model``, or a ``ValueError`` naming what is wrong (a refused update).
+
+    Handlers take plain JSON so that they work under any payload converter, and validate here.
+    """
+    if isinstance(payload, model):
+        return payload
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        raise ValueError(f"bad {what} payload: {describe_validation_error(exc)}") from None
+
+
+CATALOG_PATIENCE = timedelta(seconds=30)
+"""How long after its start a run waits for a worker that serves its tools (see
+:meth:`LeasedToolCalls.load_catalog`). Default 30s."""
+
+_CATALOG_PATIENCE_PATCH = "agentlease-catalog-patience"
+"""Patch: a worker without a run's tools fails its workflow task instead of the run (runs recorded
+before failed at once)."""
+
+
+class ToolsNotServedHereError(RuntimeError):
+    """This worker does not serve a tool of the run: the workflow task fails (Temporal retries it,
+    on any worker of the queue); nothing is recorded in the run's history."""
+
+
+COALESCE_PATCH = "agentlease-coalesced-search-attributes"
+"""The patch id of coalesced search-attribute upserts (:meth:`LeasedToolCalls._set_state`)."""
+
+_DECISION_TIMEOUT = timedelta(seconds=30)
+_DECISION_RETRY = RetryPolicy(
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=0,
+    non_retryable_error_types=[FailureType.DECISION_REFUSED.value],
+)
+"""A decision is written to the ledger however long an outage lasts (attempts every 10 s at most)."""
+_CANCEL_ANSWERS_AT_ONCE = "agentlease-cancel-answers-at-once"
+"""Patch: ``cancel`` answers once the ledger recorded it, without waiting for the activity (0.2.0)."""
+_RUN_DECIDER = "agentlease"
+"""Who the evidence trail names for decisions the run makes itself (parking an approval-gated call)."""
+LIVE_PATCH = "agentlease-live-lease-view"
+"""Patch: the run shows its attempts' live progress and its last decision in search attributes (0.3.0)."""
+_KEPT_REFUSALS = 20
+"""How many refused ``decide`` signals the ``status`` query keeps (the evidence trail keeps all)."""
+_MAX_DECISION_CHARS = 250
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """How one leased call ended.
+
+    Attributes:
+        view: the task as the run shows it (status, stage, generation, attempts, receipt, error).
+        output: the tool's output when it settled in this run; ``None`` otherwise.
+    """
+
+    view: TaskView
+    output: dict[str, Any] | None = None
+
+    @property
+    def settled(self) -> bool:
+        return self.view.status is TaskStatus.SETTLED
+
+
+class LeasedToolCalls:
+    """The leased tool calls of the running workflow (see the module docstring).
+
+    Make exactly one per workflow run, from workflow code.
+
+    Args:
+        catalog: the tools this workflow may call, by name; default learnt from the worker with
+            :meth:`load_catalog`.
+    """
+
+    def __init__(self, catalog: Iterable[ToolInfo] | None = None) -> None:
+        self.run_id = workflow.info().workflow_id
+        self.closed = False
+        """The run takes no more calls (shown by the ``status`` query)."""
+        self.cancelled = False
+        """An operator cancelled the whole run: no further call runs."""
+        self._state = RunState.STARTING
+        self._catalog: dict[str, ToolInfo] | None = None if catalog is None else {i.name: i for i in catalog}
+        self._steps: dict[str, PlanStep] = {}
+        self._views: dict[str, TaskView] = {}
+        self._running: dict[str, workflow.ActivityHandle[dict[str, Any]]] = {}
+        self._shown: dict[str, Any] = {}
+        self._wanted: dict[str, Any] = {}
+        self._coalesce = workflow.patched(COALESCE_PATCH)
+        self._live = workflow.patched(LIVE_PATCH)
+        self._last_decision: str | None = None
+        self._refused: list[RefusedDecision] = []
+        workflow.set_query_handler(STATUS_QUERY, self._status_query)
+        self._decisions: dict[str, tuple[Any, Any]] = {
+            command: (self._decision_handler(command), self._decision_validator(command))
+            for command in ("approve", "reject", "redrive")
+        }
+        self._decisions["reconcile"] = (self._reconcile, self._validate_reconcile)
+        self._decisions["cancel"] = (self._cancel, self._validate_cancel)
+        for command, (handler, validator) in self._decisions.items():
+            workflow.set_update_handler(command, handler, validator=validator)
+        workflow.set_signal_handler(LEASE_PROGRESS_SIGNAL, self._on_progress)
+        workflow.set_signal_handler(DECIDE_SIGNAL, self._on_decide)
+        if self._catalog is not None:
+            self._set_state(RunState.RUNNING)
+
+    # -- the catalog -------------------------------------------------------------------------------
+
+    async def load_catalog(self) -> dict[str, ToolInfo]:
+        """Learn the worker's tools (a local activity, recorded in history) and start running.
+
+        A worker that does not serve a tool of the run's steps fails only this workflow task
+        (:class:`ToolsNotServedHereError`, nothing recorded), for up to :data:`CATALOG_PATIENCE` after
+        the run started, so that a worker of the queue that serves them takes the run up.
+
+        Raises:
+            ToolsNotServedHereError: as said, within :data:`CATALOG_PATIENCE`.
+            ApplicationError: non-retryable ``UnknownTool`` when a step names a tool the worker
+                does not serve after that; the workflow fails with it.
+        """
+        if self._catalog is None:
+            catalog = await workflow.execute_local_activity(
+                DESCRIBE_TOOLS, start_to_close_timeout=timedelta(seconds=30), result_type=list[dict[str, Any]]
+            )
+            self._catalog = {info.name: info for info in map(ToolInfo.model_validate, catalog)}
+        unknown = sorted({step.tool for step in self._steps.values()} - set(self._catalog))
+        patient = bool(unknown) and workflow.now() - workflow.info().workflow_start_time < CATALOG_PATIENCE
+        if patient and workflow.patched(_CATALOG_PATIENCE_PATCH):
+            # Not recorded: the workflow task fails, and the next one (on another worker of the
+            # queue, perhaps) learns that worker's tools.
+            raise ToolsNotServedHereError(
+                f"this worker does not serve tool(s) {', '.join(unknown)} of run {self.run_id}; the run waits "
+                f"up to {CATALOG_PATIENCE.total_seconds():g}s for a worker of its task queue that does"
+            )
+        if unknown:
+            self._set_state(RunState.FAILED)
+            raise ApplicationError(
+                f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(sorted(self._catalog))} (the tools of "
+                "the worker that started the run: every worker of a task queue must serve the same "
+                "AGENTLEASE_TOOL_MODULES)",
+                type=FailureType.UNKNOWN_TOOL.value,
+                non_retryable=True,
+            )
+        self._set_state(RunState.RUNNING)
+        return self._catalog
+
+    def register(self, info: ToolInfo) -> None:
+        """Make a tool the workflow declares itself callable (a framework adapter's tool)."""
+        if self._catalog is None:
+            self._catalog = {}
+            self._set_state(RunState.RUNNING)
+        self._catalog[info.name] = info
+
+    def known_tools(self) -> list[str] | None:
+        """The tools this run may call, once known."""
+        return None if self._catalog is None else sorted(self._catalog)
+
+    # -- steps -------------------------------------------------------------------------------------
+
+    def add(self, step: PlanStep) -> TaskView:
+        """Register a step (``pending``) without running it; its task and key are fixed here (G4)."""
+        view = TaskView(
+            task_id=task_id_for(self.run_id, step.step_id),
+            step_id=step.step_id,
+            tool=step.tool,
+            status=TaskStatus.PENDING,
+            idempotency_key=idempotency_key_for(self.run_id, step.step_id)
+            if step.idempotency_key is None
+            else scoped_idempotency_key(self.run_id, step.idempotency_key, shared=step.share_idempotency_key),
+        )
+        self._steps[step.step_id] = step
+        self._views[step.step_id] = view
+        return view
+
+    def has_step(self, step_id: str) -> bool:
+        return step_id in self._views
+
+    def restore(self, steps: Iterable[PlanStep], carried: RunCarry) -> None:
+        """Take up the steps and views of the run this one continues (continue-as-new).
+
+        Raises:
+            ValueError: the views and the steps do not name the same step ids.
+        """
+        by_id = {step.step_id: step for step in steps}
+        if [view.step_id for view in carried.views] != list(by_id) or carried.next_step > len(by_id):
+            raise ValueError("bad plan payload: carried views do not match the plan's steps")
+        self._steps.update(by_id)
+        self._views.update((view.step_id, view) for view in carried.views)
+
+    def carry(self, next_step: int) -> tuple[list[PlanStep], RunCarry]:
+        """The steps and views to continue as new with: the arguments of the steps before ``next_step``
+        are left out (none of them runs again; decisions do not read arguments)."""
+        steps = [
+            step.model_copy(update={"arguments": {}}) if index < next_step else step
+            for index, step in enumerate(self._steps[sid] for sid in self._views)
+        ]
+        return steps, RunCarry(views=list(self._views.values()), next_step=next_step)
+
+    def unique_step_id(self, text: str) -> str:
+        """A valid step id made from ``text`` that no step of this run uses yet (``-2``, ``-3``... appended)."""
+        base = step_id_from(text)
+        candidate, n = base, 1
+        while candidate in self._views:
+            n += 1
+            candidate = step_id_from(f"{base}-{n}")
+        return candidate
+
+    def step_ids(self) -> list[str]:
+        """Step ids in the order they were added."""
+        return list(self._views)
+
+    def view(self, step_id: str) -> TaskView:
+        return self._views[step_id]
+
+    def skip(self, step_id: str) -> None:
+        """Mark a step that will never start (a later step of a failed run)."""
+        self._update(step_id, status=StepEnd.SKIPPED)
+
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        step_id: str,
+        idempotency_key: str | None = None,
+        share_idempotency_key: bool = False,
+    ) -> CallOutcome:
+        """Run one leased tool call until its task is final, waiting for people where the policy says so.
+
+        Args:
+            tool: a tool of the catalog.
+            arguments: its arguments (checked by the tool's model in the activity).
+            step_id: unique within the run; with the workflow id it makes the task id and default key.
+            idempotency_key: the caller's key for the action, scoped to the run (``<workflow id>:<key>``);
+                default ``<workflow id>:<step id>``.
+            share_idempotency_key: share ``idempotency_key`` across runs (``shared:<key>``): a call of
+                another run with the same key, tool and arguments settles from this one's receipt.
+                Default false.
+
+        Returns:
+            How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.
+
+        Raises:
+            ValueError: ``step_id`` is already used in this run, ``tool`` is unknown, or the step
+                is beyond the limits of ``docs/limits.md`` (its arguments' size or depth, a NaN, a
+                NUL, the workflow id's length); a ``pydantic.ValidationError`` is a ``ValueError``.
+        """
+        if step_id in self._views:
+            raise ValueError(f"step id {step_id!r} is already used in run {self.run_id}")
+        if len(self.run_id) > MAX_WORKFLOW_ID_CHARS:
+            raise ValueError(
+                f"workflow id of {len(self.run_id)} characters: leased calls take at most {MAX_WORKFLOW_ID_CHARS}"
+            )
+        catalog = self._catalog if self._catalog is not None else await self.load_catalog()
+        if tool not in catalog:
+            raise ValueError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
+        self.add(
+            PlanStep(
+                step_id=step_id,
+                tool=tool,
+                arguments=arguments,
+                idempotency_key=idempotency_key,
+                share_idempotency_key=share_idempotency_key,
+            )
+        )
+        outcome = await self.run_step(step_id)
+        self.show_search_attributes()
+        return outcome
+
+    async def run_step(self, step_id: str) -> CallOutcome:
+        """Run a registered step until it is final (see :meth:`call`)."""
+        step = self._steps[step_id]
+        if self._views[step_id].status.is_terminal:
+            return CallOutcome(self._views[step_id])  # cancelled before it started
+        if self.cancelled:
+            return CallOutcome(self._update(step_id, status=TaskStatus.CANCELLED, error="the run was cancelled"))
+        assert self._catalog is not None, "load_catalog() first"
+        info = self._catalog[step.tool]
+        self._set_state(self._state, tool=step.tool, stage=None)
+        if info.requires_approval:
+            await self._apply(step, DecisionKind.AWAIT_APPROVAL, _RUN_DECIDER, f"{step.tool} requires approval")
+            await self._wait_for_person(step_id)
+            if self._views[step_id].status.is_terminal:
+                return CallOutcome(self._views[step_id])
+        while True:
+            outcome = await self._attempt(step, info)
+            status = outcome.view.status
+            if status.awaits_decision:
+                await self._wait_for_person(step_id)
+                status = self._views[step_id].status
+            if not (isinstance(status, TaskStatus) and status.claimable):
+                return CallOutcome(self._views[step_id], outcome.output)
+
+    async def _wait_for_person(self, step_id: str) -> None:
+        waiting = self._views[step_id].status
+        self._refresh_waiting()
+        self.show_search_attributes()
+        await workflow.wait_condition(lambda: self._views[step_id].status != waiting)
+        self._refresh_waiting()
+
+    async def _attempt(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
+        """Execute the leased activity once (Temporal retries inside)."""
+        sid = step.step_id
+        self._update(sid, status=TaskStatus.RUNNING)
+        options = leased_activity_options(info)
+        handle = workflow.start_activity(
+            step.tool,
+            self._tool_call(step).model_dump(mode="json"),
+            heartbeat_timeout=options.heartbeat_timeout,
+            start_to_close_timeout=options.start_to_close_timeout,
+            retry_policy=options.retry_policy,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            result_type=dict,
+            summary=f"{sid}: {step.tool}",
+        )
+        self._running[sid] = handle
+        self.show_search_attributes()
+        try:
+            outcome = ToolOutcome.model_validate(await handle)
+        except ActivityError as err:
+            return CallOutcome(self._failed(sid, err))
+        finally:
+            self._running.pop(sid, None)
+        if self._views[sid].status.is_cancelled:
+            return CallOutcome(self._views[sid])
+        self._set_state(self._state, stage=outcome.stage)
+        if self._live:
+            self._wanted[sa.CURRENT_GENERATION.name] = outcome.claim_generation
+        view = self._update(
+            sid,
+            status=outcome.status,
+            stage=outcome.stage,
+            claim_generation=outcome.claim_generation,
+            attempts=outcome.attempts,
+            receipt=outcome.receipt,
+            error=None,
+        )
+        return CallOutcome(view, outcome.result)
+
+    def _failed(self, step_id: str, err: ActivityError) -> TaskView:
+        """The view of a step whose attempt failed: the status its failure reports."""
+        if self._views[step_id].status.is_cancelled:
+            return self._views[step_id]
+        cause = err.cause
+        if isinstance(cause, CancelledError):
+            return self._update(step_id, status=TaskStatus.CANCELLED, error=cause.message)
+        if not isinstance(cause, ApplicationError):
+            return self._update(step_id, status=StepEnd.FAILED, error=str(err))
+        facts: dict[str, Any] = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
+        failure = FailureType.parse(cause.type)
+        status: StepStatus = StepEnd.FAILED
+        if failure is not None and failure.status is not None:
+            status = failure.status
+        elif failure is FailureType.TASK_CLOSED and facts.get("status") in TaskStatus.__members__.values():
+            status = TaskStatus(facts["status"])
+        return self._update(
+            step_id,
+            status=status,
+            error=cause.message,
+            stage=Stage(facts["stage"]) if facts.get("stage") else None,
+            claim_generation=facts.get("claim_generation"),
+            attempts=facts.get("attempts"),
+        )
+
+    def _tool_call(self, step: PlanStep) -> ToolCall:
+        """The leased activity's input for ``step``: its task, arguments and idempotency key (G4)."""
+        view = self._views[step.step_id]
+        return ToolCall(
+            task_id=view.task_id,
+            agent_run_id=self.run_id,
+            step_id=step.step_id,
+            tool=step.tool,
+            arguments=step.arguments,
+            idempotency_key=view.idempotency_key,
+            share_idempotency_key=step.share_idempotency_key,
+        )
+
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> RunState:
+        return self._state
+
+    def end(self, state: RunState) -> None:
+        """The run ended (completed, cancelled or failed): no more calls or decisions."""
+        self.closed = True
+        self._set_state(state, waiting_reason="")
+
+    def _update(self, step_id: str, **changes: Any) -> TaskView:
+        view = self._views[step_id].model_copy(update=changes)
+        self._views[step_id] = view
+        return view
+
+    def _refresh_waiting(self) -> None:
+        """``waiting`` while any step waits for a person, with who waits for what; else ``running``."""
+        if self._state.ended:
+            return
+        waiting = [f"{v.step_id}: {v.status.value}" for v in self._views.values() if v.status.awaits_decision]
+        self._set_state(RunState.WAITING if waiting else RunState.RUNNING, waiting_reason=", ".join(waiting))
+
+    def _set_state(
+        self, state: RunState, *, waiting_reason: str | None = None, tool: str | None = None, stage: Any = ...
+    ) -> None:
+        """Set the run's state; its search attributes follow (see :meth:`show_search_attributes`).
+
+        A run recorded before coalescing (no :data:`COALESCE_PATCH` marker) upserts each change at
+        once, as it did then; a run that ends always upserts at once.
+        """
+        self._state = state
+        self._wanted[sa.RUN_STATUS.name] = state.value
+        if waiting_reason is not None:
+            self._wanted[sa.WAITING_REASON.name] = waiting_reason
+        if tool is not None:
+            self._wanted[sa.CURRENT_TOOL.name] = tool
+        if stage is not ...:
+            self._wanted[sa.CURRENT_STAGE.name] = str(getattr(stage, "value", stage) or "")
+        if not self._coalesce or state.ended:
+            self.show_search_attributes()
+
+    def show_search_attributes(self) -> None:
+        """Upsert the search attributes whose value changed since they were last shown, in one command.
+
+        The calls do this whenever they wait (for an activity, for a person), when :meth:`call`
+        returns and when the run ends: the changes of one workflow task (a step's end, the next
+        step's start) are shown once, with the values visibility would have ended with anyway. A
+        workflow that waits on something of its own between calls may call it first.
+        """
+        changed = {name: value for name, value in self._wanted.items() if self._shown.get(name) != value}
+        if changed:
+            self._shown.update(changed)
+            workflow.upsert_search_attributes([sa.BY_NAME[name].value_set(value) for name, value in changed.items()])
+        workflow.set_current_details(self.current_details())
+
+    async def _apply(self, step: PlanStep, kind: DecisionKind, by: str, reason: str, **extra: Any) -> TaskView:
+        """Write a decision to the ledger (evidence: who and why), then show its result."""
+        assert self._catalog is not None
+        info = self._catalog[step.tool]
+        view = self._views[step.step_id]
+        task = TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl)
+        self.show_search_attributes()
+        decided = await workflow.execute_activity(
+            APPLY_DECISION,
+            LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra).model_dump(mode="json"),
+            start_to_close_timeout=_DECISION_TIMEOUT,
+            retry_policy=_DECISION_RETRY,
+            result_type=dict,
+            summary=f"{step.step_id}: {kind.value} by {by}",
+        )
+        outcome = ToolOutcome.model_validate(decided)
+        shown = TaskStatus.PENDING if outcome.status is TaskStatus.RELEASED else outcome.status
+        if by != _RUN_DECIDER or kind is not DecisionKind.AWAIT_APPROVAL:
+            self._last_decision = _decision_text(step.step_id, kind, by, reason)
+            if self._live:
+                self._wanted[sa.LAST_DECISION.name] = self._last_decision
+        # A person ended the call without a receipt: the view says who and why (the run's status,
+        # and what an agent framework's model is told).
+        return self._update(
+            step.step_id,
+            status=shown,
+            stage=outcome.stage,
+            claim_generation=outcome.claim_generation or view.claim_generation,
+            attempts=outcome.attempts if outcome.attempts else view.attempts,
+            receipt=outcome.receipt,
+            error=_ended_by(outcome.status, by, reason),
+        )
+
+    # -- the query and the decision updates --------------------------------------------------------
+
+    def status(self) -> RunStatus:
+        """The run as the ``status`` query reports it."""
+        return RunStatus(
+            agent_run_id=self.run_id,
+            status=self._state,
+            closed=self.closed,
+            tasks=list(self._views.values()),
+            last_decision=self._last_decision,
+            refused=list(self._refused),
+        )
+
+    def current_details(self) -> str:
+        """The run's current details text (the Temporal UI shows it on the run's page), one line each:
+        every running step (``publish: external_call, generation 2, renewing: uploading 3 of 5 images
+        (worker-b)``), every step waiting for a person, the last decision and the last refused signal."""
+        lines = []
+        for view in self._views.values():
+            if view.status is TaskStatus.RUNNING:
+                line = f"{view.step_id}: {view.stage.value if view.stage else 'claiming'}"
+                if view.claim_generation:
+                    line += f", generation {view.claim_generation}"
+                if view.progress and view.stage is not None:
+                    line += f", renewing: {view.progress}"
+                if view.lease_owner:
+                    line += f" ({view.lease_owner})"
+                lines.append(line)
+            elif view.status.awaits_decision:
+                lines.append(f"{view.step_id}: {view.status.value}, waiting for a person")
+        if not lines:
+            lines.append(f"run {self._state.value}")
+        if self._last_decision:
+            lines.append(f"last decision: {self._last_decision}")
+        if self._refused:
+            last = self._refused[-1]
+            lines.append(f"refused {last.decision} signal by {last.by or '?'}: {last.refusal}")
+        return "\n".join(lines)
+
+    async def _on_progress(self, payload: Any) -> None:
+        """A running attempt's :class:`LeaseProgress`: show it (a late or stale one is ignored).
+
+        The ``status`` query and the current details change at once; the search attributes once per
+        workflow task (the signals of one task are upserted together), only when the stage, the
+        generation or the owner changed (a renewal's reason alone is not upserted)."""
+        if not self._live:
+            return
+        try:
+            progress = LeaseProgress.model_validate(payload)
+        except ValidationError:
+            return
+        sid = progress.step_id
+        if sid not in self._running:
+            return  # the attempt already ended: its outcome is the newer fact
+        view = self._views[sid]
+        known = view.claim_generation or 0
+        if progress.claim_generation < known:
+            return
+        if progress.claim_generation == known and _stage_order(progress.stage) < _stage_order(view.stage):
+            return  # signals of one attempt may arrive out of order
+        self._update(
+            sid,
+            stage=progress.stage,
+            claim_generation=progress.claim_generation,
+            lease_owner=progress.lease_owner,
+            progress=progress.reason,
+        )
+        self._wanted[sa.CURRENT_GENERATION.name] = progress.claim_generation
+        self._wanted[sa.CURRENT_OWNER.name] = progress.lease_owner
+        self._wanted[sa.CURRENT_STAGE.name] = progress.stage.value if progress.stage else ""
+        workflow.set_current_details(self.current_details())
+        await workflow.wait_condition(lambda: True)  # after every signal of this workflow task
+        self.show_search_attributes()
+
+    async def _on_decide(self, payload: Any) -> None:
+        """The ``decide`` signal: the decision update of the same name, or a recorded refusal."""
+        body = dict(payload) if isinstance(payload, dict) else {}
+        decision = str(body.pop("decision", "") or "")[:50]
+        try:
+            if decision not in self._decisions:
+                raise ValueError(
+                    f"unknown decision {decision!r}; a decide signal carries one of {', '.join(self._decisions)}"
+                )
+            handler, validator = self._decisions[decision]
+            validator(body)
+        except ValueError as exc:
+            await self._refuse(decision, body, str(exc))
+            return
+        try:
+            await handler(body)
+        except (ActivityError, ValueError) as exc:  # the ledger refused it (another decision got there first)
+            await self._refuse(decision, body, str(getattr(exc, "cause", None) or exc))
+
+    async def _refuse(self, decision: str, body: dict[str, Any], refusal: str) -> None:
+        """Keep a refused ``decide`` signal for ``status`` and write it to the step's evidence trail."""
+        step_id = body.get("step_id") if isinstance(body.get("step_id"), str) else None
+        by = body.get("by") if isinstance(body.get("by"), str) else None
+        refused = RefusedDecision(
+            decision=decision or "?", step_id=step_id and step_id[:128], by=by and by[:200], refusal=refusal[:2000]
+        )
+        self._refused = [*self._refused, refused][-_KEPT_REFUSALS:]
+        workflow.logger.warning("refused %s signal for step %s: %s", refused.decision, step_id, refusal)
+        step = self._steps.get(step_id or "")
+        if step is not None and self._catalog is not None and step.tool in self._catalog:
+            info = self._catalog[step.tool]
+            try:
+                await self._record_refusal(step, info, refused)
+            except ActivityError as exc:  # a signal handler must not fail the run: the status keeps it
+                workflow.logger.warning("refused %s signal not written to the trail: %s", refused.decision, exc)
+        workflow.set_current_details(self.current_details())
+
+    async def _record_refusal(self, step: PlanStep, info: ToolInfo, refused: RefusedDecision) -> None:
+        await workflow.execute_activity(
+            RECORD_REFUSAL,
+            LedgerRefusal(
+                task=TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl),
+                decision=refused.decision,
+                by=refused.by,
+                refusal=refused.refusal,
+            ).model_dump(mode="json"),
+            start_to_close_timeout=_DECISION_TIMEOUT,
+            retry_policy=_DECISION_RETRY,
+            summary=f"{step.step_id}: refused {refused.decision} signal",
+        )
+
+    def _status_query(self) -> dict[str, Any]:
+        return self.status().model_dump(mode="json")
+
+    def _require(self, step_id: str, kind: DecisionKind) -> None:
+        """Refuse a decision the step's status does not allow (decision table)."""
+        rule = DECISIONS[kind]
+        if step_id not in self._views:
+            raise ValueError(f"run {self.run_id} has no step {step_id!r}")
+        status = self._views[step_id].status
+        if not rule.allows(status):
+            allowed = " or ".join(sorted(s.value for s in rule.applies_to))
+            raise ValueError(f"cannot {rule.command} step {step_id!r}: it is {status.value}, not {allowed}")
+
+    def _decision_handler(self, command: str) -> Any:
+        kind = DecisionKind(command)
+
+        async def handler(payload: dict[str, Any]) -> dict[str, Any]:
+            request = parse_payload(DecisionRequest, payload, command)
+            signed = signed_decision(command, request)
+            await self._apply(self._steps[request.step_id], kind, request.by, request.reason, **signed)
+            self._refresh_waiting()
+            self.show_search_attributes()
+            return self._status_query()
+
+        return handler
+
+    def _decision_validator(self, command: str) -> Any:
+        kind = DecisionKind(command)
+
+        def validator(payload: dict[str, Any]) -> None:
+            self._require(parse_payload(DecisionRequest, payload, command).step_id, kind)
+
+        return validator
+
+    async def _reconcile(self, payload: dict[str, Any]) -> dict[str, Any]:
+        request = parse_payload(ReconcileRequest, payload, "reconcile")
+        kind = self._reconcile_kind(request)
+        extra: dict[str, Any] = signed_decision("reconcile", request)
+        if DECISIONS[kind].settles:
+            extra |= {"external_id": request.external_id, "observed": request.observed}
+        await self._apply(self._steps[request.step_id], kind, request.by, request.reason, **extra)
+        self._refresh_waiting()
+        self.show_search_attributes()
+        return self._status_query()
+
+    def _validate_reconcile(self, payload: dict[str, Any]) -> None:
+        self._reconcile_kind(parse_payload(ReconcileRequest, payload, "reconcile"))
+
+    def _reconcile_kind(self, request: ReconcileRequest) -> DecisionKind:
+        """The decision a reconcile makes on its step's status, or a ``ValueError`` if none applies."""
+        if request.step_id not in self._views:
+            raise ValueError(f"run {self.run_id} has no step {request.step_id!r}")
+        status = self._views[request.step_id].status
+        kind = request.kind_for(status)
+        if kind is None:
+            allowed = " or ".join(
+                dict.fromkeys(s.value for r in DECISIONS.values() if r.action == request.action for s in r.applies_to)
+            )
+            raise ValueError(
+                f"cannot reconcile step {request.step_id!r} with {request.action}: it is {status.value}, not {allowed}"
+            )
+        return kind
+
+    async def _cancel(self, payload: dict[str, Any]) -> dict[str, Any]:
+        request = parse_payload(CancelRequest, payload, "cancel")
+        if request.step_id is None:
+            self.cancelled = True
+            targets = [sid for sid, view in self._views.items() if not view.status.is_terminal]
+        else:
+            targets = [request.step_id]
+        signed = signed_decision("cancel", request)
+        for n, step_id in enumerate(targets):
+            # The ledger ends the claim first, so the old generation cannot settle (G8).
+            try:
+                await self._apply(self._steps[step_id], DecisionKind.CANCEL, request.by, request.reason, **signed)
+            except ActivityError:
+                if n == 0 and request.step_id is None:
+                    self.cancelled = False  # refused (an unsigned or badly signed cancel): the run goes on
+                raise
+            handle = self._running.get(step_id)
+            if handle is not None:
+                handle.cancel()
+        if workflow.patched(_CANCEL_ANSWERS_AT_ONCE):
+            # Answer at once with the run as it is now: the cancel is in the ledger, and a running attempt
+            # stops at its next renewal (refused), however long its lease; waiting for it to acknowledge
+            # could outlast the caller's time limit.
+            if request.step_id is None:
+                self.end(RunState.CANCELLED)
+        else:  # runs cancelled by an earlier version waited for the activities to acknowledge
+            await workflow.wait_condition(lambda: not any(step_id in self._running for step_id in targets))
+        self._refresh_waiting()
+        self.show_search_attributes()
+        return self._status_query()
+
+    def _validate_cancel(self, payload: dict[str, Any]) -> None:
+        request = parse_payload(CancelRequest, payload, "cancel")
+        if self._state.ended:
+            raise ValueError(f"run {self.run_id} has ended ({self._state.value}); there is nothing to cancel")
+        if request.step_id is not None:
+            self._require(request.step_id, DecisionKind.CANCEL)
+
+
+def _stage_order(stage: Stage | None) -> int:
+    return -1 if stage is None else stage.order
+
+
+def _decision_text(step_id: str, kind: DecisionKind, by: str, reason: str) -> str:
+    """``publish: approved by alice: ticket OPS-12`` (at most 250 characters)."""
+    rule = DECISIONS[kind]
+    verb = rule.event.value if rule.action is None else f"{rule.event.value} ({rule.action})"
+    text = f"{step_id}: {verb} by {by}: {reason}"
+    return text if len(text) <= _MAX_DECISION_CHARS else text[: _MAX_DECISION_CHARS - 3] + "..."
+
+
+def _ended_by(status: TaskStatus, by: str, reason: str) -> str | None:
+    """A decision that ended a task without settling it, as its view's ``error``: who and why
+    (``"rejected by alice: wrong recipient"``); ``None`` for any other decision."""
+    if status.is_terminal and status is not TaskStatus.SETTLED:
+        return f"{status.value} by {by}: {reason}"
+    return None
+
+
+_INSTANCE_ATTRIBUTE = "__agentlease_calls__"
+
+
+def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
+    """The running workflow's :class:`LeasedToolCalls`, made (and its handlers installed) on first use.
+
+    Call it from workflow code. Call it early for the ``status`` query and the decision updates to
+    answer before the first tool call: in ``@workflow.init``, where the workflow object does not
+    exist yet, keep the result in an attribute (``self.calls = leased_calls()``); later calls find it
+    there. (State lives on the workflow object only: a run replayed in the same process, after a
+    cache eviction, builds its own.)
+
+    Args:
+        catalog: tools to make callable (adapters pass their tools' infos); more can be added later.
+    """
+    instance = workflow.instance()
+    calls = _attached(instance)
+    if calls is None:
+        calls = LeasedToolCalls(catalog)
+        catalog = None
+        if instance is not None:
+            setattr(instance, _INSTANCE_ATTRIBUTE, calls)
+    for info in catalog or ():
+        calls.register(info)
+    return calls
+
+
+def _attached(instance: object | None) -> LeasedToolCalls | None:
+    """The :class:`LeasedToolCalls` the workflow object holds (made by ``leased_calls`` or kept by its ``__init__``)."""
+    if instance is None:
+        return None
+    found = getattr(instance, _INSTANCE_ATTRIBUTE, None)
+    if isinstance(found, LeasedToolCalls):
+        return found
+    return next((v for v in getattr(instance, "__dict__", {}).values() if isinstance(v, LeasedToolCalls)), None)

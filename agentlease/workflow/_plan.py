@@ -1,0 +1,138 @@
+"""``AgentRunWorkflow``: an agent run made from a plan, whose tool calls are leased activities.
+
+Deterministic orchestration only. The run learns the worker's tools once, then runs its steps in
+order through :class:`~agentlease.workflow._calls.LeasedToolCalls`, which also answers the ``status``
+query and takes the operators' decisions (``approve``, ``reject``, ``reconcile``, ``redrive``,
+``cancel``). A step that needs a person holds the run in ``waiting``; the later steps start once
+that step is final.
+
+Besides what :class:`LeasedToolCalls` installs, a plan run takes:
+
+- update ``submit`` (:class:`~agentlease.records.PlanStep`) -> :class:`~agentlease.records.TaskView`:
+  rejects an unknown tool, a duplicate step id or a closed run;
+- signal ``close``: no more steps; the run ends after its last task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from agentlease.enums import FailureType, RunState, StepEnd
+    from agentlease.limits import MAX_STEPS_PER_RUN, check_run_id
+    from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
+    from agentlease.records import AgentRunPlan, PlanStep, RunStatus
+    from agentlease.workflow._calls import LeasedToolCalls, parse_payload
+
+
+CONTINUE_AS_NEW_PATCH = "agentlease-continue-as-new"
+"""Patch: a run continues as new between steps when its history is full (runs recorded before it did not)."""
+
+
+@workflow.defn(name=AGENT_RUN_WORKFLOW, failure_exception_types=[ValidationError, RecursionError])
+class AgentRunWorkflow:
+    """Takes an :class:`~agentlease.records.AgentRunPlan` and returns the run's final
+    :class:`~agentlease.records.RunStatus`. A plan that does not validate (a hand-written
+    ``temporal workflow start --input``) fails the run at once with what is wrong: an
+    ``InvalidPlan`` error, or a ``ValidationError``/``RecursionError`` when the input cannot even
+    be decoded (nested deeper than the data converter decodes); never a workflow task retried
+    forever (``docs/limits.md``)."""
+
+    @workflow.init
+    def __init__(self, plan: AgentRunPlan | dict[str, Any]) -> None:
+        self._calls = LeasedToolCalls()
+        self._bad_plan: str | None = None
+        self._plan = AgentRunPlan()
+        try:
+            parsed = parse_payload(AgentRunPlan, plan, "plan")
+            check_run_id(workflow.info().workflow_id)
+        except ValueError as exc:
+            self._bad_plan = str(exc)
+            return
+        self._plan = parsed
+        self._calls.closed = not parsed.keep_open
+        if parsed.carried is not None:
+            try:
+                self._calls.restore(parsed.steps, parsed.carried)
+            except ValueError as exc:
+                self._bad_plan = str(exc)
+            return
+        for step in parsed.steps:
+            self._calls.add(step)
+
+    @workflow.run
+    async def run(self, plan: AgentRunPlan | dict[str, Any]) -> RunStatus:
+        calls = self._calls
+        if self._bad_plan is not None:
+            calls.end(RunState.FAILED)
+            raise ApplicationError(self._bad_plan, type=FailureType.INVALID_PLAN.value, non_retryable=True)
+        await calls.load_catalog()
+        plan = self._plan
+        index = 0 if plan.carried is None else plan.carried.next_step
+        ran = 0
+        failed = False
+        while True:
+
+            def more_to_do(index: int = index) -> bool:
+                return index < len(calls.step_ids()) or calls.closed or calls.cancelled
+
+            if not more_to_do():
+                calls.show_search_attributes()  # about to wait for more steps: show where the run is
+            await workflow.wait_condition(more_to_do)
+            steps = calls.step_ids()
+            if calls.cancelled or index >= len(steps):
+                break
+            step_id = steps[index]
+            index += 1
+            outcome = await calls.run_step(step_id)
+            ran += 1
+            if outcome.view.status is StepEnd.FAILED:
+                failed = True
+                for rest in calls.step_ids()[index:]:
+                    calls.skip(rest)
+                break
+            more = index < len(calls.step_ids()) or not calls.closed
+            if more and self._history_is_full(ran) and workflow.patched(CONTINUE_AS_NEW_PATCH):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if not calls.cancelled:
+                    kept, carried = calls.carry(index)
+                    update = {"steps": kept, "carried": carried, "keep_open": not calls.closed}
+                    workflow.continue_as_new(plan.model_copy(update=update))
+        calls.end(RunState.FAILED if failed else RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return calls.status()
+
+    def _history_is_full(self, ran: int) -> bool:
+        """Whether to continue as new now, between steps: after the plan's ``continue_as_new_after``
+        steps in this Temporal run, or when Temporal suggests it (the history grows large)."""
+        limit = self._plan.continue_as_new_after
+        return (limit is not None and ran >= limit) or workflow.info().is_continue_as_new_suggested()
+
+    @workflow.update(name=SUBMIT_UPDATE)
+    def submit(self, payload: dict[str, Any]) -> dict[str, Any]:
+        return self._calls.add(parse_payload(PlanStep, payload, "submit")).model_dump(mode="json")
+
+    @submit.validator
+    def _validate_submit(self, payload: dict[str, Any]) -> None:
+        step = parse_payload(PlanStep, payload, "submit")
+        calls = self._calls
+        if calls.closed or calls.state.ended or calls.cancelled:
+            raise ValueError(f"run {calls.run_id} is closed; it takes no more tool calls")
+        known = calls.known_tools()
+        if known is None:
+            raise ValueError(f"run {calls.run_id} is still starting; submit again in a moment")
+        if step.tool not in known:
+            raise ValueError(f"unknown tool {step.tool!r}; known tools: {', '.join(known)}")
+        if calls.has_step(step.step_id):
+            raise ValueError(f"step id {step.step_id!r} is already used in run {calls.run_id}")
+        if len(calls.step_ids()) >= MAX_STEPS_PER_RUN:
+            raise ValueError(f"run {calls.run_id} has {MAX_STEPS_PER_RUN} steps, the most one run takes")
+
+    @workflow.signal(name=CLOSE_SIGNAL)
+    def close(self) -> None:
+        self._calls.closed = True
