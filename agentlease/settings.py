@@ -21,140 +21,221 @@ from agentlease.metrics import parse_address
 
 
 class AgentLeaseSettings(BaseSettings):
-    """Configuration of workers and the CLI.
+    """Configuration of workers and the CLI: the one home of every setting.
 
-    Attributes:
-        temporal_address: Temporal frontend ``host:port``. Default ``localhost:7233``.
-        namespace: Temporal namespace. Default ``default``.
-        task_queue: task queue of agent runs and their tool calls. Default ``agentlease``.
-        ledger_url: ``sqlite:///PATH`` (default ``sqlite:///.agentlease/ledger.db``) or
-            ``postgresql://USER@HOST:PORT/DB``.
-        tool_modules: comma-separated import paths of modules whose tools the worker registers.
-        worker_identity: lease owner and Temporal identity; default ``<host>:<pid>``.
-        shutdown_grace: how long running tools may finish after SIGTERM. Default 30s.
-        max_concurrent_activities: tool calls one worker runs at once. Default 100.
-        sticky_schedule_to_start: how long a run's next workflow task waits on the sticky queue of
-            the worker that ran its last one before any worker may take it (Temporal's
-            ``sticky_queue_schedule_to_start_timeout``): after that worker died or paused, the
-            run moves on this much later. Default 3s.
-        activity_pollers: long polls for tool calls one worker keeps open at most. A paused
-            worker's open polls still take tasks, each one losing an attempt (a lease TTL), until
-            the server's long poll expires; more polls serve more tool calls per second on a
-            distant server. Default 1.
-        workflow_pollers: long polls for workflow tasks one worker keeps open at most. Default 2.
-        http_base_url: base for relative URLs of the built-in HTTP tools; ``http_get`` fetches only
-            under it (its host, its path prefix) unless ``http_allowed_hosts`` names another host.
-        http_allowed_hosts: further hosts (``host`` or ``host:port``) ``http_get`` may fetch from,
-            comma-separated; default none (``docs/security.md``, "Tool authority").
-        sql_target_url: database the ``sql_upsert`` tool writes into.
-        sql_allowed_tables: the tables ``sql_upsert`` may write, comma-separated; default none,
-            so every write is refused until a deployment names its tables.
-        publish_base_url: base URL of the publishing service ``http_publish`` writes to.
-        smtp_host: SMTP server ``smtp_send`` delivers to.
-        smtp_port: its port. Default 25.
-        data_dir: where ``demo`` and ``dev`` keep their files. Default ``.agentlease``.
-        decision_timeout: how long ``approve``/``reject``/``reconcile``/``redrive``/``cancel`` wait
-            for a worker to take the decision, and again for it to finish. Default 30s.
-        metrics_address: ``HOST:PORT`` where a worker serves its lease metrics (Prometheus,
-            ``GET /metrics``; see :mod:`agentlease.metrics`). Default unset: not served.
-        plugins: ``module:attribute`` of Temporal client plugins (or of functions making them) to
-            connect with, comma-separated: an agent framework's plugin, a tracing plugin.
-        workflow_modules: modules whose ``@workflow.defn`` classes ``agentlease worker`` also serves
-            (your agents' workflows), comma-separated.
-        data_converter: ``module:attribute`` of the Temporal data converter (or a function making
-            it); default the pydantic converter, or the one a plugin sets.
-        ledger_pool_size: PostgreSQL connections one process (worker, sweeper) keeps to the ledger, at
-            most; no overflow. Default 10. Size it so that workers x pool size (+ sweepers, CLI)
-            stays under the server's ``max_connections`` (``docs/operations.md``).
-        tracing: trace ledger operations with OpenTelemetry inside Temporal's activity spans, the
-            exporter set by the standard ``OTEL_*`` variables (needs ``agentlease[otel]``;
-            ``docs/tracing.md``). Default false.
-        temporal_metrics: with ``metrics_address``, a worker also serves Temporal's runtime metrics
-            (``temporal_*``) on the same endpoint (``docs/metrics.md``). Default true.
-        migrate_on_start: a worker brings the ledger schema to the newest revision when it starts.
-            Default false: run ``agentlease db upgrade`` once per release, and a worker refuses to
-            start on a schema it does not expect.
-        temporal_tls_ca_file: PEM file of the CA that signed the Temporal frontend's certificate;
-            setting it (or a client certificate) turns TLS on. Default unset: plain TCP.
-        temporal_tls_cert_file / temporal_tls_key_file: PEM client certificate and key (mTLS), both
-            or neither.
-        temporal_tls_server_name: the name to check the server's certificate against; default the
-            host of ``temporal_address``.
-        temporal_tls: TLS with the system's CAs (Temporal Cloud with an API key). Default false.
-        temporal_api_key: API key sent with every call (turns TLS on, as Temporal Cloud needs).
-        codec_keys: payload encryption keys, ``ID:BASE64KEY`` comma-separated (16, 24 or 32-byte
-            AES keys); the first encrypts, every one decrypts (key rotation). Default unset: payloads
-            are stored as plain JSON. See ``docs/security.md``.
-        payload_codec: ``module:attribute`` of another payload codec (or a function making it).
-        codec_server_token: bearer token the codec server (``agentlease codec-server``) requires;
-            default unset: anyone who reaches it may decode.
-        codec_server_origins: browser origins allowed to call the codec server (CORS),
-            comma-separated. Default the local Temporal UI, ``http://localhost:8233``.
-        decision_mode: ``open`` (default: ``--by`` names the operator, as typed) or
-            ``authenticated`` (every operator decision must be signed by a key of
-            ``operator_keys``). See ``docs/security.md``, "Authenticated decisions".
-        operator_keys: the workers' operator public keys, ``NAME=KEY`` comma-separated, KEY a
-            ``.pub`` file written by ``agentlease keys new-operator`` or its base64 text.
-        operator_key: the CLI's operator private key file; decisions are signed with it and name
-            its operator.
-        decision_max_age: how old a signed decision may be when a worker applies it. Default 15m.
-        redactor: ``module:attribute`` of the function ``(text) -> text`` applied to everything the
-            ledger stores (reasons, errors, receipts, evidence); default
-            :func:`agentlease.redaction.redact_text`.
-        secret_provider: ``module:attribute`` of the tools' secret provider (or a function making
-            it); default :class:`agentlease.secrets.EnvSecretProvider`.
-        fencing_key: the key fencing tokens are signed with (``<generation>.<signature>``), shared
-            with the downstreams that verify them; at least 16 characters. Default unset: workers send
-            bare generations (``docs/security.md``, "Fencing tokens a downstream can verify").
+    Each field's ``description`` is its documentation: the CLI's flags (their help, variable and
+    default) and the settings table of ``docs/settings.md`` are made from these fields. Every field
+    is read from ``AGENTLEASE_<FIELD>``; durations accept seconds (``"30"``) or ISO 8601 (``"PT30S"``).
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
 
-    temporal_address: str = "localhost:7233"
-    namespace: str = Field(default="default", min_length=1, max_length=MAX_NAME_CHARS)
-    task_queue: str = Field(default="agentlease", min_length=1, max_length=MAX_TASK_QUEUE_CHARS)
-    ledger_url: str = "sqlite:///.agentlease/ledger.db"
-    tool_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    worker_identity: str | None = None
-    shutdown_grace: timedelta = Field(default=timedelta(seconds=30), ge=timedelta(0))
-    max_concurrent_activities: int = Field(default=100, ge=1)
-    sticky_schedule_to_start: timedelta = Field(default=timedelta(seconds=3), gt=timedelta(0))
-    activity_pollers: int = Field(default=1, ge=1)
-    workflow_pollers: int = Field(default=2, ge=2)
-    http_base_url: str | None = None
-    http_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    sql_target_url: str | None = None
-    sql_allowed_tables: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    publish_base_url: str | None = None
-    smtp_host: str | None = None
-    smtp_port: int = Field(default=25, ge=1, le=65535)
-    data_dir: Path = Path(".agentlease")
-    metrics_address: str | None = None
-    decision_timeout: timedelta = Field(default=timedelta(seconds=30), gt=timedelta(0))
-    plugins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    workflow_modules: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    data_converter: str | None = None
-    ledger_pool_size: int = Field(default=10, ge=1, le=1000)
-    migrate_on_start: bool = False
-    temporal_tls_ca_file: Path | None = None
-    temporal_tls_cert_file: Path | None = None
-    temporal_tls_key_file: Path | None = None
-    temporal_tls_server_name: str | None = None
-    temporal_tls: bool = False
-    temporal_api_key: str | None = Field(default=None, repr=False)
-    codec_keys: str | None = Field(default=None, repr=False)
-    payload_codec: str | None = None
-    codec_server_token: str | None = Field(default=None, repr=False)
-    codec_server_origins: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["http://localhost:8233"])
-    decision_mode: Literal["open", "authenticated"] = "open"
-    operator_keys: str | None = None
-    operator_key: Path | None = None
-    decision_max_age: timedelta = Field(default=timedelta(minutes=15), gt=timedelta(0))
-    redactor: str | None = None
-    secret_provider: str | None = None
-    tracing: bool = False
-    temporal_metrics: bool = True
-    fencing_key: SecretStr | None = Field(default=None, min_length=16)
+    # Connections
+    temporal_address: str = Field(default="localhost:7233", description="Temporal frontend `HOST:PORT`.")
+    namespace: str = Field(
+        default="default", min_length=1, max_length=MAX_NAME_CHARS, description="Temporal namespace."
+    )
+    task_queue: str = Field(
+        default="agentlease",
+        min_length=1,
+        max_length=MAX_TASK_QUEUE_CHARS,
+        description="Task queue of agent runs and their tool calls.",
+    )
+    ledger_url: str = Field(
+        default="sqlite:///.agentlease/ledger.db",
+        description="The ledger: `sqlite:///PATH` or `postgresql://USER:PASS@HOST:PORT/DB` (`postgres://` too).",
+    )
+    ledger_pool_size: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="PostgreSQL connections one process (worker, sweeper) keeps to the ledger, at most; no "
+        "overflow. Keep workers x pool size (+ sweepers, CLI) under the server's `max_connections`.",
+    )
+    migrate_on_start: bool = Field(
+        default=False,
+        description="A worker brings the ledger schema to the newest revision when it starts. Off: run "
+        "`agentlease db upgrade` once per release; a worker refuses a schema it does not expect.",
+    )
+    tool_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Modules whose tools the worker registers, comma-separated import paths.",
+    )
+    workflow_modules: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Modules whose `@workflow.defn` classes `agentlease worker` also serves (your agents' "
+        "workflows), comma-separated.",
+    )
+    plugins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="`module:attribute` of Temporal client plugins (or of functions making them), "
+        "comma-separated: an agent framework's plugin, a tracing plugin.",
+    )
+    data_converter: str | None = Field(
+        default=None,
+        description="`module:attribute` of the Temporal data converter (or a function making it). Unset: the "
+        "pydantic converter, or the one a plugin sets.",
+    )
+    data_dir: Path = Field(default=Path(".agentlease"), description="Where `demo` and `dev` keep their files.")
+
+    # The worker
+    worker_identity: str | None = Field(
+        default=None, description="Lease owner and Temporal identity. Unset: `HOST:PID`."
+    )
+    shutdown_grace: timedelta = Field(
+        default=timedelta(seconds=30),
+        ge=timedelta(0),
+        description="How long running tools may finish after SIGTERM, in seconds.",
+    )
+    max_concurrent_activities: int = Field(default=100, ge=1, description="Tool calls one worker runs at once.")
+    sticky_schedule_to_start: timedelta = Field(
+        default=timedelta(seconds=3),
+        gt=timedelta(0),
+        description="Seconds a run's next workflow task waits on the sticky queue of the worker that ran its "
+        "last one before any worker may take it (after that worker died or paused).",
+    )
+    activity_pollers: int = Field(
+        default=1,
+        ge=1,
+        description="Long polls for tool calls one worker keeps open at most. A paused worker's open polls "
+        "still take tasks, each losing one lease TTL, until the server's long poll expires.",
+    )
+    workflow_pollers: int = Field(
+        default=2, ge=2, description="Long polls for workflow tasks one worker keeps open at most (sticky and normal)."
+    )
+    metrics_address: str | None = Field(
+        default=None,
+        description="`HOST:PORT` where `worker`, `sweep`, `dev` and `demo` serve `GET /metrics` (Prometheus "
+        "lease metrics). Unset: not served.",
+    )
+    temporal_metrics: bool = Field(
+        default=True,
+        description="With a metrics address, a worker also serves Temporal's runtime metrics (`temporal_*`).",
+    )
+    tracing: bool = Field(
+        default=False,
+        description="Trace ledger operations with OpenTelemetry inside Temporal's activity spans, exported as "
+        "the `OTEL_*` variables say (needs `agentlease[otel]`).",
+    )
+
+    # The built-in tools
+    http_base_url: str | None = Field(
+        default=None,
+        description="Base of the built-in HTTP tools' relative URLs; `http_get` fetches only under it unless "
+        "the allowed hosts name another host.",
+    )
+    http_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Further hosts (`host` or `host:port`) `http_get` may fetch from, comma-separated.",
+    )
+    sql_target_url: str | None = Field(default=None, description="Database the `sql_upsert` tool writes into.")
+    sql_allowed_tables: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Tables `sql_upsert` may write, comma-separated. Empty: every write is refused (`dev` and "
+        "`demo` allow their `inventory`).",
+    )
+    publish_base_url: str | None = Field(
+        default=None, description="Base URL of the publishing service `http_publish` writes to."
+    )
+    smtp_host: str | None = Field(default=None, description="SMTP server `smtp_send` delivers to.")
+    smtp_port: int = Field(default=25, ge=1, le=65535, description="Port of the SMTP server.")
+
+    # Operators and decisions
+    decision_timeout: timedelta = Field(
+        default=timedelta(seconds=30),
+        gt=timedelta(0),
+        description="Seconds `approve`, `reject`, `reconcile`, `redrive`, `cancel` and `status` wait for a "
+        "worker to take the decision, and again for it to finish.",
+    )
+    decision_mode: Literal["open", "authenticated"] = Field(
+        default="open",
+        description="`open` (`--by` names the operator, as typed) or `authenticated` (every operator "
+        "decision is signed by a key of the operator keys).",
+    )
+    operator: str | None = Field(
+        default=None,
+        description="Who decides, kept in the evidence trail; with an operator key, the key's operator.",
+    )
+    operator_keys: str | None = Field(
+        default=None,
+        description="The workers' operator public keys, `NAME=KEY` comma-separated, KEY a `.pub` file written "
+        "by `agentlease keys new-operator` or its base64 text.",
+    )
+    operator_key: Path | None = Field(
+        default=None,
+        description="The CLI's operator private key file: decisions are signed with it and name its operator.",
+    )
+    decision_max_age: timedelta = Field(
+        default=timedelta(minutes=15),
+        gt=timedelta(0),
+        description="Seconds a signed decision stays valid for a worker to apply it.",
+    )
+
+    # Transport, payloads and secrets
+    temporal_tls: bool = Field(default=False, description="TLS to Temporal with the system's CAs.")
+    temporal_tls_ca_file: Path | None = Field(
+        default=None,
+        description="PEM file of the CA that signed Temporal's certificate; setting it (or a client "
+        "certificate) turns TLS on.",
+    )
+    temporal_tls_cert_file: Path | None = Field(
+        default=None, description="PEM client certificate (mTLS), with the client key."
+    )
+    temporal_tls_key_file: Path | None = Field(
+        default=None, description="PEM client private key (mTLS), with the client certificate."
+    )
+    temporal_tls_server_name: str | None = Field(
+        default=None,
+        description="Name the server's certificate is checked against. Unset: the host of the Temporal address.",
+    )
+    temporal_api_key: str | None = Field(
+        default=None, repr=False, description="API key sent with every call to Temporal (turns TLS on)."
+    )
+    codec_keys: str | None = Field(
+        default=None,
+        repr=False,
+        description="Payload encryption keys, `ID:BASE64KEY` comma-separated (16, 24 or 32-byte AES-GCM keys); "
+        "the first encrypts, every one decrypts. Unset: payloads are plain JSON.",
+    )
+    payload_codec: str | None = Field(
+        default=None, description="`module:attribute` of another payload codec (or a function making it)."
+    )
+    fencing_key: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="Key fencing tokens are signed with (`GENERATION.SIGNATURE`), shared with the downstreams "
+        "that verify them; 16 characters or more. Unset: bare generations.",
+    )
+    redactor: str | None = Field(
+        default=None,
+        description="`module:function` `(text) -> text` applied to everything the ledger stores. Unset: "
+        "`agentlease.redaction.redact_text`.",
+    )
+    secret_provider: str | None = Field(
+        default=None,
+        description="`module:attribute` of the tools' secret provider, with `get(tool, name)` (or a function "
+        "making it). Unset: the variables `AGENTLEASE_SECRET_<TOOL>_<NAME>`.",
+    )
+
+    # The web servers
+    ui_host: str = Field(default="127.0.0.1", description="Address `agentlease ui` serves on.")
+    ui_port: int = Field(default=8080, ge=0, le=65535, description="Port `agentlease ui` serves on.")
+    temporal_ui: str | None = Field(
+        default=None, description="The Temporal UI's address, for the web view's links to each run."
+    )
+    codec_server_host: str = Field(default="127.0.0.1", description="Address `agentlease codec-server` serves on.")
+    codec_server_port: int = Field(
+        default=8081, ge=0, le=65535, description="Port `agentlease codec-server` serves on."
+    )
+    codec_server_token: str | None = Field(
+        default=None,
+        repr=False,
+        description="Bearer token the codec server requires. Unset: anyone who reaches it may decode.",
+    )
+    codec_server_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["http://localhost:8233"],
+        description="Browser origins allowed to call the codec server (CORS), comma-separated.",
+    )
 
     @field_validator(
         "shutdown_grace", "decision_timeout", "sticky_schedule_to_start", "decision_max_age", mode="before"
@@ -202,6 +283,26 @@ class AgentLeaseSettings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+
+def env_var(name: str) -> str:
+    """The environment variable of the setting ``name``: ``AGENTLEASE_<NAME>``."""
+    return f"AGENTLEASE_{name.upper()}"
+
+
+def default_text(name: str) -> str:
+    """The default of the setting ``name`` as the CLI's help and ``docs/settings.md`` show it."""
+    field = AgentLeaseSettings.model_fields[name]
+    value = field.get_default(call_default_factory=True)
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g}s"
+    if isinstance(value, list):
+        return ",".join(value) or "none"
+    return str(value)
 
 
 def default_identity() -> str:

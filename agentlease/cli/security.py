@@ -9,8 +9,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from agentlease.cli.options import CODEC_SERVER, setting_flags
+from agentlease.cli.session import require_extra
 from agentlease.errors import ConfigurationError
-from agentlease.settings import AgentLeaseSettings, with_overrides
+from agentlease.settings import AgentLeaseSettings
 
 keys_app = typer.Typer(help="Operator keys (signed decisions) and payload encryption keys.", no_args_is_help=True)
 
@@ -43,30 +45,16 @@ def new_codec_key(
     _out.print(new_key_entry(key_id))
 
 
-def codec_server(
-    ctx: typer.Context,
-    host: Annotated[
-        str, typer.Option(envvar="AGENTLEASE_CODEC_SERVER_HOST", help="Address to serve on.")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(envvar="AGENTLEASE_CODEC_SERVER_PORT", help="Port to serve on.")] = 8081,
-    token: Annotated[
-        str | None,
-        typer.Option(envvar="AGENTLEASE_CODEC_SERVER_TOKEN", help="Bearer token a caller must send."),
-    ] = None,
-    origins: Annotated[
-        str | None,
-        typer.Option(
-            envvar="AGENTLEASE_CODEC_SERVER_ORIGINS", help="Comma-separated origins CORS admits. Default the local UI."
-        ),
-    ] = None,
-) -> None:
+@setting_flags(*CODEC_SERVER)
+def codec_server(ctx: typer.Context) -> None:
     """Serve the payload codec for the Temporal UI and `temporal` CLI (POST /decode, /encode)."""
+    require_extra("ui", "codec-server")
     from agentlease.cli.serving import bound, serve_until_stopped
     from agentlease.codec_server import codec_app
     from agentlease.temporal import payload_codec
 
     settings: AgentLeaseSettings = ctx.obj
-    settings = with_overrides(settings, {"codec_server_token": token, "codec_server_origins": origins})
+    host, port = settings.codec_server_host, settings.codec_server_port
     codec = payload_codec(settings)
     if codec is None:
         raise ConfigurationError("no payload codec: set AGENTLEASE_CODEC_KEYS (or AGENTLEASE_PAYLOAD_CODEC)")

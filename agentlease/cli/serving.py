@@ -31,7 +31,10 @@ def bound(host: str, port: int) -> Iterator[socket.socket]:
 async def serve_until_stopped(app: Any, sock: socket.socket, announce: Callable[[], None]) -> None:
     """Serve the ASGI ``app`` on ``sock`` (uvicorn, warnings only) until SIGINT, SIGTERM or SIGHUP;
     ``announce`` prints where, once serving has started."""
-    import uvicorn
+    try:
+        import uvicorn
+    except ImportError as exc:  # agentlease ui and codec-server check first (require_extra)
+        raise ImportError("serving a web app needs the 'ui' extra: pip install 'agentlease[ui]'") from exc
 
     from agentlease.shutdown import stop_event
 

@@ -19,7 +19,10 @@ from email import message_from_bytes, policy
 from pathlib import Path
 from typing import Any
 
-from aiosmtpd.smtp import SMTP, Envelope, Session
+try:
+    from aiosmtpd.smtp import SMTP, Envelope, Session
+except ImportError as _import_error:  # pragma: no cover - depends on the installed extras
+    raise ImportError("the demo mail server needs the 'demo' extra: pip install 'agentlease[demo]'") from _import_error
 from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Text, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 

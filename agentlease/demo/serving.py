@@ -7,8 +7,14 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import uvicorn
 from starlette.types import ASGIApp
+
+try:
+    import uvicorn
+except ImportError as _import_error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "the demo downstream services need the 'demo' extra: pip install 'agentlease[demo]'"
+    ) from _import_error
 
 
 def bind_loopback() -> socket.socket:

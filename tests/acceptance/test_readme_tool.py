@@ -1,4 +1,4 @@
-"""The tool of the README's "Writing a tool", taken from the README as it is, served by an
+"""The tool of docs/plans.md's "Writing a tool", taken from the page as it is, served by an
 `agentlease worker` process beside `agentlease dev`, settles through `agentlease run --wait`."""
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import pytest
 from .runner import Background, Cli, WriteFile
 from .test_cli import free_port
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "plans.md"
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def readme_tool() -> str:
-    """The first Python block after the README's "### Writing a tool" heading."""
-    text = README.read_text()
-    section = text[text.index("### Writing a tool") :]
+    """The first Python block after the page's "## Writing a tool" heading."""
+    text = PAGE.read_text()
+    section = text[text.index("## Writing a tool") :]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match is not None, "the README's Writing a tool section has no python block"
+    assert match is not None, "the Writing a tool section of docs/plans.md has no python block"
     return match.group(1)
 
 

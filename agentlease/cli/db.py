@@ -1,0 +1,141 @@
+"""The ledger database: ``db upgrade``, ``db grant``, ``purge`` and the expired-lease ``sweep``."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+
+from agentlease.cli.options import SWEEP, setting_flags
+from agentlease.cli.session import ledger as _ledger
+from agentlease.cli.session import out
+from agentlease.cli.session import settings as _settings
+from agentlease.errors import ConfigurationError
+
+db_app = typer.Typer(help="The ledger database.", no_args_is_help=True)
+
+
+@setting_flags(*SWEEP)
+def sweep(
+    ctx: typer.Context,
+    once: Annotated[bool, typer.Option("--once", help="Sweep once, print the counts and exit.")] = False,
+    interval_s: Annotated[float, typer.Option(help="Seconds between sweeps.")] = 5.0,
+) -> None:
+    """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
+    from agentlease.metrics import serving_metrics
+    from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings
+    from agentlease.shutdown import stop_event
+    from agentlease.tools._registry import load_registry
+
+    settings = _settings(ctx)
+    limits = {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
+    try:
+        options = SweeperSettings(interval=timedelta(seconds=interval_s), max_attempts_by_tool=limits)
+    except ValueError as exc:
+        raise ConfigurationError(f"bad sweeper setting: {exc}") from None
+
+    async def _sweep() -> None:
+        async with _ledger(settings) as ledger:
+            sweeper = ExpiredLeaseSweeper(ledger, options)
+            if once:
+                result = await sweeper.run_once()
+                out.print(
+                    f"examined {result.examined}: released {result.released}, needs reconciliation "
+                    f"{result.needs_reconciliation}, dead-lettered {result.dead_lettered}, skipped {result.skipped}"
+                )
+                return
+            # The sweeper's expiries and parked tasks are lease metrics of this process.
+            with serving_metrics(settings.metrics_address):
+                await sweeper.run(stop_event())
+
+    asyncio.run(_sweep())
+
+
+def purge(
+    ctx: typer.Context,
+    older_than: Annotated[str, typer.Option("--older-than", help="Age of a final task's last change: 30d, 12h, 2w.")],
+    keep_receipts: Annotated[
+        bool, typer.Option("--keep-receipts", help="Keep receipts: their idempotency keys still deduplicate.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count only; delete nothing.")] = False,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per transaction.")] = 500,
+) -> None:
+    """Delete the evidence of final tasks older than an age (tasks, trail, receipts), in batches."""
+    from agentlease.ledger.retention import parse_age
+    from agentlease.ledger.retention import purge as purge_ledger
+
+    try:
+        age = parse_age(older_than)
+    except ValueError as exc:
+        raise ConfigurationError(f"--older-than: {exc}") from None
+    if batch_size < 1:
+        raise ConfigurationError("--batch-size must be at least 1")
+
+    async def _purge() -> Any:
+        async with _ledger(_settings(ctx)) as ledger:
+            return await purge_ledger(ledger, age, keep_receipts=keep_receipts, dry_run=dry_run, batch_size=batch_size)
+
+    counts = asyncio.run(_purge())
+    verb = "would delete" if dry_run else "deleted"
+    kept = " (receipts kept)" if keep_receipts else ""
+    out.print(
+        f"{verb} {counts.tasks} tasks, {counts.events} evidence entries, {counts.receipts} receipts{kept}"
+        + ("" if dry_run else f" in {counts.batches} batches")
+    )
+
+
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context) -> None:
+    """Create or migrate the ledger schema to the newest revision."""
+    from agentlease.databases import display_url
+    from agentlease.ledger.migrate import upgrade
+
+    settings = _settings(ctx)
+
+    async def _upgrade() -> None:
+        async with _ledger(settings, must_exist=False) as ledger:
+            await upgrade(ledger.database)
+
+    asyncio.run(_upgrade())
+    out.print(f"ledger {display_url(settings.ledger_url)} is at the newest schema")
+
+
+@db_app.command("grant")
+def db_grant(
+    ctx: typer.Context,
+    worker_role: Annotated[str | None, typer.Option(help="Role the workers connect as: lease operations only.")] = None,
+    operator_role: Annotated[str | None, typer.Option(help="Role of operators: reads and decisions.")] = None,
+    reader_role: Annotated[str | None, typer.Option(help="Role that only reads.")] = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Run the statements on the ledger (as its owner).")] = False,
+) -> None:
+    """Print (or --apply) the least-privilege grants of the PostgreSQL ledger's roles (docs/security.md)."""
+    from sqlalchemy import text
+
+    from agentlease.databases import display_url
+    from agentlease.ledger.grants import LedgerRoles, grant_statements
+
+    try:
+        statements = grant_statements(LedgerRoles(worker_role, operator_role, reader_role))
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    if not apply:
+        for statement in statements:
+            out.print(statement, markup=False, soft_wrap=True)
+        return
+    settings = _settings(ctx)
+    if not settings.ledger_url.startswith("postgresql"):
+        raise ConfigurationError("db grant --apply needs a PostgreSQL ledger (AGENTLEASE_LEDGER_URL)")
+
+    async def _apply() -> None:
+        async with _ledger(settings) as ledger:
+
+            def grant_tx(conn: Any) -> None:
+                for statement in statements:
+                    conn.execute(text(statement))
+
+            await ledger.database.write(grant_tx)
+
+    asyncio.run(_apply())
+    out.print(f"granted on {display_url(settings.ledger_url)}: {len(statements)} statements")

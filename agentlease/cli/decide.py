@@ -1,0 +1,356 @@
+"""Operator decisions sent to a run: ``approve``, ``reject``, ``redrive``, ``reconcile``, ``cancel``
+(one task, or every task a filter selects)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from agentlease.cli.options import DECISION, setting_flags
+from agentlease.cli.render import run_table, tasks_table, to_json
+from agentlease.cli.runs import show_run
+from agentlease.cli.session import err, out
+from agentlease.cli.session import ledger as _ledger
+from agentlease.cli.session import settings as _settings
+from agentlease.errors import AgentLeaseError, ConfigurationError, describe_validation_error
+from agentlease.records import RunStatus
+from agentlease.settings import AgentLeaseSettings
+
+_Why = Annotated[str, typer.Option("--reason", help="Why (kept in the evidence trail).")]
+_Run = Annotated[str, typer.Argument(help="The agent run (workflow) id.")]
+_StepArg = Annotated[str, typer.Argument(help="The step id.")]
+_Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> None:
+    from agentlease.cli.render import decided_title
+
+    status = asyncio.run(send_decision(settings, agent_run_id, update, payload))
+    if as_json:
+        show_run(status, as_json)
+    else:
+        out.print(run_table(status, title=decided_title(status, update, getattr(payload, "step_id", None))))
+
+
+async def send_decision(
+    settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, client: Any = None
+) -> RunStatus:
+    """Send a decision update to a run and wait for its answer, each step within the decision timeout.
+
+    Raises:
+        ConfigurationError: the run refused it (its validator); AgentLeaseError: no answer in time.
+    """
+    from temporalio.client import (
+        WorkflowUpdateFailedError,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+        WorkflowUpdateStage,
+    )
+    from temporalio.service import RPCError
+
+    from agentlease.temporal import connect
+
+    limit = settings.decision_timeout.total_seconds()
+
+    async def _within_limit(step: Awaitable[Any], late: str) -> Any:
+        try:
+            return await asyncio.wait_for(step, timeout=limit)
+        except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+            raise AgentLeaseError(late) from None
+        except WorkflowUpdateFailedError as exc:
+            cause: Any = exc.cause
+            while getattr(cause, "cause", None) is not None:  # a refusal by the decision activity
+                cause = cause.cause
+            message = getattr(cause, "message", None) or str(cause)
+            raise ConfigurationError(f"{update} refused: {message}") from None
+        except RPCError as exc:
+            raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+
+    if settings.operator_key is not None:
+        from agentlease.decision_auth import OperatorKey
+
+        key = OperatorKey(settings.operator_key)
+        payload = payload.model_copy(update={"proof": key.sign(agent_run_id, update, payload.model_dump(mode="json"))})
+
+    client = client or await connect(settings)
+    handle = client.get_workflow_handle(agent_run_id)
+    accepted = await _within_limit(
+        handle.start_update(update, payload, wait_for_stage=WorkflowUpdateStage.ACCEPTED, result_type=RunStatus),
+        # Temporal keeps the admitted update: it may still apply when a worker picks the run up.
+        f"{update}: no worker took the decision for agent run {agent_run_id} within {limit:g}s; is a worker "
+        "running for its task queue? The request may still be applied when one starts",
+    )
+    return await _within_limit(
+        accepted.result(),
+        f"{update}: accepted by agent run {agent_run_id} but not finished within {limit:g}s; "
+        f"follow it with `agentlease status {agent_run_id}`",
+    )
+
+
+def _step_decision(update: str, summary: str) -> Callable[..., None]:
+    """The command ``agentlease <update> RUN_ID STEP_ID --by --reason``: a decision on one step."""
+
+    def command(
+        ctx: typer.Context,
+        agent_run_id: _Run,
+        step_id: _StepArg,
+        reason: _Why,
+        as_json: _Json = False,
+    ) -> None:
+        from agentlease.decisions import DecisionRequest
+
+        settings = _settings(ctx)
+        payload = _request(DecisionRequest, settings, step_id=step_id, by=settings.operator, reason=reason)
+        _decide(settings, agent_run_id, update, payload, as_json)
+
+    command.__doc__ = summary
+    return setting_flags(*DECISION)(command)
+
+
+approve = _step_decision("approve", "Approve a tool call that waits for approval (every unsafe tool does, by default).")
+reject = _step_decision("reject", "Reject a tool call that waits for approval: it never runs.")
+
+
+_RunFilter = Annotated[str | None, typer.Option("--run", help="Bulk: tasks of this agent run.")]
+_StatusFilter = Annotated[
+    list[str] | None, typer.Option("--status", help="Bulk: tasks in this status (repeat, or comma-separate).")
+]
+_ToolFilter = Annotated[str | None, typer.Option("--tool", help="Bulk: tasks of this tool.")]
+_Yes = Annotated[bool, typer.Option("--yes", help="Bulk: decide every matching task without asking.")]
+
+
+@dataclass(frozen=True)
+class _Filters:
+    """``--run/--status/--tool/--yes`` of a bulk ``redrive`` or ``cancel``."""
+
+    run: str | None
+    status: list[str] | None
+    tool: str | None
+    yes: bool
+
+    def __bool__(self) -> bool:
+        return bool(self.run or self.status or self.tool)
+
+
+def _by_filter(
+    settings: AgentLeaseSettings,
+    kind: Any,
+    model: Any,
+    agent_run_id: str | None,
+    filters: _Filters,
+    reason: str,
+    as_json: bool,
+) -> bool:
+    """Decide by filter when no RUN_ID is named (returns true); refuse both or neither.
+
+    Raises:
+        ConfigurationError: a RUN_ID and filters, or neither.
+    """
+    if agent_run_id is not None:
+        if filters:
+            raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool, not both")
+        return False
+    if not filters:
+        raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool")
+
+    def request(step: str) -> Any:
+        return _request(model, settings, step_id=step, by=settings.operator, reason=reason)
+
+    _bulk_decision(
+        settings,
+        kind,
+        run_filter=filters.run,
+        status=filters.status,
+        tool=filters.tool,
+        yes=filters.yes,
+        request=request,
+        as_json=as_json,
+    )
+    return True
+
+
+def _bulk_decision(
+    settings: AgentLeaseSettings,
+    kind: Any,
+    *,
+    run_filter: str | None,
+    status: list[str] | None,
+    tool: str | None,
+    yes: bool,
+    request: Any,
+    as_json: bool,
+) -> None:
+    """``redrive`` / ``cancel`` by filter: list the matching tasks, confirm, then decide each one."""
+    from agentlease.cli.bulk import confirm_bulk, decide_each, select_tasks
+    from agentlease.cli.listings import parse_statuses
+    from agentlease.temporal import connect
+
+    async def _select() -> list[Any]:
+        async with _ledger(settings) as ledger:
+            return await select_tasks(ledger, kind, run_filter, parse_statuses(status), tool)
+
+    chosen = asyncio.run(_select())
+    confirm_bulk(chosen, kind, yes=yes, out=out, err=err)
+
+    async def _each() -> int:
+        client = await connect(settings)
+        return await decide_each(
+            chosen,
+            lambda task: send_decision(settings, task.agent_run_id, kind.value, request(task.step_id), client),
+            kind=kind,
+            as_json=as_json,
+            out=out,
+            err=err,
+        )
+
+    if failed := asyncio.run(_each()):
+        raise AgentLeaseError(f"{kind.value}: {failed} of {len(chosen)} tasks refused or not decided (see above)")
+
+
+@setting_flags(*DECISION)
+def redrive(
+    ctx: typer.Context,
+    agent_run_id: Annotated[str | None, typer.Argument(help="The agent run; omit to redrive by filter.")] = None,
+    step_id: Annotated[str | None, typer.Argument(help="The step id.")] = None,
+    *,
+    reason: _Why,
+    run_filter: _RunFilter = None,
+    status: _StatusFilter = None,
+    tool: _ToolFilter = None,
+    yes: _Yes = False,
+    as_json: _Json = False,
+) -> None:
+    """Send a dead-lettered or blocked task back to work (its attempt budget restarts).
+
+    With --run/--status/--tool instead of RUN_ID STEP_ID: every matching task, after a confirmation
+    (--yes skips it).
+    """
+    from agentlease.decisions import DecisionRequest
+    from agentlease.enums import DecisionKind
+
+    settings = _settings(ctx)
+    filters = _Filters(run_filter, status, tool, yes)
+    if _by_filter(settings, DecisionKind.REDRIVE, DecisionRequest, agent_run_id, filters, reason, as_json):
+        return
+    if agent_run_id is None or step_id is None:
+        raise ConfigurationError("name RUN_ID STEP_ID, or filter with --run, --status or --tool")
+    _decide(
+        settings,
+        agent_run_id,
+        "redrive",
+        _request(DecisionRequest, settings, step_id=step_id, by=settings.operator, reason=reason),
+        as_json,
+    )
+
+
+@setting_flags(*DECISION)
+def reconcile(
+    ctx: typer.Context,
+    agent_run_id: _Run,
+    step_id: _StepArg,
+    action: Annotated[str, typer.Option(help="confirm | retry | abandon")],
+    reason: _Why,
+    external_id: Annotated[str | None, typer.Option(help="With confirm: the external system's id.")] = None,
+    observed: Annotated[str | None, typer.Option(help="With confirm: what you saw, as a JSON object.")] = None,
+    as_json: _Json = False,
+) -> None:
+    """Decide a task whose side effect is ambiguous: confirm it happened, retry with the same key, or abandon."""
+
+    from agentlease.decisions import ReconcileRequest
+    from agentlease.limits import MAX_DEPTH, loads
+
+    try:
+        seen = {} if observed is None else loads(observed, "--observed", max_depth=MAX_DEPTH + 1)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    settings = _settings(ctx)
+    payload = _request(
+        ReconcileRequest,
+        settings,
+        step_id=step_id,
+        by=settings.operator,
+        reason=reason,
+        action=action,
+        external_id=external_id,
+        observed=seen,
+    )
+
+    async def _in_ledger() -> Any:
+        async with _ledger(settings) as ledger:
+            from agentlease.cli.reaching import reconciled_in_ledger
+
+            return await reconciled_in_ledger(ledger, settings, agent_run_id, payload)
+
+    record = asyncio.run(_in_ledger())
+    if record is None:
+        _decide(settings, agent_run_id, "reconcile", payload, as_json)
+    elif as_json:
+        out.print_json(to_json(record))
+    else:
+        out.print(tasks_table([record], title=f"{record.task_id}: {payload.action} recorded; it stays cancelled"))
+
+
+@setting_flags(*DECISION)
+def cancel(
+    ctx: typer.Context,
+    agent_run_id: Annotated[
+        str | None, typer.Argument(help="The agent run (workflow) id; omit to cancel by filter.")
+    ] = None,
+    step_id: Annotated[str | None, typer.Argument(help="The step id; omit to cancel the whole run.")] = None,
+    *,
+    reason: _Why,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    run_filter: _RunFilter = None,
+    status: _StatusFilter = None,
+    tool: _ToolFilter = None,
+    yes: _Yes = False,
+) -> None:
+    """Cancel one task or the whole run; cancelled stays cancelled.
+
+    With --run/--status/--tool instead of RUN_ID: every matching task that can be cancelled, after a
+    confirmation (--yes skips it).
+    """
+    from agentlease.decisions import CancelRequest
+    from agentlease.enums import DecisionKind
+
+    settings = _settings(ctx)
+    filters = _Filters(run_filter, status, tool, yes)
+    if _by_filter(settings, DecisionKind.CANCEL, CancelRequest, agent_run_id, filters, reason, as_json):
+        return
+    assert agent_run_id is not None
+    _decide(
+        settings,
+        agent_run_id,
+        "cancel",
+        _request(CancelRequest, settings, step_id=step_id, by=settings.operator, reason=reason),
+        as_json,
+    )
+    err.print(
+        "the cancel is recorded in the ledger; an attempt still running stops at its next renewal, which the "
+        "ledger refuses (cancelled stays cancelled)"
+    )
+
+
+def _request(model: Any, settings: AgentLeaseSettings, **fields: Any) -> Any:
+    """The decision payload; with ``AGENTLEASE_OPERATOR_KEY`` its operator is the key's (``--by`` may
+    only repeat it), and :func:`_decide` signs it."""
+    if settings.operator_key is not None:
+        from agentlease.decision_auth import OperatorKey
+
+        operator = OperatorKey(settings.operator_key).operator
+        if fields.get("by") not in (None, operator):
+            raise ConfigurationError(
+                f"--by {fields['by']}: this decision is signed with the key of {operator!r} "
+                "(AGENTLEASE_OPERATOR_KEY); the operator is the key's"
+            )
+        fields["by"] = operator
+    elif fields.get("by") is None:
+        raise ConfigurationError("--by is required (who decides), unless AGENTLEASE_OPERATOR_KEY signs the decision")
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise ConfigurationError(f"bad decision: {describe_validation_error(exc)}") from None

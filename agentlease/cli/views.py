@@ -1,0 +1,204 @@
+"""What the ledger records, read by operators: ``tasks``, ``runs``, ``events``, ``waiting``, ``advise-ttl``."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agentlease.cli.render import to_json
+from agentlease.cli.session import ledger as _ledger
+from agentlease.cli.session import out
+from agentlease.cli.session import settings as _settings
+from agentlease.enums import RunState
+from agentlease.errors import AgentLeaseError, ConfigurationError
+from agentlease.settings import AgentLeaseSettings
+
+_Limit = Annotated[int | None, typer.Option("--limit", help="At most this many rows (a table shows 100 unless told).")]
+_Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+_JsonList = Annotated[bool, typer.Option("--json", help="Print JSON: an array streamed a record at a time.")]
+
+
+def tasks(
+    ctx: typer.Context,
+    run_filter: Annotated[str | None, typer.Option("--run", help="Only this agent run.")] = None,
+    status: Annotated[
+        list[str] | None, typer.Option("--status", help="Only tasks in this status (repeat, or comma-separate).")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only tasks created since: 15m, 2h, 7d, or an ISO 8601 time.")
+    ] = None,
+    limit: _Limit = None,
+    as_json: _JsonList = False,
+) -> None:
+    """List tasks as the ledger records them, oldest first."""
+    from agentlease.cli.listings import check_limit, list_tasks, parse_since, parse_statuses
+    from agentlease.clock import to_ms
+    from agentlease.ledger.listing import TaskFilter
+
+    check_limit(limit)
+    which = TaskFilter(
+        agent_run_id=run_filter,
+        statuses=parse_statuses(status),
+        since_ms=None if since is None else to_ms(parse_since(since)),
+    )
+
+    async def _list() -> None:
+        async with _ledger(_settings(ctx)) as ledger:
+            await list_tasks(ledger, which, limit=limit, as_json=as_json, out=out)
+
+    asyncio.run(_list())
+
+
+def runs(
+    ctx: typer.Context,
+    waiting_only: Annotated[
+        bool, typer.Option("--waiting", help="Only runs with a task waiting for a person.")
+    ] = False,
+    status: Annotated[
+        str | None, typer.Option("--status", help="Only runs in this state: running, waiting or completed.")
+    ] = None,
+    limit: _Limit = None,
+    as_json: _JsonList = False,
+) -> None:
+    """List agent runs from the ledger, with how many of their tasks wait, are final, are settled."""
+    from agentlease.cli.listings import check_limit, list_runs
+
+    check_limit(limit)
+    states = {RunState.RUNNING, RunState.WAITING, RunState.COMPLETED}
+    try:
+        wanted = None if status is None else RunState(status)
+    except ValueError:
+        wanted = None
+    if status is not None and wanted not in states:
+        raise ConfigurationError(f"bad --status {status!r}: one of running, waiting, completed")
+
+    async def _list() -> None:
+        async with _ledger(_settings(ctx)) as ledger:
+            await list_runs(
+                ledger,
+                waiting_only=waiting_only or wanted is RunState.WAITING,
+                state=wanted,
+                limit=limit,
+                as_json=as_json,
+                out=out,
+            )
+
+    asyncio.run(_list())
+
+
+def events(
+    ctx: typer.Context,
+    task_id: Annotated[str | None, typer.Argument(help="A task id; omit with --run.")] = None,
+    run_filter: Annotated[str | None, typer.Option("--run", help="Every task of this agent run.")] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep printing new entries as they are written, until Ctrl-C.")
+    ] = False,
+    limit: _Limit = None,
+    as_json: _JsonList = False,
+    html_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Write the timeline (a task's, or every task's of --run) to this self-contained HTML file."
+        ),
+    ] = None,
+) -> None:
+    """Show the evidence trail: claims, renewals, releases, settles, lease losses, late results."""
+    from agentlease.cli.listings import check_limit, follow_events, list_events
+
+    if task_id is None and run_filter is None:
+        raise ConfigurationError("name a task id or --run RUN_ID")
+    check_limit(limit)
+    if follow and limit is not None:
+        raise ConfigurationError("--follow prints every new entry; it takes no --limit")
+    if html_file is not None:
+        if follow or as_json or limit is not None:
+            raise ConfigurationError("--html writes the whole timeline; it takes no --follow, --json or --limit")
+        _write_timeline(_settings(ctx), task_id, run_filter, html_file)
+        return
+
+    async def _list() -> None:
+        async with _ledger(_settings(ctx)) as ledger:
+            if follow:
+                from agentlease.shutdown import stop_event
+
+                await follow_events(
+                    ledger, task_id=task_id, agent_run_id=run_filter, as_json=as_json, out=out, stop=stop_event()
+                )
+            else:
+                await list_events(
+                    ledger, task_id=task_id, agent_run_id=run_filter, limit=limit, as_json=as_json, out=out
+                )
+
+    asyncio.run(_list())
+
+
+def _write_timeline(settings: AgentLeaseSettings, task_id: str | None, agent_run_id: str | None, path: Path) -> None:
+    """``events --html``: the timeline page of a task (or of every task of a run) as one file."""
+    from agentlease.cli.listings import require_subject
+    from agentlease.ui.timeline import run_timelines_page, timeline_page
+
+    async def _page() -> str:
+        async with _ledger(settings) as ledger:
+            await require_subject(ledger, task_id, agent_run_id)
+            if task_id is not None:
+                return timeline_page(await ledger.get_task(task_id), await ledger.events(task_id))
+            assert agent_run_id is not None
+            tasks = [(task, await ledger.events(task.task_id)) for task in await ledger.list_tasks(agent_run_id)]
+            return run_timelines_page(agent_run_id, tasks)
+
+    page = asyncio.run(_page())
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise AgentLeaseError(f"cannot write {path}: {exc.strerror or exc}") from None
+    out.print(f"wrote the lease timeline of {task_id or agent_run_id} to {path}", markup=False)
+
+
+def waiting(ctx: typer.Context, limit: _Limit = None, as_json: _JsonList = False) -> None:
+    """List every task waiting for a person, why, and the commands that decide it (from the ledger)."""
+    from agentlease.cli.listings import check_limit, list_waiting
+
+    check_limit(limit)
+
+    async def _list() -> None:
+        async with _ledger(_settings(ctx)) as ledger:
+            await list_waiting(ledger, limit=limit, as_json=as_json, out=out)
+
+    asyncio.run(_list())
+
+
+def advise_ttl(
+    ctx: typer.Context,
+    tool: Annotated[str | None, typer.Option("--tool", help="Only this tool.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only renewals since: an ISO time or 30m, 12h, 7d back.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Recommend a lease TTL per tool from the renewal history (gaps, stage durations, expiries)."""
+    from agentlease.cli.advice import advice_json, advice_table, tradeoff_lines
+    from agentlease.ttl_advice import advise, read_samples, since_argument
+
+    async def _advise() -> list[Any]:
+        async with _ledger(_settings(ctx)) as ledger:
+            start = None
+            if since is not None:
+                try:
+                    start = since_argument(since, await ledger.db_now())
+                except ValueError as exc:
+                    raise ConfigurationError(f"bad --since: {exc}") from None
+            return advise(await read_samples(ledger, tool=tool, since=start))
+
+    advice = asyncio.run(_advise())
+    if not advice:
+        raise AgentLeaseError(f"no renewal history{f' for tool {tool}' if tool else ''} in the ledger yet")
+    if as_json:
+        out.print_json(to_json(advice_json(advice)))
+        return
+    for item in advice:
+        out.print(advice_table(item))
+        for line in [*tradeoff_lines(item), *(f"  warning: {w}" for w in item.warnings)]:
+            out.print(line, soft_wrap=True, markup=False)
