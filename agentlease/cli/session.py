@@ -36,7 +36,7 @@ def log_in_one_line() -> None:
     logging.getLogger("agentlease").setLevel(logging.INFO)
 
 
-EXTRAS = {"ui": ("uvicorn",), "demo": ("uvicorn", "aiosmtpd")}
+EXTRAS = {"ui": ("starlette", "uvicorn"), "demo": ("starlette", "uvicorn", "aiosmtpd")}
 """The packages of each optional extra a command needs (``pyproject.toml``)."""
 
 

@@ -1,20 +1,43 @@
 """Idempotency keys and fencing tokens at downstream services (HTTP convention + ASGI middleware).
 
-- :mod:`agentlease.idempotency.middleware`: the middleware, and the convention it enforces
-  (header names, how the fenced resource is identified, the answers and their order).
+- :mod:`agentlease.idempotency.middleware`: the middleware (extra ``agentlease[middleware]``), and the
+  convention it enforces (header names, how the fenced resource is identified, the answers and their order).
 - :mod:`agentlease.idempotency.convention`: header parsing and request hashing (pure).
 - :mod:`agentlease.idempotency.store`: the ``idempotency_keys`` table, retention and lock timeout.
+
+The names load on first use, so a worker's lease path never imports the middleware's web framework.
 """
 
-from agentlease.idempotency.convention import (
-    FENCING_RESOURCE_HEADER,
-    FENCING_TOKEN_HEADER,
-    IDEMPOTENCY_KEY_HEADER,
-    REPLAYED_HEADER,
-)
-from agentlease.idempotency.middleware import IdempotencyMiddleware, request_path
-from agentlease.idempotency.store import DEFAULT_LOCK_TIMEOUT, DEFAULT_RETENTION, IdempotencyStore
+from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from agentlease._lazy import exports
+
+if TYPE_CHECKING:
+    from agentlease.idempotency.convention import (
+        FENCING_RESOURCE_HEADER,
+        FENCING_TOKEN_HEADER,
+        IDEMPOTENCY_KEY_HEADER,
+        REPLAYED_HEADER,
+    )
+    from agentlease.idempotency.middleware import IdempotencyMiddleware, request_path
+    from agentlease.idempotency.store import DEFAULT_LOCK_TIMEOUT, DEFAULT_RETENTION, IdempotencyStore
+
+_CONVENTION = "agentlease.idempotency.convention"
+_MIDDLEWARE = "agentlease.idempotency.middleware"
+_STORE = "agentlease.idempotency.store"
+_EXPORTS = {
+    "FENCING_RESOURCE_HEADER": _CONVENTION,
+    "FENCING_TOKEN_HEADER": _CONVENTION,
+    "IDEMPOTENCY_KEY_HEADER": _CONVENTION,
+    "REPLAYED_HEADER": _CONVENTION,
+    "IdempotencyMiddleware": _MIDDLEWARE,
+    "request_path": _MIDDLEWARE,
+    "DEFAULT_LOCK_TIMEOUT": _STORE,
+    "DEFAULT_RETENTION": _STORE,
+    "IdempotencyStore": _STORE,
+}
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
     "DEFAULT_RETENTION",
@@ -26,3 +49,4 @@ __all__ = [
     "IdempotencyStore",
     "request_path",
 ]
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -71,10 +71,16 @@ from collections.abc import Callable
 from datetime import datetime
 
 import anyio
-from starlette.datastructures import Headers
-from starlette.requests import HTTPConnection
-from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+try:
+    from starlette.datastructures import Headers
+    from starlette.requests import HTTPConnection
+    from starlette.responses import JSONResponse, Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+except ImportError as _import_error:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "IdempotencyMiddleware needs the 'middleware' extra: pip install 'agentlease[middleware]'"
+    ) from _import_error
 
 from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
 from agentlease.fencing import FencingToken, verify_fencing_token
