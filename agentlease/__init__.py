@@ -5,7 +5,7 @@ after readback, stage-aware retries and a recovery policy, human decisions, an e
 
 What a tool author and an operator's script need is importable from here::
 
-    from agentlease import LeaseContext, SideEffectClass, Stage, ToolResult, tool
+    from agentlease import LeaseContext, SideEffectClass, Stage, ToolResult, lease, leased, tool
 
 The names load on first use, so importing ``agentlease`` stays cheap and the package's own modules
 never import this facade (they import each other directly).
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.2.0"
 
 if TYPE_CHECKING:
+    from agentlease import lease
     from agentlease.enums import ErrorClass, RecoveryAction, RunState, SideEffectClass, Stage, TaskStatus
     from agentlease.errors import (
         AgentLeaseError,
@@ -39,16 +40,20 @@ if TYPE_CHECKING:
     )
     from agentlease.fencing import FencingToken, advance_fence, create_fence_table, fenced_write, read_fence
     from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+    from agentlease.lease import NotInLeaseError
     from agentlease.ledger.store import Ledger
     from agentlease.plugin import AgentLeasePlugin
     from agentlease.records import Claim, LeaseEvent, SettlementReceipt, StoredReceipt, TaskRecord
     from agentlease.settings import AgentLeaseSettings
     from agentlease.tools._context import LeaseContext
     from agentlease.tools._declaration import ToolResult, ToolSpec, tool
+    from agentlease.tools._wrap import leased
 
 _EXPORTS: dict[str, str] = {
     # writing a tool
     "tool": "agentlease.tools._declaration",
+    "leased": "agentlease.tools._wrap",
+    "lease": "agentlease.lease",
     "ToolResult": "agentlease.tools._declaration",
     "ToolSpec": "agentlease.tools._declaration",
     "LeaseContext": "agentlease.tools._context",
@@ -61,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "CredentialToolError": "agentlease.errors",
     "AmbiguousSideEffectError": "agentlease.errors",
     "LeaseLostError": "agentlease.errors",
+    "NotInLeaseError": "agentlease.lease",
     "raise_for_status": "agentlease.errors",
     # fencing at a downstream
     "FencingToken": "agentlease.fencing",
@@ -100,7 +106,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'agentlease' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    value = loaded if module == f"{__name__}.{name}" else getattr(loaded, name)  # a module export: the module
     globals()[name] = value
     return value
 

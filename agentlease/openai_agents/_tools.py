@@ -1,9 +1,10 @@
 """Leased tools for the OpenAI Agents SDK on Temporal (workflow code).
 
-:func:`leased_tool` turns a declared agentlease tool into an ``agents`` :class:`~agents.FunctionTool`
-for an agent that runs inside a workflow under ``temporalio.openai_agents.OpenAIAgentsPlugin``. The
-model sees the tool's argument model as its JSON schema; each call the model makes runs as the
-tool's leased activity through :class:`~agentlease.workflow._calls.LeasedToolCalls`:
+:func:`leased_tool` turns a declared agentlease tool (``@tool`` or ``leased``) into an ``agents``
+:class:`~agents.FunctionTool` for an agent that runs inside a workflow under
+``temporalio.openai_agents.OpenAIAgentsPlugin``; :func:`run_agent` runs the agent and ends the run's
+status. The model sees the tool's argument model as its JSON schema; each call the model makes runs
+as the tool's leased activity through :class:`~agentlease.workflow._calls.LeasedToolCalls`:
 
 - the task is ``<workflow id>/<step id>``, the step id made from the tool's name and the model's
   ``tool_call_id`` (the same on every activity retry and on replay, since it comes out of the
@@ -21,6 +22,10 @@ A tool name the model makes up is the SDK's business: run with :func:`leased_run
 ``RunConfig(tool_not_found_behavior="return_error_to_model")``) so the model is told, instead of the
 workflow task failing on every retry.
 
+Outside a workflow (a local run, a unit test, an eval) the same agent runs: each call runs the
+function a ``leased`` tool wraps directly, without a lease (no ledger, no fencing token, no
+receipt), and the model reads its output as it would in a workflow. A ``@tool`` tool cannot run so.
+
 The limit: a new model call (after a workflow reset, say) gives new tool-call ids, so new tasks and
 new keys. For an action that must stay unique across that, give ``key=``, a function of the
 validated arguments that returns the action's idempotency key; a task with a key that already
@@ -29,25 +34,35 @@ settled is not run again (G6), and the model reads the stored receipt.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agents import FunctionTool, RunConfig
+    from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, TResponseInputItem
     from agents.exceptions import UserError
     from agents.strict_schema import ensure_strict_json_schema
     from agents.tool_context import ToolContext
     from pydantic import BaseModel, ValidationError
 
-    from agentlease.enums import StepEnd, TaskStatus
+    from agentlease.enums import RunState, StepEnd, TaskStatus
     from agentlease.errors import describe_validation_error
     from agentlease.records import PlanStep, ToolInfo
+    from agentlease.tools._wrap import run_unleased
     from agentlease.workflow._calls import CallOutcome, leased_calls
 
-__all__ = ["DeclaredTool", "KeyFunction", "StepIdFunction", "leased_run_config", "leased_tool", "tool_output"]
+__all__ = [
+    "DeclaredTool",
+    "KeyFunction",
+    "StepIdFunction",
+    "leased_run_config",
+    "leased_tool",
+    "run_agent",
+    "tool_output",
+]
 
 StepIdFunction = Callable[[str, str], str]
 """``(tool name as the model calls it, the model's tool_call_id) -> step id``."""
@@ -57,7 +72,8 @@ KeyFunction = Callable[[Any], str]
 
 
 class DeclaredTool(Protocol):
-    """What :func:`leased_tool` needs of a tool: a :class:`~agentlease.tools._declaration.ToolSpec` (``@tool``)."""
+    """What :func:`leased_tool` needs of a tool: a :class:`~agentlease.tools._declaration.ToolSpec`
+    (``@tool`` or ``leased``)."""
 
     @property
     def name(self) -> str: ...
@@ -66,9 +82,11 @@ class DeclaredTool(Protocol):
     def args_model(self) -> type[BaseModel]: ...
 
     @property
-    def fn(self) -> Callable[..., Any]: ...
+    def description(self) -> str | None: ...
 
     def info(self) -> ToolInfo: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
 
 
 _NOT_SETTLED = {
@@ -92,13 +110,15 @@ def leased_tool(
     """An ``agents`` function tool whose calls are leased tool calls of the running workflow.
 
     Use it in workflow code (the agent's ``tools=[...]``); the worker must serve the tool
-    (:class:`agentlease.plugin.AgentLeasePlugin` with the tool's module).
+    (:class:`agentlease.plugin.AgentLeasePlugin` with the tool's module). Outside a workflow
+    each call runs a ``leased`` tool's function directly, without a lease.
 
     Args:
-        tool: a declared tool (``@tool``); its argument model is the JSON schema the model sees.
+        tool: a declared tool (``@tool`` or ``leased``); its argument model is the JSON schema the
+            model sees.
         name: the name the model calls it by. Default the tool's name.
-        description: what the model reads about it. Default the first paragraph of the tool
-            function's docstring.
+        description: what the model reads about it. Default the first paragraph of the tool's
+            description (the wrapped function's docstring).
         step_id: makes the step id from ``(name, tool_call_id)``; it must be unique in the run and
             the same on replay. Default ``<name>-<tool_call_id>``, with ``-2``, ``-3``... appended
             when a later turn repeats a call id.
@@ -109,7 +129,8 @@ def leased_tool(
 
     Returns:
         The tool. Its invocation returns the settled output as JSON text, or one line starting with
-        ``error:`` (bad arguments, rejected, abandoned, cancelled, failed).
+        ``error:`` (bad arguments, rejected, abandoned, cancelled, failed). Outside a workflow it
+        returns the function's output as JSON text, and what the function raises propagates.
     """
     info = tool.info()
     shown = name or tool.name
@@ -127,6 +148,8 @@ def leased_tool(
             args = tool.args_model.model_validate_json(arguments or "{}")
         except ValidationError as exc:
             return f"error: invalid arguments for {shown}, nothing was run: {describe_validation_error(exc)}"
+        if not workflow.in_workflow():  # a local run, a unit test, an eval: a plain call, no lease
+            return json.dumps(await run_unleased(tool, dict(args)))
         calls = leased_calls([info])
         call_id = ctx.tool_call_id or "call"
         sid = step_id(shown, call_id) if step_id is not None else calls.unique_step_id(f"{shown}-{call_id}")
@@ -144,7 +167,7 @@ def leased_tool(
 
     return FunctionTool(
         name=shown,
-        description=description or _first_paragraph(tool.fn.__doc__) or f"the {info.name} tool",
+        description=description or _first_paragraph(tool.description) or f"the {info.name} tool",
         params_json_schema=schema,
         on_invoke_tool=invoke,
         strict_json_schema=strict,
@@ -177,6 +200,41 @@ def leased_run_config(**options: Any) -> RunConfig:
         options: further ``RunConfig`` fields.
     """
     return RunConfig(**{"tool_not_found_behavior": "return_error_to_model", **options})
+
+
+async def run_agent(agent: Agent[Any], input: str | list[TResponseInputItem], **runner_kwargs: Any) -> RunResult:
+    """``Runner.run(agent, input, ...)`` with :func:`leased_run_config`, then end the run's leased calls.
+
+    In workflow code the run's ``status`` and its ``AgentLeaseStatus`` search attribute end
+    ``completed`` (``cancelled`` when an operator cancelled the whole run or the workflow was
+    cancelled), or ``failed`` when the agent run raised. Outside a workflow it is ``Runner.run``.
+
+    Args:
+        agent: the agent, its leased tools made with :func:`leased_tool`.
+        input: the prompt, or the input items.
+        **runner_kwargs: further ``Runner.run`` arguments (``max_turns``, ``context``...). A
+            ``run_config`` given here is used as it is. Default :func:`leased_run_config`.
+
+    Returns:
+        The SDK's ``RunResult`` (``result.final_output``).
+
+    Raises:
+        Exception: whatever ``Runner.run`` raises, after the run's state is recorded as ``failed``.
+    """
+    run_config = runner_kwargs.pop("run_config", None) or leased_run_config()
+    if not workflow.in_workflow():
+        return await Runner.run(agent, input, run_config=run_config, **runner_kwargs)
+    calls = leased_calls()
+    try:
+        result = await Runner.run(agent, input, run_config=run_config, **runner_kwargs)
+    except asyncio.CancelledError:  # the workflow was cancelled
+        calls.end(RunState.CANCELLED)
+        raise
+    except BaseException:
+        calls.end(RunState.FAILED)
+        raise
+    calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
+    return result
 
 
 def _first_paragraph(doc: str | None) -> str:

@@ -9,7 +9,10 @@
     agent = Agent(model, name="restock", toolsets=[LeasedToolset([http_get, sql_upsert])],
                   capabilities=[TemporalDurability()])
 
-Put ``PydanticAIPlugin()`` on the client and ``AgentLeasePlugin(...)`` on the worker; see
+The tools are ``@tool`` tools or functions leased as they are (``agentlease.leased``); outside a
+workflow the agent still runs, each ``leased`` tool called directly without a lease. End the
+workflow's run with :func:`run_agent`. Put ``PydanticAIPlugin()`` on the client and
+``AgentLeasePlugin(...)`` on the worker; see
 :mod:`agentlease.pydantic_ai._toolset` for keys, approvals and what the model sees.
 """
 

@@ -1,8 +1,9 @@
 """Leased tool calls for a Pydantic AI agent that runs durably on Temporal (``TemporalDurability``).
 
 Workflow code. :class:`LeasedToolset` is a Pydantic AI toolset whose tools are declared agentlease
-tools (``@tool``): the model sees each one with the JSON schema of its argument model, and each
-call runs as the tool's leased activity through the running workflow's
+tools (``@tool``, or functions leased as they are with ``leased``): the model sees each one with the
+JSON schema of its argument model, and each call runs as the tool's leased activity through the
+running workflow's
 :class:`~agentlease.workflow._calls.LeasedToolCalls`, with a claim generation, an idempotency key, a
 settlement receipt and the operators' decisions.
 
@@ -33,6 +34,11 @@ failed) raises Pydantic AI's ``ToolFailed`` with a sentence saying what happened
 the model sees a failed tool result and can carry on. Arguments that fail the tool's model, and
 unknown tools, never reach the ledger: Pydantic AI sends the model a retry prompt.
 
+Outside a workflow. ``TemporalDurability`` is transparent there, and so is this toolset: a local
+run, a unit test or an eval of the same agent calls each ``leased`` tool's function directly, with
+no lease (no ledger, no fencing token, no receipt, no approval), and the model reads its output as
+it would in a workflow. A ``@tool`` tool needs its lease context and cannot run so.
+
 Cancellation. Cancelling the workflow, or a timeout around ``agent.run``, cancels each running
 leased activity once (its attempt gives the lease back) and the run ends cancelled. An operator's
 ``cancel`` of one call ends its claim in the ledger first (G8): the model is told, the agent goes on.
@@ -42,7 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from temporalio import workflow
@@ -56,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agentlease.enums import RunState, TaskStatus
     from agentlease.records import ToolInfo
+    from agentlease.tools._wrap import run_unleased
     from agentlease.workflow._calls import CallOutcome, LeasedToolCalls, leased_calls
 
 OutputT = TypeVar("OutputT")
@@ -71,7 +78,8 @@ KeyFunction = Callable[[str, dict[str, Any]], str | None]
 
 
 class DeclaredTool(Protocol):
-    """What the toolset needs of a declared tool (an ``agentlease.tools._declaration.ToolSpec``)."""
+    """What the toolset needs of a declared tool (an ``agentlease.tools._declaration.ToolSpec``,
+    made by ``@tool`` or ``leased``)."""
 
     @property
     def name(self) -> str: ...
@@ -80,9 +88,11 @@ class DeclaredTool(Protocol):
     def args_model(self) -> type[BaseModel]: ...
 
     @property
-    def fn(self) -> Callable[..., Any]: ...
+    def description(self) -> str | None: ...
 
     def info(self) -> ToolInfo: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
 
 
 class _ArgsValidator:
@@ -121,7 +131,7 @@ def _default_step_id(tool: str, tool_call_id: str) -> str:
 
 
 def _description(tool: DeclaredTool) -> str | None:
-    return inspect.getdoc(tool.fn) or inspect.getdoc(tool.args_model)
+    return tool.description or inspect.getdoc(tool.args_model)
 
 
 class LeasedToolset(AbstractToolset[Any]):
@@ -130,10 +140,11 @@ class LeasedToolset(AbstractToolset[Any]):
     Give it to the agent (``Agent(model, name=..., toolsets=[LeasedToolset([...])],
     capabilities=[TemporalDurability()])``), and register the tools on the worker with
     ``AgentLeasePlugin``. Call :meth:`leased_calls` from the workflow's ``@workflow.init`` so that
-    the ``status`` query and the decision updates answer from the start.
+    the ``status`` query and the decision updates answer from the start. Outside a workflow each
+    call runs a ``leased`` tool's function directly, without a lease.
 
     Args:
-        tools: the declared tools (``@tool``); names must be unique.
+        tools: the declared tools (``@tool`` or ``leased``); names must be unique.
         id: the toolset's id among the agent's toolsets. Default ``"agentlease"``.
         step_id: ``(tool, tool_call_id) -> text`` a call's step id is made from; default
             ``"<tool>-<tool_call_id>"``. It must be deterministic (it runs in workflow code).
@@ -158,6 +169,7 @@ class LeasedToolset(AbstractToolset[Any]):
         if len(set(names)) != len(names):
             raise ValueError(f"two tools of a LeasedToolset share a name: {sorted(names)}")
         self._id = id
+        self._tools = {tool.name: tool for tool in tools}
         self._infos = {tool.name: tool.info() for tool in tools}
         self._step_id = step_id or _default_step_id
         self._key = key
@@ -202,12 +214,14 @@ class LeasedToolset(AbstractToolset[Any]):
     ) -> Any:
         """Run the call as a leased activity until it is final; see the module docstring for what the model sees.
 
+        Outside a workflow, run a ``leased`` tool's function directly (no lease) and return its output.
+
         Raises:
             ToolFailed: the call did not settle (the model is told why).
-            RuntimeError: not called from workflow code.
+            ConfigurationError: outside a workflow, a ``@tool`` tool (it runs only as a leased activity).
         """
-        if not workflow.in_workflow():
-            raise RuntimeError(f"{name}: a LeasedToolset runs its tools only inside a Temporal workflow")
+        if not workflow.in_workflow():  # a local run, a unit test, an eval: a plain call, no lease
+            return await run_unleased(self._tools[name], tool_args)
         calls = self.leased_calls()
         step_id = calls.unique_step_id(self._step_id(name, ctx.tool_call_id or name))
         key = self._key(name, tool_args) if self._key is not None else None
@@ -246,8 +260,13 @@ async def run_agent(agent: AbstractAgent[Any, OutputT], *args: Any, **kwargs: An
 
     The run's ``status`` and its ``AgentLeaseStatus`` search attribute end ``completed``
     (``cancelled`` when an operator cancelled the whole run or the workflow was cancelled), or
-    ``failed`` when the agent run raised.
+    ``failed`` when the agent run raised. Outside a workflow it is ``agent.run(*args, **kwargs)``.
+
+    Raises:
+        Exception: whatever the agent run raises, after the run's state is recorded as ``failed``.
     """
+    if not workflow.in_workflow():
+        return await agent.run(*args, **kwargs)
     calls = leased_calls()
     try:
         result = await agent.run(*args, **kwargs)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from agentlease.tools._context import LeaseContext
     from agentlease.tools._declaration import ToolResult, ToolSpec, tool
     from agentlease.tools._registry import ToolRegistry, load_registry
+    from agentlease.tools._wrap import leased
 
 _EXPORTS = {
     "LeaseContext": "agentlease.tools._context",
@@ -23,6 +24,7 @@ _EXPORTS = {
     "tool": "agentlease.tools._declaration",
     "ToolRegistry": "agentlease.tools._registry",
     "load_registry": "agentlease.tools._registry",
+    "leased": "agentlease.tools._wrap",
 }
-__all__ = ["LeaseContext", "ToolRegistry", "ToolResult", "ToolSpec", "load_registry", "tool"]
+__all__ = ["LeaseContext", "ToolRegistry", "ToolResult", "ToolSpec", "leased", "load_registry", "tool"]
 __getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -1,8 +1,9 @@
 """The tool declaration: a tool's side-effect class and lease bounds beside its code.
 
 A tool is an async function ``(ctx: LeaseContext, args: ArgsModel) -> ToolResult`` declared with
-:func:`tool`. Every tool has a lease TTL, which is the ``heartbeat_timeout`` of each attempt (G9):
-declaring one without it is refused.
+:func:`tool`, or an existing function leased as it is with :func:`agentlease.tools._wrap.leased`.
+Every tool has a lease TTL, which is the ``heartbeat_timeout`` of each attempt (G9): declaring one
+without it is refused. Both declarations check their bounds in one place, :class:`LeaseOptions`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ ToolFunction = Callable[["LeaseContext", Any], Awaitable[ToolResult]]
 class ToolSpec:
     """A declared tool.
 
+    Made by :func:`tool` or by :func:`agentlease.leased`. A tool made by ``leased`` can also be
+    called directly, outside any lease: ``await spec(**arguments)`` runs the function it wraps with
+    its arguments validated, and nothing else (no claim, no ledger, no fencing token, no receipt);
+    for local runs, unit tests and evals.
+
     Attributes:
         name: the tool name, also the Temporal activity type.
         side_effect_class: see :class:`SideEffectClass`.
@@ -52,9 +58,13 @@ class ToolSpec:
         max_attempts: real attempts before the task is dead-lettered. Default 5.
         requires_approval: whether each call waits for an operator's ``approve`` before it runs.
         args_model: the pydantic model of the tool's arguments.
-        fn: the tool's code.
+        fn: the tool's code, ``(ctx, args) -> ToolResult``, as the worker runs it in a lease.
         settings: the settings the tool reads through ``ctx.settings``; ``None``: every one but
             the worker's own (:data:`agentlease.secrets.WORKER_ONLY`).
+        description: what a model reads about the tool: the function's docstring (or the
+            framework tool's description). ``None``: none.
+        direct: runs the wrapped function without a lease (see :meth:`__call__`); ``None`` for a
+            ``@tool`` tool, which needs its lease context.
     """
 
     name: str
@@ -66,6 +76,13 @@ class ToolSpec:
     args_model: type[BaseModel]
     fn: ToolFunction
     settings: frozenset[str] | None = None
+    description: str | None = None
+    direct: Callable[..., Awaitable[Any]] | None = None
+
+    @property
+    def __name__(self) -> str:
+        """The tool name (what ``@activity.defn`` names an activity after)."""
+        return self.name
 
     def info(self) -> ToolInfo:
         """The part of the declaration the workflow needs to schedule the tool."""
@@ -76,6 +93,142 @@ class ToolSpec:
             start_to_close=self.start_to_close,
             max_attempts=self.max_attempts,
             requires_approval=self.requires_approval,
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        """Run the wrapped function directly, outside any lease: ``await spec(order_id="A-1")``.
+
+        No claim, no ledger, no fencing token, no idempotency key, no receipt, no approval:
+        a plain call of the function with its arguments validated by :attr:`args_model`. Inside
+        the function :func:`agentlease.lease.in_lease` is false.
+
+        Returns:
+            An awaitable of the function's own return value.
+
+        Raises:
+            ConfigurationError: a ``@tool`` tool, which runs only as a leased activity.
+            TypeError, pydantic.ValidationError: arguments that do not fit the function (when awaited).
+        """
+        if self.direct is None:
+            raise ConfigurationError(
+                f"tool {self.name!r} takes (ctx, args) and runs only as a leased activity; "
+                "lease a plain function with leased() to call it directly"
+            )
+        return self.direct(*args, **kwargs)
+
+
+_ACTIVITY_DEFINITION = "__temporal_activity_definition"
+"""The attribute ``@activity.defn`` sets on what it decorates."""
+
+_frozen_setattr = ToolSpec.__setattr__
+
+
+def _setattr(self: Any, name: str, value: Any) -> None:
+    """Frozen, but for the activity definition ``@activity.defn`` sets when it sits above ``@leased``.
+
+    Raises:
+        dataclasses.FrozenInstanceError: any other attribute.
+        ConfigurationError: the activity is named other than the tool.
+    """
+    if name != _ACTIVITY_DEFINITION:
+        _frozen_setattr(self, name, value)
+        return
+    if getattr(value, "name", None) != self.name:
+        raise ConfigurationError(
+            f"tool {self.name!r}: an @activity.defn name above @leased does not rename the tool; "
+            "put @leased(...) above @activity.defn, or give leased(name=...)"
+        )
+    object.__setattr__(self, name, value)
+
+
+ToolSpec.__setattr__ = _setattr  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class LeaseOptions:
+    """A tool's side-effect class and lease bounds, checked: the one home of the rules both
+    :func:`tool` and :func:`agentlease.leased` declare with.
+
+    Attributes:
+        side_effect_class: the tool's class.
+        lease_ttl: lease TTL = heartbeat timeout of each attempt.
+        start_to_close: bound of one attempt.
+        max_attempts: real attempts before dead-lettering.
+        requires_approval: each call waits for ``approve``; ``None``: only for ``unsafe`` tools.
+    """
+
+    side_effect_class: SideEffectClass
+    lease_ttl: timedelta
+    start_to_close: timedelta
+    max_attempts: int
+    requires_approval: bool | None
+
+    @classmethod
+    def of(
+        cls,
+        side_effect: SideEffectClass | str,
+        lease_ttl: timedelta,
+        start_to_close: timedelta,
+        max_attempts: int,
+        requires_approval: bool | None,
+    ) -> LeaseOptions:
+        """The options, with the side-effect class parsed (the bounds are checked by :meth:`spec`).
+
+        Raises:
+            ConfigurationError: an unknown side-effect class.
+        """
+        try:
+            side_effect_class = SideEffectClass(side_effect)
+        except ValueError:
+            known = ", ".join(c.value for c in SideEffectClass)
+            raise ConfigurationError(f"unknown side_effect {side_effect!r}; use one of {known}") from None
+        return cls(side_effect_class, lease_ttl, start_to_close, max_attempts, requires_approval)
+
+    def check(self, tool_name: str) -> None:
+        """Check the bounds of tool ``tool_name``.
+
+        Raises:
+            MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
+            ConfigurationError: ``start_to_close`` below ``lease_ttl``, or ``max_attempts`` below 1.
+        """
+        if not isinstance(self.lease_ttl, timedelta) or self.lease_ttl <= timedelta(0):
+            raise MissingHeartbeatTimeoutError(
+                f"tool {tool_name!r} has no lease_ttl: every tool call needs a heartbeat_timeout (G9)"
+            )
+        if self.start_to_close < self.lease_ttl:
+            raise ConfigurationError(f"tool {tool_name!r}: start_to_close must be at least lease_ttl")
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"tool {tool_name!r}: max_attempts must be at least 1")
+
+    def spec(
+        self,
+        name: str,
+        *,
+        args_model: type[BaseModel],
+        fn: ToolFunction,
+        settings: tuple[str, ...] | None,
+        description: str | None,
+        direct: Callable[..., Awaitable[Any]] | None = None,
+    ) -> ToolSpec:
+        """The :class:`ToolSpec` of tool ``name`` with these options, once they are checked.
+
+        Raises:
+            MissingHeartbeatTimeoutError, ConfigurationError: as :meth:`check`.
+        """
+        self.check(name)
+        approval = self.requires_approval
+        return ToolSpec(
+            name=name,
+            side_effect_class=self.side_effect_class,
+            lease_ttl=self.lease_ttl,
+            start_to_close=self.start_to_close,
+            max_attempts=self.max_attempts,
+            requires_approval=self.side_effect_class is SideEffectClass.UNSAFE if approval is None else approval,
+            args_model=args_model,
+            fn=fn,
+            settings=None if settings is None else frozenset(settings),
+            description=description,
+            direct=direct,
         )
 
 
@@ -111,22 +264,11 @@ def tool(
         ConfigurationError: an unknown side-effect class, the function is not async, or its
             ``args`` is not a pydantic model.
     """
-    try:
-        side_effect_class = SideEffectClass(side_effect)
-    except ValueError:
-        known = ", ".join(c.value for c in SideEffectClass)
-        raise ConfigurationError(f"unknown side_effect {side_effect!r}; use one of {known}") from None
+    options = LeaseOptions.of(side_effect, lease_ttl, start_to_close, max_attempts, requires_approval)
 
     def declare(fn: ToolFunction) -> ToolSpec:
         tool_name = name or fn.__name__
-        if not isinstance(lease_ttl, timedelta) or lease_ttl <= timedelta(0):
-            raise MissingHeartbeatTimeoutError(
-                f"tool {tool_name!r} has no lease_ttl: every tool call needs a heartbeat_timeout (G9)"
-            )
-        if start_to_close < lease_ttl:
-            raise ConfigurationError(f"tool {tool_name!r}: start_to_close must be at least lease_ttl")
-        if max_attempts < 1:
-            raise ConfigurationError(f"tool {tool_name!r}: max_attempts must be at least 1")
+        options.check(tool_name)
         if not inspect.iscoroutinefunction(fn):
             raise ConfigurationError(f"tool {tool_name!r} must be an async function")
         params = list(inspect.signature(fn).parameters)
@@ -134,18 +276,6 @@ def tool(
         args_model = hints.get(params[1]) if len(params) == 2 else None
         if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
             raise ConfigurationError(f"tool {tool_name!r} must take (ctx, args: <pydantic model>)")
-        return ToolSpec(
-            name=tool_name,
-            side_effect_class=side_effect_class,
-            lease_ttl=lease_ttl,
-            start_to_close=start_to_close,
-            max_attempts=max_attempts,
-            requires_approval=(
-                side_effect_class is SideEffectClass.UNSAFE if requires_approval is None else requires_approval
-            ),
-            args_model=args_model,
-            fn=fn,
-            settings=None if settings is None else frozenset(settings),
-        )
+        return options.spec(tool_name, args_model=args_model, fn=fn, settings=settings, description=inspect.getdoc(fn))
 
     return declare

@@ -56,6 +56,7 @@ from agentlease.errors import (
     TaskClosedError,
     one_line,
 )
+from agentlease.lease import _entered as entered_lease
 from agentlease.ledger.refusals import record_refusal
 from agentlease.ledger.store import Ledger
 from agentlease.names import DESCRIBE_TOOLS
@@ -272,7 +273,8 @@ class LeasedActivities:
         """Run the tool in its lease context, then settle or classify how it failed."""
         try:
             args = spec.args_model.model_validate(call.arguments)
-            result = await spec.fn(context, args)
+            with entered_lease(context):  # agentlease.lease answers inside the tool
+                result = await spec.fn(context, args)
         except LeaseLostError as exc:
             raise _lease_lost(exc) from None
         except LedgerUnavailableError as exc:

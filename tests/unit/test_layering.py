@@ -52,6 +52,7 @@ FACADES = {
 PREFIXES = (
     ("agentlease.recovery", "recovery"),
     ("agentlease.tools", "tools"),
+    ("agentlease.lease", "tools"),
     ("agentlease.workflow", "workflow"),
     ("agentlease.openai_agents", "adapters"),
     ("agentlease.pydantic_ai", "adapters"),

@@ -38,7 +38,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agents import Agent, Model, ModelResponse, Runner, Tool, Usage
+    from agents import Agent, Model, ModelResponse, Tool, Usage
     from pydantic import BaseModel, Field
     from temporalio.client import Client
     from temporalio.exceptions import ApplicationError
@@ -49,7 +49,8 @@ with workflow.unsafe.imports_passed_through():
     from agentlease import worker as agentlease_worker
     from agentlease.demo.agents import notes
     from agentlease.enums import FailureType, RunState
-    from agentlease.openai_agents._tools import leased_run_config, leased_tool
+    from agentlease.openai_agents._tools import leased_tool
+    from agentlease.openai_agents._tools import run_agent as run_leased_agent
     from agentlease.settings import AgentLeaseSettings
     from agentlease.tools.builtin.http_get import http_get
     from agentlease.tools.builtin.smtp_send import smtp_send
@@ -99,12 +100,7 @@ async def run_agent(request: AgentRequest | dict[str, Any], tools: Sequence[Tool
         calls.end(RunState.FAILED)
         raise ApplicationError(str(exc), type=FailureType.INVALID_PLAN.value, non_retryable=True) from None
     agent: Agent[None] = Agent(name=name, instructions=INSTRUCTIONS, model=parsed.model, tools=list(tools))
-    try:
-        result = await Runner.run(agent, parsed.prompt, run_config=leased_run_config(), max_turns=parsed.max_turns)
-    except Exception:
-        calls.end(RunState.FAILED)
-        raise
-    calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
+    result = await run_leased_agent(agent, parsed.prompt, max_turns=parsed.max_turns)  # ends the run's state
     await workflow.wait_condition(workflow.all_handlers_finished)
     return str(result.final_output)
 

@@ -1,0 +1,299 @@
+"""Leasing a tool you already have, as it is: :func:`leased`.
+
+``leased`` takes a function with typed parameters (async or not), an ``@activity.defn`` function, a
+Pydantic AI ``Tool`` or an OpenAI Agents ``FunctionTool``, and declares it a tool: the argument model
+is built from the function's signature, the description is its docstring, and the worker runs it
+through an adapter ``(ctx, args) -> ToolResult`` (:func:`_adapter`) that
+
+1. makes the lease current (:mod:`agentlease.lease`), so the function reads its fencing token,
+   idempotency key and headers from there;
+2. records ``external_call`` before calling it, unless the tool is ``read_only``: a wrapped function
+   may start its side effect at once, so an attempt that dies in it is never taken for one that did
+   nothing (an ``unsafe`` tool then waits for reconciliation, G7);
+3. calls it with the validated arguments;
+4. settles with the :class:`ToolResult` it returned, or else with the default receipt
+   ``(<tool name>, <idempotency key>, "returned")`` and its return value as the output
+   (:func:`output_of`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, get_origin, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, PydanticSchemaGenerationError, PydanticUserError, create_model
+from pydantic_core import to_jsonable_python
+from temporalio import activity
+
+from agentlease.enums import SideEffectClass, Stage
+from agentlease.errors import ConfigurationError
+from agentlease.lease import _entered
+from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import LeaseOptions, ToolResult, ToolSpec
+
+__all__ = ["leased", "output_of", "run_unleased"]
+
+DEFAULT_STATUS = "returned"
+"""The status of the default receipt: the function returned (nothing was read back)."""
+
+_ARGS_CONFIG = ConfigDict(extra="forbid", protected_namespaces=())
+"""The argument model refuses arguments the function does not take."""
+
+_CONTEXT_TYPES = (
+    ("pydantic_ai", "RunContext"),
+    ("agents", "RunContextWrapper"),
+)
+"""Framework context types a leased function cannot take: no framework runs it to pass one."""
+
+
+@overload
+def leased(
+    fn: Any,
+    *,
+    side_effect: SideEffectClass | str,
+    lease_ttl: timedelta,
+    start_to_close: timedelta = ...,
+    max_attempts: int = ...,
+    requires_approval: bool | None = ...,
+    name: str | None = ...,
+    settings: tuple[str, ...] | None = ...,
+) -> ToolSpec: ...
+@overload
+def leased(
+    fn: None = ...,
+    *,
+    side_effect: SideEffectClass | str,
+    lease_ttl: timedelta,
+    start_to_close: timedelta = ...,
+    max_attempts: int = ...,
+    requires_approval: bool | None = ...,
+    name: str | None = ...,
+    settings: tuple[str, ...] | None = ...,
+) -> Callable[[Any], ToolSpec]: ...
+def leased(
+    fn: Any = None,
+    *,
+    side_effect: SideEffectClass | str,
+    lease_ttl: timedelta,
+    start_to_close: timedelta = DEFAULT_START_TO_CLOSE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    requires_approval: bool | None = None,
+    name: str | None = None,
+    settings: tuple[str, ...] | None = None,
+) -> ToolSpec | Callable[[Any], ToolSpec]:
+    """Lease an existing tool as it is (``docs/writing-tools.md``, "Wrapping a tool you already have").
+
+    As a decorator, above or below ``@activity.defn``::
+
+        @leased(side_effect="fenced", lease_ttl=timedelta(seconds=10))
+        async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]: ...
+
+    or called on what you have: ``refund = leased(issue_refund, side_effect="idempotent", lease_ttl=...)``.
+
+    Args:
+        fn: a function with typed parameters (async, or sync: run in a thread); an ``@activity.defn``
+            function (the tool is named after the activity); a ``pydantic_ai.Tool`` (its function,
+            name and description); an ``agents.FunctionTool`` made by ``@function_tool`` (the
+            function it wraps, its name and description). Omitted: a decorator.
+        side_effect: the tool's side-effect class, as the enum or its value (``"idempotent"``).
+        lease_ttl: the lease TTL, used as the activity's ``heartbeat_timeout``; required (G9).
+        start_to_close: bound of one attempt. Default 5 minutes.
+        max_attempts: real attempts before dead-lettering. Default 5.
+        requires_approval: each call waits for ``approve`` before it runs. Default: true for
+            ``unsafe`` tools, false otherwise.
+        name: the tool name (also the Temporal activity type). Default the activity's, the
+            framework tool's or the function's name.
+        settings: the ``AgentLeaseSettings`` fields the tool reads (``lease.context().settings``).
+            Default every field but the worker's own.
+
+    Returns:
+        The :class:`ToolSpec` (with ``fn`` given), or a decorator making one. Its argument model has
+        one field per parameter (annotation and default as declared; extra arguments refused), and
+        ``await spec(**arguments)`` runs the function directly, without a lease.
+
+    Raises:
+        MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
+        ConfigurationError: an unknown side-effect class, bad bounds, or a function that cannot be
+            leased as it is: one taking a framework context or a ``LeaseContext``, ``*args`` or
+            ``**kwargs``, a parameter pydantic cannot validate, a dynamic activity, a
+            ``FunctionTool`` whose function is not kept, or something not callable.
+    """
+    options = LeaseOptions.of(side_effect, lease_ttl, start_to_close, max_attempts, requires_approval)
+
+    def declare(target: Any) -> ToolSpec:
+        function, default_name, description = _source(target)
+        tool_name = name or default_name
+        options.check(tool_name)
+        args_model, call = _signature(function, tool_name)
+        signature = inspect.signature(function)
+
+        async def direct(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            return await call(args_model.model_validate(bound.arguments))
+
+        return options.spec(
+            tool_name,
+            args_model=args_model,
+            fn=_adapter(tool_name, options.side_effect_class, call),
+            settings=settings,
+            description=description or inspect.getdoc(function),
+            direct=direct,
+        )
+
+    return declare if fn is None else declare(fn)
+
+
+def output_of(value: Any) -> dict[str, Any]:
+    """What the agent reads of a leased function's return value: a :class:`ToolResult`'s output; a
+    value that is a JSON object as it is (a pydantic model or dataclass becomes one); anything else
+    as ``{"result": value}``. Values JSON cannot hold are written as their ``str``.
+    """
+    if isinstance(value, ToolResult):
+        return value.output
+    jsonable = to_jsonable_python(value, fallback=str)
+    return jsonable if isinstance(jsonable, dict) else {"result": jsonable}
+
+
+async def run_unleased(tool: Callable[..., Awaitable[Any]], arguments: dict[str, Any]) -> dict[str, Any]:
+    """Run ``tool`` directly (``await tool(**arguments)``, no lease) and return what the agent reads
+    (:func:`output_of`): the adapters' path outside a workflow.
+
+    Raises:
+        ConfigurationError: ``tool`` is a ``@tool`` tool, which runs only as a leased activity.
+        Exception: whatever the function raises.
+    """
+    return output_of(await tool(**arguments))
+
+
+def _source(target: Any) -> tuple[Callable[..., Any], str, str | None]:
+    """``(function, default tool name, description)`` of what is to be leased.
+
+    Raises:
+        ConfigurationError: it cannot be leased as it is.
+    """
+    if isinstance(target, ToolSpec):
+        raise ConfigurationError(f"tool {target.name!r} is already declared; lease the function itself once")
+    pydantic_ai = sys.modules.get("pydantic_ai")
+    if pydantic_ai is not None and isinstance(target, pydantic_ai.Tool):
+        if target.takes_ctx:
+            raise ConfigurationError(
+                f"tool {target.name!r} takes a RunContext, which only Pydantic AI can pass; a leased tool runs "
+                "in a Temporal activity: drop the parameter (read the lease with agentlease.lease)"
+            )
+        return target.function, target.name, target.description
+    agents = sys.modules.get("agents")
+    if agents is not None and isinstance(target, agents.FunctionTool):
+        try:
+            function = target.__wrapped__
+        except AttributeError:
+            raise ConfigurationError(
+                f"tool {target.name!r}: this FunctionTool keeps no Python function; pass the undecorated function"
+            ) from None
+        return function, target.name, target.description or None
+    if not callable(target):
+        raise ConfigurationError(f"cannot lease {target!r}: not a function")
+    definition = activity._Definition.from_callable(target)
+    if definition is not None and definition.name is None:
+        raise ConfigurationError(f"cannot lease the dynamic activity {target.__name__!r}: a tool has one name")
+    default = definition.name if definition is not None and definition.name else getattr(target, "__name__", None)
+    if not default:
+        raise ConfigurationError(f"cannot lease {target!r} without name=: it has no __name__")
+    return target, default, None
+
+
+def _signature(
+    function: Callable[..., Any], tool_name: str
+) -> tuple[type[BaseModel], Callable[[BaseModel], Awaitable[Any]]]:
+    """The argument model built from ``function``'s signature, and the call of ``function`` with one.
+
+    Raises:
+        ConfigurationError: the function cannot be leased as it is (see :func:`leased`).
+    """
+    try:
+        signature = inspect.signature(function)
+        hints = get_type_hints(function, include_extras=True)
+    except (NameError, TypeError, ValueError) as exc:
+        raise ConfigurationError(f"tool {tool_name!r}: cannot read its signature ({exc})") from None
+    fields: dict[str, Any] = {}
+    positional: list[str] = []
+    for param in signature.parameters.values():
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: *{param.name} cannot be leased; give every argument its own parameter"
+            )
+        annotation = hints.get(param.name, Any)
+        _refuse_context(annotation, tool_name, param.name)
+        fields[param.name] = (annotation, ... if param.default is inspect.Parameter.empty else param.default)
+        if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+            positional.append(param.name)
+    try:
+        args_model: type[BaseModel] = create_model(
+            f"{_pascal(tool_name)}Args", __config__=_ARGS_CONFIG, __module__=function.__module__, **fields
+        )
+    except (PydanticSchemaGenerationError, PydanticUserError, NameError, TypeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigurationError(f"tool {tool_name!r}: its parameters cannot be validated ({first})") from None
+    keywords = [field for field in fields if field not in positional]
+    is_async = inspect.iscoroutinefunction(function)
+
+    async def call(args: BaseModel) -> Any:
+        values = [getattr(args, field) for field in positional]
+        named = {field: getattr(args, field) for field in keywords}
+        if is_async:
+            return await function(*values, **named)
+        return await asyncio.to_thread(function, *values, **named)
+
+    return args_model, call
+
+
+def _refuse_context(annotation: Any, tool_name: str, param: str) -> None:
+    """Refuse a parameter only a framework (or the ``@tool`` runtime) could pass.
+
+    Raises:
+        ConfigurationError: ``annotation`` is a framework's run context or a ``LeaseContext``.
+    """
+    kind = get_origin(annotation) or annotation
+    if not isinstance(kind, type):
+        return
+    if issubclass(kind, LeaseContext):
+        raise ConfigurationError(
+            f"tool {tool_name!r} takes a LeaseContext ({param}): declare it with @tool, or drop the parameter "
+            "and read the lease with agentlease.lease"
+        )
+    for module, type_name in _CONTEXT_TYPES:
+        framework = sys.modules.get(module)
+        context_type = getattr(framework, type_name, None) if framework is not None else None
+        if isinstance(context_type, type) and issubclass(kind, context_type):
+            raise ConfigurationError(
+                f"tool {tool_name!r} takes a {type_name} ({param}), which only its framework can pass; a leased "
+                "tool runs in a Temporal activity: drop the parameter (read the lease with agentlease.lease)"
+            )
+
+
+def _adapter(
+    tool_name: str, side_effect_class: SideEffectClass, call: Callable[[BaseModel], Awaitable[Any]]
+) -> Callable[[LeaseContext, Any], Awaitable[ToolResult]]:
+    """The ``(ctx, args) -> ToolResult`` the worker runs in a lease (see the module docstring)."""
+    starts_effect = side_effect_class is not SideEffectClass.READ_ONLY
+
+    async def run(ctx: LeaseContext, args: Any) -> ToolResult:
+        with _entered(ctx):
+            if starts_effect and (ctx.stage is None or ctx.stage.order < Stage.EXTERNAL_CALL.order):
+                await ctx.advance(Stage.EXTERNAL_CALL, f"calling {tool_name}")
+            value = await call(args)
+        if isinstance(value, ToolResult):
+            return value
+        receipt = ctx.receipt(external_system=tool_name, external_id=ctx.idempotency_key, status=DEFAULT_STATUS)
+        return ToolResult(receipt=receipt, output=output_of(value))
+
+    run.__name__ = run.__qualname__ = tool_name
+    return run
+
+
+def _pascal(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.replace("-", "_").split("_")) or "Tool"
