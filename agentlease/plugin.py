@@ -1,10 +1,20 @@
 """``AgentLeasePlugin``: agentlease on any Temporal worker, beside the agent frameworks' plugins.
 
-A ``temporalio.plugin.SimplePlugin`` that registers, on the worker it is given to:
+A ``temporalio.plugin.SimplePlugin`` that does, on the worker it is given to, the set-up a leased
+agent needs, as Temporal's ``OpenAIAgentsPlugin`` and Pydantic AI's plugin do for theirs:
 
-- one leased activity per tool (activity type = tool name), built-in tools and yours;
-- the decision activity (``agentlease.apply_decision``) and the tool catalog (``agentlease.describe_tools``);
-- ``AgentRunWorkflow``, for runs made from plans (optional).
+- registers one leased activity per tool (activity type = tool name), the decision activities
+  (``agentlease.apply_decision``, ``agentlease.record_refusal``) and the tool catalog
+  (``agentlease.describe_tools``); a team activity of the same name is refused with one line;
+- the built-in tools and ``AgentRunWorkflow`` only when asked (``builtins=True``,
+  ``agent_run_workflow=True``, as ``agentlease worker`` does);
+- passes ``agentlease`` through the workflow sandbox, and declares :class:`~agentlease.workflow.LeasedCallError`
+  a workflow failure (a misused leased call fails the run with what is wrong, not every workflow task);
+- installs :class:`~agentlease.workflow._calls.LeasedCallsInterceptor`: every workflow answers the
+  ``status`` query and the decision updates from its start, with no set-up line of its own;
+- when the worker starts, before it polls: registers the search attributes its runs upsert on the
+  namespace (or refuses to start with one line naming the command that creates them), and checks the
+  ledger's schema (or migrates it, with ``migrate_on_start``) when it opened the ledger itself.
 
 It does not touch the data converter: every agentlease activity and handler takes and returns
 plain JSON and validates it, so it works under the pydantic converter, the OpenAI Agents SDK's
@@ -14,26 +24,28 @@ beside the frameworks' plugins::
     worker = Worker(client, task_queue="agents", workflows=[MyAgent],
                     plugins=[AgentLeasePlugin(settings=AgentLeaseSettings(), tools=["mytools"])])
 
-When it opens the ledger itself (no ``ledger`` given) it checks its schema as the worker starts
-(or migrates it, with ``migrate_on_start``) and closes it when the worker stops. The engines its
-tools share (:class:`~agentlease.tools._resources.ToolResources`) close when the worker stops, and so does
-the retrying of writes a ledger outage deferred (:mod:`agentlease.tools._deferred`).
+A failure at start (the ledger, the search attributes) ends ``worker.run()`` and ``async with
+worker`` at once with that one-line error. The engines its tools share
+(:class:`~agentlease.tools._resources.ToolResources`) close when the worker stops, and so does the
+retrying of writes a ledger outage deferred (:mod:`agentlease.tools._deferred`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import Any
 
+import temporalio.activity
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from agentlease import search_attributes
 from agentlease.decision_auth import decision_verifier
+from agentlease.errors import ConfigurationError, LedgerUnavailableError
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.metrics import LeaseMetrics
@@ -45,13 +57,14 @@ from agentlease.tools._declaration import ToolSpec
 from agentlease.tools._leased import LeasedActivities
 from agentlease.tools._registry import ToolRegistry, load_registry
 from agentlease.tools._resources import ToolResources
+from agentlease.workflow._calls import LeasedCallError, LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow
 
 PLUGIN_NAME = "agentlease.AgentLeasePlugin"
 
 
-def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: bool = True) -> ToolRegistry:
-    """The built-in tools plus ``tools``: module names, modules, or declared tools.
+def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: bool = False) -> ToolRegistry:
+    """``tools`` (module names, modules, or declared tools), and the built-in tools with ``builtins``.
 
     Raises:
         ConfigurationError: a module cannot be imported, or two tools share a name.
@@ -67,7 +80,7 @@ def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: boo
 
 
 class AgentLeasePlugin(SimplePlugin):
-    """Registers agentlease's activities (and ``AgentRunWorkflow``) on a worker.
+    """Registers agentlease's activities (and, when asked, ``AgentRunWorkflow``) on a worker (module docstring).
 
     Args:
         settings: endpoints of the built-in tools, the ledger URL, the lease owner. Default from
@@ -76,14 +89,23 @@ class AgentLeasePlugin(SimplePlugin):
             for the worker's lifetime.
         tools: tool modules (import paths or modules) or declared tools, besides the built-ins, or
             a ready :class:`~agentlease.tools._registry.ToolRegistry`. Default ``settings.tool_modules``.
-        builtins: serve the built-in tools (``http_get``, ``sql_upsert``, ``http_publish``,
-            ``smtp_send``). Default true.
+        builtins: serve the built-in tools too (``http_get``, ``sql_upsert``, ``http_publish``,
+            ``smtp_send``). Default false (``agentlease worker`` serves them).
         identity: the lease owner of this worker's claims; default ``settings.worker_identity``,
             else the worker's Temporal identity.
-        agent_run_workflow: register ``AgentRunWorkflow`` too. Default true.
+        agent_run_workflow: register ``AgentRunWorkflow`` too (runs made from plans, ``agentlease
+            run``). Default false (``agentlease worker`` registers it).
+        register_search_attributes: add the search attributes agentlease's runs upsert to the
+            namespace when the worker starts, if missing. When false (a namespace the worker may not
+            administer, Temporal Cloud) the worker only checks they exist. Default true.
 
     Raises:
-        ConfigurationError: a tool module cannot be imported, two tools share a name, or a bad URL.
+        ConfigurationError: a tool module cannot be imported, two tools share a name, or a bad URL;
+            from ``Worker(...)``: an activity of the worker has the name of a leased tool; from
+            ``worker.run()`` / ``async with worker``: the search attributes are missing and cannot be
+            registered.
+        LedgerUnavailableError: from ``worker.run()`` / ``async with worker``: the ledger it opened
+            cannot be reached or is not at this version's schema.
     """
 
     def __init__(
@@ -92,9 +114,10 @@ class AgentLeasePlugin(SimplePlugin):
         settings: AgentLeaseSettings | None = None,
         ledger: Ledger | None = None,
         tools: ToolRegistry | Iterable[str | ModuleType | ToolSpec] | None = None,
-        builtins: bool = True,
+        builtins: bool = False,
         identity: str | None = None,
-        agent_run_workflow: bool = True,
+        agent_run_workflow: bool = False,
+        register_search_attributes: bool = True,
     ) -> None:
         self.settings = settings or AgentLeaseSettings()
         if isinstance(tools, ToolRegistry):
@@ -112,11 +135,14 @@ class AgentLeasePlugin(SimplePlugin):
             configure_redaction(load_object(self.settings.redactor, "redactor", factory=False))
         self._leased: list[LeasedActivities] = []
         self._identity = identity or self.settings.worker_identity
+        self._register_search_attributes = register_search_attributes
         super().__init__(
             PLUGIN_NAME,
             activities=self._activities,
             workflows=[AgentRunWorkflow] if agent_run_workflow else None,
             workflow_runner=_pass_through,
+            interceptors=[LeasedCallsInterceptor()],
+            workflow_failure_exception_types=[LeasedCallError],
         )
 
     @property
@@ -131,22 +157,27 @@ class AgentLeasePlugin(SimplePlugin):
 
     def _activities(self, existing: Any) -> list[Callable[..., Any]]:
         leased = LeasedActivities(self.ledger, self.registry, self.identity, self.settings, self.resources)
+        ours = [*leased.activities(), *DecisionActivities(self.ledger, decision_verifier(self.settings)).activities()]
+        _refuse_duplicates(list(existing or []), ours)
         self._leased.append(leased)
-        return [
-            *(existing or []),
-            *leased.activities(),
-            *DecisionActivities(self.ledger, decision_verifier(self.settings)).activities(),
-        ]
+        return [*(existing or []), *ours]
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        async with self._open():
+        async with self._open(worker):
             await next(worker)
 
     @asynccontextmanager
-    async def _open(self) -> AsyncIterator[None]:
+    async def _open(self, worker: Worker) -> AsyncIterator[None]:
         try:
-            if self._owns_ledger:
-                await (upgrade if self.settings.migrate_on_start else require_current)(self.ledger.database)
+            try:  # before the worker polls: a run must not meet a ledger or a namespace it cannot use
+                if self._owns_ledger:
+                    await (upgrade if self.settings.migrate_on_start else require_current)(self.ledger.database)
+                await search_attributes.require_registered(
+                    worker.client, worker.client.namespace, register=self._register_search_attributes
+                )
+            except (LedgerUnavailableError, ConfigurationError):
+                _never_started(worker)
+                raise
             yield
         finally:
             for leased in self._leased:  # writes still deferred by a ledger outage: logged, left to the sweeper
@@ -154,6 +185,39 @@ class AgentLeasePlugin(SimplePlugin):
             await self.resources.close()
             if self._owns_ledger:
                 await self.ledger.close()
+
+
+def _activity_name(activity: Callable[..., Any]) -> str | None:
+    """The activity type ``@activity.defn`` gave ``activity`` (``None``: not an activity, Temporal says so)."""
+    defn = getattr(activity, "__temporal_activity_definition", None)
+    return defn.name if isinstance(defn, temporalio.activity._Definition) else None
+
+
+def _refuse_duplicates(existing: list[Callable[..., Any]], ours: list[Callable[..., Any]]) -> None:
+    """One line instead of Temporal's ``More than one activity named ...`` when a worker's own activity
+    has the name of a leased tool (the old version of a tool kept beside its leased one, say)."""
+    names = {_activity_name(activity) for activity in ours}
+    for activity in existing:
+        name = _activity_name(activity)
+        if name is not None and name in names:
+            raise ConfigurationError(
+                f"activity {name!r} is given to the worker and is also a leased tool of AgentLeasePlugin (a leased "
+                f"tool's activity type is its name): drop your own {name!r} from activities=[...] (the leased one "
+                "replaces it), or give one of them another name"
+            )
+
+
+def _never_started(worker: Worker) -> None:
+    """Release a worker the plugin refused to start, as Temporal does when its own check before polling
+    fails (``Worker._run``): its Core worker is shut down (another worker may then take its task queue)
+    and it is marked shut down, or ``async with worker`` would wait forever on exit for a shutdown that
+    only a started worker completes."""
+    bridge = getattr(worker, "_bridge_worker", None)
+    if bridge is not None:
+        bridge.initiate_shutdown()
+    done = getattr(worker, "_shutdown_complete_event", None)
+    if done is not None:
+        done.set()
 
 
 PASSTHROUGH_MODULES = ("agentlease",)

@@ -1,8 +1,9 @@
 """Search attributes of agent runs, so operators find the work that waits for them in the
 Temporal UI (``AgentLeaseWaitingReason != ""``) and with ``temporal workflow list --query``.
 
-``agentlease dev``, ``agentlease demo`` and the tests register them on the dev server. On a
-production namespace create them once::
+:class:`~agentlease.plugin.AgentLeasePlugin` registers the missing ones when its worker starts
+(:func:`require_registered`), and refuses to start, with one line naming the command below, when it
+may not (a namespace it does not administer, Temporal Cloud). Create them once there::
 
     temporal operator search-attribute create --namespace NS \\
         --name AgentLeaseStatus --type Keyword --name AgentLeaseWaitingReason --type Keyword \\
@@ -15,6 +16,8 @@ production namespace create them once::
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -22,6 +25,10 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
+
+from agentlease.errors import ConfigurationError
+
+logger = logging.getLogger("agentlease.search_attributes")
 
 RUN_STATUS = SearchAttributeKey.for_keyword("AgentLeaseStatus")
 """``starting``, ``running``, ``waiting``, ``completed``, ``cancelled``, ``failed``."""
@@ -54,6 +61,64 @@ def type_name(key: SearchAttributeKey[Any]) -> str:
 def dev_server_flags() -> list[str]:
     """``temporal server start-dev`` flags that register every attribute with its type."""
     return [flag for key in ALL for flag in ("--search-attribute", f"{key.name}={type_name(key)}")]
+
+
+def create_command(namespace: str, names: Iterable[str] | None = None) -> str:
+    """The ``temporal`` command that creates ``names`` (default every attribute) on ``namespace``."""
+    keys: list[SearchAttributeKey[Any]] = [BY_NAME[name] for name in sorted(names)] if names is not None else [*ALL]
+    flags = " ".join(f"--name {key.name} --type {type_name(key)}" for key in keys)
+    return f"temporal operator search-attribute create --namespace {namespace} {flags}"
+
+
+async def missing_on(client: Client, namespace: str) -> list[str]:
+    """The attributes ``namespace`` lacks, by name.
+
+    Raises:
+        RPCError: the server does not let this client list them.
+    """
+    existing = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
+    return sorted({key.name for key in ALL} - set(existing.custom_attributes))
+
+
+async def require_registered(client: Client, namespace: str, *, register: bool = True) -> None:
+    """Make sure every attribute exists on ``namespace`` before a worker polls: without them each
+    workflow task of a run fails with ``BadSearchAttributes`` and the run hangs.
+
+    Args:
+        register: add the missing ones (a dev server, a namespace the worker administers); when
+            false, only check, and trust the operator when the server does not let the worker list them.
+
+    Raises:
+        ConfigurationError: one line naming the missing attributes and the command that creates them.
+    """
+    try:
+        missing = await missing_on(client, namespace)
+    except RPCError as exc:
+        if not register:
+            logger.warning("cannot list the search attributes of %s (%s); trusting they exist", namespace, exc.message)
+            return
+        raise ConfigurationError(
+            f"cannot list the search attributes of namespace {namespace} ({exc.message}); create them once with "
+            f"`{create_command(namespace)}`, then pass AgentLeasePlugin(register_search_attributes=False)"
+        ) from None
+    if not missing:
+        return
+    problem = f"search attributes {', '.join(missing)} are missing on namespace {namespace}"
+    if register:
+        try:
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(
+                    namespace=namespace,
+                    search_attributes={
+                        name: IndexedValueType.ValueType(BY_NAME[name].indexed_value_type.value) for name in missing
+                    },
+                )
+            )
+            logger.info("registered search attributes %s on %s", ", ".join(missing), namespace)
+            return
+        except RPCError as exc:
+            problem += f" and this worker may not register them ({exc.message})"
+    raise ConfigurationError(f"{problem}; create them once with `{create_command(namespace, missing)}`")
 
 
 async def ensure_registered(client: Client, namespace: str) -> str | None:

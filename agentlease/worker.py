@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
-from agentlease import search_attributes
 from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
@@ -70,10 +69,14 @@ def build_worker(
     workflows: list[type] | None = None,
 ) -> Worker:
     """A Temporal worker serving ``AgentRunWorkflow``, ``workflows`` (default those of
-    ``settings.workflow_modules``) and every tool of ``registry``, through
-    :class:`~agentlease.plugin.AgentLeasePlugin`; the caller owns and closes ``ledger``."""
+    ``settings.workflow_modules``) and every tool of ``registry`` (:func:`load_registry` includes the
+    built-in tools), through :class:`~agentlease.plugin.AgentLeasePlugin` with its opt-ins on; the
+    caller owns and closes ``ledger``. Its start registers the search attributes (or refuses, with
+    one line: see :func:`agentlease.search_attributes.require_registered`)."""
     identity = identity or settings.worker_identity or default_identity()
-    plugin = AgentLeasePlugin(settings=settings, ledger=ledger, tools=registry, identity=identity)
+    plugin = AgentLeasePlugin(
+        settings=settings, ledger=ledger, tools=registry, identity=identity, builtins=True, agent_run_workflow=True
+    )
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -102,7 +105,8 @@ async def running_worker(
     Raises:
         TemporalUnavailableError: Temporal is unreachable.
         LedgerUnavailableError: the ledger cannot be reached, or its schema is not this version's.
-        ConfigurationError: a tool module cannot be loaded, or the metrics address cannot be bound.
+        ConfigurationError: a tool module cannot be loaded, the metrics address cannot be bound, or
+            the search attributes are missing and this worker may not register them.
     """
     registry = registry or load_registry(settings.tool_modules)
     identity = identity or settings.worker_identity or default_identity()
@@ -115,9 +119,6 @@ async def running_worker(
         try:
             await (upgrade if settings.migrate_on_start else require_current)(ledger.database)
             client = await connect(settings, identity=identity, runtime=runtime)
-            problem = await search_attributes.ensure_registered(client, settings.namespace)
-            if problem is not None:
-                logger.warning(problem)
             async with build_worker(client, ledger, registry, settings, identity=identity) as worker:
                 yield worker
         finally:

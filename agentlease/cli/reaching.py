@@ -7,7 +7,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from agentlease.decisions import ReconcileRequest
@@ -37,6 +37,11 @@ async def query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatu
         try:
             timeout = timedelta(seconds=max(0.5, min(QUERY_RPC.total_seconds(), left)))
             return await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=timeout)
+        except WorkflowQueryFailedError as exc:
+            raise AgentLeaseError(
+                f"workflow {agent_run_id} answers no status query ({exc.message.split(',')[0]}): it makes no leased "
+                "calls, or its worker runs without AgentLeasePlugin"
+            ) from None
         except RPCError as exc:  # the query's own deadline passed ("Timeout expired"), or the server is away
             if exc.status not in unanswered:
                 raise
@@ -47,6 +52,27 @@ async def query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatu
                     f"view: `agentlease tasks --run {agent_run_id}`"
                 ) from None
         await asyncio.sleep(min(0.5, max(0.0, deadline - loop.time())))
+
+
+async def ended_run_status(client: Any, agent_run_id: str, limit: float) -> RunStatus:
+    """A completed run's status, for any workflow that made leased calls: its result when that is a
+    :class:`RunStatus` (``AgentRunWorkflow``), else its ``status`` query, which a worker answers by
+    replaying the run (a framework agent's result is its own output).
+
+    Raises:
+        AgentLeaseError: one line: the workflow answers no status query, or no worker answered it.
+    """
+    from pydantic import ValidationError
+
+    handle = client.get_workflow_handle(agent_run_id)
+    result = await handle.result()
+    try:
+        status = RunStatus.model_validate(result)
+    except ValidationError:
+        return await query_within(handle, agent_run_id, limit)
+    if status.agent_run_id != agent_run_id:  # a RunStatus of another run, returned by this one
+        return await query_within(handle, agent_run_id, limit)
+    return status
 
 
 async def reconciled_in_ledger(

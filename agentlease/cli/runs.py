@@ -189,7 +189,7 @@ async def run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStat
     from temporalio.client import WorkflowExecutionStatus
     from temporalio.service import RPCError
 
-    from agentlease.cli.reaching import query_within
+    from agentlease.cli.reaching import ended_run_status, query_within
     from agentlease.temporal import connect
 
     client = await connect(settings)
@@ -200,7 +200,7 @@ async def run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStat
             current = await query_within(handle, agent_run_id, settings.decision_timeout.total_seconds())
             return await with_heartbeats(client, description, current)
         if description.status == WorkflowExecutionStatus.COMPLETED:
-            return await handle.result()
+            return await ended_run_status(client, agent_run_id, settings.decision_timeout.total_seconds())
         if description.status == WorkflowExecutionStatus.FAILED:
             return await result_of(handle.result(), agent_run_id)  # raises with the cause
     except RPCError as exc:

@@ -3,15 +3,11 @@
 Import it in workflow code, passed through the sandbox::
 
     with workflow.unsafe.imports_passed_through():
-        from agentlease.workflow import call_tool, leased_calls
+        from agentlease.workflow import call_tool
         import mytools
 
     @workflow.defn
     class Triage:
-        @workflow.init
-        def __init__(self, ticket: str) -> None:
-            self.calls = leased_calls()  # installs the status query and the decision updates now
-
         @workflow.run
         async def run(self, ticket: str) -> str:
             done = await call_tool(mytools.open_ticket, {"title": ticket}, step_id="open")
@@ -22,7 +18,8 @@ unless you give one; it runs as the tool's leased activity, and waits when a per
 (approval, reconciliation, blocked, dead-lettered). Operators decide with ``agentlease approve |
 reject | reconcile | redrive | cancel`` or the same Temporal updates as for ``AgentRunWorkflow``;
 ``agentlease waiting`` lists the calls that wait. Register the activities on the worker with
-:class:`agentlease.plugin.AgentLeasePlugin`.
+:class:`agentlease.plugin.AgentLeasePlugin`; it also makes every workflow answer the ``status`` query
+and the decision updates from its start, so the workflow needs no set-up line of its own.
 """
 
 from __future__ import annotations
@@ -31,9 +28,9 @@ from typing import Any
 
 from agentlease.records import ToolInfo
 from agentlease.tools._declaration import ToolSpec
-from agentlease.workflow._calls import CallOutcome, LeasedToolCalls, leased_calls
+from agentlease.workflow._calls import CallOutcome, LeasedCallError, LeasedToolCalls, leased_calls
 
-__all__ = ["CallOutcome", "LeasedToolCalls", "call_tool", "leased_calls"]
+__all__ = ["CallOutcome", "LeasedCallError", "LeasedToolCalls", "call_tool", "leased_calls"]
 
 
 async def call_tool(
@@ -61,7 +58,8 @@ async def call_tool(
         How the call ended (see :class:`~agentlease.workflow._calls.CallOutcome`).
 
     Raises:
-        ValueError: ``step_id`` is already used in this run, or ``tool`` is unknown.
+        LeasedCallError: ``step_id`` is already used in this run, ``tool`` is unknown, or the call is
+            beyond the limits (a ``ValueError``; ``AgentLeasePlugin`` makes it fail the run).
     """
     info = tool.info() if isinstance(tool, ToolSpec) else tool
     calls = leased_calls([info] if isinstance(info, ToolInfo) else None)

@@ -1,7 +1,7 @@
 """Leased tool calls from inside any workflow: scheduling, waiting for people, decisions, status.
 
-Deterministic orchestration only. A workflow makes one :class:`LeasedToolCalls` in its
-``@workflow.init`` (or at the start of its run); that installs, on the running workflow, what an
+Deterministic orchestration only. A workflow's first leased call makes its one
+:class:`LeasedToolCalls` (:func:`leased_calls`); that installs, on the running workflow, what an
 operator talks to:
 
 - query ``status`` -> :class:`~agentlease.records.RunStatus`;
@@ -18,6 +18,12 @@ operator talks to:
 - signal ``decide``: the same decisions for clients that only signal (``{"decision": "approve",
   ...the update's payload}``); a refused one is written to the evidence trail and shown by ``status``.
   ``docs/operator-views.md`` describes what an operator sees where.
+
+On a worker with :class:`~agentlease.plugin.AgentLeasePlugin` the ``status`` query and the decision
+updates answer from the start of every workflow, before its first leased call
+(:class:`LeasedCallsInterceptor`): the query with the run ``starting`` and no task, the updates with
+a refusal (there is no step to decide on); signals wait, buffered by Temporal, for the first call.
+A workflow need not call :func:`leased_calls` itself; calling it (in ``@workflow.init``) is harmless.
 
 Each call (:meth:`LeasedToolCalls.call`) is a task ``<workflow id>/<step id>`` with the idempotency
 key ``<workflow id>:<step id>`` unless the caller gives one (G4); a caller's key is scoped to the run,
@@ -38,6 +44,7 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.worker import Interceptor, WorkflowInboundInterceptor, WorkflowInterceptorClassInput
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -107,6 +114,12 @@ _CATALOG_PATIENCE_PATCH = "agentlease-catalog-patience"
 before failed at once)."""
 
 
+class LeasedCallError(ValueError):
+    """A leased call the run cannot make: its step id is already used, its tool is unknown, or it is
+    beyond the limits of ``docs/limits.md``. ``AgentLeasePlugin`` declares it a workflow failure: a run
+    that lets it propagate fails with this one line instead of retrying its workflow task forever."""
+
+
 class ToolsNotServedHereError(RuntimeError):
     """This worker does not serve a tool of the run: the workflow task fails (Temporal retries it,
     on any worker of the queue); nothing is recorded in the run's history."""
@@ -128,6 +141,8 @@ _RUN_DECIDER = "agentlease"
 """Who the evidence trail names for decisions the run makes itself (parking an approval-gated call)."""
 LIVE_PATCH = "agentlease-live-lease-view"
 """Patch: the run shows its attempts' live progress and its last decision in search attributes (0.3.0)."""
+DECISION_UPDATES = ("approve", "reject", "redrive", "reconcile", "cancel")
+"""The decision updates a run with leased calls takes."""
 _KEPT_REFUSALS = 20
 """How many refused ``decide`` signals the ``status`` query keeps (the evidence trail keeps all)."""
 _MAX_DECISION_CHARS = 250
@@ -184,6 +199,7 @@ class LeasedToolCalls:
         }
         self._decisions["reconcile"] = (self._reconcile, self._validate_reconcile)
         self._decisions["cancel"] = (self._cancel, self._validate_cancel)
+        assert tuple(self._decisions) == DECISION_UPDATES
         for command, (handler, validator) in self._decisions.items():
             workflow.set_update_handler(command, handler, validator=validator)
         workflow.set_signal_handler(LEASE_PROGRESS_SIGNAL, self._on_progress)
@@ -328,28 +344,30 @@ class LeasedToolCalls:
             How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.
 
         Raises:
-            ValueError: ``step_id`` is already used in this run, ``tool`` is unknown, or the step
-                is beyond the limits of ``docs/limits.md`` (its arguments' size or depth, a NaN, a
-                NUL, the workflow id's length); a ``pydantic.ValidationError`` is a ``ValueError``.
+            LeasedCallError: (a ``ValueError``) ``step_id`` is already used in this run, ``tool`` is
+                unknown, or the step is beyond the limits of ``docs/limits.md`` (its arguments' size or
+                depth, a NaN, a NUL, the workflow id's length).
         """
         if step_id in self._views:
-            raise ValueError(f"step id {step_id!r} is already used in run {self.run_id}")
+            raise LeasedCallError(f"step id {step_id!r} is already used in run {self.run_id}")
         if len(self.run_id) > MAX_WORKFLOW_ID_CHARS:
-            raise ValueError(
+            raise LeasedCallError(
                 f"workflow id of {len(self.run_id)} characters: leased calls take at most {MAX_WORKFLOW_ID_CHARS}"
             )
         catalog = self._catalog if self._catalog is not None else await self.load_catalog()
         if tool not in catalog:
-            raise ValueError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
-        self.add(
-            PlanStep(
+            raise LeasedCallError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
+        try:
+            step = PlanStep(
                 step_id=step_id,
                 tool=tool,
                 arguments=arguments,
                 idempotency_key=idempotency_key,
                 share_idempotency_key=share_idempotency_key,
             )
-        )
+        except ValidationError as exc:
+            raise LeasedCallError(f"bad leased call {step_id!r}: {describe_validation_error(exc)}") from None
+        self.add(step)
         outcome = await self.run_step(step_id)
         self.show_search_attributes()
         return outcome
@@ -833,3 +851,66 @@ def _attached(instance: object | None) -> LeasedToolCalls | None:
     if isinstance(found, LeasedToolCalls):
         return found
     return next((v for v in getattr(instance, "__dict__", {}).values() if isinstance(v, LeasedToolCalls)), None)
+
+
+class LeasedCallsInterceptor(Interceptor):
+    """Installs the ``status`` query and the decision updates on every workflow of the worker from its
+    start, so that a workflow making leased calls needs no set-up line (``AgentLeasePlugin`` adds it).
+
+    Until the run's first leased call (:func:`leased_calls`, which installs the real handlers in
+    their place) the query answers the run ``starting`` with no task, and the updates refuse (no step
+    to decide on; a refused update leaves no history). A workflow that defines any of these handlers
+    itself, or a dynamic query or update handler, is left alone. Nothing here issues a command, so
+    histories recorded without it replay with it.
+    """
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor] | None:
+        return _LeasedCallsInbound
+
+
+class _LeasedCallsInbound(WorkflowInboundInterceptor):
+    def init(self, outbound: Any) -> None:
+        super().init(outbound)
+        if _defines_own_handlers():
+            return
+        workflow.set_query_handler(STATUS_QUERY, _status_before_calls)
+        for command in DECISION_UPDATES:
+            workflow.set_update_handler(command, _refused_before_calls(command), validator=_no_step_yet(command))
+
+
+def _defines_own_handlers() -> bool:
+    return (
+        workflow.get_query_handler(STATUS_QUERY) is not None
+        or any(workflow.get_update_handler(command) is not None for command in DECISION_UPDATES)
+        or any(workflow.get_signal_handler(name) is not None for name in (DECIDE_SIGNAL, LEASE_PROGRESS_SIGNAL))
+        or workflow.get_dynamic_query_handler() is not None
+        or workflow.get_dynamic_update_handler() is not None
+    )
+
+
+def _status_before_calls() -> dict[str, Any]:
+    calls = _attached(workflow.instance())
+    if calls is not None:
+        return calls.status().model_dump(mode="json")
+    status = RunStatus(agent_run_id=workflow.info().workflow_id, status=RunState.STARTING, closed=False, tasks=[])
+    return status.model_dump(mode="json")
+
+
+def _no_step_yet(command: str) -> Any:
+    def validator(payload: Any) -> None:
+        raise ValueError(
+            f"cannot {command}: run {workflow.info().workflow_id} has made no leased call yet, so it has no step to "
+            "decide on"
+        )
+
+    return validator
+
+
+def _refused_before_calls(command: str) -> Any:
+    async def handler(payload: Any) -> dict[str, Any]:
+        _no_step_yet(command)(payload)
+        raise AssertionError("unreachable: the validator refuses")  # pragma: no cover
+
+    return handler

@@ -24,8 +24,10 @@ from temporalio.worker import Replayer
 
 from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileRequest
 from agentlease.names import STATUS_QUERY
+from agentlease.plugin import _pass_through
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
+from agentlease.workflow._calls import LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration import tools
@@ -38,7 +40,14 @@ RECORD = os.environ.get("AGENTLEASE_RECORD_HISTORIES") == "1"
 
 
 def replayer() -> Replayer:
-    return Replayer(workflows=[AgentRunWorkflow], data_converter=pydantic_data_converter)
+    """A replayer as a worker with ``AgentLeasePlugin`` replays: ``agentlease`` passed through the
+    sandbox (one copy of its records, as the recording worker had) and the plugin's interceptor."""
+    return Replayer(
+        workflows=[AgentRunWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=_pass_through(None),
+        interceptors=[LeasedCallsInterceptor()],
+    )
 
 
 async def step_is(handle: WorkflowHandle, step_id: str, status: str) -> None:

@@ -68,9 +68,7 @@ def test_the_docs_settings_table_is_the_models() -> None:
 
 def test_a_command_without_its_extra_says_which_to_install() -> None:
     code = (
-        "import sys; sys.modules['uvicorn'] = None\n"
-        "from agentlease.cli.app import _run\n"
-        "sys.exit(_run(sys.argv[1:]))\n"
+        "import sys; sys.modules['uvicorn'] = None\nfrom agentlease.cli.app import _run\nsys.exit(_run(sys.argv[1:]))\n"
     )
     for command, extra in (("ui", "ui"), ("codec-server", "ui"), ("demo", "demo"), ("dev", "demo")):
         argv = [sys.executable, "-c", code, command]
