@@ -113,6 +113,10 @@ _CATALOG_PATIENCE_PATCH = "agentlease-catalog-patience"
 """Patch: a worker without a run's tools fails its workflow task instead of the run (runs recorded
 before failed at once)."""
 
+_LEARN_NAMED_TOOL_PATCH = "agentlease-learn-named-tool"
+"""Patch: a call naming a tool the workflow did not declare learns the worker's catalog once, beside the
+declared tools (runs recorded before failed the call as an unknown tool)."""
+
 
 class LeasedCallError(ValueError):
     """A leased call the run cannot make: its step id is already used, its tool is unknown, or it is
@@ -183,6 +187,8 @@ class LeasedToolCalls:
         """An operator cancelled the whole run: no further call runs."""
         self._state = RunState.STARTING
         self._catalog: dict[str, ToolInfo] | None = None if catalog is None else {i.name: i for i in catalog}
+        self._learnt = False
+        """The worker's catalog was learnt (``describe_tools``), not only the tools the workflow declared."""
         self._steps: dict[str, PlanStep] = {}
         self._views: dict[str, TaskView] = {}
         self._running: dict[str, workflow.ActivityHandle[dict[str, Any]]] = {}
@@ -222,10 +228,7 @@ class LeasedToolCalls:
                 does not serve after that; the workflow fails with it.
         """
         if self._catalog is None:
-            catalog = await workflow.execute_local_activity(
-                DESCRIBE_TOOLS, start_to_close_timeout=timedelta(seconds=30), result_type=list[dict[str, Any]]
-            )
-            self._catalog = {info.name: info for info in map(ToolInfo.model_validate, catalog)}
+            self._catalog = await self._describe_tools()
         unknown = sorted({step.tool for step in self._steps.values()} - set(self._catalog))
         patient = bool(unknown) and workflow.now() - workflow.info().workflow_start_time < CATALOG_PATIENCE
         if patient and workflow.patched(_CATALOG_PATIENCE_PATCH):
@@ -246,6 +249,13 @@ class LeasedToolCalls:
             )
         self._set_state(RunState.RUNNING)
         return self._catalog
+
+    async def _describe_tools(self) -> dict[str, ToolInfo]:
+        self._learnt = True
+        catalog = await workflow.execute_local_activity(
+            DESCRIBE_TOOLS, start_to_close_timeout=timedelta(seconds=30), result_type=list[dict[str, Any]]
+        )
+        return {info.name: info for info in map(ToolInfo.model_validate, catalog)}
 
     def register(self, info: ToolInfo) -> None:
         """Make a tool the workflow declares itself callable (a framework adapter's tool)."""
@@ -355,6 +365,8 @@ class LeasedToolCalls:
                 f"workflow id of {len(self.run_id)} characters: leased calls take at most {MAX_WORKFLOW_ID_CHARS}"
             )
         catalog = self._catalog if self._catalog is not None else await self.load_catalog()
+        if tool not in catalog and not self._learnt and workflow.patched(_LEARN_NAMED_TOOL_PATCH):
+            catalog.update({name: info for name, info in (await self._describe_tools()).items() if name not in catalog})
         if tool not in catalog:
             raise LeasedCallError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
         try:

@@ -77,7 +77,8 @@ REGISTRY = ToolRegistry([issue_refund, lookup_order, tag_order])
 
 @workflow.defn
 class RefundWorkflow:
-    """Looks an order up, refunds what it cost and tags it: three wrapped tools through ``call_tool``."""
+    """Looks an order up, refunds what it cost and tags it: three wrapped tools through ``call_tool``, the
+    last one by its name only."""
 
     @workflow.run
     async def run(self, order_id: str) -> dict[str, Any]:
@@ -85,7 +86,8 @@ class RefundWorkflow:
         assert looked_up.output is not None
         amount = looked_up.output["result"]
         refunded = await call_tool(issue_refund, {"order_id": order_id, "amount_cents": amount}, step_id="refund")
-        tagged = await call_tool(tag_order, {"order_id": order_id, "tag": "refunded"}, step_id="tag")
+        # Named, not declared: the run learns the worker's catalog beside the tools it declared.
+        tagged = await call_tool("tag_order", {"order_id": order_id, "tag": "refunded"}, step_id="tag")
         return {
             step: {"status": done.view.status.value, "generation": done.view.claim_generation, "output": done.output}
             for step, done in (("lookup", looked_up), ("refund", refunded), ("tag", tagged))
