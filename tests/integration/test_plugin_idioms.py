@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -157,7 +159,36 @@ async def test_a_stock_dev_server_runs_a_framework_agent_with_only_the_plugin(sq
                 assert described.typed_search_attributes.get(search_attributes.RUN_STATUS) == "completed"
 
             await assert_eventually(shows_completed, timeout=20, message="AgentLeaseStatus completed")
+
+            # The operator's commands know the finished framework run (its result is the agent's answer).
+            env = {"AGENTLEASE_TEMPORAL_ADDRESS": address, "AGENTLEASE_LEDGER_URL": sqlite_url}
+            code, out, err = await agentlease("status", run_id, "--json", env=env)
+            assert code == 0 and not err, err
+            shown = json.loads(out)
+            assert (shown["status"], [(t["tool"], t["status"]) for t in shown["tasks"]]) == (
+                "completed",
+                [("quick", "settled")],
+            )
+            code, out, err = await agentlease("tasks", "--run", run_id, "--json", env=env)
+            assert code == 0 and [(t["tool"], t["status"]) for t in json.loads(out)] == [("quick", "settled")], err
+            code, out, err = await agentlease("waiting", "--json", env=env)
+            assert (code, json.loads(out)) == (0, []), err
         assert await search_attributes.missing_on(client, client.namespace) == []
+
+
+async def agentlease(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
+    """The console script as an operator runs it, without blocking the event loop of the test's worker
+    (which answers the command's queries)."""
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).parent / "agentlease"),
+        *args,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("AGENTLEASE_")}, **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
 
 
 async def test_a_ledger_that_needs_migrating_stops_the_worker_as_it_starts(
