@@ -1,0 +1,95 @@
+"""The project's wheel, built and installed into a fresh virtualenv as a user installs it.
+
+``pip wheel --no-deps`` builds it from the checkout; ``python -m venv`` plus ``pip install
+'<wheel>[openai-agents,pydantic-ai]'`` installs it (pip reuses the machine's cache). What the wheel
+put into site-packages is read from its ``RECORD``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+INSTALL_TIMEOUT_S = 600.0
+"""Deadline of building the wheel and installing it with its dependencies. Default 600s."""
+
+
+@dataclass(frozen=True)
+class InstalledWheel:
+    """A virtualenv holding the wheel.
+
+    Attributes:
+        wheel: the built ``.whl``.
+        venv: the virtualenv's directory.
+        top_level: the names the wheel installed at the root of site-packages (``*.dist-info`` excluded).
+        scripts: the files it installed into the virtualenv's ``bin``.
+    """
+
+    wheel: Path
+    venv: Path
+    top_level: frozenset[str]
+    scripts: frozenset[str]
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def bin(self, name: str) -> Path:
+        return self.venv / "bin" / name
+
+
+def _run(*command: str | Path, cwd: Path) -> None:
+    done = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, f"{' '.join(map(str, command))} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment without anything that points Python at this checkout or a virtualenv
+    (``PYTHONPATH``, ``VIRTUAL_ENV``) or configures agentlease (``AGENTLEASE_*``), plus ``extra``."""
+    dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP")
+    env = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("AGENTLEASE_")}
+    env.update(extra or {})
+    return env
+
+
+def build_and_install(work: Path, extras: str = "openai-agents,pydantic-ai") -> InstalledWheel:
+    """Build the wheel into ``work/dist`` and install it, with ``extras``, into the fresh ``work/venv``."""
+    dist, venv = work / "dist", work / "venv"
+    _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", dist, REPO, cwd=work)
+    [wheel] = dist.glob("agentlease-*.whl")
+    _run(sys.executable, "-m", "venv", venv, cwd=work)
+    _run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", f"{wheel}[{extras}]", cwd=work)
+    top_level, scripts = installed_names(venv)
+    return InstalledWheel(wheel, venv, top_level, scripts)
+
+
+def installed_names(venv: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """``(top-level names, scripts)`` that the ``agentlease`` distribution installed into ``venv``."""
+    [record] = venv.glob("lib/python*/site-packages/agentlease-*.dist-info/RECORD")
+    top_level: set[str] = set()
+    scripts: set[str] = set()
+    for line in record.read_text().splitlines():
+        path = line.rsplit(",", 2)[0]
+        if not path:
+            continue
+        if path.startswith("../"):  # outside site-packages: a console script in bin/
+            scripts.add(Path(path).name)
+            continue
+        first = path.split("/", 1)[0]
+        if not first.endswith(".dist-info"):
+            top_level.add(first.removesuffix(".py"))
+    return frozenset(top_level), frozenset(scripts)
