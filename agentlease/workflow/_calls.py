@@ -36,6 +36,7 @@ Every decision is written to the ledger's evidence trail with who made it and wh
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -44,7 +45,12 @@ from typing import Any, TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from temporalio.worker import Interceptor, WorkflowInboundInterceptor, WorkflowInterceptorClassInput
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -112,6 +118,10 @@ CATALOG_PATIENCE = timedelta(seconds=30)
 _CATALOG_PATIENCE_PATCH = "agentlease-catalog-patience"
 """Patch: a worker without a run's tools fails its workflow task instead of the run (runs recorded
 before failed at once)."""
+
+_END_ON_RETURN_PATCH = "agentlease-end-on-return"
+"""Patch: a workflow whose run returns or raises ends its leased calls' state (``completed``, ``failed``,
+``cancelled``) itself, with no ``run_agent`` (runs recorded before kept ``running``)."""
 
 _LEARN_NAMED_TOOL_PATCH = "agentlease-learn-named-tool"
 """Patch: a call naming a tool the workflow did not declare learns the worker's catalog once, beside the
@@ -890,6 +900,28 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
         workflow.set_query_handler(STATUS_QUERY, _status_before_calls)
         for command in DECISION_UPDATES:
             workflow.set_update_handler(command, _refused_before_calls(command), validator=_no_step_yet(command))
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        """Run the workflow; when it returns or raises, end its leased calls' state if nothing did."""
+        try:
+            result = await super().execute_workflow(input)
+        except workflow.ContinueAsNewError:
+            raise
+        except (asyncio.CancelledError, CancelledError):
+            _end_attached(RunState.CANCELLED)
+            raise
+        except BaseException:
+            _end_attached(RunState.FAILED)
+            raise
+        _end_attached(RunState.COMPLETED)
+        return result
+
+
+def _end_attached(state: RunState) -> None:
+    calls = _attached(workflow.instance())
+    if calls is None or calls.state.ended or not workflow.patched(_END_ON_RETURN_PATCH):
+        return
+    calls.end(RunState.CANCELLED if state is RunState.COMPLETED and calls.cancelled else state)
 
 
 def _defines_own_handlers() -> bool:

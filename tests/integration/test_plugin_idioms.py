@@ -98,6 +98,17 @@ class IdiomAgentWorkflow(PydanticAIWorkflow):
         return (await run_agent(idiom_agent, prompt)).output
 
 
+@workflow.defn(name="PlainRunAgentWorkflow")
+class PlainRunAgentWorkflow(PydanticAIWorkflow):
+    """The same agent run with Pydantic AI's own ``agent.run``: no agentlease call in the workflow at all."""
+
+    __pydantic_ai_agents__ = [idiom_agent]  # noqa: RUF012  (read by PydanticAIPlugin)
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        return (await idiom_agent.run(prompt)).output
+
+
 @asynccontextmanager
 async def stock_dev_server() -> AsyncIterator[WorkflowEnvironment]:
     """``temporal server start-dev`` as a team starts it: no search attribute registered
@@ -189,6 +200,28 @@ async def agentlease(*args: str, env: dict[str, str]) -> tuple[int, str, str]:
     out, err = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+async def test_a_run_that_returns_ends_its_leased_calls_without_run_agent(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    pydantic_client = await Client.connect(client.service_client.config.target_host, plugins=[PydanticAIPlugin()])
+    settings = settings.model_copy(update={"migrate_on_start": True})
+    worker = Worker(
+        pydantic_client,
+        task_queue=settings.task_queue,
+        workflows=[PlainRunAgentWorkflow],
+        plugins=[AgentLeasePlugin(settings=settings, tools=[tools.quick])],
+    )
+    async with worker:
+        handle = await pydantic_client.start_workflow(
+            PlainRunAgentWorkflow.run, "restock", id=f"plain-{uuid.uuid4().hex[:8]}", task_queue=settings.task_queue
+        )
+        assert (await asyncio.wait_for(handle.result(), 60)).startswith("done after")
+        status = await handle.query(STATUS_QUERY, result_type=RunStatus)
+        assert (status.status.value, [t.status.value for t in status.tasks]) == ("completed", ["settled"])
+        described = await handle.describe()
+        assert described.typed_search_attributes.get(search_attributes.RUN_STATUS) == "completed"
 
 
 async def test_a_ledger_that_needs_migrating_stops_the_worker_as_it_starts(
