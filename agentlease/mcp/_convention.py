@@ -1,0 +1,249 @@
+"""The ``_meta`` convention of a leased MCP ``tools/call``: what travels with the request, and the refusals.
+
+Pure functions, no I/O, no ``mcp`` import: the client side (:mod:`agentlease.mcp._call`) writes these
+entries, the server side (:mod:`agentlease.mcp._guard`) reads them, and ``docs/mcp.md`` documents
+them for other runtimes. Every entry sits under one namespace, ``io.agentlease/``, in the request's
+``params._meta``; none is ever a tool argument, so the model never sees them.
+
+=====================================  ===========================================================
+``_meta`` key                          value
+=====================================  ===========================================================
+``io.agentlease/idempotency-key``      the action's key (1 to 255 printable ASCII characters), the
+                                       same in every attempt
+``io.agentlease/fencing-token``        the claim generation as a decimal string, or
+                                       ``<generation>.<signature>`` signed for the resource with the
+                                       fencing key (``docs/security.md``)
+``io.agentlease/resource``             the fenced resource the token was made for (1 to 400
+                                       characters); default ``mcp/<tool>/<idempotency key>``
+``io.agentlease/lease-expires-at``     when the lease lapses unless renewed (RFC 3339, UTC), by the
+                                       worker's estimate; the ledger's clock decides
+=====================================  ===========================================================
+
+A server that enforces the convention refuses with one JSON-RPC error code, :data:`REFUSAL_CODE`,
+whose ``data`` is ``{"error": <reason>, "detail": <one line>, ...facts}``; the reasons are those of
+the HTTP convention (:mod:`agentlease.idempotency.middleware`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from agentlease.idempotency.convention import (
+    FENCING_RESOURCE_HEADER,
+    FENCING_TOKEN_HEADER,
+    IDEMPOTENCY_KEY_HEADER,
+    HeaderError,
+    parse_fencing_resource,
+    parse_idempotency_key,
+    raw_fencing_token,
+)
+
+NAMESPACE = "io.agentlease/"
+"""The prefix of every ``_meta`` key of the convention."""
+IDEMPOTENCY_KEY_META = f"{NAMESPACE}idempotency-key"
+FENCING_TOKEN_META = f"{NAMESPACE}fencing-token"
+RESOURCE_META = f"{NAMESPACE}resource"
+LEASE_EXPIRES_AT_META = f"{NAMESPACE}lease-expires-at"
+REPLAYED_META = f"{NAMESPACE}replayed"
+"""On a result: ``true`` when the server replayed the result stored under the key."""
+
+EXTENSION = "io.agentlease/lease"
+"""The identifier a guarded server advertises under ``capabilities.extensions`` (with its settings:
+``tools``, ``readback_tool``, ``require_key``, ``require_fencing_token``)."""
+
+REFUSAL_CODE = -32060
+"""The JSON-RPC error code of every refusal of a guarded server (an implementation-defined server error)."""
+
+_HEADER_OF = {
+    IDEMPOTENCY_KEY_META: IDEMPOTENCY_KEY_HEADER,
+    FENCING_TOKEN_META: FENCING_TOKEN_HEADER,
+    RESOURCE_META: FENCING_RESOURCE_HEADER,
+}
+
+
+class Refusal(StrEnum):
+    """Why a guarded server refused a ``tools/call`` (the ``error`` of the refusal's ``data``)."""
+
+    MISSING_KEY = "missing_idempotency_key"
+    """No key, and the server requires one. Not retried: the client is misconfigured."""
+    INVALID_KEY = "invalid_idempotency_key"
+    """A key that is not 1 to 255 printable ASCII characters."""
+    MISSING_TOKEN = "missing_fencing_token"
+    """No fencing token, and the server requires one."""
+    INVALID_TOKEN = "invalid_fencing_token"
+    """Not a generation nor a signed token, or a signature that does not verify for the resource."""
+    INVALID_RESOURCE = "invalid_fencing_resource"
+    """A resource that is not 1 to 400 characters."""
+    INVALID_EXPIRY = "invalid_lease_expires_at"
+    """A lease expiry that is not an RFC 3339 timestamp."""
+    KEY_REUSED = "idempotency_key_reused"
+    """The key was used for a call of another tool or with other arguments."""
+    IN_FLIGHT = "idempotency_key_in_flight"
+    """A call with the key is still running; try again later (``retry_after_ms``)."""
+    STALE_TOKEN = "stale_fencing_token"
+    """The resource has accepted a newer generation (``generation``, ``current_generation``)."""
+
+
+class MetaError(ValueError):
+    """A convention entry is missing or malformed.
+
+    Attributes:
+        refusal: the reason, for the refusal's ``data``.
+        key: the ``_meta`` key at fault.
+    """
+
+    def __init__(self, refusal: Refusal, key: str, detail: str) -> None:
+        super().__init__(detail)
+        self.refusal = refusal
+        self.key = key
+
+
+@dataclass(frozen=True)
+class LeaseMeta:
+    """The convention's entries of one request, checked.
+
+    Attributes:
+        idempotency_key: the action's key, ``None`` when absent.
+        fencing_token: the token as sent (a generation or ``<generation>.<signature>``), ``None`` when absent.
+        resource: the resource the client named, ``None`` when absent.
+        lease_expires_at: the client's lease expiry, ``None`` when absent.
+    """
+
+    idempotency_key: str | None
+    fencing_token: str | None
+    resource: str | None
+    lease_expires_at: datetime | None
+
+
+def default_resource(tool: str, idempotency_key: str) -> str:
+    """The fenced resource both sides name a call by unless configured otherwise: ``mcp/<tool>/<key>``."""
+    return f"mcp/{tool}/{idempotency_key}"
+
+
+def lease_meta(
+    idempotency_key: str, fencing_token: int | str, resource: str, lease_expires_at: datetime
+) -> dict[str, str]:
+    """The convention's ``_meta`` entries of one leased ``tools/call``.
+
+    Args:
+        idempotency_key: the action's key.
+        fencing_token: the claim generation, or its signed token ``<generation>.<signature>``.
+        resource: the fenced resource the token was made for.
+        lease_expires_at: when the lease lapses unless renewed (timezone-aware).
+
+    Raises:
+        ValueError: a naive ``lease_expires_at``.
+    """
+    if lease_expires_at.tzinfo is None:
+        raise ValueError("lease_expires_at must be timezone-aware")
+    expires = lease_expires_at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {
+        IDEMPOTENCY_KEY_META: idempotency_key,
+        FENCING_TOKEN_META: str(fencing_token),
+        RESOURCE_META: resource,
+        LEASE_EXPIRES_AT_META: expires,
+    }
+
+
+def _text(meta: Mapping[str, Any], key: str) -> str | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise MetaError(_INVALID[key], key, f"{key} must be a string")
+    return str(value)
+
+
+_INVALID = {
+    IDEMPOTENCY_KEY_META: Refusal.INVALID_KEY,
+    FENCING_TOKEN_META: Refusal.INVALID_TOKEN,
+    RESOURCE_META: Refusal.INVALID_RESOURCE,
+    LEASE_EXPIRES_AT_META: Refusal.INVALID_EXPIRY,
+}
+
+
+def _renamed(exc: HeaderError, key: str) -> MetaError:
+    """The HTTP convention's error for the header, said of the ``_meta`` key (one home for the rules)."""
+    text = str(exc)
+    header = _HEADER_OF[key]
+    return MetaError(Refusal(exc.code), key, text.replace(header, key) if header in text else f"{key}: {text}")
+
+
+def read_lease_meta(meta: Mapping[str, Any] | None) -> LeaseMeta:
+    """The convention's entries of a request's ``_meta``, each checked by the HTTP convention's rules.
+
+    Absent entries are ``None``; whether one is required is the server's decision.
+
+    Raises:
+        MetaError: a malformed entry.
+    """
+    meta = meta or {}
+    key = _text(meta, IDEMPOTENCY_KEY_META)
+    token = _text(meta, FENCING_TOKEN_META)
+    resource = _text(meta, RESOURCE_META)
+    expires = _text(meta, LEASE_EXPIRES_AT_META)
+    try:
+        if key is not None:
+            key = parse_idempotency_key([key])
+    except HeaderError as exc:
+        raise _renamed(exc, IDEMPOTENCY_KEY_META) from None
+    try:
+        if token is not None:
+            token = raw_fencing_token([token])
+    except HeaderError as exc:
+        raise _renamed(exc, FENCING_TOKEN_META) from None
+    try:
+        if resource is not None:
+            resource = parse_fencing_resource([resource])
+    except HeaderError as exc:
+        raise _renamed(exc, RESOURCE_META) from None
+    expires_at = None
+    if expires is not None:
+        try:
+            expires_at = datetime.fromisoformat(expires)
+        except ValueError:
+            expires_at = None
+        if expires_at is None or expires_at.tzinfo is None:
+            raise MetaError(
+                Refusal.INVALID_EXPIRY, LEASE_EXPIRES_AT_META, f"{LEASE_EXPIRES_AT_META} must be an RFC 3339 time"
+            )
+    return LeaseMeta(key, token, resource, expires_at)
+
+
+def refusal_data(refusal: Refusal, detail: str, **facts: Any) -> dict[str, Any]:
+    """The ``data`` of a refusal: ``{"error": <reason>, "detail": <one line>, ...facts}``."""
+    return {"error": refusal.value, "detail": detail, **facts}
+
+
+def refusal_of(code: int, data: Any) -> Refusal | None:
+    """The reason of an MCP error a guarded server answered, ``None`` for any other error."""
+    if code != REFUSAL_CODE or not isinstance(data, Mapping):
+        return None
+    try:
+        return Refusal(str(data.get("error")))
+    except ValueError:
+        return None
+
+
+__all__ = [
+    "EXTENSION",
+    "FENCING_TOKEN_META",
+    "IDEMPOTENCY_KEY_META",
+    "LEASE_EXPIRES_AT_META",
+    "NAMESPACE",
+    "REFUSAL_CODE",
+    "REPLAYED_META",
+    "RESOURCE_META",
+    "LeaseMeta",
+    "MetaError",
+    "Refusal",
+    "default_resource",
+    "lease_meta",
+    "read_lease_meta",
+    "refusal_data",
+    "refusal_of",
+]

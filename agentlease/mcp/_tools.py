@@ -1,0 +1,356 @@
+"""Declaring an MCP server's tools as agentlease tools: :class:`ToolPolicy` and :func:`mcp_tools`.
+
+The declaration is static: :func:`mcp_tools` does no I/O, so workflow code and the worker build the
+same :class:`~agentlease.tools.ToolSpec` values (name, side-effect class, lease bounds, approval,
+argument schema) on every replay and every worker, whatever the server lists meanwhile. What the
+server says about its tools enters the declaration only as recorded: ``listed=``, the server's
+``tools/list`` answer saved with the code (:func:`~agentlease.mcp.list_server_tools`), gives each
+tool's description, argument schema and annotations. The live list is checked against the
+declaration when the worker calls :func:`check_tools` at start, and in each worker process before
+its first call of a server.
+
+The side-effect class of a tool is, in order: its own policy's, the ``default`` policy's, or else a
+guess from its listed annotations (never proof; ``docs/mcp.md``):
+
+===================================================  ==================
+annotations (MCP defaults when absent)               guessed class
+===================================================  ==================
+``readOnlyHint: true``                               ``read_only``
+``idempotentHint: true``                             ``idempotent``
+the server advertises ``io.agentlease/lease`` and    ``fenced``
+guards the tool (recorded in ``listed=``)
+anything else (``destructiveHint`` true or false)    ``unsafe``
+===================================================  ==================
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from agentlease.enums import SideEffectClass
+from agentlease.errors import ConfigurationError
+from agentlease.mcp._client import MCPServer, list_tools, session
+from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
+from agentlease.tools._declaration import LeaseOptions, ToolSpec
+
+logger = logging.getLogger("agentlease.mcp")
+
+ResourceFunction = Callable[[str, dict[str, Any]], str]
+"""``(idempotency key, arguments) -> fenced resource`` of a call; the server must name it the same."""
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """How agentlease leases one MCP tool (or, as ``default``, every tool of a server).
+
+    Every field left ``None`` comes from the ``default`` policy, then from the listed tool (the
+    side-effect class guessed from its annotations, its description and schema), then from the
+    agentlease defaults.
+
+    Attributes:
+        side_effect: the tool's side-effect class (``"fenced"``, ``SideEffectClass.IDEMPOTENT``...).
+        lease_ttl: lease TTL = heartbeat timeout of each attempt; required here or in ``default``.
+        start_to_close: bound of one attempt. Default 5 minutes.
+        max_attempts: real attempts before dead-lettering. Default 5.
+        requires_approval: each call waits for ``approve``. Default true for ``unsafe``.
+        args: the pydantic model of the tool's arguments, as the model sees them.
+        input_schema: the tool's JSON schema instead (the ``inputSchema`` the server lists).
+        description: what the model reads. Default the listed description.
+        name: the agentlease tool name (activity type). Default ``<prefix><mcp tool name>``.
+        resource: ``(idempotency key, arguments) -> resource`` the fencing token is made for; the
+            server must name the same resource. Default ``mcp/<tool>/<key>``.
+        renew_every: how often the lease is renewed while the server works. Default a third of the TTL.
+        readback: read a guarded server's stored result back (``agentlease_was_applied``) before
+            settling and before a retry writes again. Default: when the server advertises the guard.
+    """
+
+    side_effect: SideEffectClass | str | None = None
+    lease_ttl: timedelta | None = None
+    start_to_close: timedelta | None = None
+    max_attempts: int | None = None
+    requires_approval: bool | None = None
+    args: type[BaseModel] | None = None
+    input_schema: Mapping[str, Any] | None = None
+    description: str | None = None
+    name: str | None = None
+    resource: ResourceFunction | None = None
+    renew_every: timedelta | None = None
+    readback: bool | None = None
+
+    def over(self, default: ToolPolicy) -> ToolPolicy:
+        """This policy with its unset fields taken from ``default``."""
+        taken = {
+            name: getattr(default, name)
+            for name in self.__dataclass_fields__
+            if getattr(self, name) is None and name not in ("name", "args", "input_schema", "description")
+        }
+        return replace(self, **taken)
+
+
+@dataclass(frozen=True)
+class MCPBinding:
+    """What the worker's runtime needs of one declared MCP tool (kept on the tool's ``fn``).
+
+    Attributes:
+        server: where the tool is.
+        tool: the tool's name at the server.
+        policy: its resolved policy.
+        input_schema: the argument schema the model sees.
+        guessed: the side-effect class was guessed from annotations (logged at the check).
+    """
+
+    server: MCPServer
+    tool: str
+    policy: ToolPolicy
+    input_schema: dict[str, Any]
+    guessed: bool
+
+
+BINDING_ATTRIBUTE = "__agentlease_mcp__"
+"""The attribute of a declared MCP tool's ``fn`` holding its :class:`MCPBinding`."""
+
+
+class _ListedArgs(BaseModel):
+    """Arguments of an MCP tool declared by schema: any JSON object, shown to the model with the schema.
+
+    The server validates the arguments; the model sees the listed (or given) JSON schema.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    mcp_input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return copy.deepcopy(cls.mcp_input_schema)
+
+
+def _args_model(tool_name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
+    fixed = dict(copy.deepcopy(schema))
+    fixed.setdefault("type", "object")
+    fixed.setdefault("properties", {})
+    name = "".join(part[:1].upper() + part[1:] for part in tool_name.replace("-", "_").split("_")) + "Args"
+    return type(name, (_ListedArgs,), {"mcp_input_schema": fixed, "__module__": __name__})
+
+
+def guess_side_effect(listed: Mapping[str, Any] | None, *, guarded: bool = False) -> SideEffectClass:
+    """The side-effect class a listed tool's annotations suggest (the module's table); a guess, never proof.
+
+    Args:
+        listed: the tool as ``tools/list`` gives it (``annotations`` with ``readOnlyHint``...), or ``None``.
+        guarded: the server guards the tool (``io.agentlease/lease``).
+    """
+    hints = (listed or {}).get("annotations") or {}
+    if hints.get("readOnlyHint") is True:
+        return SideEffectClass.READ_ONLY
+    if hints.get("idempotentHint") is True:
+        return SideEffectClass.IDEMPOTENT
+    if guarded:
+        return SideEffectClass.FENCED
+    return SideEffectClass.UNSAFE
+
+
+def _listed_tools(listed: Sequence[Mapping[str, Any]] | str | Path | None) -> dict[str, dict[str, Any]]:
+    if listed is None:
+        return {}
+    if isinstance(listed, str | Path):
+        try:
+            loaded = json.loads(Path(listed).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"cannot read the listed MCP tools from {listed}: {exc}") from None
+        listed = loaded["tools"] if isinstance(loaded, dict) else loaded
+    assert not isinstance(listed, str | Path)
+    return {str(tool["name"]): dict(tool) for tool in listed}
+
+
+def mcp_tools(
+    server: MCPServer,
+    *,
+    default: ToolPolicy = ToolPolicy(),
+    tools: Mapping[str, ToolPolicy] | None = None,
+    listed: Sequence[Mapping[str, Any]] | str | Path | None = None,
+    guarded: Sequence[str] | None = None,
+    prefix: str = "",
+) -> list[ToolSpec]:
+    """Declare an MCP server's tools as leased agentlease tools (``docs/mcp.md``). No I/O.
+
+    Each returned :class:`~agentlease.tools.ToolSpec` goes where any tool goes:
+    ``AgentLeasePlugin(tools=[...])`` on the worker, ``call_tool``, ``leased_tool`` (OpenAI Agents) and
+    ``LeasedToolset`` (Pydantic AI) in the workflow. Each call runs as a leased activity whose attempt
+    opens a session, records ``external_call`` before ``tools/call``, renews the lease while the server
+    works, and settles with a receipt; the key, the fencing token, the resource and the lease expiry
+    travel in the request's ``_meta`` (``io.agentlease/...``), never in the arguments.
+
+    Args:
+        server: where the tools are (:meth:`MCPServer.stdio`, :meth:`MCPServer.http`).
+        default: the policy of every tool, under each tool's own.
+        tools: per tool name at the server, its policy. With ``listed``, every listed tool is declared
+            (those not named here with ``default``); without it, exactly the named ones.
+        listed: the server's ``tools/list`` answer, recorded (a list of tool objects, or the path of a
+            JSON file holding it or ``{"tools": [...]}``), from :func:`~agentlease.mcp.list_server_tools`.
+        guarded: the tools the server guards (``io.agentlease/lease``), for the side-effect guess.
+        prefix: put before each tool's name to make the agentlease tool name (``crm_``).
+
+    Returns:
+        One tool per declared MCP tool, in the order named (then listed).
+
+    Raises:
+        ConfigurationError: a tool without a side-effect class (declared, or guessed from ``listed``),
+            without a lease TTL, or without an argument schema (``args``, ``input_schema`` or ``listed``);
+            two tools with one name; unreadable ``listed``.
+        MissingHeartbeatTimeoutError: a lease TTL that is not positive.
+    """
+    from agentlease.mcp._call import leased_mcp_call, unleased_mcp_call
+
+    known = _listed_tools(listed)
+    policies = dict(tools or {})
+    names = list(policies) + [name for name in known if name not in policies]
+    guarded_names = set(guarded or ())
+    specs: list[ToolSpec] = []
+    for tool in names:
+        own = policies.get(tool, ToolPolicy())
+        policy = own.over(default)
+        listed_tool = known.get(tool)
+        if policy.side_effect is None and listed_tool is None:
+            raise ConfigurationError(
+                f"MCP tool {tool!r} of {server.name!r} has no side_effect: declare it in tools= or default=, "
+                "or give listed= so it is guessed from the tool's annotations"
+            )
+        guessed = policy.side_effect is None
+        side_effect = guess_side_effect(listed_tool, guarded=tool in guarded_names) if guessed else policy.side_effect
+        if policy.lease_ttl is None:
+            raise ConfigurationError(
+                f"MCP tool {tool!r} of {server.name!r} has no lease_ttl: set it in tools= or default="
+            )
+        schema: Mapping[str, Any] | None
+        if own.args is not None:
+            args_model = own.args
+            schema = args_model.model_json_schema()
+        else:
+            schema = own.input_schema or (listed_tool or {}).get("inputSchema")
+            if schema is None:
+                raise ConfigurationError(
+                    f"MCP tool {tool!r} of {server.name!r} has no argument schema: give args= (a pydantic model), "
+                    "input_schema=, or listed= (the server's tools/list answer)"
+                )
+            args_model = _args_model(tool, schema)
+        options = LeaseOptions.of(
+            side_effect,  # type: ignore[arg-type]
+            policy.lease_ttl,
+            policy.start_to_close or DEFAULT_START_TO_CLOSE,
+            policy.max_attempts or DEFAULT_MAX_ATTEMPTS,
+            policy.requires_approval,
+        )
+        name = own.name or f"{prefix}{tool}"
+        binding = MCPBinding(server, tool, replace(policy, side_effect=side_effect), dict(schema), guessed)
+        description = own.description or (listed_tool or {}).get("description") or f"{tool} (MCP server {server.name})"
+        specs.append(
+            options.spec(
+                name,
+                args_model=args_model,
+                fn=leased_mcp_call(binding),
+                settings=None,
+                description=description,
+                direct=unleased_mcp_call(binding, args_model),
+            )
+        )
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise ConfigurationError(f"two MCP tools are declared as {spec.name!r}; give one name= or a prefix=")
+        seen.add(spec.name)
+    return specs
+
+
+def binding_of(spec: ToolSpec) -> MCPBinding | None:
+    """The MCP binding of a tool declared by :func:`mcp_tools`, ``None`` for any other tool."""
+    found = getattr(spec.fn, BINDING_ATTRIBUTE, None)
+    return found if isinstance(found, MCPBinding) else None
+
+
+def compare(binding: MCPBinding, listed: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What is wrong with ``binding`` against the server's live list: the tool is missing, or the
+    declared schema lacks an argument the server requires. Empty: it fits.
+    """
+    found = listed.get(binding.tool)
+    if found is None:
+        return [
+            f"{binding.server.name} lists no tool {binding.tool!r} (it lists {', '.join(sorted(listed)) or 'none'})"
+        ]
+    required = set((found.get("inputSchema") or {}).get("required") or [])
+    declared = set((binding.input_schema.get("properties") or {}).keys())
+    missing = sorted(required - declared)
+    if missing and binding.input_schema.get("additionalProperties") is not True:
+        return [f"{binding.server.name}/{binding.tool}: the server requires {missing}, which the declared schema lacks"]
+    return []
+
+
+async def check_tools(specs: Sequence[ToolSpec]) -> None:
+    """Check declared MCP tools against each server's live ``tools/list`` (call it when the worker starts).
+
+    Logs a side-effect class guessed from annotations, and a declared class that the listed
+    annotations contradict (hints only: the declaration wins).
+
+    Raises:
+        ConfigurationError: a server lists no such tool, or requires an argument the declaration
+            lacks; a server cannot be reached (one line per problem).
+    """
+    by_server: dict[MCPServer, list[MCPBinding]] = {}
+    for spec in specs:
+        binding = binding_of(spec)
+        if binding is not None:
+            by_server.setdefault(binding.server, []).append(binding)
+    problems: list[str] = []
+    for server, bindings in by_server.items():
+        try:
+            async with session(server) as client:
+                live = {
+                    tool.name: tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+                    for tool in await list_tools(client)
+                }
+        except Exception as exc:  # noqa: BLE001 - reported, one line per server
+            problems.append(f"cannot list the tools of MCP server {server.name!r}: {type(exc).__name__}: {exc}")
+            continue
+        for binding in bindings:
+            problems.extend(compare(binding, live))
+            _log_hints(binding, live.get(binding.tool))
+    if problems:
+        raise ConfigurationError("; ".join(problems))
+
+
+def _log_hints(binding: MCPBinding, listed: Mapping[str, Any] | None) -> None:
+    declared = SideEffectClass(binding.policy.side_effect)  # type: ignore[arg-type]
+    if binding.guessed:
+        logger.warning(
+            "MCP tool %s/%s: side effect %s guessed from its annotations; declare it to decide",
+            binding.server.name,
+            binding.tool,
+            declared.value,
+        )
+        return
+    hints = (listed or {}).get("annotations") or {}
+    if declared is SideEffectClass.READ_ONLY and hints.get("readOnlyHint") is False:
+        logger.warning(
+            "MCP tool %s/%s is declared read_only but its annotations say it writes", binding.server.name, binding.tool
+        )
+
+
+__all__ = [
+    "BINDING_ATTRIBUTE",
+    "MCPBinding",
+    "ResourceFunction",
+    "ToolPolicy",
+    "binding_of",
+    "check_tools",
+    "compare",
+    "guess_side_effect",
+    "mcp_tools",
+]

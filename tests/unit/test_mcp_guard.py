@@ -1,0 +1,143 @@
+"""The server side: ``LeaseGuard`` on the example CRM (the official SDK's ``MCPServer``), called in-process
+through the SDK's own client, its keys and fences in a SQLite file."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, MCPError
+
+from agentlease.mcp import EXTENSION, REFUSAL_CODE, REPLAYED_META
+from agentlease.mcp._convention import lease_meta
+from examples.mcp.crm_server import build_server
+from tests.integration.mcp_crm import contacts_of
+
+EMAIL = "ada@example.com"
+ARGS = {"name": "Ada", "email": EMAIL}
+
+
+def meta(key: str, generation: int | str | None) -> Any:
+    entries: dict[str, Any] = lease_meta(key, 0, f"mcp/create_contact/{key}", datetime.now(UTC))
+    if generation is None:
+        del entries["io.agentlease/fencing-token"]
+    else:
+        entries["io.agentlease/fencing-token"] = str(generation)
+    return entries
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'crm.db'}"
+
+
+@asynccontextmanager
+async def opened(database_url: str) -> AsyncIterator[Client]:
+    """The CRM in-process (entered and left in the test's own task, as the SDK's task groups need)."""
+    async with Client(build_server(database_url)) as client:
+        yield client
+
+
+async def refusal(crm: Client, arguments: dict[str, Any], entries: Any) -> dict[str, Any]:
+    with pytest.raises(MCPError) as refused:
+        await crm.call_tool("create_contact", arguments, meta=entries)
+    assert refused.value.code == REFUSAL_CODE
+    data: dict[str, Any] = refused.value.data
+    return data
+
+
+async def test_a_repeated_key_replays_the_stored_result_and_writes_once(database_url: str) -> None:
+    async with opened(database_url) as crm:
+        first = await crm.call_tool("create_contact", ARGS, meta=meta("run-1:create", 1))
+        again = await crm.call_tool("create_contact", ARGS, meta=meta("run-1:create", 1))
+        newer = await crm.call_tool("create_contact", ARGS, meta=meta("run-1:create", 2))
+
+        assert first.structured_content == again.structured_content == newer.structured_content
+        assert not (first.meta or {}).get(REPLAYED_META)
+        assert (again.meta or {})[REPLAYED_META] is True and (newer.meta or {})[REPLAYED_META] is True
+        [contact] = await contacts_of(database_url, EMAIL)
+        assert (contact["idempotency_key"], contact["generation"]) == ("run-1:create", 1)
+        # The guard advertises itself, so a client knows it may read back and rely on replays.
+        assert crm.server_capabilities.extensions is not None
+        assert crm.server_capabilities.extensions[EXTENSION]["tools"] == ["create_contact"]
+
+
+async def test_an_older_fencing_token_than_the_newest_seen_is_refused_even_where_a_result_is_stored(
+    database_url: str,
+) -> None:
+    async with opened(database_url) as crm:
+        await crm.call_tool("create_contact", ARGS, meta=meta("run-2:create", 2))
+
+        data = await refusal(crm, ARGS, meta("run-2:create", 1))
+
+        assert data == {
+            "error": "stale_fencing_token",
+            "detail": data["detail"],
+            "resource": "mcp/create_contact/run-2:create",
+            "generation": 1,
+            "current_generation": 2,
+        }
+        assert "generation 1 refused" in data["detail"]
+        assert len(await contacts_of(database_url, EMAIL)) == 1
+
+
+async def test_a_newer_replay_moves_the_fence_so_the_older_holder_is_refused_afterwards(database_url: str) -> None:
+    async with opened(database_url) as crm:
+        await crm.call_tool("create_contact", ARGS, meta=meta("run-3:create", 1))
+        await crm.call_tool("create_contact", ARGS, meta=meta("run-3:create", 2))  # replayed, fence now 2
+
+        data = await refusal(crm, ARGS, meta("run-3:create", 1))
+
+        assert (data["error"], data["current_generation"]) == ("stale_fencing_token", 2)
+
+
+async def test_a_missing_key_is_refused_and_nothing_is_written(database_url: str) -> None:
+    async with opened(database_url) as crm:
+        with pytest.raises(MCPError) as refused:
+            await crm.call_tool("create_contact", ARGS)
+        assert refused.value.code == REFUSAL_CODE
+        assert refused.value.data["error"] == "missing_idempotency_key"
+        assert "io.agentlease/idempotency-key" in refused.value.message
+        assert await contacts_of(database_url, EMAIL) == []
+        # An unguarded tool needs no key.
+        found = await crm.call_tool("find_contact", {"email": EMAIL})
+        assert found.structured_content == {"contacts": []}
+
+
+async def test_a_key_used_with_other_arguments_is_refused(database_url: str) -> None:
+    async with opened(database_url) as crm:
+        await crm.call_tool("create_contact", ARGS, meta=meta("run-4:create", 1))
+
+        data = await refusal(crm, {"name": "Grace", "email": EMAIL}, meta("run-4:create", 1))
+
+        assert data["error"] == "idempotency_key_reused"
+
+
+async def test_a_malformed_token_is_refused(database_url: str) -> None:
+    async with opened(database_url) as crm:
+        data = await refusal(crm, ARGS, meta("run-5:create", "one"))
+        assert (data["error"], data["key"]) == ("invalid_fencing_token", "io.agentlease/fencing-token")
+
+
+async def test_the_readback_answers_whether_the_call_with_a_key_happened(database_url: str) -> None:
+    async with opened(database_url) as crm:
+
+        async def was_applied(key: str) -> Any:
+            answer = await crm.call_tool("agentlease_was_applied", {}, meta=meta(key, None))
+            return answer.structured_content
+
+        assert await was_applied("run-6:create") == {"applied": False, "result": None}
+        created = await crm.call_tool("create_contact", ARGS, meta=meta("run-6:create", None))  # no token: key only
+
+        found = await was_applied("run-6:create")
+
+        assert found["applied"] is True
+        assert found["result"]["structuredContent"] == created.structured_content
+        # The readback tool is read-only and never guarded itself.
+        tools = {tool.name: tool for tool in (await crm.list_tools()).tools}
+        assert tools["agentlease_was_applied"].annotations is not None
+        assert tools["agentlease_was_applied"].annotations.read_only_hint is True
