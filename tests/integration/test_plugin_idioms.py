@@ -172,17 +172,17 @@ async def test_a_stock_dev_server_runs_a_framework_agent_with_only_the_plugin(sq
             await assert_eventually(shows_completed, timeout=20, message="AgentLeaseStatus completed")
 
             # The operator's commands know the finished framework run (its result is the agent's answer).
-            env = {"AGENTLEASE_TEMPORAL_ADDRESS": address, "AGENTLEASE_LEDGER_URL": sqlite_url}
-            code, out, err = await agentlease("status", run_id, "--json", env=env)
+            shell = {"AGENTLEASE_TEMPORAL_ADDRESS": address, "AGENTLEASE_LEDGER_URL": sqlite_url}
+            code, out, err = await agentlease("status", run_id, "--json", env=shell)
             assert code == 0 and not err, err
             shown = json.loads(out)
             assert (shown["status"], [(t["tool"], t["status"]) for t in shown["tasks"]]) == (
                 "completed",
                 [("quick", "settled")],
             )
-            code, out, err = await agentlease("tasks", "--run", run_id, "--json", env=env)
+            code, out, err = await agentlease("tasks", "--run", run_id, "--json", env=shell)
             assert code == 0 and [(t["tool"], t["status"]) for t in json.loads(out)] == [("quick", "settled")], err
-            code, out, err = await agentlease("waiting", "--json", env=env)
+            code, out, err = await agentlease("waiting", "--json", env=shell)
             assert (code, json.loads(out)) == (0, []), err
         assert await search_attributes.missing_on(client, client.namespace) == []
 
