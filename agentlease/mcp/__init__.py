@@ -39,7 +39,8 @@ from agentlease.mcp._convention import (
     Refusal,
 )
 from agentlease.mcp._guard import READBACK_TOOL, GuardedCall, LeaseGuard, current_call
-from agentlease.mcp._tools import ToolPolicy, check_tools, guess_side_effect, mcp_tools
+from agentlease.mcp._policy import ToolPolicy
+from agentlease.mcp._tools import check_tools, guess_side_effect, mcp_tools
 
 __all__ = [
     "EXTENSION",

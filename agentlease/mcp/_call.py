@@ -65,7 +65,7 @@ from agentlease.mcp._convention import (
     lease_meta,
     refusal_of,
 )
-from agentlease.mcp._tools import BINDING_ATTRIBUTE, MCPBinding, compare
+from agentlease.mcp._policy import BINDING_ATTRIBUTE, MCPBinding, compare
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult
 

@@ -28,9 +28,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,84 +38,16 @@ from pydantic import BaseModel, ConfigDict
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError
 from agentlease.mcp._client import MCPServer, list_tools, session
+from agentlease.mcp._policy import (
+    MCPBinding,
+    ToolPolicy,
+    binding_of,
+    compare,
+)
 from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
 from agentlease.tools._declaration import LeaseOptions, ToolSpec
 
 logger = logging.getLogger("agentlease.mcp")
-
-ResourceFunction = Callable[[str, dict[str, Any]], str]
-"""``(idempotency key, arguments) -> fenced resource`` of a call; the server must name it the same."""
-
-
-@dataclass(frozen=True)
-class ToolPolicy:
-    """How agentlease leases one MCP tool (or, as ``default``, every tool of a server).
-
-    Every field left ``None`` comes from the ``default`` policy, then from the listed tool (the
-    side-effect class guessed from its annotations, its description and schema), then from the
-    agentlease defaults.
-
-    Attributes:
-        side_effect: the tool's side-effect class (``"fenced"``, ``SideEffectClass.IDEMPOTENT``...).
-        lease_ttl: lease TTL = heartbeat timeout of each attempt; required here or in ``default``.
-        start_to_close: bound of one attempt. Default 5 minutes.
-        max_attempts: real attempts before dead-lettering. Default 5.
-        requires_approval: each call waits for ``approve``. Default true for ``unsafe``.
-        args: the pydantic model of the tool's arguments, as the model sees them.
-        input_schema: the tool's JSON schema instead (the ``inputSchema`` the server lists).
-        description: what the model reads. Default the listed description.
-        name: the agentlease tool name (activity type). Default ``<prefix><mcp tool name>``.
-        resource: ``(idempotency key, arguments) -> resource`` the fencing token is made for; the
-            server must name the same resource. Default ``mcp/<tool>/<key>``.
-        renew_every: how often the lease is renewed while the server works. Default a third of the TTL.
-        readback: read a guarded server's stored result back (``agentlease_was_applied``) before
-            settling and before a retry writes again. Default: when the server advertises the guard.
-    """
-
-    side_effect: SideEffectClass | str | None = None
-    lease_ttl: timedelta | None = None
-    start_to_close: timedelta | None = None
-    max_attempts: int | None = None
-    requires_approval: bool | None = None
-    args: type[BaseModel] | None = None
-    input_schema: Mapping[str, Any] | None = None
-    description: str | None = None
-    name: str | None = None
-    resource: ResourceFunction | None = None
-    renew_every: timedelta | None = None
-    readback: bool | None = None
-
-    def over(self, default: ToolPolicy) -> ToolPolicy:
-        """This policy with its unset fields taken from ``default``."""
-        taken = {
-            name: getattr(default, name)
-            for name in self.__dataclass_fields__
-            if getattr(self, name) is None and name not in ("name", "args", "input_schema", "description")
-        }
-        return replace(self, **taken)
-
-
-@dataclass(frozen=True)
-class MCPBinding:
-    """What the worker's runtime needs of one declared MCP tool (kept on the tool's ``fn``).
-
-    Attributes:
-        server: where the tool is.
-        tool: the tool's name at the server.
-        policy: its resolved policy.
-        input_schema: the argument schema the model sees.
-        guessed: the side-effect class was guessed from annotations (logged at the check).
-    """
-
-    server: MCPServer
-    tool: str
-    policy: ToolPolicy
-    input_schema: dict[str, Any]
-    guessed: bool
-
-
-BINDING_ATTRIBUTE = "__agentlease_mcp__"
-"""The attribute of a declared MCP tool's ``fn`` holding its :class:`MCPBinding`."""
 
 
 class _ListedArgs(BaseModel):
@@ -174,7 +105,7 @@ def _listed_tools(listed: Sequence[Mapping[str, Any]] | str | Path | None) -> di
 def mcp_tools(
     server: MCPServer,
     *,
-    default: ToolPolicy = ToolPolicy(),
+    default: ToolPolicy = ToolPolicy(),  # noqa: B008 - a frozen dataclass
     tools: Mapping[str, ToolPolicy] | None = None,
     listed: Sequence[Mapping[str, Any]] | str | Path | None = None,
     guarded: Sequence[str] | None = None,
@@ -270,29 +201,6 @@ def mcp_tools(
     return specs
 
 
-def binding_of(spec: ToolSpec) -> MCPBinding | None:
-    """The MCP binding of a tool declared by :func:`mcp_tools`, ``None`` for any other tool."""
-    found = getattr(spec.fn, BINDING_ATTRIBUTE, None)
-    return found if isinstance(found, MCPBinding) else None
-
-
-def compare(binding: MCPBinding, listed: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """What is wrong with ``binding`` against the server's live list: the tool is missing, or the
-    declared schema lacks an argument the server requires. Empty: it fits.
-    """
-    found = listed.get(binding.tool)
-    if found is None:
-        return [
-            f"{binding.server.name} lists no tool {binding.tool!r} (it lists {', '.join(sorted(listed)) or 'none'})"
-        ]
-    required = set((found.get("inputSchema") or {}).get("required") or [])
-    declared = set((binding.input_schema.get("properties") or {}).keys())
-    missing = sorted(required - declared)
-    if missing and binding.input_schema.get("additionalProperties") is not True:
-        return [f"{binding.server.name}/{binding.tool}: the server requires {missing}, which the declared schema lacks"]
-    return []
-
-
 async def check_tools(specs: Sequence[ToolSpec]) -> None:
     """Check declared MCP tools against each server's live ``tools/list`` (call it when the worker starts).
 
@@ -343,14 +251,4 @@ def _log_hints(binding: MCPBinding, listed: Mapping[str, Any] | None) -> None:
         )
 
 
-__all__ = [
-    "BINDING_ATTRIBUTE",
-    "MCPBinding",
-    "ResourceFunction",
-    "ToolPolicy",
-    "binding_of",
-    "check_tools",
-    "compare",
-    "guess_side_effect",
-    "mcp_tools",
-]
+__all__ = ["check_tools", "guess_side_effect", "mcp_tools"]

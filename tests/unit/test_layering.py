@@ -46,6 +46,7 @@ FACADES = {
     "agentlease.recovery",
     "agentlease.openai_agents",
     "agentlease.pydantic_ai",
+    "agentlease.mcp",
 }
 """The public faces: they re-export; no library module imports them (the application does)."""
 
@@ -56,6 +57,7 @@ PREFIXES = (
     ("agentlease.workflow", "workflow"),
     ("agentlease.openai_agents", "adapters"),
     ("agentlease.pydantic_ai", "adapters"),
+    ("agentlease.mcp", "adapters"),
     ("agentlease.demo.agents", "agents"),
     ("agentlease.demo", "demo"),
     ("agentlease.plugin", "worker"),

@@ -1,0 +1,115 @@
+"""What a declared MCP tool carries: its :class:`ToolPolicy` and the :class:`MCPBinding` the worker's
+runtime reads (shared by the declaration, :mod:`agentlease.mcp._tools`, and the call, :mod:`agentlease.mcp._call`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentlease.enums import SideEffectClass
+from agentlease.mcp._client import MCPServer
+from agentlease.tools._declaration import ToolSpec
+
+ResourceFunction = Callable[[str, dict[str, Any]], str]
+"""``(idempotency key, arguments) -> fenced resource`` of a call; the server must name it the same."""
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """How agentlease leases one MCP tool (or, as ``default``, every tool of a server).
+
+    Every field left ``None`` comes from the ``default`` policy, then from the listed tool (the
+    side-effect class guessed from its annotations, its description and schema), then from the
+    agentlease defaults.
+
+    Attributes:
+        side_effect: the tool's side-effect class (``"fenced"``, ``SideEffectClass.IDEMPOTENT``...).
+        lease_ttl: lease TTL = heartbeat timeout of each attempt; required here or in ``default``.
+        start_to_close: bound of one attempt. Default 5 minutes.
+        max_attempts: real attempts before dead-lettering. Default 5.
+        requires_approval: each call waits for ``approve``. Default true for ``unsafe``.
+        args: the pydantic model of the tool's arguments, as the model sees them.
+        input_schema: the tool's JSON schema instead (the ``inputSchema`` the server lists).
+        description: what the model reads. Default the listed description.
+        name: the agentlease tool name (activity type). Default ``<prefix><mcp tool name>``.
+        resource: ``(idempotency key, arguments) -> resource`` the fencing token is made for; the
+            server must name the same resource. Default ``mcp/<tool>/<key>``.
+        renew_every: how often the lease is renewed while the server works. Default a third of the TTL.
+        readback: read a guarded server's stored result back (``agentlease_was_applied``) before
+            settling and before a retry writes again. Default: when the server advertises the guard.
+    """
+
+    side_effect: SideEffectClass | str | None = None
+    lease_ttl: timedelta | None = None
+    start_to_close: timedelta | None = None
+    max_attempts: int | None = None
+    requires_approval: bool | None = None
+    args: type[BaseModel] | None = None
+    input_schema: Mapping[str, Any] | None = None
+    description: str | None = None
+    name: str | None = None
+    resource: ResourceFunction | None = None
+    renew_every: timedelta | None = None
+    readback: bool | None = None
+
+    def over(self, default: ToolPolicy) -> ToolPolicy:
+        """This policy with its unset fields taken from ``default``."""
+        taken = {
+            name: getattr(default, name)
+            for name in self.__dataclass_fields__
+            if getattr(self, name) is None and name not in ("name", "args", "input_schema", "description")
+        }
+        return replace(self, **taken)
+
+
+@dataclass(frozen=True)
+class MCPBinding:
+    """What the worker's runtime needs of one declared MCP tool (kept on the tool's ``fn``).
+
+    Attributes:
+        server: where the tool is.
+        tool: the tool's name at the server.
+        policy: its resolved policy.
+        input_schema: the argument schema the model sees.
+        guessed: the side-effect class was guessed from annotations (logged at the check).
+    """
+
+    server: MCPServer
+    tool: str
+    policy: ToolPolicy
+    input_schema: dict[str, Any]
+    guessed: bool
+
+
+BINDING_ATTRIBUTE = "__agentlease_mcp__"
+"""The attribute of a declared MCP tool's ``fn`` holding its :class:`MCPBinding`."""
+
+
+def binding_of(spec: ToolSpec) -> MCPBinding | None:
+    """The MCP binding of a tool declared by :func:`mcp_tools`, ``None`` for any other tool."""
+    found = getattr(spec.fn, BINDING_ATTRIBUTE, None)
+    return found if isinstance(found, MCPBinding) else None
+
+
+def compare(binding: MCPBinding, listed: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What is wrong with ``binding`` against the server's live list: the tool is missing, or the
+    declared schema lacks an argument the server requires. Empty: it fits.
+    """
+    found = listed.get(binding.tool)
+    if found is None:
+        return [
+            f"{binding.server.name} lists no tool {binding.tool!r} (it lists {', '.join(sorted(listed)) or 'none'})"
+        ]
+    required = set((found.get("inputSchema") or {}).get("required") or [])
+    declared = set((binding.input_schema.get("properties") or {}).keys())
+    missing = sorted(required - declared)
+    if missing and binding.input_schema.get("additionalProperties") is not True:
+        return [f"{binding.server.name}/{binding.tool}: the server requires {missing}, which the declared schema lacks"]
+    return []
+
+
+__all__ = ["BINDING_ATTRIBUTE", "MCPBinding", "ResourceFunction", "ToolPolicy", "binding_of", "compare"]
