@@ -20,10 +20,11 @@ __version__ = "0.2.0"
 
 if TYPE_CHECKING:
     from agentlease import lease
-    from agentlease.enums import ErrorClass, RecoveryAction, RunState, SideEffectClass, Stage, TaskStatus
+    from agentlease.enums import ErrorClass, ProbeAnswer, RecoveryAction, RunState, SideEffectClass, Stage, TaskStatus
     from agentlease.errors import (
         AgentLeaseError,
         AmbiguousSideEffectError,
+        ApprovalRefusedError,
         ClockBehindError,
         ConfigurationError,
         CredentialToolError,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from agentlease.settings import AgentLeaseSettings
     from agentlease.tools._context import LeaseContext
     from agentlease.tools._declaration import ToolResult, ToolSpec, tool
+    from agentlease.tools._probe import ProbeQuery, ProbeResult
     from agentlease.tools._wrap import leased
 
 _EXPORTS: dict[str, str] = {
@@ -57,6 +59,9 @@ _EXPORTS: dict[str, str] = {
     "ToolResult": "agentlease.tools._declaration",
     "ToolSpec": "agentlease.tools._declaration",
     "LeaseContext": "agentlease.tools._context",
+    "ProbeQuery": "agentlease.tools._probe",
+    "ProbeResult": "agentlease.tools._probe",
+    "ProbeAnswer": "agentlease.enums",
     "SettlementReceipt": "agentlease.records",
     "Stage": "agentlease.enums",
     "SideEffectClass": "agentlease.enums",
@@ -96,6 +101,7 @@ _EXPORTS: dict[str, str] = {
     "ClockBehindError": "agentlease.errors",
     "LeaseHeldError": "agentlease.errors",
     "TaskClosedError": "agentlease.errors",
+    "ApprovalRefusedError": "agentlease.errors",
     "TaskNotFoundError": "agentlease.errors",
 }
 

@@ -221,12 +221,17 @@ class DecisionRequest(_Request):
         reason: why, 1 to 2000 characters.
         proof: the operator's signature (:mod:`agentlease.decision_auth`); required in the
             authenticated decision mode.
+        arguments_sha256: with ``approve``: the fingerprint of the arguments the person saw
+            (:func:`~agentlease.records.arguments_fingerprint`); the run refuses the approval when the
+            step's arguments are not those. Omitted: the step's arguments as the run holds them. Either
+            way the approval is bound to that fingerprint and the ledger checks it at the claim.
     """
 
     step_id: str = _StepRef
     by: str = _Who
     reason: str = _Why
     proof: DecisionProof | None = None
+    arguments_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 class ReconcileRequest(DecisionRequest):
@@ -285,6 +290,9 @@ class LedgerDecision(_Request):
         by / reason: who decided, and why.
         external_id / observed: what a ``confirm`` writes into its receipt.
         signed: the operator's signed request, checked by the activity (``None``: unsigned).
+        run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow (or its agent
+            run): set by workflow code only (no update payload carries it), so it needs no operator's
+            signature, like ``await_approval``. Default false.
     """
 
     kind: DecisionKind
@@ -294,6 +302,7 @@ class LedgerDecision(_Request):
     external_id: str | None = None
     observed: dict[str, Any] = Field(default_factory=dict)
     signed: SignedDecision | None = None
+    run_own: bool = False
 
 
 class LedgerRefusal(BaseModel):

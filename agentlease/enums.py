@@ -226,6 +226,9 @@ class EventKind(StrEnum):
     """A result arrived from a superseded attempt; recorded, never applied (G10)."""
     DECISION_REFUSED = "decision_refused"
     """A decision sent as a signal was refused (the decision table does not allow it); nothing changed."""
+    APPROVAL_REFUSED = "approval_refused"
+    """A claim of an approval-gated task found no approval it may consume (none, expired, for other
+    arguments or another tool): the task went back to ``awaiting_approval``; nothing ran."""
 
 
 class ErrorClass(StrEnum):
@@ -258,6 +261,10 @@ class ErrorClass(StrEnum):
     LEDGER_UNAVAILABLE = "ledger_unavailable"
     """Released because the ledger could not be reached mid-attempt: not a real attempt; the tool
     started no new side effect once its renewal failed."""
+    HEARTBEAT_TIMEOUT_CHANGED = "heartbeat_timeout_changed"
+    """Released because Temporal timed the attempt out on a heartbeat timeout an operator changed
+    (``temporal activity update-options``) to one its heartbeats could not keep: not a real attempt; the
+    next attempt heartbeats to the changed timeout (``docs/recovery.md``)."""
 
     @classmethod
     def parse(cls, value: str | None) -> ErrorClass | None:
@@ -275,7 +282,13 @@ class ErrorClass(StrEnum):
 
 
 _GIVES_ATTEMPT_BACK = frozenset(
-    {ErrorClass.SHUTDOWN, ErrorClass.PAUSED, ErrorClass.RESET, ErrorClass.LEDGER_UNAVAILABLE}
+    {
+        ErrorClass.SHUTDOWN,
+        ErrorClass.PAUSED,
+        ErrorClass.RESET,
+        ErrorClass.LEDGER_UNAVAILABLE,
+        ErrorClass.HEARTBEAT_TIMEOUT_CHANGED,
+    }
 )
 
 
@@ -291,6 +304,9 @@ class Interruption(StrEnum):
     """The worker shuts down (SIGTERM past the grace): the attempt is given back."""
     TIMED_OUT = "timed_out"
     """Temporal timed the attempt out (heartbeat or start-to-close) while the tool still ran."""
+    HEARTBEAT_TIMEOUT_CHANGED = "heartbeat_timeout_changed"
+    """Temporal timed the attempt out on a heartbeat timeout an operator changed to one the attempt's
+    heartbeats could not keep: the attempt is given back."""
     CANCELLED = "cancelled"
     """Anything else: the workflow cancelled the activity, or Temporal no longer knows the attempt."""
 
@@ -305,6 +321,7 @@ _ERROR_CLASS_OF_INTERRUPTION = {
     Interruption.RESET: ErrorClass.RESET,
     Interruption.SHUTDOWN: ErrorClass.SHUTDOWN,
     Interruption.TIMED_OUT: ErrorClass.TIMED_OUT,
+    Interruption.HEARTBEAT_TIMEOUT_CHANGED: ErrorClass.HEARTBEAT_TIMEOUT_CHANGED,
     Interruption.CANCELLED: ErrorClass.RETRYABLE,
 }
 
@@ -436,6 +453,18 @@ _STATUS_OF_FAILURE = {
     FailureType.NEEDS_RECONCILIATION: TaskStatus.NEEDS_RECONCILIATION,
 }
 _FAILURE_OF_STATUS = {status: failure for failure, status in _STATUS_OF_FAILURE.items()}
+
+
+class ProbeAnswer(StrEnum):
+    """What a tool's readback probe says about an action whose earlier attempt may have acted
+    (``docs/writing-tools.md``, "Probes")."""
+
+    HAPPENED = "happened"
+    """The downstream shows the action: the task settles from the probe's receipt, no person involved."""
+    NOT_HAPPENED = "not_happened"
+    """The downstream shows it did not happen: the attempt runs the tool again with the same key."""
+    CANNOT_TELL = "cannot_tell"
+    """The downstream cannot say (or the probe failed): the task waits for a person, as without a probe."""
 
 
 class DecisionKind(StrEnum):

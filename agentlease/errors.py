@@ -236,6 +236,26 @@ class TaskClosedError(AgentLeaseError):
         self.status = status
 
 
+class ApprovalRefusedError(TaskClosedError):
+    """The claim of an approval-gated task found no approval it may consume: none was given, it expired
+    on the ledger's clock, or it was given for other arguments or another tool. The task went back to
+    ``awaiting_approval`` (one ``approval_refused`` entry in the trail); nothing ran.
+
+    Attributes:
+        task_id: the task.
+        status: ``awaiting_approval``.
+        why: what was wrong with the approval, as the trail records it.
+        outcome: ``missing``, ``expired`` or ``mismatched`` (the metric's label).
+    """
+
+    def __init__(self, task_id: str, why: str, outcome: str) -> None:
+        AgentLeaseError.__init__(self, f"task {task_id!r}: {why}")
+        self.task_id = task_id
+        self.status = "awaiting_approval"
+        self.why = why
+        self.outcome = outcome
+
+
 class MissingHeartbeatTimeoutError(ConfigurationError):
     """A tool call was scheduled without a ``heartbeat_timeout`` (G9): its lease would have no TTL."""
 

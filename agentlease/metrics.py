@@ -18,6 +18,11 @@ sees (duplicate deliveries, settlement latency). A worker serves them when
 | tasks with missing trace links | ``agentlease_claims_without_trace_total{tool}`` |
 | ledger outages seen by a worker | ``agentlease_ledger_unavailable_total{tool,operation}`` |
 | writes waiting for the ledger to come back | ``agentlease_ledger_deferred_writes`` (gauge) |
+| ambiguities resolved by a probe vs a person | ``agentlease_ambiguities_resolved_total{tool,by,outcome}`` |
+| what probes answered | ``agentlease_probes_total{tool,answer}`` |
+| approvals consumed, expired, refused | ``agentlease_approvals_total{tool,outcome}`` |
+| how close approvals come to expiring | ``agentlease_approval_remaining_seconds{tool}`` |
+| heartbeat timeouts changed under a lease | ``agentlease_heartbeat_timeout_changes_total{tool,direction}`` |
 
 Also: ``agentlease_lease_claims_total{tool,outcome}`` and ``agentlease_settlements_total{tool,outcome}``
 (``late_unapplied`` counts the results of superseded attempts, G10).
@@ -120,6 +125,37 @@ LEDGER_UNAVAILABLE = Counter(
     "settle, release, a park (dead_letter, blocked, needs_reconciliation), decide.",
     [*SCOPE, "tool", "operation"],
 )
+AMBIGUITIES_RESOLVED = Counter(
+    "agentlease_ambiguities_resolved",
+    "Ambiguous tasks (an unsafe attempt that may have acted) resolved, by who: probe (the tool's readback "
+    "probe, no person) or person (a reconcile decision); outcome: happened, not_happened, abandoned.",
+    [*SCOPE, "tool", "by", "outcome"],
+)
+PROBES = Counter(
+    "agentlease_probes",
+    "Readback probes run, by answer: happened, not_happened, cannot_tell, failed (raised or too slow).",
+    [*SCOPE, "tool", "answer"],
+)
+APPROVALS = Counter(
+    "agentlease_approvals",
+    "Approvals met by a claim, by outcome: consumed (the one execution it authorised), expired, mismatched "
+    "(other arguments or tool), missing (none recorded).",
+    [*SCOPE, "tool", "outcome"],
+)
+APPROVAL_REMAINING = Histogram(
+    "agentlease_approval_remaining_seconds",
+    "Time an approval had left before it expired when a claim consumed it (seconds, ledger clock): low "
+    "values warn that approvals are about to expire before their calls run.",
+    [*SCOPE, "tool"],
+    buckets=(1.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0, 86400.0),
+)
+HEARTBEAT_TIMEOUT_CHANGES = Counter(
+    "agentlease_heartbeat_timeout_changes",
+    "Heartbeat timeouts changed under a running lease (temporal activity update-options), found by a renewal "
+    "or a claim, by direction: shorter or longer than the lease TTL.",
+    [*SCOPE, "tool", "direction"],
+)
+
 LEDGER_DEFERRED_WRITES = Gauge(
     "agentlease_ledger_deferred_writes",
     "Settles, releases and parks this worker could not write during a ledger outage, waiting to be "
@@ -216,6 +252,26 @@ class LeaseMetrics:
     def deferred_writes(self, pending: int) -> None:
         """How many writes wait for the ledger to come back."""
         LEDGER_DEFERRED_WRITES.labels(*self._scope).set(pending)
+
+    def ambiguity_resolved(self, tool: str, by: str, outcome: str) -> None:
+        """An ambiguous task resolved ``by`` a ``probe`` or a ``person``: ``happened``, ``not_happened``,
+        ``abandoned``."""
+        AMBIGUITIES_RESOLVED.labels(*self._scope, tool or NONE, by, outcome).inc()
+
+    def probe(self, tool: str, answer: str) -> None:
+        """A readback probe answered (``happened``, ``not_happened``, ``cannot_tell``) or ``failed``."""
+        PROBES.labels(*self._scope, tool, answer).inc()
+
+    def approval(self, tool: str, outcome: str, *, remaining_s: float | None = None) -> None:
+        """A claim met an approval: ``consumed`` (with the seconds it had left), ``expired``, ``mismatched``,
+        ``missing``."""
+        APPROVALS.labels(*self._scope, tool, outcome).inc()
+        if remaining_s is not None:
+            APPROVAL_REMAINING.labels(*self._scope, tool).observe(remaining_s)
+
+    def heartbeat_timeout_changed(self, tool: str, *, shorter: bool) -> None:
+        """A heartbeat timeout that is not the lease TTL was found under a lease."""
+        HEARTBEAT_TIMEOUT_CHANGES.labels(*self._scope, tool, "shorter" if shorter else "longer").inc()
 
 
 LEASE_METRICS = LeaseMetrics()
@@ -326,8 +382,12 @@ def serving_metrics(address: str | None, *, forward: str | None = None) -> Itera
 
 
 __all__ = [
+    "AMBIGUITIES_RESOLVED",
+    "APPROVALS",
+    "APPROVAL_REMAINING",
     "CLAIMS_WITHOUT_TRACE",
     "DUPLICATE_DELIVERIES",
+    "HEARTBEAT_TIMEOUT_CHANGES",
     "LEASES_EXPIRED",
     "LEASE_ACQUISITION",
     "LEASE_CLAIMS",
@@ -336,6 +396,7 @@ __all__ = [
     "LEASE_RENEWALS",
     "LEDGER_DEFERRED_WRITES",
     "LEDGER_UNAVAILABLE",
+    "PROBES",
     "RENEWALS_PER_TASK",
     "SCOPE",
     "SETTLEMENTS",

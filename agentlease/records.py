@@ -9,10 +9,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import string
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, StrictBool, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+)
 
 from agentlease import limits
 from agentlease.clock import from_ms, require_aware
@@ -84,6 +94,64 @@ def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False)
     # Too long for the column: the prefix stays (the binding check reads it), the key is digested.
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{prefix}sha256:{digest}"
+
+
+def action_key_fields(template: str) -> list[str]:
+    """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``).
+
+    A template is text with ``{name}`` fields, each the name of one argument (``{{`` and ``}}`` write a
+    brace). No attribute, index, conversion or format spec: the key is made in workflow code from plain
+    JSON data, the same way on every replay (``docs/writing-tools.md``, "Action keys").
+
+    Raises:
+        ValueError: a malformed template, a field that is not a plain name, or one with no field at all.
+    """
+    fields: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"action key {template!r} is not a template: {exc}") from None
+    for _text, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise ValueError(
+                f"action key {template!r}: {{{name}{'!' + conversion if conversion else ''}"
+                f"{':' + spec if spec else ''}}} is not a plain argument name such as {{order_id}}"
+            )
+        fields.append(name)
+    if not fields:
+        raise ValueError(f"action key {template!r} names no argument: every call would be one action")
+    return fields
+
+
+def _key_text(value: Any) -> str:
+    """An argument's value as a key's text: a string as it is, anything else as compact canonical JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
+    """The action key ``template`` makes from a call's ``arguments`` (deterministic: workflow code).
+
+    Args:
+        template: the tool's declared action key (:func:`action_key_fields`).
+        arguments: the call's arguments as JSON data (validated ones in the adapters).
+        defaults: the JSON defaults of the template's fields, for arguments the call leaves out.
+
+    Raises:
+        ValueError: an argument the template names is missing and has no default.
+    """
+    values: dict[str, str] = {}
+    for name in action_key_fields(template):
+        if name in arguments:
+            values[name] = _key_text(arguments[name])
+        elif defaults is not None and name in defaults:
+            values[name] = _key_text(defaults[name])
+        else:
+            raise ValueError(f"action key {template!r} needs the argument {name!r}, which the call does not give")
+    return template.format_map(values)
 
 
 def arguments_fingerprint(arguments: dict[str, Any]) -> str:
@@ -194,7 +262,7 @@ class AgentRunPlan(_Frozen):
     @field_validator("agent_run_id")
     @classmethod
     def _check_run_id(cls, value: str | None) -> str | None:
-        return None if value is None else limits.check_id(value)
+        return None if value is None else limits.check_run_id(value)
 
     @field_validator("steps")
     @classmethod
@@ -224,6 +292,10 @@ class ToolInfo(_Frozen):
         start_to_close: upper bound of one attempt.
         max_attempts: real attempts before the task is dead-lettered.
         requires_approval: each call waits for an operator's ``approve`` first.
+        action_key: the tool's declared action key template (``"refund:{order_id}"``); a call the caller
+            gives no key is keyed by it (scoped to the run). ``None``: the default ``<run>:<step>``.
+        action_key_defaults: the JSON defaults of the arguments the template names, for calls that
+            leave them out.
     """
 
     name: str
@@ -232,6 +304,18 @@ class ToolInfo(_Frozen):
     start_to_close: timedelta
     max_attempts: int
     requires_approval: bool = False
+    action_key: str | None = None
+    action_key_defaults: dict[str, Any] = Field(default_factory=dict)
+
+    def key_for(self, arguments: dict[str, Any]) -> str | None:
+        """The action key of a call with ``arguments`` (``None``: the tool declares none).
+
+        Raises:
+            ValueError: an argument the template names is missing and has no default.
+        """
+        if self.action_key is None:
+            return None
+        return action_key_for(self.action_key, arguments, self.action_key_defaults)
 
 
 class ToolCall(_Frozen):
@@ -264,13 +348,25 @@ class TaskSpec(_Frozen):
     idempotency_key: str
     lease_ttl: timedelta
     arguments_sha256: str | None = None
+    approval_ttl: timedelta | None = None
+    """Set by the leased activity for a tool that requires approval: the claim then needs an approval of
+    this tool and these arguments, given less than this long ago on the ledger's clock, not yet consumed
+    (``docs/recovery.md``, "Approvals"). ``None``: the claim needs no approval."""
 
     @classmethod
-    def of(cls, call: ToolCall, side_effect_class: SideEffectClass, lease_ttl: timedelta) -> TaskSpec:
-        """The task of a tool call, with the tool's class and lease TTL.
+    def of(
+        cls,
+        call: ToolCall,
+        side_effect_class: SideEffectClass,
+        lease_ttl: timedelta,
+        *,
+        approval_ttl: timedelta | None = None,
+    ) -> TaskSpec:
+        """The task of a tool call, with the tool's class and lease TTL (and, for a tool that requires
+        approval, how long an approval lasts).
 
         Raises:
-            pydantic.ValidationError: ``lease_ttl`` is not positive.
+            pydantic.ValidationError: ``lease_ttl`` (or ``approval_ttl``) is not positive.
         """
         return cls(
             task_id=call.task_id,
@@ -281,13 +377,14 @@ class TaskSpec(_Frozen):
             idempotency_key=call.idempotency_key,
             lease_ttl=lease_ttl,
             arguments_sha256=arguments_fingerprint(call.arguments),
+            approval_ttl=approval_ttl,
         )
 
-    @field_validator("lease_ttl")
+    @field_validator("lease_ttl", "approval_ttl")
     @classmethod
-    def _positive_ttl(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("lease_ttl must be positive")
+    def _positive_ttl(cls, value: timedelta | None, info: ValidationInfo) -> timedelta | None:
+        if value is not None and value <= timedelta(0):
+            raise ValueError(f"{info.field_name} must be positive")
         return value
 
 
@@ -357,6 +454,8 @@ class Claim(_Frozen):
     receipt: StoredReceipt | None = None
     receipt_refused: str | None = None
     lease_token: SecretStr = Field(default=SecretStr(""), repr=False)
+    approval_remaining: timedelta | None = None
+    """The approval this claim consumed had this much left before it expired (``None``: none consumed)."""
 
 
 class TaskRecord(_Frozen):
@@ -451,8 +550,34 @@ class LeaseEvent(_Frozen):
         )
 
 
+SETTLED_BY_EARLIER_RECEIPT = "earlier_receipt"
+"""``settled_by`` of a call that did not run: a receipt stored earlier for its key (or its task) settled it."""
+SETTLED_BY_PROBE = "probe"
+"""``settled_by`` of a call whose tool's probe found that the action had happened (automatic reconciliation)."""
+
+
+def settled_note(settled_by: str | None, idempotency_key: str) -> str | None:
+    """What a model reads about a call that settled without running its tool to the end (``None``: it ran)."""
+    if settled_by == SETTLED_BY_EARLIER_RECEIPT:
+        return (
+            f"this action (idempotency key {idempotency_key}) had already been done by an earlier call: "
+            "it was not run again; the receipt is the earlier one"
+        )
+    if settled_by == SETTLED_BY_PROBE:
+        return (
+            f"an earlier attempt of this action (idempotency key {idempotency_key}) had done it: the tool's "
+            "probe found it at the downstream, so it was not run again"
+        )
+    return None
+
+
 class ToolOutcome(_Frozen):
-    """Result of one leased activity, as the workflow records it."""
+    """Result of one leased activity, as the workflow records it.
+
+    Attributes:
+        settled_by: how a settled call settled without its tool returning in this attempt:
+            :data:`SETTLED_BY_EARLIER_RECEIPT` or :data:`SETTLED_BY_PROBE`; ``None`` when the tool ran.
+    """
 
     task_id: str
     status: TaskStatus
@@ -461,6 +586,7 @@ class ToolOutcome(_Frozen):
     attempts: int
     receipt: SettlementReceipt | None = None
     result: dict[str, Any] | None = None
+    settled_by: str | None = None
 
     @classmethod
     def of(cls, record: TaskRecord) -> ToolOutcome:
@@ -483,6 +609,8 @@ class TaskView(_Frozen):
             or how the step ended outside the ledger (``failed``, ``skipped``).
         stage / claim_generation / lease_owner / progress: while an attempt runs, what it last
             recorded in the ledger (its :class:`LeaseProgress`); after it, how it ended.
+        settled_by: a settled call that did not run its tool to the end in this run: settled from an
+            earlier receipt of its key, or by its tool's probe (see :class:`ToolOutcome`).
     """
 
     task_id: str
@@ -497,6 +625,7 @@ class TaskView(_Frozen):
     error: str | None = None
     lease_owner: str | None = None
     progress: str | None = None
+    settled_by: str | None = None
 
 
 class LeaseProgress(_Frozen):

@@ -170,6 +170,12 @@ class AgentLeaseSettings(BaseSettings):
         gt=timedelta(0),
         description="Seconds a signed decision stays valid for a worker to apply it.",
     )
+    approval_ttl: timedelta = Field(
+        default=timedelta(hours=1),
+        gt=timedelta(0),
+        description="Seconds an approval of a call stays valid, on the ledger's clock, for a tool that declares "
+        "no `approval_ttl` of its own: a claim after that is refused and the call waits to be approved again.",
+    )
 
     # Transport, payloads and secrets
     temporal_tls: bool = Field(default=False, description="TLS to Temporal with the system's CAs.")
@@ -214,7 +220,7 @@ class AgentLeaseSettings(BaseSettings):
     secret_provider: str | None = Field(
         default=None,
         description="`module:attribute` of the tools' secret provider, with `get(tool, name)` (or a function "
-        "making it). Unset: the variables `AGENTLEASE_SECRET_<TOOL>_<NAME>`.",
+        "making it). Unset: the variables `AGENTLEASE_SECRET_<TOOL>__<NAME>`.",
     )
 
     # The web servers
@@ -222,6 +228,17 @@ class AgentLeaseSettings(BaseSettings):
     ui_port: int = Field(default=8080, ge=0, le=65535, description="Port `agentlease ui` serves on.")
     temporal_ui: str | None = Field(
         default=None, description="The Temporal UI's address, for the web view's links to each run."
+    )
+    ui_token: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="Token `agentlease ui` requires of every request (`Authorization: Bearer TOKEN`, or a "
+        "browser's password prompt); needed to serve on any address but loopback. 16 characters or more.",
+    )
+    ui_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Further host names (`Host` header) `agentlease ui` answers to, comma-separated, beside "
+        "loopback, its own address and this machine's names; any other is refused (DNS rebinding).",
     )
     codec_server_host: str = Field(default="127.0.0.1", description="Address `agentlease codec-server` serves on.")
     codec_server_port: int = Field(
@@ -238,7 +255,12 @@ class AgentLeaseSettings(BaseSettings):
     )
 
     @field_validator(
-        "shutdown_grace", "decision_timeout", "sticky_schedule_to_start", "decision_max_age", mode="before"
+        "shutdown_grace",
+        "decision_timeout",
+        "sticky_schedule_to_start",
+        "decision_max_age",
+        "approval_ttl",
+        mode="before",
     )
     @classmethod
     def _seconds(cls, value: object) -> object:
@@ -282,6 +304,13 @@ class AgentLeaseSettings(BaseSettings):
     def _split_modules(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("ui_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip().lower() for part in value.split(",") if part.strip()]
         return value
 
 

@@ -97,6 +97,7 @@ WORKER = (
     Flag("decision_mode"),
     Flag("operator_keys"),
     Flag("decision_max_age"),
+    Flag("approval_ttl"),
     Flag("redactor"),
     Flag("secret_provider"),
     Flag("shutdown_grace"),
@@ -119,7 +120,13 @@ WORKER = (
     Flag("smtp_port"),
 )
 SWEEP = (Flag("metrics_address"),)
-UI = (Flag("ui_host", "--host"), Flag("ui_port", "--port"), Flag("temporal_ui"))
+UI = (
+    Flag("ui_host", "--host"),
+    Flag("ui_port", "--port"),
+    Flag("temporal_ui"),
+    Flag("ui_token", "--token"),
+    Flag("ui_allowed_hosts", "--allowed-hosts"),
+)
 CODEC_SERVER = (
     Flag("codec_server_host", "--host"),
     Flag("codec_server_port", "--port"),

@@ -6,6 +6,11 @@ twice delivers it twice. The server accepts every message and records it in a SQ
 ``messages`` (Message-ID, sender, recipients, subject, the ``X-Idempotency-Key`` header if any,
 size, received_at_ms), so tests count deliveries at the downstream (:func:`received_messages`).
 Its 250 reply names the row: ``250 OK: queued as <id>``.
+
+It can be asked whether it took a message: ``XLOOKUP <Message-ID>`` (an SMTP extension command of this
+server, advertised in its ``EHLO`` reply) answers ``250 found: queued as <id> at <received_at_ms>`` or
+``550 not found``. ``smtp_send``'s readback probe asks it (:data:`LOOKUP_COMMAND`); a server without the
+command answers ``500``, and the probe cannot tell.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ DATABASE_FILE = "mail.db"
 
 IDEMPOTENCY_HEADER = "X-Idempotency-Key"
 """The header ``smtp_send`` adds; SMTP itself ignores it, the server only records it."""
+
+LOOKUP_COMMAND = "XLOOKUP"
+"""This server's command that says whether it took the message with a given ``Message-ID``."""
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
@@ -98,10 +106,26 @@ def database_url(data_dir: Path) -> str:
 
 
 class RecordingHandler:
-    """aiosmtpd handler: records every message in ``messages``, then answers 250."""
+    """aiosmtpd handler: records every message in ``messages``, then answers 250.
+
+    Attributes:
+        answers_lookups: whether the server answers ``XLOOKUP`` (a server that does not answers
+            ``502``, as one without the extension would). Default true.
+    """
+
+    answers_lookups = True
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+
+    async def handle_EHLO(
+        self, server: SMTP, session: Session, envelope: Envelope, hostname: str, responses: list[str]
+    ) -> list[str]:
+        """Advertise ``XLOOKUP`` in the ``EHLO`` reply (before its last line)."""
+        session.host_name = hostname
+        if not self.answers_lookups:
+            return responses
+        return [*responses[:-1], f"250-{LOOKUP_COMMAND}", responses[-1]]
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content = envelope.content if isinstance(envelope.content, bytes) else envelope.original_content or b""
@@ -125,6 +149,34 @@ class RecordingHandler:
         return f"250 OK: queued as {row_id}"
 
 
+class LookupSMTP(SMTP):
+    """The SMTP protocol plus ``XLOOKUP <Message-ID>``: whether the server took that message."""
+
+    async def smtp_XLOOKUP(self, arg: str) -> None:
+        message_id = arg.strip()
+        if not message_id:
+            await self.push(f"501 Syntax: {LOOKUP_COMMAND} <Message-ID>")
+            return
+        handler = self.event_handler
+        assert isinstance(handler, RecordingHandler)
+        if not handler.answers_lookups:
+            await self.push(f"502 5.5.1 {LOOKUP_COMMAND} not implemented")
+            return
+        async with handler.engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(messages.c.id, messages.c.received_at_ms)
+                    .where(messages.c.message_id == message_id)
+                    .order_by(messages.c.id)
+                    .limit(1)
+                )
+            ).first()
+        if row is None:
+            await self.push("550 not found")
+        else:
+            await self.push(f"250 found: queued as {row.id} at {row.received_at_ms}")
+
+
 async def create_tables(engine: AsyncEngine) -> None:
     """Create ``messages`` if it does not exist (safe to run again)."""
     async with engine.begin() as conn:
@@ -143,11 +195,14 @@ async def received_messages(url: str) -> list[ReceivedMessage]:
 
 
 @asynccontextmanager
-async def running_mail(url: str) -> AsyncIterator[tuple[str, int]]:
+async def running_mail(
+    url: str, *, handler: type[RecordingHandler] = RecordingHandler
+) -> AsyncIterator[tuple[str, int]]:
     """Serve the recording SMTP server on a loopback port until the block exits.
 
     Args:
         url: the database of ``messages`` (created if absent).
+        handler: the handler class (a test's may hold its replies).
 
     Yields:
         ``(host, port)`` of the server.
@@ -155,10 +210,10 @@ async def running_mail(url: str) -> AsyncIterator[tuple[str, int]]:
     engine = create_async_database_engine(url, pool_size=1)
     try:
         await create_tables(engine)
-        handler = RecordingHandler(engine)
+        recording = handler(engine)
         loop = asyncio.get_running_loop()
         sock = bind_loopback()
-        server = await loop.create_server(lambda: SMTP(handler, hostname="localhost", loop=loop), sock=sock)
+        server = await loop.create_server(lambda: LookupSMTP(recording, hostname="localhost", loop=loop), sock=sock)
         try:
             host, port = sock.getsockname()[:2]
             yield host, port

@@ -38,7 +38,7 @@ Every accepted write adds one row to ``publications``; tests count effects there
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -167,15 +167,22 @@ def _check_post(payload: object) -> tuple[str, str, str] | str:
     return slug, title, body
 
 
+AfterWrite = Callable[[int], Awaitable[None]]
+"""Awaited with the post's id once a write committed, before the service answers (a test holds it there)."""
+
+
 class PublishingService:
     """The handlers, over the service's engine.
 
     Args:
         engine: the service's database (shared with its :class:`IdempotencyStore`).
+        after_write: awaited once a write committed, before the answer (tests: a writer that dies after
+            the effect and before it learns of it). Default none.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, after_write: AfterWrite | None = None) -> None:
         self.engine = engine
+        self.after_write = after_write
 
     async def publish(self, request: Request) -> JSONResponse:
         """``POST /posts``: the write, its publication row and the fence, in one transaction."""
@@ -222,6 +229,8 @@ class PublishingService:
                 )
             )
             post = await _load_post(conn, post_id)
+        if self.after_write is not None:
+            await self.after_write(post_id)
         return JSONResponse(post, status_code=201, headers={"Location": f"/posts/{post_id}"})
 
     async def find(self, request: Request) -> JSONResponse:
@@ -246,13 +255,16 @@ class PublishingService:
         return JSONResponse(post)
 
 
-def publishing_app(store: IdempotencyStore, *, fencing_key: bytes | None = None) -> Starlette:
+def publishing_app(
+    store: IdempotencyStore, *, fencing_key: bytes | None = None, after_write: AfterWrite | None = None
+) -> Starlette:
     """The service's ASGI app; its handlers use ``store``'s engine.
 
     ``fencing_key``: accept only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``,
-    ``docs/security.md``); default ``None``, bare generations.
+    ``docs/security.md``); default ``None``, bare generations. ``after_write``: see
+    :class:`PublishingService`.
     """
-    service = PublishingService(store.engine)
+    service = PublishingService(store.engine, after_write=after_write)
     return Starlette(
         routes=[
             Route("/posts", service.publish, methods=["POST"]),
@@ -291,16 +303,18 @@ async def count_publications(url: str, idempotency_key: str | None = None) -> in
 
 
 @asynccontextmanager
-async def running_publishing(url: str, *, fencing_key: bytes | None = None) -> AsyncIterator[str]:
+async def running_publishing(
+    url: str, *, fencing_key: bytes | None = None, after_write: AfterWrite | None = None
+) -> AsyncIterator[str]:
     """Create the service's tables in ``url`` and serve it on a loopback port; yields its base URL.
 
-    ``fencing_key``: see :func:`publishing_app`.
+    ``fencing_key``, ``after_write``: see :func:`publishing_app`.
     """
     store = IdempotencyStore.from_url(url)
     try:
         await store.create_tables()
         await create_tables(store.engine)
-        async with serve_app(publishing_app(store, fencing_key=fencing_key)) as base_url:
+        async with serve_app(publishing_app(store, fencing_key=fencing_key, after_write=after_write)) as base_url:
             yield base_url
     finally:
         await store.close()

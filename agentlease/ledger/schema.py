@@ -72,6 +72,14 @@ class TaskRow(_TraceColumns, Base):
     # The fingerprint of the call's arguments (SHA-256 of their canonical JSON): a stored receipt
     # settles a task only for the same tool and arguments.
     arguments_sha256: Mapped[str | None] = mapped_column(String(64))
+    # The approval of an approval-gated call, bound to one execution (``docs/recovery.md``,
+    # "Approvals"): when it was given (ledger clock), the tool and the arguments' fingerprint the person
+    # saw, and the claim generation that consumed it (``NULL``: not consumed yet). A claim of such a task
+    # needs an approval of its tool and arguments, younger than the tool's approval TTL, not consumed.
+    approved_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+    approval_tool: Mapped[str | None] = mapped_column(String(128))
+    approval_arguments_sha256: Mapped[str | None] = mapped_column(String(64))
+    approval_consumed_generation: Mapped[int | None] = mapped_column(BigInteger)
     last_error: Mapped[str | None] = mapped_column(Text)
     error_class: Mapped[str | None] = mapped_column(String(64))
     created_at_ms: Mapped[int] = mapped_column(BigInteger)

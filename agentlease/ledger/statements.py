@@ -12,6 +12,11 @@ Parameter names (bound, never chosen by SQL text):
   write is guarded by (G2), its lease token's hash among them (``docs/security.md``, "Lease tokens").
 - ``key_task_id``: the task a claim, decision or read is about.
 - ``task_id`` and column names: values written.
+- ``claim_needs_approval``, ``claim_tool``, ``claim_arguments_sha256``, ``claim_approval_ttl_ms``: what the
+  claim of an approval-gated task must find (:func:`approval_needed`, ``docs/recovery.md``, "Approvals").
+- ``lease_ttl_override_ms``: a renewal's shorter TTL (Temporal's changed heartbeat timeout); ``None``:
+  the task's own.
+- ``approval_arguments_sha256``, ``approval_tool``: what an ``approve`` decision binds the approval to.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
+    Boolean,
     ColumnElement,
     Insert,
     Select,
@@ -36,6 +43,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    not_,
     null,
     or_,
     select,
@@ -100,7 +108,8 @@ class LeaseStatements:
         now: the current time expression (bound ``now_ms`` or the database clock).
         insert_task: create a task row on first sight (``ON CONFLICT DO NOTHING``).
         current_task: the task row of ``key_task_id`` (locked ``FOR UPDATE`` on PostgreSQL).
-        claim: the claim UPDATE minting ``claim_generation + 1`` (G1, G3); RETURNING the row.
+        claim: the claim UPDATE minting ``claim_generation + 1`` (G1, G3), and consuming the approval of
+            an approval-gated task (:func:`approval_needed`); RETURNING the row.
         renew: the holder's renewal; ``new_stage`` (``None`` keeps the stage) never lowers the
             recorded stage (G6); RETURNING expiry.
         settle: the holder's settle with ``receipt``; RETURNING ``updated_at_ms``, ``renewal_count``.
@@ -121,6 +130,8 @@ class LeaseStatements:
         claim_new: the claim of a task the ledger has not seen: its row inserted already claimed
             (generation 1, attempt 1), ``ON CONFLICT DO NOTHING`` (a task that exists is claimed
             by ``claim``); RETURNING the row.
+        refuse_approval: an approval-gated task whose claim found no approval it may consume goes back
+            to ``awaiting_approval`` (from ``pending``); RETURNING ``updated_at_ms``.
         claim_new_evidenced, renew_evidenced, settle_evidenced: PostgreSQL only (``None`` on
             SQLite): ``claim_new``, ``renew`` and ``settle`` with their evidence entry (and for a
             claim the stored receipt, for a settle the receipt row) in the same statement, through
@@ -145,6 +156,7 @@ class LeaseStatements:
     expired_first: Select[Any]
     expired_after: Select[Any]
     claim_new: Insert
+    refuse_approval: Update
     claim_new_evidenced: Select[Any] | None
     renew_evidenced: Select[Any] | None
     settle_evidenced: Select[Any] | None
@@ -162,6 +174,26 @@ def _new_task(now: ColumnElement[int]) -> dict[str, Any]:
         "created_at_ms": now,
         "updated_at_ms": now,
     }
+
+
+def approval_needed() -> ColumnElement[bool]:
+    """Whether a claim must consume an approval: the task requires one (bound ``claim_needs_approval``),
+    none was consumed, and no claim was ever granted (a task claimed before approvals were bound to one
+    execution keeps going, as it did)."""
+    return and_(
+        bindparam("claim_needs_approval", type_=Boolean),
+        _T.approval_consumed_generation.is_(None),
+        _T.claim_generation == 0,
+    )
+
+
+def _approval_valid(now: ColumnElement[int]) -> ColumnElement[bool]:
+    """An approval the claim may consume: of this tool, these arguments, younger than the tool's approval TTL."""
+    return and_(
+        _T.approval_tool == bindparam("claim_tool", type_=_T.approval_tool.type),
+        _T.approval_arguments_sha256 == bindparam("claim_arguments_sha256", type_=_T.approval_arguments_sha256.type),
+        _T.approved_at_ms + bindparam("claim_approval_ttl_ms", type_=BigInteger) > now,
+    )
 
 
 def _column_of_task(column: Any) -> Any:
@@ -188,6 +220,18 @@ def _decision(kind: DecisionKind, now: ColumnElement[int]) -> Update:
     }
     if rule.restarts_attempts:
         values["attempts"] = 0
+    if kind is DecisionKind.APPROVE:
+        # The approval of one execution: of this tool and these arguments, now; consumed by one claim.
+        values["approved_at_ms"] = now
+        values["approval_tool"] = bindparam("approval_tool", type_=_T.approval_tool.type)
+        values["approval_arguments_sha256"] = bindparam(
+            "approval_arguments_sha256", type_=_T.approval_arguments_sha256.type
+        )
+        values["approval_consumed_generation"] = None
+    if kind is DecisionKind.AWAIT_APPROVAL:  # asked again: an earlier approval no longer counts
+        values.update(
+            approved_at_ms=None, approval_tool=None, approval_arguments_sha256=None, approval_consumed_generation=None
+        )
     if rule.settles:
         values["receipt"] = bindparam("receipt", type_=_T.receipt.type)
     if rule.to is TaskStatus.SETTLED:
@@ -463,7 +507,8 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         update(TASKS)
         .where(holds)
         .values(
-            lease_expires_at_ms=now + _T.lease_ttl_ms,
+            lease_expires_at_ms=now
+            + func.coalesce(bindparam("lease_ttl_override_ms", type_=BigInteger), _T.lease_ttl_ms),
             renewal_count=_T.renewal_count + 1,
             updated_at_ms=now,
             stage=furthest_stage(bindparam("new_stage", type_=_T.stage.type)),
@@ -496,13 +541,18 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
                 _T.status.in_(claimable),
                 and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now),
             ),
+            or_(not_(approval_needed()), _approval_valid(now)),
         )
         .values(
             status=TaskStatus.RUNNING.value,
+            approval_consumed_generation=case(
+                (approval_needed(), _T.claim_generation + 1), else_=_T.approval_consumed_generation
+            ),
             lease_owner=bindparam("lease_owner"),
             lease_token_sha256=bindparam("lease_token_sha256", type_=_T.lease_token_sha256.type),
             lease_acquired_at_ms=now,
-            lease_expires_at_ms=now + _T.lease_ttl_ms,
+            lease_expires_at_ms=now
+            + func.coalesce(bindparam("lease_ttl_override_ms", type_=BigInteger), _T.lease_ttl_ms),
             claim_generation=_T.claim_generation + 1,
             attempts=_T.attempts + 1,
             error_class=None,
@@ -555,6 +605,10 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         expired_first=expired_first,
         expired_after=expired_after,
         claim_new=claim_new,
+        refuse_approval=update(TASKS)
+        .where(_T.task_id == bindparam("key_task_id"), _T.status == TaskStatus.PENDING.value)
+        .values(status=TaskStatus.AWAITING_APPROVAL.value, updated_at_ms=now)
+        .returning(_T.updated_at_ms),
         claim_new_evidenced=evidenced[0],
         renew_evidenced=evidenced[1],
         settle_evidenced=evidenced[2],

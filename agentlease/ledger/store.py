@@ -27,6 +27,7 @@ from agentlease.clock import duration_ms, from_ms, now_param
 from agentlease.decisions import DECISIONS
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, Stage, TaskStatus
 from agentlease.errors import (
+    ApprovalRefusedError,
     LeaseHeldError,
     LeaseLostError,
     LeaseTokenMismatchError,
@@ -34,6 +35,7 @@ from agentlease.errors import (
     TaskClosedError,
     TaskNotFoundError,
 )
+from agentlease.ledger.approvals import approval_refusal, approval_remaining, consumed_now, refuse_approval
 from agentlease.ledger.compiled import execute
 from agentlease.ledger.database import LedgerDatabase, Transaction, open_database
 from agentlease.ledger.engine import PG_POOL_SIZE
@@ -293,6 +295,13 @@ class Ledger:
         lapsed on the ledger's clock; it sets ``claim_generation = claim_generation + 1`` and
         ``attempts = attempts + 1`` in the same statement. No caller chooses a generation.
 
+        A task whose ``spec`` carries an ``approval_ttl`` (its tool requires approval) is claimed only
+        with an approval it may consume: of this tool and these arguments, given less than
+        ``approval_ttl`` ago on the ledger's clock, not consumed yet. The claim consumes it (records its
+        generation), so a later attempt of the task runs on the recovery policy, never on a second
+        approved execution. Without one the claim is refused: the task goes back to
+        ``awaiting_approval`` with one ``approval_refused`` entry (``docs/recovery.md``, "Approvals").
+
         Args:
             spec: the task's identity, tool, class, idempotency key and lease TTL.
             owner: the worker identity that will hold the lease.
@@ -309,6 +318,8 @@ class Ledger:
         Raises:
             LeaseHeldError: another lease is valid; ``retry_after`` is the time until it lapses.
             TaskClosedError: the task is settled, dead-lettered or cancelled.
+            ApprovalRefusedError: (a ``TaskClosedError``) an approval-gated task has no approval the
+                claim may consume; it is ``awaiting_approval`` again.
             ClockBehindError: SQLite only: this process's clock runs behind the ledger's latest
                 recorded time (G1: one host, one clock).
             LedgerUnavailableError: the ledger could not be reached.
@@ -318,6 +329,16 @@ class Ledger:
         lease_token = secrets.token_urlsafe(LEASE_TOKEN_BYTES)
         minted = {"lease_owner": owner, "lease_token_sha256": token_sha256(lease_token), **trace.columns()}
         fresh = {**self._task_values(spec, now), **minted}
+        gated = spec.approval_ttl is not None  # the claim must consume an approval (and never inserts the task)
+        # Temporal's heartbeat timeout, changed below the lease TTL: the lease follows the shorter.
+        shorter = heartbeat_timeout is not None and heartbeat_timeout < spec.lease_ttl
+        claim_ttl = {"lease_ttl_override_ms": duration_ms(heartbeat_timeout) if shorter and heartbeat_timeout else None}
+        approval = {
+            "claim_needs_approval": gated,
+            "claim_tool": spec.tool,
+            "claim_arguments_sha256": spec.arguments_sha256,
+            "claim_approval_ttl_ms": duration_ms(spec.approval_ttl) if spec.approval_ttl is not None else 0,
+        }
 
         def granted_claim(granted: Any, previous_error_class: str | None, stored: _Stored | None) -> Claim:
             refused = None if stored is None else receipt_mismatch(spec, stored.tool, stored.arguments_sha256)
@@ -337,22 +358,48 @@ class Ledger:
                 receipt=None if stored is None or refused is not None else stored.receipt,
                 receipt_refused=refused,
                 lease_token=SecretStr(lease_token),
+                approval_remaining=approval_remaining(granted, spec),
             )
 
-        def claimed_note(attempts: int, lease_ttl_ms: int) -> tuple[str, dict[str, Any]]:
-            """The ``claimed`` entry's reason and details: the attempt, and a heartbeat timeout that is
-            not the lease's TTL."""
+        def claimed_note(attempts: int, lease_ttl_ms: int, consumed: Any = None) -> tuple[str, dict[str, Any]]:
+            """The ``claimed`` entry's reason and details: the attempt, the approval it consumed (the row
+            before the claim: ``consumed``), and a heartbeat timeout that is not the lease's TTL."""
             reason = f"attempt {attempts}"
+            details: dict[str, Any] = {}
+            if consumed is not None:
+                reason += f"; consumed the approval given at {from_ms(consumed.approved_at_ms).isoformat()}"
+                details["approval"] = {
+                    "approved_at_ms": consumed.approved_at_ms,
+                    "arguments_sha256": consumed.approval_arguments_sha256,
+                }
+            elif gated:
+                details["approval"] = {"consumed_by_generation": None}
             if heartbeat_timeout is None or duration_ms(heartbeat_timeout) == lease_ttl_ms:
-                return reason, {}
+                return reason, details
+            follows = (
+                "the lease follows the shorter heartbeat timeout"
+                if duration_ms(heartbeat_timeout) < lease_ttl_ms
+                else "the lease keeps its TTL"
+            )
             reason += (
                 f"; Temporal's heartbeat timeout ({heartbeat_timeout.total_seconds():g}s) is not the lease "
-                f"TTL ({lease_ttl_ms / 1000:g}s): the ledger's TTL decides who holds the lease"
+                f"TTL ({lease_ttl_ms / 1000:g}s): {follows}"
             )
-            return reason, {"heartbeat_timeout_ms": duration_ms(heartbeat_timeout), "lease_ttl_ms": lease_ttl_ms}
+            return reason, {
+                **details,
+                "heartbeat_timeout_ms": duration_ms(heartbeat_timeout),
+                "lease_ttl_ms": lease_ttl_ms,
+            }
 
-        def claimed_event(conn: Connection, granted: Any) -> None:
-            reason, details = claimed_note(granted.attempts, granted.lease_ttl_ms)
+        def claimed_event(conn: Connection, granted: Any, before: Any = None) -> None:
+            consumed = before if before is not None and consumed_now(before, granted) else None
+            reason, details = claimed_note(granted.attempts, granted.lease_ttl_ms, consumed)
+            if gated and consumed is None and granted.approval_consumed_generation is not None:
+                details["approval"] = {"consumed_by_generation": granted.approval_consumed_generation}
+                reason += (
+                    f"; the approval was consumed by generation {granted.approval_consumed_generation}: "
+                    "this attempt follows the recovery policy"
+                )
             write_event(
                 conn,
                 self._sql,
@@ -386,23 +433,29 @@ class Ledger:
                 stored = _Stored(receipt, granted.receipt_tool, granted.receipt_arguments_sha256)
             return granted_claim(granted, None, stored)
 
-        def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None]:
-            """The claim, whether it superseded a lapsed lease, and that lease's stage."""
+        def claim_tx(conn: Connection) -> tuple[Claim, bool, str | None] | ApprovalRefusedError:
+            """The claim, whether it superseded a lapsed lease, and that lease's stage; or the approval
+            refusal it recorded (raised once the transaction committed)."""
             check_claim_clock(conn, self._sql, self._db.dialect, spec.task_id, now)
-            if self._sql.claim_new_evidenced is None:
+            if self._sql.claim_new_evidenced is None and not gated:
                 created = execute(conn, self._sql.claim_new, fresh)
                 if created:  # a task the ledger had not seen: created claimed (generation 1)
                     granted = created[0]
                     claimed_event(conn, granted)
                     return granted_claim(granted, None, self._stored(conn, spec.idempotency_key)), False, None
+            if gated:
+                self._insert_task(conn, spec, now)  # an approval-gated task is claimed only once approved
             before = conn.execute(self._sql.current_task, key).one()
             status = TaskStatus(before.status)
             if status.is_terminal or status.awaits_decision:
                 raise TaskClosedError(spec.task_id, before.status)
-            granted = conn.execute(self._sql.claim, {**key, **minted}).first()
+            granted = conn.execute(self._sql.claim, {**key, **minted, **approval, **claim_ttl}).first()
             if granted is None:
                 # Measured now, not at ``before``: on PostgreSQL that read may have waited for the row lock.
                 refused_at_ms = conn.execute(select(self._sql.now), key).scalar_one()
+                refusal = approval_refusal(before, spec, refused_at_ms) if gated else None
+                if refusal is not None:
+                    return refuse_approval(conn, self._sql, spec, before, refusal, now)
                 raise LeaseHeldError(
                     spec.task_id,
                     retry_after=timedelta(milliseconds=max(0, (before.lease_expires_at_ms or 0) - refused_at_ms)),
@@ -428,20 +481,27 @@ class Ledger:
                     details={"lease_expires_at_ms": before.lease_expires_at_ms, "by": "takeover"},
                     trace=TraceLink.from_mapping(before._mapping),
                 )
-            claimed_event(conn, granted)
+            claimed_event(conn, granted, before)
             stored = self._stored(conn, spec.idempotency_key)
             return granted_claim(granted, before.error_class, stored), superseded, before.stage
 
         async def claim_once() -> tuple[Claim, bool, str | None]:
-            if self._sql.claim_new_evidenced is not None:
+            if self._sql.claim_new_evidenced is not None and not gated:
                 first = await self._write("claim", spec.tool, first_claim_tx, one=True)
                 if first is not None:
                     return first, False, None
-            return await self._write("claim", spec.tool, claim_tx)
+            outcome = await self._write("claim", spec.tool, claim_tx)
+            if isinstance(outcome, ApprovalRefusedError):
+                raise outcome
+            return outcome
 
         started = time.perf_counter()
         try:
             claim, superseded, superseded_stage = await claim_once()
+        except ApprovalRefusedError as exc:
+            self._metrics.claim(spec.tool, "closed")
+            self._metrics.approval(spec.tool, exc.outcome)
+            raise
         except LeaseHeldError:
             self._metrics.claim(spec.tool, "held")
             raise
@@ -456,13 +516,22 @@ class Ledger:
             superseded_stage=superseded_stage,
             traced=trace.workflow_id is not None,
         )
+        if claim.approval_remaining is not None:
+            self._metrics.approval(claim.tool, "consumed", remaining_s=claim.approval_remaining.total_seconds())
         return claim
 
     # -- holder writes -------------------------------------------------------------------------
 
     @traced("renew")
     async def renew(
-        self, claim: Claim, *, reason: str, stage: Stage | None = None, now: datetime | None = None
+        self,
+        claim: Claim,
+        *,
+        reason: str,
+        stage: Stage | None = None,
+        details: dict[str, Any] | None = None,
+        ttl: timedelta | None = None,
+        now: datetime | None = None,
     ) -> datetime:
         """Extend the lease by its own TTL, recording the stage first and a specific reason (G2, G5).
 
@@ -474,6 +543,9 @@ class Ledger:
             reason: what the holder is doing ("committed draft, verifying readback"); not blank.
             stage: the stage the holder is entering; ``None`` keeps the current one. Never
                 ``settled``: only :meth:`settle` settles.
+            details: facts for the ``renewed`` entry (a probe's evidence, a changed heartbeat timeout).
+            ttl: extend by this instead of the lease's own TTL, when shorter (the lease follows
+                Temporal's heartbeat timeout an operator shortened); ``None`` or longer: the lease's TTL.
             now: injected time; default the database's clock.
 
         Returns:
@@ -490,11 +562,17 @@ class Ledger:
         if not reason.strip():
             raise ValueError("a renewal needs a specific reason")
         reason = redact(reason)
-        params = {**self._held(claim, now), "new_stage": None if stage is None else stage.value}
+        details = redact(details) or {}
+        shorter = ttl is not None and ttl < claim.lease_ttl
+        params = {
+            **self._held(claim, now),
+            "new_stage": None if stage is None else stage.value,
+            "lease_ttl_override_ms": duration_ms(ttl) if shorter and ttl is not None else None,
+        }
 
         evidenced = self._sql.renew_evidenced
         if evidenced is not None:
-            params.update(event_params(reason, {}, claim.trace))
+            params.update(event_params(reason, details, claim.trace))
 
         def renew_tx(conn: Connection) -> tuple[datetime, str | None] | _Refusal:
             # On PostgreSQL the renewal and its entry are one statement.
@@ -518,7 +596,7 @@ class Ledger:
                     at_ms=row.updated_at_ms,
                     stage=row.stage,
                     reason=reason,
-                    details={"lease_expires_at_ms": row.lease_expires_at_ms},
+                    details={**details, "lease_expires_at_ms": row.lease_expires_at_ms},
                 )
             expires_at = from_ms(row.lease_expires_at_ms)
             assert expires_at is not None
@@ -538,6 +616,7 @@ class Ledger:
         *,
         result: dict[str, Any] | None = None,
         retried: bool = False,
+        reconciled: dict[str, Any] | None = None,
         now: datetime | None = None,
     ) -> StoredReceipt:
         """Settle the task with a receipt made after readback (G2, G6, G10).
@@ -551,6 +630,8 @@ class Ledger:
             retried: this call repeats one that raised :class:`LedgerUnavailableError`: a settle of
                 this claim with this receipt that committed all the same is recognised and returned,
                 not refused. Default false: a second settle is refused like any stale write.
+            reconciled: the tool's probe found the action done: its evidence. The ``settled`` entry then
+                says the task was reconciled by the probe (``details.reconciled_by``, ``details.evidence``).
             now: injected time; default the database's clock.
 
         Returns:
@@ -566,6 +647,10 @@ class Ledger:
         params = {**self._held(claim, now), "receipt": receipt_json}
 
         reason = f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})"
+        event_details: dict[str, Any] = {"receipt": receipt_json}
+        if reconciled is not None:  # automatic reconciliation: no person involved
+            reason = f"reconciled by the probe, no person involved: {reason}"
+            event_details.update(reconciled_by="probe", evidence=redact(reconciled))
         evidenced = self._sql.settle_evidenced
 
         def ours() -> StoredReceipt:
@@ -579,7 +664,7 @@ class Ledger:
         def settle_evidenced_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
             """PostgreSQL: the settle, the receipt that stands and the entry in one statement."""
             assert evidenced is not None
-            event = event_params(reason, {"receipt": receipt_json}, claim.trace)
+            event = event_params(reason, event_details, claim.trace)
             rows = execute(conn, evidenced, {**params, **event})
             if not rows:
                 return refused(conn)
@@ -630,7 +715,7 @@ class Ledger:
                 at_ms=row.updated_at_ms,
                 stage=Stage.SETTLED,
                 reason=reason,
-                details={"receipt": receipt_json},
+                details=event_details,
             )
             if inserted:
                 return ours(), row.renewal_count
@@ -827,6 +912,9 @@ class Ledger:
         receipt = None if receipt is None else _redacted_receipt(receipt)
         receipt_json = None if receipt is None else receipt.model_dump(mode="json")
         params = {"key_task_id": task_id, **now_param(now), **({"receipt": receipt_json} if receipt_json else {})}
+        if kind is DecisionKind.APPROVE:  # the approval of this tool and these arguments (docs/recovery.md)
+            params["approval_tool"] = spec.tool if spec is not None else None
+            params["approval_arguments_sha256"] = spec.arguments_sha256 if spec is not None else None
         trace = TraceLink(trace_id=current_trace_id())  # the decision's own trace, while tracing is on
 
         def decide_tx(conn: Connection) -> TaskRecord:
@@ -863,7 +951,11 @@ class Ledger:
             )
             return TaskRecord.from_row(row)
 
-        return await self._write("decide", spec.tool if spec is not None else "", decide_tx)
+        record = await self._write("decide", spec.tool if spec is not None else "", decide_tx)
+        resolved = _RESOLVED_BY_PERSON.get(kind)
+        if resolved is not None:
+            self._metrics.ambiguity_resolved(record.tool, "person", resolved)
+        return record
 
     async def record_refused_decision(
         self, spec: TaskSpec, *, decision: str, by: str | None, refusal: str, now: datetime | None = None
@@ -959,6 +1051,16 @@ class Ledger:
         result = from_ms(value)
         assert result is not None
         return result
+
+
+_RESOLVED_BY_PERSON = {
+    DecisionKind.CONFIRM: "happened",
+    DecisionKind.RETRY: "not_happened",
+    DecisionKind.ABANDON: "abandoned",
+    DecisionKind.CONFIRM_EFFECT: "happened",
+    DecisionKind.ABANDON_EFFECT: "abandoned",
+}
+"""A person's reconcile decisions: how they resolved an ambiguous task (the metric's ``outcome``)."""
 
 
 def _redacted_receipt(receipt: SettlementReceipt) -> SettlementReceipt:

@@ -26,10 +26,11 @@ Outside a workflow (a local run, a unit test, an eval) the same agent runs: each
 function a ``leased`` tool wraps directly, without a lease (no ledger, no fencing token, no
 receipt), and the model reads its output as it would in a workflow. A ``@tool`` tool cannot run so.
 
-The limit: a new model call (after a workflow reset, say) gives new tool-call ids, so new tasks and
-new keys. For an action that must stay unique across that, give ``key=``, a function of the
-validated arguments that returns the action's idempotency key; a task with a key that already
-settled is not run again (G6), and the model reads the stored receipt.
+A new model call (after a workflow reset, say) gives new tool-call ids, so new tasks. A tool that
+declares its action key (``tool(..., action_key="refund:{order_id}")``) keys every call by it, scoped
+to the run: the same action asked again under a new call id, or after a reset, is not run again (G6),
+and the model reads the stored receipt with a note saying so. ``key=``, a function of the validated
+arguments that returns the key, overrides the declared one for this agent.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
     from agentlease.enums import RunState, StepEnd, TaskStatus
-    from agentlease.errors import describe_validation_error
-    from agentlease.records import PlanStep, ToolInfo
-    from agentlease.tools._wrap import run_unleased
+    from agentlease.errors import ConfigurationError, describe_validation_error
+    from agentlease.records import PlanStep, ToolInfo, settled_note
+    from agentlease.tools._wrap import not_leasable, run_unleased
     from agentlease.workflow._calls import CallOutcome, leased_calls
 
 __all__ = [
@@ -122,8 +123,8 @@ def leased_tool(
         step_id: makes the step id from ``(name, tool_call_id)``; it must be unique in the run and
             the same on replay. Default ``<name>-<tool_call_id>``, with ``-2``, ``-3``... appended
             when a later turn repeats a call id.
-        key: makes the idempotency key from the validated arguments. Default
-            ``<workflow id>:<step id>``.
+        key: makes the idempotency key from the validated arguments; overrides the tool's declared
+            ``action_key``. Default the declared action key, else ``<workflow id>:<step id>``.
         strict: give the model a strict JSON schema. Default: strict when the argument model allows
             it (a free-form ``dict`` field does not).
 
@@ -131,7 +132,12 @@ def leased_tool(
         The tool. Its invocation returns the settled output as JSON text, or one line starting with
         ``error:`` (bad arguments, rejected, abandoned, cancelled, failed). Outside a workflow it
         returns the function's output as JSON text, and what the function raises propagates.
+
+    Raises:
+        ConfigurationError: ``tool`` is not a declared tool (an MCP server, say: ``docs/mcp.md``).
     """
+    if not callable(getattr(tool, "info", None)):
+        raise ConfigurationError(not_leasable(tool, "leased_tool"))
     info = tool.info()
     shown = name or tool.name
     schema = tool.args_model.model_json_schema()
@@ -178,14 +184,16 @@ def tool_output(name: str, outcome: CallOutcome) -> str:
     """What the model reads after a leased call: the output as JSON, or one ``error:`` line.
 
     A call that settled without an output in this run (settled earlier under the same key, or
-    confirmed by a person) reads ``{"settled": true, "receipt": {...}}``.
+    confirmed by a person) reads ``{"settled": true, "receipt": {...}}``, with a ``note`` saying it
+    was not run again because the action had already settled (or that the tool's probe found it done).
     """
     view = outcome.view
     if outcome.settled:
         if outcome.output:
             return json.dumps(outcome.output)
         receipt = view.receipt.model_dump(mode="json") if view.receipt is not None else None
-        return json.dumps({"settled": True, "receipt": receipt})
+        note = settled_note(view.settled_by, view.idempotency_key)
+        return json.dumps({"settled": True, **({"note": note} if note else {}), "receipt": receipt})
     what = _NOT_SETTLED.get(view.status, f"ended {view.status.value}")
     return f"error: {name} {what}" + (f" ({view.error})" if view.error else "")
 
@@ -228,6 +236,8 @@ async def run_agent(agent: Agent[Any], input: str | list[TResponseInputItem], **
     try:
         result = await Runner.run(agent, input, run_config=run_config, **runner_kwargs)
     except asyncio.CancelledError:  # the workflow was cancelled
+        # The Runner drops its tool calls' tasks: stop them (cancelled in the ledger first) and wait.
+        await calls.stop_calls()
         calls.end(RunState.CANCELLED)
         raise
     except BaseException:

@@ -17,8 +17,9 @@ the idempotency key ``<workflow id>:<step id>`` (G4) are the same in every attem
 the tool-call id comes from the model's response, which Temporal recorded. Pydantic AI's
 ``ctx.run_id`` is not used: it changes when a run resumes after deferred tools, and on a reset.
 After a workflow reset (or a new run) the model is asked again and its new tool call has a new
-id, so a new key: for actions that must stay unique across that, give ``key=`` a function of the
-arguments (a post's slug, an invoice number).
+id: a tool that declares its action key (``tool(..., action_key="refund:{order_id}")``) keys every
+call by it instead, scoped to the run, so the same action asked again settles from the first
+receipt (the model reads a note saying so). ``key=``, a function of the arguments, overrides it.
 
 Approvals. A tool that requires approval (``unsafe`` tools by default) is shown to Pydantic AI as
 an ordinary tool, not as a deferred one: the call parks in the ledger as ``awaiting_approval``
@@ -39,8 +40,9 @@ run, a unit test or an eval of the same agent calls each ``leased`` tool's funct
 no lease (no ledger, no fencing token, no receipt, no approval), and the model reads its output as
 it would in a workflow. A ``@tool`` tool needs its lease context and cannot run so.
 
-Cancellation. Cancelling the workflow, or a timeout around ``agent.run``, cancels each running
-leased activity once (its attempt gives the lease back) and the run ends cancelled. An operator's
+Cancellation. Cancelling the workflow, or a timeout around ``agent.run``, cancels each call that is
+not final in the ledger first (``cancelled``, or ``cancelled_effect_unknown`` for an ``unsafe`` call
+that may have sent), then each running leased activity once, waits for it, and the run ends cancelled. An operator's
 ``cancel`` of one call ends its claim in the ledger first (G8): the model is told, the agent goes on.
 """
 
@@ -61,8 +63,9 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.exceptions import ToolFailed
 
     from agentlease.enums import RunState, TaskStatus
-    from agentlease.records import ToolInfo
-    from agentlease.tools._wrap import run_unleased
+    from agentlease.errors import ConfigurationError
+    from agentlease.records import ToolInfo, settled_note
+    from agentlease.tools._wrap import not_leasable, run_unleased
     from agentlease.workflow._calls import CallOutcome, LeasedToolCalls, leased_calls
 
 OutputT = TypeVar("OutputT")
@@ -148,12 +151,14 @@ class LeasedToolset(AbstractToolset[Any]):
         id: the toolset's id among the agent's toolsets. Default ``"agentlease"``.
         step_id: ``(tool, tool_call_id) -> text`` a call's step id is made from; default
             ``"<tool>-<tool_call_id>"``. It must be deterministic (it runs in workflow code).
-        key: ``(tool, arguments) -> idempotency key or None``; default ``None`` for every call
-            (``<workflow id>:<step id>``). Deterministic too.
+        key: ``(tool, arguments) -> idempotency key or None``; overrides the tool's declared
+            ``action_key``. Default ``None`` for every call: the declared action key, else
+            ``<workflow id>:<step id>``. Deterministic too.
         max_retries: how often the model may correct bad arguments. Default 1.
 
     Raises:
         ValueError: two tools share a name.
+        ConfigurationError: an item is not a declared tool (an MCP toolset, say: ``docs/mcp.md``).
     """
 
     def __init__(
@@ -165,6 +170,9 @@ class LeasedToolset(AbstractToolset[Any]):
         key: KeyFunction | None = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
     ) -> None:
+        for tool in tools:
+            if not callable(getattr(tool, "info", None)):
+                raise ConfigurationError(not_leasable(tool, "LeasedToolset"))
         names = [tool.name for tool in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"two tools of a LeasedToolset share a name: {sorted(names)}")
@@ -238,7 +246,9 @@ def _settled_output(outcome: CallOutcome) -> dict[str, Any]:
     if outcome.output is not None:
         return outcome.output
     receipt = outcome.view.receipt
-    return {} if receipt is None else {"receipt": receipt.model_dump(mode="json", exclude={"verified_at"})}
+    note = settled_note(outcome.view.settled_by, outcome.view.idempotency_key)
+    shown = {} if receipt is None else {"receipt": receipt.model_dump(mode="json", exclude={"verified_at"})}
+    return {**({"note": note} if note else {}), **shown}
 
 
 _NOT_SETTLED: dict[str, str] = {
@@ -270,7 +280,8 @@ async def run_agent(agent: AbstractAgent[Any, OutputT], *args: Any, **kwargs: An
     calls = leased_calls()
     try:
         result = await agent.run(*args, **kwargs)
-    except asyncio.CancelledError:  # the workflow was cancelled
+    except asyncio.CancelledError:  # the workflow (or the agent run) was cancelled
+        await calls.stop_calls()  # its calls are cancelled in the ledger first, and stopped
         calls.end(RunState.CANCELLED)
         raise
     except BaseException:

@@ -108,6 +108,30 @@ def decide(
     )
 
 
+def decide_after_probe(error_class: ErrorClass | None, *, real_attempts: int, max_attempts: int) -> RecoveryDecision:
+    """How an attempt goes on when the tool's readback probe found that the action did NOT happen.
+
+    The ``unsafe`` rule (G7) withheld the retry only because nobody could say whether the action
+    happened; the probe said it did not, so the rest of the policy applies: a deterministic failure or
+    the attempts spent dead-letter, anything else runs again with the same idempotency key.
+
+    Args:
+        error_class: how the previous attempt ended (``None``: its lease lapsed).
+        real_attempts: attempts that ran the tool before the one that goes on.
+        max_attempts: the tool's limit of real attempts.
+    """
+    if error_class is ErrorClass.PERMANENT:
+        return RecoveryDecision(RecoveryAction.DEAD_LETTER, "deterministic failure: dead-letter for inspection")
+    if real_attempts >= max_attempts:
+        return RecoveryDecision(
+            RecoveryAction.DEAD_LETTER,
+            f"repeated failure: {real_attempts} real attempts reached the limit of {max_attempts}",
+        )
+    return RecoveryDecision(
+        RecoveryAction.RETRY_SAME_KEY, "probe: the action did not happen; retry with the same idempotency key"
+    )
+
+
 def classify(exc: BaseException) -> ErrorClass:
     """The error class of an exception a tool raised.
 

@@ -12,6 +12,15 @@ query, search attributes and current details then show the live stage, generatio
 progress, and later stage changes at most one per :data:`PROGRESS_MIN_GAP` (the latest one wins);
 renewals in the same stage at most once per :data:`PROGRESS_INTERVAL`. What is still unsent when the
 attempt ends is dropped. The signal is best effort and never holds the tool up.
+
+Temporal's heartbeat timeout can be changed under a running attempt (``temporal activity
+update-options --heartbeat-timeout``) and ``activity.info()`` does not show it. So the attempt reads it
+from its run's description, in the background, at most once per :func:`check_interval`, and the next
+renewal records a change in the ledger with both values (``details.heartbeat_timeout_ms``,
+``details.lease_ttl_ms``). The lease then follows the shorter of the two: a renewal extends it by the
+heartbeat timeout when that is shorter than the lease TTL, and, since the SDK paces heartbeats by the
+scheduled timeout (four fifths of it) and would miss the shorter one, each renewal also heartbeats
+straight to Temporal (``RecordActivityTaskHeartbeat`` with the attempt's task token).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -33,6 +42,7 @@ from agentlease.ledger.store import Ledger
 from agentlease.names import LEASE_PROGRESS_SIGNAL
 from agentlease.records import Claim, LeaseProgress, SettlementReceipt, StoredReceipt
 from agentlease.recovery._policy import RecoveryDecision
+from agentlease.redaction import redact
 from agentlease.secrets import EnvSecretProvider, ToolSecrets, ToolSettings
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._resources import ToolResources
@@ -46,6 +56,54 @@ PROGRESS_MIN_GAP = 1.0
 PROGRESS_FIRST_AFTER = 1.0
 """Seconds an attempt runs before its first progress signal: each signal costs the run a workflow task."""
 _MAX_REASON_CHARS = 500
+
+HEARTBEAT_CHECK_MIN = timedelta(seconds=5)
+"""Least time between two reads of Temporal's heartbeat timeout by one attempt (a describe of its run)."""
+
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
+"""How long an attempt waits for a describe of its run (to learn why Temporal no longer knows it, or
+the heartbeat timeout Temporal applies now)."""
+
+
+def check_interval(lease_ttl: timedelta) -> timedelta:
+    """How often an attempt reads Temporal's heartbeat timeout: half its lease TTL, at least
+    :data:`HEARTBEAT_CHECK_MIN` (one describe of the run each time)."""
+    return max(HEARTBEAT_CHECK_MIN, lease_ttl / 2)
+
+
+async def pending_activity(info: activity.Info) -> Any:
+    """This attempt's activity as the run's description shows it; ``None`` if gone or no answer."""
+    if info.workflow_id is None:
+        return None
+    handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+    try:
+        described = await asyncio.wait_for(handle.describe(), DESCRIBE_TIMEOUT.total_seconds())
+    except Exception:  # noqa: BLE001 - what a describe tells is evidence only
+        return None
+    return next((p for p in described.raw_description.pending_activities if p.activity_id == info.activity_id), None)
+
+
+def heartbeat_timeout_of(pending: Any) -> timedelta | None:
+    """The heartbeat timeout Temporal applies to a pending activity (``None``: not said)."""
+    if pending is None or not pending.activity_options.HasField("heartbeat_timeout"):
+        return None
+    found: timedelta = pending.activity_options.heartbeat_timeout.ToTimedelta()
+    return found
+
+
+async def attempt_heartbeat_timeout(info: activity.Info) -> timedelta:
+    """The heartbeat timeout Temporal applies to this attempt, as its claim records it.
+
+    ``temporal activity update-options --heartbeat-timeout`` changes it on the server, but the attempt's
+    ``activity.info()`` keeps the value the workflow scheduled (server 1.32), in every later attempt too.
+    An operator changes the options of an activity that failed, was paused or reset: so an attempt that
+    follows another (a retry, or one that finds an earlier attempt's heartbeat details) reads it from the
+    run's description, one describe per such attempt; a running attempt reads it again at its renewals.
+    """
+    assert info.heartbeat_timeout is not None
+    if info.attempt <= 1 and not info.heartbeat_details:
+        return info.heartbeat_timeout
+    return heartbeat_timeout_of(await pending_activity(info)) or info.heartbeat_timeout
 
 
 class LeaseHeartbeat(BaseModel):
@@ -92,6 +150,7 @@ class LeaseContext:
         recovery: RecoveryDecision,
         resources: ToolResources | None = None,
         secrets: ToolSecrets | None = None,
+        heartbeat_timeout: timedelta | None = None,
     ) -> None:
         self._ledger = ledger
         self.claim = claim
@@ -110,6 +169,10 @@ class LeaseContext:
         self._progress_first_at = time.monotonic() + PROGRESS_FIRST_AFTER
         self._progress_next: LeaseProgress | None = None
         self._progress_sender: asyncio.Task[None] | None = None
+        self.heartbeat_timeout = heartbeat_timeout or claim.lease_ttl
+        """Temporal's heartbeat timeout for this attempt, as last read (the claim recorded it when it differed)."""
+        self._timeout_check: asyncio.Task[timedelta | None] | None = None
+        self._next_timeout_check = time.monotonic() + check_interval(claim.lease_ttl).total_seconds()
         self._tell_run(None, "claimed")
 
     @property
@@ -224,12 +287,59 @@ class LeaseContext:
         """
         await self._renew(reason, None)
 
+    def _timeout_changed(self) -> tuple[str, dict[str, Any]]:
+        """A heartbeat timeout read since the last renewal that differs from the one known: the reason's
+        suffix and the details the renewal records (empty when nothing changed)."""
+        check, self._timeout_check = self._timeout_check, None
+        if check is None or not check.done() or check.cancelled() or check.exception() is not None:
+            self._timeout_check = check if check is not None and not check.done() else None
+            return "", {}
+        found = check.result()
+        if found is None or found == self.heartbeat_timeout:
+            return "", {}
+        self.heartbeat_timeout = found
+        ttl = self.claim.lease_ttl
+        facts = {"heartbeat_timeout_ms": round(found / _MS), "lease_ttl_ms": round(ttl / _MS)}
+        if found == ttl:
+            return f" [Temporal's heartbeat timeout is back to the lease TTL ({ttl.total_seconds():g}s)]", facts
+        self._ledger.metrics.heartbeat_timeout_changed(self.claim.tool, shorter=found < ttl)
+        follows = (
+            f"the lease follows it ({found.total_seconds():g}s)"
+            if found < ttl
+            else f"the lease keeps its TTL ({ttl.total_seconds():g}s)"
+        )
+        note = (
+            f" [Temporal's heartbeat timeout is now {found.total_seconds():g}s, not the lease TTL "
+            f"{ttl.total_seconds():g}s (temporal activity update-options): {follows}]"
+        )
+        logger.warning("%s:%s", self.claim.task_id, note)
+        return note, facts
+
+    def _check_timeout_later(self) -> None:
+        """Read Temporal's heartbeat timeout in the background when it is due (at most once per interval)."""
+        if self._timeout_check is not None or time.monotonic() < self._next_timeout_check:
+            return
+        if not activity.in_activity():
+            return
+        info = activity.info()
+        self._next_timeout_check = time.monotonic() + check_interval(self.claim.lease_ttl).total_seconds()
+
+        async def read() -> timedelta | None:
+            return heartbeat_timeout_of(await pending_activity(info))
+
+        self._timeout_check = asyncio.ensure_future(read())
+
     async def _renew(self, reason: str, stage: Stage | None) -> None:
         if self._lost is not None:
             raise self._lost
+        reason = redact(reason)  # it also leaves in heartbeat details and the run's progress (docs/security.md)
         asked = time.monotonic()
+        note, changed = self._timeout_changed()
+        ttl = min(self.heartbeat_timeout, self.claim.lease_ttl)  # the lease follows the shorter
         try:
-            expires_at = await self._ledger.renew(self.claim, reason=reason, stage=stage)
+            expires_at = await self._ledger.renew(
+                self.claim, reason=reason + note, stage=stage, details=changed or None, ttl=ttl
+            )
         except LeaseLostError as exc:
             self._lost = exc
             raise
@@ -246,12 +356,12 @@ class LeaseContext:
             self._unavailable = exc
             raise
         self._unavailable = None
-        self.confirmed_until = asked + self.claim.lease_ttl.total_seconds()
+        self.confirmed_until = asked + ttl.total_seconds()
         if stage is not None and stage is not self.stage:
             self._tell_run(stage, reason)
         elif self._progress_sent_at is not None and time.monotonic() - self._progress_sent_at >= PROGRESS_INTERVAL:
             self._tell_run(self.stage, reason)
-        _heartbeat(
+        await self._heartbeat(
             LeaseHeartbeat(
                 task_id=self.claim.task_id,
                 claim_generation=self.claim.generation,
@@ -260,6 +370,23 @@ class LeaseContext:
                 lease_expires_at=expires_at,
             )
         )
+        self._check_timeout_later()
+
+    async def _heartbeat(self, details: LeaseHeartbeat) -> None:
+        """Heartbeat the renewal to Temporal; past a heartbeat timeout shorter than the scheduled one (which
+        the SDK paces its heartbeats by), straight to Temporal as well, so the attempt is kept."""
+        _heartbeat(details)
+        if not activity.in_activity():
+            return
+        info = activity.info()
+        if info.heartbeat_timeout is None or self.heartbeat_timeout >= info.heartbeat_timeout:
+            return
+        try:
+            handle = activity.client().get_async_activity_handle(task_token=info.task_token)
+            limit = self.heartbeat_timeout.total_seconds() / 2
+            await asyncio.wait_for(handle.heartbeat(details.model_dump(mode="json")), limit)
+        except Exception as exc:  # noqa: BLE001 - Temporal's own heartbeat still goes; it tells a lost attempt
+            logger.debug("direct heartbeat of %s not recorded: %s", self.claim.task_id, exc)
 
     def _tell_run(self, stage: Stage | None, reason: str) -> None:
         """Signal the attempt's own run what the ledger just recorded (best effort, in the background)."""
@@ -302,10 +429,16 @@ class LeaseContext:
                 return
 
     def end_progress(self) -> None:
-        """The attempt ended: drop the progress not sent yet (the activity's result tells the run)."""
+        """The attempt ended: drop the progress not sent yet (the activity's result tells the run), and any
+        read of the heartbeat timeout still under way."""
         self._progress_next = None
         if self._progress_sender is not None and not self._progress_sender.done():
             self._progress_sender.cancel()
+        if self._timeout_check is not None and not self._timeout_check.done():
+            self._timeout_check.cancel()
+
+
+_MS = timedelta(milliseconds=1)
 
 
 def _heartbeat(details: LeaseHeartbeat) -> None:
@@ -314,4 +447,11 @@ def _heartbeat(details: LeaseHeartbeat) -> None:
         activity.heartbeat(details.model_dump(mode="json"))
 
 
-__all__ = ["LeaseContext", "LeaseHeartbeat"]
+__all__ = [
+    "LeaseContext",
+    "LeaseHeartbeat",
+    "attempt_heartbeat_timeout",
+    "check_interval",
+    "heartbeat_timeout_of",
+    "pending_activity",
+]

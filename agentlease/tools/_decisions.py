@@ -150,13 +150,14 @@ def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
 def authenticate(verifier: DecisionVerifier, decision: LedgerDecision) -> str | None:
     """The operator whose signature ``decision`` carries, checked (``None``: unsigned, open mode).
 
-    The run's own decision (parking a call for approval) needs no signature.
+    The run's own decisions (parking a call for approval; cancelling its calls when Temporal cancelled the
+    run, :attr:`LedgerDecision.run_own`) need no signature.
 
     Raises:
         DecisionRefusedError: see :meth:`DecisionVerifier.verify`.
     """
-    if decision.kind is DecisionKind.AWAIT_APPROVAL:
-        return None
+    if decision.kind is DecisionKind.AWAIT_APPROVAL or (decision.kind is DecisionKind.CANCEL and decision.run_own):
+        return None  # the run's own: parking for approval, or cancelling with its cancelled workflow
     rule = DECISIONS[decision.kind]
     expect: dict[str, Any] = {
         "command": rule.command,
@@ -193,7 +194,13 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
             reason=decision.reason,
             details={
                 **({"observed": decision.observed} if decision.observed else {}),
-                **({"signed_by": signed_by} if signed_by else {}),
+                # The signed request beside the name: the ledger's guard wants it, and anyone with the
+                # operator's public key can check the entry again (decision_auth.verify_recorded).
+                **(
+                    {"signed_by": signed_by, "signed": decision.signed.model_dump(mode="json")}
+                    if signed_by and decision.signed is not None
+                    else {}
+                ),
             }
             or None,
             receipt=_confirmed_receipt(decision) if rule.settles else None,
@@ -201,7 +208,7 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
         )
     except TaskClosedError as exc:
         record = await ledger.get_task(decision.task.task_id)
-        if record.status is not rule.to:
+        if record.status not in (rule.to, rule.to_if_effect_unknown):
             raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True) from None
     except TaskNotFoundError as exc:
         raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True) from None

@@ -4,6 +4,10 @@ A tool is an async function ``(ctx: LeaseContext, args: ArgsModel) -> ToolResult
 :func:`tool`, or an existing function leased as it is with :func:`agentlease.tools._wrap.leased`.
 Every tool has a lease TTL, which is the ``heartbeat_timeout`` of each attempt (G9): declaring one
 without it is refused. Both declarations check their bounds in one place, :class:`LeaseOptions`.
+
+A tool may also declare what identifies its action (``action_key``, a template over its argument
+names: ``"refund:{order_id}"``), how long an approval of one of its calls lasts (``approval_ttl``), and
+a readback probe that answers whether an action happened (``probe``, :mod:`agentlease.tools._probe`).
 """
 
 from __future__ import annotations
@@ -15,10 +19,18 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
 
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError
-from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE, SettlementReceipt, ToolInfo
+from agentlease.records import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_START_TO_CLOSE,
+    SettlementReceipt,
+    ToolInfo,
+    action_key_fields,
+)
+from agentlease.tools._probe import Probe
 
 if TYPE_CHECKING:
     from agentlease.tools._context import LeaseContext
@@ -65,6 +77,13 @@ class ToolSpec:
             framework tool's description). ``None``: none.
         direct: runs the wrapped function without a lease (see :meth:`__call__`); ``None`` for a
             ``@tool`` tool, which needs its lease context.
+        action_key: the action key template over argument names (``"refund:{order_id}"``): every
+            caller that gives no key of its own keys the call with it, scoped to the run. ``None``:
+            the default ``<run>:<step>``.
+        approval_ttl: how long an approval of a call lasts, on the ledger's clock. ``None``: the
+            worker's ``AGENTLEASE_APPROVAL_TTL``.
+        probe: the readback probe asked before an ambiguous task waits for a person
+            (:mod:`agentlease.tools._probe`); ``None``: none.
     """
 
     name: str
@@ -78,6 +97,9 @@ class ToolSpec:
     settings: frozenset[str] | None = None
     description: str | None = None
     direct: Callable[..., Awaitable[Any]] | None = None
+    action_key: str | None = None
+    approval_ttl: timedelta | None = None
+    probe: Probe | None = None
 
     @property
     def __name__(self) -> str:
@@ -93,6 +115,8 @@ class ToolSpec:
             start_to_close=self.start_to_close,
             max_attempts=self.max_attempts,
             requires_approval=self.requires_approval,
+            action_key=self.action_key,
+            action_key_defaults=_defaults_of(self.args_model, self.action_key),
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
@@ -144,6 +168,18 @@ def _setattr(self: Any, name: str, value: Any) -> None:
 ToolSpec.__setattr__ = _setattr  # type: ignore[method-assign]
 
 
+def _defaults_of(args_model: type[BaseModel], action_key: str | None) -> dict[str, Any]:
+    """The JSON defaults of the arguments ``action_key`` names (those that have one)."""
+    if action_key is None:
+        return {}
+    fields = args_model.model_fields
+    return {
+        name: to_jsonable_python(fields[name].get_default(call_default_factory=True), fallback=str)
+        for name in action_key_fields(action_key)
+        if not fields[name].is_required()
+    }
+
+
 @dataclass(frozen=True)
 class LeaseOptions:
     """A tool's side-effect class and lease bounds, checked: the one home of the rules both
@@ -155,6 +191,9 @@ class LeaseOptions:
         start_to_close: bound of one attempt.
         max_attempts: real attempts before dead-lettering.
         requires_approval: each call waits for ``approve``; ``None``: only for ``unsafe`` tools.
+        action_key: the action key template over argument names, or ``None``.
+        approval_ttl: how long an approval lasts; ``None``: the worker's default.
+        probe: the readback probe, or ``None``.
     """
 
     side_effect_class: SideEffectClass
@@ -162,6 +201,9 @@ class LeaseOptions:
     start_to_close: timedelta
     max_attempts: int
     requires_approval: bool | None
+    action_key: str | None = None
+    approval_ttl: timedelta | None = None
+    probe: Probe | None = None
 
     @classmethod
     def of(
@@ -171,6 +213,10 @@ class LeaseOptions:
         start_to_close: timedelta,
         max_attempts: int,
         requires_approval: bool | None,
+        *,
+        action_key: str | None = None,
+        approval_ttl: timedelta | None = None,
+        probe: Probe | None = None,
     ) -> LeaseOptions:
         """The options, with the side-effect class parsed (the bounds are checked by :meth:`spec`).
 
@@ -182,14 +228,26 @@ class LeaseOptions:
         except ValueError:
             known = ", ".join(c.value for c in SideEffectClass)
             raise ConfigurationError(f"unknown side_effect {side_effect!r}; use one of {known}") from None
-        return cls(side_effect_class, lease_ttl, start_to_close, max_attempts, requires_approval)
+        return cls(
+            side_effect_class,
+            lease_ttl,
+            start_to_close,
+            max_attempts,
+            requires_approval,
+            action_key=action_key,
+            approval_ttl=approval_ttl,
+            probe=probe,
+        )
 
     def check(self, tool_name: str) -> None:
         """Check the bounds of tool ``tool_name``.
 
         Raises:
             MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
-            ConfigurationError: ``start_to_close`` below ``lease_ttl``, or ``max_attempts`` below 1.
+            ConfigurationError: ``start_to_close`` below ``lease_ttl``, ``max_attempts`` below 1, an
+                ``approval_ttl`` that is not a positive ``timedelta``, an ``action_key`` that is not a
+                template string (a function cannot reach the workflow), or a ``probe`` that is not an
+                async function.
         """
         if not isinstance(self.lease_ttl, timedelta) or self.lease_ttl <= timedelta(0):
             raise MissingHeartbeatTimeoutError(
@@ -199,6 +257,22 @@ class LeaseOptions:
             raise ConfigurationError(f"tool {tool_name!r}: start_to_close must be at least lease_ttl")
         if self.max_attempts < 1:
             raise ConfigurationError(f"tool {tool_name!r}: max_attempts must be at least 1")
+        if self.approval_ttl is not None and (
+            not isinstance(self.approval_ttl, timedelta) or self.approval_ttl <= timedelta(0)
+        ):
+            raise ConfigurationError(f"tool {tool_name!r}: approval_ttl must be a positive timedelta")
+        if self.action_key is not None and not isinstance(self.action_key, str):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: action_key is a template over argument names, such as "
+                "'refund:{order_id}' (the workflow makes the key from it; a function cannot travel there)"
+            )
+        if self.action_key is not None:
+            try:
+                action_key_fields(self.action_key)
+            except ValueError as exc:
+                raise ConfigurationError(f"tool {tool_name!r}: {exc}") from None
+        if self.probe is not None and not inspect.iscoroutinefunction(self.probe):
+            raise ConfigurationError(f"tool {tool_name!r}: probe must be an async function (ProbeQuery) -> ProbeResult")
 
     def spec(
         self,
@@ -216,6 +290,13 @@ class LeaseOptions:
             MissingHeartbeatTimeoutError, ConfigurationError: as :meth:`check`.
         """
         self.check(name)
+        if self.action_key is not None:
+            unknown = [f for f in action_key_fields(self.action_key) if f not in args_model.model_fields]
+            if unknown:
+                raise ConfigurationError(
+                    f"tool {name!r}: action_key {self.action_key!r} names {', '.join(unknown)}, not an argument "
+                    f"of the tool (its arguments: {', '.join(args_model.model_fields) or 'none'})"
+                )
         approval = self.requires_approval
         return ToolSpec(
             name=name,
@@ -229,6 +310,9 @@ class LeaseOptions:
             settings=None if settings is None else frozenset(settings),
             description=description,
             direct=direct,
+            action_key=self.action_key,
+            approval_ttl=self.approval_ttl,
+            probe=self.probe,
         )
 
 
@@ -241,6 +325,9 @@ def tool(
     requires_approval: bool | None = None,
     name: str | None = None,
     settings: tuple[str, ...] | None = None,
+    action_key: str | None = None,
+    approval_ttl: timedelta | None = None,
+    probe: Probe | None = None,
 ) -> Callable[[ToolFunction], ToolSpec]:
     """Declare a tool (``docs/writing-tools.md``).
 
@@ -255,16 +342,33 @@ def tool(
         settings: the ``AgentLeaseSettings`` fields the tool reads (``ctx.settings``); reading any
             other is an error. Default: every field but the worker's own connections and secrets
             (``docs/security.md``, "Tool credentials").
+        action_key: what identifies the action, a template over argument names
+            (``"refund:{order_id}"``): a call the caller gives no key is keyed by it, scoped to the run,
+            so the same action asked again (a new tool-call id, a workflow reset) settles from the first
+            receipt. Default ``None``: ``<run>:<step>``.
+        approval_ttl: how long an approval of a call lasts on the ledger's clock. Default ``None``:
+            the worker's ``AGENTLEASE_APPROVAL_TTL``.
+        probe: ``async (ProbeQuery) -> ProbeResult``, asked whether an action happened before an
+            ambiguous task waits for a person (``docs/writing-tools.md``, "Probes"). Default none.
 
     Returns:
         A decorator turning ``async def fn(ctx, args: Model) -> ToolResult`` into a :class:`ToolSpec`.
 
     Raises:
         MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
-        ConfigurationError: an unknown side-effect class, the function is not async, or its
-            ``args`` is not a pydantic model.
+        ConfigurationError: an unknown side-effect class, the function is not async, its ``args``
+            is not a pydantic model, or a bad ``action_key``, ``approval_ttl`` or ``probe``.
     """
-    options = LeaseOptions.of(side_effect, lease_ttl, start_to_close, max_attempts, requires_approval)
+    options = LeaseOptions.of(
+        side_effect,
+        lease_ttl,
+        start_to_close,
+        max_attempts,
+        requires_approval,
+        action_key=action_key,
+        approval_ttl=approval_ttl,
+        probe=probe,
+    )
 
     def declare(fn: ToolFunction) -> ToolSpec:
         tool_name = name or fn.__name__

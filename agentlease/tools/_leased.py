@@ -44,8 +44,10 @@ from typing import Any, NoReturn
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from agentlease.enums import ErrorClass, FailureType, Interruption, RecoveryAction, Stage, TaskStatus
+from agentlease import limits
+from agentlease.enums import ErrorClass, FailureType, Interruption, ProbeAnswer, RecoveryAction, Stage, TaskStatus
 from agentlease.errors import (
+    ApprovalRefusedError,
     BindingRefusedError,
     ClockBehindError,
     LeaseHeldError,
@@ -61,6 +63,8 @@ from agentlease.ledger.refusals import record_refusal
 from agentlease.ledger.store import Ledger
 from agentlease.names import DESCRIBE_TOOLS
 from agentlease.records import (
+    SETTLED_BY_EARLIER_RECEIPT,
+    SETTLED_BY_PROBE,
     Claim,
     SettlementReceipt,
     StoredReceipt,
@@ -70,16 +74,17 @@ from agentlease.records import (
     ToolOutcome,
     TraceLink,
 )
-from agentlease.recovery._policy import RecoveryDecision, classify, decide
+from agentlease.recovery._policy import RecoveryDecision, classify, decide, decide_after_probe
 from agentlease.redaction import redact
 from agentlease.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
 from agentlease.secrets import ToolSecrets, ToolSettings, secret_provider
 from agentlease.settings import AgentLeaseSettings
-from agentlease.tools._binding import own_task, task_refusal, ttl_refusal
-from agentlease.tools._context import LeaseContext
+from agentlease.tools._binding import as_run, claimed_refusal, own_task, task_refusal, tool_refusal, ttl_refusal
+from agentlease.tools._context import LeaseContext, attempt_heartbeat_timeout, heartbeat_timeout_of, pending_activity
 from agentlease.tools._declaration import ToolSpec
 from agentlease.tools._deferred import DeferredWrites
 from agentlease.tools._payloads import activity_input
+from agentlease.tools._probe import ProbeQuery, ProbeResult
 from agentlease.tools._registry import ToolRegistry
 from agentlease.tools._resources import ToolResources
 from agentlease.tracing import current_trace_id
@@ -89,6 +94,9 @@ EXPECTED = ApplicationErrorCategory.BENIGN
 
 SETTLE_RETRY = timedelta(milliseconds=250)
 """Pause between tries of a settle the ledger did not answer, while the lease may still be valid."""
+
+PROBE_SHARE_OF_TTL = 0.8
+"""A probe has this share of the lease TTL to answer (the attempt renewed just before it); slower: cannot tell."""
 
 CLOCK_BEHIND_RETRY = timedelta(seconds=5)
 """``next_retry_delay`` of a claim refused because this process's clock runs behind a SQLite ledger."""
@@ -178,7 +186,11 @@ class LeasedActivities:
                 )
             )
             raise ApplicationError(message, type=FailureType.MISSING_HEARTBEAT_TIMEOUT, non_retryable=True)
-        task_spec = TaskSpec.of(call, spec.side_effect_class, spec.lease_ttl)
+        # An approval-gated tool's claim must consume an approval of this call, younger than this (docs/recovery.md).
+        approval_ttl = (spec.approval_ttl or self._settings.approval_ttl) if spec.requires_approval else None
+        task_spec = as_run(
+            TaskSpec.of(call, spec.side_effect_class, spec.lease_ttl, approval_ttl=approval_ttl), info.activity_type
+        )
         trace = TraceLink(
             workflow_id=info.workflow_id,
             run_id=info.workflow_run_id,
@@ -186,12 +198,14 @@ class LeasedActivities:
             attempt=info.attempt,
             trace_id=current_trace_id(),  # the RunActivity span's trace, while tracing is on
         )
-        refused = task_refusal(info.workflow_id, task_spec, shared_key=call.share_idempotency_key) or ttl_refusal(
-            info.heartbeat_timeout, spec.lease_ttl
+        refused = (
+            tool_refusal(info.activity_type, call.tool)
+            or task_refusal(info.workflow_id, task_spec, shared_key=call.share_idempotency_key)
+            or ttl_refusal(info.heartbeat_timeout, spec.lease_ttl)
         )
         if refused is not None:
             await self._refuse_binding(task_spec, info.workflow_id, refused, trace)
-        heartbeat_timeout = await _heartbeat_timeout(info)
+        heartbeat_timeout = await attempt_heartbeat_timeout(info)
         claiming = asyncio.ensure_future(
             self._ledger.claim(task_spec, self._identity, trace=trace, heartbeat_timeout=heartbeat_timeout)
         )
@@ -211,6 +225,9 @@ class LeasedActivities:
                 next_retry_delay=max(exc.retry_after, MIN_RETRY_DELAY),
                 category=EXPECTED,
             ) from None
+        except ApprovalRefusedError as exc:
+            logger.warning("%s: %s; it waits to be approved", exc.task_id, exc.why)
+            return await self._closed_outcome(exc)
         except TaskClosedError as exc:
             return await self._closed_outcome(exc)
         except ClockBehindError as exc:
@@ -228,6 +245,11 @@ class LeasedActivities:
                 claim.generation,
             )
 
+        if why := await claimed_refusal(self._ledger, claim, spec.name, requires_approval=spec.requires_approval):
+            # The ledger decides: the task's tool, and its approval (docs/security.md).
+            await self._park(
+                claim, RecoveryDecision(RecoveryAction.DEAD_LETTER, "refused by the ledger"), ErrorClass.PERMANENT, why
+            )
         if claim.receipt_refused is not None:
             # A receipt stands for this key, made by another action: neither settle with it nor run.
             await self._park(
@@ -249,7 +271,15 @@ class LeasedActivities:
             # G6: an earlier attempt (or a task with the same key) already proved the outcome.
             self._metrics.duplicate_delivery(spec.name, "settled")
             await asyncio.shield(self._ledger.settle(claim, stored.receipt))
-            return self._settled(claim, stored.receipt, None)
+            return self._settled(claim, stored.receipt, None, settled_by=SETTLED_BY_EARLIER_RECEIPT)
+        if _probes_first(spec, claim.previous_stage, decision, ErrorClass.parse(claim.previous_error_class)):
+            # An earlier attempt may have acted: ask the downstream before a person is asked (or a retry runs).
+            probed = await self._probe(
+                spec, call, claim, decision, claim.previous_stage, real_attempts=claim.attempts - 1
+            )
+            if isinstance(probed, ToolOutcome):
+                return probed
+            decision = probed
         if not decision.action.runs_tool:
             previous = ErrorClass.parse(claim.previous_error_class) or ErrorClass.EXPIRED
             await self._park(claim, decision, previous, "before this attempt ran")
@@ -263,6 +293,7 @@ class LeasedActivities:
             recovery=decision,
             resources=self._resources,
             secrets=ToolSecrets(self._secrets, spec.name),
+            heartbeat_timeout=heartbeat_timeout,
         )
         try:
             return await self._run_tool(spec, call, claim, context)
@@ -272,7 +303,7 @@ class LeasedActivities:
     async def _run_tool(self, spec: ToolSpec, call: ToolCall, claim: Claim, context: LeaseContext) -> ToolOutcome:
         """Run the tool in its lease context, then settle or classify how it failed."""
         try:
-            args = spec.args_model.model_validate(call.arguments)
+            args = limits.check_finite_arguments(spec.args_model.model_validate(call.arguments), spec.name)
             with entered_lease(context):  # agentlease.lease answers inside the tool
                 result = await spec.fn(context, args)
         except LeaseLostError as exc:
@@ -283,7 +314,12 @@ class LeasedActivities:
             raise
         except asyncio.CancelledError:
             cause = await self._interrupted(claim, "while the tool ran")
-            if cause in (Interruption.PAUSED, Interruption.RESET, Interruption.TIMED_OUT):
+            if cause in (
+                Interruption.PAUSED,
+                Interruption.RESET,
+                Interruption.TIMED_OUT,
+                Interruption.HEARTBEAT_TIMEOUT_CHANGED,
+            ):
                 raise ApplicationError(
                     f"{claim.task_id}: attempt {cause.value} in Temporal; lease released ({cause.error_class.value})",
                     type=FailureType.INTERRUPTED,
@@ -301,6 +337,20 @@ class LeasedActivities:
                 real_attempts=claim.attempts,
                 max_attempts=spec.max_attempts,
             )
+            if after.action is RecoveryAction.RECONCILE and spec.probe is not None:
+                # Before a person is asked: did the action happen? (not happened: released, and the next
+                # attempt, which probes again, runs it with the same key)
+                probed = await self._probe(
+                    spec, call, claim, after, context.stage or claim.previous_stage, real_attempts=claim.attempts
+                )
+                if isinstance(probed, ToolOutcome):
+                    return probed
+                after = probed if not probed.action.runs_tool else after
+                if probed.action.runs_tool:
+                    await self._release(claim, error_class, error)
+                    raise ApplicationError(
+                        error, type=error_class.value, next_retry_delay=failure_retry_delay(claim.attempts)
+                    ) from None
             if not after.action.runs_tool:
                 await self._park(claim, after, error_class, error)
             await self._release(claim, error_class, error)
@@ -317,7 +367,7 @@ class LeasedActivities:
             raise _lease_lost(exc, late=True) from None
         if context.committed_at is not None:
             self._metrics.settlement_latency(spec.name, time.perf_counter() - context.committed_at)
-        return self._settled(claim, saved.receipt, result.output)
+        return self._settled(claim, saved.receipt, redact(result.output))
 
     async def _refuse_binding(self, task: TaskSpec, workflow_id: str | None, why: str, trace: TraceLink) -> NoReturn:
         """Refuse a call whose task, key or TTL is not its workflow's: nothing of the task it names changes;
@@ -363,15 +413,18 @@ class LeasedActivities:
     async def _interrupted(self, claim: Claim, when: str) -> Interruption:
         """Release the lease of an attempt Temporal cancelled, with the cause; a pause, a reset or a
         worker shutdown gives the attempt back."""
-        cause = await _interruption()
-        await asyncio.shield(
-            self._release(
-                claim,
-                cause.error_class,
-                f"attempt cancelled {when} ({cause.value})",
-                details={"cause": cause.value},
+        cause, facts = await _interruption()
+        error = f"attempt cancelled {when} ({cause.value})"
+        if cause is Interruption.HEARTBEAT_TIMEOUT_CHANGED:
+            error = (
+                f"Temporal timed the attempt out on a heartbeat timeout changed to "
+                f"{facts['heartbeat_timeout_ms'] / 1000:g}s (lease TTL {claim.lease_ttl.total_seconds():g}s), "
+                "shorter than this attempt's heartbeats could keep; the attempt is given back and the next one "
+                "heartbeats to it"
             )
-        )
+            self._metrics.heartbeat_timeout_changed(claim.tool, shorter=True)
+        details = {"cause": cause.value, **facts, **({"lease_ttl_ms": round(claim.lease_ttl / _MS)} if facts else {})}
+        await asyncio.shield(self._release(claim, cause.error_class, error, details=details))
         return cause
 
     async def _release(
@@ -407,7 +460,7 @@ class LeasedActivities:
                 type=FailureType.TASK_CLOSED.value,
                 non_retryable=True,
                 category=EXPECTED,
-            )
+            ) from None
         reason = f"{decision.rule} ({error})"
 
         def park(retried: bool = False) -> Any:
@@ -425,20 +478,22 @@ class LeasedActivities:
         record = await self._ledger.get_task(claim.task_id)
         failure = status.failure_type
         assert failure is not None
-        raise ApplicationError(
+        raise ApplicationError(  # no cause: the tool's own exception would carry its unredacted message
             f"{claim.task_id}: {reason}", _facts(record), type=failure.value, non_retryable=True, category=EXPECTED
-        )
+        ) from None
 
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
         record = await self._ledger.get_task(exc.task_id)
         if record.status is TaskStatus.SETTLED:
             self._metrics.duplicate_delivery(record.tool, "settled")
-            return ToolOutcome.of(record)
+            return ToolOutcome.of(record).model_copy(update={"settled_by": SETTLED_BY_EARLIER_RECEIPT})
         failure = record.status.failure_type or FailureType.TASK_CLOSED
         raise ApplicationError(str(exc), _facts(record), type=failure.value, non_retryable=True, category=EXPECTED)
 
     @staticmethod
-    def _settled(claim: Claim, receipt: SettlementReceipt, output: dict[str, Any] | None) -> ToolOutcome:
+    def _settled(
+        claim: Claim, receipt: SettlementReceipt, output: dict[str, Any] | None, *, settled_by: str | None = None
+    ) -> ToolOutcome:
         return ToolOutcome(
             task_id=claim.task_id,
             status=TaskStatus.SETTLED,
@@ -447,73 +502,176 @@ class LeasedActivities:
             attempts=claim.attempts,
             receipt=receipt,
             result=output,
+            settled_by=settled_by,
         )
 
+    async def _probe(
+        self,
+        spec: ToolSpec,
+        call: ToolCall,
+        claim: Claim,
+        decision: RecoveryDecision,
+        stage: Stage | None,
+        *,
+        real_attempts: int,
+    ) -> ToolOutcome | RecoveryDecision:
+        """Ask the tool's probe whether the action of ``claim`` happened, under the attempt's lease.
 
-async def _interruption() -> Interruption:
-    """Why Temporal cancelled the running attempt, from ``activity.cancellation_details()``."""
+        Returns:
+            The settled outcome when it happened (the trail says the probe reconciled it, with the
+            evidence); otherwise the decision to go on with: for a task that would wait for a person
+            (``decision`` is ``reconcile``), ``retry_same_key`` (or a dead letter, the attempts spent)
+            when it did not happen, and ``decision`` with the probe's word in its rule when it cannot
+            tell; for any other task, ``decision`` itself (its retry goes ahead).
+
+        Raises:
+            ApplicationError: a retryable ``LeaseLost`` when the lease was lost meanwhile.
+            LedgerUnavailableError: the ledger could not be reached.
+        """
+        assert spec.probe is not None
+        ambiguous = decision.action is RecoveryAction.RECONCILE
+        try:
+            await self._ledger.renew(
+                claim,
+                reason=f"probe: asking the downstream whether the action {claim.idempotency_key} happened "
+                f"(an earlier attempt reached {stage.value if stage else 'no stage'})",
+            )
+        except LeaseLostError as exc:
+            raise _lease_lost(exc) from None
+        result = await self._ask(spec, call, claim, stage, real_attempts)
+        self._metrics.probe(spec.name, result.answer.value if "failed" not in result.evidence else "failed")
+        evidence = {"probe": result.answer.value, **result.evidence}
+        if result.answer is ProbeAnswer.HAPPENED:
+            assert result.receipt is not None
+            try:
+                saved = await asyncio.shield(
+                    self._ledger.settle(claim, result.receipt, result=None, reconciled=evidence)
+                )
+            except LeaseLostError as exc:
+                raise _lease_lost(exc, late=True) from None
+            if ambiguous:
+                self._metrics.ambiguity_resolved(spec.name, "probe", "happened")
+            logger.info("%s: reconciled by its probe, no person involved: %s", claim.task_id, result.summary())
+            return self._settled(claim, saved.receipt, None, settled_by=SETTLED_BY_PROBE)
+        if result.answer is ProbeAnswer.NOT_HAPPENED:
+            previous = ErrorClass.parse(claim.previous_error_class)
+            after = decide_after_probe(previous, real_attempts=real_attempts, max_attempts=spec.max_attempts)
+            if ambiguous:
+                self._metrics.ambiguity_resolved(spec.name, "probe", "not_happened")
+            goes_on = after if ambiguous else decision
+            note = f"probe: the action did not happen ({result.summary()}); {goes_on.rule}"
+            try:
+                await self._ledger.renew(claim, reason=note, details={"probe": evidence})
+            except LeaseLostError as exc:
+                raise _lease_lost(exc) from None
+            return goes_on
+        why = f"the probe could not tell: {result.summary()}"
+        if not ambiguous:
+            try:
+                await self._ledger.renew(claim, reason=f"probe: {why}; {decision.rule}", details={"probe": evidence})
+            except LeaseLostError as exc:
+                raise _lease_lost(exc) from None
+            return decision
+        return RecoveryDecision(decision.action, f"{decision.rule} ({why})")
+
+    async def _ask(
+        self, spec: ToolSpec, call: ToolCall, claim: Claim, stage: Stage | None, real_attempts: int
+    ) -> ProbeResult:
+        """The probe's answer; ``cannot_tell`` when its arguments do not validate, it raises or it is too slow."""
+        assert spec.probe is not None
+        try:
+            args = spec.args_model.model_validate(call.arguments)
+            query = ProbeQuery(
+                tool=spec.name,
+                task_id=claim.task_id,
+                idempotency_key=claim.idempotency_key,
+                arguments=args,
+                previous_stage=stage,
+                previous_error_class=claim.previous_error_class,
+                real_attempts=real_attempts,
+                fencing_token=claim.generation,
+                earlier=await self._ledger.events(claim.task_id),
+                settings=ToolSettings(self._settings, spec.name, spec.settings),
+            )
+            limit = claim.lease_ttl.total_seconds() * PROBE_SHARE_OF_TTL
+            result = await asyncio.wait_for(spec.probe(query), limit)
+        except LedgerUnavailableError:
+            raise
+        except TimeoutError:
+            limit_s = claim.lease_ttl.total_seconds() * PROBE_SHARE_OF_TTL
+            return ProbeResult.cannot_tell(f"the probe did not answer within {limit_s:g}s", failed=True)
+        except Exception as exc:  # noqa: BLE001 - a probe that fails cannot tell; a person decides
+            return ProbeResult.cannot_tell(f"the probe failed: {redact(one_line(exc))}", failed=True)
+        if not isinstance(result, ProbeResult):
+            got = type(result).__name__
+            return ProbeResult.cannot_tell(f"the probe returned {got}, not a ProbeResult", failed=True)
+        return result
+
+
+async def _interruption() -> tuple[Interruption, dict[str, Any]]:
+    """Why Temporal cancelled the running attempt, from ``activity.cancellation_details()``, and the facts
+    the release records with it (``cause``; a changed heartbeat timeout's values)."""
     details = activity.cancellation_details()
     if activity.is_worker_shutdown() or (details is not None and details.worker_shutdown):
-        return Interruption.SHUTDOWN
+        return Interruption.SHUTDOWN, {}
     if details is None:
-        return Interruption.CANCELLED
+        return Interruption.CANCELLED, {}
     if details.reset:
-        return Interruption.RESET
+        return Interruption.RESET, {}
     if details.paused:
-        return Interruption.PAUSED
-    if details.timed_out:
-        return Interruption.TIMED_OUT
-    if details.not_found:
-        return await _unknown_attempt()
-    return Interruption.CANCELLED
+        return Interruption.PAUSED, {}
+    if details.timed_out or details.not_found:
+        return await _unknown_attempt(timed_out=details.timed_out)
+    return Interruption.CANCELLED, {}
 
 
-DESCRIBE_TIMEOUT = timedelta(seconds=5)
-"""How long an attempt waits for a describe of its run (to learn why Temporal no longer knows it, or
-the heartbeat timeout Temporal applies now)."""
-
-
-async def _pending_activity(info: activity.Info) -> Any:
-    """This attempt's activity as the run's description shows it; ``None`` if gone or no answer."""
-    if info.workflow_id is None:
-        return None
-    handle = activity.client().get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-    try:
-        described = await asyncio.wait_for(handle.describe(), DESCRIBE_TIMEOUT.total_seconds())
-    except Exception:  # noqa: BLE001 - what a describe tells is evidence only
-        return None
-    return next((p for p in described.raw_description.pending_activities if p.activity_id == info.activity_id), None)
-
-
-async def _heartbeat_timeout(info: activity.Info) -> timedelta:
-    """The heartbeat timeout Temporal applies to this attempt.
-
-    ``temporal activity update-options --heartbeat-timeout`` changes it on the server, but the attempt's
-    ``activity.info()`` keeps the value the workflow scheduled (server 1.32). An operator changes the
-    options of an activity that failed, was paused or reset: so an attempt that follows another (a
-    retry, or one that finds an earlier attempt's heartbeat details) reads it from the run's
-    description, one describe per such attempt.
-    """
-    assert info.heartbeat_timeout is not None
-    if info.attempt <= 1 and not info.heartbeat_details:
-        return info.heartbeat_timeout
-    pending = await _pending_activity(info)
-    if pending is None or not pending.activity_options.HasField("heartbeat_timeout"):
-        return info.heartbeat_timeout
-    changed: timedelta = pending.activity_options.heartbeat_timeout.ToTimedelta()
-    return changed
-
-
-async def _unknown_attempt() -> Interruption:
-    """Temporal answered a heartbeat with NotFound: a reset restarted the activity's attempts (the server
-    says so with NotFound rather than a reset flag while the attempt runs), a timeout started the next
-    attempt, or the run closed. The run's pending activity tells them apart."""
+async def _unknown_attempt(*, timed_out: bool = False) -> tuple[Interruption, dict[str, Any]]:
+    """Temporal answered a heartbeat with NotFound (or timed the attempt out): a reset restarted the
+    activity's attempts (the server says so with NotFound rather than a reset flag while the attempt
+    runs), a timeout started the next attempt, or the run closed. The run's pending activity tells them
+    apart, and whether the timeout was an operator's heartbeat timeout shorter than the attempt's
+    heartbeats could keep (``temporal activity update-options``): then the attempt is given back, never
+    counted towards a dead letter as an ordinary failure."""
     info = activity.info()
-    pending = await _pending_activity(info)
+    pending = await pending_activity(info)
     if pending is None:
-        return Interruption.CANCELLED
+        return (Interruption.TIMED_OUT if timed_out else Interruption.CANCELLED), {}
     # A timeout moves the attempt count on; a reset starts it again at 1.
-    return Interruption.RESET if pending.attempt <= info.attempt else Interruption.TIMED_OUT
+    if pending.attempt <= info.attempt and not timed_out:
+        return Interruption.RESET, {}
+    changed = heartbeat_timeout_of(pending)
+    scheduled = info.heartbeat_timeout
+    if changed is not None and scheduled is not None and changed < scheduled:
+        facts = {"heartbeat_timeout_ms": round(changed / _MS), "scheduled_heartbeat_timeout_ms": round(scheduled / _MS)}
+        return Interruption.HEARTBEAT_TIMEOUT_CHANGED, facts
+    return Interruption.TIMED_OUT, {}
+
+
+_MS = timedelta(milliseconds=1)
+
+
+_PROBED_ACTIONS = frozenset(
+    {
+        RecoveryAction.RECONCILE,
+        RecoveryAction.RETRY_SAME_KEY,
+        RecoveryAction.READ_BACK_FIRST,
+        RecoveryAction.RETRY_READBACK,
+    }
+)
+"""Decisions after an attempt that may have acted, before which a tool's probe is asked."""
+
+
+def _probes_first(spec: ToolSpec, stage: Stage | None, decision: RecoveryDecision, previous: ErrorClass | None) -> bool:
+    """Whether this attempt asks the tool's probe before anything else: it has one, an earlier attempt
+    crossed ``external_call``, and the policy would ask a person or run the tool again (a person's
+    ``reconcile --action retry`` is a decision already made: it runs as decided)."""
+    return (
+        spec.probe is not None
+        and stage is not None
+        and stage.crossed_external_call
+        and decision.action in _PROBED_ACTIONS
+        and previous is not ErrorClass.OPERATOR_RETRY
+    )
 
 
 def _lease_lost(exc: LeaseLostError, *, late: bool = False) -> ApplicationError:

@@ -35,8 +35,9 @@ from agentlease.lease import _entered
 from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import LeaseOptions, ToolResult, ToolSpec
+from agentlease.tools._probe import Probe
 
-__all__ = ["leased", "output_of", "run_unleased"]
+__all__ = ["leased", "not_leasable", "output_of", "run_unleased"]
 
 DEFAULT_STATUS = "returned"
 """The status of the default receipt: the function returned (nothing was read back)."""
@@ -62,6 +63,9 @@ def leased(
     requires_approval: bool | None = ...,
     name: str | None = ...,
     settings: tuple[str, ...] | None = ...,
+    action_key: str | None = ...,
+    approval_ttl: timedelta | None = ...,
+    probe: Probe | None = ...,
 ) -> ToolSpec: ...
 @overload
 def leased(
@@ -74,6 +78,9 @@ def leased(
     requires_approval: bool | None = ...,
     name: str | None = ...,
     settings: tuple[str, ...] | None = ...,
+    action_key: str | None = ...,
+    approval_ttl: timedelta | None = ...,
+    probe: Probe | None = ...,
 ) -> Callable[[Any], ToolSpec]: ...
 def leased(
     fn: Any = None,
@@ -85,6 +92,9 @@ def leased(
     requires_approval: bool | None = None,
     name: str | None = None,
     settings: tuple[str, ...] | None = None,
+    action_key: str | None = None,
+    approval_ttl: timedelta | None = None,
+    probe: Probe | None = None,
 ) -> ToolSpec | Callable[[Any], ToolSpec]:
     """Lease an existing tool as it is (``docs/writing-tools.md``, "Wrapping a tool you already have").
 
@@ -110,6 +120,10 @@ def leased(
             framework tool's or the function's name.
         settings: the ``AgentLeaseSettings`` fields the tool reads (``lease.context().settings``).
             Default every field but the worker's own.
+        action_key: what identifies the action, a template over the parameters' names
+            (``"refund:{order_id}"``); see :func:`agentlease.tool`. Default ``<run>:<step>``.
+        approval_ttl: how long an approval of a call lasts. Default ``AGENTLEASE_APPROVAL_TTL``.
+        probe: the readback probe, ``async (ProbeQuery) -> ProbeResult``. Default none.
 
     Returns:
         The :class:`ToolSpec` (with ``fn`` given), or a decorator making one. Its argument model has
@@ -118,12 +132,22 @@ def leased(
 
     Raises:
         MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
-        ConfigurationError: an unknown side-effect class, bad bounds, or a function that cannot be
-            leased as it is: one taking a framework context or a ``LeaseContext``, ``*args`` or
-            ``**kwargs``, a parameter pydantic cannot validate, a dynamic activity, a
+        ConfigurationError: an unknown side-effect class, bad bounds, a bad ``action_key`` (a
+            template over the parameters' names, never a function), ``approval_ttl`` or ``probe``, or
+            a function that cannot be leased as it is: one taking a framework context or a
+            ``LeaseContext``, ``*args`` or ``**kwargs``, a parameter pydantic cannot validate, a dynamic activity, a
             ``FunctionTool`` whose function is not kept, or something not callable.
     """
-    options = LeaseOptions.of(side_effect, lease_ttl, start_to_close, max_attempts, requires_approval)
+    options = LeaseOptions.of(
+        side_effect,
+        lease_ttl,
+        start_to_close,
+        max_attempts,
+        requires_approval,
+        action_key=action_key,
+        approval_ttl=approval_ttl,
+        probe=probe,
+    )
 
     def declare(target: Any) -> ToolSpec:
         function, default_name, description = _source(target)
@@ -178,6 +202,8 @@ def _source(target: Any) -> tuple[Callable[..., Any], str, str | None]:
     """
     if isinstance(target, ToolSpec):
         raise ConfigurationError(f"tool {target.name!r} is already declared; lease the function itself once")
+    if _is_mcp(target):
+        raise ConfigurationError(not_leasable(target, "leased()"))
     pydantic_ai = sys.modules.get("pydantic_ai")
     if pydantic_ai is not None and isinstance(target, pydantic_ai.Tool):
         if target.takes_ctx:
@@ -204,6 +230,26 @@ def _source(target: Any) -> tuple[Callable[..., Any], str, str | None]:
     if not default:
         raise ConfigurationError(f"cannot lease {target!r} without name=: it has no __name__")
     return target, default, None
+
+
+def _is_mcp(target: Any) -> bool:
+    """Whether ``target`` is an MCP server or toolset object of some framework (or of the SDK)."""
+    kind = type(target)
+    module = kind.__module__ or ""
+    return "MCP" in kind.__name__ or module.split(".")[0] in ("mcp", "fastmcp") or ".mcp" in module
+
+
+def not_leasable(target: Any, where: str) -> str:
+    """One line refusing ``target`` where a declared tool is taken, naming what to do instead."""
+    name = getattr(target, "name", None) or getattr(target, "id", None)
+    what = f"the {type(target).__name__}" + (f" {name!r}" if isinstance(name, str) else "")
+    if _is_mcp(target):
+        return (
+            f"{where} cannot lease {what}: declare the MCP server's tools with agentlease.mcp.mcp_tools("
+            "agentlease.mcp.MCPServer.stdio(...) or .http(...)) and pass those (docs/mcp.md); an MCP toolset kept "
+            "beside them runs unleased"
+        )
+    return f"{where} takes declared tools (@tool or leased(...)), not {what}"
 
 
 def _signature(

@@ -88,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolInfo,
         ToolOutcome,
+        arguments_fingerprint,
         idempotency_key_for,
         scoped_idempotency_key,
         step_id_from,
@@ -149,6 +150,12 @@ _DECISION_RETRY = RetryPolicy(
     non_retryable_error_types=[FailureType.DECISION_REFUSED.value],
 )
 """A decision is written to the ledger however long an outage lasts (attempts every 10 s at most)."""
+ACTION_KEY_PATCH = "agentlease-action-keys"
+"""Patch: a call the caller gives no key is keyed by its tool's declared action key, and a call waits while
+another call of the run with the same key is under way (runs recorded before used ``<run>:<step>``)."""
+CANCEL_IN_LEDGER_PATCH = "agentlease-cancel-in-ledger"
+"""Patch: a leased call cancelled with its workflow (or its agent run) is cancelled in the ledger too, and the
+run waits for it to stop (runs recorded before left the attempt's own release: ``released``)."""
 _CANCEL_ANSWERS_AT_ONCE = "agentlease-cancel-answers-at-once"
 """Patch: ``cancel`` answers once the ledger recorded it, without waiting for the activity (0.2.0)."""
 _RUN_DECIDER = "agentlease"
@@ -202,6 +209,12 @@ class LeasedToolCalls:
         self._steps: dict[str, PlanStep] = {}
         self._views: dict[str, TaskView] = {}
         self._running: dict[str, workflow.ActivityHandle[dict[str, Any]]] = {}
+        self._keys_in_use: dict[str, str] = {}
+        """Idempotency key -> the step that runs under it now (a second call of the key waits)."""
+        self._in_flight: set[str] = set()
+        """Steps whose attempt is under way, until its outcome (a cancel included) is recorded."""
+        self._cancelling: set[str] = set()
+        """Steps the run is cancelling in the ledger because its workflow (or agent run) was cancelled."""
         self._shown: dict[str, Any] = {}
         self._wanted: dict[str, Any] = {}
         self._coalesce = workflow.patched(COALESCE_PATCH)
@@ -395,7 +408,12 @@ class LeasedToolCalls:
         return outcome
 
     async def run_step(self, step_id: str) -> CallOutcome:
-        """Run a registered step until it is final (see :meth:`call`)."""
+        """Run a registered step until it is final (see :meth:`call`).
+
+        A step whose tool declares an action key and that has no key of its own is keyed by it first
+        (:meth:`_action_key`); while another step of the run runs under the same key, it waits for that
+        one to end, then runs (and settles from that one's receipt when it settled).
+        """
         step = self._steps[step_id]
         if self._views[step_id].status.is_terminal:
             return CallOutcome(self._views[step_id])  # cancelled before it started
@@ -403,6 +421,40 @@ class LeasedToolCalls:
             return CallOutcome(self._update(step_id, status=TaskStatus.CANCELLED, error="the run was cancelled"))
         assert self._catalog is not None, "load_catalog() first"
         info = self._catalog[step.tool]
+        failed = self._action_key(step_id, info)
+        if failed is not None:
+            return CallOutcome(failed)
+        step = self._steps[step_id]
+        key = self._views[step_id].idempotency_key
+        if key in self._keys_in_use and workflow.patched(ACTION_KEY_PATCH):
+            while key in self._keys_in_use:  # one at a time: the next one finds the first's receipt
+                await workflow.wait_condition(lambda: key not in self._keys_in_use)
+        self._keys_in_use[key] = step_id
+        try:
+            return await self._run_step(step, info)
+        finally:
+            if self._keys_in_use.get(key) == step_id:
+                del self._keys_in_use[key]
+
+    def _action_key(self, step_id: str, info: ToolInfo) -> TaskView | None:
+        """Key a step that has no key of its own with its tool's declared action key (scoped to the run,
+        or shared when the step says so); the failed view when its arguments cannot make the key."""
+        step = self._steps[step_id]
+        if step.idempotency_key is not None or info.action_key is None or not workflow.patched(ACTION_KEY_PATCH):
+            return None
+        try:
+            key = info.key_for(step.arguments)
+            keyed = PlanStep.model_validate({**step.model_dump(), "idempotency_key": key})
+        except (ValueError, ValidationError) as exc:
+            why = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            return self._update(step_id, status=StepEnd.FAILED, error=f"no action key for {step.tool}: {why}")
+        self._steps[step_id] = keyed
+        scoped = scoped_idempotency_key(self.run_id, key or "", shared=keyed.share_idempotency_key)
+        self._update(step_id, idempotency_key=scoped)
+        return None
+
+    async def _run_step(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
+        step_id = step.step_id
         self._set_state(self._state, tool=step.tool, stage=None)
         if info.requires_approval:
             await self._apply(step, DecisionKind.AWAIT_APPROVAL, _RUN_DECIDER, f"{step.tool} requires approval")
@@ -427,6 +479,13 @@ class LeasedToolCalls:
 
     async def _attempt(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
         """Execute the leased activity once (Temporal retries inside)."""
+        self._in_flight.add(step.step_id)
+        try:
+            return await self._attempt_once(step, info)
+        finally:
+            self._in_flight.discard(step.step_id)
+
+    async def _attempt_once(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
         sid = step.step_id
         self._update(sid, status=TaskStatus.RUNNING)
         options = leased_activity_options(info)
@@ -445,6 +504,9 @@ class LeasedToolCalls:
         try:
             outcome = ToolOutcome.model_validate(await handle)
         except ActivityError as err:
+            self._running.pop(sid, None)
+            if isinstance(err.cause, CancelledError) and not self._views[sid].status.is_cancelled:
+                await self._cancelled_with_the_run(step)
             return CallOutcome(self._failed(sid, err))
         finally:
             self._running.pop(sid, None)
@@ -461,6 +523,7 @@ class LeasedToolCalls:
             attempts=outcome.attempts,
             receipt=outcome.receipt,
             error=None,
+            settled_by=outcome.settled_by,
         )
         return CallOutcome(view, outcome.result)
 
@@ -746,7 +809,14 @@ class LeasedToolCalls:
         kind = DecisionKind(command)
 
         def validator(payload: dict[str, Any]) -> None:
-            self._require(parse_payload(DecisionRequest, payload, command).step_id, kind)
+            request = parse_payload(DecisionRequest, payload, command)
+            self._require(request.step_id, kind)
+            seen = request.arguments_sha256
+            if seen is not None and seen != arguments_fingerprint(self._steps[request.step_id].arguments):
+                raise ValueError(
+                    f"cannot {command} step {request.step_id!r}: its arguments are not the ones you saw "
+                    f"(sha256 {seen[:12]}...); look again and decide on what it will run"
+                )
 
         return validator
 
@@ -809,6 +879,54 @@ class LeasedToolCalls:
         self._refresh_waiting()
         self.show_search_attributes()
         return self._status_query()
+
+    async def stop_calls(self, reason: str = "its workflow was cancelled") -> None:
+        """Stop the run's leased calls because its workflow (or its agent run) was cancelled: what
+        ``agentlease cancel RUN`` does, from workflow code, before the cancellation is let through.
+
+        Every task that is not final is cancelled in the ledger first (the claim ends there, G8: an
+        ``unsafe`` call that may have sent becomes ``cancelled_effect_unknown``, listed by ``agentlease
+        waiting``), then each running activity is cancelled, and this waits until each has stopped.
+        An agent framework's runner may drop a tool call's task when it is cancelled; this is what
+        keeps the run from ending while the call goes on. The adapters' ``run_agent`` call it; a
+        workflow of its own calls it where it catches ``asyncio.CancelledError``.
+
+        Args:
+            reason: recorded with each cancel (the decider is ``agentlease``).
+        """
+        if not workflow.patched(CANCEL_IN_LEDGER_PATCH):
+            return
+        self.cancelled = True
+        targets = [sid for sid, view in self._views.items() if not view.status.is_terminal and sid in self._steps]
+        for sid in targets:
+            if sid not in self._cancelling and not self._views[sid].status.is_terminal:
+                await self._cancel_in_ledger(self._steps[sid], reason)
+            handle = self._running.get(sid)
+            if handle is not None:
+                handle.cancel()
+        await workflow.wait_condition(lambda: not self._in_flight)
+        self._refresh_waiting()
+
+    async def _cancelled_with_the_run(self, step: PlanStep) -> None:
+        """The call's activity was cancelled with its workflow or agent run, not by an operator (whose
+        cancel the ledger holds first): cancel its task in the ledger too (see :meth:`stop_calls`)."""
+        sid = step.step_id
+        if sid in self._cancelling:
+            await workflow.wait_condition(lambda: sid not in self._cancelling)
+            return
+        if workflow.patched(CANCEL_IN_LEDGER_PATCH):
+            await self._cancel_in_ledger(step, "its workflow (or agent run) was cancelled while it ran")
+
+    async def _cancel_in_ledger(self, step: PlanStep, reason: str) -> None:
+        """The run's own cancel of one task (unsigned: it answers Temporal's cancellation of the run)."""
+        sid = step.step_id
+        self._cancelling.add(sid)
+        try:
+            await self._apply(step, DecisionKind.CANCEL, _RUN_DECIDER, reason, run_own=True)
+        except ActivityError as exc:  # the task got further first (it settled): the ledger's word stands
+            workflow.logger.info("cancel of step %s with its run not applied: %s", sid, exc.cause or exc)
+        finally:
+            self._cancelling.discard(sid)
 
     def _validate_cancel(self, payload: dict[str, Any]) -> None:
         request = parse_payload(CancelRequest, payload, "cancel")
@@ -908,6 +1026,9 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
         except workflow.ContinueAsNewError:
             raise
         except (asyncio.CancelledError, CancelledError):
+            calls = _attached(workflow.instance())
+            if calls is not None and not calls.state.ended:
+                await calls.stop_calls()  # its calls stop (cancelled in the ledger first) before the run ends
             _end_attached(RunState.CANCELLED)
             raise
         except BaseException:

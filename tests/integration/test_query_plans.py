@@ -90,12 +90,16 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
         **now,
     }
     receipt = {"external_system": "x", "external_id": "1", "status": "ok", "details": {}, "verified_at": "2026"}
+    gate = {"claim_needs_approval": True, "claim_tool": "t", "claim_arguments_sha256": "0" * 64}
+    gate["claim_approval_ttl_ms"] = 3_600_000
+    ttl = {"lease_ttl_override_ms": 3_000}
     statements: dict[str, tuple[Any, dict[str, Any]]] = {
         "insert_task": (sql.insert_task, task_values),
         "claim_new": (sql.claim_new, task_values),
         "current_task": (sql.current_task, {"key_task_id": TASK, **now}),
-        "claim": (sql.claim, {"key_task_id": TASK, "lease_owner": "w", **trace.columns(), **now}),
-        "renew": (sql.renew, {**holder, "new_stage": "commit"}),
+        "claim": (sql.claim, {"key_task_id": TASK, "lease_owner": "w", **trace.columns(), **now, **gate, **ttl}),
+        "refuse_approval": (sql.refuse_approval, {"key_task_id": TASK, **now}),
+        "renew": (sql.renew, {**holder, "new_stage": "commit", **ttl}),
         "settle": (sql.settle, {**holder, "receipt": receipt}),
         "end_lease": (
             sql.end_lease,
@@ -125,6 +129,8 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
         params: dict[str, Any] = {"key_task_id": TASK, **now}
         if kind is DecisionKind.CONFIRM:
             params["receipt"] = receipt
+        if kind is DecisionKind.APPROVE:
+            params.update(approval_tool="t", approval_arguments_sha256="0" * 64)
         statements[f"decision_{kind.value}"] = (sql.decisions[kind], params)
     cursor = (1_700_000_000_500, "fill-50/s0")
     for name, which in {
@@ -148,7 +154,7 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
         event = event_params("x", {}, trace)
         event_holder = {f"event_{k}": v for k, v in trace.columns().items()}
         statements["claim_new_evidenced"] = (sql.claim_new_evidenced, {**task_values, **event})
-        statements["renew_evidenced"] = (sql.renew_evidenced, {**holder, "new_stage": "commit", **event})
+        statements["renew_evidenced"] = (sql.renew_evidenced, {**holder, "new_stage": "commit", **event, **ttl})
         statements["settle_evidenced"] = (
             sql.settle_evidenced,
             {**holder, "receipt": receipt, **event, **event_holder},

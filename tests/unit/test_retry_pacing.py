@@ -40,12 +40,19 @@ def test_an_outage_is_paced_by_temporals_attempts_up_to_ten_seconds() -> None:
 
 def test_a_pause_a_reset_a_shutdown_and_an_outage_give_their_attempt_back() -> None:
     back = {e for e in ErrorClass if not e.counts_as_attempt}
-    assert back == {ErrorClass.SHUTDOWN, ErrorClass.PAUSED, ErrorClass.RESET, ErrorClass.LEDGER_UNAVAILABLE}
+    assert back == {
+        ErrorClass.SHUTDOWN,
+        ErrorClass.PAUSED,
+        ErrorClass.RESET,
+        ErrorClass.LEDGER_UNAVAILABLE,
+        ErrorClass.HEARTBEAT_TIMEOUT_CHANGED,  # an operator's heartbeat timeout the attempt could not keep
+    }
     assert [cause.error_class for cause in Interruption] == [
         ErrorClass.PAUSED,
         ErrorClass.RESET,
         ErrorClass.SHUTDOWN,
         ErrorClass.TIMED_OUT,
+        ErrorClass.HEARTBEAT_TIMEOUT_CHANGED,
         ErrorClass.RETRYABLE,
     ]
 

@@ -16,6 +16,10 @@ Stages:
 - ``commit``: the service answered 2xx: the post is durable there.
 - ``verify``: read the post back by id; the receipt is built from that readback only.
 
+Probe (:func:`published`): ``GET /posts?idempotency_key=K`` asks the service whether the action of the
+key published; an attempt after one that crossed ``external_call`` asks it before anything else and
+settles from the post it finds (the trail says the probe reconciled it), without a person.
+
 Answers that stop the attempt: 409 ``stale_fencing_token`` (a newer attempt of this action
 has written: the attempt stops without writing and releases; its guarded release is refused if
 it was superseded, and the newer holder decides), 409 ``idempotency_key_in_flight``, 429, 5xx and
@@ -32,13 +36,14 @@ import httpx
 from pydantic import BaseModel, Field
 
 from agentlease.enums import SideEffectClass, Stage
-from agentlease.errors import AmbiguousSideEffectError, PermanentToolError, RetryableToolError
+from agentlease.errors import AmbiguousSideEffectError, PermanentToolError, RetryableToolError, ToolError
 from agentlease.idempotency.convention import (
     REPLAYED_HEADER,
 )
 from agentlease.records import SettlementReceipt
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
+from agentlease.tools._probe import ProbeQuery, ProbeResult
 
 SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,119}$"
 """A post's slug: lower-case letters, digits and ``-``, at most 120 characters."""
@@ -154,7 +159,38 @@ async def _read_back_by_key(client: httpx.AsyncClient, key: str) -> dict[str, An
     return found[0] if found else None
 
 
-@tool(side_effect=SideEffectClass.FENCED, lease_ttl=timedelta(seconds=15), start_to_close=timedelta(minutes=2))
+async def published(query: ProbeQuery) -> ProbeResult:
+    """``http_publish``'s probe: did the action of this key publish? Asks ``GET /posts?idempotency_key=K``.
+
+    Returns:
+        ``happened`` with the receipt of the post it finds (the same receipt a readback makes);
+        ``not_happened`` when the service holds no publication of the key; ``cannot_tell`` when it
+        cannot be asked or shows other content under the key.
+    """
+    base_url = query.settings.publish_base_url if query.settings is not None else None
+    if not base_url:
+        return ProbeResult.cannot_tell("no AGENTLEASE_PUBLISH_BASE_URL to ask")
+    args = query.arguments
+    assert isinstance(args, HttpPublishArgs)
+    key = query.idempotency_key
+    asked = f"GET /posts?idempotency_key={key}"
+    try:
+        async with httpx.AsyncClient(base_url=base_url, timeout=args.timeout_s) as client:
+            found = await _read_back_by_key(client, key)
+        if found is None:
+            return ProbeResult.not_happened(asked=asked, posts=0)
+        publication = _check_ours(found, key, args)
+    except ToolError as exc:
+        return ProbeResult.cannot_tell(f"{asked}: {exc}")
+    return ProbeResult.happened(_receipt(found, publication, base_url), asked=asked, post_id=found["id"])
+
+
+@tool(
+    side_effect=SideEffectClass.FENCED,
+    lease_ttl=timedelta(seconds=15),
+    start_to_close=timedelta(minutes=2),
+    probe=published,
+)
 async def http_publish(ctx: LeaseContext, args: HttpPublishArgs) -> ToolResult:
     """Publish a post at most once per idempotency key; the receipt comes from reading it back."""
     base_url = ctx.settings.publish_base_url

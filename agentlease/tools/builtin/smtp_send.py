@@ -18,6 +18,12 @@ Stages:
   ``Message-ID`` (derived from the idempotency key, so a duplicate is recognisable at the
   recipient) and the ``X-Idempotency-Key`` header the message carries. Status ``accepted``.
 
+Probe (:func:`delivered`): where the server can be asked by ``Message-ID`` (the demo's mail server
+takes ``XLOOKUP <Message-ID>``, :mod:`agentlease.demo.mail`), an attempt after one that may have sent
+asks it before the task waits for a person: found -> settled from it (reconciled by the probe, no
+person); not found -> sent again (the connection of the attempt that died is gone, its ``DATA``
+unfinished); a server that does not know the command -> a person reconciles, as without a probe.
+
 smtplib runs in a thread (:func:`asyncio.to_thread`); no extra dependency.
 """
 
@@ -38,12 +44,16 @@ from agentlease.errors import AmbiguousSideEffectError, PermanentToolError, Retr
 from agentlease.records import SettlementReceipt
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
+from agentlease.tools._probe import ProbeQuery, ProbeResult
 
 IDEMPOTENCY_HEADER = "X-Idempotency-Key"
 """Header carrying the task's idempotency key in every message (SMTP itself ignores it)."""
 
 MESSAGE_ID_DOMAIN = "agentlease.invalid"
 """Right-hand side of the ``Message-ID`` the tool makes."""
+
+LOOKUP_COMMAND = "XLOOKUP"
+"""The command a server that can be asked takes: ``XLOOKUP <Message-ID>`` -> 250 found / 550 not found."""
 
 _ADDRESS = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 
@@ -134,7 +144,64 @@ def _deliver(smtp: smtplib.SMTP, message: EmailMessage) -> str:
     return _reply(code, text)
 
 
-@tool(side_effect=SideEffectClass.UNSAFE, lease_ttl=timedelta(seconds=15), start_to_close=timedelta(minutes=2))
+def _lookup(host: str, port: int, message_id: str, timeout_s: float) -> tuple[int, str]:
+    """``XLOOKUP <message_id>`` on the server: its reply code and text."""
+    smtp = smtplib.SMTP(host, port, timeout=timeout_s)
+    try:
+        smtp.ehlo_or_helo_if_needed()
+        code, text = smtp.docmd(LOOKUP_COMMAND, message_id)
+        try:
+            smtp.quit()
+        except (OSError, smtplib.SMTPException):
+            pass
+        return code, text.decode("utf-8", "replace")
+    finally:
+        smtp.close()
+
+
+async def delivered(query: ProbeQuery) -> ProbeResult:
+    """``smtp_send``'s probe: did the server take the message of this key? Asks ``XLOOKUP <Message-ID>``.
+
+    Returns:
+        ``happened`` with a receipt like the tool's (status ``accepted``, the server's answer as the
+        reply); ``not_happened`` on ``550``; ``cannot_tell`` when the server cannot be reached or does
+        not know the command.
+    """
+    settings = query.settings
+    host, port = (settings.smtp_host, settings.smtp_port) if settings is not None else (None, 25)
+    if not host:
+        return ProbeResult.cannot_tell("no AGENTLEASE_SMTP_HOST to ask")
+    args = query.arguments
+    assert isinstance(args, SmtpSendArgs)
+    message_id = message_id_for(query.idempotency_key)
+    asked = f"{LOOKUP_COMMAND} {message_id} at {host}:{port}"
+    try:
+        code, text = await asyncio.to_thread(_lookup, host, port, message_id, args.timeout_s)
+    except (OSError, smtplib.SMTPException) as exc:
+        return ProbeResult.cannot_tell(f"{asked}: {type(exc).__name__}")
+    if code == 550:
+        return ProbeResult.not_happened(asked=asked, reply=_reply(code, text.encode()))
+    if code != 250:
+        return ProbeResult.cannot_tell(f"{asked}: the server answered {code} {text}")
+    receipt = query.receipt(
+        "smtp",
+        message_id,
+        "accepted",
+        server=f"{host}:{port}",
+        reply=f"{code} {text}",
+        recipients=args.to,
+        idempotency_key=query.idempotency_key,
+        found_by=LOOKUP_COMMAND,
+    )
+    return ProbeResult.happened(receipt, asked=asked, reply=f"{code} {text}")
+
+
+@tool(
+    side_effect=SideEffectClass.UNSAFE,
+    lease_ttl=timedelta(seconds=15),
+    start_to_close=timedelta(minutes=2),
+    probe=delivered,
+)
 async def smtp_send(ctx: LeaseContext, args: SmtpSendArgs) -> ToolResult:
     """Send one message; never retried past ``external_call`` without a reconciliation decision."""
     host, port = ctx.settings.smtp_host, ctx.settings.smtp_port

@@ -1,0 +1,106 @@
+"""Approvals bound to one execution, as the claim checks and consumes them (``docs/recovery.md``, "Approvals").
+
+The claim statement itself refuses an approval-gated task without a valid approval and consumes it
+(:func:`agentlease.ledger.statements.approval_needed`); what is here reads the row the claim locked to say
+why a refused claim was refused, sends the task back to ``awaiting_approval`` with its one trail line,
+and reports what a granted claim consumed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from agentlease.clock import duration_ms, from_ms, now_param
+from agentlease.enums import EventKind
+from agentlease.errors import ApprovalRefusedError
+from agentlease.ledger.compiled import execute
+from agentlease.ledger.statements import LeaseStatements
+from agentlease.ledger.trail import write_event
+from agentlease.records import TaskSpec
+
+
+def consumed_now(before: Any, granted: Any) -> bool:
+    """Whether the claim that made ``granted`` from ``before`` consumed the task's approval."""
+    return before.approval_consumed_generation is None and granted.approval_consumed_generation == (
+        granted.claim_generation
+    )
+
+
+def approval_remaining(granted: Any, spec: TaskSpec) -> timedelta | None:
+    """How long the approval this claim consumed had left (``None``: it consumed none)."""
+    if spec.approval_ttl is None or granted.approved_at_ms is None:
+        return None
+    if granted.approval_consumed_generation != granted.claim_generation:
+        return None
+    left_ms = granted.approved_at_ms + duration_ms(spec.approval_ttl) - granted.lease_acquired_at_ms
+    return timedelta(milliseconds=left_ms)
+
+
+def approval_refusal(before: Any, spec: TaskSpec, now_ms: int) -> ApprovalRefusedError | None:
+    """Why the claim of approval-gated ``spec`` may consume no approval (the row ``before`` it, at
+    ``now_ms``); ``None`` when it needs none or has a valid one (the claim was refused for its lease)."""
+    if before.approval_consumed_generation is not None or before.claim_generation != 0:
+        return None
+    assert spec.approval_ttl is not None
+    task = spec.task_id
+    if before.approved_at_ms is None:
+        why = (
+            f"approval refused at the claim: no approval of {spec.tool} is recorded for this call; "
+            "it runs once approved"
+        )
+        return ApprovalRefusedError(task, why, "missing")
+    if before.approval_tool != spec.tool:
+        why = f"approval refused at the claim: the approval was given for tool {before.approval_tool}, not {spec.tool}"
+        return ApprovalRefusedError(task, why, "mismatched")
+    if before.approval_arguments_sha256 != spec.arguments_sha256:
+        why = (
+            "approval refused at the claim: the approval was given for other arguments (sha256 "
+            f"{(before.approval_arguments_sha256 or '')[:12]}..., this call {(spec.arguments_sha256 or '')[:12]}...): "
+            "changed arguments need a new approval"
+        )
+        return ApprovalRefusedError(task, why, "mismatched")
+    expires_ms = before.approved_at_ms + duration_ms(spec.approval_ttl)
+    if expires_ms <= now_ms:
+        why = (
+            f"approval refused at the claim: the approval given at {from_ms(before.approved_at_ms).isoformat()} "
+            f"expired at {from_ms(expires_ms).isoformat()} (approval TTL {spec.approval_ttl.total_seconds():g}s, "
+            "ledger clock); approve it again"
+        )
+        return ApprovalRefusedError(task, why, "expired")
+    return None
+
+
+def refuse_approval(
+    conn: Connection,
+    sql: LeaseStatements,
+    spec: TaskSpec,
+    before: Any,
+    refusal: ApprovalRefusedError,
+    now: datetime | None,
+) -> ApprovalRefusedError:
+    """Send an approval-gated task whose claim found no approval back to ``awaiting_approval``, with one
+    ``approval_refused`` entry, in the claim's transaction; the refusal, raised once this commits."""
+    rows = execute(conn, sql.refuse_approval, {"key_task_id": spec.task_id, **now_param(now)})
+    if not rows:  # not pending (a task claimed before approvals were bound): nothing to move
+        return refusal
+    write_event(
+        conn,
+        sql,
+        task_id=spec.task_id,
+        kind=EventKind.APPROVAL_REFUSED,
+        generation=before.claim_generation,
+        at_ms=rows[0].updated_at_ms,
+        stage=before.stage,
+        reason=refusal.why,
+        details={
+            "refused": refusal.outcome,
+            "approved_at_ms": before.approved_at_ms,
+            "approval_ttl_ms": duration_ms(spec.approval_ttl) if spec.approval_ttl is not None else None,
+            "approved_arguments_sha256": before.approval_arguments_sha256,
+            "arguments_sha256": spec.arguments_sha256,
+        },
+    )
+    return refusal

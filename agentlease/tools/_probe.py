@@ -1,0 +1,119 @@
+"""Readback probes: a tool's own answer to "did the action with this key happen?" (automatic reconciliation).
+
+A tool may declare a probe (``tool(..., probe=...)``, ``leased(..., probe=...)``): an async function
+``(ProbeQuery) -> ProbeResult`` that asks the downstream whether the action of an idempotency key
+happened, with what the ledger knows of the earlier attempts. Before an ambiguous task would wait for
+a person (an ``unsafe`` attempt that may have crossed ``external_call``, G7), the leased attempt runs
+the probe under its lease (:mod:`agentlease.tools._leased`):
+
+- :meth:`ProbeResult.happened` (with a receipt): the task settles from that receipt; the trail says it
+  was reconciled by the probe, with the evidence;
+- :meth:`ProbeResult.not_happened`: the tool runs again with the same idempotency key;
+- :meth:`ProbeResult.cannot_tell`, a probe that raises or outlasts its time: parked for a person, as
+  without a probe.
+
+For a tool of another class whose earlier attempt crossed ``external_call`` the probe runs first too:
+a ``happened`` settles without running the tool again; any other answer lets the recovery policy's
+retry go ahead. ``docs/writing-tools.md`` ("Probes") shows how to write one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentlease.enums import ProbeAnswer, Stage
+from agentlease.records import LeaseEvent, SettlementReceipt
+from agentlease.secrets import ToolSettings
+
+__all__ = ["Probe", "ProbeQuery", "ProbeResult"]
+
+
+@dataclass(frozen=True)
+class ProbeQuery:
+    """What a probe is asked: whether the action of ``idempotency_key`` happened at the downstream.
+
+    Attributes:
+        tool: the tool's name.
+        task_id: the task (``<run>/<step>``).
+        idempotency_key: the action's key, the one every attempt sent.
+        arguments: the call's validated arguments (an instance of the tool's argument model).
+        previous_stage: the furthest stage an earlier attempt recorded (``external_call`` or later).
+        previous_error_class: how the previous attempt ended, if it did (``None``: its lease lapsed).
+        real_attempts: attempts that ran the tool before this one.
+        fencing_token: the claim generation of the attempt that probes.
+        earlier: the task's evidence trail so far, oldest first (claims, stages, releases...).
+        settings: the settings the tool may read (the downstream's address...).
+    """
+
+    tool: str
+    task_id: str
+    idempotency_key: str
+    arguments: BaseModel
+    previous_stage: Stage | None
+    previous_error_class: str | None
+    real_attempts: int
+    fencing_token: int
+    earlier: list[LeaseEvent] = field(default_factory=list)
+    settings: ToolSettings | None = None
+
+    def receipt(self, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
+        """A settlement receipt of what the probe just read back, verified now."""
+        return SettlementReceipt(
+            external_system=external_system,
+            external_id=external_id,
+            status=status,
+            details=details,
+            verified_at=datetime.now(UTC),
+        )
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """A probe's answer. Make it with :meth:`happened`, :meth:`not_happened` or :meth:`cannot_tell`.
+
+    Attributes:
+        answer: see :class:`~agentlease.enums.ProbeAnswer`.
+        receipt: with ``happened``: the receipt the task settles from (made from the readback).
+        evidence: small JSON-able facts the probe saw, kept in the evidence trail.
+    """
+
+    answer: ProbeAnswer
+    receipt: SettlementReceipt | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.answer is ProbeAnswer.HAPPENED) != (self.receipt is not None):
+            raise ValueError("a probe answers 'happened' with a receipt, and only then")
+
+    @classmethod
+    def happened(cls, receipt: SettlementReceipt, **evidence: Any) -> ProbeResult:
+        """The downstream shows the action: settle from ``receipt`` (build it from the readback)."""
+        return cls(ProbeAnswer.HAPPENED, receipt, evidence)
+
+    @classmethod
+    def not_happened(cls, **evidence: Any) -> ProbeResult:
+        """The downstream shows the action did not happen, and no earlier attempt can still make it happen."""
+        return cls(ProbeAnswer.NOT_HAPPENED, None, evidence)
+
+    @classmethod
+    def cannot_tell(cls, why: str, **evidence: Any) -> ProbeResult:
+        """The downstream cannot say: a person decides, as without a probe."""
+        return cls(ProbeAnswer.CANNOT_TELL, None, {"why": why, **evidence})
+
+    def summary(self) -> str:
+        """One line for the trail: the answer and what the probe saw."""
+        if self.answer is ProbeAnswer.HAPPENED:
+            assert self.receipt is not None
+            what = f"receipt {self.receipt.external_system}:{self.receipt.external_id} ({self.receipt.status})"
+        else:
+            what = str(self.evidence.get("why") or "") or ", ".join(f"{k}={v}" for k, v in self.evidence.items())
+        return f"{self.answer.value}" + (f": {what}" if what else "")
+
+
+Probe = Callable[[ProbeQuery], Awaitable[ProbeResult]]
+"""A tool's readback probe: ``async def probe(query: ProbeQuery) -> ProbeResult``."""

@@ -1,0 +1,134 @@
+"""Tools of the reconciliation, cancel and heartbeat-timeout tests (issue 18), loaded by worker processes with
+``AGENTLEASE_TOOL_MODULES=tests.acceptance.reconciling_tools``.
+
+Their downstream is the pause/kill matrix's HTTP server (:mod:`tests.acceptance.matrix_downstream`), whose
+``/plain/messages/<target>`` counts every message it is sent (no key, no fence: an ``unsafe`` effect):
+
+- ``probed_send``: the matrix's ``unsafe`` tool (generation 1 holds at ``hold_at`` until the test kills its
+  worker) with a readback probe that asks the downstream how many messages ``target`` received;
+- ``blind_send``: the same, with a probe that cannot tell (the downstream keeps no record it could ask);
+- ``chatty_send``: in ``external_call`` it sends one message every 0.3 s, renewing, until it is stopped (a
+  cancelled run's call must stop before the run reports cancelled);
+- ``slow_renewer``: renews every second for ``work_s`` seconds with a 10 s lease, then settles (a heartbeat
+  timeout changed under it with ``temporal activity update-options``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from agentlease.enums import SideEffectClass, Stage
+from agentlease.errors import RetryableToolError
+from agentlease.tools._context import LeaseContext
+from agentlease.tools._declaration import ToolResult, tool
+from agentlease.tools._probe import ProbeQuery, ProbeResult
+from tests.acceptance.matrix_downstream import WRITER_HEADER
+from tests.acceptance.matrix_tools import MatrixArgs, matrix_attempt
+
+LEASE_TTL = timedelta(seconds=6)
+"""Lease TTL of the probed tools: generation 1 renews every 0.5 s while it holds."""
+
+CHATTY_INTERVAL_S = 0.3
+"""How often ``chatty_send`` sends while it runs."""
+
+CHATTY = "sending message"
+"""Start of ``chatty_send``'s renewal reasons."""
+
+
+async def messages_received(query: ProbeQuery) -> ProbeResult:
+    """Probe of ``probed_send``: the downstream's count of messages to ``target``."""
+    args = query.arguments
+    assert isinstance(args, MatrixArgs)
+    async with httpx.AsyncClient(base_url=args.base_url, timeout=5.0) as http:
+        response = await http.get(f"plain/messages/{args.target}")
+    if response.status_code != 200:
+        return ProbeResult.cannot_tell(f"GET plain/messages/{args.target}: HTTP {response.status_code}")
+    count = response.json()["count"]
+    if count == 0:
+        return ProbeResult.not_happened(messages=0)
+    receipt = query.receipt("matrix-downstream", args.target, "delivered", messages=count, by="probe")
+    return ProbeResult.happened(receipt, messages=count)
+
+
+async def no_record(query: ProbeQuery) -> ProbeResult:
+    """Probe of ``blind_send``: the downstream cannot be asked."""
+    return ProbeResult.cannot_tell("the downstream keeps no record of messages it could be asked about")
+
+
+_UNSAFE: dict[str, Any] = {
+    "side_effect": SideEffectClass.UNSAFE,
+    "lease_ttl": LEASE_TTL,
+    "start_to_close": timedelta(minutes=2),
+    "requires_approval": False,
+}
+
+
+@tool(**_UNSAFE, probe=messages_received)
+async def probed_send(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
+    """Sends a message to ``args.target``: no key, no fence; a probe can count what arrived."""
+    return await matrix_attempt(ctx, args)
+
+
+@tool(**_UNSAFE, probe=no_record)
+async def blind_send(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
+    """Sends a message to ``args.target``: no key, no fence; its probe cannot tell."""
+    return await matrix_attempt(ctx, args)
+
+
+class ChattyArgs(BaseModel):
+    """Where ``chatty_send`` sends: the downstream's base URL and the run's target."""
+
+    base_url: str
+    target: str = Field(min_length=1, max_length=200)
+
+
+@tool(side_effect=SideEffectClass.UNSAFE, lease_ttl=LEASE_TTL, requires_approval=False)
+async def chatty_send(ctx: LeaseContext, args: ChattyArgs) -> ToolResult:
+    """Sends message after message to ``target`` until it is stopped (it never settles by itself)."""
+    await ctx.advance(Stage.PREFLIGHT, f"preparing messages to {args.target}")
+    await ctx.advance(Stage.EXTERNAL_CALL, f"{CHATTY} 1 to {args.target}")
+    body = json.dumps({"action": ctx.idempotency_key}).encode()
+    headers = {WRITER_HEADER: f"{ctx.worker_identity}#g{ctx.fencing_token}"}
+    async with httpx.AsyncClient(base_url=args.base_url, timeout=5.0) as http:
+        sent = 0
+        while True:
+            response = await http.post(f"plain/messages/{args.target}", content=body, headers=headers)
+            if response.status_code != 201:
+                raise RetryableToolError(f"HTTP {response.status_code}")
+            sent += 1
+            await asyncio.sleep(CHATTY_INTERVAL_S)
+            await ctx.renew(f"{CHATTY} {sent + 1} to {args.target}")
+
+
+class RenewingArgs(BaseModel):
+    """How long ``slow_renewer`` works (renewing every second)."""
+
+    work_s: float = Field(gt=0, le=120)
+
+
+RENEWING_TTL = timedelta(seconds=10)
+
+
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=RENEWING_TTL, start_to_close=timedelta(minutes=3))
+async def slow_renewer(ctx: LeaseContext, args: RenewingArgs) -> ToolResult:
+    """Works ``work_s`` seconds in ``external_call``, renewing every second, then settles."""
+    await ctx.advance(Stage.PREFLIGHT, "starting the work")
+    await ctx.advance(Stage.EXTERNAL_CALL, "working")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    n = 0
+    while loop.time() - started < args.work_s:
+        await asyncio.sleep(1.0)
+        n += 1
+        await ctx.renew(f"working, second {n}")
+    await ctx.advance(Stage.VERIFY, "done, reading back")
+    return ToolResult(
+        receipt=ctx.receipt("renewer", ctx.idempotency_key, "done", seconds=n, generation=ctx.fencing_token),
+        output={"seconds": n, "generation": ctx.fencing_token, "attempts": ctx.claim.attempts},
+    )
