@@ -6,7 +6,8 @@ arguments, query answers, heartbeat details, failure messages) leaves the proces
 the key's id in the payload's metadata (``encryption-key-id``) and bound into the seal. A payload
 decodes with whichever configured key its id names, so a new key is put first and the old ones
 stay listed until no history needs them (key rotation); a payload that names a key no longer
-configured is refused with :class:`UnknownCodecKeyError`. Payloads that were never encrypted
+configured is refused with :class:`UnknownCodecKeyError`, and a malformed one (a 1-byte
+"ciphertext") with :class:`MalformedPayloadError`, never a bare ``ValueError``. Payloads that were never encrypted
 (history written before the codec was turned on) pass through unchanged.
 
 Keys come from ``AGENTLEASE_CODEC_KEYS`` (``ID:BASE64KEY,...``). The rules and the codec server
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from google.protobuf.message import DecodeError
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
@@ -33,6 +35,7 @@ ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
 """The metadata entry naming the key that sealed a payload."""
 _NONCE_BYTES = 12
+_TAG_BYTES = 16
 _KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -51,6 +54,34 @@ class UnknownCodecKeyError(AgentLeaseError):
             why = f"which is not among AGENTLEASE_CODEC_KEYS ({listed})"
         super().__init__(f"payload encrypted with key id {key_id!r}, {why}")
         self.key_id = key_id
+
+
+class MalformedPayloadError(AgentLeaseError):
+    """A payload marked encrypted that is not one: too short to hold a nonce and a tag, or no Temporal
+    payload inside. Nothing in it can be decrypted, with any key."""
+
+
+class CodecKeysMissingError(AgentLeaseError):
+    """A payload is encrypted and this process has no payload codec: it cannot be read here."""
+
+
+class KeysMissingCodec(PayloadCodec):
+    """The codec of a process without ``AGENTLEASE_CODEC_KEYS``: payloads pass as they are, and an
+    encrypted one is refused in one line naming the setting (not the SDK's ``KeyError: Unknown payload
+    encoding binary/encrypted`` and its traceback)."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        for payload in payloads:
+            if payload.metadata.get("encoding") == ENCODING:
+                key_id = payload.metadata.get(KEY_ID, b"").decode("utf-8", "replace")
+                raise CodecKeysMissingError(
+                    f"its payloads are encrypted (key id {key_id!r}) and AGENTLEASE_CODEC_KEYS is not set here: "
+                    "set the keys the workers use"
+                )
+        return list(payloads)
 
 
 def parse_keys(text: str) -> list[tuple[str, bytes]]:
@@ -140,6 +171,7 @@ class EncryptionCodec(PayloadCodec):
 
         Raises:
             UnknownCodecKeyError: it names a key that is not configured, or does not open with it.
+            MalformedPayloadError: it is too short to be sealed, or holds no Temporal payload.
         """
         if payload.metadata.get("encoding") != ENCODING:
             return payload
@@ -147,13 +179,31 @@ class EncryptionCodec(PayloadCodec):
         aead = self._keys.get(key_id)
         if aead is None:
             raise UnknownCodecKeyError(key_id, self.key_ids)
+        if len(payload.data) < _NONCE_BYTES + _TAG_BYTES:
+            raise MalformedPayloadError(
+                f"payload encrypted with key id {key_id!r} is {len(payload.data)} bytes, shorter than a nonce "
+                "and a tag: not a sealed payload"
+            )
         try:
             plain = aead.decrypt(payload.data[:_NONCE_BYTES], payload.data[_NONCE_BYTES:], key_id.encode())
         except InvalidTag:
             raise UnknownCodecKeyError(key_id, self.key_ids, configured=True) from None
         decoded = Payload()
-        decoded.ParseFromString(plain)
+        try:
+            decoded.ParseFromString(plain)
+        except DecodeError:
+            raise MalformedPayloadError(f"payload encrypted with key id {key_id!r} holds no Temporal payload") from None
         return decoded
 
 
-__all__ = ["ENCODING", "KEY_ID", "EncryptionCodec", "UnknownCodecKeyError", "new_key_entry", "parse_keys"]
+__all__ = [
+    "ENCODING",
+    "KEY_ID",
+    "CodecKeysMissingError",
+    "EncryptionCodec",
+    "KeysMissingCodec",
+    "MalformedPayloadError",
+    "UnknownCodecKeyError",
+    "new_key_entry",
+    "parse_keys",
+]

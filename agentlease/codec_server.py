@@ -7,19 +7,25 @@
 ``temporal`` CLI calls it with ``--codec-endpoint`` (and ``--codec-auth``). With a token configured,
 a request without ``Authorization: Bearer <token>`` gets 401 and sees nothing decrypted.
 ``docs/security.md`` ("Transport and payload encryption") shows the setup.
+
+A body is read as it arrives, at most :data:`MAX_BODY_BYTES` of it (larger: 413, at once, by its
+``Content-Length`` or when the count passes the limit) and within :data:`BODY_TIMEOUT` (slower: 408).
+A payload that does not decode (malformed ciphertext, a key not configured) is 400 with the reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Sequence
+from datetime import timedelta
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.api.common.v1 import Payloads
@@ -27,17 +33,58 @@ from temporalio.converter import PayloadCodec
 
 from agentlease.errors import AgentLeaseError
 
-_MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = 8 * 1024 * 1024
 """The largest request body the codec server reads (a history page's payloads). 8 MiB."""
 
+BODY_TIMEOUT = timedelta(seconds=30)
+"""How long a request's body may take to arrive. Default 30s."""
 
-def codec_app(codec: PayloadCodec, *, token: str | None = None, origins: Sequence[str] = ()) -> Starlette:
+
+class _BodyRefused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES, timeout: timedelta = BODY_TIMEOUT) -> bytes:
+    """The request's body, read chunk by chunk: never more than ``limit`` bytes kept, never longer than ``timeout``.
+
+    Raises:
+        _BodyRefused: 413 over the limit, 408 too slow, 400 the client went away.
+    """
+    length = request.headers.get("content-length", "")
+    if length.isascii() and length.isdigit() and int(length) > limit:
+        raise _BodyRefused(413, f"body over {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout.total_seconds()):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise _BodyRefused(413, f"body over {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise _BodyRefused(408, f"the body did not arrive within {timeout.total_seconds():g}s") from None
+    except ClientDisconnect:
+        raise _BodyRefused(400, "the client went away") from None
+    return b"".join(chunks)
+
+
+def codec_app(
+    codec: PayloadCodec,
+    *,
+    token: str | None = None,
+    origins: Sequence[str] = (),
+    body_timeout: timedelta = BODY_TIMEOUT,
+) -> Starlette:
     """The codec server's ASGI app.
 
     Args:
         codec: the codec (the workers' own, :func:`agentlease.temporal.payload_codec`).
         token: the bearer token a request must carry; ``None``: none required.
         origins: browser origins allowed by CORS (the Temporal UI's, ``http://localhost:8233``).
+        body_timeout: how long a request's body may take to arrive. Default :data:`BODY_TIMEOUT`.
     """
 
     def allowed(request: Request) -> bool:
@@ -50,9 +97,10 @@ def codec_app(codec: PayloadCodec, *, token: str | None = None, origins: Sequenc
         async def handle(request: Request) -> Response:
             if not allowed(request):
                 return JSONResponse({"message": "a valid bearer token is required"}, status_code=401)
-            body = await request.body()
-            if len(body) > _MAX_BODY_BYTES:
-                return JSONResponse({"message": f"body over {_MAX_BODY_BYTES} bytes"}, status_code=413)
+            try:
+                body = await read_body(request, timeout=body_timeout)
+            except _BodyRefused as exc:
+                return JSONResponse({"message": str(exc)}, status_code=exc.status)
             payloads = Payloads()
             try:
                 json_format.Parse(body or b"{}", payloads)
@@ -86,4 +134,4 @@ def codec_app(codec: PayloadCodec, *, token: str | None = None, origins: Sequenc
     )
 
 
-__all__ = ["codec_app"]
+__all__ = ["BODY_TIMEOUT", "MAX_BODY_BYTES", "codec_app", "read_body"]

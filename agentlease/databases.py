@@ -130,14 +130,16 @@ def is_unavailable(exc: BaseException) -> bool:
 
 def is_refused_value(exc: BaseException) -> bool:
     """Whether a database error refuses a value a statement carried (too long for its column, a
-    character the encoding cannot hold, out of range): retrying the same statement fails the same
-    way, unlike an outage (:func:`is_unavailable`)."""
+    character the encoding cannot hold, out of range), or refuses the write to this role (no
+    privilege: a worker connected as the reader role; a row guard of the ledger): retrying the same
+    statement fails the same way, unlike an outage (:func:`is_unavailable`)."""
     from sqlalchemy.exc import DataError
 
     if isinstance(exc, DataError):
         return True
     orig = getattr(exc, "orig", None) or exc
-    return any(isinstance(cause, (asyncpg.exceptions.DataError, sqlite3.DataError)) for cause in (orig, orig.__cause__))
+    refused = (asyncpg.exceptions.DataError, asyncpg.exceptions.InsufficientPrivilegeError, sqlite3.DataError)
+    return any(isinstance(cause, refused) for cause in (orig, orig.__cause__))
 
 
 _SQLITE_OUTAGES = ("database is locked", "unable to open database file", "disk I/O error", "database or disk is full")

@@ -318,6 +318,32 @@ def decision_verifier(settings: AgentLeaseSettings) -> DecisionVerifier:
     return DecisionVerifier(settings.decision_mode, load_public_keys(settings.operator_keys), settings.decision_max_age)
 
 
+def verify_recorded(agent_run_id: str, details: Mapping[str, Any], keys: Mapping[str, Ed25519PublicKey]) -> bool:
+    """Whether an evidence entry's ``signed_by`` is proven by the signed decision recorded beside it
+    (``details["signed"]``, written by the decision activity): the operator's key verifies it for
+    ``agent_run_id``. An entry written with the ledger's credentials alone, naming an operator, fails.
+
+    Args:
+        agent_run_id: the run of the entry's task.
+        details: the entry's details.
+        keys: operator public keys by name (:func:`load_public_keys`).
+    """
+    try:
+        signed = SignedDecision.model_validate(details.get("signed"))
+        proof = DecisionProof.model_validate(signed.request.get("proof"))
+    except ValueError:
+        return False
+    key = keys.get(proof.operator)
+    if key is None or details.get("signed_by") != proof.operator:
+        return False
+    message = signed_message(agent_run_id, signed.command, signed.request, proof.operator, proof.signed_at.isoformat())
+    try:
+        key.verify(base64.b64decode(proof.signature, validate=True), message)
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
 def signed_decision(command: str, request: BaseModel) -> dict[str, Any]:
     """The ``signed`` field of the decision activity's input for a request the workflow received:
     ``{}`` when the request carries no proof (nothing changes for unsigned decisions)."""
@@ -340,4 +366,5 @@ __all__ = [
     "public_key_text",
     "signed_decision",
     "signed_message",
+    "verify_recorded",
 ]

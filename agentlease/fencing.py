@@ -157,11 +157,13 @@ def verify_fencing_token(fencing_key: bytes, resource_key: str, token: str | int
     """
     if token is None:
         raise InvalidFencingTokenError(resource_key, "a signed fencing token is required")
-    if isinstance(token, int) or "." not in token:
+    if not isinstance(token, str) or "." not in token:
         raise InvalidFencingTokenError(resource_key, "the token is not signed (expected <generation>.<signature>)")
     raw_generation, _, signature = token.partition(".")
-    if not raw_generation.isdigit() or len(raw_generation) > 19 or int(raw_generation) > MAX_GENERATION:
+    if not _decimal(raw_generation) or len(raw_generation) > 19 or int(raw_generation) > MAX_GENERATION:
         raise InvalidFencingTokenError(resource_key, "malformed generation")
+    if not signature.isascii():  # compare_digest takes ASCII text only; a signature is base64url
+        raise InvalidFencingTokenError(resource_key, "malformed signature")
     generation = int(raw_generation)
     if not hmac.compare_digest(signature, _signature(fencing_key, resource_key, generation)):
         raise InvalidFencingTokenError(
@@ -181,10 +183,15 @@ def token_generation(resource_key: str, token: int | str, fencing_key: bytes | N
         return verify_fencing_token(fencing_key, resource_key, token)
     if isinstance(token, str):
         raw = token.partition(".")[0]
-        if not raw.isdigit():
+        if not _decimal(raw) or len(raw) > 19:
             raise ValueError(f"a fencing token is a generation, not {token!r}")
         return check_generation(int(raw))
     return token
+
+
+def _decimal(text: str) -> bool:
+    """Whether ``text`` is ASCII decimal digits (``"²"`` and ``"٣"`` are digits to ``str.isdigit``, not to ``int``)."""
+    return text.isascii() and text.isdigit()
 
 
 def upsert_for(dialect_name: str, table: Table) -> postgresql.Insert | sqlite.Insert:

@@ -92,13 +92,45 @@ def check_id(value: str, what: str = "") -> str:
     return value
 
 
+SHARED_RUN_PREFIX = "shared:"
+"""What no run id begins with: the prefix of keys shared across runs (``records.SHARED_KEY_PREFIX``)."""
+
+
 def check_run_id(value: str) -> str:
     """``value`` if it can be an agent run id: at most :data:`MAX_RUN_ID_CHARS`, no control
-    character, valid Unicode. Raises ``ValueError``."""
+    character, valid Unicode, no ``/`` (a task id is ``<run>/<step>``, and the web view's paths name
+    runs), not beginning with ``shared:`` (its keys ``<run>:<step>`` would be keys shared across runs).
+    Raises ``ValueError``."""
     check_id(value, "agent run id")
     if len(value) > MAX_RUN_ID_CHARS:
         raise ValueError(f"agent run id has {len(value)} characters, more than {MAX_RUN_ID_CHARS}")
+    if "/" in value:
+        raise ValueError("agent run id contains '/': a task id is <run>/<step>")
+    if value.startswith(SHARED_RUN_PREFIX):
+        raise ValueError(f"agent run id begins with {SHARED_RUN_PREFIX!r}, the prefix of keys shared across runs")
     return value
+
+
+def check_finite_arguments(arguments: Any, tool: str) -> Any:
+    """``arguments`` (a tool's validated arguments model, or JSON-shaped data) unless a number in them
+    is NaN or infinite: pydantic turns the strings ``"inf"``, ``"Infinity"`` and ``"nan"`` into such
+    floats for a ``float`` field, which JSON refuses everywhere else.
+
+    Raises:
+        PermanentToolError: naming the tool (the call is dead-lettered, not retried).
+    """
+    from agentlease.errors import PermanentToolError
+
+    stack = [arguments.model_dump() if hasattr(arguments, "model_dump") else arguments]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PermanentToolError(f"arguments of {tool!r} hold {value!r}, not a finite number")
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            stack.extend(value)
+    return arguments
 
 
 def check_json(value: Any, what: str = "", *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:

@@ -46,6 +46,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from agentlease import search_attributes
 from agentlease.decision_auth import decision_verifier
 from agentlease.errors import ConfigurationError, LedgerUnavailableError
+from agentlease.ledger.grants import require_writable
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.metrics import LeaseMetrics
@@ -172,6 +173,7 @@ class AgentLeasePlugin(SimplePlugin):
             try:  # before the worker polls: a run must not meet a ledger or a namespace it cannot use
                 if self._owns_ledger:
                     await (upgrade if self.settings.migrate_on_start else require_current)(self.ledger.database)
+                await require_writable(self.ledger.database)  # a reader role's worker would retry runs forever
                 await search_attributes.require_registered(
                     worker.client, worker.client.namespace, register=self._register_search_attributes
                 )

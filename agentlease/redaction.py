@@ -1,19 +1,34 @@
-"""Redaction: secrets removed from what the ledger stores, before it stores it.
+"""Redaction: secrets removed from everything agentlease keeps or sends on, before it does.
 
-The ledger passes every reason, error, receipt and evidence detail through one redactor
-(:func:`redact_value`) on its way in, so a password in a URL, a bearer token in an error message or
-an API key a tool echoed in its receipt never reaches a row. The default redactor
-(:func:`redact_text`) masks:
+One pass (:func:`redact`) for every way out: the ledger's rows (reasons, errors, decisions and their
+details, receipts, the results kept with a refused settle), what a leased attempt sends to Temporal
+(its failure message, its output and receipt, its heartbeat details and progress), and so what
+``status``, ``tasks``, ``events``, ``events --html`` and the web view show. Two rules apply:
 
-- credentials in URLs: ``scheme://user:password@host`` -> ``scheme://user:***@host``;
-- ``Authorization:`` headers and ``Bearer`` / ``Basic`` tokens;
-- ``password=``, ``passwd=``, ``pwd=``, ``secret=``, ``token=``, ``api_key=``, ``apikey=``,
-  ``access_key=`` and ``private_key=`` values (also as ``"name": "value"`` in JSON text);
-- AWS access key ids (``AKIA...``/``ASIA...``) and ``aws_secret_access_key`` values;
-- private key blocks (``-----BEGIN ... PRIVATE KEY-----``).
+- **by key**: in JSON-shaped data, the value under a key that names a secret is replaced whole by
+  ``***``, whatever it holds (:func:`secret_key`): ``password``, ``passwd``, ``passphrase``, ``pwd``,
+  anything with ``secret`` (``client_secret``), a key ending in ``token`` (``token``,
+  ``access_token``, ``refreshToken``; not ``max_tokens``), ``api_key``/``apikey``,
+  ``access_key``, ``private_key``, ``signing_key``, ``authorization``, ``cookie``, ``set_cookie``,
+  ``credential(s)``, ``session_id``, ``auth``, ``dsn``;
+- **by shape** (:func:`redact_text`, every string, keys' values included):
 
-A deployment sets its own with ``AGENTLEASE_REDACTOR=module:function`` (a ``(str) -> str``), which
-may call :func:`redact_text` first. ``docs/security.md`` ("Retention and redaction").
+  - credentials in URLs: ``scheme://user:password@host`` -> ``scheme://user:***@host`` (a password
+    with ``/`` in it too);
+  - ``Authorization:`` headers, ``Bearer`` / ``Basic`` / ``token`` credentials, ``Cookie:`` and
+    ``Set-Cookie:`` headers;
+  - the value of any ``name=value`` / ``name: value`` whose name is a secret's by the rule by key
+    (``password=``, ``db_password=``, ``token=``, ``api_key=``, ``session_id=``...), also as
+    ``"name": "value"`` in JSON text and ``'name': 'value'`` in a Python repr;
+  - well-known token formats: GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``,
+    ``github_pat_``), Stripe (``sk_live_``, ``sk_test_``, ``rk_live_``...), OpenAI-style ``sk-...``,
+    Slack (``xox?-``), Google API keys (``AIza...``), JSON web tokens (``eyJ...``);
+  - AWS access key ids (``AKIA...``/``ASIA...``) and ``aws_secret_access_key`` values;
+  - private key blocks (``-----BEGIN ... PRIVATE KEY-----``).
+
+A deployment sets its own text rule with ``AGENTLEASE_REDACTOR=module:function`` (a ``(str) -> str``),
+which may call :func:`redact_text` first; the rule by key applies whatever the text rule.
+``docs/security.md`` ("Retention and redaction").
 """
 
 from __future__ import annotations
@@ -25,24 +40,93 @@ from typing import Any
 MASK = "***"
 """What a redacted secret is replaced by."""
 
-_SECRET_NAMES = (
-    r"(?:password|passwd|pwd|secret|client_secret|token|access_token|refresh_token"
-    r"|api[_-]?key|access[_-]?key|private[_-]?key|aws_secret_access_key)"
+_TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
+_KEY_VALUE = re.compile(
+    r"""(?P<key>["']?\b[A-Za-z][A-Za-z0-9_.-]*["']?)(?P<sep>\s*[:=]\s*["']?)(?P<value>[^\s&,;"'}]+)"""
 )
-_RULES: list[tuple[re.Pattern[str], str]] = [
+"""``name=value``, ``name: value``, ``"name": "value"``, ``'name': 'value'``: masked when the name is a
+secret's (:func:`secret_key`), as in JSON-shaped data."""
+
+
+def _key_value(match: re.Match[str]) -> str:
+    if not secret_key(match["key"].strip("\"'")) or match["value"] == MASK:
+        return match[0]
+    return f"{match['key']}{match['sep']}{MASK}"
+
+
+_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S), MASK),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):[^\s@/]*@"), rf"\1:{MASK}@"),
+    # user:password@ in a URL; a password may hold "/", but "host:8080/path@x" is a port and a path.
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):(?!\d+/)[^\s@]*@"), rf"\1:{MASK}@"),
     (re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;\"']+"), rf"\1{MASK}"),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {MASK}"),
-    (re.compile(rf"(?i)([\"']?\b{_SECRET_NAMES}[\"']?\s*[:=]\s*[\"']?)[^\s&,;\"'}}]+"), rf"\1{MASK}"),
+    (re.compile(r"(?i)\b((?:set-)?cookie\s*:\s*)[^\r\n\"']+"), rf"\1{MASK}"),
+    (re.compile(rf"(?i)\b(bearer|basic)\s+{_TOKEN_CHARS}{{8,}}"), rf"\1 {MASK}"),
+    # "token <value>": a value with a digit (8+ characters) or a long one, not a word ("token expired").
+    (
+        re.compile(rf"(?i)\b(token)\s+(?:(?={_TOKEN_CHARS}*\d){_TOKEN_CHARS}{{8,}}|{_TOKEN_CHARS}{{20,}})"),
+        rf"\1 {MASK}",
+    ),
+    (_KEY_VALUE, _key_value),
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),
+    (
+        re.compile(
+            r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{20,}"
+            r"|[sr]k_(?:live|test)_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{16,}"
+            r"|xox[abposr]-[A-Za-z0-9-]{8,}|AIza[A-Za-z0-9_-]{30,})"
+        ),
+        MASK,
+    ),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+"), MASK),
 ]
 
-_TRIGGERS = ("@", "authoriz", "bearer", "basic", "akia", "asia", "-----begin", "passw", "pwd", "secret", "token", "key")
+_TRIGGERS = (
+    "@",
+    "auth",
+    "credential",
+    "dsn",
+    "bearer",
+    "basic",
+    "akia",
+    "asia",
+    "-----begin",
+    "passw",
+    "passphrase",
+    "pwd",
+    "secret",
+    "token",
+    "key",
+    "cookie",
+    "session",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "sk_",
+    "rk_",
+    "sk-",
+    "xox",
+    "aiza",
+    "eyj",
+)
 """Text containing none of these (lower-cased) matches no rule: the rules are skipped (the renewal hot path)."""
+
+_SECRET_KEY = re.compile(
+    r"pass(?:wd|word|phrase)|secret|token$|^pwd$|_pwd$|api_?key|access_?key|private_?key|signing_?key"
+    r"|authori[sz]ation|cookie|credentials?$|session_?id$|^auth$|^dsn$"
+)
 
 Redactor = Callable[[str], str]
 """A function from text to the same text with its secrets masked."""
+
+
+def secret_key(key: str) -> bool:
+    """Whether the value under ``key`` (a JSON object's key) is a secret: see the module docstring.
+
+    Keys compare case-insensitively, with ``-``, ``.`` and spaces as ``_`` (``X-Api-Key`` is ``x_api_key``).
+    """
+    return bool(_SECRET_KEY.search(re.sub(r"[-. ]", "_", key.lower())))
 
 
 def redact_text(text: str) -> str:
@@ -56,7 +140,8 @@ def redact_text(text: str) -> str:
 
 
 def redact_value(value: Any, redactor: Redactor = redact_text) -> Any:
-    """``value`` with every string in it (nested dict keys' values, list items) redacted.
+    """``value`` with every secret in it masked: strings by ``redactor``, and the whole value under a
+    key that names a secret (:func:`secret_key`), at any depth.
 
     Args:
         value: a string, or JSON-shaped data (dicts, lists, numbers, booleans, ``None``).
@@ -65,24 +150,50 @@ def redact_value(value: Any, redactor: Redactor = redact_text) -> Any:
     if isinstance(value, str):
         return redactor(value)
     if isinstance(value, dict):
-        return {key: redact_value(item, redactor) for key, item in value.items()}
+        return {
+            key: _masked(item) if isinstance(key, str) and secret_key(key) else redact_value(item, redactor)
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
         return [redact_value(item, redactor) for item in value]
     return value
+
+
+def _masked(value: Any) -> Any:
+    """What a value under a secret's key becomes: ``***``; nothing (``None``, ``""``) and booleans stay."""
+    if value is None or isinstance(value, bool) or value == "":
+        return value
+    return MASK
 
 
 _configured: Redactor = redact_text
 
 
 def configure(redactor: Redactor | None) -> None:
-    """Set the process's redactor (a worker does it from ``AGENTLEASE_REDACTOR``); ``None``: the default."""
+    """Set the process's redactor (a worker does it from ``AGENTLEASE_REDACTOR``); ``None``: the default.
+
+    Raises:
+        ConfigurationError: ``redactor`` is not a function from text to text (tried once on a probe
+            text), so a worker refuses to start in one line instead of failing every attempt.
+    """
     global _configured
+    if redactor is not None:
+        from agentlease.errors import ConfigurationError
+
+        if not callable(redactor):
+            raise ConfigurationError(f"bad redactor: a function (str) -> str, not {type(redactor).__name__}")
+        try:
+            probe = redactor("agentlease redactor probe")
+        except Exception as exc:  # noqa: BLE001 - any failure of a deployment's function is a bad setting
+            raise ConfigurationError(f"bad redactor: it raised {type(exc).__name__} on a probe text") from None
+        if not isinstance(probe, str):
+            raise ConfigurationError(f"bad redactor: it returned {type(probe).__name__}, not text")
     _configured = redactor or redact_text
 
 
 def redact(value: Any) -> Any:
-    """``value`` redacted with the process's redactor (:func:`configure`): the ledger's call point."""
+    """``value`` redacted with the process's redactor (:func:`configure`): the call point of every way out."""
     return redact_value(value, _configured)
 
 
-__all__ = ["MASK", "Redactor", "configure", "redact", "redact_text", "redact_value"]
+__all__ = ["MASK", "Redactor", "configure", "redact", "redact_text", "redact_value", "secret_key"]

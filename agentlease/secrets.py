@@ -10,8 +10,12 @@ A tool's :class:`~agentlease.tools._context.LeaseContext` carries:
 - ``ctx.secrets``, a :class:`ToolSecrets`: ``ctx.secrets.get("api_token")`` asks the worker's
   :class:`SecretProvider` for that tool's own secret, ``provider.get(tool, name)``; a tool cannot
   ask for another tool's. The default provider (:class:`EnvSecretProvider`) reads
-  ``AGENTLEASE_SECRET_<TOOL>_<NAME>``; a deployment plugs in its vault with
-  ``AGENTLEASE_SECRET_PROVIDER=module:attribute``.
+  ``AGENTLEASE_SECRET_<TOOL>__<NAME>`` (two underscores between the tool and the secret, so that
+  ``http`` + ``get_api_token`` and ``http_get`` + ``api_token`` are two variables); a deployment
+  plugs in its vault with ``AGENTLEASE_SECRET_PROVIDER=module:attribute``.
+
+The view holds only the values the tool may read: the worker's settings object is not reachable
+from it (``ctx.settings._settings`` is nothing), so a tool cannot step around the narrowing.
 
 ``docs/security.md`` ("Tool credentials") shows a tool using both.
 """
@@ -39,6 +43,7 @@ WORKER_ONLY = frozenset(
         "codec_keys",
         "payload_codec",
         "codec_server_token",
+        "ui_token",
         "operator_keys",
         "operator_key",
         "decision_mode",
@@ -87,26 +92,32 @@ class MissingSecretError(CredentialToolError):
 class ToolSettings:
     """The settings one tool may read: attributes of :class:`~agentlease.settings.AgentLeaseSettings`.
 
+    Only those values are copied in; the worker's settings object is not kept.
+
     Args:
         settings: the worker's settings.
         tool: the tool's name.
         declared: the settings the tool declared; ``None``: every one but :data:`WORKER_ONLY`.
     """
 
-    __slots__ = ("_declared", "_settings", "_tool")
+    __slots__ = ("_declared", "_tool", "_values")
 
     def __init__(self, settings: AgentLeaseSettings, tool: str, declared: Iterable[str] | None = None) -> None:
-        self._settings = settings
         self._tool = tool
         self._declared = None if declared is None else frozenset(declared)
+        names = type(settings).model_fields
+        allowed = (n for n in names if n not in WORKER_ONLY) if self._declared is None else self._declared & set(names)
+        self._values: dict[str, Any] = {name: getattr(settings, name) for name in allowed}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        allowed = name not in WORKER_ONLY if self._declared is None else name in self._declared
-        if not allowed:
-            raise SettingNotAllowedError(self._tool, name, self._declared)
-        return getattr(self._settings, name)
+        try:
+            return self._values[name]
+        except KeyError:
+            if self._declared is not None and name in self._declared:
+                raise AttributeError(f"no setting {name!r}") from None
+            raise SettingNotAllowedError(self._tool, name, self._declared) from None
 
     def __repr__(self) -> str:
         return f"ToolSettings(tool={self._tool!r})"
@@ -123,9 +134,19 @@ class SecretProvider(Protocol):
     def get(self, tool: str, name: str) -> str | None: ...
 
 
+SECRET_NAME = re.compile(r"[A-Za-z0-9]+(?:_[A-Za-z0-9]+)*")
+"""A secret's name: letters and digits, single underscores between them (``api_token``)."""
+
+
+class SecretNameError(PermanentToolError, ValueError):
+    """A tool asked for a secret whose name is not letters and digits joined by single underscores."""
+
+
 class EnvSecretProvider:
-    """Secrets from the environment: ``AGENTLEASE_SECRET_<TOOL>_<NAME>`` (upper case, every
-    character other than a letter or digit as ``_``).
+    """Secrets from the environment: ``AGENTLEASE_SECRET_<TOOL>__<NAME>`` (upper case, every
+    character other than a letter or digit as ``_``, and two underscores between the tool and the
+    name). A name holds no ``__`` and neither begins nor ends with ``_`` (:data:`SECRET_NAME`), so
+    the last ``__`` of a variable parts it: no two (tool, name) pairs share a variable.
 
     Args:
         environ: the environment; default ``os.environ``.
@@ -138,8 +159,17 @@ class EnvSecretProvider:
 
     @classmethod
     def variable(cls, tool: str, name: str) -> str:
-        """The variable holding ``tool``'s secret ``name``."""
-        return cls.PREFIX + "_".join(re.sub(r"[^A-Za-z0-9]", "_", part).upper() for part in (tool, name))
+        """The variable holding ``tool``'s secret ``name``.
+
+        Raises:
+            SecretNameError: ``name`` is not a secret's name (:data:`SECRET_NAME`).
+        """
+        if not SECRET_NAME.fullmatch(name):
+            raise SecretNameError(
+                f"tool {tool!r} asked for secret {name!r}: a secret's name is letters and digits joined by "
+                "single underscores"
+            )
+        return f"{cls.PREFIX}{re.sub(r'[^A-Za-z0-9]', '_', tool).upper()}__{name.upper()}"
 
     def get(self, tool: str, name: str) -> str | None:
         return self._environ.get(self.variable(tool, name))
@@ -196,9 +226,11 @@ def secret_provider(settings: AgentLeaseSettings) -> SecretProvider:
 
 
 __all__ = [
+    "SECRET_NAME",
     "WORKER_ONLY",
     "EnvSecretProvider",
     "MissingSecretError",
+    "SecretNameError",
     "SecretProvider",
     "SettingNotAllowedError",
     "ToolSecrets",

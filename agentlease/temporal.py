@@ -21,7 +21,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, TLSConfig
 
 from agentlease import tracing
-from agentlease.errors import AgentLeaseError, ConfigurationError
+from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
 from agentlease.settings import AgentLeaseSettings
 
 CONNECT_TIMEOUT = timedelta(seconds=10)
@@ -81,13 +81,19 @@ async def connect(
         ConfigurationError: a plugin, converter or codec named in ``settings`` cannot be loaded, a
             TLS file cannot be read, or the codec keys are malformed.
     """
-    every_plugin = [*plugins, *(load_object(path, "plugin") for path in settings.plugins)]
+    loaded = [_loaded(path, "plugin", Plugin, "a temporalio client Plugin") for path in settings.plugins]
+    every_plugin = [*plugins, *loaded]
     converter = data_converter
     if converter is None and settings.data_converter:
-        converter = load_object(settings.data_converter, "data converter")
+        converter = _loaded(settings.data_converter, "data converter", DataConverter, "a temporalio DataConverter")
     if converter is None and not every_plugin:
         converter = pydantic_data_converter
     codec = payload_codec(settings)
+    if codec is None and converter is not None and converter.payload_codec is None:
+        from agentlease.codec import KeysMissingCodec
+
+        # No keys here: an encrypted payload is refused in one line instead of the SDK's KeyError.
+        converter = dataclasses.replace(converter, payload_codec=KeysMissingCodec())
     if codec is not None:
         if converter is not None:
             converter = with_codec(converter, codec)
@@ -223,4 +229,25 @@ def load_object(path: str, what: str, *, factory: bool = True) -> Any:
         value = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot load {what} {path!r}: {exc}") from None
-    return value() if factory and inspect.isfunction(value) else value  # a factory: ``def plugin() -> Plugin``
+    except Exception as exc:  # noqa: BLE001 - the module failed while importing: a bad setting, in one line
+        raise ConfigurationError(f"cannot load {what} {path!r}: importing it raised {type(exc).__name__}") from None
+    if not (factory and inspect.isfunction(value)):
+        return value
+    try:
+        return value()  # a factory: ``def plugin() -> Plugin``
+    except Exception as exc:  # noqa: BLE001 - a factory that fails, or takes arguments: a bad setting
+        raise ConfigurationError(
+            f"cannot load {what} {path!r}: calling it raised {type(exc).__name__}: {one_line(exc)}"
+        ) from None
+
+
+def _loaded(path: str, what: str, kind: type, expected: str) -> Any:
+    """:func:`load_object`, which must give a ``kind``.
+
+    Raises:
+        ConfigurationError: it cannot be loaded, or is something else.
+    """
+    value = load_object(path, what)
+    if not isinstance(value, kind):
+        raise ConfigurationError(f"bad {what} {path!r}: {type(value).__name__}, not {expected}")
+    return value

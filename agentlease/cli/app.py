@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -24,9 +24,8 @@ import typer
 from agentlease.cli import db, decide, runs, views
 from agentlease.cli.options import GLOBAL, UI, WORKER, setting_flags
 from agentlease.cli.runs import run_status as _run_status
-from agentlease.cli.security import codec_server, keys_app
+from agentlease.cli.security import codec_server, keys_app, startup_warnings
 from agentlease.cli.session import err, log_in_one_line, out, require_extra
-from agentlease.cli.session import ledger as _ledger
 from agentlease.cli.session import settings as _settings
 from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
 from agentlease.settings import AgentLeaseSettings, with_overrides
@@ -71,6 +70,8 @@ def worker(ctx: typer.Context) -> None:
     )
     err.print(f"tools: {tools}", markup=False)
     err.print(f"decisions in {settings.decision_mode} mode; payloads {_payloads(settings)}", markup=False)
+    for warning in startup_warnings(settings):
+        err.print(warning, markup=False)
     if settings.metrics_address is not None:
         err.print(f"lease metrics on http://{settings.metrics_address}/metrics")
     asyncio.run(serve(settings))
@@ -80,23 +81,9 @@ def worker(ctx: typer.Context) -> None:
 def ui(ctx: typer.Context) -> None:
     """Serve a read-only web view of the ledger: runs, tasks and each task's lease timeline."""
     require_extra("ui", "ui")
-    from agentlease.cli.serving import bound, serve_until_stopped
-    from agentlease.ui.app import ui_app
+    from agentlease.cli.serving import serve_ui
 
-    settings = _settings(ctx)
-    host, port = settings.ui_host, settings.ui_port
-
-    async def _serve(sock: Any) -> None:
-        async with _ledger(settings) as ledger:
-            app = ui_app(ledger, temporal_ui=settings.temporal_ui, namespace=settings.namespace)
-            await serve_until_stopped(
-                app,
-                sock,
-                lambda: err.print(f"lease timelines on http://{host}:{port}/runs/RUN_ID (read-only); Ctrl-C stops"),
-            )
-
-    with bound(host, port) as sock:
-        asyncio.run(_serve(sock))
+    serve_ui(_settings(ctx), lambda line: err.print(line, markup=False))
 
 
 def _payloads(settings: AgentLeaseSettings) -> str:
@@ -110,7 +97,10 @@ def demo(
     ctx: typer.Context,
     timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0,
 ) -> None:
-    """Run the bundled example plans end to end on the embedded default, then stop everything."""
+    """Show what a lease changes: a worker paused mid-write, without a lease and with one; then stop everything.
+
+    On the embedded default, with the bundled plans and example agents beside it. Exit 0 once every task settled.
+    """
     require_extra("demo", "demo")
     from agentlease.cli.local import run_demo
     from agentlease.shutdown import stopped_by_signals

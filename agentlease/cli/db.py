@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from agentlease.cli.options import SWEEP, setting_flags
+from agentlease.cli.session import err, out
 from agentlease.cli.session import ledger as _ledger
-from agentlease.cli.session import out
 from agentlease.cli.session import settings as _settings
 from agentlease.errors import ConfigurationError
 
@@ -27,18 +27,28 @@ def sweep(
     from agentlease.metrics import serving_metrics
     from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings
     from agentlease.shutdown import stop_event
-    from agentlease.tools._registry import load_registry
 
     settings = _settings(ctx)
-    limits = {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
+    if settings.tool_modules:
+        from agentlease.tools._registry import load_registry
+
+        load_registry(settings.tool_modules, builtins=False)  # a module that does not import fails now
+
+    def limits() -> dict[str, int]:
+        """Read when a lease is first classified: an idle sweep imports no tool (the built-in ones import
+        Temporal's SDK)."""
+        from agentlease.tools._registry import load_registry
+
+        return {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
+
     try:
-        options = SweeperSettings(interval=timedelta(seconds=interval_s), max_attempts_by_tool=limits)
+        options = SweeperSettings(interval=timedelta(seconds=interval_s))
     except ValueError as exc:
         raise ConfigurationError(f"bad sweeper setting: {exc}") from None
 
     async def _sweep() -> None:
         async with _ledger(settings) as ledger:
-            sweeper = ExpiredLeaseSweeper(ledger, options)
+            sweeper = ExpiredLeaseSweeper(ledger, options, tool_limits=limits)
             if once:
                 result = await sweeper.run_once()
                 out.print(
@@ -70,8 +80,10 @@ def purge(
         age = parse_age(older_than)
     except ValueError as exc:
         raise ConfigurationError(f"--older-than: {exc}") from None
-    if batch_size < 1:
-        raise ConfigurationError("--batch-size must be at least 1")
+    from agentlease.ledger.retention import MAX_BATCH_SIZE
+
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ConfigurationError(f"--batch-size is from 1 to {MAX_BATCH_SIZE} tasks")
 
     async def _purge() -> Any:
         async with _ledger(_settings(ctx)) as ledger:
@@ -114,7 +126,7 @@ def db_grant(
     from sqlalchemy import text
 
     from agentlease.databases import display_url
-    from agentlease.ledger.grants import LedgerRoles, grant_statements
+    from agentlease.ledger.grants import GUARD_TRIGGERS, GUARDS_PRESENT, LedgerRoles, grant_statements
 
     try:
         statements = grant_statements(LedgerRoles(worker_role, operator_role, reader_role))
@@ -128,14 +140,22 @@ def db_grant(
     if not settings.ledger_url.startswith("postgresql"):
         raise ConfigurationError("db grant --apply needs a PostgreSQL ledger (AGENTLEASE_LEDGER_URL)")
 
-    async def _apply() -> None:
+    async def _apply() -> int:
         async with _ledger(settings) as ledger:
 
-            def grant_tx(conn: Any) -> None:
+            def grant_tx(conn: Any) -> int:
                 for statement in statements:
                     conn.execute(text(statement))
+                guards: int = conn.execute(text(GUARDS_PRESENT), {"names": list(GUARD_TRIGGERS)}).scalar_one()
+                return guards
 
-            await ledger.database.write(grant_tx)
+            return await ledger.database.write(grant_tx)
 
-    asyncio.run(_apply())
+    guards = asyncio.run(_apply())
     out.print(f"granted on {display_url(settings.ledger_url)}: {len(statements)} statements")
+    if guards < len(GUARD_TRIGGERS):
+        err.print(
+            "warning: this ledger has no row guards yet (schema revision 0006): run `agentlease db upgrade` as its "
+            "owner, or the worker role can still rewrite generations, statuses and receipts",
+            markup=False,
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -10,6 +12,26 @@ from agentlease import limits
 from agentlease.errors import ConfigurationError, UnknownToolError, describe_validation_error
 from agentlease.records import AgentRunPlan
 from agentlease.tools._registry import ToolRegistry
+
+
+def _read_bounded(path: Path, size: int) -> bytes:
+    """At most ``size`` bytes of ``path``, which must be a file or a device, never a FIFO or a socket.
+
+    Opened without blocking: a FIFO (``mkfifo plan.json``) would wait for a writer forever.
+
+    Raises:
+        OSError: it cannot be read, or is a FIFO or a socket.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise OSError(0, "a FIFO or a socket, not a file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(size)
+    finally:
+        os.close(fd)
 
 
 def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
@@ -22,8 +44,7 @@ def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
         ConfigurationError: with one line saying what is wrong and where.
     """
     try:
-        with path.open("rb") as file:
-            raw = file.read(limits.MAX_PLAN_BYTES + 1)
+        raw = _read_bounded(path, limits.MAX_PLAN_BYTES + 1)
     except OSError as exc:
         raise ConfigurationError(f"cannot read plan {path}: {exc.strerror or exc}") from None
     if len(raw) > limits.MAX_PLAN_BYTES:

@@ -7,19 +7,20 @@ import contextlib
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agentlease.cli.render import run_table, to_json
 from agentlease.cli.session import RPC as _RPC
 from agentlease.cli.session import out
 from agentlease.cli.session import settings as _settings
 from agentlease.enums import RunState
 from agentlease.errors import AgentLeaseError, one_line
 from agentlease.names import STATUS_QUERY
-from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
+
+if TYPE_CHECKING:
+    from agentlease.records import RunStatus
 
 
 def run(
@@ -90,6 +91,9 @@ async def _follow(client: Any, handle: Any, agent_run_id: str, live: Any) -> Run
     """
     from temporalio.service import RPCError
 
+    from agentlease.cli.render import run_table
+    from agentlease.records import RunStatus
+
     result = asyncio.ensure_future(handle.result())
     lost_since: float | None = None
     while True:
@@ -144,6 +148,8 @@ async def with_heartbeats(client: Any, description: Any, current: RunStatus) -> 
     keeps the attempt's latest heartbeat details (a :class:`LeaseHeartbeat`, a throttled copy of
     what the ledger recorded), as its UI shows them.
     """
+    from agentlease.records import RunStatus
+
     latest: dict[str, dict[str, Any]] = {}
     for pending in description.raw_description.pending_activities:
         if not pending.heartbeat_details.payloads:
@@ -170,6 +176,8 @@ async def with_heartbeats(client: Any, description: Any, current: RunStatus) -> 
 
 
 def show_run(status: RunStatus, as_json: bool) -> None:
+    from agentlease.cli.render import run_table, to_json
+
     if as_json:
         out.print_json(to_json(status))
     else:
@@ -190,6 +198,8 @@ async def run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStat
     from temporalio.service import RPCError
 
     from agentlease.cli.reaching import ended_run_status, query_within
+    from agentlease.codec import CodecKeysMissingError
+    from agentlease.records import RunStatus
     from agentlease.temporal import connect
 
     client = await connect(settings)
@@ -205,5 +215,7 @@ async def run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStat
             return await result_of(handle.result(), agent_run_id)  # raises with the cause
     except RPCError as exc:
         raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+    except CodecKeysMissingError as exc:
+        raise AgentLeaseError(f"agent run {agent_run_id}: {exc}") from None
     state = "in an unknown state" if description.status is None else description.status.name.lower()
     raise AgentLeaseError(f"agent run {agent_run_id} is {state}")

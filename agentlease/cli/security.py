@@ -71,4 +71,35 @@ def codec_server(ctx: typer.Context) -> None:
         asyncio.run(serve_until_stopped(app, sock, announce))
 
 
-__all__ = ["codec_server", "keys_app"]
+DEVELOPMENT_PASSWORDS = frozenset({"agentlease", "worker", "operator", "reader", "postgres", "password", "secret"})
+"""Passwords a ledger URL must not carry outside a laptop: docker-compose.yml's defaults and the usual ones."""
+
+
+def startup_warnings(settings: AgentLeaseSettings) -> list[str]:
+    """One line for each default of ``settings`` that a deployment beyond a laptop must change.
+
+    - the open decision mode (the default): anyone who can send the runs an update decides, under any name;
+    - a ledger URL with a development password (``docker-compose.yml``'s defaults among them).
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    lines = []
+    if settings.decision_mode == "open":
+        lines.append(
+            "warning: open decision mode: whoever can send this task queue's runs an update approves, rejects or "
+            "redrives under any name; set AGENTLEASE_DECISION_MODE=authenticated and AGENTLEASE_OPERATOR_KEYS"
+        )
+    try:
+        password = make_url(settings.ledger_url).password
+    except ArgumentError:
+        password = None
+    if password is not None and str(password).lower() in DEVELOPMENT_PASSWORDS:
+        lines.append(
+            "warning: the ledger URL carries a development default password; set LEDGER_*_PASSWORD "
+            "(docker-compose.yml) or your own before the ledger is reachable from another machine"
+        )
+    return lines
+
+
+__all__ = ["codec_server", "keys_app", "startup_warnings"]

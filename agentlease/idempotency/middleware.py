@@ -21,7 +21,8 @@ Callers (``docs/security.md``, "Fencing tokens a downstream can verify")
     ``max_body_bytes`` (default 1 MiB) is answered 413 ``request_too_large`` before anything is stored.
 
 Answers, in the order they are decided
-    - 413 ``request_too_large``: the body is larger than ``max_body_bytes``.
+    - 413 ``request_too_large``: the body is larger than ``max_body_bytes``; 408 ``request_timeout``:
+      it did not arrive within ``body_timeout_s``.
     - 400 ``missing_idempotency_key`` / ``invalid_idempotency_key`` / ``invalid_fencing_token`` /
       ``invalid_fencing_resource`` / ``repeated_*``: a malformed convention header. With
       ``require_fencing_token=True`` a missing token is 400 ``missing_fencing_token``. With a
@@ -108,12 +109,24 @@ def request_path(connection: HTTPConnection) -> str:
 MAX_BODY_BYTES = 1024 * 1024
 """Default largest request body the middleware reads (1 MiB); a larger one is answered 413."""
 
+BODY_TIMEOUT_S = 30.0
+"""Default seconds a request's body may take to arrive; a slower one is answered 408."""
+
 
 def caller_from_credentials(connection: HTTPConnection) -> str:
     """The default ``caller_for``: the request's ``Authorization`` (or else ``X-API-Key``) header value,
-    ``""`` (the anonymous scope) when it has neither. The middleware stores only a digest of it."""
+    ``""`` (the anonymous scope) when it has neither. The middleware stores only a digest of it.
+
+    An ``Authorization`` value is taken as the server reads it: its scheme is case-insensitive and
+    the spaces around and after it do not count (``Bearer x``, ``bearer  x`` and ``BEARER x`` are
+    one caller); the credentials themselves compare exactly.
+    """
     headers = connection.headers
-    return headers.get("authorization") or headers.get("x-api-key") or ""
+    authorization = headers.get("authorization")
+    if authorization:
+        scheme, _, credentials = authorization.strip().partition(" ")
+        return f"{scheme.lower()} {credentials.strip()}" if credentials.strip() else scheme.lower()
+    return headers.get("x-api-key") or ""
 
 
 def scoped_key(caller: str, key: str) -> str:
@@ -128,6 +141,10 @@ def scoped_key(caller: str, key: str) -> str:
 
 class _TooLarge(Exception):
     """The request body outgrew ``max_body_bytes``."""
+
+
+class _TooSlow(Exception):
+    """The request body did not arrive within ``body_timeout_s``."""
 
 
 def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse:
@@ -147,12 +164,21 @@ def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
     )
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
+async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes | None:
     """The whole request body, or ``None`` if the client disconnected first.
 
     Raises:
         _TooLarge: the body is larger than ``limit`` bytes (reading stops there).
+        _TooSlow: the body did not arrive within ``timeout_s`` seconds.
     """
+    try:
+        with anyio.fail_after(timeout_s):
+            return await _read_all(receive, limit)
+    except TimeoutError:
+        raise _TooSlow from None
+
+
+async def _read_all(receive: Receive, limit: int) -> bytes | None:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -220,6 +246,10 @@ class IdempotencyMiddleware:
             present (the handler must check it is the one it writes). Default ``False``: the header
             is ignored.
         max_body_bytes: the largest body read; larger is 413. Default :data:`MAX_BODY_BYTES`.
+        body_timeout_s: seconds the body may take to arrive; slower is 408 ``request_timeout``
+            (a client trickling its body holds nothing longer). Default :data:`BODY_TIMEOUT_S`. A
+            client slow to send its headers is the server's to cut off (uvicorn has no such limit:
+            ``agentlease.cli.serving.timed_protocol`` adds one).
         clock: returns the current time (aware) for every statement; default ``None``, the
             database's clock. Tests inject time here.
     """
@@ -236,6 +266,7 @@ class IdempotencyMiddleware:
         caller_for: Callable[[HTTPConnection], str] = caller_from_credentials,
         client_named_resource: bool = False,
         max_body_bytes: int = MAX_BODY_BYTES,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         self.app = app
         self.store = store
@@ -246,6 +277,7 @@ class IdempotencyMiddleware:
         self.caller_for = caller_for
         self.client_named_resource = client_named_resource
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     def _now(self) -> datetime | None:
         return None if self.clock is None else self.clock()
@@ -286,9 +318,13 @@ class IdempotencyMiddleware:
             await too_large(scope, receive, send)
             return
         try:
-            body = await _read_body(receive, self.max_body_bytes)
+            body = await _read_body(receive, self.max_body_bytes, self.body_timeout_s)
         except _TooLarge:
             await too_large(scope, receive, send)
+            return
+        except _TooSlow:
+            slow = f"the request body did not arrive within {self.body_timeout_s:g}s"
+            await _error(408, "request_timeout", slow)(scope, receive, send)
             return
         if body is None:
             return

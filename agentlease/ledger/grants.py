@@ -3,14 +3,22 @@
 Three roles (``docs/security.md``, "Database roles"), made by the database's administrator, who also
 owns the tables (``agentlease db upgrade`` runs as the owner):
 
-- the **worker** role does lease operations and nothing else: it reads the tables, inserts and
-  updates ``tasks`` (claims, renewals, settles, lease ends, expiries, decisions), appends to the
-  evidence trail (``lease_events``: INSERT only, never UPDATE or DELETE) and stores receipts
-  (INSERT; the settle's ``ON CONFLICT`` needs UPDATE of ``receipts.idempotency_key`` alone). No
-  DELETE anywhere, no DDL, no write to ``alembic_version``.
-- the **operator** role reads everything and may write decisions (``Ledger.decide``: UPDATE
-  ``tasks``, INSERT ``lease_events`` and ``receipts``); operators normally decide through Temporal
-  updates, which the worker's decision activity applies.
+- the **worker** role does lease operations and nothing else: it reads the tables, inserts
+  ``tasks`` and updates the columns a lease operation writes (:data:`LEASE_COLUMNS`: never what a
+  task *is*, its run, step, tool, key or arguments), appends to the evidence trail
+  (``lease_events``: INSERT only, never UPDATE or DELETE) and stores receipts (INSERT; the settle's
+  ``ON CONFLICT`` needs UPDATE of ``receipts.idempotency_key`` alone). No DELETE anywhere, no DDL,
+  no write to ``alembic_version``. UPDATE is granted per column, never on the table: a table-level
+  UPDATE would also let the role ``LOCK TABLE tasks`` exclusively and stop every lease.
+- the **operator** role reads everything and may write decisions (``Ledger.decide``: UPDATE of the
+  same columns of ``tasks``, INSERT ``lease_events`` and ``receipts``); operators normally decide
+  through Temporal updates, which the worker's decision activity applies.
+
+What each write may change is checked row by row by the guards of migration ``0006``
+(``agentlease/migrations/versions/0006_ledger_guards.py``): a generation only goes up by one, and
+only by a claim; a status moves only as a lease operation or the decision table moves it; a
+receipt, once stored, stands; the trail's ``authenticated_as`` is the session's role. Grants say
+which columns; the guards say which values.
 - the **reader** role reads (listings, the UI, incident review).
 
 Each grant starts from ``REVOKE ALL``, so applying it again (or to a role that had more) leaves
@@ -20,9 +28,29 @@ exactly these privileges. Every name is quoted as an SQL identifier.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import Table, text
+from sqlalchemy.engine import Connection
+
+from agentlease.errors import ConfigurationError
+from agentlease.ledger.database import LedgerDatabase
+from agentlease.ledger.schema import TaskRow
 
 LEDGER_TABLES = ("tasks", "lease_events", "receipts", "alembic_version")
 """The ledger's tables (Alembic's version table among them)."""
+
+TASK_IDENTITY = frozenset(
+    {"task_id", "agent_run_id", "step_id", "tool", "side_effect_class", "idempotency_key", "arguments_sha256"}
+    | {"created_at_ms"}
+)
+"""What a task is: set when the row is created, never updated by any role but the owner."""
+
+LEASE_COLUMNS = tuple(c.name for c in cast(Table, TaskRow.__table__).c if c.name not in TASK_IDENTITY)
+"""The columns of ``tasks`` the worker and operator roles may UPDATE: every other one."""
+
+GUARD_TRIGGERS = ("agentlease_tasks_guard", "agentlease_receipts_guard", "agentlease_events_guard")
+"""The row guards of migration 0006 (PostgreSQL)."""
 
 
 def quote_identifier(name: str) -> str:
@@ -63,13 +91,15 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
     if roles.worker is None and roles.operator is None and roles.reader is None:
         raise ValueError("name at least one of --worker-role, --operator-role, --reader-role")
     s = quote_identifier(schema)
+    columns = ", ".join(quote_identifier(name) for name in LEASE_COLUMNS)
     out: list[str] = []
     if roles.worker is not None:
         w = quote_identifier(roles.worker)
         out += _revoke(w, s)
         out += [
             f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {w};",
-            f"GRANT INSERT, UPDATE ON {s}.tasks TO {w};",
+            f"GRANT INSERT ON {s}.tasks TO {w};",
+            f"GRANT UPDATE ({columns}) ON {s}.tasks TO {w};",
             f"GRANT INSERT ON {s}.lease_events TO {w};",
             f"GRANT INSERT ON {s}.receipts TO {w};",
             f"GRANT UPDATE (idempotency_key) ON {s}.receipts TO {w};",
@@ -80,7 +110,7 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
         out += _revoke(o, s)
         out += [
             f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {o};",
-            f"GRANT UPDATE ON {s}.tasks TO {o};",
+            f"GRANT UPDATE ({columns}) ON {s}.tasks TO {o};",
             f"GRANT INSERT ON {s}.tasks, {s}.lease_events, {s}.receipts TO {o};",
             f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {o};",
         ]
@@ -91,4 +121,53 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
     return out
 
 
-__all__ = ["LEDGER_TABLES", "LedgerRoles", "grant_statements", "quote_identifier"]
+async def require_writable(database: LedgerDatabase) -> None:
+    """Check, before a worker polls, that its ledger role may do lease operations (PostgreSQL).
+
+    A worker connected as the reader role would otherwise fail every claim and have Temporal retry
+    its runs forever; it refuses to start instead, in one line.
+
+    Raises:
+        ConfigurationError: the role lacks INSERT or UPDATE on ``tasks`` or INSERT on the trail or receipts.
+        LedgerUnavailableError: the ledger could not be reached.
+    """
+    if database.dialect != "postgresql":
+        return
+
+    def check(conn: Connection) -> tuple[str, bool]:
+        params = {"tasks": "tasks", "events": "lease_events", "receipts": "receipts"}
+        may = bool(conn.execute(text(WRITE_PRIVILEGES), params).scalar_one())
+        return str(conn.execute(text("SELECT current_user")).scalar_one()), may
+
+    role, may = await database.read(check)
+    if not may:
+        raise ConfigurationError(
+            f"the ledger role {role!r} may not do lease operations (INSERT and UPDATE on tasks, INSERT on "
+            "lease_events and receipts): connect workers as the worker role of `agentlease db grant`"
+        )
+
+
+GUARDS_PRESENT = "SELECT count(DISTINCT tgname) FROM pg_trigger WHERE tgname = ANY(:names) AND NOT tgisinternal"
+"""How many of :data:`GUARD_TRIGGERS` the database has (bind ``names``)."""
+
+WRITE_PRIVILEGES = (
+    "SELECT has_table_privilege(CAST(:tasks AS text), 'INSERT') "
+    "AND has_column_privilege(CAST(:tasks AS text), 'status', 'UPDATE') "
+    "AND has_table_privilege(CAST(:events AS text), 'INSERT') "
+    "AND has_table_privilege(CAST(:receipts AS text), 'INSERT')"
+)
+"""Whether the session's role may do lease operations (bind the three table names)."""
+
+
+__all__ = [
+    "GUARDS_PRESENT",
+    "GUARD_TRIGGERS",
+    "LEASE_COLUMNS",
+    "LEDGER_TABLES",
+    "TASK_IDENTITY",
+    "WRITE_PRIVILEGES",
+    "LedgerRoles",
+    "grant_statements",
+    "quote_identifier",
+    "require_writable",
+]

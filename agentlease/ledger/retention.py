@@ -3,8 +3,11 @@
 A task is purged when its status is final (settled, rejected, abandoned, cancelled) and its last
 change (``updated_at_ms``) is older than the cut-off: its evidence trail (``lease_events``), its
 task row and, unless receipts are kept, the settlement receipts it stored. Tasks that are open,
-waiting for a person or ``cancelled_effect_unknown`` are never purged, however old. Each batch is
-one transaction that re-checks the status, so a task redriven meanwhile is left alone. Keeping
+waiting for a person or ``cancelled_effect_unknown`` are never purged, however old. Nor is the
+receipt of a run still open (one with such a task) or one whose key an open task still names (a
+key shared across runs): a retry of a settled call of that run must settle from its receipt, not
+run the tool again. Each batch is one transaction that re-checks all of this, so a task redriven
+meanwhile is left alone. Keeping
 receipts (``--keep-receipts``) keeps their idempotency keys answering: a later call with the same
 key still settles from the stored receipt instead of acting again. ``docs/security.md``
 ("Retention and redaction").
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
-from sqlalchemy import Table, delete, func, select
+from sqlalchemy import Table, delete, exists, func, select
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import to_ms
@@ -26,6 +29,9 @@ from agentlease.ledger.store import Ledger
 
 DEFAULT_BATCH_SIZE = 500
 """Tasks one purge transaction deletes at most. Default 500."""
+
+MAX_BATCH_SIZE = 10_000
+"""The largest batch: its task ids are bound parameters of one statement (PostgreSQL takes 32,767)."""
 
 _FINAL = sorted(s.value for s in TaskStatus if s.is_terminal and s is not TaskStatus.CANCELLED_EFFECT_UNKNOWN)
 _T = cast(Table, TaskRow.__table__)
@@ -48,8 +54,23 @@ class PurgeCounts:
     batches: int = 0
 
 
+_OTHER = _T.alias("other")
+_OWNER = _T.alias("owner")
+
+
 def _old(cutoff_ms: int) -> Any:
     return (_T.c.status.in_(_FINAL)) & (_T.c.updated_at_ms < cutoff_ms)
+
+
+def _unclaimed_receipt() -> Any:
+    """A receipt no open task needs: its own run has no open task, and no open task names its key."""
+    run_open = exists().where(
+        _OWNER.c.task_id == _R.c.task_id,
+        _OTHER.c.agent_run_id == _OWNER.c.agent_run_id,
+        _OTHER.c.status.not_in(_FINAL),
+    )
+    key_open = exists().where(_OTHER.c.idempotency_key == _R.c.idempotency_key, _OTHER.c.status.not_in(_FINAL))
+    return ~run_open & ~key_open
 
 
 async def purge(
@@ -73,13 +94,13 @@ async def purge(
         the counts.
 
     Raises:
-        ValueError: ``older_than`` not positive, or ``batch_size`` below 1.
+        ValueError: ``older_than`` not positive, or ``batch_size`` not from 1 to :data:`MAX_BATCH_SIZE`.
         LedgerUnavailableError: the ledger could not be reached (batches already done stay done).
     """
     if older_than <= timedelta(0):
         raise ValueError("the age must be positive")
-    if batch_size < 1:
-        raise ValueError("the batch size must be at least 1")
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"the batch size is from 1 to {MAX_BATCH_SIZE} tasks")
     cutoff_ms = to_ms(await ledger.db_now()) - int(older_than.total_seconds() * 1000)
     if dry_run:
         return await ledger.database.read(lambda conn: _count(conn, cutoff_ms, keep_receipts))
@@ -100,7 +121,11 @@ async def purge(
             if not ids:
                 return PurgeCounts(), None
             events = conn.execute(delete(_E).where(_E.c.task_id.in_(ids))).rowcount
-            receipts = 0 if keep_receipts else conn.execute(delete(_R).where(_R.c.task_id.in_(ids))).rowcount
+            receipts = (
+                0
+                if keep_receipts
+                else conn.execute(delete(_R).where(_R.c.task_id.in_(ids) & _unclaimed_receipt())).rowcount
+            )
             tasks = conn.execute(delete(_T).where(_T.c.task_id.in_(ids) & _old(cutoff_ms))).rowcount
             return PurgeCounts(tasks, events, receipts, 1), ids[-1]
 
@@ -123,22 +148,30 @@ def _count(conn: Connection, cutoff_ms: int, keep_receipts: bool) -> PurgeCounts
     receipts = (
         0
         if keep_receipts
-        else conn.execute(select(func.count()).select_from(_R).where(_R.c.task_id.in_(old_ids))).scalar_one()
+        else conn.execute(
+            select(func.count()).select_from(_R).where(_R.c.task_id.in_(old_ids) & _unclaimed_receipt())
+        ).scalar_one()
     )
     return PurgeCounts(tasks, events, receipts, 0)
 
 
+MAX_AGE_S = 1000 * 365 * 86400
+"""The longest age :func:`parse_age` takes: 1,000 years (a ledger's clock starts in 1970)."""
+
+
 def parse_age(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a duration.
+    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a duration, at most :data:`MAX_AGE_S`.
 
     Raises:
-        ValueError: anything else, or not positive.
+        ValueError: anything else, not positive, or longer.
     """
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     number, unit = text.strip()[:-1], text.strip()[-1:].lower()
-    if unit not in units or not number.isdigit() or int(number) <= 0:
+    if unit not in units or not (number.isascii() and number.isdigit()) or not number.strip("0"):
         raise ValueError(f"bad age {text!r}: a positive whole number and a unit s, m, h, d or w (30d)")
+    if len(number) > 15 or int(number) * units[unit] > MAX_AGE_S:
+        raise ValueError(f"bad age {text!r}: at most {MAX_AGE_S // (365 * 86400)} years")
     return timedelta(seconds=int(number) * units[unit])
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "PurgeCounts", "parse_age", "purge"]
+__all__ = ["DEFAULT_BATCH_SIZE", "MAX_AGE_S", "MAX_BATCH_SIZE", "PurgeCounts", "parse_age", "purge"]

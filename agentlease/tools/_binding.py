@@ -9,16 +9,30 @@ from ``activity.info().workflow_id`` (``docs/security.md``, "Receipts and tasks 
   caller's explicit choice (``"shared:..."``, :func:`~agentlease.records.scoped_idempotency_key`);
 - a tool call's heartbeat timeout, as scheduled, is the tool's lease TTL (G9: the workflow side
   schedules every call so; an operator's later ``temporal activity update-options`` is recorded
-  with the claim instead).
+  with the claim instead);
+- the tool is the activity that runs (``activity.info().activity_type``), never the one the input
+  names (:func:`tool_refusal`): the ledger records a task, and stores its receipt, under the tool
+  that ran.
 
 Anything else is refused before the ledger is touched, non-retryably, and recorded on the call's own
 task (:func:`~agentlease.ledger.refusals.record_refusal`).
+
+The ledger, not the workflow, also decides whether a claimed task may run its tool
+(:func:`claimed_refusal`, right after the claim, before the tool runs): the task's recorded tool is
+the one that runs, and a tool that requires approval runs only when the ledger's trail shows an
+operator's approval of that task. A workflow of its own on the task queue that skips the approval
+(or names another tool) gets its task dead-lettered, with the reason, and the tool does not run.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING, cast
 
+from sqlalchemy import Table, select
+
+from agentlease.enums import EventKind
+from agentlease.ledger.schema import LeaseEventRow
 from agentlease.records import (
     SHARED_KEY_PREFIX,
     TaskSpec,
@@ -26,6 +40,12 @@ from agentlease.records import (
     step_id_from,
     task_id_for,
 )
+
+if TYPE_CHECKING:
+    from agentlease.ledger.store import Ledger
+    from agentlease.records import Claim
+
+_EVENTS = cast(Table, LeaseEventRow.__table__)
 
 
 def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -> str | None:
@@ -51,6 +71,62 @@ def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -
     elif not key.startswith(f"{workflow_id}:"):
         return "its idempotency key is not of its own run (and the call does not share it across runs)"
     return None
+
+
+def tool_refusal(activity_type: str, named: str) -> str | None:
+    """Why a call whose input names tool ``named`` may not run as the activity ``activity_type``.
+
+    The tool that runs is the activity Temporal dispatched (its type is the tool's name); an input
+    naming another (``smtp_send`` scheduled with ``"tool": "http_get"``) would have the ledger record,
+    approve or settle the task as a tool that never ran.
+    """
+    if named != activity_type:
+        return (
+            f"its input names tool {named!r}, but the activity that runs is {activity_type!r} "
+            "(the ledger records the tool that runs, never the one an input names)"
+        )
+    return None
+
+
+def as_run(task: TaskSpec, activity_type: str) -> TaskSpec:
+    """``task`` as the tool that runs it: its ``tool`` is the activity type, whatever the input said."""
+    return task if task.tool == activity_type else task.model_copy(update={"tool": activity_type})
+
+
+async def claimed_refusal(ledger: Ledger, claim: Claim, tool: str, *, requires_approval: bool) -> str | None:
+    """Why the task ``claim`` holds may not run ``tool`` now; ``None`` when it may.
+
+    Checked right after the claim, before the tool runs, against the ledger:
+
+    - the task's recorded tool is ``tool`` (a task first recorded for another tool, by a call or a
+      decision of the same step, is not this tool's);
+    - a tool that requires approval runs only when the task's trail holds an ``approved`` entry: an
+      operator's approval of this task, whoever scheduled the call.
+
+    Raises:
+        LedgerUnavailableError: the ledger could not be read.
+    """
+    if claim.tool != tool:
+        return (
+            f"the ledger records task {claim.task_id!r} as tool {claim.tool!r}, not {tool!r}: "
+            "a step's task runs the tool it was recorded for"
+        )
+    if requires_approval and not await _approved(ledger, claim.task_id):
+        return (
+            f"tool {tool!r} requires approval, and the ledger shows no approval of task {claim.task_id!r}: "
+            "it runs only once an operator approves it"
+        )
+    return None
+
+
+async def _approved(ledger: Ledger, task_id: str) -> bool:
+    """Whether the trail of ``task_id`` holds an ``approved`` entry (one index probe)."""
+    query = (
+        select(_EVENTS.c.event_id)
+        .where(_EVENTS.c.task_id == task_id, _EVENTS.c.kind == EventKind.APPROVED.value)
+        .limit(1)
+    )
+    return await ledger.database.read(lambda conn: conn.execute(query).first() is not None)
 
 
 def ttl_refusal(heartbeat_timeout: timedelta | None, lease_ttl: timedelta) -> str | None:
@@ -84,4 +160,4 @@ def own_task(workflow_id: str, task: TaskSpec) -> TaskSpec | None:
     )
 
 
-__all__ = ["own_task", "task_refusal", "ttl_refusal"]
+__all__ = ["as_run", "claimed_refusal", "own_task", "task_refusal", "tool_refusal", "ttl_refusal"]

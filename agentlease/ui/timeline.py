@@ -14,6 +14,7 @@ from datetime import datetime
 
 from agentlease.enums import EventKind
 from agentlease.records import LeaseEvent, TaskRecord
+from agentlease.redaction import redact
 
 PEOPLE = frozenset(
     {
@@ -156,22 +157,35 @@ def _rows(events: Iterable[LeaseEvent]) -> str:
 
 
 def timeline_page(
-    task: TaskRecord, events: Sequence[LeaseEvent], *, temporal_ui: str | None = None, back: str | None = None
+    task: TaskRecord,
+    events: Sequence[LeaseEvent],
+    *,
+    temporal_ui: str | None = None,
+    back: str | None = None,
+    next_page: str | None = None,
+    first_page: str | None = None,
 ) -> str:
     """The whole page for one task (self-contained: inline style, no script, no external file).
 
     Args:
         task: the task's record.
-        events: its evidence trail, oldest first.
+        events: its evidence trail, oldest first (one page of it, for the web view).
         temporal_ui: the Temporal UI's workflow page of the run, if known.
         back: a link back to the run's page.
+        next_page: a link to the trail's next page, when there is more.
+        first_page: a link to the trail's first page, when this is a later one.
     """
     links = []
     if back:
         links.append(f'<a href="{html.escape(back)}">the run</a>')
     if temporal_ui:
         links.append(f'<a class="temporal-ui" href="{html.escape(temporal_ui)}">the run in the Temporal UI</a>')
-    return _document(f"lease timeline of {task.task_id}", task_section(task, events, links=links))
+    if first_page:
+        links.append(f'<a id="first" href="{html.escape(first_page)}">the trail from its start</a>')
+    body = task_section(task, events, links=links)
+    if next_page:
+        body += f'<p><a id="next" href="{html.escape(next_page)}">the next entries of the trail</a></p>'
+    return _document(f"lease timeline of {task.task_id}", body)
 
 
 def _document(title: str, body: str) -> str:
@@ -189,9 +203,19 @@ def run_timelines_page(agent_run_id: str, tasks: Sequence[tuple[TaskRecord, Sequ
     return _document(f"lease timelines of {agent_run_id}", heading + sections)
 
 
+def _shown(event: LeaseEvent) -> LeaseEvent:
+    """``event`` as a page shows it: its reason and details redacted again (entries stored before a rule)."""
+    return event.model_copy(update={"reason": redact(event.reason), "details": redact(event.details)})
+
+
 def task_section(task: TaskRecord, events: Sequence[LeaseEvent], *, links: Sequence[str] = ()) -> str:
-    """The body of one task's timeline: its facts, the timeline, its receipt and its evidence trail."""
-    receipt = task.receipt
+    """The body of one task's timeline: its facts, the timeline, its receipt and its evidence trail.
+
+    What it shows passes through the redactor once more (:mod:`agentlease.redaction`): the ledger
+    stores redacted text, and rows written before a rule existed are masked here too.
+    """
+    events = [_shown(event) for event in events]
+    receipt = None if task.receipt is None else type(task.receipt).model_validate(redact(task.receipt.model_dump()))
     receipt_html = (
         "<table>"
         + "".join(

@@ -152,7 +152,10 @@ async def test_the_cli_signs_with_the_operator_key(
         trail = await ledger.events(f"{run}/mail")
     assert [(t.step_id, t.status) for t in result.tasks] == [("mail", "settled"), ("other", "rejected")]
     [decided] = [e for e in trail if e.kind is EventKind.APPROVED]
-    assert (decided.details or {}) == {"by": "alice", "decision": "approve", "signed_by": "alice"}
+    details = dict(decided.details or {})
+    signed = details.pop("signed")  # the signed request beside the name (the ledger's guard wants it)
+    assert details == {"by": "alice", "decision": "approve", "signed_by": "alice"}
+    assert signed["command"] == "approve" and signed["request"]["proof"]["operator"] == "alice"
     assert decided.reason == "ticket OPS-10"
 
 

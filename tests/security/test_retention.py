@@ -13,14 +13,14 @@ from tests.security.edge_cli import agentlease
 OLD = datetime.now(UTC) - timedelta(days=40)
 
 
-def _spec(task: str) -> TaskSpec:
+def _spec(task: str, run: str = "ret") -> TaskSpec:
     return TaskSpec(
-        task_id=f"ret/{task}",
-        agent_run_id="ret",
+        task_id=f"{run}/{task}",
+        agent_run_id=run,
         step_id=task,
         tool="t",
         side_effect_class=SideEffectClass.IDEMPOTENT,
-        idempotency_key=f"ret:{task}",
+        idempotency_key=f"{run}:{task}",
         lease_ttl=timedelta(seconds=30),
     )
 
@@ -39,7 +39,9 @@ async def _fill(ledger: Ledger) -> None:
     for n in range(5):
         await _settled(ledger, f"old-{n}", OLD)
     await _settled(ledger, "recent", None)
-    await ledger.claim(_spec("old-open"), "w", now=OLD)  # its lease lapsed long ago: not final, never purged
+    # Its lease lapsed long ago: not final, never purged. (In a run of its own: a run still open keeps
+    # its receipts, tests/security/test_round2_peers.py.)
+    await ledger.claim(_spec("old-open", run="ret-open"), "w", now=OLD)
     await ledger.decide(
         "ret/old-rejected", DecisionKind.AWAIT_APPROVAL, by="run", reason="gate", spec=_spec("old-rejected"), now=OLD
     )
@@ -60,8 +62,8 @@ async def test_purge_deletes_old_final_tasks_in_batches(ledger: Ledger) -> None:
 
     done = await purge(ledger, timedelta(days=30), batch_size=2)
     assert (done.tasks, done.events, done.receipts, done.batches) == (6, old_events, 5, 3)
-    left = sorted(t.step_id for t in await ledger.list_tasks("ret"))
-    assert left == ["old-open", "recent"]
+    left = sorted(t.task_id for t in await ledger.list_tasks())
+    assert left == ["ret-open/old-open", "ret/recent"]
     assert await ledger.receipt("ret:recent") is not None
     assert await ledger.receipt("ret:old-0") is None
     assert len(await ledger.events(agent_run_id="ret")) == before - old_events

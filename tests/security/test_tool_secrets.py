@@ -52,8 +52,8 @@ async def test_a_tool_cannot_read_the_ledger_url(settings: AgentLeaseSettings, p
 
 
 async def test_declared_settings_and_own_secrets(settings: AgentLeaseSettings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTLEASE_SECRET_SCOPED_CLIENT_API_TOKEN", "tok-xyz")
-    monkeypatch.setenv("AGENTLEASE_SECRET_READ_SETTING_API_TOKEN", "not-for-scoped-client")
+    monkeypatch.setenv("AGENTLEASE_SECRET_SCOPED_CLIENT__API_TOKEN", "tok-xyz")
+    monkeypatch.setenv("AGENTLEASE_SECRET_READ_SETTING__API_TOKEN", "not-for-scoped-client")
     settings = settings.model_copy(update={"publish_base_url": "http://publishing.test/", "http_base_url": "http://x/"})
     registry = load_registry(["tests.security.edge_tools", "tests.security.edge_scoped_tools"])
     client = await connect(settings)
@@ -85,9 +85,9 @@ def test_a_tool_gets_only_its_own_secrets() -> None:
     from agentlease.errors import CredentialToolError
     from agentlease.secrets import EnvSecretProvider, ToolSecrets, ToolSettings
 
-    provider = EnvSecretProvider({"AGENTLEASE_SECRET_MAILER_SMTP_PASSWORD": "pw"})
+    provider = EnvSecretProvider({"AGENTLEASE_SECRET_MAILER__SMTP_PASSWORD": "pw"})
     assert ToolSecrets(provider, "mailer").get("smtp_password") == "pw"
-    with pytest.raises(CredentialToolError, match="set AGENTLEASE_SECRET_PUBLISHER_SMTP_PASSWORD"):
+    with pytest.raises(CredentialToolError, match="set AGENTLEASE_SECRET_PUBLISHER__SMTP_PASSWORD"):
         ToolSecrets(provider, "publisher").get("smtp_password")  # another tool's secret is not its own
     view = ToolSettings(AgentLeaseSettings(ledger_url="postgresql://u:pw@db/l", smtp_port=2525), "mailer")
     assert view.smtp_port == 2525

@@ -1,0 +1,123 @@
+"""Who may read the web view: the ``Host`` check, the operator token, and the pages' security headers.
+
+``agentlease ui`` serves the ledger, so it answers only:
+
+- requests whose ``Host`` names it (loopback, its own address, this machine's names, and
+  ``AGENTLEASE_UI_ALLOWED_HOSTS``): a page of another origin whose name an attacker re-points at
+  127.0.0.1 (DNS rebinding) gets 421 and nothing of the ledger;
+- with ``AGENTLEASE_UI_TOKEN`` set, requests that carry it: ``Authorization: Bearer TOKEN`` (scripts),
+  or HTTP Basic with the token as password (a browser prompts once); anything else is 401. The CLI
+  refuses to serve beyond loopback without a token.
+
+Every answer carries ``Content-Security-Policy: default-src 'none'`` (the pages are self-contained,
+no script), ``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and no referrer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import ipaddress
+import socket
+from collections.abc import Iterable
+
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+"""Host names every view answers to."""
+
+SECURITY_HEADERS = (
+    (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is reachable only from this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_names(bind_host: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The ``Host`` names a view bound to ``bind_host`` answers to (lower case, no port)."""
+    names = set(LOOPBACK_NAMES) | {name.lower() for name in extra}
+    if not is_loopback(bind_host) and bind_host not in ("0.0.0.0", "::", ""):
+        names.add(bind_host.lower().strip("[]"))
+    if not is_loopback(bind_host):
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return frozenset(names)
+
+
+def _hostname(header: str) -> str:
+    """``Host`` without its port, lower case (``[::1]:8080`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def token_matches(authorization: str, token: str) -> bool:
+    """Whether an ``Authorization`` header carries ``token``: ``Bearer TOKEN``, or Basic with it as password."""
+    scheme, _, credentials = authorization.strip().partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() == "bearer":
+        given = credentials
+    elif scheme.lower() == "basic":
+        try:
+            given = base64.b64decode(credentials, validate=True).decode("utf-8").partition(":")[2]
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+    else:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode("utf-8"))
+
+
+class UiGuard:
+    """Pure ASGI middleware: the ``Host`` check, then the token, then the security headers on every answer.
+
+    Args:
+        app: the view.
+        allowed_hosts: the ``Host`` names answered (:func:`host_names`).
+        token: the operator token every request must carry; ``None``: none (loopback only).
+    """
+
+    def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], token: str | None = None) -> None:
+        self.app = app
+        self.allowed_hosts = frozenset(allowed_hosts)
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *SECURITY_HEADERS]}
+            await send(message)
+
+        headers = Headers(scope=scope)
+        if _hostname(headers.get("host", "")) not in self.allowed_hosts:
+            answer = PlainTextResponse("this view does not answer to that host name", status_code=421)
+            await answer(scope, receive, with_headers)
+            return
+        if self.token is not None and not token_matches(headers.get("authorization", ""), self.token):
+            answer = PlainTextResponse(
+                "a token is required", status_code=401, headers={"WWW-Authenticate": 'Basic realm="agentlease"'}
+            )
+            await answer(scope, receive, with_headers)
+            return
+        await self.app(scope, receive, with_headers)
+
+
+__all__ = ["LOOPBACK_NAMES", "UiGuard", "host_names", "is_loopback", "token_matches"]
