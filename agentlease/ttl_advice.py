@@ -7,6 +7,11 @@ its lease extensions from the 99th percentile of acknowledgement latency, :func:
 the gaps between a holder's consecutive writes (claim, renewals with their stage, settle,
 release) per tool and stage, and proposes a TTL that covers them with room to spare.
 
+It proposes nothing from too few gaps (:data:`MIN_GAPS`), and never a TTL shorter than the current
+one for a tool whose leases lapsed while their holder was alive: a holder that came back after its
+lease lapsed (a refused renewal, a late result) was paused for longer than the TTL, and a shorter TTL
+would make that happen more often.
+
 Figures are seconds on the ledger's clock. See ``docs/ttl.md``.
 """
 
@@ -40,6 +45,14 @@ HOLDER_WRITES = frozenset(
     }
 )
 """Entries a lease holder writes itself: the points between which it was quiet."""
+
+CAME_BACK = frozenset({EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED})
+"""Entries of a holder that wrote after its lease lapsed (a refused renewal or release, a late
+result): it was alive, only quiet for longer than the TTL."""
+
+MIN_GAPS = 20
+"""No recommendation for a tool from fewer gaps between holder writes than this: the 99th percentile
+of a handful of gaps is their maximum, and a few calls say little about the next pause. Default 20."""
 
 RECOVERY_BACKOFF_S = 1.0
 """The first retry backoff of a tool call (``agentlease.workflow._options.RETRY_INITIAL_INTERVAL``), added to the
@@ -99,15 +112,19 @@ class StageAdvice:
 
     Attributes:
         stage: the stage the holder was in during the gap (``none``: before its first stage).
-        gaps: quiet time between consecutive holder writes.
+        gaps: quiet time between consecutive holder writes (the last ending at a holder's refused
+            write after its lease lapsed).
         durations: time from entering the stage to entering the next one (or ending the attempt).
         expiries: leases that lapsed in this stage.
+        lapsed_alive: of those, leases whose holder wrote again after the lapse (a refused renewal
+            or a late result): it was alive and only quiet for longer than the TTL.
     """
 
     stage: str
     gaps: Spread
     durations: Spread
     expiries: int
+    lapsed_alive: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,15 +135,15 @@ class TtlOption:
         ttl_s: the TTL.
         recovery_after_crash_s: how long a crashed holder's task waits before another attempt can
             claim it: the TTL plus the first retry backoff.
-        renewals_per_minute: the holders' observed renewal rate per leased minute (it depends on the
-            tool's own cadence, not on the TTL: tools renew when they advance or call ``renew``).
         pause_expiry_chance: the share of observed gaps at least as long as this TTL: how often a
             quiet spell like those seen would have cost the holder its lease.
+
+    The renewal rate is not an option's cost: a tool renews when it advances a stage or calls
+    ``renew``, whatever its TTL.
     """
 
     ttl_s: float
     recovery_after_crash_s: float
-    renewals_per_minute: float
     pause_expiry_chance: float
 
 
@@ -137,21 +154,34 @@ class ToolAdvice:
     Attributes:
         tool: the tool.
         current_ttl_s: its lease TTL as recorded on its tasks (the most common one).
-        gaps: quiet time between holder writes over all stages.
+        leases: attempts (claims) seen: the gaps come from these.
+        gaps: quiet time between holder writes over all stages; ``gaps.count`` is the sample count.
         stages: per stage, in stage order.
+        lapsed_alive: leases that lapsed while their holder was alive (see :class:`StageAdvice`).
         recommended_ttl_s: ``max(HEADROOM x p99 gap, MAX_GAP_HEADROOM x longest gap, MIN_TTL_S)``,
-            rounded up to a whole second.
-        options: the current and the recommended TTL, side by side.
+            rounded up to a whole second, and never below the current TTL when ``lapsed_alive``;
+            ``None`` with fewer than ``min_gaps`` gaps.
+        min_gaps: the gaps a recommendation needs (:data:`MIN_GAPS`).
+        options: the current and the recommended TTL, side by side (the current one alone without
+            a recommendation).
         warnings: one line each; empty when the TTL has room.
     """
 
     tool: str
     current_ttl_s: float
+    leases: int
     gaps: Spread
     stages: list[StageAdvice]
-    recommended_ttl_s: float
+    lapsed_alive: int
+    recommended_ttl_s: float | None
+    min_gaps: int
     options: list[TtlOption]
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def missing_samples(self) -> int:
+        """How many more gaps a recommendation needs (0: it has enough)."""
+        return max(0, self.min_gaps - self.gaps.count)
 
 
 _STAGE_ORDER = ["none", "preflight", "external_call", "commit", "verify", "settled"]
@@ -161,12 +191,13 @@ def _stage_key(stage: str) -> int:
     return _STAGE_ORDER.index(stage) if stage in _STAGE_ORDER else len(_STAGE_ORDER)
 
 
-def advise(samples: Iterable[EventSample]) -> list[ToolAdvice]:
+def advise(samples: Iterable[EventSample], *, min_gaps: int = MIN_GAPS) -> list[ToolAdvice]:
     """The advice per tool from evidence entries ordered by task, generation and time.
 
     Args:
         samples: entries of the evidence trail, in the order of :func:`read_samples` (task,
             generation, event); other orders give wrong gaps.
+        min_gaps: gaps a tool needs for a recommendation. Default :data:`MIN_GAPS`.
 
     Returns:
         One :class:`ToolAdvice` per tool that has at least one holder write, sorted by tool.
@@ -174,23 +205,29 @@ def advise(samples: Iterable[EventSample]) -> list[ToolAdvice]:
     gaps: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     durations: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     expiries: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    renewals: dict[str, int] = defaultdict(int)
-    held_s: dict[str, float] = defaultdict(float)
+    lapsed_alive: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    leases: dict[str, int] = defaultdict(int)
     ttls: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
 
     for attempt in _attempts(samples):
         tool = attempt[0].tool
         ttls[tool][attempt[0].lease_ttl_ms] += 1
         writes = [s for s in attempt if s.kind in HOLDER_WRITES]
-        for sample in attempt:
-            if sample.kind is EventKind.EXPIRED:
-                expiries[tool][stage_label(sample.stage)] += 1
+        expired = next((s for s in attempt if s.kind is EventKind.EXPIRED), None)
+        if expired is not None:
+            expiries[tool][stage_label(expired.stage)] += 1
+        came_back = next(
+            (s for s in attempt if s.kind in CAME_BACK and (not writes or s.at_ms > writes[-1].at_ms)), None
+        )
+        if expired is not None and came_back is not None:
+            lapsed_alive[tool][stage_label(expired.stage)] += 1
         if not writes:
             continue
-        renewals[tool] += sum(s.kind is EventKind.RENEWED for s in writes)
-        held_s[tool] += (writes[-1].at_ms - writes[0].at_ms) / 1000
+        leases[tool] += int(any(s.kind is EventKind.CLAIMED for s in writes))
         for before, after in itertools.pairwise(writes):
             gaps[tool][stage_label(before.stage)].append((after.at_ms - before.at_ms) / 1000)
+        if came_back is not None:  # the holder's quiet spell ended at its refused write
+            gaps[tool][stage_label(writes[-1].stage)].append((came_back.at_ms - writes[-1].at_ms) / 1000)
         entered: list[tuple[str, int]] = []
         for sample in writes:
             if sample.kind not in (EventKind.CLAIMED, EventKind.RENEWED):
@@ -198,6 +235,8 @@ def advise(samples: Iterable[EventSample]) -> list[ToolAdvice]:
             label = stage_label(sample.stage)
             if not entered or entered[-1][0] != label:
                 entered.append((label, sample.at_ms))
+        if not entered:
+            continue  # no claim: a refused call recorded on its own task, nothing held
         ends = [at for _, at in entered[1:]] + [writes[-1].at_ms]
         for (label, start), end in zip(entered, ends, strict=True):
             durations[tool][label].append((end - start) / 1000)
@@ -209,19 +248,20 @@ def advise(samples: Iterable[EventSample]) -> list[ToolAdvice]:
             continue
         current = max(ttls[tool].items(), key=lambda item: item[1])[0] / 1000
         spread = Spread.of(all_gaps)
-        recommended = float(math.ceil(max(HEADROOM * spread.p99, MAX_GAP_HEADROOM * spread.max, MIN_TTL_S)))
-        rate = 60 * renewals[tool] / held_s[tool] if held_s[tool] > 0 else 0.0
-        stages = sorted(set(gaps[tool]) | set(durations[tool]) | set(expiries[tool]), key=_stage_key)
-        warnings = []
-        if spread.count and max(spread.p99, spread.max) >= CLOSE_TO_TTL * current:
-            warnings.append(
-                f"{tool}: holders went quiet for up to {spread.max:.1f}s (p99 {spread.p99:.1f}s) "
-                f"against a TTL of {current:g}s; a pause like those would expire the lease"
-            )
+        alive = sum(lapsed_alive[tool].values())
+        recommended: float | None = None
+        if spread.count >= min_gaps:
+            recommended = float(math.ceil(max(HEADROOM * spread.p99, MAX_GAP_HEADROOM * spread.max, MIN_TTL_S)))
+            if alive:
+                recommended = max(recommended, current)
+        stages = sorted(
+            set(gaps[tool]) | set(durations[tool]) | set(expiries[tool]) | set(lapsed_alive[tool]), key=_stage_key
+        )
         advice.append(
             ToolAdvice(
                 tool=tool,
                 current_ttl_s=current,
+                leases=leases[tool],
                 gaps=spread,
                 stages=[
                     StageAdvice(
@@ -229,23 +269,42 @@ def advise(samples: Iterable[EventSample]) -> list[ToolAdvice]:
                         gaps=Spread.of(gaps[tool][stage]),
                         durations=Spread.of(durations[tool][stage]),
                         expiries=expiries[tool][stage],
+                        lapsed_alive=lapsed_alive[tool][stage],
                     )
                     for stage in stages
                 ],
+                lapsed_alive=alive,
                 recommended_ttl_s=recommended,
-                options=[_option(ttl, rate, all_gaps) for ttl in dict.fromkeys([current, recommended])],
-                warnings=warnings,
+                min_gaps=min_gaps,
+                options=[_option(ttl, all_gaps) for ttl in dict.fromkeys([current, recommended]) if ttl is not None],
+                warnings=_warnings(tool, current, spread, lapsed_alive[tool]),
             )
         )
     return advice
 
 
-def _option(ttl_s: float, renewals_per_minute: float, gaps: list[float]) -> TtlOption:
+def _warnings(tool: str, current_s: float, gaps: Spread, lapsed_alive: dict[str, int]) -> list[str]:
+    warnings = []
+    alive = {stage: n for stage, n in lapsed_alive.items() if n}
+    if alive:
+        where = ", ".join(f"{n} in {stage}" for stage, n in sorted(alive.items(), key=lambda item: _stage_key(item[0])))
+        warnings.append(
+            f"{tool}: {sum(alive.values())} lease(s) lapsed while the holder was alive ({where}): it came back "
+            f"after more than {current_s:g}s of quiet, so the TTL is too short for its pauses; never shorten it"
+        )
+    if gaps.count and max(gaps.p99, gaps.max) >= CLOSE_TO_TTL * current_s:
+        warnings.append(
+            f"{tool}: holders went quiet for up to {gaps.max:.1f}s (p99 {gaps.p99:.1f}s) "
+            f"against a TTL of {current_s:g}s; a pause like those would expire the lease"
+        )
+    return warnings
+
+
+def _option(ttl_s: float, gaps: list[float]) -> TtlOption:
     expiring = sum(gap >= ttl_s for gap in gaps)
     return TtlOption(
         ttl_s=ttl_s,
         recovery_after_crash_s=ttl_s + RECOVERY_BACKOFF_S,
-        renewals_per_minute=renewals_per_minute,
         pause_expiry_chance=expiring / len(gaps) if gaps else 0.0,
     )
 
@@ -310,7 +369,10 @@ def since_argument(text: str, now: datetime) -> datetime:
     """
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
-        return now - timedelta(seconds=float(text[:-1]) * units[text[-1]])
+        try:
+            return now - timedelta(seconds=float(text[:-1]) * units[text[-1]])
+        except (OverflowError, ValueError):
+            raise ValueError(f"--since {text!r} reaches further back than the calendar goes") from None
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:
         raise ValueError(f"--since {text!r} has no time zone; add one (Z, +00:00)")

@@ -6,20 +6,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
 from agentlease.cli.options import DECISION, setting_flags
-from agentlease.cli.render import run_table, tasks_table, to_json
 from agentlease.cli.runs import show_run
 from agentlease.cli.session import err, out
 from agentlease.cli.session import ledger as _ledger
 from agentlease.cli.session import settings as _settings
 from agentlease.errors import AgentLeaseError, ConfigurationError, describe_validation_error
-from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
+
+if TYPE_CHECKING:
+    from agentlease.records import RunStatus
 
 _Why = Annotated[str, typer.Option("--reason", help="Why (kept in the evidence trail).")]
 _Run = Annotated[str, typer.Argument(help="The agent run (workflow) id.")]
@@ -28,7 +29,7 @@ _Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> None:
-    from agentlease.cli.render import decided_title
+    from agentlease.cli.render import decided_title, run_table
 
     status = asyncio.run(send_decision(settings, agent_run_id, update, payload))
     if as_json:
@@ -52,6 +53,7 @@ async def send_decision(
     )
     from temporalio.service import RPCError
 
+    from agentlease.records import RunStatus
     from agentlease.temporal import connect
 
     limit = settings.decision_timeout.total_seconds()
@@ -284,6 +286,8 @@ def reconcile(
             from agentlease.cli.reaching import reconciled_in_ledger
 
             return await reconciled_in_ledger(ledger, settings, agent_run_id, payload)
+
+    from agentlease.cli.render import tasks_table, to_json
 
     record = asyncio.run(_in_ledger())
     if record is None:

@@ -64,6 +64,9 @@ def _openai_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
 def _pydantic_ai_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
     from agentlease.demo.agents.pydantic_ai_agent import agent_settings
 
+    # Pydantic AI shows a banner (pointing at Logfire) at an agent's first run in a terminal: not the demo's story.
+    os.environ.setdefault("PYDANTIC_AI_NO_BANNER", "1")
+
     return agent_settings(settings)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -27,11 +28,11 @@ from agentlease.cli.render import (
     write_json_lines,
 )
 from agentlease.decisions import WAITING_WHY, suggested_commands
-from agentlease.enums import RunState, TaskStatus
+from agentlease.enums import EventKind, RunState, TaskStatus
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages, has_run, has_task, run_pages, task_pages
 from agentlease.ledger.store import Ledger
-from agentlease.records import TaskRecord
+from agentlease.records import LeaseEvent, TaskRecord
 
 T = TypeVar("T")
 
@@ -54,7 +55,10 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     text = text.strip()
     relative = _RELATIVE.fullmatch(text)
     if relative:
-        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[relative[2]]: float(relative[1])})
+        try:
+            return (now or datetime.now(UTC)) - timedelta(**{_UNITS[relative[2]]: float(relative[1])})
+        except (OverflowError, ValueError):
+            raise ConfigurationError(f"bad --since {text!r}: further back than the calendar goes") from None
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
     except ValueError:
@@ -82,6 +86,66 @@ def parse_statuses(values: list[str] | None) -> frozenset[TaskStatus]:
             known = ", ".join(s.value for s in TaskStatus)
             raise ConfigurationError(f"bad --status {value!r}: one of {known}") from None
     return frozenset(statuses)
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    """``events --kind/--generation``: which entries of the trail to show.
+
+    Attributes:
+        kinds: only entries of these kinds; empty: every kind.
+        generation: only entries of this claim generation; ``None``: every generation.
+    """
+
+    kinds: frozenset[EventKind] = frozenset()
+    generation: int | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.kinds) or self.generation is not None
+
+    def keeps(self, event: LeaseEvent) -> bool:
+        return (not self.kinds or event.kind in self.kinds) and (
+            self.generation is None or event.claim_generation == self.generation
+        )
+
+    def describe(self) -> str:
+        """`` (kind lease_lost, generation 1)`` for a title; empty without a filter."""
+        parts = [f"kind {', '.join(sorted(k.value for k in self.kinds))}"] if self.kinds else []
+        parts += [f"generation {self.generation}"] if self.generation is not None else []
+        return f" ({'; '.join(parts)})" if parts else ""
+
+
+def parse_kinds(values: list[str] | None) -> frozenset[EventKind]:
+    """``--kind`` values (repeatable, or comma-separated) as evidence-trail entry kinds.
+
+    Raises:
+        ConfigurationError: a value that is no entry kind.
+    """
+    kinds = set()
+    for value in (part.strip() for given in values or [] for part in given.split(",")):
+        if not value:
+            continue
+        try:
+            kinds.add(EventKind(value))
+        except ValueError:
+            known = ", ".join(k.value for k in EventKind)
+            raise ConfigurationError(f"bad --kind {value!r}: one of {known}") from None
+    return frozenset(kinds)
+
+
+async def _kept(
+    pages: AsyncIterator[list[LeaseEvent]], which: EventFilter, limit: int | None
+) -> AsyncIterator[list[LeaseEvent]]:
+    """The entries of ``pages`` that ``which`` keeps, at most ``limit`` of them."""
+    left = limit
+    async for page in pages:
+        kept = [event for event in page if which.keeps(event)][:left]
+        if kept:
+            yield kept
+        if left is not None:
+            left -= len(kept)
+            if left <= 0:
+                return
 
 
 def check_limit(limit: int | None) -> None:
@@ -221,17 +285,23 @@ async def list_events(
     limit: int | None,
     as_json: bool,
     out: Console,
+    which: EventFilter | None = None,
 ) -> None:
-    """``agentlease events``: the evidence trail of one task or one run, in order.
+    """``agentlease events``: the evidence trail of one task or one run, in order; ``which``: only some
+    of its entries (read through the trail, kept as they come).
 
     Raises:
         AgentLeaseError: the ledger has no such task or run.
     """
-    pages = event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, limit=_wanted(limit, as_json))
+    which = which or EventFilter()
+    wanted = _wanted(limit, as_json)
+    pages = event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, limit=None if which else wanted)
+    if which:
+        pages = _kept(pages, which, wanted)
     first, pages = await _first_page(pages)
     if not first:
         await require_subject(ledger, task_id, agent_run_id)
-    title = f"evidence trail of {task_id or agent_run_id}"
+    title = f"evidence trail of {task_id or agent_run_id}{which.describe()}"
     await _show(pages, limit=limit, as_json=as_json, out=out, render=lambda rows: events_table(rows, title=title))
 
 
@@ -252,6 +322,7 @@ async def follow_events(
     out: Console,
     stop: asyncio.Event,
     interval_s: float = FOLLOW_INTERVAL_S,
+    which: EventFilter | None = None,
 ) -> None:
     """``agentlease events --follow``: the trail so far, then each new entry as it is written, until ``stop``.
 
@@ -267,10 +338,11 @@ async def follow_events(
     after: int | None = None
     while not stop.is_set():
         async for page in event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, after=after):
+            kept = [event for event in page if which is None or which.keeps(event)]
             if as_json:
-                await write_json_lines(_one(page), out.file)
+                await write_json_lines(_one(kept), out.file)
             else:
-                for event in page:
+                for event in kept:
                     out.print("  ".join(event_cells(event)), soft_wrap=True, markup=False, highlight=False)
             after = page[-1].event_id
         try:
@@ -286,12 +358,14 @@ async def _one(page: list[T]) -> AsyncIterator[list[T]]:
 __all__ = [
     "FOLLOW_INTERVAL_S",
     "TABLE_ROWS",
+    "EventFilter",
     "check_limit",
     "follow_events",
     "list_events",
     "list_runs",
     "list_tasks",
     "list_waiting",
+    "parse_kinds",
     "parse_since",
     "parse_statuses",
     "require_subject",

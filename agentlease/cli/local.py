@@ -5,25 +5,38 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import shutil
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from temporalio.client import WorkflowHandle
+from rich.table import Table
+from temporalio.client import Client, WorkflowHandle
 
-from agentlease.cli.demo_agents import agent_workers, missing_frameworks, start_agent_runs
+from agentlease.cli.demo_agents import DemoAgent, agent_workers, missing_frameworks, start_agent_runs
 from agentlease.cli.plans import load_plan
-from agentlease.cli.render import tasks_table
 from agentlease.cli.stack import local_stack
-from agentlease.cli.takeover import Takeover, run_takeover
-from agentlease.databases import display_url
+from agentlease.cli.takeover import (
+    Takeover,
+    Unleased,
+    leased_record_key,
+    leased_worker,
+    plain_record_key,
+    plain_worker,
+    run_takeover,
+    run_unleased,
+)
+from agentlease.databases import display_url, sqlite_path
 from agentlease.decisions import DecisionRequest
+from agentlease.demo.takeover import TAKEOVER_TTL
+from agentlease.demo.unleased import HEARTBEAT_TIMEOUT
 from agentlease.enums import TaskStatus
 from agentlease.errors import AgentLeaseError
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
-from agentlease.records import RunStatus
+from agentlease.records import AgentRunPlan, RunStatus, TaskRecord
 from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.shutdown import stop_event
 from agentlease.tools._registry import load_registry
@@ -34,8 +47,10 @@ from agentlease.workflow._plan import AgentRunWorkflow
 async def run_demo(
     settings: AgentLeaseSettings, plans_dir: Path, out: Console, err: Console, *, timeout_s: float
 ) -> bool:
-    """Start the stack, run every plan in ``plans_dir``, each example agent and the narrated takeover
-    (:mod:`agentlease.cli.takeover`), print the ledger's tasks and where to look, stop.
+    """Start the stack and tell the demo's story (:mod:`agentlease.cli.takeover`): a worker paused in
+    the middle of a write, without a lease (two writes land) and with agentlease (one lands, the late
+    one is refused). Beside it, every plan in ``plans_dir`` and each example agent run, summarised in
+    a few lines. Then a side-by-side table, where to look, and stop.
 
     Returns:
         True when every task of every run settled.
@@ -47,106 +62,225 @@ async def run_demo(
     plans = {path.stem: load_plan(path, registry) for path in sorted(plans_dir.glob("*.json"))}
     if not plans:
         raise AgentLeaseError(f"no plans in {plans_dir}")
-    err.print("starting the Temporal dev server, the example services and the workers...")
+    out.print(
+        "agentlease demo: a worker paused mid-write, first without a lease, then with agentlease",
+        markup=False,
+    )
     for agent in missing_frameworks():
         err.print(
             f"skipping the example agent on {agent.framework}: it is not installed "
             f"(pip install -e '.[{agent.extra}]' adds it)",
             markup=False,
         )
+    err.print("starting a Temporal dev server, the example services and the workers...")
+    data_dir = settings.data_dir.resolve()
     async with local_stack(settings) as stack, agent_workers(stack.settings) as serving:
         client = stack.env.client
-        err.print(f"Temporal UI: {stack.ui_url}  (server {stack.settings.temporal_address})")
+        err.print(
+            f"Temporal dev server {stack.settings.temporal_address}, UI {stack.ui_url} (its log: {stack.server_log})",
+            markup=False,
+        )
         batch = uuid.uuid4().hex[:8]
-        handles: list[WorkflowHandle[Any, Any]] = []
-        for name, plan in plans.items():
-            run_id = f"demo-{name}-{batch}"
-            handles.append(
-                await client.start_workflow(
-                    AgentRunWorkflow.run,
-                    plan.model_copy(update={"agent_run_id": run_id}),
-                    id=run_id,
-                    task_queue=stack.settings.task_queue,
-                )
-            )
-            err.print(f"started agent run {run_id} ({len(plan.steps)} steps)")
-        agents = await start_agent_runs(client, serving, batch)
-        for agent, handle in agents:
-            err.print(f"started agent run {handle.id}: an agent on {agent.framework}, scripted model (no API key)")
-        data_dir = settings.data_dir.resolve()
+        plain, leased = plain_worker(stack.settings, data_dir, batch), leased_worker(stack.settings, data_dir)
         try:
-            async with asyncio.timeout(timeout_s):
-                shown, *results = await asyncio.gather(
-                    run_takeover(stack.settings, client, data_dir, batch, err, running_worker),
-                    *(_approving(h, err) for h in [*handles, *(h for _, h in agents)]),
-                )
-        except TimeoutError:
-            raise AgentLeaseError(f"the demo runs did not finish within {timeout_s:.0f}s") from None
-        takeover: Takeover = shown
-        for (agent, handle), answer in zip(agents, results[len(handles) :], strict=True):
-            err.print(f"{agent.framework} agent {handle.id} answered: {answer}", markup=False)
+            await asyncio.gather(plain.start(), leased.start())
+            handles = [
+                await _start_plan(client, stack.settings, f"demo-{name}-{batch}", plan) for name, plan in plans.items()
+            ]
+            agents = await start_agent_runs(client, serving, batch)
+            approved: list[str] = []
+            beside = asyncio.gather(*(_approving(h, approved) for h in [*handles, *(h for _, h in agents)]))
+            try:
+                async with asyncio.timeout(timeout_s):
+                    out.print(
+                        f"\n1. Without a lease: a plain Temporal activity writes runbooks/{plain_record_key(batch)} "
+                        f"(heartbeat timeout {_HEARTBEAT})",
+                        markup=False,
+                        soft_wrap=True,
+                    )
+                    unleased = await run_unleased(stack.settings, client, plain, batch, err)
+                    out.print(_unleased_verdict(unleased), markup=False, soft_wrap=True)
+                    out.print(
+                        f"\n2. With agentlease: a leased tool writes runbooks/{leased_record_key(batch)} "
+                        f"(lease TTL {_TTL}, fenced)",
+                        markup=False,
+                        soft_wrap=True,
+                    )
+                    takeover = await run_takeover(stack.settings, client, leased, batch, err, running_worker)
+                    out.print(_leased_verdict(takeover), markup=False, soft_wrap=True)
+                    await beside
+            except TimeoutError:
+                raise AgentLeaseError(f"the demo runs did not finish within {timeout_s:.0f}s") from None
+            finally:
+                beside.cancel()
+        finally:
+            await asyncio.gather(plain.stop(), leased.stop())
         ledger = Ledger.from_url(stack.settings.ledger_url)
         try:
             by_run = {h.id: await ledger.list_tasks(h.id) for h in [*handles, *(h for _, h in agents)]}
             by_run[takeover.run_id] = await ledger.list_tasks(takeover.run_id)
         finally:
             await ledger.close()
-        ui_url = stack.ui_url
+    out.print()
+    out.print(side_by_side(unleased, takeover), width=min(out.width, TABLE_WIDTH))
     records = [r for run in by_run.values() for r in run]
-    out.print(tasks_table(records, title="demo: tasks in the ledger"))
-    _where_to_look(out, takeover, settings, ui_url)
+    for line in _beside_lines(plans, by_run, handles, agents, approved, batch):
+        out.print(line, markup=False, soft_wrap=True)
+    out.print(f"{sum(r.status is TaskStatus.SETTLED for r in records)}/{len(records)} tasks settled")
+    _where_to_look(out, unleased, takeover, settings, stack.settings)
     expected = sum(len(plan.steps) for plan in plans.values())
     plan_tasks = sum(len(by_run[h.id]) for h in handles)
     settled = all(r.status is TaskStatus.SETTLED for r in records) and plan_tasks == expected
     settled = settled and all(by_run[h.id] for _, h in agents)
-    settled = settled and bool(by_run[takeover.run_id])
-    out.print(f"{sum(r.status is TaskStatus.SETTLED for r in records)}/{len(records)} tasks settled")
-    return settled
+    return settled and bool(by_run[takeover.run_id])
 
 
-def _where_to_look(out: Console, takeover: Takeover, settings: AgentLeaseSettings, ui_url: str) -> None:
-    """The takeover's outcome and where to see it again: the lease timeline page and the Temporal UI."""
-    out.print(
-        f"takeover: {takeover.task_id} settled with generation {takeover.generation}; "
-        f"generation 1 was refused {len(takeover.refused)} time(s) after it resumed:",
-        markup=False,
-        soft_wrap=True,
-    )
-    for line in takeover.refused:
-        out.print(f"  refused: {line}", markup=False, soft_wrap=True)
-    ledger = f"sqlite:///{settings.data_dir.resolve() / 'ledger.db'}"
-    if settings.ledger_url != AgentLeaseSettings.model_fields["ledger_url"].default:
-        ledger = settings.ledger_url
-    out.print("where to look:")
-    out.print(
-        f"  lease timeline: AGENTLEASE_LEDGER_URL={ledger} agentlease ui, then "
-        f"http://127.0.0.1:8080/tasks/{takeover.task_id}",
-        markup=False,
-        soft_wrap=True,
-    )
-    out.print(
-        f"  Temporal UI:    {ui_url}/namespaces/{settings.namespace}/workflows/{takeover.run_id} "
-        f"(while the demo runs; afterwards `agentlease --data-dir {settings.data_dir} dev` serves it "
-        f"on http://127.0.0.1:8233)",
-        markup=False,
-        soft_wrap=True,
+TABLE_WIDTH = 100
+"""The demo's table fits this many columns."""
+
+DEV_UI_PORT = 8233
+"""The Temporal UI's port of ``agentlease dev`` (its ``--ui-port`` default)."""
+
+_HEARTBEAT = f"{HEARTBEAT_TIMEOUT.total_seconds():g}s"
+_TTL = f"{TAKEOVER_TTL.total_seconds():g}s"
+
+
+async def _start_plan(
+    client: Client, settings: AgentLeaseSettings, run_id: str, plan: AgentRunPlan
+) -> WorkflowHandle[Any, Any]:
+    return await client.start_workflow(
+        AgentRunWorkflow.run,
+        plan.model_copy(update={"agent_run_id": run_id}),
+        id=run_id,
+        task_queue=settings.task_queue,
     )
 
 
-async def _approving(handle: WorkflowHandle[Any, Any], err: Console) -> Any:
-    """Wait for a demo run (its result), approving its unsafe steps as the operator ``agentlease demo`` would."""
+def _writes(writes: list[str]) -> str:
+    return f"{len(writes)} write{'' if len(writes) == 1 else 's'}"
+
+
+def _unleased_verdict(shown: Unleased) -> str:
+    """What landed without a lease, counted at the downstream."""
+    order = ", then ".join(shown.writes)
+    return f"   => without a lease: {_writes(shown.writes)} landed: {order}"
+
+
+def _leased_verdict(shown: Takeover) -> str:
+    """What landed with agentlease, counted at the downstream, and what was refused."""
+    late = "the late write of generation 1 was refused" if shown.late_write_refused else "generation 1 wrote nothing"
+    return f"   => with agentlease: {_writes(shown.writes)} landed: {', then '.join(shown.writes)}; {late}"
+
+
+def side_by_side(unleased: Unleased, takeover: Takeover) -> Table:
+    """The paused call without and with a lease: what landed, what happened to the late write and result."""
+    refused = f"refused by the fence (generation 1 < {takeover.generation})"
+    table = Table(title="the paused call, side by side", title_justify="left")
+    for column in ("", "without a lease", "with agentlease"):
+        table.add_column(column)
+    table.add_row("run", unleased.run_id, takeover.run_id)
+    table.add_row("writes that landed", str(len(unleased.writes)), str(len(takeover.writes)))
+    table.add_row(
+        "the paused worker's late write",
+        "landed, after the retry's" if len(unleased.writes) > 1 else "did not land",
+        refused if takeover.late_write_refused else "not written",
+    )
+    table.add_row(
+        "its result",
+        "ignored by Temporal: the attempt had timed out",
+        "kept as late_unapplied, never applied",
+    )
+    table.add_row("the call was done by", unleased.writes[0] if unleased.writes else "-", *takeover.writes[:1] or ["-"])
+    return table
+
+
+def _beside_lines(
+    plans: dict[str, AgentRunPlan],
+    by_run: dict[str, list[TaskRecord]],
+    handles: list[WorkflowHandle[Any, Any]],
+    agents: list[tuple[DemoAgent, WorkflowHandle[Any, Any]]],
+    approved: list[str],
+    batch: str,
+) -> list[str]:
+    """The plans and agents that ran beside the story, in a few lines."""
+    plan_calls = sum(len(by_run[h.id]) for h in handles)
+    approvals = f", {len(approved)} unsafe step(s) approved as operator 'agentlease demo'" if approved else ""
+    lines = [f"beside it, as runs demo-*-{batch}: {len(plans)} plans, {plan_calls} tool calls{approvals}"]
+    if agents:
+        calls = sum(len(by_run[h.id]) for _, h in agents)
+        frameworks = " and ".join(agent.framework for agent, _ in agents)
+        lines.append(f"  {len(agents)} agents on {frameworks}, scripted models (no API key): {calls} tool calls")
+    return lines
+
+
+def agentlease_command() -> str:
+    """This CLI as the user's shell runs it: ``agentlease`` when that is on ``PATH`` and is this one, else
+    its path (relative to the working directory when it is under it, as ``.venv/bin/agentlease``)."""
+    script = Path(sys.argv[0])
+    if script.name != "agentlease":  # python -m agentlease.cli.app
+        script = Path(sys.executable).parent / "agentlease"
+    found = shutil.which("agentlease")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "agentlease"
+    try:
+        relative = script.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return shlex.quote(str(script.resolve()))
+    return shlex.quote(str(relative) if relative.parent != Path(".") else f"./{relative}")
+
+
+def _where_to_look(
+    out: Console, unleased: Unleased, takeover: Takeover, settings: AgentLeaseSettings, stack: AgentLeaseSettings
+) -> None:
+    """Commands that show the story again, runnable as printed: the servers the demo started are gone,
+    so each command says what it starts (the ledger needs none; ``dev`` brings Temporal back on the
+    demo's data)."""
+    command = agentlease_command()
+    default = AgentLeaseSettings.model_fields["ledger_url"].default
+    ledger_flag = ""
+    if settings.ledger_url == default:
+        used, implied = sqlite_path(stack.ledger_url, name="ledger"), sqlite_path(default, name="ledger")
+        if used is None or implied is None or used.resolve() != implied.resolve():
+            ledger_flag = f" --ledger-url {shlex.quote(stack.ledger_url)}"
+    elif display_url(settings.ledger_url) == settings.ledger_url:
+        ledger_flag = f" --ledger-url {shlex.quote(settings.ledger_url)}"
+    data_flag = ""
+    if settings.data_dir.resolve() != AgentLeaseSettings.model_fields["data_dir"].default.resolve():
+        data_flag = f" --data-dir {shlex.quote(str(settings.data_dir))}"
+    temporal = f"http://127.0.0.1:{DEV_UI_PORT}/namespaces/{settings.namespace}/workflows"
+    ui = f"http://{settings.ui_host}:{settings.ui_port}"
+    lines = [
+        "where to look (the demo has stopped its servers; each command below starts what it needs):",
+        f"   {command}{ledger_flag} events {takeover.task_id}",
+        "      the leased call's evidence trail: claims, the takeover, the refused late writes",
+        f"   {command}{ledger_flag} ui",
+        f"      the same as a web page: {ui}/ (task /tasks/{takeover.task_id}); Ctrl-C stops it",
+        f"   {command}{data_flag} dev",
+        "      Temporal again, on the demo's data, until Ctrl-C; then in its UI:",
+        f"      {temporal}/{unleased.run_id} (the plain activity)",
+        f"      {temporal}/{takeover.run_id} (the leased tool)",
+    ]
+    if command != "agentlease" and (Path(sys.executable).parent / "activate").exists():
+        lines.append(f"   (or `source {Path(sys.executable).parent / 'activate'}` once, then plain `agentlease ...`)")
+    for line in lines:
+        out.print(line, markup=False, soft_wrap=True, highlight=False)
+
+
+async def _approving(handle: WorkflowHandle[Any, Any], approved: list[str]) -> Any:
+    """Wait for a demo run (its result), approving its unsafe steps as the operator ``agentlease demo``
+    would; each approval is added to ``approved`` (``run/step (tool)``)."""
     result = asyncio.ensure_future(handle.result())
     while not result.done():
         status = await handle.query(STATUS_QUERY, result_type=RunStatus)
         for task in status.tasks:
             if task.status == TaskStatus.AWAITING_APPROVAL.value:
-                err.print(f"approving {status.agent_run_id}/{task.step_id} ({task.tool}) as operator 'agentlease demo'")
                 await handle.execute_update(
                     "approve",
                     DecisionRequest(
                         step_id=task.step_id, by="agentlease demo", reason="the demo approves its own plan"
                     ),
                 )
+                approved.append(f"{status.agent_run_id}/{task.step_id} ({task.tool})")
         await asyncio.wait([result], timeout=0.25)
     return await result
 
@@ -164,7 +298,11 @@ async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_p
         s = stack.settings
         ledger_url, sql_url = display_url(s.ledger_url), s.sql_target_url and display_url(s.sql_target_url)
         err.print(f"Temporal UI:      {stack.ui_url}")
-        err.print(f"Temporal server:  {s.temporal_address} (namespace {s.namespace}, queue {s.task_queue})")
+        err.print(
+            f"Temporal server:  {s.temporal_address} (namespace {s.namespace}, queue {s.task_queue}; "
+            f"its log {stack.server_log})",
+            markup=False,
+        )
         err.print(f"ledger:           {ledger_url}", markup=False)
         err.print(f"decisions:        {s.decision_mode} mode (docs/security.md, Authenticated decisions)")
         if worker:
@@ -218,6 +356,7 @@ def export_lines(settings: AgentLeaseSettings) -> tuple[list[str], bool]:
         pairs(publish_base_url=s.publish_base_url, smtp_host=s.smtp_host, smtp_port=s.smtp_port),
     ]
     path = os.environ.get("PYTHONPATH")
-    if path and (s.tool_modules or s.workflow_modules):  # where those modules import from
-        lines.append(f"export PYTHONPATH={shlex.quote(path)}")
+    if path and (s.tool_modules or s.workflow_modules):  # where those modules import from, from any directory
+        absolute = os.pathsep.join(str(Path(entry).resolve()) if entry else entry for entry in path.split(os.pathsep))
+        lines.append(f"export PYTHONPATH={shlex.quote(absolute)}")
     return [line for line in lines if line], shown_url != s.ledger_url or shown_sql != s.sql_target_url

@@ -27,6 +27,7 @@ NAMES = {
     "claim_generation": "the claim generation (fencing token); - for none",
     "attempts": "real attempts counted",
     "lease_owner": "the worker holding (or last holding) the lease",
+    "since": "when that worker claimed it: the claim time of the current generation",
     "receipt": "the settlement receipt",
     "trace_id": "the OpenTelemetry trace of the attempt (with tracing on)",
     "at": "when, on the ledger's clock",
@@ -46,6 +47,7 @@ TASK_COLUMNS = (
     "claim_generation",
     "attempts",
     "lease_owner",
+    "since",
     "receipt",
     "trace_id",
 )
@@ -73,6 +75,23 @@ def _table(title: str, columns: Iterable[str]) -> Table:
     return table
 
 
+def _filled(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> Table:
+    """A table of ``rows``, without the trace id column when no row has a trace (tracing off)."""
+    if "trace_id" in columns and all(row[columns.index("trace_id")] == "-" for row in rows):
+        keep = [i for i, column in enumerate(columns) if column != "trace_id"]
+        columns = tuple(columns[i] for i in keep)
+        rows = [tuple(row[i] for i in keep) for row in rows]
+    table = _table(title, columns)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def since_text(record: TaskRecord) -> str:
+    """When the current (or last) holder claimed the task, to the second; ``-`` when never claimed."""
+    return "-" if record.lease_acquired_at is None else record.lease_acquired_at.isoformat(timespec="seconds")
+
+
 def task_cells(record: TaskRecord) -> tuple[str, ...]:
     return (
         record.task_id,
@@ -82,17 +101,15 @@ def task_cells(record: TaskRecord) -> tuple[str, ...]:
         generation_text(record.claim_generation),
         str(record.attempts),
         record.lease_owner or "-",
+        since_text(record),
         receipt_text(record.receipt),
         record.trace.trace_id or "-",
     )
 
 
 def tasks_table(records: Iterable[TaskRecord], title: str = "tasks") -> Table:
-    """Ledger rows: the task, its lease and its receipt."""
-    table = _table(title, TASK_COLUMNS)
-    for record in records:
-        table.add_row(*task_cells(record))
-    return table
+    """Ledger rows: the task, its lease (who holds it, since when, which generation) and its receipt."""
+    return _filled(title, TASK_COLUMNS, [task_cells(record) for record in records])
 
 
 def decided_title(status: RunStatus, decision: str, step_id: str | None) -> str:
@@ -167,10 +184,7 @@ def event_cells(ev: LeaseEvent) -> tuple[str, ...]:
 
 def events_table(events: Iterable[LeaseEvent], title: str) -> Table:
     """The evidence trail of one task or run."""
-    table = _table(title, EVENT_COLUMNS)
-    for ev in events:
-        table.add_row(*event_cells(ev))
-    return table
+    return _filled(title, EVENT_COLUMNS, [event_cells(ev) for ev in events])
 
 
 def to_json(value: Any) -> str:
@@ -183,7 +197,8 @@ def to_json(value: Any) -> str:
 def plain(value: Any) -> Any:
     """The JSON form of a record: a task (:meth:`TaskRecord.as_json`), an event (with ``by``), any model."""
     if isinstance(value, TaskRecord):
-        return {**value.as_json(), "trace_id": value.trace.trace_id}
+        since = None if value.lease_acquired_at is None else value.lease_acquired_at.isoformat()
+        return {**value.as_json(), "since": since, "trace_id": value.trace.trace_id}
     if isinstance(value, LeaseEvent):
         return {**value.model_dump(mode="json"), "by": event_by(value), "trace_id": value.trace.trace_id}
     if hasattr(value, "model_dump"):

@@ -12,7 +12,6 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from sqlalchemy.exc import SQLAlchemyError
 
 from agentlease.errors import ConfigurationError, LedgerUnavailableError, one_line
 from agentlease.settings import AgentLeaseSettings
@@ -60,6 +59,8 @@ def require_extra(extra: str, command: str) -> None:
 @asynccontextmanager
 async def ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> AsyncIterator[Any]:
     """The configured ledger; a read on a SQLite file that does not exist is an error, not a new file."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from agentlease.databases import display_url, is_missing_schema, sqlite_path
     from agentlease.ledger.store import Ledger
 

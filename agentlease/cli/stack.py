@@ -1,14 +1,19 @@
 """The embedded default stack of ``agentlease demo`` and ``agentlease dev``.
 
 A local Temporal dev server (:mod:`agentlease.devserver`), a SQLite ledger migrated to the newest
-schema, the example downstream systems and an in-process worker.
+schema, the example downstream systems and an in-process worker. The dev server's own output (its
+start-up banner, its logs) goes to ``temporal-server.log`` in the data dir: the commands say where
+Temporal is themselves, once.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
@@ -28,11 +33,33 @@ class LocalStack:
         env: the Temporal dev server environment (its ``client`` is connected).
         settings: the settings the stack's worker uses; give them to further workers and the CLI.
         ui_url: the Temporal UI.
+        server_log: where the dev server's output goes.
     """
 
     env: WorkflowEnvironment
     settings: AgentLeaseSettings
     ui_url: str
+    server_log: Path
+
+
+SERVER_LOG = "temporal-server.log"
+"""The dev server's output, in the data dir."""
+
+
+@contextmanager
+def _stdout_to(path: Path) -> Iterator[None]:
+    """Point this process's standard output (file descriptor 1) at ``path`` meanwhile: a child process
+    started meanwhile (the dev server, spawned by the Temporal SDK) keeps writing there."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with path.open("ab") as log:
+            os.dup2(log.fileno(), 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @asynccontextmanager
@@ -48,8 +75,11 @@ async def local_stack(
     if ui_port is None:
         with bind_loopback() as probe:
             ui_port = probe.getsockname()[1]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server_log = data_dir / SERVER_LOG
     async with AsyncExitStack() as stack:
-        env = await stack.enter_async_context(dev_server(data_dir, port=port, ui_port=ui_port))
+        with _stdout_to(server_log):
+            env = await stack.enter_async_context(dev_server(data_dir, port=port, ui_port=ui_port))
         key = None if base.fencing_key is None else base.fencing_key.get_secret_value().encode("utf-8")
         downstream = await stack.enter_async_context(running_downstream(data_dir, fencing_key=key))
         target = env.client.service_client.config.target_host
@@ -77,4 +107,4 @@ async def local_stack(
                 await upgrade(ledger.database)
             finally:
                 await ledger.close()
-        yield LocalStack(env=env, settings=settings, ui_url=f"http://127.0.0.1:{ui_port}")
+        yield LocalStack(env=env, settings=settings, ui_url=f"http://127.0.0.1:{ui_port}", server_log=server_log)

@@ -1,13 +1,23 @@
-"""The demo's operational test, run live and narrated: a paused holder, a takeover, refused late writes.
+"""The demo's story, run live and narrated: a worker paused in the middle of a write, without and with a lease.
 
-One fenced call (``takeover_write`` of :mod:`agentlease.demo.takeover`, lease TTL 3 s) runs on a task queue
-of its own. Worker
-``demo-worker-a`` (a separate ``agentlease worker`` process) claims it with generation 1 and holds
-it in ``external_call``; the demo pauses that process (SIGSTOP). Its lease lapses; worker
-``demo-worker-b`` (started in the demo's process only now) takes over with generation 2, writes
-and settles. The demo resumes the first worker (SIGCONT): its renewal, its downstream write and
-its settle are refused, and the evidence trail records each. Every line is narrated from what the
-ledger recorded, not from timers (``docs/operator-views.md``).
+Both halves write one row of the example SQL target, ``runbooks/<record key>``, and log every write
+that lands in ``runbook_writes`` (:mod:`agentlease.demo.takeover`); the verdicts count the writes there.
+
+1. **Without a lease** (:func:`run_unleased`): a plain Temporal activity
+   (:mod:`agentlease.demo.unleased`, heartbeat timeout 3 s) runs on worker ``plain-worker-a``, a
+   separate process, which holds attempt 1 just before its write. The demo pauses that process
+   (SIGSTOP). No heartbeat reaches Temporal, which retries the activity on ``plain-worker-b`` (started
+   in the demo's process only now): attempt 2 writes and the run completes. The demo resumes the
+   first worker (SIGCONT): it carries on and writes too. Two writes land.
+2. **With agentlease** (:func:`run_takeover`): the same write as a fenced tool (``takeover_write``,
+   lease TTL 3 s) in an agent run. Worker ``demo-worker-a`` (an ``agentlease worker`` process) claims
+   it with generation 1 and holds it just before its write; the demo pauses it. Its lease lapses;
+   ``demo-worker-b`` takes over with generation 2, writes and settles. The demo resumes the first
+   worker: its renewal, its write (the fence) and its settle are refused. One write lands.
+
+Every line is narrated from what Temporal, the ledger and the downstream recorded, not from timers
+(``docs/operator-views.md``). Each paused worker serves one activity at a time, so that while it
+holds its attempt it has no open poll that could take the retry.
 """
 
 from __future__ import annotations
@@ -25,7 +35,10 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
 
+from agentlease.demo.takeover import TAKEOVER_TTL, landed_writes
+from agentlease.demo.unleased import HEARTBEAT_TIMEOUT, PlainWrite, PlainWriter, PlainWriteWorkflow
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.errors import AgentLeaseError
 from agentlease.ledger.store import Ledger
@@ -38,29 +51,109 @@ TOOL_MODULE = "agentlease.demo.takeover"
 STEP_ID = "write-runbook"
 PAUSED_WORKER = "demo-worker-a"
 TAKING_OVER_WORKER = "demo-worker-b"
+PLAIN_PAUSED_WORKER = "plain-worker-a"
+PLAIN_RETRYING_WORKER = "plain-worker-b"
 WAIT_S = 60.0
-"""How long each phase may take before the takeover is reported as not shown (a loaded machine)."""
+"""How long each phase may take before the story is reported as not shown (a loaded machine)."""
 _POLL_S = 0.2
+_INDENT = "   "
 
 _T = TypeVar("_T")
 
 
 @dataclass
 class Takeover:
-    """What the takeover showed.
+    """What the leased half showed.
 
     Attributes:
         run_id / task_id: its agent run and task.
+        record_key: the row it wrote (``runbooks/<record_key>``).
         handle: the run.
         generation: the generation that settled (2 when the takeover happened).
         refused: what the ledger and the downstream refused of generation 1, one line each.
+        writes: who wrote the row, one entry per write that landed at the downstream.
     """
 
     run_id: str
     task_id: str
+    record_key: str
     handle: WorkflowHandle[Any, Any]
     generation: int = 0
     refused: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+
+    @property
+    def late_write_refused(self) -> bool:
+        """Whether the downstream's fence refused generation 1's late write (its result says so)."""
+        return any(line.startswith("downstream write") and "refused by the fence" in line for line in self.refused)
+
+
+@dataclass
+class Unleased:
+    """What the plain half showed.
+
+    Attributes:
+        run_id: its workflow.
+        record_key: the row it wrote.
+        result: what the run returned (the attempt that completed it).
+        writes: who wrote the row, one entry per write that landed at the downstream.
+    """
+
+    run_id: str
+    record_key: str
+    result: str = ""
+    writes: list[str] = field(default_factory=list)
+
+
+class PausedWorker:
+    """A worker process the demo starts, pauses (SIGSTOP) and resumes (SIGCONT), then stops.
+
+    Args:
+        argv: the program and its arguments.
+        env: its environment.
+        log: where its output goes.
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.argv, self.env, self.log_path = argv, env, log
+        self.process: asyncio.subprocess.Process | None = None
+        self.paused = False
+
+    async def start(self) -> None:
+        with self.log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
+            self.process = await asyncio.create_subprocess_exec(
+                *self.argv, env=self.env, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def pause(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.process is not None and self.paused:
+            self.process.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    async def stop(self) -> None:
+        """Resume if paused, SIGTERM, and wait for it (SIGKILL after 15 s)."""
+        process = self.process
+        if process is None or process.returncode is not None:
+            return
+        self.resume()
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), 15)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
 
 
 async def _until(what: str, probe: Callable[[], Awaitable[_T | None]], timeout_s: float = WAIT_S) -> _T:
@@ -75,40 +168,142 @@ async def _until(what: str, probe: Callable[[], Awaitable[_T | None]], timeout_s
         if found is not None:
             return found
         if time.monotonic() >= deadline:
-            raise AgentLeaseError(f"the takeover demo did not get to {what} within {timeout_s:.0f}s")
+            raise AgentLeaseError(f"the demo did not get to {what} within {timeout_s:.0f}s")
         await asyncio.sleep(_POLL_S)
 
 
-def _worker_env(settings: AgentLeaseSettings, queue: str) -> dict[str, str]:
+def _kept_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("AGENTLEASE_")}
+
+
+def plain_worker(settings: AgentLeaseSettings, data_dir: Path, batch: str) -> PausedWorker:
+    """The plain Temporal worker the first half pauses (not started yet)."""
+    queue = _plain_queue(settings, batch)
+    argv = [sys.executable, "-m", "agentlease.demo.unleased", settings.temporal_address, queue]
+    return PausedWorker([*argv, PLAIN_PAUSED_WORKER], _kept_env(), data_dir / "plain-worker.log")
+
+
+def leased_worker(settings: AgentLeaseSettings, data_dir: Path) -> PausedWorker:
+    """The ``agentlease worker`` process the second half pauses (not started yet)."""
     values = {
         "AGENTLEASE_TEMPORAL_ADDRESS": settings.temporal_address,
         "AGENTLEASE_NAMESPACE": settings.namespace,
-        "AGENTLEASE_TASK_QUEUE": queue,
+        "AGENTLEASE_TASK_QUEUE": _leased_queue(settings),
         "AGENTLEASE_LEDGER_URL": settings.ledger_url,
         "AGENTLEASE_TOOL_MODULES": TOOL_MODULE,
         "AGENTLEASE_WORKER_IDENTITY": PAUSED_WORKER,
         "AGENTLEASE_SQL_TARGET_URL": settings.sql_target_url or "",
         "AGENTLEASE_SHUTDOWN_GRACE": "2",
         "AGENTLEASE_MIGRATE_ON_START": "false",
+        "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES": "1",
     }
-    kept = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLEASE_")}
-    return {**kept, **values}
+    argv = [sys.executable, "-m", "agentlease.cli.app", "worker"]
+    return PausedWorker(argv, {**_kept_env(), **values}, data_dir / "takeover-worker.log")
+
+
+def plain_record_key(batch: str) -> str:
+    """The row the first half writes: ``runbooks/runbook-<batch>-plain``."""
+    return f"runbook-{batch}-plain"
+
+
+def leased_record_key(batch: str) -> str:
+    """The row the second half writes: ``runbooks/runbook-<batch>``."""
+    return f"runbook-{batch}"
+
+
+def _plain_queue(settings: AgentLeaseSettings, batch: str) -> str:
+    return f"{settings.task_queue}-plain-{batch}"
+
+
+def _leased_queue(settings: AgentLeaseSettings) -> str:
+    return f"{settings.task_queue}-takeover"
+
+
+async def run_unleased(
+    settings: AgentLeaseSettings, client: Client, paused: PausedWorker, batch: str, err: Console
+) -> Unleased:
+    """The first half (see the module docstring), narrated on ``err``.
+
+    Args:
+        settings: the demo stack's settings (its Temporal and SQL target).
+        client: a client of the stack's Temporal.
+        paused: the started :func:`plain_worker`; stopped here.
+        batch: the demo's batch id (run id ``demo-plain-<batch>``).
+        err: where the narration goes.
+
+    Raises:
+        AgentLeaseError: a phase did not happen within :data:`WAIT_S`.
+    """
+    assert settings.sql_target_url is not None
+    queue = _plain_queue(settings, batch)
+    shown = Unleased(run_id=f"demo-plain-{batch}", record_key=plain_record_key(batch))
+    args = PlainWrite(
+        record_key=shown.record_key,
+        row={"step": "restart the ingest job"},
+        sql_target_url=settings.sql_target_url,
+        activity_queue=queue,
+        hold_s=WAIT_S / 3,  # Temporal cancels it first, on its first heartbeat after SIGCONT
+    )
+    timeout = f"{HEARTBEAT_TIMEOUT.total_seconds():g}s"
+    try:
+        async with Worker(client, task_queue=f"{queue}-runs", workflows=[PlainWriteWorkflow]):
+            handle = await client.start_workflow(
+                PlainWriteWorkflow.run, args, id=shown.run_id, task_queue=f"{queue}-runs"
+            )
+
+            async def holding() -> int | None:
+                for pending in (await handle.describe()).raw_description.pending_activities:
+                    started = pending.last_worker_identity == PLAIN_PAUSED_WORKER and pending.attempt == 1
+                    if started and pending.HasField("last_heartbeat_time"):
+                        return pending.attempt
+                return None
+
+            await _until("the plain activity's first attempt", holding)
+            err.print(
+                f"{_INDENT}{PLAIN_PAUSED_WORKER} (pid {paused.pid}) started attempt 1; it holds just before its write"
+            )
+            paused.pause()
+            err.print(f"{_INDENT}paused {PLAIN_PAUSED_WORKER} (SIGSTOP): no heartbeat reaches Temporal")
+            writer = PlainWriter(PLAIN_RETRYING_WORKER)
+            async with Worker(client, task_queue=queue, activities=[writer.plain_write], identity=writer.identity):
+                async with asyncio.timeout(WAIT_S):
+                    shown.result = await handle.result()
+            so_far = await landed_writes(settings.sql_target_url, shown.record_key)
+            err.print(
+                f"{_INDENT}Temporal heard no heartbeat for {timeout} and retried the activity: "
+                f"{' and '.join(so_far) or 'nobody'} wrote the row, and the run completed"
+            )
+            paused.resume()
+            err.print(f"{_INDENT}resumed {PLAIN_PAUSED_WORKER} (SIGCONT); it carries on as if nothing happened")
+
+            async def both() -> list[str] | None:
+                writes = await landed_writes(settings.sql_target_url or "", shown.record_key)
+                return writes if len(writes) >= 2 else None
+
+            shown.writes = await _until("the paused attempt's late write", both)
+            await asyncio.sleep(0.5)  # a third write, if any, is counted too
+            shown.writes = await landed_writes(settings.sql_target_url, shown.record_key)
+    except TimeoutError:
+        raise AgentLeaseError(f"the plain activity's run did not complete within {WAIT_S:.0f}s") from None
+    finally:
+        await paused.stop()
+    return shown
 
 
 async def run_takeover(
     settings: AgentLeaseSettings,
     client: Client,
-    data_dir: Path,
+    paused: PausedWorker,
     batch: str,
     err: Console,
     worker: Callable[[AgentLeaseSettings], contextlib.AbstractAsyncContextManager[Any]],
 ) -> Takeover:
-    """Run the takeover (see the module docstring), narrating on ``err``.
+    """The second half (see the module docstring), narrated on ``err``.
 
     Args:
-        settings: the demo stack's settings (its ledger, Temporal and publishing service).
+        settings: the demo stack's settings (its ledger, Temporal and SQL target).
         client: a client of the stack's Temporal.
-        data_dir: where the paused worker's log goes (``takeover-worker.log``).
+        paused: the started :func:`leased_worker`; stopped here.
         batch: the demo's batch id (run id ``demo-takeover-<batch>``).
         err: where the narration goes.
         worker: starts an in-process worker on the given settings (``agentlease.worker.running_worker``).
@@ -119,22 +314,12 @@ async def run_takeover(
     Raises:
         AgentLeaseError: a phase did not happen within :data:`WAIT_S`.
     """
-    queue = f"{settings.task_queue}-takeover"
+    queue = _leased_queue(settings)
     run_id = f"demo-takeover-{batch}"
     task_id = task_id_for(run_id, STEP_ID)
-    log = (data_dir / "takeover-worker.log").open("wb")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentlease.cli.app",
-        "worker",
-        env=_worker_env(settings, queue),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
+    record_key = leased_record_key(batch)
+    ttl = f"{TAKEOVER_TTL.total_seconds():g}s"
     ledger = Ledger.from_url(settings.ledger_url)
-    paused = False
     try:
         plan = AgentRunPlan(
             agent_run_id=run_id,
@@ -142,13 +327,12 @@ async def run_takeover(
                 PlanStep(
                     step_id=STEP_ID,
                     tool="takeover_write",
-                    arguments={"record_key": f"runbook-{batch}", "row": {"step": "restart the ingest job"}},
+                    arguments={"record_key": record_key, "row": {"step": "restart the ingest job"}},
                 )
             ],
         )
         handle = await client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=queue)
-        shown = Takeover(run_id=run_id, task_id=task_id, handle=handle)
-        err.print(f"takeover: run {run_id}, one fenced call (lease TTL 3s) on queue {queue}")
+        shown = Takeover(run_id=run_id, task_id=task_id, record_key=record_key, handle=handle)
 
         async def holding() -> TaskRecord | None:
             record = await _task(ledger, task_id)
@@ -157,12 +341,11 @@ async def run_takeover(
 
         record = await _until("the first claim", holding)
         err.print(
-            f"takeover: {record.lease_owner} (pid {process.pid}) claimed {task_id} with generation 1 "
-            "and holds it in external_call, just before its write"
+            f"{_INDENT}{record.lease_owner} (pid {paused.pid}) claimed {task_id} with generation 1; "
+            "it holds just before its write"
         )
-        process.send_signal(signal.SIGSTOP)
-        paused = True
-        err.print(f"takeover: paused {PAUSED_WORKER} (SIGSTOP): it can no longer renew; its lease lapses in 3s")
+        paused.pause()
+        err.print(f"{_INDENT}paused {PAUSED_WORKER} (SIGSTOP): it can no longer renew; its lease lapses in {ttl}")
         second = settings.model_copy(
             update={
                 "task_queue": queue,
@@ -180,23 +363,21 @@ async def run_takeover(
             record = await _until("the takeover's settle", settled)
             shown.generation = record.claim_generation
             err.print(
-                f"takeover: {record.lease_owner} took over with generation {record.claim_generation}, "
-                "wrote the row (fencing token 2) and settled"
+                f"{_INDENT}{record.lease_owner} took over with generation {record.claim_generation}, "
+                f"wrote the row (fencing token {record.claim_generation}) and settled"
             )
-            process.send_signal(signal.SIGCONT)
-            paused = False
-            err.print(f"takeover: resumed {PAUSED_WORKER} (SIGCONT); it carries on as if nothing happened")
+            paused.resume()
+            err.print(f"{_INDENT}resumed {PAUSED_WORKER} (SIGCONT); it carries on as if nothing happened")
             late = await _until("the refused late settle", lambda: _late(ledger, task_id))
             shown.refused = _refusals(await ledger.events(task_id), late)
             for line in shown.refused:
-                err.print(f"takeover: refused: {line}", markup=False, soft_wrap=True)
+                err.print(f"{_INDENT}refused: {line}", markup=False, soft_wrap=True)
             await handle.result()
+        assert settings.sql_target_url is not None
+        shown.writes = await landed_writes(settings.sql_target_url, record_key)
         return shown
     finally:
-        if paused:
-            process.send_signal(signal.SIGCONT)
-        await _stop(process)
-        log.close()
+        await paused.stop()
         await ledger.close()
 
 
@@ -224,17 +405,3 @@ def _refusals(trail: list[LeaseEvent], late: LeaseEvent) -> list[str]:
         lines.append(f"downstream write by generation 1: {result['write']}")
     lines.append("settle of generation 1 (late_unapplied): its result is kept as evidence, never applied")
     return lines
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    """SIGTERM the paused worker's process and wait for it (SIGKILL after 15 s)."""
-    if process.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGTERM)
-    try:
-        await asyncio.wait_for(process.wait(), 15)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()

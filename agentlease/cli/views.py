@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-from agentlease.cli.render import to_json
 from agentlease.cli.session import ledger as _ledger
 from agentlease.cli.session import out
 from agentlease.cli.session import settings as _settings
@@ -93,6 +92,15 @@ def events(
     ctx: typer.Context,
     task_id: Annotated[str | None, typer.Argument(help="A task id; omit with --run.")] = None,
     run_filter: Annotated[str | None, typer.Option("--run", help="Every task of this agent run.")] = None,
+    kind: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kind", help="Only entries of this kind (repeat, or comma-separate): claimed, renewed, lease_lost..."
+        ),
+    ] = None,
+    generation: Annotated[
+        int | None, typer.Option("--generation", min=0, help="Only entries of this claim generation.")
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", help="Keep printing new entries as they are written, until Ctrl-C.")
     ] = False,
@@ -105,17 +113,24 @@ def events(
         ),
     ] = None,
 ) -> None:
-    """Show the evidence trail: claims, renewals, releases, settles, lease losses, late results."""
-    from agentlease.cli.listings import check_limit, follow_events, list_events
+    """Show the evidence trail: claims, renewals, releases, settles, lease losses, late results.
+
+    ``--kind`` and ``--generation`` keep some entries: ``--kind lease_lost,late_unapplied --generation 1``
+    is what the attempt that lost its lease was refused.
+    """
+    from agentlease.cli.listings import EventFilter, check_limit, follow_events, list_events, parse_kinds
 
     if task_id is None and run_filter is None:
         raise ConfigurationError("name a task id or --run RUN_ID")
     check_limit(limit)
+    which = EventFilter(kinds=parse_kinds(kind), generation=generation)
     if follow and limit is not None:
         raise ConfigurationError("--follow prints every new entry; it takes no --limit")
     if html_file is not None:
-        if follow or as_json or limit is not None:
-            raise ConfigurationError("--html writes the whole timeline; it takes no --follow, --json or --limit")
+        if follow or as_json or limit is not None or which:
+            raise ConfigurationError(
+                "--html writes the whole timeline; it takes no --follow, --json, --limit, --kind or --generation"
+            )
         _write_timeline(_settings(ctx), task_id, run_filter, html_file)
         return
 
@@ -125,11 +140,17 @@ def events(
                 from agentlease.shutdown import stop_event
 
                 await follow_events(
-                    ledger, task_id=task_id, agent_run_id=run_filter, as_json=as_json, out=out, stop=stop_event()
+                    ledger,
+                    task_id=task_id,
+                    agent_run_id=run_filter,
+                    as_json=as_json,
+                    out=out,
+                    stop=stop_event(),
+                    which=which,
                 )
             else:
                 await list_events(
-                    ledger, task_id=task_id, agent_run_id=run_filter, limit=limit, as_json=as_json, out=out
+                    ledger, task_id=task_id, agent_run_id=run_filter, limit=limit, as_json=as_json, out=out, which=which
                 )
 
     asyncio.run(_list())
@@ -178,8 +199,12 @@ def advise_ttl(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Recommend a lease TTL per tool from the renewal history (gaps, stage durations, expiries)."""
-    from agentlease.cli.advice import advice_json, advice_table, tradeoff_lines
+    """Recommend a lease TTL per tool from the renewal history (gaps, stage durations, expiries).
+
+    Shows each tool's sample counts; recommends nothing from fewer than 20 gaps between holder writes
+    (exit 1 when no tool has that many).
+    """
+    from agentlease.cli.advice import show_advice
     from agentlease.ttl_advice import advise, read_samples, since_argument
 
     async def _advise() -> list[Any]:
@@ -195,10 +220,4 @@ def advise_ttl(
     advice = asyncio.run(_advise())
     if not advice:
         raise AgentLeaseError(f"no renewal history{f' for tool {tool}' if tool else ''} in the ledger yet")
-    if as_json:
-        out.print_json(to_json(advice_json(advice)))
-        return
-    for item in advice:
-        out.print(advice_table(item))
-        for line in [*tradeoff_lines(item), *(f"  warning: {w}" for w in item.warnings)]:
-            out.print(line, soft_wrap=True, markup=False)
+    show_advice(advice, out, as_json=as_json)

@@ -3,8 +3,10 @@
 It writes one row of the example SQL target (``runbooks``, the shape of
 :func:`~agentlease.tools.builtin.sql_upsert.records_table`) fenced by claim generation: the row and the
 fence (:func:`agentlease.fencing.advance_fence`, resource ``runbooks/<record key>``) change in one
-transaction, so a writer older than the newest accepted generation writes nothing. Its lease is
-short (:data:`TAKEOVER_TTL`) so a takeover comes quickly.
+transaction, so a writer older than the newest accepted generation writes nothing. Every write that
+lands also adds a row to ``runbook_writes`` (:data:`WRITES`), in the same transaction: the demo counts
+writes there (:func:`landed_writes`), for this tool and for the plain activity of
+:mod:`agentlease.demo.unleased`. Its lease is short (:data:`TAKEOVER_TTL`) so a takeover comes quickly.
 
 Its generation-1 attempt stops just before its write and holds the lease there, renewing, until a
 renewal is refused (the demo pauses its worker with SIGSTOP meanwhile, and another worker takes
@@ -24,10 +26,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
-from sqlalchemy import MetaData, select
+from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, select
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from agentlease.databases import create_async_database_engine
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import LeaseLostError, PermanentToolError, RetryableToolError, StaleFencingTokenError
 from agentlease.fencing import advance_fence, create_fence_table
@@ -42,6 +45,54 @@ RENEW_EVERY_S = TAKEOVER_TTL.total_seconds() / 4
 """How often the holding attempt renews (a quarter of the TTL)."""
 
 TABLE = records_table("runbooks", MetaData())
+
+WRITES = Table(
+    "runbook_writes",
+    TABLE.metadata,
+    Column("write_id", Integer, primary_key=True, autoincrement=True),
+    Column("record_key", String(256), nullable=False, index=True),
+    Column("written_by", String(256), nullable=False),
+    Column("written_at_ms", BigInteger, nullable=False),
+)
+"""One row per write of ``runbooks`` that landed, oldest first: the effects at this downstream."""
+
+
+async def create_tables(engine: AsyncEngine) -> None:
+    """Create ``runbooks`` and ``runbook_writes`` if they do not exist (safe to run again)."""
+    async with engine.begin() as conn:
+        await conn.run_sync(TABLE.metadata.create_all)
+
+
+async def write_row(
+    conn: AsyncConnection, record_key: str, row: dict[str, Any], *, key: str, generation: int, written_by: str
+) -> None:
+    """Upsert the row ``record_key`` and log the write in ``runbook_writes`` (in ``conn``'s transaction)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    values = {
+        "record_key": record_key,
+        "payload": row,
+        "idempotency_key": key,
+        "claim_generation": generation,
+        "written_at_ms": now_ms,
+    }
+    statement = dialect.insert(TABLE).values(**values)
+    statement = statement.on_conflict_do_update(
+        index_elements=["record_key"], set_={name: statement.excluded[name] for name in values if name != "record_key"}
+    )
+    await conn.execute(statement)
+    await conn.execute(WRITES.insert().values(record_key=record_key, written_by=written_by, written_at_ms=now_ms))
+
+
+async def landed_writes(url: str, record_key: str) -> list[str]:
+    """Who wrote ``runbooks/<record_key>``, one entry per write that landed, oldest first."""
+    engine = create_async_database_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            query = select(WRITES.c.written_by).where(WRITES.c.record_key == record_key).order_by(WRITES.c.write_id)
+            return list((await conn.execute(query)).scalars())
+    finally:
+        await engine.dispose()
 
 
 class TakeoverArgs(BaseModel):
@@ -76,23 +127,18 @@ async def _hold(ctx: LeaseContext, hold_s: float) -> bool:
 
 
 async def _write(engine: AsyncEngine, ctx: LeaseContext, args: TakeoverArgs) -> str:
-    """The fenced write: fence and row in one transaction. Returns what the target answered."""
-    dialect = postgresql if engine.dialect.name == "postgresql" else sqlite
-    values = {
-        "record_key": args.record_key,
-        "payload": args.row,
-        "idempotency_key": ctx.idempotency_key,
-        "claim_generation": ctx.fencing_token,
-        "written_at_ms": int(datetime.now(UTC).timestamp() * 1000),
-    }
-    statement = dialect.insert(TABLE).values(**values)
-    statement = statement.on_conflict_do_update(
-        index_elements=["record_key"], set_={name: statement.excluded[name] for name in values if name != "record_key"}
-    )
+    """The fenced write: fence, row and its log entry in one transaction. Returns what the target answered."""
     try:
         async with engine.begin() as conn:
             await advance_fence(conn, f"runbooks/{args.record_key}", ctx.fencing_token)
-            await conn.execute(statement)
+            await write_row(
+                conn,
+                args.record_key,
+                args.row,
+                key=ctx.idempotency_key,
+                generation=ctx.fencing_token,
+                written_by=f"generation {ctx.fencing_token} ({ctx.worker_identity})",
+            )
     except StaleFencingTokenError as exc:
         return (
             f"write of runbooks/{args.record_key} as generation {exc.generation} refused by the fence "
@@ -107,8 +153,7 @@ async def takeover_write(ctx: LeaseContext, args: TakeoverArgs) -> ToolResult:
     if not ctx.settings.sql_target_url:
         raise PermanentToolError("takeover_write needs AGENTLEASE_SQL_TARGET_URL")
     engine = ctx.resources.sql_engine(ctx.settings.sql_target_url)
-    async with engine.begin() as conn:
-        await conn.run_sync(TABLE.metadata.create_all)
+    await create_tables(engine)
     await create_fence_table(engine)
     await ctx.advance(Stage.PREFLIGHT, f"preparing runbooks/{args.record_key}")
     await ctx.advance(Stage.EXTERNAL_CALL, f"writing runbooks/{args.record_key} as generation {ctx.fencing_token}")

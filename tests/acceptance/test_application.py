@@ -17,7 +17,7 @@ from agentlease import Ledger, TaskStatus
 
 from .runner import Background, Cli
 from .test_cli import free_port
-from .test_readme_tool import all_exports
+from .test_cli_completeness import exports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ async def test_the_application_worker_serves_its_own_workflow_and_tools(
     for package in ("activities", "workflows"):
         shutil.copytree(ROOT / package, cli.cwd / package, ignore=shutil.ignore_patterns("__pycache__"))
     dev = background("dev", "--port", str(free_port()), "--ui-port", str(free_port()))
-    shell = all_exports(dev)
+    shell = exports(dev)
     queue = f"app-{uuid.uuid4().hex[:8]}"
     env = {**shell, "AGENTLEASE_TASK_QUEUE": queue, "PYTHONPATH": str(cli.cwd)}
     worker = Background(cli, "worker.py", env=env, program=Path(sys.executable))

@@ -5,12 +5,18 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from agentlease.enums import SideEffectClass, Stage
+import pytest
+
+from agentlease.enums import EventKind, SideEffectClass, Stage
+from agentlease.errors import LeaseLostError
 from agentlease.ledger.store import Ledger
 from agentlease.records import SettlementReceipt, TaskSpec
-from agentlease.ttl_advice import advise, read_samples, since_argument
+from agentlease.ttl_advice import MIN_GAPS, EventSample, advise, read_samples, since_argument
 
 S = timedelta(seconds=1)
+
+STEADY_CALLS = 6
+"""Calls of ``steady`` a recommendation is made from: 4 gaps each, 24 in all (>= MIN_GAPS)."""
 
 
 def spec(tool: str, ttl: timedelta) -> TaskSpec:
@@ -31,12 +37,17 @@ def receipt(at: datetime) -> SettlementReceipt:
 
 
 async def steady_call(ledger: Ledger, start: datetime) -> None:
-    """Renews every second through three stages, settles at +4 s (TTL 10 s)."""
+    """Renews every second through three stages, settles at +4 s (TTL 10 s): 4 gaps of 1 s."""
     task = spec("steady", 10 * S)
     claim = await ledger.claim(task, "w1", now=start)
     for offset, stage in ((1, Stage.PREFLIGHT), (2, Stage.EXTERNAL_CALL), (3, Stage.VERIFY)):
         await ledger.renew(claim, reason=f"{stage.value} work", stage=stage, now=start + offset * S)
     await ledger.settle(claim, receipt(start), now=start + 4 * S)
+
+
+async def steady_calls(ledger: Ledger, start: datetime, calls: int = STEADY_CALLS) -> None:
+    for n in range(calls):
+        await steady_call(ledger, start + n * 20 * S)
 
 
 async def bursty_call(ledger: Ledger, start: datetime) -> None:
@@ -52,29 +63,103 @@ async def bursty_call(ledger: Ledger, start: datetime) -> None:
     await ledger.settle(second, receipt(start), now=start + 14 * S)
 
 
+async def quick_call(ledger: Ledger, start: datetime) -> None:
+    """``quick`` (TTL 3 s): renews every half second through its stages, settles at +2 s."""
+    task = spec("quick", 3 * S)
+    claim = await ledger.claim(task, "w1", now=start)
+    for offset, stage in ((0.5, Stage.PREFLIGHT), (1, Stage.EXTERNAL_CALL), (1.5, Stage.VERIFY)):
+        await ledger.renew(claim, reason=f"{stage.value} work", stage=stage, now=start + offset * S)
+    await ledger.settle(claim, receipt(start), now=start + 2 * S)
+
+
+async def paused_quick_call(ledger: Ledger, start: datetime) -> None:
+    """``quick`` paused for 6 s in external_call: taken over at +5 s, and the paused holder comes
+    back at +7 s: its renewal is refused (``lease_lost``). It was alive all along."""
+    task = spec("quick", 3 * S)
+    first = await ledger.claim(task, "w1", now=start)
+    await ledger.renew(first, reason="calling", stage=Stage.EXTERNAL_CALL, now=start + S)
+    second = await ledger.claim(task, "w2", now=start + 5 * S)
+    await ledger.settle(second, receipt(start), now=start + 6 * S)
+    with pytest.raises(LeaseLostError):
+        await ledger.renew(first, reason="still calling", now=start + 7 * S)
+
+
 async def test_the_advice_follows_the_recorded_gaps(ledger: Ledger) -> None:
     base = await ledger.db_now()
-    for n in range(3):
-        await steady_call(ledger, base + n * 20 * S)
-    await bursty_call(ledger, base + 100 * S)
-
+    await steady_calls(ledger, base)
     advice = {a.tool: a for a in advise(await read_samples(ledger))}
-    steady, bursty = advice["steady"], advice["bursty"]
+    steady = advice["steady"]
 
-    assert (steady.current_ttl_s, steady.gaps.count, steady.gaps.p99, steady.gaps.max) == (10.0, 12, 1.0, 1.0)
-    assert [s.stage for s in steady.stages] == ["none", "preflight", "external_call", "verify"]
-    assert steady.recommended_ttl_s == 2.0 and steady.warnings == []
+    assert (steady.current_ttl_s, steady.leases, steady.gaps.count, steady.gaps.p99, steady.gaps.max) == (
+        10.0,
+        STEADY_CALLS,
+        4 * STEADY_CALLS,
+        1.0,
+        1.0,
+    )
+    assert [(s.stage, s.gaps.count) for s in steady.stages] == [
+        ("none", STEADY_CALLS),
+        ("preflight", STEADY_CALLS),
+        ("external_call", STEADY_CALLS),
+        ("verify", STEADY_CALLS),
+    ]
+    assert steady.recommended_ttl_s == 2.0 and steady.missing_samples == 0 and steady.warnings == []
     [current, recommended] = steady.options
     assert (current.ttl_s, current.recovery_after_crash_s, current.pause_expiry_chance) == (10.0, 11.0, 0.0)
-    assert recommended.ttl_s == 2.0 and round(current.renewals_per_minute) == 45  # 3 renewals in 4 s
+    assert (recommended.ttl_s, recommended.recovery_after_crash_s) == (2.0, 3.0)
+    assert not hasattr(current, "renewals_per_minute")  # a tool's renewal cadence is no cost of its TTL
 
-    assert bursty.current_ttl_s == 5.0
+
+async def test_no_recommendation_from_fewer_gaps_than_the_minimum(ledger: Ledger) -> None:
+    base = await ledger.db_now()
+    await bursty_call(ledger, base)
+    await steady_calls(ledger, base + 100 * S, calls=MIN_GAPS // 4 - 1)  # 4 gaps short
+    advice = {a.tool: a for a in advise(await read_samples(ledger))}
+    bursty, steady = advice["bursty"], advice["steady"]
+
+    assert (bursty.gaps.count, bursty.leases, bursty.recommended_ttl_s) == (5, 2, None)
+    assert bursty.missing_samples == MIN_GAPS - 5
+    assert [o.ttl_s for o in bursty.options] == [5.0]  # the current TTL only
     assert bursty.gaps.max == 4.5  # the quiet spell in external_call before the pause
     external = next(s for s in bursty.stages if s.stage == "external_call")
-    assert (external.gaps.max, external.expiries) == (4.5, 1)
-    assert bursty.recommended_ttl_s == 9.0  # 2 x p99 (4.5 s)
+    # The paused holder never came back: a lapse, not evidence that it was alive.
+    assert (external.gaps.max, external.expiries, external.lapsed_alive) == (4.5, 1, 0)
     assert len(bursty.warnings) == 1 and "up to 4.5s" in bursty.warnings[0]
-    assert [round(o.pause_expiry_chance, 2) for o in bursty.options] == [0.0, 0.0]
+    assert (steady.gaps.count, steady.recommended_ttl_s, steady.missing_samples) == (MIN_GAPS - 4, None, 4)
+
+
+async def test_a_tool_whose_holder_came_back_after_its_lease_lapsed_is_never_advised_shorter(ledger: Ledger) -> None:
+    base = await ledger.db_now()
+    for n in range(MIN_GAPS // 4 + 1):  # gaps of 0.5 s alone would recommend the 2 s minimum
+        await quick_call(ledger, base + n * 10 * S)
+    await paused_quick_call(ledger, base + 100 * S)
+    [quick] = advise(await read_samples(ledger))
+
+    assert quick.current_ttl_s == 3.0 and quick.lapsed_alive == 1
+    external = next(s for s in quick.stages if s.stage == "external_call")
+    assert (external.expiries, external.lapsed_alive) == (1, 1)
+    assert quick.gaps.max == 6.0  # from its last renewal to its refused one: the pause it survived
+    assert quick.recommended_ttl_s is not None and quick.recommended_ttl_s >= quick.current_ttl_s
+    assert quick.recommended_ttl_s == 12.0  # 2 x p99, which for 27 gaps is the 6 s pause
+    assert "1 lease(s) lapsed while the holder was alive (1 in external_call)" in quick.warnings[0]
+
+
+def test_a_lapse_while_alive_keeps_the_current_ttl_as_the_floor() -> None:
+    """Even when the window (``--since``) holds only the refused write of the paused holder, not its
+    quiet spell: the recommendation from the other gaps is raised to the current TTL."""
+    samples = []
+    for n in range(MIN_GAPS):
+        samples += [
+            EventSample("quick", f"t{n}", 1, EventKind.CLAIMED, None, n * 10_000, 3_000),
+            EventSample("quick", f"t{n}", 1, EventKind.SETTLED, "verify", n * 10_000 + 500, 3_000),
+        ]
+    samples += [
+        EventSample("quick", "paused", 1, EventKind.EXPIRED, "external_call", 500_000, 3_000),
+        EventSample("quick", "paused", 1, EventKind.LEASE_LOST, None, 502_000, 3_000),
+    ]
+    [quick] = advise(samples)
+    assert (quick.gaps.count, quick.gaps.max, quick.lapsed_alive) == (MIN_GAPS, 0.5, 1)
+    assert quick.recommended_ttl_s == 3.0  # not the 2 s the gaps alone give
 
 
 async def test_the_advisor_reads_one_tool_since_a_time(ledger: Ledger) -> None:
