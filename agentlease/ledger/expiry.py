@@ -4,24 +4,43 @@ Reading candidates and recording an expiry are separate statements on purpose: b
 task may be claimed again and settled by a newer generation. The write is conditional on the
 generation and the lapse it read, so such a settlement always stands (the River rescuer fix,
 PR #1373). A batch of leases is read in one keyset page and recorded by one conditional
-``UPDATE ... FROM (VALUES ...)`` whose RETURNING says which tasks it moved; on PostgreSQL it skips
+``UPDATE ... FROM <the batch>`` whose RETURNING says which tasks it moved; on PostgreSQL it skips
 rows another sweeper has locked (``FOR UPDATE SKIP LOCKED``) so that several sweepers pass each
-other by instead of queueing.
+other by instead of queueing. The batch is one bound parameter (a JSON array the database unpacks),
+so the statement is built and compiled once per dialect, whatever the batch holds.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    FromClause,
+    Text,
+    Update,
+    and_,
+    any_,
+    bindparam,
+    column,
+    func,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Row
 
-from agentlease.clock import from_ms, now_param
-from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
-from agentlease.ledger import statements
-from agentlease.ledger.statements import receipt_keys_query
+from agentlease.clock import bound_now_ms, from_ms, now_param
+from agentlease.enums import ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.ledger.statements import TASKS, receipt_keys_query
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.trail import event_values
 from agentlease.records import TraceLink
@@ -125,11 +144,17 @@ class Expiry:
         if self.status not in SWEEPER_STATUSES:
             raise ValueError(f"the sweeper does not move a task to {self.status.value}")
 
-    def row(self) -> tuple[str, int, int, str, str]:
-        """The row of :func:`~agentlease.ledger.statements.record_expiries`."""
+    def row(self) -> dict[str, Any]:
+        """This lease's row of the batch :func:`record_expiries` writes (:data:`BATCH_COLUMNS`)."""
         lease = self.lease
         stage = f"in stage {lease.stage.value}" if lease.stage else "before any stage was recorded"
-        return (lease.task_id, lease.generation, lease.expires_at_ms, self.status.value, f"lease lapsed {stage}")
+        return {
+            "task_id": lease.task_id,
+            "claim_generation": lease.generation,
+            "lease_expires_at_ms": lease.expires_at_ms,
+            "status": self.status.value,
+            "last_error": f"lease lapsed {stage}",
+        }
 
     def event(self, at_ms: int) -> dict[str, Any]:
         """The ``expired`` evidence entry of this lease, recorded at ``at_ms``."""
@@ -150,11 +175,108 @@ class Expiry:
         )
 
 
+_T = TASKS.c
+
+BATCH_COLUMNS = ("task_id", "claim_generation", "lease_expires_at_ms", "status", "last_error")
+"""The fields of one lapsed lease in the batch of :func:`record_statement`: the lease as read, and what to write."""
+
+BATCH_PARAM = "expired_batch"
+"""The parameter of :func:`record_statement` holding the batch: a JSON array of objects (:data:`BATCH_COLUMNS`)."""
+
+BATCH_IDS_PARAM = "expired_task_ids"
+"""PostgreSQL only: the batch's task ids as an array, for the ``SKIP LOCKED`` lookup."""
+
+
+def _batch(dialect_name: str) -> FromClause:
+    """The batch as a table ``expired`` (:data:`BATCH_COLUMNS`), unpacked from ONE JSON parameter."""
+    types = {name: _T[name].type for name in BATCH_COLUMNS}
+    batch = bindparam(BATCH_PARAM, type_=Text)
+    if dialect_name == "postgresql":
+        records = func.json_to_recordset(sql_cast(batch, JSON))
+        return records.table_valued(*(column(name, types[name]) for name in BATCH_COLUMNS)).render_derived(
+            name="expired", with_types=True
+        )
+    if dialect_name != "sqlite":
+        raise ValueError(f"unsupported ledger dialect {dialect_name!r}")
+    rows = func.json_each(batch).table_valued("value", name="batch_rows")
+    fields = [
+        type_coerce(func.json_extract(rows.c.value, f"$.{name}"), types[name]).label(name) for name in BATCH_COLUMNS
+    ]
+    return select(*fields).subquery("expired")
+
+
+@functools.cache
+def record_statement(dialect_name: str) -> Update:
+    """The sweeper's write of a batch of lapsed leases: ONE conditional ``UPDATE ... FROM <batch>``, built once.
+
+    Each row of the batch (:data:`BATCH_PARAM`, see :func:`batch_params`) moves its task to its
+    ``status`` only if the task is still the lease the sweeper read: same ``claim_generation``, same
+    ``lease_expires_at_ms``, still ``running`` and lapsed on the ledger's clock (bound ``now_ms``). A
+    task claimed again, settled, cancelled or recorded by another sweeper in between is left as it
+    is (the River rescuer fix); on PostgreSQL rows another sweeper has locked are skipped (``FOR
+    UPDATE SKIP LOCKED``) instead of waited for. RETURNING ``task_id`` and ``updated_at_ms`` of each
+    task it recorded: the row count checked, row by row.
+
+    The batch is one JSON parameter unpacked by the database (``json_each`` on SQLite,
+    ``json_to_recordset`` on PostgreSQL), so one compiled statement serves every batch; a
+    ``VALUES`` list of bound values per row is a new statement to compile for every batch, which
+    was most of a sweep's time (``bench/README.md``, the sweeper).
+
+    Raises:
+        ValueError: unsupported dialect.
+    """
+    now = bound_now_ms(dialect_name)
+    batch = _batch(dialect_name)
+    unchanged: ColumnElement[bool] = and_(
+        _T.task_id == batch.c.task_id,
+        _T.claim_generation == batch.c.claim_generation,
+        _T.lease_expires_at_ms == batch.c.lease_expires_at_ms,
+        _T.status == TaskStatus.RUNNING.value,
+        _T.lease_expires_at_ms <= now,
+    )
+    if dialect_name == "postgresql":
+        # Lock the batch's rows first, skipping those another sweeper (or a claim) holds: one
+        # uncorrelated subquery, evaluated once, whose array drives primary-key lookups.
+        locked = TASKS.alias("locked")
+        ids = bindparam(BATCH_IDS_PARAM, type_=postgresql.ARRAY(_T.task_id.type))
+        free = (
+            select(locked.c.task_id)
+            .where(locked.c.task_id == any_(ids))
+            .with_for_update(skip_locked=True, of=locked)
+            .subquery("free")
+        )
+        locked_ids = sql_cast(
+            select(func.array_agg(free.c.task_id)).scalar_subquery(), postgresql.ARRAY(_T.task_id.type)
+        )
+        unchanged = and_(unchanged, _T.task_id == any_(locked_ids))
+    return (
+        update(TASKS)
+        .where(unchanged)
+        .values(
+            status=batch.c.status,
+            lease_owner=None,
+            lease_expires_at_ms=None,
+            error_class=ErrorClass.EXPIRED.value,
+            last_error=batch.c.last_error,
+            updated_at_ms=now,
+        )
+        .returning(_T.task_id, _T.updated_at_ms)
+    )
+
+
+def batch_params(dialect_name: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The parameters of :func:`record_statement` for ``rows`` (each :meth:`Expiry.row`), ``now`` aside."""
+    params: dict[str, Any] = {BATCH_PARAM: json.dumps(list(rows), separators=(",", ":"))}
+    if dialect_name == "postgresql":
+        params[BATCH_IDS_PARAM] = [row["task_id"] for row in rows]
+    return params
+
+
 async def record_expiries(ledger: Ledger, expiries: Sequence[Expiry], *, now: datetime | None = None) -> set[str]:
     """Record a batch of lapsed leases in one transaction: one conditional UPDATE, then their evidence.
 
     Each task moves to its status only if nothing changed since it was read (see
-    :func:`agentlease.ledger.statements.record_expiries`); the ``expired`` entries are written, in
+    :func:`record_statement`); the ``expired`` entries are written, in
     the same transaction, for exactly the tasks the UPDATE returned.
 
     Args:
@@ -171,10 +293,12 @@ async def record_expiries(ledger: Ledger, expiries: Sequence[Expiry], *, now: da
     if len(by_task) != len(expiries):
         raise ValueError("a batch names each task once")
     sql = ledger.statements
-    statement = statements.record_expiries(ledger.database.dialect, [expiry.row() for expiry in expiries])
+    dialect = ledger.database.dialect
+    statement = record_statement(dialect)
+    params = {**batch_params(dialect, [expiry.row() for expiry in expiries]), **now_param(now)}
 
     def record_tx(conn: Connection) -> list[tuple[str, int]]:
-        recorded = [(row.task_id, row.updated_at_ms) for row in conn.execute(statement, now_param(now))]
+        recorded = [(row.task_id, row.updated_at_ms) for row in conn.execute(statement, params)]
         if recorded:
             conn.execute(sql.insert_event, [by_task[task_id].event(at_ms) for task_id, at_ms in recorded])
         return recorded
@@ -209,4 +333,14 @@ async def record_expiry(
     return bool(await record_expiries(ledger, [Expiry(lease, status, decision)], now=now))
 
 
-__all__ = ["SWEEPER_STATUSES", "ExpiredLease", "Expiry", "expired_leases", "record_expiries", "record_expiry"]
+__all__ = [
+    "BATCH_COLUMNS",
+    "SWEEPER_STATUSES",
+    "ExpiredLease",
+    "Expiry",
+    "batch_params",
+    "expired_leases",
+    "record_expiries",
+    "record_expiry",
+    "record_statement",
+]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -85,13 +85,38 @@ class ExpiredLeaseSweeper:
     Args:
         ledger: the lease ledger.
         settings: see :class:`SweeperSettings`.
+        tool_limits: per-tool max attempts (over ``settings.max_attempts_by_tool``), read the first
+            time a lease is classified: for a caller whose tools are costly to load (the CLI's
+            sweeper imports the built-in tools, and with them Temporal's SDK, only when a lease lapsed).
     """
 
-    def __init__(self, ledger: Ledger, settings: SweeperSettings | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        settings: SweeperSettings | None = None,
+        *,
+        tool_limits: Callable[[], Mapping[str, int]] | None = None,
+    ) -> None:
         self._ledger = ledger
         self.settings = settings or SweeperSettings()
+        self._tool_limits = tool_limits
+        self._limits: Mapping[str, int] | None = None if tool_limits else self.settings.max_attempts_by_tool
         self.failed_sweeps = 0
         """Sweeps of :meth:`run` that raised (logged, then the loop went on)."""
+
+    def _max_attempts(self, tool: str) -> int:
+        """The attempts limit of ``tool``; reads ``tool_limits`` on first use.
+
+        Raises:
+            ValueError: ``tool_limits`` gave a limit below 1.
+        """
+        if self._limits is None:
+            assert self._tool_limits is not None
+            loaded = {**self.settings.max_attempts_by_tool, **self._tool_limits()}
+            if any(v < 1 for v in loaded.values()):
+                raise ValueError("max attempts must be at least 1")
+            self._limits = loaded
+        return self._limits.get(tool, self.settings.default_max_attempts)
 
     def classify(self, lease: ExpiredLease) -> tuple[TaskStatus, RecoveryDecision]:
         """The status a lapsed lease's task moves to, and the policy rule that chose it."""
@@ -101,7 +126,7 @@ class ExpiredLeaseSweeper:
             receipt_present=lease.has_receipt,
             error_class=None,
             real_attempts=lease.attempts,
-            max_attempts=self.settings.max_attempts_by_tool.get(lease.tool, self.settings.default_max_attempts),
+            max_attempts=self._max_attempts(lease.tool),
         )
         return decision.action.parks_as or TaskStatus.RELEASED, decision
 
