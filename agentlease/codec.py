@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -37,6 +38,21 @@ KEY_ID = "encryption-key-id"
 _NONCE_BYTES = 12
 _TAG_BYTES = 16
 _KEY_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+UNDECODABLE = "__agentlease_undecodable__"
+"""The one key of what a lenient codec (a worker's) decodes a payload that does not open to:
+``{"__agentlease_undecodable__": "<why>"}`` (see :meth:`EncryptionCodec.lenient`)."""
+
+
+def undecodable(value: object) -> str | None:
+    """Why ``value`` could not be decoded, when it is a lenient codec's marker; ``None`` otherwise."""
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get(UNDECODABLE), str):
+        return str(value[UNDECODABLE])
+    return None
+
+
+def _marker(why: str) -> Payload:
+    data = json.dumps({UNDECODABLE: why[:500]}).encode()
+    return Payload(metadata={"encoding": b"json/plain"}, data=data)
 
 
 class UnknownCodecKeyError(AgentLeaseError):
@@ -137,11 +153,21 @@ class EncryptionCodec(PayloadCodec):
         ConfigurationError: no key given.
     """
 
-    def __init__(self, keys: Sequence[tuple[str, bytes]]) -> None:
+    def __init__(self, keys: Sequence[tuple[str, bytes]], *, lenient: bool = False) -> None:
         if not keys:
             raise ConfigurationError("the encryption codec needs at least one key")
+        self._pairs = list(keys)
         self._encrypting = keys[0][0]
         self._keys = {key_id: AESGCM(key) for key_id, key in keys}
+        self.is_lenient = lenient
+        """Decode a payload that does not open to a marker instead of raising (a worker's codec)."""
+
+    def lenient(self) -> EncryptionCodec:
+        """The same keys, decoding a payload that does not open (malformed, too short, an unknown key) to
+        ``{"__agentlease_undecodable__": why}`` instead of raising: a worker's codec, so that one hostile
+        signal, update or start input fails only itself (:func:`undecodable`) and never every workflow
+        task of the run. Clients (the CLI, the codec server) keep the strict codec."""
+        return EncryptionCodec(self._pairs, lenient=True)
 
     @classmethod
     def from_text(cls, text: str) -> EncryptionCodec:
@@ -157,7 +183,15 @@ class EncryptionCodec(PayloadCodec):
         return [self.seal(payload) for payload in payloads]
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [self.open(payload) for payload in payloads]
+        if not self.is_lenient:
+            return [self.open(payload) for payload in payloads]
+        decoded = []
+        for payload in payloads:
+            try:
+                decoded.append(self.open(payload))
+            except (UnknownCodecKeyError, MalformedPayloadError) as exc:
+                decoded.append(_marker(str(exc)))
+        return decoded
 
     def seal(self, payload: Payload) -> Payload:
         """``payload`` encrypted with the first key."""
@@ -199,6 +233,7 @@ class EncryptionCodec(PayloadCodec):
 __all__ = [
     "ENCODING",
     "KEY_ID",
+    "UNDECODABLE",
     "CodecKeysMissingError",
     "EncryptionCodec",
     "KeysMissingCodec",
@@ -206,4 +241,5 @@ __all__ = [
     "UnknownCodecKeyError",
     "new_key_entry",
     "parse_keys",
+    "undecodable",
 ]

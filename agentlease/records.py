@@ -587,6 +587,10 @@ class ToolOutcome(_Frozen):
     receipt: SettlementReceipt | None = None
     result: dict[str, Any] | None = None
     settled_by: str | None = None
+    lease_owner: str | None = None
+    """The owner of the generation that ended the call (``None`` in outcomes recorded before it)."""
+    claimed_at: AwareDatetime | None = None
+    """When that generation claimed the task (ledger clock)."""
 
     @classmethod
     def of(cls, record: TaskRecord) -> ToolOutcome:
@@ -598,6 +602,8 @@ class ToolOutcome(_Frozen):
             claim_generation=record.claim_generation,
             attempts=record.attempts,
             receipt=record.receipt,
+            lease_owner=record.lease_owner,
+            claimed_at=record.lease_acquired_at,
         )
 
 
@@ -626,6 +632,8 @@ class TaskView(_Frozen):
     lease_owner: str | None = None
     progress: str | None = None
     settled_by: str | None = None
+    claimed_at: AwareDatetime | None = None
+    """When the generation the view names claimed the task (after a call ended: the one that ended it)."""
 
 
 class LeaseProgress(_Frozen):
@@ -688,6 +696,8 @@ class RunStatus(_Frozen):
     """The run's last operator decision, ``<step>: <approved|...> by <who>: <why>``."""
     refused: list[RefusedDecision] = Field(default_factory=list)
     """``decide`` signals the run refused, oldest first (the last 20)."""
+    refused_count: int = 0
+    """How many ``decide`` signals the run refused in all (the trail holds summaries of them)."""
 
 
 AgentRunPlan.model_rebuild()

@@ -187,6 +187,23 @@ def payload_codec(settings: AgentLeaseSettings) -> PayloadCodec | None:
     return None
 
 
+def worker_client(client: Client) -> Client:
+    """``client`` as a worker uses it: its :class:`~agentlease.codec.EncryptionCodec` lenient, so that a
+    payload that does not open (a malformed or foreign ciphertext in a signal, an update or a start)
+    decodes to a marker the workflow refuses, instead of failing every workflow task of the run
+    (:meth:`~agentlease.codec.EncryptionCodec.lenient`). A client without that codec (or with one set
+    by a framework plugin) is returned as it is; clients (the CLI, the codec server) stay strict."""
+    from agentlease.codec import EncryptionCodec
+
+    config = client.config()
+    converter = config["data_converter"]
+    codec = converter.payload_codec
+    if not isinstance(codec, EncryptionCodec) or codec.is_lenient:
+        return client
+    config["data_converter"] = dataclasses.replace(converter, payload_codec=codec.lenient())
+    return Client(**config)
+
+
 def with_codec(converter: DataConverter, codec: PayloadCodec) -> DataConverter:
     """``converter`` whose payloads go through ``codec``, failure messages and stack traces included."""
     return dataclasses.replace(

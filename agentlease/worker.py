@@ -25,7 +25,7 @@ from agentlease.metrics import LeaseMetrics, serving_metrics
 from agentlease.plugin import AgentLeasePlugin
 from agentlease.settings import AgentLeaseSettings, default_identity
 from agentlease.shutdown import stop_event
-from agentlease.temporal import connect, prometheus_runtime
+from agentlease.temporal import connect, prometheus_runtime, worker_client
 from agentlease.tools._registry import ToolRegistry, load_registry
 
 logger = logging.getLogger("agentlease.worker")
@@ -78,7 +78,7 @@ def build_worker(
         settings=settings, ledger=ledger, tools=registry, identity=identity, builtins=True, agent_run_workflow=True
     )
     return Worker(
-        client,
+        worker_client(client),  # a payload that does not open fails only its own signal or update
         task_queue=settings.task_queue,
         workflows=load_workflows(settings.workflow_modules) if workflows is None else workflows,
         plugins=[plugin],

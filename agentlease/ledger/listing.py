@@ -16,13 +16,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Select
+from sqlalchemy import Select, select
 from sqlalchemy.engine import Connection, Row
 
 from agentlease.clock import from_ms
 from agentlease.enums import RunState
 from agentlease.ledger.database import LedgerDatabase
 from agentlease.ledger.statements import (
+    EVENTS,
     PAGE_ROWS,
     TaskFilter,
     events_page,
@@ -161,6 +162,22 @@ def event_pages(
     )
 
 
+def holder_stage(conn: Connection, task_id: str, generation: int) -> str | None:
+    """The last stage generation ``generation`` of ``task_id`` recorded (``None``: none): where its holder was.
+
+    A refused renewal names it (``agentlease_lease_renewals_total{outcome="lost"}``, the ``renew``
+    span): the task row holds the winner's stage by then. One index range of the trail.
+    """
+    query = (
+        select(EVENTS.c.stage)
+        .where(EVENTS.c.task_id == task_id, EVENTS.c.claim_generation == generation, EVENTS.c.stage.is_not(None))
+        .order_by(EVENTS.c.event_id.desc())
+        .limit(1)
+    )
+    stage = conn.execute(query).scalar()
+    return None if stage is None else str(stage)
+
+
 async def collect(pages: AsyncIterator[list[T]]) -> list[T]:
     """Every record of ``pages`` in one list (for bounded listings: one run, one task)."""
     return [record async for page in pages for record in page]
@@ -189,6 +206,7 @@ __all__ = [
     "event_pages",
     "has_run",
     "has_task",
+    "holder_stage",
     "run_pages",
     "task_pages",
 ]

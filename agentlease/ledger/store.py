@@ -39,7 +39,7 @@ from agentlease.ledger.approvals import approval_refusal, approval_remaining, co
 from agentlease.ledger.compiled import execute
 from agentlease.ledger.database import LedgerDatabase, Transaction, open_database
 from agentlease.ledger.engine import PG_POOL_SIZE
-from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pages
+from agentlease.ledger.listing import TaskFilter, collect, event_pages, holder_stage, task_pages
 from agentlease.ledger.outages import check_claim_clock, own_lease_end, own_settle
 from agentlease.ledger.statements import LeaseStatements, event_params, held, lease_statements, token_sha256
 from agentlease.ledger.trail import write_event, write_holder_event
@@ -579,6 +579,7 @@ class Ledger:
             rows = execute(conn, self._sql.renew if evidenced is None else evidenced, params)
             row = rows[0] if rows else None
             if row is None:
+                held_in.append(stage.value if stage else holder_stage(conn, claim.task_id, claim.generation))
                 return self._refused(
                     conn,
                     claim,
@@ -602,10 +603,12 @@ class Ledger:
             assert expires_at is not None
             return expires_at, row.stage
 
+        held_in: list[str | None] = []  # a refused renewal: the stage its holder was in (its generation's last)
         outcome = await self._write("renew", claim.tool, renew_tx, one=True)
         lost = isinstance(outcome, _Refusal)
-        annotate_stage(None if lost else outcome[1])  # type: ignore[index]
-        self._metrics.renewal(claim.tool, stage if lost else outcome[1], renewed=not lost)  # type: ignore[index]
+        shown = held_in[-1] if lost and held_in else None if lost else outcome[1]  # type: ignore[index]
+        annotate_stage(shown)
+        self._metrics.renewal(claim.tool, shown, renewed=not lost)
         return self._granted(claim, "renew", outcome)[0]
 
     @traced("settle")

@@ -503,6 +503,8 @@ class LeasedActivities:
             receipt=receipt,
             result=output,
             settled_by=settled_by,
+            lease_owner=claim.owner,
+            claimed_at=claim.acquired_at,
         )
 
     async def _probe(

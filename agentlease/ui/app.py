@@ -24,20 +24,23 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from sqlalchemy import select
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from agentlease.clock import to_ms
+from agentlease.clock import from_ms, to_ms
+from agentlease.decisions import suggested_commands
+from agentlease.enums import EventKind, RunState
 from agentlease.errors import TaskNotFoundError
-from agentlease.ledger.listing import TaskFilter, event_pages
-from agentlease.ledger.statements import tasks_page
+from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages
+from agentlease.ledger.statements import EVENTS, TASKS, runs_page, tasks_page
 from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent, TaskRecord
 from agentlease.redaction import redact
 from agentlease.ui.guard import LOOPBACK_NAMES, UiGuard
-from agentlease.ui.timeline import timeline_page
+from agentlease.ui.timeline import PEOPLE, STYLE, timeline_page
 
 TASKS_PER_PAGE = 200
 """Tasks a run's page (and a page of its JSON) shows."""
@@ -48,10 +51,17 @@ EVENTS_PER_PAGE = 500
 MAX_LIMIT = 1000
 """The largest ``?limit=`` of a JSON list."""
 
+RUNS_PER_PAGE = 200
+"""Runs the front page shows (and waiting tasks it lists first)."""
+
+REFRESH_S = 5
+"""A page with something under way reloads itself this often (``<meta http-equiv=refresh>``, no script)."""
+
+STYLESHEET = "/static/ui.css"
+
 _PAGE = (
-    "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
-    "<style>body{{font:14px/1.4 system-ui,sans-serif;margin:24px}}td,th{{padding:3px 8px;"
-    "border-bottom:1px solid #e5e5ea;text-align:left}}table{{border-collapse:collapse}}</style></head>"
+    "<!doctype html><html lang='en'><head><meta charset='utf-8'>{refresh}<title>{title}</title>"
+    f"<link rel='stylesheet' href='{STYLESHEET}'></head>"
     "<body><h1>{title}</h1>{body}</body></html>"
 )
 
@@ -61,6 +71,18 @@ TaskCursor = tuple[int, str]
 
 class BadQuery(ValueError):
     """A malformed ``?after=`` or ``?limit=``: answered 400."""
+
+
+def last_decision_query(run_id: str) -> Any:
+    """The run's latest decision entry (a person's: approve, reject, reconcile, redrive, cancel)."""
+    people = [k.value for k in PEOPLE if k is not EventKind.AWAITING_APPROVAL]
+    task_ids = select(TASKS.c.task_id).where(TASKS.c.agent_run_id == run_id)
+    return (
+        select(EVENTS.c.task_id, EVENTS.c.kind, EVENTS.c.reason, EVENTS.c.at_ms)
+        .where(EVENTS.c.task_id.in_(task_ids), EVENTS.c.kind.in_(people))
+        .order_by(EVENTS.c.event_id.desc())
+        .limit(1)
+    )
 
 
 def temporal_ui_link(base: str | None, namespace: str, workflow_id: str | None) -> str | None:
@@ -84,6 +106,62 @@ def _tasks_table(records: list[TaskRecord]) -> str:
     return (
         "<table id='tasks'><tr><th>step</th><th>tool</th><th>status</th><th>stage</th><th>generation</th>"
         f"<th>attempts</th><th>owner</th></tr>{rows}</table>"
+    )
+
+
+def _when(at: Any) -> str:
+    return "-" if at is None else at.isoformat(timespec="seconds")
+
+
+def _waiting_table(records: list[TaskRecord]) -> str:
+    """Tasks waiting for a person, each with the commands that decide it (the decision table's)."""
+    if not records:
+        return "<p class='muted' id='nothing-waits'>Nothing waits for a person.</p>"
+    rows = "".join(
+        f"<tr class='waiting' data-run='{html.escape(r.agent_run_id)}'>"
+        f"<td><a href='/runs/{html.escape(quote(r.agent_run_id, safe=''))}'>{html.escape(r.agent_run_id)}</a></td>"
+        f"<td><a href='{html.escape(task_href(r.task_id))}'>{html.escape(r.step_id)}</a></td>"
+        f"<td>{html.escape(r.tool)}</td><td>{r.status.value}</td><td>{_when(r.updated_at)}</td>"
+        "<td>"
+        + "<br>".join(
+            f"<code class='command'>{html.escape(c)}</code>"
+            for c in suggested_commands(r.status, r.agent_run_id, r.step_id)
+        )
+        + "</td></tr>"
+        for r in records
+    )
+    return (
+        "<table id='waiting'><tr><th>run</th><th>step</th><th>tool</th><th>status</th><th>since</th>"
+        f"<th>decide with</th></tr>{rows}</table>"
+    )
+
+
+def _runs_table(runs: list[RunSummary]) -> str:
+    rows = "".join(
+        f"<tr class='run' data-run='{html.escape(r.agent_run_id)}' data-status='{r.status.value}'>"
+        f"<td><a href='/runs/{html.escape(quote(r.agent_run_id, safe=''))}'>{html.escape(r.agent_run_id)}</a></td>"
+        f"<td><span class='pill status-{r.status.value}'>{r.status.value}</span></td>"
+        f"<td>{r.tasks}</td><td>{r.waiting}</td><td>{r.final - r.settled}</td><td>{r.settled}</td>"
+        f"<td>{_when(r.created_at)}</td><td>{_when(r.updated_at)}</td></tr>"
+        for r in runs
+    )
+    return (
+        "<table id='runs'><tr><th>run</th><th>status</th><th>tasks</th><th>waiting</th><th>ended unsettled</th>"
+        f"<th>settled</th><th>first task</th><th>last change</th></tr>{rows}</table>"
+    )
+
+
+def _filters(status: str, tool: str, hours: str) -> str:
+    options = "".join(
+        f"<option value='{v}'{' selected' if v == status else ''}>{v or 'any'}</option>"
+        for v in ("", *(s.value for s in (RunState.WAITING, RunState.RUNNING, RunState.COMPLETED)))
+    )
+    return (
+        "<form class='filters' method='get' action='/'>"
+        f"<label>status <select name='status'>{options}</select></label>"
+        f"<label>tool <input name='tool' value='{html.escape(tool)}' size='14'></label>"
+        f"<label>changed in the last <input name='hours' value='{html.escape(hours)}' size='4'> hours</label>"
+        "<button type='submit'>filter</button></form>"
     )
 
 
@@ -153,19 +231,99 @@ def ui_app(
         last = records[-1]
         return f"{to_ms(last.created_at)}:{last.task_id}"
 
+    async def front_page(request: Request) -> Response:
+        status = request.query_params.get("status", "")
+        tool = request.query_params.get("tool", "")[:200]
+        hours = request.query_params.get("hours", "")
+        if status not in ("", *(s.value for s in RunState)):
+            raise BadQuery("status is waiting, running or completed")
+        if hours and not (hours.isascii() and hours.isdigit() and len(hours) <= 6):
+            raise BadQuery("hours is a whole number")
+        waiting_query = tasks_page(TaskFilter(waiting=True), None, RUNS_PER_PAGE)
+        runs_query = runs_page(None, RUNS_PER_PAGE, waiting_only=status == RunState.WAITING.value)
+
+        def read(conn: Any) -> tuple[Any, Any, Any, Any]:
+            waiting_rows = conn.execute(waiting_query).all()
+            run_rows = conn.execute(runs_query).all()
+            ids = [row.agent_run_id for row in run_rows]
+            with_tool = (
+                set(
+                    conn.execute(
+                        select(TASKS.c.agent_run_id).where(TASKS.c.agent_run_id.in_(ids), TASKS.c.tool == tool)
+                    ).scalars()
+                )
+                if tool and ids
+                else None
+            )
+            now = conn.execute(select(ledger.now_expression), {"now_ms": None}).scalar()
+            return waiting_rows, run_rows, with_tool, now
+
+        waiting_rows, run_rows, with_tool, now_ms = await ledger.database.read(read)
+        waiting = [TaskRecord.from_row(row) for row in waiting_rows]
+        runs = [RunSummary.from_row(row) for row in run_rows]
+        if tool:
+            waiting = [t for t in waiting if t.tool == tool]
+            runs = [r for r in runs if with_tool is not None and r.agent_run_id in with_tool]
+        if status:
+            runs = [r for r in runs if r.status.value == status]
+        if hours:
+            cutoff = from_ms(int(now_ms) - int(hours) * 3_600_000)
+            runs = [r for r in runs if cutoff is None or r.updated_at >= cutoff]
+            waiting = [t for t in waiting if cutoff is None or t.updated_at >= cutoff]
+        runs.sort(key=lambda r: (r.status is not RunState.WAITING, r.status is not RunState.RUNNING, r.agent_run_id))
+        live = any(r.status is not RunState.COMPLETED for r in runs)
+        body = (
+            "<h2>Waiting for a person</h2>"
+            + _waiting_table(waiting)
+            + "<h2>Runs</h2>"
+            + _filters(status, tool, hours)
+            + _runs_table(runs)
+            + (
+                f"<p class='muted'>the first {RUNS_PER_PAGE} runs by id; "
+                "<code>agentlease runs</code> lists them all</p>"
+                if len(run_rows) == RUNS_PER_PAGE
+                else ""
+            )
+            + (f"<p class='muted' id='live'>refreshes every {REFRESH_S}s while runs are under way</p>" if live else "")
+        )
+        refresh = f"<meta http-equiv='refresh' content='{REFRESH_S}'>" if live else ""
+        return HTMLResponse(_PAGE.format(refresh=refresh, title="agentlease runs", body=body))
+
+    async def stylesheet(request: Request) -> Response:
+        return PlainTextResponse(STYLE, media_type="text/css")
+
     async def run_page(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         records = await run_tasks(run_id, _task_cursor(request), TASKS_PER_PAGE)
         if not records:
-            return HTMLResponse(_PAGE.format(title="not found", body=f"no run {html.escape(run_id)!r}"), 404)
+            return HTMLResponse(
+                _PAGE.format(refresh="", title="not found", body=f"no run {html.escape(run_id)!r}"), 404
+            )
         link = temporal_ui_link(temporal_ui, namespace, records[0].trace.workflow_id or run_id)
-        body = (f"<p><a href='{html.escape(link)}'>the run in the Temporal UI</a></p>" if link else "") + _tasks_table(
-            records
+        waiting = [r for r in records if r.status.waits_for_person]
+        running = [r for r in records if not r.status.is_terminal]
+        state = RunState.WAITING if waiting else RunState.RUNNING if running else RunState.COMPLETED
+        decided = await ledger.database.read(lambda conn: conn.execute(last_decision_query(run_id)).first())
+        last = (
+            f"{decided.kind} of {html.escape(decided.task_id.rsplit('/', 1)[-1])} at "
+            f"{_when(from_ms(decided.at_ms))}: {html.escape(decided.reason or '')}"
+            if decided
+            else "none"
+        )
+        body = (
+            "<p><a href='/'>all runs</a>"
+            + (f" | <a class='temporal-ui' href='{html.escape(link)}'>the run in the Temporal UI</a>" if link else "")
+            + "</p>"
+            + f"<p>status <span class='pill status-{state.value}' id='run-status'>{state.value}</span>, "
+            f"{len(records)} task(s), last decision: <span id='last-decision'>{last}</span></p>"
+            + (_waiting_table(waiting) if waiting else "")
+            + _tasks_table(records)
         )
         if len(records) == TASKS_PER_PAGE:
             following = _next(f"/runs/{quote(run_id, safe='')}", task_cursor(records))
             body += f"<p><a id='next' href='{html.escape(following)}'>next {TASKS_PER_PAGE} tasks</a></p>"
-        return HTMLResponse(_PAGE.format(title=f"agent run {html.escape(run_id)}", body=body))
+        refresh = f"<meta http-equiv='refresh' content='{REFRESH_S}'>" if running else ""
+        return HTMLResponse(_PAGE.format(refresh=refresh, title=f"agent run {html.escape(run_id)}", body=body))
 
     async def task_page(request: Request) -> Response:
         task_id = request.path_params["task_id"]
@@ -173,7 +331,9 @@ def ui_app(
         try:
             task = await ledger.get_task(task_id)
         except TaskNotFoundError:
-            return HTMLResponse(_PAGE.format(title="not found", body=f"no task {html.escape(task_id)!r}"), 404)
+            return HTMLResponse(
+                _PAGE.format(refresh="", title="not found", body=f"no task {html.escape(task_id)!r}"), 404
+            )
         events = await trail(task_id, after, EVENTS_PER_PAGE)
         following = None
         if len(events) == EVENTS_PER_PAGE:
@@ -186,6 +346,8 @@ def ui_app(
             back=f"/runs/{quote(task.agent_run_id, safe='')}",
             next_page=following,
             first_page=task_href(task_id) if after is not None else None,
+            stylesheet=STYLESHEET,
+            refresh_s=None if task.status.is_terminal or after is not None else REFRESH_S,
         )
         return HTMLResponse(page)
 
@@ -229,6 +391,8 @@ def ui_app(
 
     app = Starlette(
         routes=[
+            Route("/", front_page, methods=["GET"]),
+            Route(STYLESHEET, stylesheet, methods=["GET"]),
             Route("/runs/{run_id}", run_page, methods=["GET"]),
             Route("/tasks/{task_id:path}", task_page, methods=["GET"]),
             Route("/api/runs/{run_id}/tasks", run_tasks_json, methods=["GET"]),
@@ -241,4 +405,4 @@ def ui_app(
     return app
 
 
-__all__ = ["EVENTS_PER_PAGE", "MAX_LIMIT", "TASKS_PER_PAGE", "temporal_ui_link", "ui_app"]
+__all__ = ["EVENTS_PER_PAGE", "MAX_LIMIT", "RUNS_PER_PAGE", "TASKS_PER_PAGE", "temporal_ui_link", "ui_app"]

@@ -9,8 +9,10 @@
   or HTTP Basic with the token as password (a browser prompts once); anything else is 401. The CLI
   refuses to serve beyond loopback without a token.
 
-Every answer carries ``Content-Security-Policy: default-src 'none'`` (the pages are self-contained,
-no script), ``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and no referrer.
+Every answer carries ``Content-Security-Policy: default-src 'none'`` with only the view's own
+stylesheet (``/static/ui.css``, ``style-src 'self'``: no inline style, no script; pages refresh with
+``<meta http-equiv=refresh>``) and its own filter form (``form-action 'self'``),
+``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and no referrer.
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 """Host names every view answers to."""
 
 SECURITY_HEADERS = (
-    (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; "
+        b"frame-ancestors 'none'",
+    ),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),

@@ -55,10 +55,23 @@ table { border-collapse: collapse; } td, th { padding: 3px 8px; border-bottom: 1
 th { font-weight: 600; } .muted { color: #6e6e73; } a { color: #0a58ca; }
 svg text { font-size: 12px; } .lane-label { font-weight: 600; }
 .ev-claimed { fill: #0a58ca; } .ev-renewed { fill: #8e8e93; } .ev-settled { fill: #1e8e3e; }
-.ev-expired { fill: #d93025; } .refused { fill: #d93025; stroke: #7f0000; }
+.ev-expired { fill: #d93025; } .refused, .legend-refused { fill: #d93025; stroke: #7f0000; }
 .ev-released, .ev-dead_lettered, .ev-blocked, .ev-needs_reconciliation { fill: #f29900; }
 .decision { fill: #6f42c1; } .lease { stroke: #0a58ca; stroke-width: 3; opacity: .35; }
+.axis { stroke: #c7c7cc; } .tick { fill: #6e6e73; font-size: 11px; } .marker-label { font-size: 11px; }
+.refused-label { fill: #b3261e; font-weight: 600; } .decision-label { fill: #6f42c1; }
+.span { opacity: .55; } .span-label { font-size: 10px; fill: #1d1d1f; }
+.stage-preflight { fill: #9ec5fe; } .stage-external_call { fill: #fecba1; } .stage-commit { fill: #a3cfbb; }
+.stage-verify { fill: #c5b3e6; } .stage-none { fill: #dee2e6; } .stage-settled { fill: #75b798; }
+.legend { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 14px; }
+.legend svg { vertical-align: middle; } .holder { font-size: 15px; } .refusal { color: #b3261e; }
+.waiting td { background: #fff4e5; } code { font-size: 12px; } .pill { padding: 1px 6px; border-radius: 8px; }
+.status-waiting { background: #ffe8cc; } .status-running { background: #d0e7ff; }
+.status-completed { background: #d3f0dc; } form.filters { margin: 8px 0 16px; }
+form.filters label { margin-right: 10px; }
 """
+STYLE = _STYLE
+"""The pages' stylesheet: inline in an exported page, ``/static/ui.css`` in the web view (its CSP)."""
 
 
 def _when(at: datetime) -> str:
@@ -83,14 +96,61 @@ def lane_of(event: LeaseEvent) -> str:
     return f"generation {event.claim_generation}"
 
 
+def _stage_spans(
+    events: Sequence[LeaseEvent], generation: int, until: datetime
+) -> list[tuple[str, datetime, datetime, int]]:
+    """One generation's stage spans: ``(stage, from, to, renewals folded in)``, from its claim to its end."""
+    spans: list[tuple[str, datetime, datetime, int]] = []
+    current: str | None = None
+    began: datetime | None = None
+    renewals = 0
+    for event in events:
+        if event.claim_generation != generation or event.kind in PEOPLE:
+            continue
+        if event.kind is EventKind.CLAIMED:
+            current, began, renewals = "none", event.at, 0
+            continue
+        if began is None or current is None:
+            continue
+        if event.kind in ENDS or event.kind in REFUSED:
+            spans.append((current, began, event.at, renewals))
+            current = began = None
+            continue
+        stage = event.stage.value if event.stage else current
+        if event.kind is EventKind.RENEWED and stage == current:
+            renewals += 1
+            continue
+        if stage != current:
+            spans.append((current, began, event.at, renewals))
+            current, began, renewals = stage, event.at, 1 if event.kind is EventKind.RENEWED else 0
+    if began is not None and current is not None:
+        spans.append((current, began, until, renewals))
+    return spans
+
+
+def _marker_label(event: LeaseEvent) -> str | None:
+    """The text beside a marker that needs one: refused writes, decisions, takeovers, the settle."""
+    if event.kind in REFUSED:
+        operation = str((event.details or {}).get("operation") or "write")
+        return f"refused {operation}" if event.kind is EventKind.LEASE_LOST else f"late {operation} refused"
+    if event.kind in PEOPLE:
+        who = _who(event)
+        return f"{event.kind.value}{f' by {who}' if who else ''}"
+    if event.kind in (EventKind.EXPIRED, EventKind.SETTLED, EventKind.DEAD_LETTERED, EventKind.CLAIMED):
+        return event.kind.value.replace("_", " ")
+    return None
+
+
 def timeline_svg(events: Sequence[LeaseEvent]) -> str:
-    """The SVG: a lane per generation, a bar for each held lease, a marker per entry (title = details)."""
+    """The SVG: a time axis, a lane per generation with its stage spans (renewals folded in), a labelled
+    marker per claim, end, refused write and decision (title = details)."""
     names = lanes(events)
     if not events:
         return '<p class="muted">No entries in the evidence trail.</p>'
     start, end = events[0].at, events[-1].at
     span_s = max((end - start).total_seconds(), 0.001)
     plot = _WIDTH - _LEFT - _RIGHT
+    height = 60 + _LANE * len(names)
 
     def x(at: datetime) -> float:
         return _LEFT + plot * (at - start).total_seconds() / span_s
@@ -99,25 +159,41 @@ def timeline_svg(events: Sequence[LeaseEvent]) -> str:
         return 30 + _LANE * names.index(lane)
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{40 + _LANE * len(names)}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
         f'role="img" aria-label="lease timeline">'
     ]
+    axis_y = height - 22
+    parts.append(f'<line class="axis" x1="{_LEFT}" x2="{_LEFT + plot}" y1="{axis_y}" y2="{axis_y}" stroke="#c7c7cc"/>')
+    for tick in range(6):
+        tx = _LEFT + plot * tick / 5
+        parts.append(
+            f'<line class="axis" x1="{tx:.1f}" x2="{tx:.1f}" y1="{axis_y - 4}" y2="{axis_y + 4}" stroke="#c7c7cc"/>'
+            f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">+{span_s * tick / 5:.1f}s</text>'
+        )
+    parts.append(f'<text class="tick" x="8" y="{axis_y + 16}">from {html.escape(_when(start))}</text>')
     for lane in names:
         parts.append(
             f'<text class="lane-label" x="8" y="{y(lane) + 4:.0f}" data-lane="{html.escape(lane)}">{lane}</text>'
         )
-    held: dict[int, datetime] = {}
+    for lane in names:
+        if not lane.startswith("generation "):
+            continue
+        generation = int(lane.split(" ", 1)[1])
+        row = y(lane)
+        for stage, began, until, renewals in _stage_spans(events, generation, end):
+            x1, x2 = x(began), max(x(until), x(began) + 2)
+            title = html.escape(f"{stage} from {_when(began)} to {_when(until)}, {renewals} renewal(s)")
+            parts.append(
+                f'<rect class="span stage-{html.escape(stage)}" data-stage="{html.escape(stage)}" '
+                f'data-renewals="{renewals}" x="{x1:.1f}" y="{row - 8}" width="{x2 - x1:.1f}" height="16">'
+                f"<title>{title}</title></rect>"
+            )
+            if x2 - x1 > 60:
+                label = f"{stage}{f' ({renewals} renewals)' if renewals else ''}"
+                parts.append(f'<text class="span-label" x="{x1 + 3:.1f}" y="{row + 4}">{html.escape(label)}</text>')
     for event in events:
-        if event.kind is EventKind.CLAIMED:
-            held[event.claim_generation] = event.at
-        elif event.kind in ENDS and event.claim_generation in held:
-            began = held.pop(event.claim_generation)
-            row = y(lane_of(event))
-            parts.append(f'<line class="lease" x1="{x(began):.1f}" x2="{x(event.at):.1f}" y1="{row}" y2="{row}"/>')
-    for generation, began in held.items():  # still held at the last entry
-        row = y(f"generation {generation}")
-        parts.append(f'<line class="lease" x1="{x(began):.1f}" x2="{x(end):.1f}" y1="{row}" y2="{row}"/>')
-    for event in events:
+        if event.kind is EventKind.RENEWED:
+            continue  # folded into its stage span
         cx, cy = x(event.at), y(lane_of(event))
         title = html.escape(
             f"{event.kind.value} at {_when(event.at)} gen {event.claim_generation}"
@@ -131,12 +207,110 @@ def timeline_svg(events: Sequence[LeaseEvent]) -> str:
         elif event.kind in PEOPLE:
             shape = f'<rect class="decision" {data} x="{cx - 5:.1f}" y="{cy - 5:.1f}" width="10" height="10">'
         else:
-            radius = 3 if event.kind is EventKind.RENEWED else 6
-            shape = f'<circle class="ev-{event.kind.value}" {data} cx="{cx:.1f}" cy="{cy}" r="{radius}">'
+            shape = f'<circle class="ev-{event.kind.value}" {data} cx="{cx:.1f}" cy="{cy}" r="6">'
         closing = shape.split(" ", 1)[0][1:]
         parts.append(f"{shape}<title>{title}</title></{closing}>")
+        marker = _marker_label(event)
+        if marker:
+            kind = "refused-label" if event.kind in REFUSED else "decision-label" if event.kind in PEOPLE else ""
+            anchor = "end" if cx > _LEFT + plot * 0.8 else "start"
+            parts.append(
+                f'<text class="marker-label {kind}" x="{cx:.1f}" y="{cy - 11 if event.kind in REFUSED else cy + 19}" '
+                f'text-anchor="{anchor}">{html.escape(marker)}</text>'
+            )
     parts.append("</svg>")
     return "".join(parts)
+
+
+_LEGEND = (
+    '<ul class="legend" id="legend">'
+    '<li><svg width="14" height="14"><circle class="ev-claimed" cx="7" cy="7" r="6"/></svg> claimed</li>'
+    '<li><svg width="14" height="14"><circle class="ev-settled" cx="7" cy="7" r="6"/></svg> settled</li>'
+    '<li><svg width="14" height="14"><circle class="ev-expired" cx="7" cy="7" r="6"/></svg> lease expired</li>'
+    '<li><svg width="14" height="14"><circle class="ev-released" cx="7" cy="7" r="6"/></svg>'
+    " released / dead-lettered / blocked</li>"
+    '<li><svg width="14" height="14"><path class="legend-refused" d="M1,13 L7,1 L13,13 Z"/></svg>'
+    " write refused (lease lost, late result)</li>"
+    '<li><svg width="14" height="14"><rect class="decision" x="2" y="2" width="10" height="10"/></svg>'
+    " a person's decision</li>"
+    + "".join(
+        f'<li><svg width="22" height="12"><rect class="span stage-{s}" width="22" height="12"/></svg> {s}</li>'
+        for s in ("none", "preflight", "external_call", "commit", "verify")
+    )
+    + "<li class='muted'>renewals are folded into their stage's span (hover for counts)</li></ul>"
+)
+
+
+def _generations(task: TaskRecord, events: Sequence[LeaseEvent]) -> str:
+    """One row per claim generation: owner, claimed at, last renewal, how it ended, what of it was refused."""
+    rows = []
+    for generation in sorted({e.claim_generation for e in events if e.claim_generation > 0 and e.kind not in PEOPLE}):
+        own = [e for e in events if e.claim_generation == generation and e.kind not in PEOPLE]
+        claimed = next((e for e in own if e.kind is EventKind.CLAIMED), None)
+        renewed = [e for e in own if e.kind is EventKind.RENEWED]
+        ended = next((e for e in own if e.kind in ENDS), None)
+        refused = [e for e in own if e.kind in REFUSED]
+        owner = (claimed or own[0]).lease_owner or "-"
+        if ended is not None:
+            how = f"{ended.kind.value} at {_when(ended.at)}" + (f": {ended.reason}" if ended.reason else "")
+        elif generation == task.claim_generation and not task.status.is_terminal:
+            how = "holds the lease"
+        else:
+            how = "-"
+        refusals = "<br>".join(
+            f"<span class='refusal'>{html.escape(_marker_label(e) or e.kind.value)} at {_when(e.at)}: "
+            f"{html.escape(e.reason or '')}{html.escape(_downstream(e))}</span>"
+            for e in refused
+        )
+        rows.append(
+            f"<tr data-gen='{generation}'><td>{generation}</td><td class='owner'>{html.escape(owner)}</td>"
+            f"<td class='claimed-at'>{_when(claimed.at) if claimed else '-'}</td>"
+            f"<td>{_when(renewed[-1].at) if renewed else '-'} ({len(renewed)} renewal(s))</td>"
+            f"<td>{html.escape(how)}</td><td class='refused-writes'>{refusals or '-'}</td></tr>"
+        )
+    return (
+        "<table id='generations'><tr><th>generation</th><th>owner</th><th>claimed at</th><th>last renewal</th>"
+        f"<th>how it ended</th><th>refused</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _downstream(event: LeaseEvent) -> str:
+    """The downstream's own refusal of a late write, when the trail recorded it."""
+    details = event.details or {}
+    said = details.get("downstream") or details.get("downstream_refusal") or details.get("error")
+    return f" (downstream: {said})" if said else ""
+
+
+def _decisions(events: Sequence[LeaseEvent]) -> str:
+    decided = [e for e in events if e.kind in PEOPLE]
+    if not decided:
+        return ""
+    rows = "".join(
+        f"<tr data-decision='{e.kind.value}'><td>{_when(e.at)}</td><td>{e.kind.value}</td>"
+        f"<td class='by'>{html.escape(_who(e) or '-')}</td><td>{html.escape(e.reason or '')}</td></tr>"
+        for e in decided
+    )
+    return (
+        "<h2>Decisions</h2><table id='decisions'><tr><th>at</th><th>decision</th><th>by</th><th>why</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+def holder_line(task: TaskRecord) -> str:
+    """Who holds the task, since when, until when, at which generation (or who held it last)."""
+    owner = html.escape(task.lease_owner or "-")
+    since = _when(task.lease_acquired_at) if task.lease_acquired_at else "-"
+    if task.status.value == "running" and task.lease_owner:
+        until = _when(task.lease_expires_at) if task.lease_expires_at else "-"
+        return (
+            f"<p class='holder' id='holder'>held by <b>{owner}</b> since {since} until {until}, "
+            f"generation <b>{task.claim_generation}</b></p>"
+        )
+    last = f", last held by <b>{owner}</b> (claimed {since})" if task.lease_owner else ""
+    return (
+        f"<p class='holder' id='holder'>not held: {task.status.value} at generation "
+        f"<b>{task.claim_generation}</b>{last}</p>"
+    )
 
 
 def _rows(events: Iterable[LeaseEvent]) -> str:
@@ -164,6 +338,8 @@ def timeline_page(
     back: str | None = None,
     next_page: str | None = None,
     first_page: str | None = None,
+    stylesheet: str | None = None,
+    refresh_s: int | None = None,
 ) -> str:
     """The whole page for one task (self-contained: inline style, no script, no external file).
 
@@ -174,6 +350,8 @@ def timeline_page(
         back: a link back to the run's page.
         next_page: a link to the trail's next page, when there is more.
         first_page: a link to the trail's first page, when this is a later one.
+        stylesheet: link this stylesheet instead of inlining the style (the web view's CSP).
+        refresh_s: reload the page every this many seconds (a task still under way).
     """
     links = []
     if back:
@@ -185,14 +363,16 @@ def timeline_page(
     body = task_section(task, events, links=links)
     if next_page:
         body += f'<p><a id="next" href="{html.escape(next_page)}">the next entries of the trail</a></p>'
-    return _document(f"lease timeline of {task.task_id}", body)
+    return _document(f"lease timeline of {task.task_id}", body, stylesheet=stylesheet, refresh_s=refresh_s)
 
 
-def _document(title: str, body: str) -> str:
-    """A self-contained HTML document: inline style, no script, no external file."""
+def _document(title: str, body: str, *, stylesheet: str | None = None, refresh_s: int | None = None) -> str:
+    """An HTML document without script: the style inline (self-contained) or linked (``stylesheet``)."""
+    style = f"<link rel='stylesheet' href='{html.escape(stylesheet)}'>" if stylesheet else f"<style>{_STYLE}</style>"
+    refresh = f"<meta http-equiv='refresh' content='{refresh_s}'>" if refresh_s else ""
     return (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>{body}</body></html>"
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'>{refresh}"
+        f"<title>{html.escape(title)}</title>{style}</head><body>{body}</body></html>"
     )
 
 
@@ -239,8 +419,11 @@ def task_section(task: TaskRecord, events: Sequence[LeaseEvent], *, links: Seque
         f"<b id='status'>{task.status.value}</b>, stage {task.stage.value if task.stage else '-'}, generation "
         f"{task.claim_generation}, {task.attempts} attempt(s), lease TTL {task.lease_ttl.total_seconds():g}s, "
         f"idempotency key {html.escape(task.idempotency_key)}{trace}</p>"
+        f"{holder_line(task)}"
         f"<p>{' | '.join(links)}</p>"
-        f"<h2>Timeline</h2>{timeline_svg(events)}"
+        f"<h2>Timeline</h2>{timeline_svg(events)}{_LEGEND}"
+        f"<h2>Generations</h2>{_generations(task, events)}"
+        f"{_decisions(events)}"
         f"<h2>Receipt</h2>{receipt_html}"
         "<h2>Evidence trail</h2><table id='trail'><tr><th>at</th><th>generation</th><th>event</th><th>stage</th>"
         f"<th>owner</th><th>by</th><th>reason</th><th>trace id</th></tr>{_rows(events)}</table>"

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
     from agentlease import search_attributes as sa
+    from agentlease.codec import undecodable
     from agentlease.decision_auth import signed_decision
     from agentlease.decisions import (
         DECISIONS,
@@ -94,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
         step_id_from,
         task_id_for,
     )
+    from agentlease.redaction import redact
     from agentlease.workflow._options import leased_activity_options
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -106,6 +108,8 @@ def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
     """
     if isinstance(payload, model):
         return payload
+    if (why := undecodable(payload)) is not None:  # a worker's codec could not open it (agentlease.codec)
+        raise ValueError(f"undecodable {what} payload: {why}")
     try:
         return model.model_validate(payload)
     except ValidationError as exc:
@@ -162,10 +166,22 @@ _RUN_DECIDER = "agentlease"
 """Who the evidence trail names for decisions the run makes itself (parking an approval-gated call)."""
 LIVE_PATCH = "agentlease-live-lease-view"
 """Patch: the run shows its attempts' live progress and its last decision in search attributes (0.3.0)."""
+SETTLED_OWNER_PATCH = "agentlease-settled-owner"
+"""Patch: a call's end shows the owner (and claim time) of the generation that ended it, the next step starts
+with no owner, and ``AgentLeaseGeneration`` keeps the highest generation any call of the run reached (runs
+recorded before kept the last progress signal's owner and the last step's generation)."""
 DECISION_UPDATES = ("approve", "reject", "redrive", "reconcile", "cancel")
 """The decision updates a run with leased calls takes."""
 _KEPT_REFUSALS = 20
-"""How many refused ``decide`` signals the ``status`` query keeps (the evidence trail keeps all)."""
+"""How many refused ``decide`` signals the ``status`` query keeps (the evidence trail keeps a summary)."""
+BOUNDED_SIGNALS_PATCH = "agentlease-bounded-signals"
+"""Patch: refused ``decide`` signals are counted and written to the trail as one summary at most once a
+minute (or with the run's next decision), at most :data:`_MAX_RECORDED_REFUSALS` per run; decisions are
+shown without who and why in search attributes, and stage reasons and notes redacted (runs recorded
+before wrote one trail entry, an activity, per refused signal)."""
+_MAX_RECORDED_REFUSALS = 100
+"""How many refusal summaries one run writes to the trail at most (the count goes on in ``status``)."""
+_REFUSAL_FLUSH = timedelta(minutes=1)
 _MAX_DECISION_CHARS = 250
 
 
@@ -219,8 +235,20 @@ class LeasedToolCalls:
         self._wanted: dict[str, Any] = {}
         self._coalesce = workflow.patched(COALESCE_PATCH)
         self._live = workflow.patched(LIVE_PATCH)
+        self._settled_owner = workflow.patched(SETTLED_OWNER_PATCH)
+        self._highest_generation = 0
+        """The highest claim generation any call of the run reached (``AgentLeaseGeneration``)."""
         self._last_decision: str | None = None
         self._refused: list[RefusedDecision] = []
+        self._bounded = workflow.patched(BOUNDED_SIGNALS_PATCH)
+        self._refused_count = 0
+        """Refused ``decide`` signals of this run, all told."""
+        self._unrecorded: list[RefusedDecision] = []
+        """Refused signals not yet in a trail summary (the first one's time in :attr:`_unrecorded_since`)."""
+        self._unrecorded_since: Any = None
+        self._unrecorded_total = 0
+        self._recorded_summaries = 0
+        self._last_flush: Any = None
         workflow.set_query_handler(STATUS_QUERY, self._status_query)
         self._decisions: dict[str, tuple[Any, Any]] = {
             command: (self._decision_handler(command), self._decision_validator(command))
@@ -456,6 +484,8 @@ class LeasedToolCalls:
     async def _run_step(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
         step_id = step.step_id
         self._set_state(self._state, tool=step.tool, stage=None)
+        if self._live and self._settled_owner:
+            self._wanted[sa.CURRENT_OWNER.name] = ""  # the previous step's owner is not this one's
         if info.requires_approval:
             await self._apply(step, DecisionKind.AWAIT_APPROVAL, _RUN_DECIDER, f"{step.tool} requires approval")
             await self._wait_for_person(step_id)
@@ -515,6 +545,9 @@ class LeasedToolCalls:
         self._set_state(self._state, stage=outcome.stage)
         if self._live:
             self._wanted[sa.CURRENT_GENERATION.name] = outcome.claim_generation
+        ended_by: dict[str, Any] = {}
+        if self._settled_owner:
+            ended_by = self._ended_by_attempt(outcome)
         view = self._update(
             sid,
             status=outcome.status,
@@ -524,8 +557,18 @@ class LeasedToolCalls:
             receipt=outcome.receipt,
             error=None,
             settled_by=outcome.settled_by,
+            **ended_by,
         )
         return CallOutcome(view, outcome.result)
+
+    def _ended_by_attempt(self, outcome: ToolOutcome) -> dict[str, Any]:
+        """(:data:`SETTLED_OWNER_PATCH`) The view's owner and claim time: the generation that ended the call,
+        not the last progress signal's (a paused loser's); the run's highest generation goes on."""
+        self._highest_generation = max(self._highest_generation, outcome.claim_generation)
+        if self._live:
+            self._wanted[sa.CURRENT_GENERATION.name] = self._highest_generation
+            self._wanted[sa.CURRENT_OWNER.name] = outcome.lease_owner or ""
+        return {"lease_owner": outcome.lease_owner, "claimed_at": outcome.claimed_at}
 
     def _failed(self, step_id: str, err: ActivityError) -> TaskView:
         """The view of a step whose attempt failed: the status its failure reports."""
@@ -628,6 +671,8 @@ class LeasedToolCalls:
         view = self._views[step.step_id]
         task = TaskSpec.of(self._tool_call(step), info.side_effect_class, info.lease_ttl)
         self.show_search_attributes()
+        if self._unrecorded:
+            await self._flush_refusals()  # refused signals go to the trail with the run's next decision
         decided = await workflow.execute_activity(
             APPLY_DECISION,
             LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra).model_dump(mode="json"),
@@ -639,7 +684,7 @@ class LeasedToolCalls:
         outcome = ToolOutcome.model_validate(decided)
         shown = TaskStatus.PENDING if outcome.status is TaskStatus.RELEASED else outcome.status
         if by != _RUN_DECIDER or kind is not DecisionKind.AWAIT_APPROVAL:
-            self._last_decision = _decision_text(step.step_id, kind, by, reason)
+            self._last_decision = _decision_text(step.step_id, kind, by, reason, bare=self._bounded)
             if self._live:
                 self._wanted[sa.LAST_DECISION.name] = self._last_decision
         # A person ended the call without a receipt: the view says who and why (the run's status,
@@ -651,7 +696,7 @@ class LeasedToolCalls:
             claim_generation=outcome.claim_generation or view.claim_generation,
             attempts=outcome.attempts if outcome.attempts else view.attempts,
             receipt=outcome.receipt,
-            error=_ended_by(outcome.status, by, reason),
+            error=_ended_by(outcome.status, by, redact(reason) if self._bounded else reason),
         )
 
     # -- the query and the decision updates --------------------------------------------------------
@@ -665,6 +710,7 @@ class LeasedToolCalls:
             tasks=list(self._views.values()),
             last_decision=self._last_decision,
             refused=list(self._refused),
+            refused_count=max(self._refused_count, len(self._refused)),
         )
 
     def current_details(self) -> str:
@@ -686,6 +732,11 @@ class LeasedToolCalls:
                 lines.append(f"{view.step_id}: {view.status.value}, waiting for a person")
         if not lines:
             lines.append(f"run {self._state.value}")
+        lines += [  # a call another generation took over: who settled it
+            f"{view.step_id}: settled by generation {view.claim_generation} ({view.lease_owner})"
+            for view in self._views.values()
+            if view.status is TaskStatus.SETTLED and (view.claim_generation or 0) > 1 and view.lease_owner
+        ]
         if self._last_decision:
             lines.append(f"last decision: {self._last_decision}")
         if self._refused:
@@ -719,9 +770,12 @@ class LeasedToolCalls:
             stage=progress.stage,
             claim_generation=progress.claim_generation,
             lease_owner=progress.lease_owner,
-            progress=progress.reason,
+            progress=redact(progress.reason) if self._bounded else progress.reason,
         )
         self._wanted[sa.CURRENT_GENERATION.name] = progress.claim_generation
+        if self._settled_owner:
+            self._highest_generation = max(self._highest_generation, progress.claim_generation)
+            self._wanted[sa.CURRENT_GENERATION.name] = self._highest_generation
         self._wanted[sa.CURRENT_OWNER.name] = progress.lease_owner
         self._wanted[sa.CURRENT_STAGE.name] = progress.stage.value if progress.stage else ""
         workflow.set_current_details(self.current_details())
@@ -730,6 +784,9 @@ class LeasedToolCalls:
 
     async def _on_decide(self, payload: Any) -> None:
         """The ``decide`` signal: the decision update of the same name, or a recorded refusal."""
+        if (why := undecodable(payload)) is not None:  # refused alone; the run goes on (agentlease.codec)
+            await self._refuse("", {}, f"undecodable payload: {why}")
+            return
         body = dict(payload) if isinstance(payload, dict) else {}
         decision = str(body.pop("decision", "") or "")[:50]
         try:
@@ -756,6 +813,19 @@ class LeasedToolCalls:
         )
         self._refused = [*self._refused, refused][-_KEPT_REFUSALS:]
         workflow.logger.warning("refused %s signal for step %s: %s", refused.decision, step_id, refusal)
+        if self._bounded:
+            # Counted, and written to the trail as one summary at most once a minute (or with the run's
+            # next decision): a flood of refused signals costs no activity, and no trail entry, each.
+            self._refused_count += 1
+            if step_id in self._steps:
+                if not self._unrecorded:
+                    self._unrecorded_since = workflow.now()
+                self._unrecorded = [*self._unrecorded, refused][-_KEPT_REFUSALS:]
+                self._unrecorded_total += 1
+            if self._unrecorded and (self._last_flush is None or workflow.now() - self._last_flush >= _REFUSAL_FLUSH):
+                await self._flush_refusals()
+            workflow.set_current_details(self.current_details())
+            return
         step = self._steps.get(step_id or "")
         if step is not None and self._catalog is not None and step.tool in self._catalog:
             info = self._catalog[step.tool]
@@ -764,6 +834,27 @@ class LeasedToolCalls:
             except ActivityError as exc:  # a signal handler must not fail the run: the status keeps it
                 workflow.logger.warning("refused %s signal not written to the trail: %s", refused.decision, exc)
         workflow.set_current_details(self.current_details())
+
+    async def _flush_refusals(self) -> None:
+        """Write the refused signals not yet recorded as one ``decision_refused`` summary on the step the
+        last one named ("N refused since ..."); past :data:`_MAX_RECORDED_REFUSALS` summaries only counted."""
+        pending, total, since = self._unrecorded, self._unrecorded_total, self._unrecorded_since
+        self._unrecorded, self._unrecorded_total, self._unrecorded_since = [], 0, None
+        self._last_flush = workflow.now()
+        if not pending or self._recorded_summaries >= _MAX_RECORDED_REFUSALS or self._catalog is None:
+            return
+        last = pending[-1]
+        step = self._steps.get(last.step_id or "")
+        if step is None or step.tool not in self._catalog:
+            return
+        self._recorded_summaries += 1
+        when = since.isoformat(timespec="seconds") if since is not None else "?"
+        text = last.refusal if total == 1 else f"{total} decide signals refused since {when}; the last: {last.refusal}"
+        summary = last.model_copy(update={"refusal": text[:2000]})
+        try:
+            await self._record_refusal(step, self._catalog[step.tool], summary)
+        except ActivityError as exc:  # a signal handler must not fail the run: the status keeps it
+            workflow.logger.warning("refused signals not written to the trail: %s", exc)
 
     async def _record_refusal(self, step: PlanStep, info: ToolInfo, refused: RefusedDecision) -> None:
         await workflow.execute_activity(
@@ -940,10 +1031,14 @@ def _stage_order(stage: Stage | None) -> int:
     return -1 if stage is None else stage.order
 
 
-def _decision_text(step_id: str, kind: DecisionKind, by: str, reason: str) -> str:
-    """``publish: approved by alice: ticket OPS-12`` (at most 250 characters)."""
+def _decision_text(step_id: str, kind: DecisionKind, by: str, reason: str, *, bare: bool = False) -> str:
+    """``publish: approved`` (``bare``: search attributes carry no free text; who and why are in the
+    evidence trail), or, in runs recorded before, ``publish: approved by alice: ticket OPS-12`` (at most
+    250 characters)."""
     rule = DECISIONS[kind]
     verb = rule.event.value if rule.action is None else f"{rule.event.value} ({rule.action})"
+    if bare:
+        return f"{step_id}: {verb}"[:_MAX_DECISION_CHARS]
     text = f"{step_id}: {verb} by {by}: {reason}"
     return text if len(text) <= _MAX_DECISION_CHARS else text[: _MAX_DECISION_CHARS - 3] + "..."
 
