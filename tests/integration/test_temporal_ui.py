@@ -145,17 +145,14 @@ async def test_the_workflow_page_tells_the_lease_and_takes_an_approval(
             assert [t.status.value for t in result.tasks] == ["settled", "settled"]
 
             async def decision_on_the_page() -> None:
-                await tab_shows(
-                    page, "User Metadata", "last decision: send: approved by alice: ticket OPS-12", framed=True
-                )
+                # Who approved and why are in the evidence trail: the run's view carries no free text.
+                await tab_shows(page, "User Metadata", "last decision: send: approved", framed=True)
 
             await assert_eventually(decision_on_the_page, timeout=60, interval=1, message="last decision")
             await page.screenshot(path=str(ARTIFACTS / "temporal-ui-last-decision.png"), full_page=True)
 
             async def decision_attribute() -> None:
-                await tab_shows(
-                    page, "Search Attributes", '"AgentLeaseDecision": "send: approved by alice: ticket OPS-12"'
-                )
+                await tab_shows(page, "Search Attributes", '"AgentLeaseDecision": "send: approved"')
 
             await assert_eventually(decision_attribute, timeout=60, interval=1, message="decision attribute")
         finally:
