@@ -7,7 +7,8 @@
 The same scripted agent (:mod:`bench.effects_agents`: the model calls ``issue_refund`` once, then
 answers) runs on four systems, the OpenAI Agents SDK and Pydantic AI each with their native
 Temporal tool and with agentlease's leased one, all with worker processes on one Temporal dev
-server (``bench.faults.TemporalProcess``). The tool posts a refund to a service in a process of
+server (``bench.faults.TemporalProcess``, one partition per task queue so that it lists a worker's
+pollers as soon as they poll). The tool posts a refund to a service in a process of
 its own that counts the refunds it applied per target (:mod:`bench.effects_downstream`); each
 trial is one agent run with a target of its own. Crash points (:mod:`bench.effects_tools`):
 
