@@ -58,8 +58,8 @@ HTTP_TIMEOUT_S = 2.0
 KEEP_ALIVE_S = LEASE_TTL.total_seconds() / 3
 """A holding attempt renews its lease (or heartbeats) this often."""
 
-POINTS_IN_TOOL = ("before_effect", "after_effect")
 AFTER_RETURN = "after_return"
+"""The crash point in :class:`EffectsInterceptor` (``before_effect`` and ``after_effect`` are in the tool)."""
 
 
 def control_dir() -> Path:
@@ -196,7 +196,6 @@ __all__ = [
     "DOWNSTREAM_ENV",
     "LEASE_TTL",
     "NATIVE_KEY_ENV",
-    "POINTS_IN_TOOL",
     "REFUND_TOOL",
     "EffectsInterceptor",
     "crash_point",
