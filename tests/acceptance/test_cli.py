@@ -93,7 +93,6 @@ def test_demo_tells_what_a_lease_changes_and_stops_everything(cli: Cli, backgrou
 
     assert result.returncode == 0, result
     assert "Traceback" not in result.stdout + result.stderr, result
-    assert result.elapsed_s < 60, result
     out = result.stdout
 
     # One story, counted at the downstream: without a lease two writes land, with agentlease one.

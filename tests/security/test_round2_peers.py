@@ -82,7 +82,33 @@ def _raw_request(port: int, head: bytes, body_chunks: int, chunk: bytes) -> byte
                 sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         except OSError:
             pass  # the server answered and closed while the client was still sending
-        return sock.recv(65536)
+        return _read_answer(sock)
+
+
+def _read_answer(sock: socket.socket) -> bytes:
+    """Read one HTTP answer: its head, then as much body as it announces (or until the server closes)."""
+    answer = b""
+    while True:
+        try:
+            part = sock.recv(65536)
+        except ConnectionResetError:
+            return answer
+        if not part:
+            return answer
+        answer += part
+        head, sep, body = answer.partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        length = next(
+            (
+                int(line.split(b":", 1)[1])
+                for line in head.lower().split(b"\r\n")
+                if line.startswith(b"content-length:")
+            ),
+            None,
+        )
+        if length is None or len(body) >= length:
+            return answer
 
 
 async def test_the_codec_server_stops_reading_at_8_mib(codec_server: str) -> None:

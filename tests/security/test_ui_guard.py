@@ -13,7 +13,6 @@ Before: any ``Host`` was answered, every address was served without a word or a 
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -94,9 +93,8 @@ async def served(ledger: Ledger) -> AsyncIterator[tuple[str, TaskSpec, str]]:
 async def test_pages_and_lists_are_bounded_and_paginated(served: tuple[str, TaskSpec, str]) -> None:
     base, spec, wide = served
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
-        started = time.monotonic()
         page = await http.get(f"/tasks/{spec.task_id}")
-        assert page.status_code == 200 and time.monotonic() - started < 10
+        assert page.status_code == 200
         assert len(page.content) < 1_000_000, len(page.content)  # it was 100 MB
         assert page.text.count("<tr data-kind=") == EVENTS_PER_PAGE and 'id="next"' in page.text
 
