@@ -8,12 +8,15 @@ A deployment is in one of two decision modes (``AGENTLEASE_DECISION_MODE``):
   carry a :class:`DecisionProof` made with the private key of an operator the workers know
   (``AGENTLEASE_OPERATOR_KEYS``); the evidence trail names the key's operator.
 
-The CLI signs with ``AGENTLEASE_OPERATOR_KEY`` (:func:`sign_request`). The proof covers the run id,
-the command and the whole request (step, reason, action, external id, observed) and when it was
-signed, so it cannot be moved to another run, step or decision, nor replayed after
-``AGENTLEASE_DECISION_MAX_AGE``. The decision activity verifies it (:class:`DecisionVerifier`), on
-the worker, where the keys are; a refused decision fails its update with the reason and changes
-nothing. ``docs/security.md`` ("Authenticated decisions") gives the rules.
+The CLI signs with ``AGENTLEASE_OPERATOR_KEY`` (:meth:`OperatorKey.sign`). The proof covers the run id,
+the command and the whole request (step, reason, action, external id, observed), when it was
+signed, a random **decision id** and the task's **generation** the operator saw, so it cannot be
+moved to another run, step or decision, nor used after ``AGENTLEASE_DECISION_MAX_AGE``. The
+decision activity verifies it (:class:`DecisionVerifier`), on the worker, where the keys are, then
+records the decision id once in the ledger: the same signed decision sent again is refused as a
+replay (:class:`DecisionReplayedError`), and one signed for a generation the task has left is
+refused. A refused decision fails its update with the reason and changes nothing.
+``docs/security.md`` ("Authenticated decisions") gives the rules.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import base64
 import binascii
 import json
 import re
+import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +47,8 @@ _NAME_LINE = "agentlease-operator: "
 _NAME = re.compile(r"[A-Za-z0-9._@-]{1,200}")
 FUTURE_SKEW = timedelta(minutes=5)
 """How far in the future a proof's ``signed_at`` may be (clocks differ). 5 minutes."""
+DECISION_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
+"""What a decision id looks like (:meth:`OperatorKey.sign` makes 32 hex digits)."""
 
 
 class DecisionProof(BaseModel):
@@ -52,6 +58,12 @@ class DecisionProof(BaseModel):
         operator: the operator whose key signed it (the key file's name).
         signed_at: when it was signed (timezone-aware).
         signature: the Ed25519 signature of :func:`signed_message`, base64.
+        decision_id: a random id of this one decision, signed with it: the ledger records it once,
+            so the same proof applies once (``None`` only in proofs made before decision ids, which
+            the workers refuse).
+        generation: the task's claim generation the operator saw when signing; the decision is
+            refused once the ledger's task is at another generation. ``None``: not bound to one (a
+            cancel of a whole run).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -59,6 +71,8 @@ class DecisionProof(BaseModel):
     operator: str = Field(min_length=1, max_length=200)
     signed_at: AwareDatetime
     signature: str = Field(min_length=1, max_length=200)
+    decision_id: str | None = Field(default=None, pattern=DECISION_ID_PATTERN)
+    generation: int | None = Field(default=None, ge=0)
 
 
 class SignedDecision(BaseModel):
@@ -70,15 +84,54 @@ class SignedDecision(BaseModel):
     command: str
     request: dict[str, Any]
 
+    @property
+    def proof(self) -> DecisionProof | None:
+        """The request's proof (``None``: none, or a malformed one)."""
+        try:
+            return DecisionProof.model_validate(self.request.get("proof"))
+        except ValueError:
+            return None
+
+    @property
+    def decision_id(self) -> str | None:
+        """The signed decision id of the request's proof (``None``: no proof, or one without an id)."""
+        proof = self.proof
+        return None if proof is None else proof.decision_id
+
 
 class DecisionRefusedError(AgentLeaseError):
     """A decision's signature is missing, unknown, wrong, stale, or does not match the decision."""
 
 
-def signed_message(agent_run_id: str, command: str, request: Mapping[str, Any], operator: str, signed_at: str) -> bytes:
+class DecisionReplayedError(DecisionRefusedError):
+    """A signed decision whose decision id the ledger already holds, sent again (by another update, a
+    copy from the history, another workflow): refused, non-retryably; nothing changes and the tool
+    is not run again. The refusal is recorded once per decision id in the task's trail."""
+
+    def __init__(self, decision_id: str, kind: str, task_id: str, applied: str) -> None:
+        self.decision_id = decision_id
+        self.task_id = task_id
+        super().__init__(
+            f"replayed decision: {kind} {decision_id} on {task_id} was used already ({applied}); "
+            "a signed decision applies once: sign a new one"
+        )
+
+
+def signed_message(
+    agent_run_id: str,
+    command: str,
+    request: Mapping[str, Any],
+    operator: str,
+    signed_at: str,
+    decision_id: str | None = None,
+    generation: int | None = None,
+) -> bytes:
     """The bytes an operator signs: canonical JSON of the run, command, request (without its
-    proof), operator and time."""
-    body = {
+    proof), operator, time, decision id and the task's generation the operator saw.
+
+    A proof without a decision id (made before decision ids) is the message without the last two, so
+    the entries it wrote verify still (:func:`verify_recorded`)."""
+    body: dict[str, Any] = {
         "agentlease-decision": 1,
         "run": agent_run_id,
         "command": command,
@@ -86,7 +139,21 @@ def signed_message(agent_run_id: str, command: str, request: Mapping[str, Any], 
         "operator": operator,
         "signed_at": signed_at,
     }
+    if decision_id is not None:
+        body.update({"agentlease-decision": 2, "decision_id": decision_id, "generation": generation})
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _message_of(agent_run_id: str, command: str, request: Mapping[str, Any], proof: DecisionProof) -> bytes:
+    return signed_message(
+        agent_run_id,
+        command,
+        request,
+        proof.operator,
+        proof.signed_at.isoformat(),
+        proof.decision_id,
+        proof.generation,
+    )
 
 
 # -- keys --------------------------------------------------------------------------------------------
@@ -152,13 +219,32 @@ class OperatorKey:
         self._key = key
 
     def sign(
-        self, agent_run_id: str, command: str, request: Mapping[str, Any], now: datetime | None = None
+        self,
+        agent_run_id: str,
+        command: str,
+        request: Mapping[str, Any],
+        now: datetime | None = None,
+        *,
+        generation: int | None = None,
+        decision_id: str | None = None,
     ) -> DecisionProof:
-        """The proof of ``request`` (the update payload, as JSON) for ``command`` on ``agent_run_id``."""
+        """The proof of ``request`` (the update payload, as JSON) for ``command`` on ``agent_run_id``.
+
+        Args:
+            generation: the task's claim generation the operator saw (``None``: not bound to one).
+            decision_id: the decision's id; default a new random one (32 hex digits).
+        """
         signed_at = (now or datetime.now(UTC)).isoformat()
-        message = signed_message(agent_run_id, command, request, self.operator, signed_at)
+        decision_id = decision_id or uuid.uuid4().hex
+        message = signed_message(agent_run_id, command, request, self.operator, signed_at, decision_id, generation)
         signature = base64.b64encode(self._key.sign(message)).decode()
-        return DecisionProof(operator=self.operator, signed_at=datetime.fromisoformat(signed_at), signature=signature)
+        return DecisionProof(
+            operator=self.operator,
+            signed_at=datetime.fromisoformat(signed_at),
+            signature=signature,
+            decision_id=decision_id,
+            generation=generation,
+        )
 
 
 def load_public_keys(text: str | None) -> dict[str, Ed25519PublicKey]:
@@ -284,13 +370,16 @@ class DecisionVerifier:
                     f"decision signed by {proof.operator!r}, an operator this worker has no key of"
                 )
             return None
-        message = signed_message(
-            agent_run_id, signed.command, signed.request, proof.operator, proof.signed_at.isoformat()
-        )
+        message = _message_of(agent_run_id, signed.command, signed.request, proof)
         try:
             key.verify(base64.b64decode(proof.signature, validate=True), message)
         except (InvalidSignature, binascii.Error, ValueError):
             raise DecisionRefusedError(f"bad signature of operator {proof.operator!r} on this decision") from None
+        if proof.decision_id is None:
+            raise DecisionRefusedError(
+                "the signed decision has no decision id, so it could be applied again: "
+                "sign it with this version of agentlease"
+            )
         if proof.signed_at < at - self.max_age or proof.signed_at > at + FUTURE_SKEW:
             raise DecisionRefusedError(
                 f"decision signed at {proof.signed_at.isoformat()}, outside "
@@ -336,7 +425,7 @@ def verify_recorded(agent_run_id: str, details: Mapping[str, Any], keys: Mapping
     key = keys.get(proof.operator)
     if key is None or details.get("signed_by") != proof.operator:
         return False
-    message = signed_message(agent_run_id, signed.command, signed.request, proof.operator, proof.signed_at.isoformat())
+    message = _message_of(agent_run_id, signed.command, signed.request, proof)
     try:
         key.verify(base64.b64decode(proof.signature, validate=True), message)
     except (InvalidSignature, binascii.Error, ValueError):
@@ -357,6 +446,7 @@ __all__ = [
     "OPEN",
     "DecisionProof",
     "DecisionRefusedError",
+    "DecisionReplayedError",
     "DecisionVerifier",
     "OperatorKey",
     "SignedDecision",

@@ -289,7 +289,8 @@ class LedgerDecision(_Request):
         task: the task's identity, to create it in the ledger if it is not there yet.
         by / reason: who decided, and why.
         external_id / observed: what a ``confirm`` writes into its receipt.
-        signed: the operator's signed request, checked by the activity (``None``: unsigned).
+        signed: the operator's signed request, checked by the activity (``None``: unsigned). Its proof
+            carries the decision's id (:attr:`decision_id`) and the generation the operator saw.
         run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow (or its agent
             run): set by workflow code only (no update payload carries it), so it needs no operator's
             signature, like ``await_approval``. Default false.
@@ -303,6 +304,18 @@ class LedgerDecision(_Request):
     observed: dict[str, Any] = Field(default_factory=dict)
     signed: SignedDecision | None = None
     run_own: bool = False
+
+    @property
+    def decision_id(self) -> str | None:
+        """The id the operator signed with the decision, recorded once in the ledger (``docs/security.md``,
+        "Authenticated decisions"); ``None`` for an unsigned decision (the open mode, the run's own)."""
+        return None if self.signed is None else self.signed.decision_id
+
+    @property
+    def generation(self) -> int | None:
+        """The task's claim generation the operator saw when signing (``None``: unsigned, or not bound)."""
+        proof = None if self.signed is None else self.signed.proof
+        return None if proof is None else proof.generation
 
 
 class LedgerRefusal(BaseModel):

@@ -4,8 +4,10 @@ A ``temporalio.plugin.SimplePlugin`` that does, on the worker it is given to, th
 agent needs, as Temporal's ``OpenAIAgentsPlugin`` and Pydantic AI's plugin do for theirs:
 
 - registers one leased activity per tool (activity type = tool name), the decision activities
-  (``agentlease.apply_decision``, ``agentlease.record_refusal``) and the tool catalog
-  (``agentlease.describe_tools``); a team activity of the same name is refused with one line;
+  (``agentlease.apply_decision``, ``agentlease.record_refusal``), the record of a run's unknown tools
+  (``agentlease.record_unknown_tools``), the tool catalog (``agentlease.describe_tools``) and the
+  local activity minting a run's lease-progress secret (``agentlease.progress_secret``); a team
+  activity of the same name is refused with one line;
 - the built-in tools and ``AgentRunWorkflow`` only when asked (``builtins=True``,
   ``agent_run_workflow=True``, as ``agentlease worker`` does);
 - passes ``agentlease`` through the workflow sandbox, and declares :class:`~agentlease.workflow.LeasedCallError`
@@ -16,10 +18,11 @@ agent needs, as Temporal's ``OpenAIAgentsPlugin`` and Pydantic AI's plugin do fo
   namespace (or refuses to start with one line naming the command that creates them), and checks the
   ledger's schema (or migrates it, with ``migrate_on_start``) when it opened the ledger itself.
 
-It does not touch the data converter: every agentlease activity and handler takes and returns
-plain JSON and validates it, so it works under the pydantic converter, the OpenAI Agents SDK's
-and Pydantic AI's alike. Give it to the worker (``Worker(client, plugins=[...])``), after or
-beside the frameworks' plugins::
+It makes the worker's :class:`~agentlease.codec.EncryptionCodec` lenient (a peer's payload that does
+not open fails only its own signal or update) and otherwise does not touch the data converter:
+every agentlease activity and handler takes and returns plain JSON and validates it, so it works
+under the pydantic converter, the OpenAI Agents SDK's and Pydantic AI's alike. Give it to the
+worker (``Worker(client, plugins=[...])``), after or beside the frameworks' plugins::
 
     worker = Worker(client, task_queue="agents", workflows=[MyAgent],
                     plugins=[AgentLeasePlugin(settings=AgentLeaseSettings(), tools=["mytools"])])
@@ -52,12 +55,13 @@ from agentlease.ledger.store import Ledger
 from agentlease.metrics import LeaseMetrics
 from agentlease.redaction import configure as configure_redaction
 from agentlease.settings import AgentLeaseSettings, default_identity
-from agentlease.temporal import load_object
+from agentlease.temporal import load_object, worker_client
 from agentlease.tools._decisions import DecisionActivities
 from agentlease.tools._declaration import ToolSpec
 from agentlease.tools._leased import LeasedActivities
 from agentlease.tools._registry import ToolRegistry, load_registry
 from agentlease.tools._resources import ToolResources
+from agentlease.tools._unknown_tools import UnknownToolActivities
 from agentlease.workflow._calls import LeasedCallError, LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow
 
@@ -154,11 +158,14 @@ class AgentLeasePlugin(SimplePlugin):
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         if self._identity is None:
             self._identity = config.get("identity") or config["client"].identity
+        # A payload that does not open (a peer's malformed ciphertext) fails only its own signal or update.
+        config["client"] = worker_client(config["client"])
         return super().configure_worker(config)
 
     def _activities(self, existing: Any) -> list[Callable[..., Any]]:
         leased = LeasedActivities(self.ledger, self.registry, self.identity, self.settings, self.resources)
         ours = [*leased.activities(), *DecisionActivities(self.ledger, decision_verifier(self.settings)).activities()]
+        ours += UnknownToolActivities(self.ledger).activities()  # a run's steps whose tool no worker serves
         _refuse_duplicates(list(existing or []), ours)
         self._leased.append(leased)
         return [*(existing or []), *ours]

@@ -329,6 +329,9 @@ class ToolCall(_Frozen):
     idempotency_key: str
     share_idempotency_key: bool = False
     """The key is shared across runs (``"shared:<key>"``); otherwise it must be of the call's own run."""
+    progress_key: str | None = Field(default=None, min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$", repr=False)
+    """The key the attempt proves its progress signals with (:mod:`agentlease.progress`); ``None`` in calls
+    of runs recorded before it. Never stored in the ledger nor logged."""
 
 
 class TaskSpec(_Frozen):
@@ -591,6 +594,9 @@ class ToolOutcome(_Frozen):
     """The owner of the generation that ended the call (``None`` in outcomes recorded before it)."""
     claimed_at: AwareDatetime | None = None
     """When that generation claimed the task (ledger clock)."""
+    refused_writes: int | None = None
+    """How many late holder writes the ledger refused on the task so far (``lease_lost`` and
+    ``late_unapplied`` entries), read when a later generation ended the call; ``None``: not read."""
 
     @classmethod
     def of(cls, record: TaskRecord) -> ToolOutcome:
@@ -634,13 +640,17 @@ class TaskView(_Frozen):
     settled_by: str | None = None
     claimed_at: AwareDatetime | None = None
     """When the generation the view names claimed the task (after a call ended: the one that ended it)."""
+    refused_writes: int = 0
+    """Late holder writes the ledger refused on the task (an attempt that lost its lease), as the run
+    learnt them: from the losing attempt, or the ledger when a later generation ended the call."""
 
 
 class LeaseProgress(_Frozen):
     """What a leased attempt tells its own run after the ledger recorded it: a claim or a renewal.
 
     Sent as the ``agentlease.lease_progress`` signal, rate-limited (``docs/operator-views.md``).
-    It carries no lease token: only what the ``status`` query and the search attributes show.
+    It carries no lease token: only what the ``status`` query and the search attributes show, and a
+    proof made with its call's key (:mod:`agentlease.progress`), which the run checks.
 
     Attributes:
         step_id: the run's step.
@@ -648,13 +658,18 @@ class LeaseProgress(_Frozen):
         lease_owner: the attempt's worker identity.
         stage: the stage the ledger recorded (``None``: just claimed).
         reason: the renewal's reason, or ``claimed`` (at most 500 characters).
+        refused_writes: set when the attempt lost its lease: the late holder writes the ledger has
+            refused on the task so far (not a live progress; the view's stage and owner stay).
+        proof: ``HMAC-SHA256(call key, the other fields)``, hex (``None`` from workers before it).
     """
 
-    step_id: str
+    step_id: str = Field(max_length=MAX_STEP_ID_CHARS)
     claim_generation: int = Field(ge=1)
     lease_owner: str = Field(max_length=255)
     stage: Stage | None = None
     reason: str = Field(max_length=500)
+    refused_writes: int | None = Field(default=None, ge=0)
+    proof: str | None = Field(default=None, max_length=64)
 
 
 class RefusedDecision(_Frozen):
@@ -698,6 +713,8 @@ class RunStatus(_Frozen):
     """``decide`` signals the run refused, oldest first (the last 20)."""
     refused_count: int = 0
     """How many ``decide`` signals the run refused in all (the trail holds summaries of them)."""
+    refused_progress: int = 0
+    """How many ``agentlease.lease_progress`` signals the run dropped for want of a valid proof."""
 
 
 AgentRunPlan.model_rebuild()

@@ -9,7 +9,7 @@ may not (a namespace it does not administer, Temporal Cloud). Create them once t
         --name AgentLeaseStatus --type Keyword --name AgentLeaseWaitingReason --type Keyword \\
         --name AgentLeaseTool --type Keyword --name AgentLeaseStage --type Keyword \\
         --name AgentLeaseGeneration --type Int --name AgentLeaseOwner --type Keyword \\
-        --name AgentLeaseDecision --type Keyword
+        --name AgentLeaseDecision --type Keyword --name AgentLeaseRefusedWrites --type Int
 
 ``docs/operator-views.md`` says what each shows, and when it changes.
 """
@@ -45,7 +45,20 @@ CURRENT_OWNER = SearchAttributeKey.for_keyword("AgentLeaseOwner")
 LAST_DECISION = SearchAttributeKey.for_keyword("AgentLeaseDecision")
 """The run's last operator decision: ``<step>: <approved|rejected|...> by <who>: <why>`` (at most 250 characters)."""
 
-ALL = (RUN_STATUS, WAITING_REASON, CURRENT_TOOL, CURRENT_STAGE, CURRENT_GENERATION, CURRENT_OWNER, LAST_DECISION)
+REFUSED_WRITES = SearchAttributeKey.for_int("AgentLeaseRefusedWrites")
+"""How many late holder writes the ledger refused on the run's tasks (an attempt that had lost its lease:
+``lease_lost`` and ``late_unapplied`` entries), as the run learnt them while it was open; unset until one."""
+
+ALL = (
+    RUN_STATUS,
+    WAITING_REASON,
+    CURRENT_TOOL,
+    CURRENT_STAGE,
+    CURRENT_GENERATION,
+    CURRENT_OWNER,
+    LAST_DECISION,
+    REFUSED_WRITES,
+)
 BY_NAME = {key.name: key for key in ALL}
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
 import signal
+import sys
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from agentlease.errors import AgentLeaseError
 
@@ -56,3 +60,22 @@ async def stopped_by_signals(main: Awaitable[T]) -> T:
 
 
 __all__ = ["STOP_SIGNALS", "stop_event", "stopped_by_signals"]
+
+
+def exit_process(code: int) -> NoReturn:
+    """Leave the process with ``code`` without finalizing the interpreter (a command's or a worker's last step).
+
+    Call it once everything the process started has stopped (worker, dev server, ledger). What can
+    still run then is the Temporal SDK's Rust runtime: its threads may call into Python while the
+    interpreter finalizes and abort the process with "PyGILState_Release: thread state must be
+    current" (temporalio/sdk-python#300), turning a clean exit into SIGABRT. So buffered spans, logs
+    and the standard streams are flushed, then the code is delivered with ``os._exit``.
+    """
+    from agentlease.tracing import flush
+
+    flush()  # spans still buffered for the OTLP exporter (tracing on), before atexit is skipped
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError):  # a reader that went away: nothing left to deliver to
+            stream.flush()
+    os._exit(code)

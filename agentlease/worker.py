@@ -24,8 +24,8 @@ from agentlease.ledger.store import Ledger
 from agentlease.metrics import LeaseMetrics, serving_metrics
 from agentlease.plugin import AgentLeasePlugin
 from agentlease.settings import AgentLeaseSettings, default_identity
-from agentlease.shutdown import stop_event
-from agentlease.temporal import connect, prometheus_runtime, worker_client
+from agentlease.shutdown import exit_process, stop_event
+from agentlease.temporal import connect, prometheus_runtime
 from agentlease.tools._registry import ToolRegistry, load_registry
 
 logger = logging.getLogger("agentlease.worker")
@@ -78,7 +78,7 @@ def build_worker(
         settings=settings, ledger=ledger, tools=registry, identity=identity, builtins=True, agent_run_workflow=True
     )
     return Worker(
-        worker_client(client),  # a payload that does not open fails only its own signal or update
+        client,  # the plugin makes its codec lenient: a payload that does not open fails only its own signal
         task_queue=settings.task_queue,
         workflows=load_workflows(settings.workflow_modules) if workflows is None else workflows,
         plugins=[plugin],
@@ -159,4 +159,4 @@ def main(configure: Callable[[AgentLeaseSettings], AgentLeaseSettings] | None = 
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

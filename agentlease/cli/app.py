@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -29,6 +26,7 @@ from agentlease.cli.session import err, log_in_one_line, out, require_extra
 from agentlease.cli.session import settings as _settings
 from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
 from agentlease.settings import AgentLeaseSettings, with_overrides
+from agentlease.shutdown import exit_process
 
 app = typer.Typer(
     name="agentlease",
@@ -162,23 +160,9 @@ def _run(argv: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Console entry point: run the CLI, then leave without finalizing the interpreter.
-
-    Everything the command started has been stopped by then (worker, dev server, ledger thread).
-    What can still run is the Temporal SDK's Rust runtime: its threads may call into Python while
-    the interpreter finalizes and abort the process with "PyGILState_Release: thread state must be
-    current" (temporalio/sdk-python#300), turning a clean exit into SIGABRT. So the exit code is
-    delivered with ``os._exit`` after flushing logs and standard streams.
-    """
-    code = _run(argv)
-    from agentlease.tracing import flush
-
-    flush()  # spans still buffered for the OTLP exporter (tracing on), before the exit below skips atexit
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError):  # a reader that went away: nothing left to deliver to
-            stream.flush()
-    os._exit(code)
+    """Console entry point: run the CLI, then leave without finalizing the interpreter
+    (:func:`agentlease.shutdown.exit_process`: everything the command started has stopped by then)."""
+    exit_process(_run(argv))
 
 
 def _register() -> None:

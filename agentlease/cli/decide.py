@@ -39,9 +39,19 @@ def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payloa
 
 
 async def send_decision(
-    settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, client: Any = None
+    settings: AgentLeaseSettings,
+    agent_run_id: str,
+    update: str,
+    payload: Any,
+    client: Any = None,
+    *,
+    generation: int | None = None,
 ) -> RunStatus:
     """Send a decision update to a run and wait for its answer, each step within the decision timeout.
+
+    With ``AGENTLEASE_OPERATOR_KEY`` the decision is signed with a new decision id and the step's claim
+    generation: ``generation`` when given, else as the ledger holds it now (a cancel of the whole run
+    names none).
 
     Raises:
         ConfigurationError: the run refused it (its validator); AgentLeaseError: no answer in time.
@@ -76,7 +86,11 @@ async def send_decision(
         from agentlease.decision_auth import OperatorKey
 
         key = OperatorKey(settings.operator_key)
-        payload = payload.model_copy(update={"proof": key.sign(agent_run_id, update, payload.model_dump(mode="json"))})
+        step_id = getattr(payload, "step_id", None)
+        if generation is None and step_id is not None:
+            generation = await seen_generation(settings, agent_run_id, step_id)
+        proof = key.sign(agent_run_id, update, payload.model_dump(mode="json"), generation=generation)
+        payload = payload.model_copy(update={"proof": proof})
 
     client = client or await connect(settings)
     handle = client.get_workflow_handle(agent_run_id)
@@ -91,6 +105,28 @@ async def send_decision(
         f"{update}: accepted by agent run {agent_run_id} but not finished within {limit:g}s; "
         f"follow it with `agentlease status {agent_run_id}`",
     )
+
+
+async def seen_generation(settings: AgentLeaseSettings, agent_run_id: str, step_id: str) -> int | None:
+    """The claim generation of the run's step as the ledger holds it, which a signed decision names
+    (``None``: the ledger has no such task yet).
+
+    Raises:
+        LedgerUnavailableError: the ledger cannot be read (a signed decision needs it).
+    """
+    from agentlease.errors import LedgerUnavailableError, TaskNotFoundError
+    from agentlease.records import task_id_for
+
+    try:
+        async with _ledger(settings) as ledger:
+            try:
+                return (await ledger.get_task(task_id_for(agent_run_id, step_id))).claim_generation
+            except TaskNotFoundError:
+                return None
+    except LedgerUnavailableError as exc:
+        raise LedgerUnavailableError(
+            f"a signed decision names the step's generation, read from the ledger: {exc}"
+        ) from None
 
 
 def _step_decision(update: str, summary: str) -> Callable[..., None]:
@@ -202,7 +238,14 @@ def _bulk_decision(
         client = await connect(settings)
         return await decide_each(
             chosen,
-            lambda task: send_decision(settings, task.agent_run_id, kind.value, request(task.step_id), client),
+            lambda task: send_decision(
+                settings,
+                task.agent_run_id,
+                kind.value,
+                request(task.step_id),
+                client,
+                generation=task.claim_generation,
+            ),
             kind=kind,
             as_json=as_json,
             out=out,

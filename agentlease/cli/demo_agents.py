@@ -43,9 +43,10 @@ class DemoAgent:
 async def _start_openai(client: Client, task_queue: str, run_id: str) -> WorkflowHandle[Any, Any]:
     from agentlease.demo.agents.openai_agent import AgentRequest, RestockAgent, restock_prompt
 
-    return await client.start_workflow(
-        RestockAgent.run, AgentRequest(prompt=restock_prompt()), id=run_id, task_queue=task_queue
-    )
+    # Another row than the restock plan's (A-1002): two runs upserting one row under two idempotency
+    # keys would each read back the other's key and retry.
+    prompt = restock_prompt("B-2040", 8)
+    return await client.start_workflow(RestockAgent.run, AgentRequest(prompt=prompt), id=run_id, task_queue=task_queue)
 
 
 async def _start_pydantic_ai(client: Client, task_queue: str, run_id: str) -> WorkflowHandle[Any, Any]:

@@ -30,7 +30,16 @@ from agentlease.cli.render import (
 from agentlease.decisions import WAITING_WHY, suggested_commands
 from agentlease.enums import EventKind, RunState, TaskStatus
 from agentlease.errors import AgentLeaseError, ConfigurationError
-from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages, has_run, has_task, run_pages, task_pages
+from agentlease.ledger.listing import (
+    RunSummary,
+    TaskFilter,
+    event_pages,
+    failed_before_calls,
+    has_run,
+    has_task,
+    run_pages,
+    task_pages,
+)
 from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent, TaskRecord
 
@@ -211,7 +220,8 @@ async def _show(
 async def list_tasks(
     ledger: Ledger, which: TaskFilter, *, limit: int | None, as_json: bool, out: Console, title: str = "tasks"
 ) -> None:
-    """``agentlease tasks``: the tasks ``which`` selects, oldest first.
+    """``agentlease tasks``: the tasks ``which`` selects, oldest first; a table is followed by one line per
+    step of a run that failed before its first call (a tool no worker serves), saying why.
 
     Raises:
         AgentLeaseError: ``which`` names an agent run the ledger has no task of.
@@ -219,7 +229,13 @@ async def list_tasks(
     first, pages = await _first_page(task_pages(ledger.database, which, limit=_wanted(limit, as_json)))
     if not first and which.agent_run_id is not None:
         await require_subject(ledger, None, which.agent_run_id)
-    await _show(pages, limit=limit, as_json=as_json, out=out, render=lambda rows: tasks_table(rows, title=title))
+    shown = await _show(
+        pages, limit=limit, as_json=as_json, out=out, render=lambda rows: tasks_table(rows, title=title)
+    )
+    for record in shown:  # a step of a run that failed before its first call: why, in one line
+        if failed_before_calls(record):
+            why = f"{record.agent_run_id} {record.step_id}: the run failed: {record.last_error or 'unknown tool'}"
+            out.print(why, soft_wrap=True, markup=False, highlight=False)
 
 
 def _waiting_json(record: TaskRecord) -> dict[str, Any]:
@@ -266,6 +282,7 @@ async def list_runs(
     ledger: Ledger, *, waiting_only: bool, state: RunState | None, limit: int | None, as_json: bool, out: Console
 ) -> None:
     """``agentlease runs``: agent runs with their tasks' counts, in run id order; ``state`` keeps one state.
+    A table is followed by one line per failed run saying why it failed.
 
     A state other than ``waiting`` is kept page by page (each page still one short read), since
     a run's state depends on all its tasks.
@@ -274,7 +291,10 @@ async def list_runs(
     pages = run_pages(ledger.database, waiting_only=waiting_only, limit=None if state else wanted)
     if state is not None:
         pages = _runs_in(pages, state, wanted)
-    await _show(pages, limit=limit, as_json=as_json, out=out, render=runs_table)
+    shown = await _show(pages, limit=limit, as_json=as_json, out=out, render=runs_table)
+    for run in shown:  # why each failed run failed, one line each
+        if run.status is RunState.FAILED:
+            out.print(f"{run.agent_run_id}: failed: {run.error}", soft_wrap=True, markup=False, highlight=False)
 
 
 async def list_events(

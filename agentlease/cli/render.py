@@ -139,6 +139,11 @@ def run_table(status: RunStatus, title: str | None = None) -> Table:
     notes += [
         f"refused {r.decision} signal ({r.step_id or '-'}, by {r.by or '?'}): {r.refusal}" for r in status.refused
     ]
+    if status.refused_count > len(status.refused):
+        notes.append(f"{status.refused_count} decide signals refused in all (summarised in the trail)")
+    notes += [f"{t.step_id}: {t.refused_writes} late writes refused" for t in status.tasks if t.refused_writes]
+    if status.refused_progress:
+        notes.append(f"{status.refused_progress} lease progress signals refused (no proof of the lease)")
     if notes:
         table.caption = "\n".join(notes)
         table.caption_justify = "left"

@@ -57,22 +57,24 @@ def runs(
         bool, typer.Option("--waiting", help="Only runs with a task waiting for a person.")
     ] = False,
     status: Annotated[
-        str | None, typer.Option("--status", help="Only runs in this state: running, waiting or completed.")
+        str | None,
+        typer.Option("--status", help="Only runs in this state: running, waiting, completed or failed."),
     ] = None,
     limit: _Limit = None,
     as_json: _JsonList = False,
 ) -> None:
-    """List agent runs from the ledger, with how many of their tasks wait, are final, are settled."""
+    """List agent runs from the ledger, with how many of their tasks wait, are final, are settled (and why a
+    failed run failed)."""
     from agentlease.cli.listings import check_limit, list_runs
 
     check_limit(limit)
-    states = {RunState.RUNNING, RunState.WAITING, RunState.COMPLETED}
+    states = {RunState.RUNNING, RunState.WAITING, RunState.COMPLETED, RunState.FAILED}
     try:
         wanted = None if status is None else RunState(status)
     except ValueError:
         wanted = None
     if status is not None and wanted not in states:
-        raise ConfigurationError(f"bad --status {status!r}: one of running, waiting, completed")
+        raise ConfigurationError(f"bad --status {status!r}: one of running, waiting, completed, failed")
 
     async def _list() -> None:
         async with _ledger(_settings(ctx)) as ledger:

@@ -7,7 +7,9 @@ owns the tables (``agentlease db upgrade`` runs as the owner):
   ``tasks`` and updates the columns a lease operation writes (:data:`LEASE_COLUMNS`: never what a
   task *is*, its run, step, tool, key or arguments), appends to the evidence trail
   (``lease_events``: INSERT only, never UPDATE or DELETE) and stores receipts (INSERT; the settle's
-  ``ON CONFLICT`` needs UPDATE of ``receipts.idempotency_key`` alone). No DELETE anywhere, no DDL,
+  ``ON CONFLICT`` needs UPDATE of ``receipts.idempotency_key`` alone) and records the ids of signed
+  decisions (``decisions_applied``, ``decision_replays``: INSERT and SELECT only, so a recorded
+  decision id can be neither forgotten nor moved to let its decision apply again). No DELETE anywhere, no DDL,
   no write to ``alembic_version``. UPDATE is granted per column, never on the table: a table-level
   UPDATE would also let the role ``LOCK TABLE tasks`` exclusively and stop every lease.
 - the **operator** role reads everything and may write decisions (``Ledger.decide``: UPDATE of the
@@ -37,7 +39,10 @@ from agentlease.errors import ConfigurationError
 from agentlease.ledger.database import LedgerDatabase
 from agentlease.ledger.schema import TaskRow
 
-LEDGER_TABLES = ("tasks", "lease_events", "receipts", "alembic_version")
+DECISION_ID_TABLES = ("decisions_applied", "decision_replays")
+"""The signed decisions' ids (migration 0007): insert-only for the worker role."""
+
+LEDGER_TABLES = ("tasks", "lease_events", "receipts", *DECISION_ID_TABLES, "alembic_version")
 """The ledger's tables (Alembic's version table among them)."""
 
 TASK_IDENTITY = frozenset(
@@ -92,6 +97,7 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
         raise ValueError("name at least one of --worker-role, --operator-role, --reader-role")
     s = quote_identifier(schema)
     columns = ", ".join(quote_identifier(name) for name in LEASE_COLUMNS)
+    ids = ", ".join(f"{s}.{table}" for table in DECISION_ID_TABLES)
     out: list[str] = []
     if roles.worker is not None:
         w = quote_identifier(roles.worker)
@@ -103,6 +109,7 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
             f"GRANT INSERT ON {s}.lease_events TO {w};",
             f"GRANT INSERT ON {s}.receipts TO {w};",
             f"GRANT UPDATE (idempotency_key) ON {s}.receipts TO {w};",
+            f"GRANT SELECT, INSERT ON {ids} TO {w};",
             f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {w};",
         ]
     if roles.operator is not None:
@@ -112,12 +119,16 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
             f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {o};",
             f"GRANT UPDATE ({columns}) ON {s}.tasks TO {o};",
             f"GRANT INSERT ON {s}.tasks, {s}.lease_events, {s}.receipts TO {o};",
+            f"GRANT SELECT ON {ids} TO {o};",
             f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {s} TO {o};",
         ]
     if roles.reader is not None:
         r = quote_identifier(roles.reader)
         out += _revoke(r, s)
-        out += [f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {r};"]
+        out += [
+            f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {r};",
+            f"GRANT SELECT ON {ids} TO {r};",
+        ]
     return out
 
 
@@ -135,7 +146,7 @@ async def require_writable(database: LedgerDatabase) -> None:
         return
 
     def check(conn: Connection) -> tuple[str, bool]:
-        params = {"tasks": "tasks", "events": "lease_events", "receipts": "receipts"}
+        params = {"tasks": "tasks", "events": "lease_events", "receipts": "receipts", "decisions": "decisions_applied"}
         may = bool(conn.execute(text(WRITE_PRIVILEGES), params).scalar_one())
         return str(conn.execute(text("SELECT current_user")).scalar_one()), may
 
@@ -143,7 +154,8 @@ async def require_writable(database: LedgerDatabase) -> None:
     if not may:
         raise ConfigurationError(
             f"the ledger role {role!r} may not do lease operations (INSERT and UPDATE on tasks, INSERT on "
-            "lease_events and receipts): connect workers as the worker role of `agentlease db grant`"
+            "lease_events, receipts and decisions_applied): connect workers as the worker role of "
+            "`agentlease db grant` (run it again after `agentlease db upgrade`)"
         )
 
 
@@ -154,12 +166,14 @@ WRITE_PRIVILEGES = (
     "SELECT has_table_privilege(CAST(:tasks AS text), 'INSERT') "
     "AND has_column_privilege(CAST(:tasks AS text), 'status', 'UPDATE') "
     "AND has_table_privilege(CAST(:events AS text), 'INSERT') "
-    "AND has_table_privilege(CAST(:receipts AS text), 'INSERT')"
+    "AND has_table_privilege(CAST(:receipts AS text), 'INSERT') "
+    "AND has_table_privilege(CAST(:decisions AS text), 'INSERT')"
 )
-"""Whether the session's role may do lease operations (bind the three table names)."""
+"""Whether the session's role may do lease operations (bind the four table names)."""
 
 
 __all__ = [
+    "DECISION_ID_TABLES",
     "GUARDS_PRESENT",
     "GUARD_TRIGGERS",
     "LEASE_COLUMNS",

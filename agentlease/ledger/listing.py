@@ -25,6 +25,7 @@ from agentlease.ledger.database import LedgerDatabase
 from agentlease.ledger.statements import (
     EVENTS,
     PAGE_ROWS,
+    TASKS,
     TaskFilter,
     events_page,
     lease_statements,
@@ -33,6 +34,7 @@ from agentlease.ledger.statements import (
     tasks_page,
 )
 from agentlease.records import AwareDatetime, LeaseEvent, TaskRecord
+from agentlease.unknown_tools import UNKNOWN_TOOL_ERROR
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -43,11 +45,14 @@ class RunSummary(BaseModel):
 
     Attributes:
         agent_run_id: the run (workflow) id.
-        status: ``waiting`` (a task waits for a person), ``running`` (a task is not final yet) or
-            ``completed`` (every task is final); the workflow's own state is ``agentlease status``.
+        status: ``failed`` (the run failed before its first call: a step names a tool no worker serves,
+            :mod:`agentlease.unknown_tools`), ``waiting`` (a task waits for a person), ``running`` (a task
+            is not final yet) or ``completed`` (every task is final); the workflow's own state is
+            ``agentlease status``.
         tasks / waiting / final / settled: how many of its tasks the ledger holds, wait for a person,
             are final (settled, cancelled, rejected, abandoned), are settled.
         created_at: when its first task was recorded; updated_at: its latest change (ledger clock).
+        error: why a ``failed`` run failed (one line); ``None`` otherwise.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -60,10 +65,15 @@ class RunSummary(BaseModel):
     settled: int
     created_at: AwareDatetime
     updated_at: AwareDatetime
+    error: str | None = None
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> RunSummary:
-        if row.waiting:
+    def from_row(cls, row: Row[Any], *, error: str | None = None) -> RunSummary:
+        """A row of :func:`~agentlease.ledger.statements.runs_page`; ``error``: why the run failed
+        (:func:`run_failures`), if it did."""
+        if error is not None:
+            status = RunState.FAILED
+        elif row.waiting:
             status = RunState.WAITING
         elif row.final < row.tasks:
             status = RunState.RUNNING
@@ -80,7 +90,30 @@ class RunSummary(BaseModel):
             settled=row.settled,
             created_at=created,
             updated_at=updated,
+            error=error,
         )
+
+
+def run_failures(conn: Connection, run_ids: Sequence[str]) -> dict[str, str]:
+    """Which of ``run_ids`` failed before their first call, and why: the reason recorded on the first of
+    their steps whose tool no worker serves (:mod:`agentlease.unknown_tools`). One read of the runs'
+    tasks along ``ix_tasks_agent_run_id_created_at_ms``."""
+    if not run_ids:
+        return {}
+    query = (
+        select(TASKS.c.agent_run_id, TASKS.c.last_error)
+        .where(TASKS.c.agent_run_id.in_(sorted(set(run_ids))), TASKS.c.error_class == UNKNOWN_TOOL_ERROR)
+        .order_by(TASKS.c.agent_run_id, TASKS.c.created_at_ms, TASKS.c.task_id)
+    )
+    failures: dict[str, str] = {}
+    for run_id, why in conn.execute(query).all():
+        failures.setdefault(run_id, why or "a step names a tool no worker serves")
+    return failures
+
+
+def failed_before_calls(record: TaskRecord) -> bool:
+    """Whether ``record`` is a step its run never called because no worker serves its tool."""
+    return record.error_class == UNKNOWN_TOOL_ERROR
 
 
 def _fetch(query: Select[Any], conn: Connection) -> Sequence[Row[Any]]:
@@ -90,19 +123,20 @@ def _fetch(query: Select[Any], conn: Connection) -> Sequence[Row[Any]]:
 async def _pages(
     database: LedgerDatabase,
     page: Callable[[C | None, int], Select[Any]],
-    build: Callable[[Row[Any]], T],
-    cursor_of: Callable[[Row[Any]], C],
+    build: Callable[[Any], T],
+    cursor_of: Callable[[Any], C],
     *,
     limit: int | None,
     page_rows: int,
     after: C | None = None,
+    fetch: Callable[[Select[Any], Connection], Sequence[Any]] = _fetch,
 ) -> AsyncIterator[list[T]]:
     """Pages of records: each page read in its own transaction, its records built after it ended."""
     left = limit
     while left is None or left > 0:
         size = page_rows if left is None else min(page_rows, left)
         query = page(after, size)
-        rows = await database.read(functools.partial(_fetch, query))
+        rows = await database.read(functools.partial(fetch, query))
         if rows:
             yield [build(row) for row in rows]
             after = cursor_of(rows[-1])
@@ -126,17 +160,25 @@ def task_pages(
     )
 
 
+def _fetch_runs(query: Select[Any], conn: Connection) -> Sequence[tuple[Row[Any], str | None]]:
+    rows = conn.execute(query).all()
+    failures = run_failures(conn, [row.agent_run_id for row in rows])
+    return [(row, failures.get(row.agent_run_id)) for row in rows]
+
+
 def run_pages(
     database: LedgerDatabase, *, waiting_only: bool = False, limit: int | None = None, page_rows: int = PAGE_ROWS
 ) -> AsyncIterator[list[RunSummary]]:
-    """Agent runs in ``agent_run_id`` order (``waiting_only``: those with a task waiting for a person)."""
+    """Agent runs in ``agent_run_id`` order (``waiting_only``: those with a task waiting for a person), with
+    why each failed run failed (:func:`run_failures`, in the same read)."""
     return _pages(
         database,
         lambda after, size: runs_page(after, size, waiting_only=waiting_only),
-        RunSummary.from_row,
-        lambda row: row.agent_run_id,
+        lambda pair: RunSummary.from_row(pair[0], error=pair[1]),
+        lambda pair: pair[0].agent_run_id,
         limit=limit,
         page_rows=page_rows,
+        fetch=_fetch_runs,
     )
 
 
@@ -204,9 +246,11 @@ __all__ = [
     "TaskFilter",
     "collect",
     "event_pages",
+    "failed_before_calls",
     "has_run",
     "has_task",
     "holder_stage",
+    "run_failures",
     "run_pages",
     "task_pages",
 ]

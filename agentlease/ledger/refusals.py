@@ -5,6 +5,12 @@ A leased activity or the decision activity scheduled by a workflow for a task th
 refusal is recorded on the task derived from the scheduling workflow's own id and the call's step:
 that task is created if absent and dead-lettered with the reason (``agentlease waiting`` lists it,
 ``agentlease events`` shows why), in one transaction.
+
+A step of a run whose tool no worker serves (:mod:`agentlease.unknown_tools`) is refused too, before any
+call: :func:`record_unknown_tool` records it as ``cancelled`` by the run itself (the run's own cancel of a
+call it will never make, a change the ledger's guards allow) with the error class
+:data:`~agentlease.unknown_tools.UNKNOWN_TOOL_ERROR` and the reason, so that the listings know the failed
+run. No decision applies to it: the run has ended.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from agentlease.ledger.schema import TaskRow
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.trail import write_event
 from agentlease.records import TaskRecord, TaskSpec, TraceLink
+from agentlease.redaction import redact
+from agentlease.unknown_tools import RUN_DECIDER, UNKNOWN_TOOL_ERROR
 
 _TASKS = cast(Table, TaskRow.__table__)
 
@@ -76,4 +84,60 @@ async def record_refusal(
     return await ledger.database.write(refuse_tx)
 
 
-__all__ = ["record_refusal"]
+async def record_unknown_tool(
+    ledger: Ledger,
+    own: TaskSpec,
+    reason: str,
+    *,
+    details: dict[str, Any] | None = None,
+    trace: TraceLink | None = None,
+    now: datetime | None = None,
+) -> TaskRecord:
+    """Record ``own``, a step whose tool no worker serves, as ``cancelled`` by the run (``agentlease``).
+
+    The task is created if absent; one still claimable (never run) becomes ``cancelled`` with the error
+    class :data:`~agentlease.unknown_tools.UNKNOWN_TOOL_ERROR` and ``reason``, and a ``cancelled`` entry
+    (``details.by``: ``agentlease``, ``details.unknown_tool``) goes to its trail, in one transaction. A
+    task that got further keeps its status and gets no entry. Writing it again changes nothing. Returns
+    the task as it is afterwards.
+
+    Raises:
+        LedgerUnavailableError: the ledger could not be reached.
+    """
+    sql = ledger.statements
+    reason = redact(reason)
+    claimable = [status.value for status in TaskStatus if status.claimable]
+    refuse = (
+        update(_TASKS)
+        .where(_TASKS.c.task_id == own.task_id, _TASKS.c.status.in_(claimable))
+        .values(
+            status=TaskStatus.CANCELLED.value,
+            error_class=UNKNOWN_TOOL_ERROR,
+            last_error=reason,
+            updated_at_ms=sql.now,
+        )
+    )
+
+    def refuse_tx(conn: Connection) -> TaskRecord:
+        conn.execute(sql.insert_task, ledger.task_values(own, now))
+        changed = conn.execute(refuse, now_param(now)).rowcount
+        row = conn.execute(sql.select_task, {"key_task_id": own.task_id}).one()
+        if changed:
+            write_event(
+                conn,
+                sql,
+                task_id=own.task_id,
+                kind=EventKind.CANCELLED,
+                generation=row.claim_generation,
+                at_ms=row.updated_at_ms,
+                stage=row.stage,
+                reason=reason,
+                details={"by": RUN_DECIDER, "unknown_tool": own.tool, **(details or {})},
+                trace=trace,
+            )
+        return TaskRecord.from_row(row)
+
+    return await ledger.database.write(refuse_tx)
+
+
+__all__ = ["record_refusal", "record_unknown_tool"]

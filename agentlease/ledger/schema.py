@@ -139,3 +139,37 @@ class ReceiptRow(Base):
     # refused, not settled with it (``docs/security.md``, "Receipts and tasks bound to their run").
     tool: Mapped[str | None] = mapped_column(String(128))
     arguments_sha256: Mapped[str | None] = mapped_column(String(64))
+
+
+class _DecisionIdColumns:
+    """One signed decision's id on one task (``docs/security.md``, "Authenticated decisions"): the
+    operator's decision id (a cancel of a whole run applies one id to each of its tasks), the decision,
+    its operator, the generation it was signed for (``NULL``: not bound), and the Temporal activity that
+    used it first (a retry of that same activity is not a replay)."""
+
+    decision_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(400), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(24))
+    operator: Mapped[str] = mapped_column(String(200))
+    generation: Mapped[int | None] = mapped_column(BigInteger)
+    workflow_id: Mapped[str | None] = mapped_column(String(255))
+    run_id: Mapped[str | None] = mapped_column(String(64))
+    activity_id: Mapped[str | None] = mapped_column(String(255))
+
+
+class DecisionAppliedRow(_DecisionIdColumns, Base):
+    """A signed decision applied to a task: its decision id, once. Insert-only (worker role: INSERT, SELECT)."""
+
+    __tablename__ = "decisions_applied"
+
+    applied_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class DecisionReplayRow(_DecisionIdColumns, Base):
+    """The first replay of a signed decision on a task, refused: its trail entry is written once per
+    decision id, however often it is sent again. Insert-only, like :class:`DecisionAppliedRow`; the
+    activity columns are the replaying one's."""
+
+    __tablename__ = "decision_replays"
+
+    refused_at_ms: Mapped[int] = mapped_column(BigInteger)

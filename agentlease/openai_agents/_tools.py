@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from temporalio import workflow
 
@@ -47,11 +47,12 @@ with workflow.unsafe.imports_passed_through():
     from agents.exceptions import UserError
     from agents.strict_schema import ensure_strict_json_schema
     from agents.tool_context import ToolContext
-    from pydantic import BaseModel, ValidationError
+    from pydantic import ValidationError
 
     from agentlease.enums import RunState, StepEnd, TaskStatus
     from agentlease.errors import ConfigurationError, describe_validation_error
-    from agentlease.records import PlanStep, ToolInfo, settled_note
+    from agentlease.records import PlanStep, settled_note
+    from agentlease.tools._declaration import DeclaredTool
     from agentlease.tools._wrap import not_leasable, run_unleased
     from agentlease.workflow._calls import CallOutcome, leased_calls
 
@@ -70,24 +71,6 @@ StepIdFunction = Callable[[str, str], str]
 
 KeyFunction = Callable[[Any], str]
 """``(the validated arguments, an instance of the tool's argument model) -> idempotency key``."""
-
-
-class DeclaredTool(Protocol):
-    """What :func:`leased_tool` needs of a tool: a :class:`~agentlease.tools._declaration.ToolSpec`
-    (``@tool`` or ``leased``)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def args_model(self) -> type[BaseModel]: ...
-
-    @property
-    def description(self) -> str | None: ...
-
-    def info(self) -> ToolInfo: ...
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
 
 
 _NOT_SETTLED = {
@@ -240,7 +223,7 @@ async def run_agent(agent: Agent[Any], input: str | list[TResponseInputItem], **
         await calls.stop_calls()
         calls.end(RunState.CANCELLED)
         raise
-    except BaseException:
+    except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
         calls.end(RunState.FAILED)
         raise
     calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)

@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.enums import RunState, TaskStatus
     from agentlease.errors import ConfigurationError
     from agentlease.records import ToolInfo, settled_note
+    from agentlease.tools._declaration import DeclaredTool
     from agentlease.tools._wrap import not_leasable, run_unleased
     from agentlease.workflow._calls import CallOutcome, LeasedToolCalls, leased_calls
 
@@ -78,24 +79,6 @@ StepIdFunction = Callable[[str, str], str]
 
 KeyFunction = Callable[[str, dict[str, Any]], str | None]
 """``(tool name, validated arguments) -> idempotency key``; ``None``: the default ``<workflow id>:<step id>``."""
-
-
-class DeclaredTool(Protocol):
-    """What the toolset needs of a declared tool (an ``agentlease.tools._declaration.ToolSpec``,
-    made by ``@tool`` or ``leased``)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def args_model(self) -> type[BaseModel]: ...
-
-    @property
-    def description(self) -> str | None: ...
-
-    def info(self) -> ToolInfo: ...
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
 
 
 class _ArgsValidator:
@@ -284,7 +267,7 @@ async def run_agent(agent: AbstractAgent[Any, OutputT], *args: Any, **kwargs: An
         await calls.stop_calls()  # its calls are cancelled in the ledger first, and stopped
         calls.end(RunState.CANCELLED)
         raise
-    except BaseException:
+    except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
         calls.end(RunState.FAILED)
         raise
     calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)

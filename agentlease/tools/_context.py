@@ -11,7 +11,10 @@ query, search attributes and current details then show the live stage, generatio
 :data:`PROGRESS_FIRST_AFTER` (a quick call sends none: its result tells the run), then the latest
 progress, and later stage changes at most one per :data:`PROGRESS_MIN_GAP` (the latest one wins);
 renewals in the same stage at most once per :data:`PROGRESS_INTERVAL`. What is still unsent when the
-attempt ends is dropped. The signal is best effort and never holds the tool up.
+attempt ends is dropped. The signal is best effort and never holds the tool up. Each carries a proof
+made with its call's key (``ToolCall.progress_key``, :mod:`agentlease.progress`): the run believes
+no progress signal without one. An attempt whose holder write the ledger refused (it had lost its
+lease) tells its run once, with the task's count of refused writes (:func:`report_refused_writes`).
 
 Temporal's heartbeat timeout can be changed under a running attempt (``temporal activity
 update-options --heartbeat-timeout``) and ``activity.info()`` does not show it. So the attempt reads it
@@ -40,6 +43,7 @@ from agentlease.fencing import sign_fencing_token
 from agentlease.idempotency.convention import FENCING_TOKEN_HEADER, downstream_headers
 from agentlease.ledger.store import Ledger
 from agentlease.names import LEASE_PROGRESS_SIGNAL
+from agentlease.progress import prove
 from agentlease.records import Claim, LeaseProgress, SettlementReceipt, StoredReceipt
 from agentlease.recovery._policy import RecoveryDecision
 from agentlease.redaction import redact
@@ -151,8 +155,10 @@ class LeaseContext:
         resources: ToolResources | None = None,
         secrets: ToolSecrets | None = None,
         heartbeat_timeout: timedelta | None = None,
+        progress_key: str | None = None,
     ) -> None:
         self._ledger = ledger
+        self._progress_key = progress_key
         self.claim = claim
         self.side_effect_class = side_effect_class
         self.previous_receipt = previous_receipt
@@ -390,25 +396,17 @@ class LeaseContext:
 
     def _tell_run(self, stage: Stage | None, reason: str) -> None:
         """Signal the attempt's own run what the ledger just recorded (best effort, in the background)."""
-        if not activity.in_activity():
+        progress = _progress(self.claim, self._progress_key, stage=stage, reason=reason)
+        if progress is None:
             return
         info = activity.info()
-        step_id = self.claim.task_id.removeprefix(f"{info.workflow_id}/")
-        if not info.workflow_id or step_id == self.claim.task_id:
-            return  # not a step of the run that scheduled it
-        self._progress_next = LeaseProgress(
-            step_id=step_id,
-            claim_generation=self.claim.generation,
-            lease_owner=self.claim.owner[:255],
-            stage=stage,
-            reason=reason[:_MAX_REASON_CHARS],
-        )
+        self._progress_next = progress
         if self._progress_sender is None or self._progress_sender.done():
             try:
                 client = activity.client()
             except RuntimeError:  # an activity environment without a client (unit tests of tools)
                 return
-            handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+            handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
             self._progress_sender = asyncio.ensure_future(self._send_progress(handle))
 
     async def _send_progress(self, handle: Any) -> None:
@@ -440,6 +438,52 @@ class LeaseContext:
 
 _MS = timedelta(milliseconds=1)
 
+REPORT_TIMEOUT = timedelta(seconds=5)
+"""How long a losing attempt tries to tell its run of a refused write before it gives up (best effort)."""
+
+
+def _progress(
+    claim: Claim, key: str | None, *, stage: Stage | None, reason: str, refused_writes: int | None = None
+) -> LeaseProgress | None:
+    """The progress of ``claim`` for the run that scheduled it, proven with its call's ``key`` (``None``: not
+    in an activity, or the task is not a step of the scheduling run)."""
+    if not activity.in_activity():
+        return None
+    info = activity.info()
+    step_id = claim.task_id.removeprefix(f"{info.workflow_id}/")
+    if not info.workflow_id or step_id == claim.task_id:
+        return None  # not a step of the run that scheduled it
+    progress = LeaseProgress(
+        step_id=step_id,
+        claim_generation=claim.generation,
+        lease_owner=claim.owner[:255],
+        stage=stage,
+        reason=reason[:_MAX_REASON_CHARS],
+        refused_writes=refused_writes,
+    )
+    return progress if key is None else prove(key, progress)
+
+
+async def report_refused_writes(claim: Claim, key: str | None, count: int) -> None:
+    """Tell the run that scheduled this attempt that the ledger has refused ``count`` late writes on its task
+    (one signal, proven with the call's ``key``; nothing without a key: a run recorded before ignores it).
+
+    Best effort, within :data:`REPORT_TIMEOUT`: the run may have ended (the ledger keeps the record).
+    """
+    if key is None:
+        return
+    progress = _progress(claim, key, stage=None, reason="a late write was refused", refused_writes=count)
+    if progress is None:
+        return
+    info = activity.info()
+    try:
+        handle = activity.client().get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+        await asyncio.wait_for(
+            handle.signal(LEASE_PROGRESS_SIGNAL, progress.model_dump(mode="json")), REPORT_TIMEOUT.total_seconds()
+        )
+    except Exception as exc:  # noqa: BLE001 - the ledger holds the record; the run's count just lags
+        logger.debug("refused writes of %s not signalled to its run: %s", claim.task_id, exc)
+
 
 def _heartbeat(details: LeaseHeartbeat) -> None:
     # Outside an activity (unit tests of tools) there is nothing to heartbeat to.
@@ -454,4 +498,5 @@ __all__ = [
     "check_interval",
     "heartbeat_timeout_of",
     "pending_activity",
+    "report_refused_writes",
 ]

@@ -13,6 +13,13 @@ refused is written as a ``decision_refused`` entry by ``agentlease.record_refusa
 A decision is bound to the workflow that scheduled it, like a tool call (:mod:`agentlease.tools._binding`):
 one naming a task of another run is refused, non-retryably, and recorded on the scheduling workflow's
 own task.
+
+A verified signed decision applies once (:mod:`agentlease.ledger.decision_ids`): its decision id is
+recorded in the ledger, with the activity that applied it, before the decision is written. A retry of
+that same activity is still applied (or reported applied); the same id used by any other activity
+(another update with the same payload, a copy of the history, another workflow) is a replay, refused
+non-retryably (``DecisionRefused``) and recorded once in the task's trail. A signed decision made for
+a generation the ledger's task has left is refused, and nothing is recorded.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier
+from agentlease.decision_auth import DecisionRefusedError, DecisionReplayedError, DecisionVerifier
 from agentlease.decisions import DECISIONS, LedgerDecision, LedgerRefusal
 from agentlease.enums import DecisionKind, FailureType
 from agentlease.errors import (
@@ -33,6 +40,7 @@ from agentlease.errors import (
     TaskClosedError,
     TaskNotFoundError,
 )
+from agentlease.ledger.decision_ids import DecisionUse, record_decision_id, record_replay
 from agentlease.ledger.refusals import record_refusal as record_binding_refusal
 from agentlease.ledger.store import Ledger
 from agentlease.names import APPLY_DECISION, RECORD_REFUSAL
@@ -183,9 +191,14 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
 
     Raises:
         ApplicationError: non-retryable ``DecisionRefused`` when the ledger's task is not in a
-            status the decision applies to (say, the sweeper or another operator got there first).
+            status the decision applies to (say, the sweeper or another operator got there first),
+            when a signed decision's id was applied already by another activity (a replay, recorded
+            once in the trail), or when it was signed for a generation the task has left.
     """
     rule = DECISIONS[decision.kind]
+    decision_id = decision.decision_id if signed_by else None
+    if decision_id is not None:
+        await _once(ledger, decision, decision_id, signed_by or "")
     try:
         record = await ledger.decide(
             decision.task.task_id,
@@ -208,8 +221,78 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
         )
     except TaskClosedError as exc:
         record = await ledger.get_task(decision.task.task_id)
-        if record.status not in (rule.to, rule.to_if_effect_unknown):
+        if record.status not in (rule.to, rule.to_if_effect_unknown) and not (
+            decision_id is not None and await _in_trail(ledger, decision.task.task_id, decision_id)
+        ):
             raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True) from None
     except TaskNotFoundError as exc:
         raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True) from None
     return ToolOutcome.of(record)
+
+
+def _use_of(decision: LedgerDecision, decision_id: str, operator: str) -> DecisionUse:
+    """This use of a signed decision's id: its task, and the activity using it (``None`` outside one)."""
+    info = activity.info() if activity.in_activity() else None
+    return DecisionUse(
+        decision_id=decision_id,
+        task_id=decision.task.task_id,
+        kind=decision.kind.value,
+        operator=operator,
+        generation=decision.generation,
+        workflow_id=None if info is None else info.workflow_id,
+        run_id=None if info is None else info.workflow_run_id,
+        activity_id=None if info is None else info.activity_id,
+    )
+
+
+async def _once(ledger: Ledger, decision: LedgerDecision, decision_id: str, operator: str) -> None:
+    """Record a signed decision's id before it is applied; refuse a replay (recorded once in the trail)
+    and a decision signed for a generation the task has left.
+
+    Raises:
+        ApplicationError: non-retryable ``DecisionRefused``.
+    """
+    use = _use_of(decision, decision_id, operator)
+    recorded = await record_decision_id(ledger, use)
+    task_id = decision.task.task_id
+    if recorded.moved:
+        why = (
+            f"the task moved on: this {decision.kind.value} was signed for generation {decision.generation} "
+            f"of {task_id}, which is at generation {recorded.generation} now; look again and sign a new decision"
+        )
+        logger.warning("decision %s %s refused: %s", decision.kind.value, decision_id, why)
+        raise ApplicationError(f"decision refused: {why}", type=FailureType.DECISION_REFUSED, non_retryable=True)
+    earlier = recorded.earlier
+    if earlier is None or earlier.same_activity(use):
+        return  # recorded now, or a Temporal retry of the activity that recorded it
+    exc = DecisionReplayedError(decision_id, decision.kind.value, task_id, earlier.described())
+    info = activity.info() if activity.in_activity() else None
+    trace = (
+        None
+        if info is None
+        else TraceLink(
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            activity_id=info.activity_id,
+            attempt=info.attempt,
+        )
+    )
+    if await record_replay(ledger, decision.task, use, earlier, str(exc), trace=trace):
+        logger.warning("%s", exc)
+    raise ApplicationError(
+        f"decision refused: {exc}",
+        {"refused": "replayed", "decision_id": decision_id},
+        type=FailureType.DECISION_REFUSED,
+        non_retryable=True,
+    )
+
+
+async def _in_trail(ledger: Ledger, task_id: str, decision_id: str) -> bool:
+    """Whether the task's trail holds the decision of ``decision_id`` as applied (a retry of the activity
+    that applied it, after the task moved on)."""
+    for event in await ledger.events(task_id):
+        signed = (event.details or {}).get("signed")
+        proof = signed.get("request", {}).get("proof") if isinstance(signed, dict) else None
+        if isinstance(proof, dict) and proof.get("decision_id") == decision_id:
+            return True
+    return False

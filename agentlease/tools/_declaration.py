@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import TYPE_CHECKING, Any, Protocol, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
@@ -178,6 +178,23 @@ def _defaults_of(args_model: type[BaseModel], action_key: str | None) -> dict[st
         for name in action_key_fields(action_key)
         if not fields[name].is_required()
     }
+
+
+class DeclaredTool(Protocol):
+    """What the framework adapters need of a tool: a :class:`ToolSpec` (made by ``@tool`` or ``leased``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def args_model(self) -> type[BaseModel]: ...
+
+    @property
+    def description(self) -> str | None: ...
+
+    def info(self) -> ToolInfo: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,10 @@ from agentlease.errors import (
 )
 from agentlease.lease import _entered as entered_lease
 from agentlease.ledger.refusals import record_refusal
+from agentlease.ledger.refused_writes import refused_writes
 from agentlease.ledger.store import Ledger
 from agentlease.names import DESCRIBE_TOOLS
+from agentlease.progress import PROGRESS_SECRET, mint_secret
 from agentlease.records import (
     SETTLED_BY_EARLIER_RECEIPT,
     SETTLED_BY_PROBE,
@@ -80,7 +82,13 @@ from agentlease.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retr
 from agentlease.secrets import ToolSecrets, ToolSettings, secret_provider
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._binding import as_run, claimed_refusal, own_task, task_refusal, tool_refusal, ttl_refusal
-from agentlease.tools._context import LeaseContext, attempt_heartbeat_timeout, heartbeat_timeout_of, pending_activity
+from agentlease.tools._context import (
+    LeaseContext,
+    attempt_heartbeat_timeout,
+    heartbeat_timeout_of,
+    pending_activity,
+    report_refused_writes,
+)
 from agentlease.tools._declaration import ToolSpec
 from agentlease.tools._deferred import DeferredWrites
 from agentlease.tools._payloads import activity_input
@@ -133,6 +141,8 @@ class LeasedActivities:
         self._metrics = ledger.metrics
         self.deferred = DeferredWrites(self._metrics)
         """Writes an outage kept from the ledger, recorded once it is back."""
+        self._refused_releases: set[tuple[str, int]] = set()
+        """Claims (task id, generation) of attempts under way whose release the ledger refused."""
 
     async def close(self) -> None:
         """Stop retrying deferred writes (what is left is logged, and left to the sweeper)."""
@@ -140,7 +150,11 @@ class LeasedActivities:
 
     def activities(self) -> list[Any]:
         """The activity callables to register on a Temporal worker."""
-        return [self._describe_tools_activity(), *(self._tool_activity(spec) for spec in self._registry.specs())]
+        return [
+            self._describe_tools_activity(),
+            _progress_secret,
+            *(self._tool_activity(spec) for spec in self._registry.specs()),
+        ]
 
     def _describe_tools_activity(self) -> Any:
         registry = self._registry
@@ -172,11 +186,23 @@ class LeasedActivities:
     async def execute(self, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
         """Run one attempt of a tool call under a ledger lease (see the module table).
 
+        An outcome of a later generation (a takeover) carries the task's refused late writes, read from
+        the ledger (``ToolOutcome.refused_writes``).
+
         Raises:
             ApplicationError: every way the attempt ends short of a settle (the module table).
             LedgerUnavailableError: the ledger could not be reached (the activity reports it as
                 ``LedgerUnavailable``); what could not be written is deferred.
         """
+        outcome = await self._execute(spec, call)
+        if outcome.claim_generation > 1 and outcome.refused_writes is None:
+            with contextlib.suppress(LedgerUnavailableError):  # the count only: the outcome stands
+                outcome = outcome.model_copy(
+                    update={"refused_writes": await refused_writes(self._ledger, outcome.task_id)}
+                )
+        return outcome
+
+    async def _execute(self, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
         info = activity.info()
         if info.heartbeat_timeout is None or info.heartbeat_timeout <= timedelta(0):
             message = str(
@@ -215,7 +241,9 @@ class LeasedActivities:
             # The claim may be granted all the same (on SQLite it runs to its end on the ledger
             # thread): give it back rather than leave a lease nobody holds until its TTL lapses.
             with contextlib.suppress(Exception):
-                await self._interrupted(await claiming, "while claiming")
+                given_back = await claiming
+                await self._interrupted(given_back, "while claiming")
+                self._refused_releases.discard((given_back.task_id, given_back.generation))
             raise
         except LeaseHeldError as exc:
             self._metrics.duplicate_delivery(spec.name, "lease_held")
@@ -294,11 +322,29 @@ class LeasedActivities:
             resources=self._resources,
             secrets=ToolSecrets(self._secrets, spec.name),
             heartbeat_timeout=heartbeat_timeout,
+            progress_key=call.progress_key,
         )
         try:
             return await self._run_tool(spec, call, claim, context)
+        except BaseException as exc:
+            lost = isinstance(exc, ApplicationError) and exc.type == FailureType.LEASE_LOST.value
+            if lost or context.lease_lost or (claim.task_id, claim.generation) in self._refused_releases:
+                await self._report_refused(claim, call.progress_key)
+            raise
         finally:
+            self._refused_releases.discard((claim.task_id, claim.generation))
             context.end_progress()
+
+    async def _report_refused(self, claim: Claim, progress_key: str | None) -> None:
+        """The ledger refused a write of this attempt (it lost its lease): tell its run the task's count of
+        refused writes, if the run is still open (best effort; the ledger keeps the record)."""
+        if progress_key is None:
+            return
+        try:
+            count = await asyncio.shield(refused_writes(self._ledger, claim.task_id))
+            await asyncio.shield(report_refused_writes(claim, progress_key, count))
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - never mask how the attempt ended
+            logger.debug("refused writes of %s not reported to its run: %s", claim.task_id, exc)
 
     async def _run_tool(self, spec: ToolSpec, call: ToolCall, claim: Claim, context: LeaseContext) -> ToolOutcome:
         """Run the tool in its lease context, then settle or classify how it failed."""
@@ -438,7 +484,8 @@ class LeasedActivities:
         try:
             await release()
         except LeaseLostError:
-            pass  # Already recorded as lease_lost evidence; the newer holder decides.
+            # Already recorded as lease_lost evidence; the newer holder decides (the run is told, see execute).
+            self._refused_releases.add((claim.task_id, claim.generation))
         except LedgerUnavailableError:
             what = f"release of {claim.task_id} (generation {claim.generation}, {error_class.value})"
             self.deferred.add(what, lambda: release(True))
@@ -608,6 +655,13 @@ class LeasedActivities:
             got = type(result).__name__
             return ProbeResult.cannot_tell(f"the probe returned {got}, not a ProbeResult", failed=True)
         return result
+
+
+@activity.defn(name=PROGRESS_SECRET)
+async def _progress_secret() -> str:
+    """A run's progress secret (:mod:`agentlease.progress`): a local activity, so the workflow's own
+    randomness, seeded from its run id, is not what guards its live view."""
+    return mint_secret()
 
 
 async def _interruption() -> tuple[Interruption, dict[str, Any]]:

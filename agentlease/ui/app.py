@@ -34,7 +34,7 @@ from agentlease.clock import from_ms, to_ms
 from agentlease.decisions import suggested_commands
 from agentlease.enums import EventKind, RunState
 from agentlease.errors import TaskNotFoundError
-from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages
+from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages, failed_before_calls, run_failures
 from agentlease.ledger.statements import EVENTS, TASKS, runs_page, tasks_page
 from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent, TaskRecord
@@ -140,7 +140,9 @@ def _runs_table(runs: list[RunSummary]) -> str:
     rows = "".join(
         f"<tr class='run' data-run='{html.escape(r.agent_run_id)}' data-status='{r.status.value}'>"
         f"<td><a href='/runs/{html.escape(quote(r.agent_run_id, safe=''))}'>{html.escape(r.agent_run_id)}</a></td>"
-        f"<td><span class='pill status-{r.status.value}'>{r.status.value}</span></td>"
+        f"<td><span class='pill status-{r.status.value}'>{r.status.value}</span>"
+        + (f"<div class='run-error'>{html.escape(r.error)}</div>" if r.error else "")
+        + "</td>"
         f"<td>{r.tasks}</td><td>{r.waiting}</td><td>{r.final - r.settled}</td><td>{r.settled}</td>"
         f"<td>{_when(r.created_at)}</td><td>{_when(r.updated_at)}</td></tr>"
         for r in runs
@@ -154,7 +156,7 @@ def _runs_table(runs: list[RunSummary]) -> str:
 def _filters(status: str, tool: str, hours: str) -> str:
     options = "".join(
         f"<option value='{v}'{' selected' if v == status else ''}>{v or 'any'}</option>"
-        for v in ("", *(s.value for s in (RunState.WAITING, RunState.RUNNING, RunState.COMPLETED)))
+        for v in ("", *(s.value for s in (RunState.WAITING, RunState.RUNNING, RunState.COMPLETED, RunState.FAILED)))
     )
     return (
         "<form class='filters' method='get' action='/'>"
@@ -236,13 +238,13 @@ def ui_app(
         tool = request.query_params.get("tool", "")[:200]
         hours = request.query_params.get("hours", "")
         if status not in ("", *(s.value for s in RunState)):
-            raise BadQuery("status is waiting, running or completed")
+            raise BadQuery("status is waiting, running, completed or failed")
         if hours and not (hours.isascii() and hours.isdigit() and len(hours) <= 6):
             raise BadQuery("hours is a whole number")
         waiting_query = tasks_page(TaskFilter(waiting=True), None, RUNS_PER_PAGE)
         runs_query = runs_page(None, RUNS_PER_PAGE, waiting_only=status == RunState.WAITING.value)
 
-        def read(conn: Any) -> tuple[Any, Any, Any, Any]:
+        def read(conn: Any) -> tuple[Any, Any, Any, Any, dict[str, str]]:
             waiting_rows = conn.execute(waiting_query).all()
             run_rows = conn.execute(runs_query).all()
             ids = [row.agent_run_id for row in run_rows]
@@ -256,11 +258,11 @@ def ui_app(
                 else None
             )
             now = conn.execute(select(ledger.now_expression), {"now_ms": None}).scalar()
-            return waiting_rows, run_rows, with_tool, now
+            return waiting_rows, run_rows, with_tool, now, run_failures(conn, ids)
 
-        waiting_rows, run_rows, with_tool, now_ms = await ledger.database.read(read)
+        waiting_rows, run_rows, with_tool, now_ms, failures = await ledger.database.read(read)
         waiting = [TaskRecord.from_row(row) for row in waiting_rows]
-        runs = [RunSummary.from_row(row) for row in run_rows]
+        runs = [RunSummary.from_row(row, error=failures.get(row.agent_run_id)) for row in run_rows]
         if tool:
             waiting = [t for t in waiting if t.tool == tool]
             runs = [r for r in runs if with_tool is not None and r.agent_run_id in with_tool]
@@ -271,7 +273,7 @@ def ui_app(
             runs = [r for r in runs if cutoff is None or r.updated_at >= cutoff]
             waiting = [t for t in waiting if cutoff is None or t.updated_at >= cutoff]
         runs.sort(key=lambda r: (r.status is not RunState.WAITING, r.status is not RunState.RUNNING, r.agent_run_id))
-        live = any(r.status is not RunState.COMPLETED for r in runs)
+        live = any(r.status in (RunState.WAITING, RunState.RUNNING) for r in runs)
         body = (
             "<h2>Waiting for a person</h2>"
             + _waiting_table(waiting)
@@ -302,7 +304,16 @@ def ui_app(
         link = temporal_ui_link(temporal_ui, namespace, records[0].trace.workflow_id or run_id)
         waiting = [r for r in records if r.status.waits_for_person]
         running = [r for r in records if not r.status.is_terminal]
-        state = RunState.WAITING if waiting else RunState.RUNNING if running else RunState.COMPLETED
+        failed = [r for r in records if failed_before_calls(r)]
+        state = (
+            RunState.FAILED
+            if failed
+            else RunState.WAITING
+            if waiting
+            else RunState.RUNNING
+            if running
+            else RunState.COMPLETED
+        )
         decided = await ledger.database.read(lambda conn: conn.execute(last_decision_query(run_id)).first())
         last = (
             f"{decided.kind} of {html.escape(decided.task_id.rsplit('/', 1)[-1])} at "
@@ -316,6 +327,10 @@ def ui_app(
             + "</p>"
             + f"<p>status <span class='pill status-{state.value}' id='run-status'>{state.value}</span>, "
             f"{len(records)} task(s), last decision: <span id='last-decision'>{last}</span></p>"
+            + "".join(
+                f"<p class='run-error' id='run-error'>the run failed: {html.escape(r.last_error or '')}</p>"
+                for r in failed[:1]
+            )
             + (_waiting_table(waiting) if waiting else "")
             + _tasks_table(records)
         )

@@ -9,7 +9,8 @@ with who and why, and the receipt.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from agentlease.enums import EventKind
@@ -67,7 +68,8 @@ svg text { font-size: 12px; } .lane-label { font-weight: 600; }
 .legend svg { vertical-align: middle; } .holder { font-size: 15px; } .refusal { color: #b3261e; }
 .waiting td { background: #fff4e5; } code { font-size: 12px; } .pill { padding: 1px 6px; border-radius: 8px; }
 .status-waiting { background: #ffe8cc; } .status-running { background: #d0e7ff; }
-.status-completed { background: #d3f0dc; } form.filters { margin: 8px 0 16px; }
+.status-completed { background: #d3f0dc; } .status-failed { background: #f8d7da; }
+.run-error { color: #b3261e; font-size: 12px; } form.filters { margin: 8px 0 16px; }
 form.filters label { margin-right: 10px; }
 """
 STYLE = _STYLE
@@ -141,36 +143,110 @@ def _marker_label(event: LeaseEvent) -> str | None:
     return None
 
 
+_LABEL_ROW = 12
+"""Pixels between two rows of marker labels of one lane."""
+_LABEL_ROWS = 3
+"""Rows of marker labels a lane takes on each side before labels may overlap."""
+_CHAR_PX = 6.2
+"""About the width of one character of a marker label (11px system font), to keep labels apart."""
+
+
+@dataclass(frozen=True)
+class _Label:
+    event: LeaseEvent
+    text: str
+    above: bool
+    anchor: str
+    row: int
+
+
+def _place_labels(events: Sequence[LeaseEvent], x: Callable[[datetime], float], flip_at: float) -> list[_Label]:
+    """The marker labels, each on the first row of its lane and side (refused writes above, the rest below)
+    where it overlaps no label placed before; a label that repeats a text already at that place is left out
+    (its marker keeps its title)."""
+    placed: dict[tuple[str, bool, int], list[tuple[float, float, str]]] = {}
+    labels = []
+    for event in events:
+        text = None if event.kind is EventKind.RENEWED else _marker_label(event)
+        if not text:
+            continue
+        cx = x(event.at)
+        above = event.kind in REFUSED
+        anchor = "end" if cx > flip_at else "start"
+        width = len(text) * _CHAR_PX + 4
+        x1, x2 = (cx - width, cx) if anchor == "end" else (cx, cx + width)
+        lane = lane_of(event)
+        row, repeated = 0, False
+        while True:
+            taken = placed.get((lane, above, row), [])
+            clashes = [t for a, b, t in taken if a < x2 and x1 < b]
+            if not clashes or row == _LABEL_ROWS - 1:
+                repeated = text in clashes
+                break
+            if text in clashes:
+                repeated = True
+                break
+            row += 1
+        if repeated:
+            continue
+        placed.setdefault((lane, above, row), []).append((x1, x2, text))
+        labels.append(_Label(event, text, above, anchor, row))
+    return labels
+
+
+def _tick(offset_s: float, span_s: float) -> str:
+    """A time axis label: milliseconds for a span under a second, else seconds."""
+    if span_s < 1:
+        return f"+{offset_s * 1000:.0f}ms"
+    return f"+{offset_s:.1f}s" if span_s < 60 else f"+{offset_s:.0f}s"
+
+
 def timeline_svg(events: Sequence[LeaseEvent]) -> str:
     """The SVG: a time axis, a lane per generation with its stage spans (renewals folded in), a labelled
-    marker per claim, end, refused write and decision (title = details)."""
+    marker per claim, end, refused write and decision (title = details). Labels of markers close in time
+    go on rows of their own, and the lanes make room for them."""
     names = lanes(events)
     if not events:
         return '<p class="muted">No entries in the evidence trail.</p>'
     start, end = events[0].at, events[-1].at
     span_s = max((end - start).total_seconds(), 0.001)
     plot = _WIDTH - _LEFT - _RIGHT
-    height = 60 + _LANE * len(names)
 
     def x(at: datetime) -> float:
         return _LEFT + plot * (at - start).total_seconds() / span_s
 
+    labels = _place_labels(events, x, _LEFT + plot * 0.8)
+    rows_above = {
+        lane: max([lb.row for lb in labels if lb.above and lane_of(lb.event) == lane], default=0) for lane in names
+    }
+    rows_below = {
+        lane: max([lb.row for lb in labels if not lb.above and lane_of(lb.event) == lane], default=0) for lane in names
+    }
+    centres: dict[str, float] = {}
+    at = 30.0
+    for index, lane in enumerate(names):
+        at += _LABEL_ROW * rows_above[lane]
+        centres[lane] = at
+        at += _LANE + _LABEL_ROW * rows_below[lane] if index < len(names) - 1 else 0
+    axis_y = (centres[names[-1]] if names else 30.0) + 54 + _LABEL_ROW * (rows_below[names[-1]] if names else 0)
+    height = axis_y + 36
+
     def y(lane: str) -> float:
-        return 30 + _LANE * names.index(lane)
+        return centres[lane]
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height:.0f}" '
         f'role="img" aria-label="lease timeline">'
     ]
-    axis_y = height - 22
     parts.append(f'<line class="axis" x1="{_LEFT}" x2="{_LEFT + plot}" y1="{axis_y}" y2="{axis_y}" stroke="#c7c7cc"/>')
     for tick in range(6):
         tx = _LEFT + plot * tick / 5
         parts.append(
             f'<line class="axis" x1="{tx:.1f}" x2="{tx:.1f}" y1="{axis_y - 4}" y2="{axis_y + 4}" stroke="#c7c7cc"/>'
-            f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">+{span_s * tick / 5:.1f}s</text>'
+            f'<text class="tick" x="{tx:.1f}" y="{axis_y + 16}" text-anchor="middle">'
+            f"{_tick(span_s * tick / 5, span_s)}</text>"
         )
-    parts.append(f'<text class="tick" x="8" y="{axis_y + 16}">from {html.escape(_when(start))}</text>')
+    parts.append(f'<text class="tick" x="{_LEFT}" y="{axis_y + 31}">from {html.escape(_when(start))}</text>')
     for lane in names:
         parts.append(
             f'<text class="lane-label" x="8" y="{y(lane) + 4:.0f}" data-lane="{html.escape(lane)}">{lane}</text>'
@@ -210,14 +286,15 @@ def timeline_svg(events: Sequence[LeaseEvent]) -> str:
             shape = f'<circle class="ev-{event.kind.value}" {data} cx="{cx:.1f}" cy="{cy}" r="6">'
         closing = shape.split(" ", 1)[0][1:]
         parts.append(f"{shape}<title>{title}</title></{closing}>")
-        marker = _marker_label(event)
-        if marker:
-            kind = "refused-label" if event.kind in REFUSED else "decision-label" if event.kind in PEOPLE else ""
-            anchor = "end" if cx > _LEFT + plot * 0.8 else "start"
-            parts.append(
-                f'<text class="marker-label {kind}" x="{cx:.1f}" y="{cy - 11 if event.kind in REFUSED else cy + 19}" '
-                f'text-anchor="{anchor}">{html.escape(marker)}</text>'
-            )
+    for placed in labels:
+        event = placed.event
+        kind = "refused-label" if event.kind in REFUSED else "decision-label" if event.kind in PEOPLE else ""
+        cy = y(lane_of(event))
+        ty = cy - 11 - _LABEL_ROW * placed.row if placed.above else cy + 19 + _LABEL_ROW * placed.row
+        parts.append(
+            f'<text class="marker-label {kind}" x="{x(event.at):.1f}" y="{ty:.0f}" '
+            f'text-anchor="{placed.anchor}">{html.escape(placed.text)}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -296,17 +373,31 @@ def _decisions(events: Sequence[LeaseEvent]) -> str:
     )
 
 
-def holder_line(task: TaskRecord) -> str:
-    """Who holds the task, since when, until when, at which generation (or who held it last)."""
-    owner = html.escape(task.lease_owner or "-")
-    since = _when(task.lease_acquired_at) if task.lease_acquired_at else "-"
+def last_holder(task: TaskRecord, events: Sequence[LeaseEvent]) -> tuple[str | None, datetime | None]:
+    """Who held the task's latest generation and when it claimed: the task row while it is held, else the
+    trail's claim of that generation (a release, a dead-letter or a park clears the row's owner and claim
+    time; the settle of a generation keeps them). ``(None, None)``: never claimed, or not in ``events``."""
+    if task.lease_owner:
+        return task.lease_owner, task.lease_acquired_at
+    claims = [e for e in events if e.kind is EventKind.CLAIMED and e.claim_generation == task.claim_generation]
+    if not claims or task.claim_generation == 0:
+        return None, None
+    return claims[-1].lease_owner, claims[-1].at
+
+
+def holder_line(task: TaskRecord, events: Sequence[LeaseEvent] = ()) -> str:
+    """Who holds the task, since when, until when, at which generation (or who held it last, from the
+    row or, once the row let go of it, from ``events``: the trail)."""
+    holder, claimed_at = last_holder(task, events)
+    owner = html.escape(holder or "-")
+    since = _when(claimed_at) if claimed_at else "-"
     if task.status.value == "running" and task.lease_owner:
         until = _when(task.lease_expires_at) if task.lease_expires_at else "-"
         return (
             f"<p class='holder' id='holder'>held by <b>{owner}</b> since {since} until {until}, "
             f"generation <b>{task.claim_generation}</b></p>"
         )
-    last = f", last held by <b>{owner}</b> (claimed {since})" if task.lease_owner else ""
+    last = f", last held by <b>{owner}</b> (claimed {since})" if holder else ""
     return (
         f"<p class='holder' id='holder'>not held: {task.status.value} at generation "
         f"<b>{task.claim_generation}</b>{last}</p>"
@@ -419,7 +510,7 @@ def task_section(task: TaskRecord, events: Sequence[LeaseEvent], *, links: Seque
         f"<b id='status'>{task.status.value}</b>, stage {task.stage.value if task.stage else '-'}, generation "
         f"{task.claim_generation}, {task.attempts} attempt(s), lease TTL {task.lease_ttl.total_seconds():g}s, "
         f"idempotency key {html.escape(task.idempotency_key)}{trace}</p>"
-        f"{holder_line(task)}"
+        f"{holder_line(task, events)}"
         f"<p>{' | '.join(links)}</p>"
         f"<h2>Timeline</h2>{timeline_svg(events)}{_LEGEND}"
         f"<h2>Generations</h2>{_generations(task, events)}"

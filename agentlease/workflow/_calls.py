@@ -14,7 +14,9 @@ operator talks to:
   ``AgentLeaseStage`` (and, on runs made with :data:`LIVE_PATCH`, ``AgentLeaseGeneration``,
   ``AgentLeaseOwner``, ``AgentLeaseDecision``), and the run's current details text;
 - signal ``agentlease.lease_progress`` (:class:`~agentlease.records.LeaseProgress`), from the run's
-  own leased activities: the live stage, generation and owner the ledger recorded;
+  own leased activities: the live stage, generation and owner the ledger recorded, and the late writes
+  it refused; on runs made with :data:`~agentlease.workflow._progress.PROOF_PATCH` only a signal proven
+  with its call's key is believed (:mod:`agentlease.workflow._progress`);
 - signal ``decide``: the same decisions for clients that only signal (``{"decision": "approve",
   ...the update's payload}``); a refused one is written to the evidence trail and shown by ``status``.
   ``docs/operator-views.md`` describes what an operator sees where.
@@ -79,7 +81,6 @@ with workflow.unsafe.imports_passed_through():
         STATUS_QUERY,
     )
     from agentlease.records import (
-        LeaseProgress,
         PlanStep,
         RefusedDecision,
         RunCarry,
@@ -97,6 +98,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from agentlease.redaction import redact
     from agentlease.workflow._options import leased_activity_options
+    from agentlease.workflow._progress import PROOF_PATCH, ProgressProofs, refused_writes_line
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -249,6 +251,9 @@ class LeasedToolCalls:
         self._unrecorded_total = 0
         self._recorded_summaries = 0
         self._last_flush: Any = None
+        self._proofs = ProgressProofs(workflow.patched(PROOF_PATCH))
+        """Which progress signals the run believes, and how many it dropped."""
+        self._count_refused_writes = self._proofs.enabled
         workflow.set_query_handler(STATUS_QUERY, self._status_query)
         self._decisions: dict[str, tuple[Any, Any]] = {
             command: (self._decision_handler(command), self._decision_validator(command))
@@ -519,9 +524,10 @@ class LeasedToolCalls:
         sid = step.step_id
         self._update(sid, status=TaskStatus.RUNNING)
         options = leased_activity_options(info)
+        call = self._tool_call(step, progress_key=await self._proofs.call_key(sid))
         handle = workflow.start_activity(
             step.tool,
-            self._tool_call(step).model_dump(mode="json"),
+            call.model_dump(mode="json", exclude={"progress_key"} if call.progress_key is None else None),
             heartbeat_timeout=options.heartbeat_timeout,
             start_to_close_timeout=options.start_to_close_timeout,
             retry_policy=options.retry_policy,
@@ -548,6 +554,8 @@ class LeasedToolCalls:
         ended_by: dict[str, Any] = {}
         if self._settled_owner:
             ended_by = self._ended_by_attempt(outcome)
+        if outcome.refused_writes is not None:
+            self._learn_refused_writes(sid, outcome.refused_writes)
         view = self._update(
             sid,
             status=outcome.status,
@@ -595,8 +603,9 @@ class LeasedToolCalls:
             attempts=facts.get("attempts"),
         )
 
-    def _tool_call(self, step: PlanStep) -> ToolCall:
-        """The leased activity's input for ``step``: its task, arguments and idempotency key (G4)."""
+    def _tool_call(self, step: PlanStep, *, progress_key: str | None = None) -> ToolCall:
+        """The leased activity's input for ``step``: its task, arguments and idempotency key (G4), and the
+        key its progress signals are proven with (a scheduled call's only)."""
         view = self._views[step.step_id]
         return ToolCall(
             task_id=view.task_id,
@@ -606,7 +615,16 @@ class LeasedToolCalls:
             arguments=step.arguments,
             idempotency_key=view.idempotency_key,
             share_idempotency_key=step.share_idempotency_key,
+            progress_key=progress_key,
         )
+
+    def _learn_refused_writes(self, step_id: str, count: int) -> None:
+        """(:data:`PROOF_PATCH`) The task's refused late writes are at least ``count`` (the ledger's
+        count when it was read; reports may arrive in any order); the run's sum is ``AgentLeaseRefusedWrites``."""
+        if not self._count_refused_writes or count <= self._views[step_id].refused_writes:
+            return
+        self._update(step_id, refused_writes=count)
+        self._wanted[sa.REFUSED_WRITES.name] = sum(view.refused_writes for view in self._views.values())
 
     # -- state -------------------------------------------------------------------------------------
 
@@ -711,6 +729,7 @@ class LeasedToolCalls:
             last_decision=self._last_decision,
             refused=list(self._refused),
             refused_count=max(self._refused_count, len(self._refused)),
+            refused_progress=self._proofs.refused,
         )
 
     def current_details(self) -> str:
@@ -742,6 +761,9 @@ class LeasedToolCalls:
         if self._refused:
             last = self._refused[-1]
             lines.append(f"refused {last.decision} signal by {last.by or '?'}: {last.refusal}")
+        lines += refused_writes_line(self._views)
+        if (dropped := self._proofs.line()) is not None:
+            lines.append(dropped)
         return "\n".join(lines)
 
     async def _on_progress(self, payload: Any) -> None:
@@ -752,11 +774,19 @@ class LeasedToolCalls:
         generation or the owner changed (a renewal's reason alone is not upserted)."""
         if not self._live:
             return
-        try:
-            progress = LeaseProgress.model_validate(payload)
-        except ValidationError:
+        progress = self._proofs.accepted(payload, self._views)
+        if progress is None:  # malformed, or (runs made with PROOF_PATCH) not proven: dropped, counted
+            if self._proofs.enabled:
+                workflow.set_current_details(self.current_details())
             return
         sid = progress.step_id
+        if progress.refused_writes is not None:  # an attempt that lost its lease, not live progress
+            if sid in self._views and self._count_refused_writes:
+                self._learn_refused_writes(sid, progress.refused_writes)
+                workflow.set_current_details(self.current_details())
+                await workflow.wait_condition(lambda: True)  # after every signal of this workflow task
+                self.show_search_attributes()
+            return
         if sid not in self._running:
             return  # the attempt already ended: its outcome is the newer fact
         view = self._views[sid]
@@ -1126,7 +1156,7 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
                 await calls.stop_calls()  # its calls stop (cancelled in the ledger first) before the run ends
             _end_attached(RunState.CANCELLED)
             raise
-        except BaseException:
+        except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
             _end_attached(RunState.FAILED)
             raise
         _end_attached(RunState.COMPLETED)

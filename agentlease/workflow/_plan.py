@@ -15,10 +15,12 @@ Besides what :class:`LeasedToolCalls` installs, a plan run takes:
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -27,11 +29,25 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.limits import MAX_STEPS_PER_RUN, check_run_id
     from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
     from agentlease.records import AgentRunPlan, PlanStep, RunStatus
+    from agentlease.unknown_tools import RECORD_UNKNOWN_TOOLS, UnknownTools, UnknownToolStep
     from agentlease.workflow._calls import LeasedToolCalls, parse_payload
 
 
 CONTINUE_AS_NEW_PATCH = "agentlease-continue-as-new"
 """Patch: a run continues as new between steps when its history is full (runs recorded before it did not)."""
+
+UNKNOWN_TOOL_RECORDED_PATCH = "agentlease-unknown-tool-recorded"
+"""Patch: a run that fails because a step names a tool no worker serves first records those steps in the
+ledger (``agentlease.record_unknown_tools``), so that ``agentlease runs`` and ``tasks`` show it failed
+(runs recorded before failed with nothing in the ledger)."""
+
+_RECORD_TIMEOUT = timedelta(seconds=30)
+_RECORD_PATIENCE = timedelta(minutes=2)
+"""How long a failing run tries to record its unknown tools (a ledger outage, a worker without the
+activity) before it fails all the same, unrecorded."""
+_RECORD_RETRY = RetryPolicy(
+    maximum_interval=timedelta(seconds=10), non_retryable_error_types=[FailureType.UNKNOWN_TOOL.value]
+)
 
 
 @workflow.defn(name=AGENT_RUN_WORKFLOW, failure_exception_types=[ValidationError, RecursionError])
@@ -46,6 +62,9 @@ class AgentRunWorkflow:
     @workflow.init
     def __init__(self, plan: AgentRunPlan | dict[str, Any]) -> None:
         self._calls = LeasedToolCalls()
+        # Asked here, with the other patches, in the first workflow task: the run fails later in a workflow
+        # task that may replay the catalog's (failed) ones, where a patch asked for the first time is false.
+        self._record_unknown = workflow.patched(UNKNOWN_TOOL_RECORDED_PATCH)
         self._bad_plan: str | None = None
         self._plan = AgentRunPlan()
         try:
@@ -71,7 +90,12 @@ class AgentRunWorkflow:
         if self._bad_plan is not None:
             calls.end(RunState.FAILED)
             raise ApplicationError(self._bad_plan, type=FailureType.INVALID_PLAN.value, non_retryable=True)
-        await calls.load_catalog()
+        try:
+            await calls.load_catalog()
+        except ApplicationError as exc:
+            if exc.type == FailureType.UNKNOWN_TOOL.value and self._record_unknown:
+                await self._record_unknown_tools()
+            raise
         plan = self._plan
         index = 0 if plan.carried is None else plan.carried.next_step
         ran = 0
@@ -106,6 +130,35 @@ class AgentRunWorkflow:
         calls.end(RunState.FAILED if failed else RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return calls.status()
+
+    async def _record_unknown_tools(self) -> None:
+        """(:data:`UNKNOWN_TOOL_RECORDED_PATCH`) Record the steps whose tool no worker serves in the ledger,
+        before the run fails; a run that cannot (within :data:`_RECORD_PATIENCE`) fails all the same."""
+        calls = self._calls
+        known = calls.known_tools() or []
+        try:
+            steps = [
+                UnknownToolStep(step_id=sid, tool=calls.view(sid).tool)
+                for sid in calls.step_ids()
+                if calls.view(sid).tool not in known
+            ]
+            record = UnknownTools(steps=steps[:1000], known=known[:1000]) if steps else None
+        except ValueError as exc:  # never the run's failure: it fails with UnknownTool all the same
+            workflow.logger.warning("the run's unknown tools cannot be recorded: %s", exc)
+            return
+        if record is None:
+            return
+        try:
+            await workflow.execute_activity(
+                RECORD_UNKNOWN_TOOLS,
+                record.model_dump(mode="json"),
+                start_to_close_timeout=_RECORD_TIMEOUT,
+                schedule_to_close_timeout=_RECORD_PATIENCE,
+                retry_policy=_RECORD_RETRY,
+                summary=f"{steps[0].step_id}: unknown tool {steps[0].tool}",
+            )
+        except ActivityError as exc:
+            workflow.logger.warning("the run's unknown tools were not recorded in the ledger: %s", exc.cause or exc)
 
     def _history_is_full(self, ran: int) -> bool:
         """Whether to continue as new now, between steps: after the plan's ``continue_as_new_after``

@@ -7,7 +7,8 @@ temporal operator namespace describe --address "$TEMPORAL_ADDRESS" "$ns" >/dev/n
     || temporal operator namespace create --address "$TEMPORAL_ADDRESS" --retention 7d "$ns"
 # NAME:TYPE of each attribute (agentlease/search_attributes.py; tests/acceptance/test_deploy.py checks the list).
 for attribute in AgentLeaseStatus:Keyword AgentLeaseWaitingReason:Keyword AgentLeaseTool:Keyword \
-    AgentLeaseStage:Keyword AgentLeaseGeneration:Int AgentLeaseOwner:Keyword AgentLeaseDecision:Keyword; do
+    AgentLeaseStage:Keyword AgentLeaseGeneration:Int AgentLeaseOwner:Keyword AgentLeaseDecision:Keyword \
+    AgentLeaseRefusedWrites:Int; do
     temporal operator search-attribute create --address "$TEMPORAL_ADDRESS" --namespace "$ns" \
         --name "${attribute%%:*}" --type "${attribute##*:}" 2>/dev/null || true
 done

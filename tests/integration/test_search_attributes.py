@@ -35,8 +35,14 @@ async def shown(handle: WorkflowHandle) -> dict[str, str | None]:
 
 
 async def upserts(handle: WorkflowHandle) -> int:
+    """Upserts of the run's own attributes (not the SDK's ``TemporalChangeVersion`` of each patch marker)."""
     history = await handle.fetch_history()
-    return sum(e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES for e in history.events)
+    return sum(
+        e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        and set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
+        != {"TemporalChangeVersion"}
+        for e in history.events
+    )
 
 
 async def test_a_completed_run_shows_its_end_with_one_upsert_per_tool(

@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.worker import Worker
 
-from agentlease.codec import ENCODING, KEY_ID
+from agentlease.codec import ENCODING, KEY_ID, EncryptionCodec
 from agentlease.decisions import DecisionRequest
+from agentlease.ledger.store import Ledger
 from agentlease.names import AGENT_RUN_WORKFLOW, DECIDE_SIGNAL
+from agentlease.plugin import AgentLeasePlugin
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
-from agentlease.tools._registry import load_registry
+from agentlease.tools._registry import ToolRegistry, load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
@@ -44,18 +47,27 @@ async def _status(handle: object) -> RunStatus:
     return RunStatus.model_validate(await handle.query("status"))  # type: ignore[attr-defined]
 
 
+def _users_own_worker(client: Client, ledger: Ledger, registry: ToolRegistry, settings: AgentLeaseSettings) -> Worker:
+    """A worker as a team writes it: its own ``Worker``, the plugin beside its workflows."""
+    plugin = AgentLeasePlugin(settings=settings, ledger=ledger, tools=registry, agent_run_workflow=True)
+    return Worker(client, task_queue=settings.task_queue, plugins=[plugin])
+
+
+@pytest.mark.parametrize("worker_of", [build_worker, _users_own_worker], ids=["agentlease-worker", "plugin"])
 async def test_malformed_ciphertext_signal_and_start_fail_only_themselves(
-    settings: AgentLeaseSettings, temporal_address: str
+    settings: AgentLeaseSettings, temporal_address: str, worker_of: Callable[..., Worker]
 ) -> None:
     settings = settings.model_copy(update={"codec_keys": KEY})
     client = await connect(settings)
+    codec = client.data_converter.payload_codec
+    assert isinstance(codec, EncryptionCodec) and not codec.is_lenient  # the client stays strict
     attacker = await Client.connect(
         temporal_address, data_converter=DataConverter(payload_codec=Garbling()), namespace=settings.namespace
     )
     registry = load_registry(["tests.security.round2_tools"])
     run_id = f"wedge-{uuid.uuid4().hex[:8]}"
     plan = AgentRunPlan(agent_run_id=run_id, steps=[PlanStep(step_id="mail", tool="gated_mail", arguments={"to": "a"})])
-    async with opened_ledger(settings) as ledger, build_worker(client, ledger, registry, settings):
+    async with opened_ledger(settings) as ledger, worker_of(client, ledger, registry, settings):
         handle = await client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue)
 
         async def waiting() -> None:

@@ -55,3 +55,28 @@ def test_the_progress_signal_carries_no_lease_token() -> None:
         LeaseProgress.model_validate({**fields, "lease_token": "secret"})
     with pytest.raises(ValidationError):
         LeaseProgress.model_validate({**fields, "claim_generation": 0})
+
+
+def test_status_prints_what_the_run_refused_in_counts() -> None:
+    view = TaskView(
+        task_id="r/write",
+        step_id="write",
+        tool="takeover_write",
+        status=TaskStatus.SETTLED,
+        idempotency_key="r:write",
+        refused_writes=2,
+    )
+    text = printed(
+        RunStatus(
+            agent_run_id="r",
+            status=RunState.COMPLETED,
+            closed=True,
+            tasks=[view],
+            refused_count=130,
+            refused_progress=7,
+        )
+    )
+    assert "130 decide signals refused in all" in text
+    assert "write: 2 late writes refused" in text
+    assert "7 lease progress signals refused (no proof of the lease)" in text
+    assert "decide signals refused in all" not in printed(status())

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -284,4 +283,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from agentlease.shutdown import exit_process
+
+    exit_process(main())

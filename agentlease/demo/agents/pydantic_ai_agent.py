@@ -28,7 +28,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import sys
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -275,5 +274,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     from agentlease.demo.agents import pydantic_ai_agent  # the workflow under its module name, not __main__
+    from agentlease.shutdown import exit_process
 
-    sys.exit(pydantic_ai_agent.main())
+    exit_process(pydantic_ai_agent.main())

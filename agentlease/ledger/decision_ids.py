@@ -1,0 +1,199 @@
+"""Signed decisions applied once: their decision ids in the ledger (migration 0007).
+
+A signed decision's proof carries a random decision id (:class:`~agentlease.decision_auth.DecisionProof`).
+The decision activity records it in ``decisions_applied`` (primary key ``(decision_id, task_id)``)
+with the Temporal activity that first used it, before it applies the decision: the same id sent again
+by another update, another workflow or a copy of the history is a replay, refused; a retry of that
+same activity (same workflow, run and activity id) is not. The first refused replay of an id is
+recorded in ``decision_replays`` and, in the same transaction, once in the task's trail. Both tables
+are insert-only for the worker role (``docs/security.md``, "Authenticated decisions").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Table, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from agentlease.clock import from_ms, now_param
+from agentlease.enums import EventKind
+from agentlease.ledger.schema import DecisionAppliedRow, DecisionReplayRow
+from agentlease.ledger.store import Ledger
+from agentlease.ledger.trail import write_event
+from agentlease.records import TaskSpec, TraceLink
+
+_APPLIED = cast(Table, DecisionAppliedRow.__table__)
+_REPLAYS = cast(Table, DecisionReplayRow.__table__)
+
+
+@dataclass(frozen=True)
+class DecisionUse:
+    """One use of a signed decision's id on one task.
+
+    Attributes:
+        decision_id / task_id: the decision id and the task it was applied to.
+        kind / operator / generation: the decision, who signed it, the generation it was signed for.
+        workflow_id / run_id / activity_id: the Temporal activity that used it (``None``: outside one).
+        at_ms: when, on the ledger's clock.
+    """
+
+    decision_id: str
+    task_id: str
+    kind: str
+    operator: str
+    generation: int | None
+    workflow_id: str | None
+    run_id: str | None
+    activity_id: str | None
+    at_ms: int = 0
+
+    def same_activity(self, other: DecisionUse) -> bool:
+        """Whether ``other`` is this use again: the same scheduled activity (a Temporal retry). A use
+        outside any activity is never the same as another."""
+        if self.activity_id is None or self.run_id is None:
+            return False
+        return (self.workflow_id, self.run_id, self.activity_id) == (
+            other.workflow_id,
+            other.run_id,
+            other.activity_id,
+        )
+
+    def described(self) -> str:
+        """When and by which activity it was used, for a refusal's message."""
+        at = from_ms(self.at_ms).isoformat() if self.at_ms else "earlier"
+        where = f" by activity {self.activity_id} of run {self.run_id}" if self.activity_id else ""
+        return f"at {at}{where}"
+
+    def values(self) -> dict[str, Any]:
+        return {
+            "decision_id": self.decision_id,
+            "task_id": self.task_id,
+            "kind": self.kind,
+            "operator": self.operator,
+            "generation": self.generation,
+            "workflow_id": self.workflow_id,
+            "run_id": self.run_id,
+            "activity_id": self.activity_id,
+        }
+
+
+def _insert_new(dialect: str, table: Table) -> Any:
+    """``INSERT ... ON CONFLICT (decision_id, task_id) DO NOTHING`` (INSERT privilege only)."""
+    insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+    return insert.on_conflict_do_nothing(index_elements=["decision_id", "task_id"])
+
+
+def _use(row: Any, at: str) -> DecisionUse:
+    return DecisionUse(
+        decision_id=row.decision_id,
+        task_id=row.task_id,
+        kind=row.kind,
+        operator=row.operator,
+        generation=row.generation,
+        workflow_id=row.workflow_id,
+        run_id=row.run_id,
+        activity_id=row.activity_id,
+        at_ms=getattr(row, at),
+    )
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What :func:`record_decision_id` found.
+
+    Attributes:
+        earlier: the use of the same decision id on the task recorded before (``None``: none, recorded now
+            unless ``moved``); a retry of the same activity when :meth:`DecisionUse.same_activity`.
+        generation: the task's claim generation in the ledger (0 for a task it has not seen yet).
+        moved: the decision was signed for another generation than ``generation``: nothing recorded.
+    """
+
+    earlier: DecisionUse | None
+    generation: int
+    moved: bool = False
+
+
+async def record_decision_id(ledger: Ledger, use: DecisionUse) -> Recorded:
+    """Record, in one transaction, that ``use``'s decision id is applied to its task: unless the id is
+    recorded there already (a retry, or a replay), or the task's generation is not the one the decision
+    was signed for (``use.generation``; ``None``: not bound).
+
+    Raises:
+        LedgerUnavailableError: the ledger could not be reached.
+    """
+    sql = ledger.statements
+    insert = _insert_new(ledger.database.dialect, _APPLIED)
+    earlier_row = select(_APPLIED).where(_APPLIED.c.decision_id == use.decision_id, _APPLIED.c.task_id == use.task_id)
+
+    def record_tx(conn: Connection) -> Recorded:
+        task = conn.execute(sql.select_task, {"key_task_id": use.task_id}).first()
+        generation = 0 if task is None else int(task.claim_generation)
+        row = conn.execute(earlier_row).first()
+        if row is not None:
+            return Recorded(_use(row, "applied_at_ms"), generation)
+        if use.generation is not None and use.generation != generation:
+            return Recorded(None, generation, moved=True)
+        at_ms = conn.execute(select(sql.now), now_param(None)).scalar_one()
+        if conn.execute(insert.values(**use.values(), applied_at_ms=at_ms)).rowcount == 1:
+            return Recorded(None, generation)
+        return Recorded(_use(conn.execute(earlier_row).one(), "applied_at_ms"), generation)  # a concurrent one
+
+    return await ledger.database.write(record_tx)
+
+
+async def record_replay(
+    ledger: Ledger,
+    spec: TaskSpec,
+    replay: DecisionUse,
+    applied: DecisionUse,
+    reason: str,
+    *,
+    trace: TraceLink | None = None,
+) -> bool:
+    """Record a refused replay of a signed decision in the task's trail (``decision_refused``), once per
+    decision id and task: a replay sent again, or the replaying activity retried, writes nothing more.
+
+    Returns:
+        whether the entry was written now.
+
+    Raises:
+        LedgerUnavailableError: the ledger could not be reached.
+    """
+    sql = ledger.statements
+    insert = _insert_new(ledger.database.dialect, _REPLAYS)
+
+    def replay_tx(conn: Connection) -> bool:
+        at_ms = conn.execute(select(sql.now), now_param(None)).scalar_one()
+        if conn.execute(insert.values(**replay.values(), refused_at_ms=at_ms)).rowcount != 1:
+            return False
+        task = conn.execute(sql.select_task, {"key_task_id": spec.task_id}).first()
+        write_event(
+            conn,
+            sql,
+            task_id=spec.task_id,
+            kind=EventKind.DECISION_REFUSED,
+            generation=0 if task is None else task.claim_generation,
+            at_ms=at_ms,
+            stage=None if task is None else task.stage,
+            reason=reason,
+            details={
+                "by": replay.operator,
+                "decision": replay.kind,
+                "decision_id": replay.decision_id,
+                "refused": "replayed",
+                "via": "update",
+                "applied_at_ms": applied.at_ms,
+                "applied_by_activity": applied.activity_id,
+                "applied_in_run": applied.run_id,
+            },
+            trace=trace,
+        )
+        return True
+
+    return await ledger.database.write(replay_tx)
+
+
+__all__ = ["DecisionUse", "Recorded", "record_decision_id", "record_replay"]

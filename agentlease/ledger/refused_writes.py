@@ -1,0 +1,45 @@
+"""How many late holder writes the ledger refused on a task: its ``lease_lost`` entries (a renewal,
+release or park by an attempt whose lease had lapsed or been superseded, or that did not present its
+lease token) and its ``late_unapplied`` ones (a superseded attempt's settle, kept as evidence, G10).
+
+The run shows the count as ``AgentLeaseRefusedWrites`` (``docs/operator-views.md``). One indexed read
+of the task's trail (``ix_lease_events_task_id_event_id``); the runtime asks only after a refusal or
+when a later generation ends the call, never on a first generation's hot path.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from sqlalchemy import Table, bindparam, func, select
+from sqlalchemy.engine import Connection
+
+from agentlease.enums import EventKind
+from agentlease.ledger.schema import LeaseEventRow
+from agentlease.ledger.store import Ledger
+
+_EVENTS = cast(Table, LeaseEventRow.__table__)
+REFUSED_KINDS = (EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED)
+"""The trail's kinds of a refused holder write (the web view's "refused" markers)."""
+
+_COUNT = (
+    select(func.count())
+    .select_from(_EVENTS)
+    .where(_EVENTS.c.task_id == bindparam("task_id"), _EVENTS.c.kind.in_([kind.value for kind in REFUSED_KINDS]))
+)
+
+
+async def refused_writes(ledger: Ledger, task_id: str) -> int:
+    """The task's refused holder writes so far (0 for a task the ledger does not know).
+
+    Raises:
+        LedgerUnavailableError: the ledger could not be reached.
+    """
+
+    def count_tx(conn: Connection) -> int:
+        return int(conn.execute(_COUNT, {"task_id": task_id}).scalar_one())
+
+    return await ledger.database.read(count_tx)
+
+
+__all__ = ["REFUSED_KINDS", "refused_writes"]

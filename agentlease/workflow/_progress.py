@@ -1,0 +1,113 @@
+"""The run's side of lease progress: which ``agentlease.lease_progress`` signals it believes, and the late
+writes the ledger refused on its tasks (``docs/operator-views.md``, ``docs/security.md``).
+
+Deterministic workflow code, used by :class:`~agentlease.workflow._calls.LeasedToolCalls`:
+
+- on runs made with :data:`PROOF_PATCH`, a progress signal is shown only when its proof verifies with
+  the key of the step it names (:mod:`agentlease.progress`); any other (no proof, a made-up one, a step
+  the run does not have, a malformed payload) is dropped and counted, nothing else: no trail entry, no
+  activity, no state that grows with the signals;
+- on those runs too, each task's count of refused late writes, learnt from
+  the losing attempt's report (a proven progress signal with ``refused_writes``) or from the outcome of
+  a later generation (read from the ledger), is kept on its view, and their sum is the search attribute
+  ``AgentLeaseRefusedWrites``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from agentlease.progress import PROGRESS_SECRET, proven, step_key
+    from agentlease.records import LeaseProgress, TaskView
+
+PROOF_PATCH = "agentlease-progress-proof"
+"""Patch: a leased call carries its step's progress key, the run shows only progress signals proven with
+it, and it counts the late writes the ledger refused on its tasks (``AgentLeaseRefusedWrites``); runs
+recorded before showed any progress signal and counted nothing. (One patch: each costs every new run a
+marker and an upsert of ``TemporalChangeVersion``.)"""
+
+_SECRET_TIMEOUT = timedelta(seconds=10)
+
+
+class ProgressProofs:
+    """The run's progress secret (minted once, by a local activity, when its first call is scheduled),
+    and the count of progress signals it dropped.
+
+    Args:
+        enabled: the run was made with :data:`PROOF_PATCH`; otherwise every well-formed signal is taken,
+            as runs recorded before took them, and nothing is minted or counted.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.refused = 0
+        """Progress signals dropped for want of a valid proof."""
+        self._secret: str | None = None
+        self._minting = asyncio.Lock()
+
+    async def call_key(self, step_id: str) -> str | None:
+        """The progress key of ``step_id``'s calls (``None`` on runs recorded before :data:`PROOF_PATCH`)."""
+        if not self.enabled:
+            return None
+        async with self._minting:  # calls scheduled in parallel mint one secret
+            if self._secret is None:
+                self._secret = await workflow.execute_local_activity(
+                    PROGRESS_SECRET, start_to_close_timeout=_SECRET_TIMEOUT, result_type=str
+                )
+        return step_key(self._secret, step_id)
+
+    def accepted(self, payload: Any, steps: Mapping[str, TaskView]) -> LeaseProgress | None:
+        """The signal's :class:`LeaseProgress` when the run believes it; ``None`` when it is dropped
+        (counted in :attr:`refused` on runs made with :data:`PROOF_PATCH`)."""
+        try:
+            progress = LeaseProgress.model_validate(payload)
+        except ValidationError:
+            self._refuse()
+            return None
+        if not self.enabled:
+            # A run recorded before the proofs takes what its code took then: a signal with the new
+            # fields failed that code's validation, so it is dropped here too (replays stay the same).
+            return progress if progress.proof is None and progress.refused_writes is None else None
+        if self._secret is None or progress.step_id not in steps:
+            self._refuse()
+            return None
+        if not proven(step_key(self._secret, progress.step_id), progress):
+            self._refuse()
+            return None
+        return progress
+
+    def _refuse(self) -> None:
+        if not self.enabled:
+            return
+        self.refused += 1
+        if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a flood logs a few lines
+            workflow.logger.warning(
+                "dropped a lease progress signal without a valid proof (%d so far): not from an attempt of this run",
+                self.refused,
+            )
+
+    def line(self) -> str | None:
+        """The current details' line about dropped signals, if any."""
+        if not self.refused:
+            return None
+        return f"{self.refused} lease progress signal{'s' if self.refused != 1 else ''} refused (no proof of the lease)"
+
+
+def refused_writes_line(views: Mapping[str, TaskView]) -> list[str]:
+    """The current details' lines about refused late writes, one per task that had any."""
+    return [
+        f"{view.step_id}: {view.refused_writes} late write{'s' if view.refused_writes != 1 else ''} refused"
+        for view in views.values()
+        if view.refused_writes
+    ]
+
+
+__all__ = ["PROOF_PATCH", "ProgressProofs", "refused_writes_line"]

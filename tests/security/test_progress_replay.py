@@ -1,0 +1,102 @@
+"""Runs recorded before progress proofs replay unchanged: their leased calls carry no progress key and
+they take the progress signals their code took then (a spoofed one included), with no new command.
+
+``tests/histories/progress/before_proofs.json`` was recorded with the code before the proofs (on the
+dev server): a call whose attempt signalled its progress, a spoofed progress signal taken as it was
+then, and the attempt's next stage. To record it again with such a code, run
+``AGENTLEASE_RECORD_HISTORIES=1 pytest tests/security/test_progress_replay.py`` from its checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from agentlease.names import LEASE_PROGRESS_SIGNAL, STATUS_QUERY
+from agentlease.records import AgentRunPlan, PlanStep
+from agentlease.settings import AgentLeaseSettings
+from agentlease.tools._registry import load_registry
+from agentlease.worker import build_worker
+from agentlease.workflow._plan import AgentRunWorkflow
+from tests.eventually import assert_eventually
+from tests.integration.test_lease_on_temporal import opened_ledger
+from tests.integration.test_replay import replayer
+from tests.integration.tools import gate
+
+pytestmark = pytest.mark.timeout(120)
+
+RECORDED = Path(__file__).resolve().parents[1] / "histories" / "progress" / "before_proofs.json"
+RECORD = os.environ.get("AGENTLEASE_RECORD_HISTORIES") == "1"
+SPOOF = {"step_id": "write", "claim_generation": 999, "lease_owner": "mallory", "stage": "verify", "reason": "x"}
+
+
+def patches(history: WorkflowHistory) -> set[str]:
+    """The patch ids the run recorded."""
+    return {
+        json.loads(payload.data)["id"]
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and event.marker_recorded_event_attributes.marker_name == "core_patch"
+        for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
+    }
+
+
+def _signals(history: WorkflowHistory) -> list[str]:
+    return [
+        event.workflow_execution_signaled_event_attributes.signal_name
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+
+
+async def test_a_run_recorded_before_progress_proofs_replays() -> None:
+    history = WorkflowHistory.from_json("before-proofs", RECORDED.read_text())
+    # What the history holds: the attempt's own progress and a spoofed one (taken by that code).
+    assert _signals(history).count(LEASE_PROGRESS_SIGNAL) >= 3, _signals(history)
+    assert "agentlease-live-lease-view" in patches(history)
+    assert "agentlease-progress-proof" not in patches(history)
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+
+
+@pytest.mark.skipif(not RECORD, reason="records the history anew (AGENTLEASE_RECORD_HISTORIES=1)")
+async def test_record_a_run_with_progress_signals(
+    client: Client, settings: AgentLeaseSettings, temporal_address: str
+) -> None:
+    registry = load_registry(["tests.security.progress_tools"])
+    attacker = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
+    run_id = f"before-proofs-{uuid.uuid4().hex[:8]}"
+    task_id = f"{run_id}/write"
+    plan = AgentRunPlan(agent_run_id=run_id, steps=[PlanStep(step_id="write", tool="two_gates")])
+    async with opened_ledger(settings) as ledger, build_worker(client, ledger, registry, settings, identity="worker-p"):
+        handle = await client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue)
+        try:
+
+            async def live() -> None:
+                status = await handle.query(STATUS_QUERY)
+                assert status["tasks"][0]["stage"] == "preflight", status
+
+            await assert_eventually(live, timeout=40, message="the attempt's progress is shown")
+            await attacker.get_workflow_handle(run_id).signal(LEASE_PROGRESS_SIGNAL, SPOOF)
+            gate(f"{task_id}#1").set()
+
+            async def next_stage_signalled() -> None:
+                assert _signals(await handle.fetch_history()).count(LEASE_PROGRESS_SIGNAL) >= 3
+
+            await assert_eventually(next_stage_signalled, timeout=40, message="the attempt signals its next stage")
+        finally:
+            gate(f"{task_id}#1").set()
+            gate(f"{task_id}#2").set()
+        await handle.result()
+    history = await handle.fetch_history()
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+    RECORDED.parent.mkdir(parents=True, exist_ok=True)
+    RECORDED.write_text(history.to_json())

@@ -1,0 +1,31 @@
+"""A workflow coroutine closed without ending (an evicted run, garbage-collected) ends nothing: the code
+that ends a run's leased calls runs for its return or failure only, never for ``GeneratorExit``, where
+no workflow event loop is current and any workflow call raises (an "Exception ignored" at collection)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+from temporalio.worker import ExecuteWorkflowInput, WorkflowInboundInterceptor
+
+from agentlease.workflow._calls import _LeasedCallsInbound
+
+
+class _Pending(WorkflowInboundInterceptor):
+    """A workflow that has not returned yet."""
+
+    def __init__(self) -> None:
+        pass
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        await asyncio.Future()
+
+
+def test_closing_a_running_workflow_coroutine_calls_no_workflow_api() -> None:
+    inbound = _LeasedCallsInbound(_Pending())
+    running = inbound.execute_workflow(None)  # type: ignore[arg-type]
+    running.send(None)  # suspended inside the workflow, as an evicted run's coroutine is
+    running.close()  # GeneratorExit: raised here if it reached a workflow call
+    assert inspect.getcoroutinestate(running) == inspect.CORO_CLOSED  # closed cleanly
