@@ -130,7 +130,7 @@ def signed_message(
     proof), operator, time, decision id and the task's generation the operator saw.
 
     A proof without a decision id (made before decision ids) is the message without the last two, so
-    the entries it wrote verify still (:func:`verify_recorded`)."""
+    the entries it wrote verify still (:func:`verify_recorded_signature`)."""
     body: dict[str, Any] = {
         "agentlease-decision": 1,
         "run": agent_run_id,
@@ -407,10 +407,14 @@ def decision_verifier(settings: AgentLeaseSettings) -> DecisionVerifier:
     return DecisionVerifier(settings.decision_mode, load_public_keys(settings.operator_keys), settings.decision_max_age)
 
 
-def verify_recorded(agent_run_id: str, details: Mapping[str, Any], keys: Mapping[str, Ed25519PublicKey]) -> bool:
+def verify_recorded_signature(
+    agent_run_id: str, details: Mapping[str, Any], keys: Mapping[str, Ed25519PublicKey]
+) -> bool:
     """Whether an evidence entry's ``signed_by`` is proven by the signed decision recorded beside it
     (``details["signed"]``, written by the decision activity): the operator's key verifies it for
     ``agent_run_id``. An entry written with the ledger's credentials alone, naming an operator, fails.
+    The signature only: :func:`agentlease.decisions.verify_recorded` also ties it to the entry's step
+    and kind (a proof copied beside another entry fails there).
 
     Args:
         agent_run_id: the run of the entry's task.
@@ -456,5 +460,5 @@ __all__ = [
     "public_key_text",
     "signed_decision",
     "signed_message",
-    "verify_recorded",
+    "verify_recorded_signature",
 ]

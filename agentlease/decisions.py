@@ -13,16 +13,19 @@ Every decision names who made it (``by``) and why (``reason``); both go into the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentlease import limits
-from agentlease.decision_auth import DecisionProof, SignedDecision
+from agentlease.decision_auth import DecisionProof, SignedDecision, verify_recorded_signature
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
 from agentlease.records import TaskSpec
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 _Who = Field(min_length=1, max_length=limits.MAX_WHO_CHARS)
 _Why = Field(min_length=1, max_length=limits.MAX_WHY_CHARS)
@@ -334,3 +337,36 @@ class LedgerRefusal(BaseModel):
     decision: str = Field(max_length=50)
     by: str | None = Field(default=None, max_length=200)
     refusal: str = Field(min_length=1, max_length=2000)
+
+
+def verify_recorded(
+    agent_run_id: str,
+    details: Mapping[str, Any],
+    keys: Mapping[str, Ed25519PublicKey],
+    *,
+    step_id: str,
+    kind: EventKind | str,
+) -> bool:
+    """Whether an evidence entry of step ``step_id`` and kind ``kind`` is an operator's signed decision:
+    the signature recorded beside it verifies for ``agent_run_id``
+    (:func:`~agentlease.decision_auth.verify_recorded_signature`), the signed request names this step (or
+    none: a whole-run cancel), and its command makes an entry of this kind (the decision table). A proof
+    copied beside another step's entry, or another decision's, fails (``docs/security.md``).
+
+    Args:
+        agent_run_id / step_id: the run and the step of the entry's task.
+        details: the entry's details.
+        keys: operator public keys by name (:func:`~agentlease.decision_auth.load_public_keys`).
+        kind: the entry's kind.
+    """
+    signed = details.get("signed")
+    request = signed.get("request") if isinstance(signed, Mapping) else None
+    if not isinstance(signed, Mapping) or not isinstance(request, Mapping):
+        return False
+    named = request.get("step_id")
+    if named is not None and named != step_id:
+        return False
+    made = {rule.event.value for rule in DECISIONS.values() if rule.command == signed.get("command")}
+    if str(getattr(kind, "value", kind)) not in made:
+        return False
+    return verify_recorded_signature(agent_run_id, details, keys)

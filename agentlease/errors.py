@@ -236,6 +236,25 @@ class TaskClosedError(AgentLeaseError):
         self.status = status
 
 
+class TaskMovedError(AgentLeaseError):
+    """A decision signed for one claim generation met its task at another; nothing changed.
+
+    Attributes:
+        task_id: the task.
+        expected: the generation the decision was signed for.
+        actual: the task's generation in the ledger.
+    """
+
+    def __init__(self, task_id: str, expected: int, actual: int) -> None:
+        super().__init__(
+            f"the task moved on: the decision was signed for generation {expected} of {task_id}, "
+            f"which is at generation {actual} now; look again and sign a new decision"
+        )
+        self.task_id = task_id
+        self.expected = expected
+        self.actual = actual
+
+
 class ApprovalRefusedError(TaskClosedError):
     """The claim of an approval-gated task found no approval it may consume: none was given, it expired
     on the ledger's clock, or it was given for other arguments or another tool. The task went back to

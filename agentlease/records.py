@@ -31,7 +31,10 @@ from agentlease.limits import MAX_STEP_ID_CHARS
 
 AwareDatetime = Annotated[datetime, AfterValidator(require_aware)]
 
-_STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+STEP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+"""What a step id is: 1-128 letters, digits, ``_``, ``.``, ``-``, starting with a letter or digit. No ``/``:
+a task id is ``<run>/<step>``, so a step naming ``42/mail`` would be another run's task."""
+_STEP_ID = re.compile(STEP_ID_PATTERN)
 _NOT_STEP_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -50,6 +53,11 @@ def step_id_from(text: str) -> str:
         return text
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return f"{cleaned[: MAX_STEP_ID_CHARS - 13]}-{digest}"
+
+
+def is_step_id(value: str) -> bool:
+    """Whether ``value`` is a step id (:data:`STEP_ID_PATTERN`)."""
+    return _STEP_ID.fullmatch(value) is not None
 
 
 def task_id_for(agent_run_id: str, step_id: str) -> str:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentlease.records import STEP_ID_PATTERN
+
 RECORD_UNKNOWN_TOOLS = "agentlease.record_unknown_tools"
 """Activity that records the steps of a failing run whose tool no worker serves."""
 
@@ -32,7 +34,7 @@ class UnknownToolStep(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    step_id: str = Field(min_length=1, max_length=128)
+    step_id: str = Field(min_length=1, max_length=128, pattern=STEP_ID_PATTERN)
     tool: str = Field(min_length=1, max_length=128)
 
 

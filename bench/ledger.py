@@ -1,4 +1,4 @@
-"""The ledger alone: claim + renew + settle cycles per second, with latency per operation.
+"""The ledger alone: claim + renew + settle cycles per second, beside a bare driver loop of the same SQL.
 
 For each database (SQLite, PostgreSQL), each ledger size (``--rows``, filled in bulk by
 :mod:`bench.fill`) and each number of concurrent claimers (``--claimers``), run cycles for
@@ -7,18 +7,31 @@ receipt. Claimers are asyncio tasks sharing one :class:`~agentlease.ledger.store
 (``--mode tasks``) or processes with a ledger each (``--mode processes``). No Temporal: this is
 what the ledger database and its driver can do.
 
-Also, per database and size: the sweeper recording ``--expired`` lapsed leases among the rows
-(leases/s), and the CLI's ``waiting`` page read.
+Each cell is measured for every *side*, in rotating order, each side in a fresh interpreter:
 
-Run: ``python -m bench.ledger --rows 1000,100000 --claimers 1,8,32 --seconds 5`` (see ``--help``).
+- ``ledger``: the :class:`~agentlease.ledger.store.Ledger` API (``claim``, ``renew``, ``settle``);
+- ``bare``: the same cycle on the bare driver, no agentlease code on the path: the SQL the ledger
+  sends for it (the statements of :func:`~agentlease.ledger.statements.lease_statements`, rendered
+  once), with hand-built parameters; ``asyncpg`` (one connection per claimer, autocommit) on
+  PostgreSQL, ``sqlite3`` on SQLite (one connection per process, ``BEGIN IMMEDIATE`` transactions;
+  claimers of one process run as one loop, since one connection serialises them anyway);
+- ``old`` (with ``--old DIR``): the ``Ledger`` of another source tree (``git worktree add DIR REV``),
+  on the same filled database.
+
+Also, per database and size: the sweeper recording ``--expired`` lapsed leases among the rows
+(leases/s).
+
+Run: ``python -m bench.ledger --rows 1000,1000000 --claimers 1,8,32 --seconds 3`` (see ``--help``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
+import json
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,66 +39,83 @@ import uuid
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agentlease.devserver import scratch_postgres_database
-from agentlease.enums import SideEffectClass, Stage
-from agentlease.ledger.migrate import upgrade
-from agentlease.ledger.store import Ledger
-from agentlease.records import SettlementReceipt, TaskSpec
-from bench.fill import Fill, fill_ledger
-
 OPERATIONS = ("claim", "renew", "settle")
+ROOT = Path(__file__).resolve().parents[1]
+"""The source tree this file belongs to (``agentlease`` and ``bench`` of the ``ledger`` and ``bare`` sides)."""
+
+_BOOT = (
+    "import importlib.util, sys\n"
+    "spec = importlib.util.spec_from_file_location('agentlease_bench_ledger_cell', sys.argv[1])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "sys.modules[spec.name] = module\n"
+    "spec.loader.exec_module(module)\n"
+    "module.cell_main(sys.argv[2])\n"
+)
+"""Runs one cell of this file in a fresh interpreter whose ``agentlease`` comes from ``PYTHONPATH``."""
 
 
 @dataclass
 class Cell:
-    """One measured combination."""
+    """One measured combination of database, size, mode, claimers and side."""
 
     database: str
     rows: int
     mode: str
     claimers: int
+    side: str
     cycles: int = 0
     seconds: float = 0.0
-    latencies: dict[str, list[float]] = field(default_factory=lambda: {op: [] for op in OPERATIONS})
     client_cpu_s: float = 0.0
     server_cpu_s: float = 0.0
+    latency_ms: dict[str, list[float]] = field(default_factory=dict)
+    """p50 and p95 (ms) per operation; empty for the bare side's SQLite loop (not timed per operation)."""
 
     @property
     def rate(self) -> float:
         return self.cycles / self.seconds if self.seconds else 0.0
 
+    @property
+    def client_ms(self) -> float:
+        return self.client_cpu_s * 1000 / max(self.cycles, 1)
 
-def _spec(prefix: str, n: int) -> TaskSpec:
-    run = f"bench-{prefix}"
-    return TaskSpec(
-        task_id=f"{run}/c{n}",
-        agent_run_id=run,
-        step_id=f"c{n}",
-        tool="bench_ledger",
-        side_effect_class=SideEffectClass.IDEMPOTENT,
-        idempotency_key=f"{run}:c{n}",
-        lease_ttl=timedelta(seconds=30),
-    )
+    @property
+    def server_ms(self) -> float:
+        return self.server_cpu_s * 1000 / max(self.cycles, 1)
 
 
-def _receipt(n: int) -> SettlementReceipt:
-    return SettlementReceipt(external_system="bench", external_id=str(n), status="done", verified_at=datetime.now(UTC))
+# -- the ledger side ---------------------------------------------------------------------------
 
 
-async def _claimer(ledger: Ledger, deadline: float, latencies: dict[str, list[float]]) -> int:
-    prefix = uuid.uuid4().hex[:10]
+async def _ledger_claimer(ledger: Any, deadline: float, latencies: dict[str, list[float]]) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from agentlease.enums import SideEffectClass, Stage
+    from agentlease.records import SettlementReceipt, TaskSpec
+
+    run = f"bench-{uuid.uuid4().hex[:10]}"
     n = 0
     while time.perf_counter() < deadline:
+        spec = TaskSpec(
+            task_id=f"{run}/c{n}",
+            agent_run_id=run,
+            step_id=f"c{n}",
+            tool="bench_ledger",
+            side_effect_class=SideEffectClass.IDEMPOTENT,
+            idempotency_key=f"{run}:c{n}",
+            lease_ttl=timedelta(seconds=30),
+        )
         t0 = time.perf_counter()
-        claim = await ledger.claim(_spec(prefix, n), "bench-claimer")
+        claim = await ledger.claim(spec, "bench-claimer")
         t1 = time.perf_counter()
         await ledger.renew(claim, reason="calling the (simulated) external system", stage=Stage.EXTERNAL_CALL)
         t2 = time.perf_counter()
-        await ledger.settle(claim, _receipt(n))
+        receipt = SettlementReceipt(
+            external_system="bench", external_id=str(n), status="done", verified_at=datetime.now(UTC)
+        )
+        await ledger.settle(claim, receipt)
         t3 = time.perf_counter()
         latencies["claim"].append(t1 - t0)
         latencies["renew"].append(t2 - t1)
@@ -94,64 +124,249 @@ async def _claimer(ledger: Ledger, deadline: float, latencies: dict[str, list[fl
     return n
 
 
-async def _run_tasks(url: str, claimers: int, seconds: float) -> tuple[int, float, dict[str, list[float]], float]:
+async def _ledger_cycles(url: str, claimers: int, start_at: float, seconds: float) -> dict[str, Any]:
+    from agentlease.ledger.store import Ledger
+
     ledger = Ledger.from_url(url, pool_size=claimers)
     latencies: dict[str, list[float]] = {op: [] for op in OPERATIONS}
     try:
         await ledger.db_now()  # connect before the clock starts
-        cpu = time.process_time()
-        started = time.perf_counter()
-        counts = await asyncio.gather(*(_claimer(ledger, started + seconds, latencies) for _ in range(claimers)))
-        return sum(counts), time.perf_counter() - started, latencies, time.process_time() - cpu
+        # Each claimer's first cycle opens its pool connection: done once before timing.
+        await asyncio.gather(*(ledger.db_now() for _ in range(claimers)))
+        return await _timed(
+            start_at,
+            seconds,
+            lambda deadline: asyncio.gather(*(_ledger_claimer(ledger, deadline, latencies) for _ in range(claimers))),
+            latencies,
+        )
     finally:
         await ledger.close()
 
 
-def _process_main(url: str, seconds: float, start_at: float, out: Any) -> None:
-    async def run() -> tuple[int, dict[str, list[float]], float]:
-        ledger = Ledger.from_url(url, pool_size=1)
-        latencies: dict[str, list[float]] = {op: [] for op in OPERATIONS}
-        try:
-            await ledger.db_now()
-            await asyncio.sleep(max(0.0, start_at - time.time()))
-            cpu = time.process_time()
-            count = await _claimer(ledger, time.perf_counter() + seconds, latencies)
-            return count, latencies, time.process_time() - cpu
-        finally:
-            await ledger.close()
-
-    out.put(asyncio.run(run()))
+# -- the bare side -----------------------------------------------------------------------------
 
 
-def _run_processes(url: str, claimers: int, seconds: float) -> tuple[int, float, dict[str, list[float]], float]:
-    """Claimer processes, started together once each has connected; CPU counted over the timed part only."""
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    start_at = time.time() + 3.0  # every process connected before the clock starts
-    processes = [context.Process(target=_process_main, args=(url, seconds, start_at, queue)) for _ in range(claimers)]
-    for process in processes:
-        process.start()
-    results = [queue.get(timeout=seconds + 120) for _ in processes]
-    for process in processes:
-        process.join(timeout=30)
-    latencies: dict[str, list[float]] = {op: [] for op in OPERATIONS}
-    for _count, lat, _cpu in results:
-        for op in OPERATIONS:
-            latencies[op].extend(lat[op])
-    return sum(r[0] for r in results), seconds, latencies, sum(r[2] for r in results)
+def _bare_statements(dialect_name: str) -> dict[str, Any]:
+    """The SQL of the ledger's cycle, rendered once, with its parameter order."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    from agentlease.ledger.compiled import Compiled
+    from agentlease.ledger.statements import lease_statements
+
+    sql = lease_statements(dialect_name)
+    if dialect_name == "postgresql":
+        dialect: Any = postgresql.asyncpg.dialect()
+        names = ("claim_new_evidenced", "renew_evidenced", "settle_evidenced")
+        return {name: Compiled(getattr(sql, name), dialect) for name in names}
+    dialect = sqlite.pysqlite.dialect()
+    out = {
+        name: Compiled(getattr(sql, name), dialect)
+        for name in ("claim_new", "renew", "settle", "insert_event", "insert_receipt", "select_receipt")
+    }
+    out["clock"] = Compiled(sql.clock_check, dialect)
+    return out
 
 
-async def _sweep(url: str, expired: int) -> tuple[int, float]:
-    """Sweep the filled ledger's lapsed leases once: (recorded, seconds)."""
-    from agentlease.recovery._sweeper import ExpiredLeaseSweeper
+def _bare_values(run: str, n: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Parameters of one cycle: the new task, the holder guard, the receipt."""
+    import hashlib
+    import secrets
+    from datetime import UTC, datetime
 
-    ledger = Ledger.from_url(url)
+    token = hashlib.sha256(secrets.token_urlsafe(32).encode()).hexdigest()
+    trace = {
+        "trace_workflow_id": None,
+        "trace_run_id": None,
+        "trace_activity_id": None,
+        "trace_attempt": None,
+        "trace_id": None,
+    }
+    task = {
+        "task_id": f"{run}/c{n}",
+        "agent_run_id": run,
+        "step_id": f"c{n}",
+        "tool": "bench_ledger",
+        "side_effect_class": "idempotent",
+        "lease_ttl_ms": 30_000,
+        "idempotency_key": f"{run}:c{n}",
+        "arguments_sha256": None,
+        "lease_owner": "bench-claimer",
+        "lease_token_sha256": token,
+        "now_ms": None,
+        **trace,
+    }
+    held = {
+        "held_task_id": task["task_id"],
+        "held_owner": "bench-claimer",
+        "held_generation": 1,
+        "held_token_sha256": token,
+        "now_ms": None,
+        **{f"event_{k}": v for k, v in trace.items()},
+    }
+    receipt = {
+        "external_system": "bench",
+        "external_id": str(n),
+        "status": "done",
+        "details": {},
+        "verified_at": datetime.now(UTC).isoformat(),
+    }
+    return task, held, receipt
+
+
+async def _bare_pg_claimer(url: str, deadline_at: list[float], ready: asyncio.Event, out: list[int]) -> None:
+    import asyncpg
+
+    sql = _bare_statements("postgresql")
+    claim, renew, settle = sql["claim_new_evidenced"], sql["renew_evidenced"], sql["settle_evidenced"]
+    conn = await asyncpg.connect(url)
     try:
-        started = time.perf_counter()
-        result = await ExpiredLeaseSweeper(ledger).run_once()
-        return result.recorded, time.perf_counter() - started
+        run = f"bare-{uuid.uuid4().hex[:10]}"
+        await ready.wait()
+        n = 0
+        while time.perf_counter() < deadline_at[0]:
+            task, held, receipt = _bare_values(run, n)
+            event = {"event_reason": "attempt 1", "event_details": {}, **held}
+            if not await conn.fetch(claim.sql, *claim.args({**task, **event})):
+                raise RuntimeError("bare claim refused")
+            renewed = {**held, "new_stage": "external_call", "lease_ttl_override_ms": None}
+            renewed.update(event_reason="calling the (simulated) external system", event_details={})
+            if not await conn.fetch(renew.sql, *renew.args(renewed)):
+                raise RuntimeError("bare renew refused")
+            settled = {
+                **held,
+                "receipt": receipt,
+                "event_reason": "receipt bench",
+                "event_details": {"receipt": receipt},
+            }
+            if not await conn.fetch(settle.sql, *settle.args(settled)):
+                raise RuntimeError("bare settle refused")
+            n += 1
+        out.append(n)
     finally:
-        await ledger.close()
+        await conn.close()
+
+
+async def _bare_pg_cycles(url: str, claimers: int, start_at: float, seconds: float) -> dict[str, Any]:
+    ready, deadline_at, counts = asyncio.Event(), [0.0], list[int]()
+    tasks = [asyncio.create_task(_bare_pg_claimer(url, deadline_at, ready, counts)) for _ in range(claimers)]
+    await asyncio.sleep(0.5)  # connected
+
+    async def run(deadline: float) -> Any:
+        deadline_at[0] = deadline
+        ready.set()
+        await asyncio.gather(*tasks)
+        return counts
+
+    return await _timed(start_at, seconds, run, {})
+
+
+def _bare_sqlite_cycles(url: str, start_at: float, seconds: float) -> dict[str, Any]:
+    """One process's claimers on one ``sqlite3`` connection: one synchronous loop, the ledger's transactions."""
+    import sqlite3
+
+    from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, sqlite_path, sqlite_pragmas
+
+    path = sqlite_path(url, name="ledger")
+    conn = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    sqlite_pragmas(conn, SQLITE_BUSY_TIMEOUT_MS)
+    sql = _bare_statements("sqlite")
+    clock, claim, renew, settle = sql["clock"], sql["claim_new"], sql["renew"], sql["settle"]
+    event, receipt_insert, receipt_select = sql["insert_event"], sql["insert_receipt"], sql["select_receipt"]
+    run = f"bare-{uuid.uuid4().hex[:10]}"
+    execute = conn.execute
+
+    def entry(task_id: str, kind: str, stage: str | None, reason: str, details: Any, at_ms: int) -> list[Any]:
+        values = {
+            "task_id": task_id,
+            "kind": kind,
+            "claim_generation": 1,
+            "lease_owner": "bench-claimer",
+            "stage": stage,
+            "reason": reason,
+            "details": details,
+            "at_ms": at_ms,
+            "trace_workflow_id": None,
+            "trace_run_id": None,
+            "trace_activity_id": None,
+            "trace_attempt": None,
+            "trace_id": None,
+        }
+        return event.args(values)
+
+    def cycles(deadline: float) -> list[int]:
+        n = 0
+        while time.perf_counter() < deadline:
+            task, held, receipt = _bare_values(run, n)
+            task_id = task["task_id"]
+            execute("BEGIN IMMEDIATE")
+            execute(clock.sql, clock.args({"now_ms": None})).fetchall()
+            row = execute(claim.sql, claim.args(task)).fetchone()
+            if row is None:
+                raise RuntimeError("bare claim refused")
+            granted = claim.rows([row])[0]
+            details = {"lease_expires_at_ms": granted.lease_expires_at_ms}
+            execute(event.sql, entry(task_id, "claimed", None, "attempt 1", details, granted.lease_acquired_at_ms))
+            execute(
+                receipt_select.sql, receipt_select.args({"key_idempotency_key": task["idempotency_key"]})
+            ).fetchall()
+            execute("COMMIT")
+            execute("BEGIN IMMEDIATE")
+            renewed = {**held, "new_stage": "external_call", "lease_ttl_override_ms": None}
+            row = execute(renew.sql, renew.args(renewed)).fetchone()
+            if row is None:
+                raise RuntimeError("bare renew refused")
+            details = {"lease_expires_at_ms": row[0]}
+            execute(event.sql, entry(task_id, "renewed", row[2], "calling the external system", details, row[1]))
+            execute("COMMIT")
+            execute("BEGIN IMMEDIATE")
+            row = execute(settle.sql, settle.args({**held, "receipt": receipt})).fetchone()
+            if row is None:
+                raise RuntimeError("bare settle refused")
+            stored = {
+                "idempotency_key": task["idempotency_key"],
+                "task_id": task_id,
+                "claim_generation": 1,
+                "receipt": receipt,
+                "created_at_ms": row[0],
+                "tool": row[2],
+                "arguments_sha256": row[3],
+            }
+            execute(receipt_insert.sql, receipt_insert.args(stored)).fetchall()
+            execute(event.sql, entry(task_id, "settled", "settled", "receipt bench", {"receipt": receipt}, row[0]))
+            execute("COMMIT")
+            n += 1
+        return [n]
+
+    async def timed(deadline: float) -> list[int]:
+        return cycles(deadline)
+
+    try:
+        return asyncio.run(_timed(start_at, seconds, timed, {}))
+    finally:
+        conn.close()
+
+
+# -- timing ------------------------------------------------------------------------------------
+
+
+async def _timed(start_at: float, seconds: float, run: Any, latencies: dict[str, list[float]]) -> dict[str, Any]:
+    """Wait for ``start_at`` (wall clock), run ``run(deadline)`` -> counts, measure CPU of this process and
+    of the local postgres processes over that part only."""
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    server = postgres_cpu_s()
+    cpu = time.process_time()
+    started = time.perf_counter()
+    counts = await run(started + seconds)
+    elapsed = time.perf_counter() - started
+    return {
+        "cycles": sum(counts),
+        "seconds": elapsed,
+        "cpu": time.process_time() - cpu,
+        "server": postgres_cpu_s() - server,
+        "latency_ms": {
+            op: [_percentile(values, 0.5), _percentile(values, 0.95)] for op, values in latencies.items() if values
+        },
+    }
 
 
 def postgres_cpu_s() -> float:
@@ -179,29 +394,158 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def _print_cell(cell: Cell, out: Any) -> None:
-    lat = "  ".join(
-        f"{op} {_percentile(cell.latencies[op], 0.5):6.2f}/{_percentile(cell.latencies[op], 0.95):6.2f}"
-        for op in OPERATIONS
+def _one_process(job: dict[str, Any]) -> dict[str, Any]:
+    """One process's share of a cell: its claimers, from ``start_at`` for ``seconds``."""
+    url, claimers, start_at, seconds = job["url"], job["claimers"], job["start_at"], job["seconds"]
+    if job["side"] == "bare":
+        if url.startswith("sqlite"):
+            return _bare_sqlite_cycles(url, start_at, seconds)
+        return asyncio.run(_bare_pg_cycles(url, claimers, start_at, seconds))
+    return asyncio.run(_ledger_cycles(url, claimers, start_at, seconds))
+
+
+def cell_main(argument: str) -> None:
+    """Entry point of a cell's interpreter: a job (JSON) in, its measurement (JSON) on the last line of stdout.
+
+    Mode ``processes`` starts ``claimers`` interpreters of one claimer each, started together once each
+    has connected, and adds them up (CPU of the claimer processes; the postgres server's over the whole).
+    """
+    job = json.loads(argument)
+    if job["mode"] == "processes" and not job.get("child"):
+        start_at = time.time() + 3.0 + 0.1 * job["claimers"]  # every process connected before the clock starts
+        children = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    _BOOT,
+                    __file__,
+                    json.dumps({**job, "claimers": 1, "child": True, "start_at": start_at}),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(job["claimers"])
+        ]
+        server = None
+        while time.time() < start_at:
+            time.sleep(0.01)
+        server = postgres_cpu_s()
+        results = [
+            json.loads(child.communicate(timeout=job["seconds"] + 120)[0].splitlines()[-1]) for child in children
+        ]
+        server_cpu = postgres_cpu_s() - server
+        merged: dict[str, Any] = {
+            "cycles": sum(r["cycles"] for r in results),
+            "seconds": max(r["seconds"] for r in results),
+            "cpu": sum(r["cpu"] for r in results),
+            "server": server_cpu,
+            "latency_ms": {
+                op: [max(r["latency_ms"][op][i] for r in results) for i in (0, 1)]
+                for op in OPERATIONS
+                if all(op in r["latency_ms"] for r in results)
+            },
+        }
+        import agentlease
+
+        print(json.dumps({**merged, "agentlease": str(Path(agentlease.__file__).parent)}), flush=True)
+        return
+    job.setdefault("start_at", time.time() + 1.0)
+    import agentlease
+
+    print(json.dumps({**_one_process(job), "agentlease": str(Path(agentlease.__file__).parent)}), flush=True)
+
+
+def _run_cell(cell: Cell, url: str, seconds: float, tree: Path) -> None:
+    job = {"url": url, "claimers": cell.claimers, "seconds": seconds, "side": cell.side, "mode": cell.mode}
+    if cell.mode == "tasks":
+        job["start_at"] = 0.0  # as soon as connected (the cell waits for its own connections)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, "-c", _BOOT, __file__, json.dumps(job)],
+        env=env,
+        cwd=tree,  # ``python -c`` puts the working directory first on sys.path
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+        timeout=seconds + 180,
     )
-    per_cycle = max(cell.cycles, 1)
-    cpu = f"{cell.client_cpu_s * 1000 / per_cycle:6.2f} {cell.server_cpu_s * 1000 / per_cycle:6.2f}"
+    result = json.loads(done.stdout.splitlines()[-1])
+    if Path(result["agentlease"]).resolve() != (tree / "agentlease").resolve():
+        raise RuntimeError(f"the {cell.side} side ran {result['agentlease']}, not {tree / 'agentlease'}")
+    cell.cycles, cell.seconds, cell.client_cpu_s = result["cycles"], result["seconds"], result["cpu"]
+    cell.server_cpu_s = result["server"] if url.startswith("postgresql") else 0.0
+    cell.latency_ms = result["latency_ms"]
+
+
+async def _sweep(url: str, expired: int) -> tuple[int, float]:
+    """Sweep the filled ledger's lapsed leases once: (recorded, seconds)."""
+    from agentlease.ledger.store import Ledger
+    from agentlease.recovery._sweeper import ExpiredLeaseSweeper
+
+    ledger = Ledger.from_url(url)
+    try:
+        started = time.perf_counter()
+        result = await ExpiredLeaseSweeper(ledger).run_once()
+        return result.recorded, time.perf_counter() - started
+    finally:
+        await ledger.close()
+
+
+def _print_cell(cell: Cell, bare: Cell | None, out: Any) -> None:
+    lat = "  ".join(f"{op} {cell.latency_ms[op][0]:5.2f}/{cell.latency_ms[op][1]:6.2f}" for op in cell.latency_ms)
+    ratio = ""
+    if bare is not None and cell is not bare and bare.rate and cell.rate:
+        ratio = f"{cell.rate / bare.rate:5.2f} {cell.client_ms / max(bare.client_ms, 1e-9):5.2f}"
+    load = os.getloadavg()[0]
     print(
-        f"{cell.database:<10} {cell.rows:>9} {cell.mode:<9} {cell.claimers:>3} {cell.rate:>9.0f} {cpu}   {lat}",
+        f"{cell.database:<10} {cell.rows:>9} {cell.mode:<9} {cell.claimers:>3} {cell.side:<6} {cell.rate:>8.0f} "
+        f"{cell.client_ms:6.2f} {cell.server_ms:6.2f} {ratio:>11} {load:5.2f}   {lat}",
         file=out,
         flush=True,
     )
 
 
+def _print_medians(rounds: list[dict[str, Cell]], sides: list[str], out: Any) -> None:
+    """Per side: median cycles/s and client CPU per cycle over the rounds, and the median of the per-round
+    ratios to the bare side (each round's sides ran back to back)."""
+    first = rounds[0][sides[0]]
+    for side in sides:
+        cells = [r[side] for r in rounds]
+        ratio = ""
+        if side != "bare" and "bare" in sides:
+            rate = statistics.median(r[side].rate / max(r["bare"].rate, 1e-9) for r in rounds)
+            cpu = statistics.median(r[side].client_ms / max(r["bare"].client_ms, 1e-9) for r in rounds)
+            ratio = f"{rate:5.2f} {cpu:5.2f}"
+        print(
+            f"{first.database:<10} {first.rows:>9} {first.mode:<9} {first.claimers:>3} {side + ' med':<6} "
+            f"{statistics.median(c.rate for c in cells):>8.0f} {statistics.median(c.client_ms for c in cells):6.2f} "
+            f"{statistics.median(c.server_ms for c in cells):6.2f} {ratio:>11} {os.getloadavg()[0]:5.2f}   "
+            f"(min-max {min(c.rate for c in cells):.0f}-{max(c.rate for c in cells):.0f} cycles/s)",
+            file=out,
+            flush=True,
+        )
+
+
 async def bench(opts: argparse.Namespace) -> None:
+    from agentlease.devserver import scratch_postgres_database
+    from agentlease.ledger.migrate import upgrade
+    from agentlease.ledger.store import Ledger
+    from bench.fill import Fill, fill_ledger
+
     out = sys.stdout
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", file=out)
+    trees = {"ledger": ROOT, "bare": ROOT}
+    if opts.old:
+        trees["old"] = Path(opts.old).resolve()
+    sides = [side for side in opts.sides if side in trees]
     print(
-        f"{'database':<10} {'rows':>9} {'mode':<9} {'n':>3} {'cycles/s':>9} {'client':>6} {'server':>6}   "
-        "p50/p95 ms per operation (claim, renew, settle)",
+        f"{'database':<10} {'rows':>9} {'mode':<9} {'n':>3} {'side':<6} {'cycles/s':>8} {'client':>6} {'server':>6} "
+        f"{'/bare: rate cpu':>11} {'load':>5}   p50/p95 ms per operation",
         file=out,
     )
+    rotation = 0
     for database in opts.databases:
         for rows in opts.rows:
             async with AsyncExitStack() as stack:
@@ -214,8 +558,10 @@ async def bench(opts: argparse.Namespace) -> None:
                     )
                 ledger = Ledger.from_url(url)
                 try:
+                    started = time.perf_counter()
                     await upgrade(ledger.database)
                     await fill_ledger(ledger.database, Fill(tasks=rows, expired=min(opts.expired, rows)))
+                    print(f"{database:<10} {rows:>9} filled in {time.perf_counter() - started:.1f}s", file=out)
                 finally:
                     await ledger.close()
                 if opts.expired:
@@ -228,20 +574,25 @@ async def bench(opts: argparse.Namespace) -> None:
                     )
                 for mode in opts.modes:
                     for claimers in opts.claimers:
-                        cell = Cell(database, rows, mode, claimers)
-                        server = postgres_cpu_s()
-                        if mode == "tasks":
-                            measured = await _run_tasks(url, claimers, opts.seconds)
-                        else:
-                            measured = await asyncio.to_thread(_run_processes, url, claimers, opts.seconds)
-                        cell.cycles, cell.seconds, cell.latencies, cell.client_cpu_s = measured
-                        cell.server_cpu_s = postgres_cpu_s() - server if database == "postgresql" else 0.0
-                        _print_cell(cell, out)
+                        rounds: list[dict[str, Cell]] = []
+                        for _round in range(opts.rounds):
+                            cells = {side: Cell(database, rows, mode, claimers, side) for side in sides}
+                            order = sides[rotation % len(sides) :] + sides[: rotation % len(sides)] if sides else []
+                            rotation += 1
+                            for side in order:
+                                await asyncio.to_thread(_run_cell, cells[side], url, opts.seconds, trees[side])
+                            for side in sides:
+                                _print_cell(cells[side], cells.get("bare"), out)
+                            rounds.append(cells)
+                        if opts.rounds > 1:
+                            _print_medians(rounds, sides, out)
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", file=out)
     print(
         f"cycles/s: claim + renew + settle of a new task, all claimers together, over {opts.seconds:g}s; "
-        "client / server: CPU ms per cycle of the claimers' processes and of the local postgres processes",
+        "client / server: CPU ms per cycle of the claimers' processes and of the local postgres processes; "
+        "/bare: this side's cycles/s over the bare side's, and its client CPU per cycle over the "
+        "bare side's; load: 1-minute load average after the cell",
         file=out,
     )
 
@@ -250,27 +601,31 @@ def _ints(text: str) -> list[int]:
     return [int(float(part)) for part in text.split(",") if part.strip()]
 
 
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.ledger", description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=_ints, default=[1000, 100_000], help="ledger sizes (default 1000,100000)")
+    parser = argparse.ArgumentParser(prog="python -m bench.ledger", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rows", type=_ints, default=[1000, 1_000_000], help="ledger sizes (default 1000,1000000)")
     parser.add_argument("--claimers", type=_ints, default=[1, 8, 32], help="concurrent claimers (default 1,8,32)")
+    parser.add_argument("--mode", dest="modes", type=_names, default=["tasks"], help="tasks, processes or both")
+    parser.add_argument("--sides", type=_names, default=["ledger", "bare", "old"], help="ledger, bare, old")
+    parser.add_argument("--old", default=None, help="source tree of the 'old' side (e.g. a git worktree of HEAD)")
     parser.add_argument(
-        "--mode", dest="modes", default="tasks,processes", help="tasks, processes or both (default both)"
+        "--rounds", type=int, default=1, help="rounds per cell, sides in rotating order each round (default 1)"
     )
-    parser.add_argument("--seconds", type=float, default=5.0, help="length of each cell (default 5)")
-    parser.add_argument("--db", dest="databases", default="sqlite,postgresql", help="sqlite, postgresql or both")
+    parser.add_argument("--seconds", type=float, default=3.0, help="length of each cell and side (default 3)")
+    parser.add_argument("--db", dest="databases", type=_names, default=["sqlite", "postgresql"], help="databases")
     parser.add_argument(
-        "--expired", type=int, default=10_000, help="lapsed leases among the rows for the sweeper (default 10000)"
+        "--expired", type=int, default=0, help="lapsed leases among the rows for the sweeper (default 0)"
     )
     parser.add_argument(
         "--pg-url",
         default=os.environ.get("AGENTLEASE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
         help="PostgreSQL server; a scratch database is made there and dropped",
     )
-    opts = parser.parse_args(argv)
-    opts.modes = [m.strip() for m in opts.modes.split(",") if m.strip()]
-    opts.databases = [d.strip() for d in opts.databases.split(",") if d.strip()]
-    return opts
+    return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -27,12 +27,13 @@ from typing import Any
 import asyncpg
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement
 
 _Processor = Callable[[Any], Any] | None
 
 
-class _Compiled:
+class Compiled:
     """One statement compiled for one dialect."""
 
     def __init__(self, statement: Any, dialect: Dialect) -> None:
@@ -92,14 +93,14 @@ def _row_type(names: list[str]) -> type:
     return LedgerRow
 
 
-_COMPILED: dict[tuple[int, str], tuple[ClauseElement, _Compiled]] = {}
+_COMPILED: dict[tuple[int, str], tuple[ClauseElement, Compiled]] = {}
 
 
-def _compiled(statement: ClauseElement, dialect: Dialect) -> _Compiled:
+def _compiled(statement: ClauseElement, dialect: Dialect) -> Compiled:
     key = (id(statement), dialect.name)
     found = _COMPILED.get(key)
     if found is None or found[0] is not statement:
-        found = _COMPILED[key] = (statement, _Compiled(statement, dialect))
+        found = _COMPILED[key] = (statement, Compiled(statement, dialect))
     return found[1]
 
 
@@ -142,4 +143,35 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
     return list(conn.execute(statement, dict(params)))  # type: ignore[call-overload]
 
 
-__all__ = ["execute"]
+async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
+    """Run a prebuilt ``statement`` alone on a pooled connection of the PostgreSQL ``engine``, in autocommit.
+
+    The connection is checked out of the engine's pool (its checkout listeners run: the ping after
+    idling) and the compiled statement goes straight to asyncpg's ``fetch``: no SQLAlchemy
+    ``Connection``, no greenlet around the round trip, no isolation-level switch. asyncpg outside a
+    transaction block commits each statement on its own. A connection whose statement failed other
+    than by the server's answer (a lost connection, a cancelled caller) is invalidated, never reused.
+
+    Raises:
+        DBAPIError: the driver's error, wrapped (as :func:`execute` does).
+    """
+    compiled = _compiled(statement, engine.dialect)
+    args = compiled.args(params)
+    raw = await engine.raw_connection()
+    try:
+        driver: Any = raw.driver_connection
+        rows = await driver.fetch(compiled.sql, *args)
+    except BaseException as exc:
+        if isinstance(exc, asyncpg.PostgresError):  # the server answered: the connection is fine
+            raw.close()
+        else:
+            raw.invalidate(exc if isinstance(exc, Exception) else None)  # closed at once, outside any greenlet
+            raw.close()
+        if isinstance(exc, Exception):
+            raise DBAPIError.instance(compiled.sql, args, exc, Exception) from exc
+        raise
+    raw.close()
+    return compiled.rows(rows)
+
+
+__all__ = ["Compiled", "execute", "fetch_alone"]

@@ -11,16 +11,22 @@ runs it without blocking the event loop:
   part of a lease's cost (``bench/README.md``). The one thread also serialises
   the process's ledger transactions, which ``BEGIN IMMEDIATE`` would serialise anyway, and a
   writer waiting for another process's lock (``busy_timeout``) waits there, not on the loop.
+  The thread keeps its connection between transactions (no pool checkout, ``Connection`` and
+  checkin per transaction) and hands finished transactions back to the event loop together while
+  more are queued: one wake-up of the loop for several of them.
 - **PostgreSQL**: the async engine (asyncpg) and ``AsyncConnection.run_sync``, which runs the
-  same function with each statement awaited on the loop.
+  same function with each statement awaited on the loop. A lease write that is one statement
+  (:meth:`LedgerDatabase.write_statement`: a claim of a new task, a renewal, a settle, each with its
+  evidence) skips that: the statement goes straight to asyncpg on a pooled connection.
 
 Writes begin with ``BEGIN IMMEDIATE`` on SQLite (see :mod:`agentlease.ledger.engine`); reads with
 a plain ``BEGIN``, a WAL snapshot that does not take the write lock.
 
-A caller cancelled while its transaction waits for or runs on the SQLite thread gets
-``CancelledError`` at once, but the transaction still runs to its end (commit or rollback) on the
-thread: unlike on PostgreSQL, where a cancelled caller's transaction is rolled back unless its
-``COMMIT`` was already sent, the change may be made without the caller learning of it. Callers that
+A caller cancelled while its transaction runs on the SQLite thread gets ``CancelledError`` at
+once, but the transaction still runs to its end (commit or rollback) on the thread (one cancelled
+while still queued is skipped): unlike on PostgreSQL, where a cancelled caller's transaction is
+rolled back unless its ``COMMIT`` was already sent, the change may be made without the caller
+learning of it. Callers that
 must know (a claim) wait for the outcome themselves (see ``LeasedActivities``).
 
 While another process holds SQLite's write lock, transactions queue on the thread. Each one may
@@ -32,21 +38,26 @@ worker's shutdown stays bounded by about one busy timeout however many tools wer
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import queue
 import sqlite3
+import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import ClauseElement
 
 from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, is_refused_value, is_unavailable, sqlite_path
 from agentlease.errors import LedgerFileChangedError, LedgerRefusedValueError, LedgerUnavailableError, one_line
+from agentlease.ledger.compiled import execute, fetch_alone
 from agentlease.ledger.engine import (
     PG_POOL_SIZE,
     READ_ONLY_OPTION,
@@ -101,6 +112,18 @@ class LedgerDatabase(Protocol):
         """
         ...
 
+    async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
+        """Run ONE prebuilt lease statement alone (:func:`~agentlease.ledger.compiled.execute`); its rows.
+
+        The hot path of a lease write whose change and evidence are one statement. On PostgreSQL it
+        is sent on a pooled connection in autocommit, straight to asyncpg (no SQLAlchemy connection,
+        no greenlet): one round trip. On SQLite, the same as :meth:`write_one` of that statement.
+
+        Raises:
+            LedgerUnavailableError: as :meth:`write`.
+        """
+        ...
+
     async def dispose(self) -> None:
         """Close the connections (and the SQLite thread); a later transaction opens them again, as
         ``Engine.dispose`` does."""
@@ -148,6 +171,104 @@ def unavailable_as_error(url: str) -> Iterator[None]:
         raise LedgerUnavailableError(f"ledger {url} unavailable: {cause}") from exc
 
 
+_DELIVER_AFTER = 16
+"""At most this many finished transactions wait for one wake-up of the event loop."""
+
+_DELIVER_WITHIN_S = 0.001
+"""And none waits longer than this before the next transaction starts (which may itself wait for
+another process's write lock): a renewal's caller learns its outcome without that wait."""
+
+
+class _LedgerThread:
+    """The SQLite ledger's thread: runs queued calls one after another, in order.
+
+    The outcome of each call goes back to its caller's event loop. While more calls are queued,
+    finished ones are handed back together (up to :data:`_DELIVER_AFTER`, at most
+    :data:`_DELIVER_WITHIN_S` after the first of them finished, and at the latest when the queue
+    runs empty): one wake-up of the loop for several transactions instead of one each.
+    A call whose caller was cancelled before it started is skipped. The thread is not a daemon:
+    it is stopped by :meth:`stop` or at interpreter exit, after the calls queued before.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name="agentlease-ledger", daemon=False)
+        _LIVE_THREADS.add(self)
+        self._thread.start()
+
+    def submit(self, future: asyncio.Future[Any], call: Callable[[], Any]) -> None:
+        """Run ``call`` on the thread; its result or exception completes ``future`` (on its loop)."""
+        self._queue.put((future, call))
+
+    def stop(self) -> None:
+        """Stop after the calls queued so far, and wait for the thread to end."""
+        self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        _LIVE_THREADS.discard(self)
+
+    def _serve(self) -> None:
+        done: list[tuple[asyncio.Future[Any], bool, Any]] = []
+        first_done_at = 0.0
+        while True:
+            if done and (
+                len(done) >= _DELIVER_AFTER
+                or self._queue.empty()
+                or time.monotonic() - first_done_at >= _DELIVER_WITHIN_S
+            ):
+                _deliver(done)
+                done = []
+            item = self._queue.get()
+            if item is None:
+                break
+            future, call = item
+            if future.cancelled():  # its caller gave up before it started (as an executor's queued call)
+                continue
+            try:
+                outcome = (future, True, call())
+            except BaseException as exc:  # noqa: BLE001  # handed to the caller, as an executor would
+                outcome = (future, False, exc)
+            if not done:
+                first_done_at = time.monotonic()
+            done.append(outcome)
+        if done:
+            _deliver(done)
+
+
+def _deliver(done: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    """Complete finished calls' futures on their loops: one ``call_soon_threadsafe`` per loop."""
+    loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+    for entry in done:
+        loops.setdefault(entry[0].get_loop(), []).append(entry)
+    for loop, entries in loops.items():
+        try:
+            loop.call_soon_threadsafe(_complete, entries)
+        except RuntimeError:  # that loop is closed: nobody waits for these any more
+            pass
+
+
+def _complete(entries: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in entries:
+        if future.cancelled():
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+
+_LIVE_THREADS: weakref.WeakSet[_LedgerThread] = weakref.WeakSet()
+
+
+def _stop_at_exit() -> None:
+    """At interpreter exit (before threads are joined): stop every ledger thread after its queued calls."""
+    for thread in list(_LIVE_THREADS):
+        thread.stop()
+
+
+threading._register_atexit(_stop_at_exit)  # type: ignore[attr-defined]  # as concurrent.futures does
+
+
 class SQLiteThreadDatabase:
     """A SQLite ledger used from one dedicated thread: one hop per transaction.
 
@@ -163,25 +284,52 @@ class SQLiteThreadDatabase:
         self.url = url
         self._wait_s = busy_timeout_ms / 1000
         self._engine = engine
-        self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: _LedgerThread | None = None
+        self._conn: Connection | None = None
+        """The thread's connection, kept between transactions (dropped after a transaction raised)."""
+        self._conn_read_only = False
         database = engine.url.database
         self._path = "" if not database or database == ":memory:" or database.startswith("file:") else database
         self._file_id: tuple[int, int] | None = None
         """The file's identity at the first transaction: a later transaction on another file is refused."""
 
-    def _run(self, engine: Engine, transaction: Transaction[T], deadline: float) -> T:
+    def _run(self, read_only: bool, transaction: Transaction[T], deadline: float) -> T:
         if time.monotonic() >= deadline:
             cause = sqlite3.OperationalError(
                 f"database is locked: waited {self._wait_s:g}s behind this process's other ledger transactions"
             )
             raise OperationalError("BEGIN", None, cause)
         self._check_file()
-        with engine.begin() as conn:
-            result = transaction(conn)
+        # One connection for the thread's life: no pool checkout, Connection and checkin per transaction.
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = self._engine.connect()
+            self._conn_read_only = False
+        if read_only is not self._conn_read_only:  # the begin listener reads it: BEGIN or BEGIN IMMEDIATE
+            conn.execution_options(**{READ_ONLY_OPTION: read_only})
+            self._conn_read_only = read_only
+        try:
+            with conn.begin():
+                result = transaction(conn)
+        except BaseException:
+            # Rolled back; the connection goes back to the pool and the next transaction takes a fresh
+            # one, whatever state this failure left it in.
+            self._conn = None
+            try:
+                conn.close()
+            except (SQLAlchemyError, sqlite3.Error):
+                conn.invalidate()
+            raise
         if self._file_id is None:
             self._file_id = self._stat()
         return result
+
+    def _close(self) -> None:
+        """On the thread: give the connection back, close the pool's connections."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        self._engine.dispose()
 
     def _stat(self) -> tuple[int, int] | None:
         """``(device, inode)`` of the ledger file; ``None`` for an in-memory database or no file."""
@@ -201,31 +349,40 @@ class SQLiteThreadDatabase:
         if now != self._file_id:
             raise LedgerFileChangedError(self._path, "deleted" if now is None else "replaced by another file")
 
-    async def _hop(self, engine: Engine, transaction: Transaction[T]) -> T:
+    async def _hop(self, read_only: bool, transaction: Transaction[T]) -> T:
         if self._thread is None:
-            self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentlease-ledger")
+            self._thread = _LedgerThread()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         deadline = time.monotonic() + self._wait_s
-        return await asyncio.get_running_loop().run_in_executor(self._thread, self._run, engine, transaction, deadline)
+        self._thread.submit(future, functools.partial(self._run, read_only, transaction, deadline))
+        return await future
 
     async def write(self, transaction: Transaction[T]) -> T:
         with unavailable_as_error(self.url):
-            return await self._hop(self._engine, transaction)
+            return await self._hop(False, transaction)
 
     async def read(self, transaction: Transaction[T]) -> T:
         with unavailable_as_error(self.url):
-            return await self._hop(self._read_engine, transaction)
+            return await self._hop(True, transaction)
 
     async def write_one(self, transaction: Transaction[T]) -> T:
         with unavailable_as_error(self.url):
-            return await self._hop(self._engine, transaction)
+            return await self._hop(False, transaction)
+
+    async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
+        return await self.write_one(functools.partial(execute, statement=statement, params=params))
 
     async def dispose(self) -> None:
         thread, self._thread = self._thread, None
         if thread is None:
             return
         # Queued behind any transaction still running, on the thread that used the connection.
-        await asyncio.get_running_loop().run_in_executor(thread, self._engine.dispose)
-        thread.shutdown(wait=True)
+        closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        thread.submit(closed, self._close)
+        try:
+            await closed
+        finally:
+            thread.stop()
 
 
 class AsyncEngineDatabase:
@@ -258,6 +415,10 @@ class AsyncEngineDatabase:
         with unavailable_as_error(self.url):
             async with self._autocommit_engine.connect() as conn:
                 return await conn.run_sync(transaction)
+
+    async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
+        with unavailable_as_error(self.url):
+            return await fetch_alone(self._engine, statement, params)
 
     async def dispose(self) -> None:
         await self._engine.dispose()

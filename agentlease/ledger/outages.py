@@ -16,12 +16,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import duration_ms, now_param
 from agentlease.enums import ErrorClass, TaskStatus
 from agentlease.errors import ClockBehindError
+from agentlease.ledger.compiled import execute
 from agentlease.ledger.statements import LeaseStatements, token_sha256
 from agentlease.records import Claim, StoredReceipt
 
@@ -37,7 +37,7 @@ def check_claim_clock(conn: Connection, sql: LeaseStatements, dialect: str, task
     """
     if now is not None or dialect != "sqlite":
         return
-    clock_ms, latest_ms = conn.execute(select(sql.now, sql.latest_event_at.scalar_subquery()), now_param(None)).one()
+    clock_ms, latest_ms = execute(conn, sql.clock_check, now_param(None))[0]
     if latest_ms is not None and latest_ms - clock_ms > duration_ms(CLOCK_TOLERANCE):
         raise ClockBehindError(task_id, timedelta(milliseconds=latest_ms - clock_ms))
 

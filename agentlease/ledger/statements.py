@@ -36,10 +36,8 @@ from sqlalchemy import (
     Table,
     Update,
     and_,
-    any_,
     bindparam,
     case,
-    column,
     func,
     insert,
     literal,
@@ -51,14 +49,13 @@ from sqlalchemy import (
     true,
     tuple_,
     update,
-    values,
 )
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 
 from agentlease.clock import bound_now_ms
 from agentlease.decisions import DECISIONS
-from agentlease.enums import DecisionKind, ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.schema import WAITING_PREDICATE, LeaseEventRow, ReceiptRow, TaskRow
 from agentlease.records import TraceLink
 
@@ -125,6 +122,9 @@ class LeaseStatements:
         decisions: per decision kind, the conditional UPDATE of :data:`~agentlease.decisions.DECISIONS`
             (``receipt`` bound for a decision that settles); RETURNING the row.
         latest_event_at: ``at_ms`` of the newest evidence entry (the ledger's latest recorded time).
+        select_now: the current time (``now_ms``) alone.
+        clock_check: ``clock_ms`` (the current time) and ``latest_ms`` (:attr:`latest_event_at`) in one
+            row: a SQLite claim's clock check (:func:`~agentlease.ledger.outages.check_claim_clock`).
         expired_first: running tasks whose lease lapsed, oldest lapse first, ``limit`` rows.
         expired_after: the same after the keyset cursor ``after_expires_at_ms`` / ``after_task_id``.
         claim_new: the claim of a task the ledger has not seen: its row inserted already claimed
@@ -153,6 +153,8 @@ class LeaseStatements:
     set_receipt: Update
     decisions: dict[DecisionKind, Update]
     latest_event_at: Select[Any]
+    select_now: Select[Any]
+    clock_check: Select[Any]
     expired_first: Select[Any]
     expired_after: Select[Any]
     claim_new: Insert
@@ -252,69 +254,6 @@ def _expiry_reads(now: ColumnElement[int]) -> tuple[Select[Any], Select[Any]]:
     first = select(TASKS).where(_lapsed(now)).order_by(_T.lease_expires_at_ms, _T.task_id).limit(bindparam("limit"))
     cursor = tuple_(bindparam("after_expires_at_ms", type_=_T.lease_expires_at_ms.type), bindparam("after_task_id"))
     return first, first.where(tuple_(_T.lease_expires_at_ms, _T.task_id) > cursor)
-
-
-EXPIRY_COLUMNS = ("task_id", "claim_generation", "lease_expires_at_ms", "status", "last_error")
-"""The values of one lapsed lease in :func:`record_expiries` rows: the lease as read, and what to write."""
-
-
-def record_expiries(dialect_name: str, rows: list[tuple[str, int, int, str, str]]) -> Update:
-    """The sweeper's write of a batch of lapsed leases: ONE conditional ``UPDATE ... FROM (VALUES ...)``.
-
-    Each row (:data:`EXPIRY_COLUMNS`) moves its task to its ``status`` only if the task is still
-    the lease the sweeper read: same ``claim_generation``, same ``lease_expires_at_ms``, still
-    ``running`` and lapsed on the ledger's clock (bound ``now_ms``). A task claimed again,
-    settled, cancelled or recorded by another sweeper in between is left as it is (the River
-    rescuer fix); on PostgreSQL rows another sweeper has locked are skipped (``FOR UPDATE SKIP
-    LOCKED``) instead of waited for. RETURNING ``task_id`` and ``updated_at_ms`` of each task it
-    recorded: the row count checked, row by row.
-    """
-    now = bound_now_ms(dialect_name)
-    batch = (
-        values(
-            column("task_id", _T.task_id.type),
-            column("claim_generation", _T.claim_generation.type),
-            column("lease_expires_at_ms", _T.lease_expires_at_ms.type),
-            column("status", _T.status.type),
-            column("last_error", _T.last_error.type),
-            name="expired",
-        )
-        .data(rows)
-        .cte("expired")
-    )
-    unchanged = and_(
-        _T.task_id == batch.c.task_id,
-        _T.claim_generation == batch.c.claim_generation,
-        _T.lease_expires_at_ms == batch.c.lease_expires_at_ms,
-        _lapsed(now),
-    )
-    if dialect_name == "postgresql":
-        # Lock the batch's rows first, skipping those another sweeper (or a claim) holds: one
-        # uncorrelated subquery, evaluated once, whose array drives primary-key lookups.
-        locked = TASKS.alias("locked")
-        free = (
-            select(locked.c.task_id)
-            .where(locked.c.task_id.in_([row[0] for row in rows]))
-            .with_for_update(skip_locked=True, of=locked)
-            .subquery("free")
-        )
-        locked_ids = sql_cast(
-            select(func.array_agg(free.c.task_id)).scalar_subquery(), postgresql.ARRAY(_T.task_id.type)
-        )
-        unchanged = and_(unchanged, _T.task_id == any_(locked_ids))
-    return (
-        update(TASKS)
-        .where(unchanged)
-        .values(
-            status=batch.c.status,
-            lease_owner=None,
-            lease_expires_at_ms=None,
-            error_class=ErrorClass.EXPIRED.value,
-            last_error=batch.c.last_error,
-            updated_at_ms=now,
-        )
-        .returning(_T.task_id, _T.updated_at_ms)
-    )
 
 
 def event_params(reason: str, details: dict[str, Any], trace: TraceLink) -> dict[str, Any]:
@@ -482,6 +421,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         _T.lease_token_sha256 == bindparam("held_token_sha256", type_=_T.lease_token_sha256.type),
         _T.lease_expires_at_ms > now,
     )
+    latest_event_at = select(_E.at_ms).order_by(_E.event_id.desc()).limit(1)
     current_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
     if dialect_name == "postgresql":
         current_task = current_task.with_for_update(of=TASKS)
@@ -601,7 +541,9 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         .where(_T.task_id == bindparam("key_task_id"))
         .values(receipt=bindparam("receipt", type_=_T.receipt.type)),
         decisions={kind: _decision(kind, now) for kind in DecisionKind},
-        latest_event_at=select(_E.at_ms).order_by(_E.event_id.desc()).limit(1),
+        latest_event_at=latest_event_at,
+        select_now=select(now.label("now_ms")),
+        clock_check=select(now.label("clock_ms"), latest_event_at.scalar_subquery().label("latest_ms")),
         expired_first=expired_first,
         expired_after=expired_after,
         claim_new=claim_new,

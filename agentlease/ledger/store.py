@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import SecretStr
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import duration_ms, from_ms, now_param
@@ -33,6 +33,7 @@ from agentlease.errors import (
     LeaseTokenMismatchError,
     LedgerUnavailableError,
     TaskClosedError,
+    TaskMovedError,
     TaskNotFoundError,
 )
 from agentlease.ledger.approvals import approval_refusal, approval_remaining, consumed_now, refuse_approval
@@ -276,6 +277,15 @@ class Ledger:
             self._metrics.ledger_unavailable(tool, operation)
             raise
 
+    async def _write_statement(self, operation: str, tool: str, statement: Any, params: dict[str, Any]) -> list[Any]:
+        """One prebuilt statement alone (:meth:`LedgerDatabase.write_statement`): its rows; an outage is
+        counted and raised as by :meth:`_write`."""
+        try:
+            return await self._db.write_statement(statement, params)
+        except LedgerUnavailableError:
+            self._metrics.ledger_unavailable(tool, operation)
+            raise
+
     # -- claim ---------------------------------------------------------------------------------
 
     @traced("claim")
@@ -414,11 +424,11 @@ class Ledger:
                 trace=trace,
             )
 
-        def first_claim_tx(conn: Connection) -> Claim | None:
+        async def first_claim() -> Claim | None:
             """PostgreSQL: a task the ledger has not seen, claimed with its evidence in one statement."""
             assert self._sql.claim_new_evidenced is not None
             params = {**fresh, **event_params(*claimed_note(1, fresh["lease_ttl_ms"]), trace)}
-            rows = execute(conn, self._sql.claim_new_evidenced, params)
+            rows = await self._write_statement("claim", spec.tool, self._sql.claim_new_evidenced, params)
             if not rows:
                 return None  # the task exists: claimed by the conditional UPDATE below
             granted = rows[0]
@@ -452,7 +462,7 @@ class Ledger:
             granted = conn.execute(self._sql.claim, {**key, **minted, **approval, **claim_ttl}).first()
             if granted is None:
                 # Measured now, not at ``before``: on PostgreSQL that read may have waited for the row lock.
-                refused_at_ms = conn.execute(select(self._sql.now), key).scalar_one()
+                refused_at_ms = conn.execute(self._sql.select_now, key).scalar_one()
                 refusal = approval_refusal(before, spec, refused_at_ms) if gated else None
                 if refusal is not None:
                     return refuse_approval(conn, self._sql, spec, before, refusal, now)
@@ -487,7 +497,7 @@ class Ledger:
 
         async def claim_once() -> tuple[Claim, bool, str | None]:
             if self._sql.claim_new_evidenced is not None and not gated:
-                first = await self._write("claim", spec.tool, first_claim_tx, one=True)
+                first = await first_claim()
                 if first is not None:
                     return first, False, None
             outcome = await self._write("claim", spec.tool, claim_tx)
@@ -574,20 +584,22 @@ class Ledger:
         if evidenced is not None:
             params.update(event_params(reason, details, claim.trace))
 
+        def renew_refused(conn: Connection) -> _Refusal:
+            held_in.append(stage.value if stage else holder_stage(conn, claim.task_id, claim.generation))
+            return self._refused(
+                conn,
+                claim,
+                operation="renew",
+                kind=EventKind.LEASE_LOST,
+                now=now,
+                details={"stage": None if stage is None else stage.value, "renew_reason": reason},
+            )
+
         def renew_tx(conn: Connection) -> tuple[datetime, str | None] | _Refusal:
-            # On PostgreSQL the renewal and its entry are one statement.
-            rows = execute(conn, self._sql.renew if evidenced is None else evidenced, params)
+            rows = execute(conn, self._sql.renew, params)
             row = rows[0] if rows else None
             if row is None:
-                held_in.append(stage.value if stage else holder_stage(conn, claim.task_id, claim.generation))
-                return self._refused(
-                    conn,
-                    claim,
-                    operation="renew",
-                    kind=EventKind.LEASE_LOST,
-                    now=now,
-                    details={"stage": None if stage is None else stage.value, "renew_reason": reason},
-                )
+                return renew_refused(conn)
             if evidenced is None:
                 write_holder_event(
                     conn,
@@ -604,7 +616,17 @@ class Ledger:
             return expires_at, row.stage
 
         held_in: list[str | None] = []  # a refused renewal: the stage its holder was in (its generation's last)
-        outcome = await self._write("renew", claim.tool, renew_tx, one=True)
+        outcome: tuple[datetime, str | None] | _Refusal
+        if evidenced is None:
+            outcome = await self._write("renew", claim.tool, renew_tx, one=True)
+        else:  # PostgreSQL: the renewal and its entry are one statement; a refusal is recorded after it
+            rows = await self._write_statement("renew", claim.tool, evidenced, params)
+            if rows:
+                expires_at = from_ms(rows[0].lease_expires_at_ms)
+                assert expires_at is not None
+                outcome = expires_at, rows[0].stage
+            else:
+                outcome = await self._write("renew", claim.tool, renew_refused, one=True)
         lost = isinstance(outcome, _Refusal)
         shown = held_in[-1] if lost and held_in else None if lost else outcome[1]  # type: ignore[index]
         annotate_stage(shown)
@@ -645,8 +667,8 @@ class Ledger:
                 ``late_unapplied`` event and nothing else changes.
             LedgerUnavailableError: the ledger could not be reached; the settle may have committed.
         """
-        receipt, result = _redacted_receipt(receipt), redact(result)  # docs/security.md, "Retention and redaction"
-        receipt_json = receipt.model_dump(mode="json")
+        receipt, receipt_json = _redacted(receipt)  # docs/security.md, "Retention and redaction"
+        result = redact(result)
         params = {**self._held(claim, now), "receipt": receipt_json}
 
         reason = f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})"
@@ -664,14 +686,16 @@ class Ledger:
                 receipt=receipt,
             )
 
-        def settle_evidenced_tx(conn: Connection) -> tuple[StoredReceipt, int] | _Refusal:
+        async def settle_evidenced() -> tuple[StoredReceipt, int] | _Refusal:
             """PostgreSQL: the settle, the receipt that stands and the entry in one statement."""
             assert evidenced is not None
             event = event_params(reason, event_details, claim.trace)
-            rows = execute(conn, evidenced, {**params, **event})
+            rows = await self._write_statement("settle", claim.tool, evidenced, {**params, **event})
             if not rows:
-                return refused(conn)
+                return await self._write("settle", claim.tool, refused, one=True)
             row = rows[0]
+            if (row.receipt_task_id, row.receipt_generation) == (claim.task_id, claim.generation):
+                return ours(), row.renewal_count  # the receipt stored is this one
             stored = StoredReceipt(
                 idempotency_key=claim.idempotency_key,
                 task_id=row.receipt_task_id,
@@ -735,7 +759,7 @@ class Ledger:
         if evidenced is None:
             outcome = await self._write("settle", claim.tool, settle_tx)
         else:
-            outcome = await self._write("settle", claim.tool, settle_evidenced_tx, one=True)
+            outcome = await settle_evidenced()
         settled = not isinstance(outcome, _Refusal)
         self._metrics.settle(claim.tool, settled=settled, renewals=outcome[1] if settled else None)  # type: ignore[index]
         return self._granted(claim, "settle", outcome)[0]
@@ -880,6 +904,7 @@ class Ledger:
         details: dict[str, Any] | None = None,
         receipt: SettlementReceipt | None = None,
         spec: TaskSpec | None = None,
+        generation: int | None = None,
         now: datetime | None = None,
     ) -> TaskRecord:
         """Apply a decision of the decision table (:data:`~agentlease.decisions.DECISIONS`), ending any claim.
@@ -898,12 +923,16 @@ class Ledger:
             details: facts for the evidence trail.
             receipt: the settlement receipt a settling decision writes; required for those, refused otherwise.
             spec: the task's identity, to create it if absent.
+            generation: the claim generation the decision was made for (a signed decision's); the
+                task must still be at it, checked under the row's lock in the same transaction.
+                Default ``None``: not bound.
             now: injected time; default the database's clock.
 
         Returns:
             The task after the decision.
 
         Raises:
+            TaskMovedError: the task is at another generation than ``generation``; nothing changed.
             TaskNotFoundError: unknown task (and no ``spec``).
             TaskClosedError: the task is not in a status the decision applies to; nothing changed.
             ValueError: ``receipt`` is missing for a decision that settles, or given for one that does not.
@@ -923,6 +952,10 @@ class Ledger:
         def decide_tx(conn: Connection) -> TaskRecord:
             if spec is not None:
                 self._insert_task(conn, spec, now)
+            if generation is not None:  # under the row's lock: no claim moves it before the decision
+                current = conn.execute(self._sql.select_task.with_for_update(), {"key_task_id": task_id}).first()
+                if current is not None and current.claim_generation != generation:
+                    raise TaskMovedError(task_id, generation, current.claim_generation)
             row = conn.execute(self._sql.decisions[kind], params).first()
             if row is None:
                 raise TaskClosedError(task_id, self._task(conn, task_id).status)
@@ -986,7 +1019,7 @@ class Ledger:
                 task_id=spec.task_id,
                 kind=EventKind.DECISION_REFUSED,
                 generation=task.claim_generation,
-                at_ms=conn.execute(select(self._sql.now), now_param(now)).scalar_one(),
+                at_ms=conn.execute(self._sql.select_now, now_param(now)).scalar_one(),
                 stage=task.stage,
                 reason=refusal,
                 details={"by": by, "decision": decision, "via": "signal"},
@@ -1050,7 +1083,7 @@ class Ledger:
 
     async def db_now(self) -> datetime:
         """The ledger database's current time (aware)."""
-        value = await self._db.read(lambda conn: conn.execute(select(self._sql.now), now_param(None)).scalar_one())
+        value = await self._db.read(lambda conn: conn.execute(self._sql.select_now, now_param(None)).scalar_one())
         result = from_ms(value)
         assert result is not None
         return result
@@ -1066,6 +1099,17 @@ _RESOLVED_BY_PERSON = {
 """A person's reconcile decisions: how they resolved an ambiguous task (the metric's ``outcome``)."""
 
 
+def _redacted(receipt: SettlementReceipt) -> tuple[SettlementReceipt, dict[str, Any]]:
+    """``receipt`` with the secrets in its text masked (:mod:`agentlease.redaction`), and its JSON form;
+    ``receipt`` itself when it holds none (no second validation on the settle path)."""
+    dumped = receipt.model_dump(mode="json")
+    redacted = redact(dumped)
+    if redacted == dumped:
+        return receipt, dumped
+    receipt = SettlementReceipt.model_validate(redacted)
+    return receipt, receipt.model_dump(mode="json")
+
+
 def _redacted_receipt(receipt: SettlementReceipt) -> SettlementReceipt:
     """``receipt`` with the secrets in its text masked (:mod:`agentlease.redaction`)."""
-    return SettlementReceipt.model_validate(redact(receipt.model_dump(mode="json")))
+    return _redacted(receipt)[0]

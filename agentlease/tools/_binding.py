@@ -37,6 +37,7 @@ from agentlease.records import (
     SHARED_KEY_PREFIX,
     TaskSpec,
     idempotency_key_for,
+    is_step_id,
     step_id_from,
     task_id_for,
 )
@@ -60,6 +61,8 @@ def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -
         return "a leased activity runs only when a workflow schedules it"
     if task.agent_run_id != workflow_id:
         return f"its run id {task.agent_run_id!r} is not the scheduling workflow's id"
+    if not is_step_id(task.step_id):  # "42/mail" of run "tenant" would be step "mail" of run "tenant/42"
+        return "its step id is not 1-128 letters, digits, '_', '.', '-' (a '/' would name another run's task)"
     if task.task_id != task_id_for(workflow_id, task.step_id):
         return f"its task id is not {task_id_for(workflow_id, task.step_id)!r} (the workflow id and the step id)"
     key = task.idempotency_key

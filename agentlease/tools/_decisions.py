@@ -38,6 +38,7 @@ from agentlease.errors import (
     BindingRefusedError,
     LedgerUnavailableError,
     TaskClosedError,
+    TaskMovedError,
     TaskNotFoundError,
 )
 from agentlease.ledger.decision_ids import DecisionUse, record_decision_id, record_replay
@@ -218,7 +219,15 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
             or None,
             receipt=_confirmed_receipt(decision) if rule.settles else None,
             spec=decision.task,
+            generation=decision.generation if decision_id is not None else None,
         )
+    except TaskMovedError as exc:  # between the id's record and now (or a retry after it applied)
+        if not await _in_trail(ledger, decision.task.task_id, decision_id or ""):
+            logger.warning("decision %s %s refused: %s", decision.kind.value, decision_id, exc)
+            raise ApplicationError(
+                f"decision refused: {exc}", type=FailureType.DECISION_REFUSED, non_retryable=True
+            ) from None
+        record = await ledger.get_task(decision.task.task_id)
     except TaskClosedError as exc:
         record = await ledger.get_task(decision.task.task_id)
         if record.status not in (rule.to, rule.to_if_effect_unknown) and not (

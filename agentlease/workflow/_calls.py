@@ -164,6 +164,14 @@ CANCEL_IN_LEDGER_PATCH = "agentlease-cancel-in-ledger"
 run waits for it to stop (runs recorded before left the attempt's own release: ``released``)."""
 _CANCEL_ANSWERS_AT_ONCE = "agentlease-cancel-answers-at-once"
 """Patch: ``cancel`` answers once the ledger recorded it, without waiting for the activity (0.2.0)."""
+_CANCEL_VERIFIED_FIRST = "agentlease-cancel-verified-first"
+"""Patch: a whole-run cancel cancels the run only once the ledger applied it to a first call (its signature
+checked there), and is refused when no call is open (nothing would check it). Runs recorded before marked
+the run cancelled before any check, and a cancel with no open call ended the run unchecked."""
+_NOTHING_TO_CANCEL = (
+    "run {run} has no open call to cancel: a whole-run cancel is applied, and its signature checked, on the "
+    "calls it cancels; to stop the run, close it (keep_open) or cancel its workflow in Temporal"
+)
 _RUN_DECIDER = "agentlease"
 """Who the evidence trail names for decisions the run makes itself (parking an approval-gated call)."""
 LIVE_PATCH = "agentlease-live-lease-view"
@@ -831,7 +839,7 @@ class LeasedToolCalls:
             return
         try:
             await handler(body)
-        except (ActivityError, ValueError) as exc:  # the ledger refused it (another decision got there first)
+        except (ActivityError, ApplicationError, ValueError) as exc:  # the ledger refused it, or nothing to do
             await self._refuse(decision, body, str(getattr(exc, "cause", None) or exc))
 
     async def _refuse(self, decision: str, body: dict[str, Any], refusal: str) -> None:
@@ -972,23 +980,21 @@ class LeasedToolCalls:
 
     async def _cancel(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = parse_payload(CancelRequest, payload, "cancel")
-        if request.step_id is None:
+        signed = signed_decision("cancel", request)
+        if request.step_id is not None:
+            targets = [request.step_id]
+            await self._cancel_calls(targets, request, signed)
+        elif workflow.patched(_CANCEL_VERIFIED_FIRST):
+            targets = await self._cancel_run(request, signed)
+        else:  # runs recorded before: the run marked cancelled before its first call's check
             self.cancelled = True
             targets = [sid for sid, view in self._views.items() if not view.status.is_terminal]
-        else:
-            targets = [request.step_id]
-        signed = signed_decision("cancel", request)
-        for n, step_id in enumerate(targets):
-            # The ledger ends the claim first, so the old generation cannot settle (G8).
             try:
-                await self._apply(self._steps[step_id], DecisionKind.CANCEL, request.by, request.reason, **signed)
+                await self._cancel_calls(targets[:1], request, signed)
             except ActivityError:
-                if n == 0 and request.step_id is None:
-                    self.cancelled = False  # refused (an unsigned or badly signed cancel): the run goes on
+                self.cancelled = False  # refused (an unsigned or badly signed cancel): the run goes on
                 raise
-            handle = self._running.get(step_id)
-            if handle is not None:
-                handle.cancel()
+            await self._cancel_calls(targets[1:], request, signed)
         if workflow.patched(_CANCEL_ANSWERS_AT_ONCE):
             # Answer at once with the run as it is now: the cancel is in the ledger, and a running attempt
             # stops at its next renewal (refused), however long its lease; waiting for it to acknowledge
@@ -1000,6 +1006,34 @@ class LeasedToolCalls:
         self._refresh_waiting()
         self.show_search_attributes()
         return self._status_query()
+
+    async def _cancel_calls(self, targets: list[str], request: CancelRequest, signed: dict[str, Any]) -> None:
+        """Cancel each of ``targets`` in the ledger (which ends the claim first, so the old generation
+        cannot settle: G8), then its running activity."""
+        for step_id in targets:
+            await self._apply(self._steps[step_id], DecisionKind.CANCEL, request.by, request.reason, **signed)
+            handle = self._running.get(step_id)
+            if handle is not None:
+                handle.cancel()
+
+    async def _cancel_run(self, request: CancelRequest, signed: dict[str, Any]) -> list[str]:
+        """Cancel the whole run: its first open call, where the ledger's decision activity checks the
+        cancel's signature; only then the run (no call starts any more) and every other open call,
+        those that started meanwhile included. Returns the calls it cancelled.
+
+        Raises:
+            ApplicationError: no call is open: nothing would check the cancel (the update is refused).
+            ActivityError: the first call's cancel was refused (unsigned, badly signed, replayed): the
+                run goes on as it was.
+        """
+        done: list[str] = []
+        while targets := [sid for sid, view in self._views.items() if not view.status.is_terminal and sid not in done]:
+            await self._cancel_calls(targets[:1], request, signed)
+            self.cancelled = True
+            done.append(targets[0])
+        if not done:
+            raise ApplicationError(_NOTHING_TO_CANCEL.format(run=self.run_id), type=FailureType.DECISION_REFUSED)
+        return done
 
     async def stop_calls(self, reason: str = "its workflow was cancelled") -> None:
         """Stop the run's leased calls because its workflow (or its agent run) was cancelled: what
@@ -1055,6 +1089,8 @@ class LeasedToolCalls:
             raise ValueError(f"run {self.run_id} has ended ({self._state.value}); there is nothing to cancel")
         if request.step_id is not None:
             self._require(request.step_id, DecisionKind.CANCEL)
+        elif all(view.status.is_terminal for view in self._views.values()):
+            raise ValueError(_NOTHING_TO_CANCEL.format(run=self.run_id))
 
 
 def _stage_order(stage: Stage | None) -> int:

@@ -25,13 +25,13 @@ from sqlalchemy.types import NullType
 
 from agentlease.clock import now_param
 from agentlease.enums import DecisionKind, TaskStatus
+from agentlease.ledger.expiry import batch_params, record_statement
 from agentlease.ledger.statements import (
     TaskFilter,
     event_params,
     events_page,
     held,
     lease_statements,
-    record_expiries,
     run_exists,
     runs_page,
     tasks_page,
@@ -115,10 +115,29 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
             {"limit": 100, "after_expires_at_ms": 0, "after_task_id": "", **now},
         ),
         "record_expiries": (
-            record_expiries(
-                dialect, [(TASK, 1, 1_700_000_030_000, "released", "x"), ("fill-6/s1", 1, 1, "released", "y")]
-            ),
-            now,
+            record_statement(dialect),
+            {
+                **batch_params(
+                    dialect,
+                    [
+                        {
+                            "task_id": TASK,
+                            "claim_generation": 1,
+                            "lease_expires_at_ms": 1_700_000_030_000,
+                            "status": "released",
+                            "last_error": "x",
+                        },
+                        {
+                            "task_id": "fill-6/s1",
+                            "claim_generation": 1,
+                            "lease_expires_at_ms": 1,
+                            "status": "released",
+                            "last_error": "y",
+                        },
+                    ],
+                ),
+                **now,
+            },
         ),
         "run_exists": (run_exists(RUN), {}),
         "runs_page": (runs_page(None, 100), {}),

@@ -38,10 +38,10 @@ from agentlease.decision_auth import (
     OperatorKey,
     SignedDecision,
     signed_message,
-    verify_recorded,
 )
-from agentlease.decisions import DecisionRequest, LedgerDecision
+from agentlease.decisions import DecisionRequest, LedgerDecision, verify_recorded
 from agentlease.enums import DecisionKind, EventKind, SideEffectClass, TaskStatus
+from agentlease.errors import TaskMovedError
 from agentlease.ledger.grants import LedgerRoles, grant_statements
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
@@ -218,6 +218,8 @@ def test_a_changed_decision_id_or_generation_breaks_the_signature(tmp_path: Path
         "run-1",
         {"signed_by": "alice", "signed": {"command": "redrive", "request": unbound}},
         {"alice": _public(public)},
+        step_id=request.step_id,
+        kind=EventKind.REDRIVEN,
     )
 
 
@@ -411,3 +413,19 @@ async def test_a_signed_cancel_of_the_whole_run_applies_once_to_each_task(ledger
         else:
             with pytest.raises(ApplicationError, match="replayed"):
                 await env.run(apply_decision, cancel.model_dump(mode="json"))
+
+
+async def test_a_decision_bound_to_a_generation_checks_it_in_its_own_transaction(ledger: Ledger) -> None:
+    """The generation a signed decision was made for is checked under the row's lock, with the decision:
+    a claim between the id's record and the decision cannot slip a stale decision through."""
+    spec = _spec("run-g", "gate")
+    await ledger.claim(spec, "worker-a")  # generation 1
+    await ledger.decide(spec.task_id, DecisionKind.CANCEL, by="sweeper", reason="park it", generation=1)
+    moved = _spec("run-g", "moved")
+    await ledger.claim(moved, "worker-a")
+    with pytest.raises(TaskMovedError) as refused:
+        await ledger.decide(moved.task_id, DecisionKind.CANCEL, by="alice", reason="stale", generation=0)
+    assert (refused.value.expected, refused.value.actual) == (0, 1)
+    assert (await ledger.get_task(moved.task_id)).status is TaskStatus.RUNNING  # nothing changed
+    assert [e.kind for e in await ledger.events(moved.task_id)] == [EventKind.CLAIMED]
+    assert (await ledger.get_task(spec.task_id)).status is TaskStatus.CANCELLED
