@@ -209,7 +209,7 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
             details={
                 **({"observed": decision.observed} if decision.observed else {}),
                 # The signed request beside the name: the ledger's guard wants it, and anyone with the
-                # operator's public key can check the entry again (decision_auth.verify_recorded).
+                # operator's public key can check the entry again (decisions.verify_recorded).
                 **(
                     {"signed_by": signed_by, "signed": decision.signed.model_dump(mode="json")}
                     if signed_by and decision.signed is not None

@@ -26,9 +26,8 @@ from agentlease.decision_auth import (
     SignedDecision,
     load_public_keys,
     new_operator_keys,
-    verify_recorded,
 )
-from agentlease.decisions import DECISIONS, LedgerDecision
+from agentlease.decisions import DECISIONS, LedgerDecision, verify_recorded
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.expiry import SWEEPER_STATUSES, expired_leases, record_expiry
 from agentlease.ledger.grants import LedgerRoles, grant_statements
@@ -193,7 +192,7 @@ async def test_every_lease_operation_of_the_product_passes_the_guards(roles: Rol
     events = await worker.events("run-1/gate")
     [approved] = [e for e in events if e.kind is EventKind.APPROVED]
     assert approved.details is not None and approved.details["signed_by"] == "alice"
-    assert verify_recorded("run-1", approved.details, keys)
+    assert verify_recorded("run-1", approved.details, keys, step_id="gate", kind=EventKind.APPROVED)
     assert {e.authenticated_as for e in await admin.events()} == {roles.role}
     statuses = {t.task_id: t.status for t in await admin.list_tasks()}
     assert statuses["run-1/send"] is TaskStatus.SETTLED and statuses["attacker/refused"] is TaskStatus.DEAD_LETTERED
