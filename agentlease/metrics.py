@@ -36,132 +36,32 @@ Temporal's runtime metrics use, and a worker can serve those on the same endpoin
 
 from __future__ import annotations
 
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
+from typing import TYPE_CHECKING, Any
 
 from agentlease.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 NONE = "none"
 """Label value of a stage that was never recorded."""
 
-SCOPE = ("namespace", "task_queue")
-"""The labels every lease metric starts with: the Temporal namespace and task queue of the worker that
-recorded it, as Temporal's own runtime metrics label theirs (empty outside a worker: the CLI, the
-sweeper)."""
 
-_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_COUNT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 500)
+def _families() -> Any:
+    """:mod:`agentlease._metric_families`, imported on first use."""
+    from agentlease import _metric_families
 
-LEASE_CLAIMS = Counter(
-    "agentlease_lease_claims",
-    "Claims asked of the ledger, by outcome: granted, held (another lease is valid), closed (settled, "
-    "cancelled or waiting for a decision).",
-    [*SCOPE, "tool", "outcome"],
-)
-LEASE_ACQUISITION = Histogram(
-    "agentlease_lease_acquisition_seconds",
-    "Time a granted claim took as its worker waited for it (seconds, worker's monotonic clock), "
-    "including the wait for the ledger's connection or write lock.",
-    [*SCOPE, "tool"],
-    buckets=_LATENCY_BUCKETS,
-)
-LEASE_RENEWALS = Counter(
-    "agentlease_lease_renewals",
-    "Renewals (stage changes included), by the stage recorded and outcome: renewed or lost.",
-    [*SCOPE, "tool", "stage", "outcome"],
-)
-RENEWALS_PER_TASK = Histogram(
-    "agentlease_lease_renewals_per_task",
-    "Renewals a task's leases took over all its attempts, observed when it settles.",
-    [*SCOPE, "tool"],
-    buckets=_COUNT_BUCKETS,
-)
-LEASES_EXPIRED = Counter(
-    "agentlease_leases_expired",
-    "Leases that lapsed without settle or release, by the last durable stage and who found it: "
-    "takeover (a later claim) or sweeper. Expiry in commit is a correctness risk.",
-    [*SCOPE, "tool", "stage", "by"],
-)
-DUPLICATE_DELIVERIES = Counter(
-    "agentlease_duplicate_deliveries",
-    "Attempts delivered for a task another attempt holds (lease_held) or that already settled (settled).",
-    [*SCOPE, "tool", "reason"],
-)
-LEASE_RELEASES = Counter(
-    "agentlease_lease_releases",
-    "Leases given back for a retry, by error class (retryable, shutdown...): retries by error class.",
-    [*SCOPE, "tool", "error_class"],
-)
-SETTLEMENTS = Counter(
-    "agentlease_settlements",
-    "Settle attempts by outcome: settled, or late_unapplied (the result of a superseded attempt, G10).",
-    [*SCOPE, "tool", "outcome"],
-)
-SETTLEMENT_LATENCY = Histogram(
-    "agentlease_settlement_latency_seconds",
-    "Time from entering the commit stage to the settle being durable (seconds, worker's monotonic clock).",
-    [*SCOPE, "tool"],
-    buckets=_LATENCY_BUCKETS,
-)
-TASKS_PARKED = Counter(
-    "agentlease_tasks_parked",
-    "Tasks moved out of circulation until a person decides, by status: dead_lettered, blocked, needs_reconciliation.",
-    [*SCOPE, "tool", "status"],
-)
-CLAIMS_WITHOUT_TRACE = Counter(
-    "agentlease_claims_without_trace",
-    "Granted claims with no Temporal trace link (workflow id): their evidence cannot be joined to a history.",
-    [*SCOPE, "tool"],
-)
+    return _metric_families
 
-LEDGER_UNAVAILABLE = Counter(
-    "agentlease_ledger_unavailable",
-    "Ledger operations that failed because the ledger could not be reached, by operation: claim, renew, "
-    "settle, release, a park (dead_letter, blocked, needs_reconciliation), decide.",
-    [*SCOPE, "tool", "operation"],
-)
-AMBIGUITIES_RESOLVED = Counter(
-    "agentlease_ambiguities_resolved",
-    "Ambiguous tasks (an unsafe attempt that may have acted) resolved, by who: probe (the tool's readback "
-    "probe, no person) or person (a reconcile decision); outcome: happened, not_happened, abandoned.",
-    [*SCOPE, "tool", "by", "outcome"],
-)
-PROBES = Counter(
-    "agentlease_probes",
-    "Readback probes run, by answer: happened, not_happened, cannot_tell, failed (raised or too slow).",
-    [*SCOPE, "tool", "answer"],
-)
-APPROVALS = Counter(
-    "agentlease_approvals",
-    "Approvals met by a claim, by outcome: consumed (the one execution it authorised), expired, mismatched "
-    "(other arguments or tool), missing (none recorded).",
-    [*SCOPE, "tool", "outcome"],
-)
-APPROVAL_REMAINING = Histogram(
-    "agentlease_approval_remaining_seconds",
-    "Time an approval had left before it expired when a claim consumed it (seconds, ledger clock): low "
-    "values warn that approvals are about to expire before their calls run.",
-    [*SCOPE, "tool"],
-    buckets=(1.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0, 86400.0),
-)
-HEARTBEAT_TIMEOUT_CHANGES = Counter(
-    "agentlease_heartbeat_timeout_changes",
-    "Heartbeat timeouts changed under a running lease (temporal activity update-options), found by a renewal "
-    "or a claim, by direction: shorter or longer than the lease TTL.",
-    [*SCOPE, "tool", "direction"],
-)
 
-LEDGER_DEFERRED_WRITES = Gauge(
-    "agentlease_ledger_deferred_writes",
-    "Settles, releases and parks this worker could not write during a ledger outage, waiting to be "
-    "recorded when the ledger is back.",
-    list(SCOPE),
-)
+def __getattr__(name: str) -> Any:
+    """The metric families and :data:`SCOPE` (``LEASE_CLAIMS``...), from :mod:`agentlease._metric_families`."""
+    if name.isupper() and not name.startswith("_") and hasattr(_families(), name):
+        return getattr(_families(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def stage_label(stage: object) -> str:
@@ -203,75 +103,77 @@ class LeaseMetrics:
             superseded / superseded_stage: it took over a lapsed lease, last seen in that stage.
             traced: the claim carries a Temporal trace link.
         """
-        LEASE_CLAIMS.labels(*self._scope, tool, outcome).inc()
+        _families().LEASE_CLAIMS.labels(*self._scope, tool, outcome).inc()
         if outcome != "granted":
             return
         if seconds is not None:
-            LEASE_ACQUISITION.labels(*self._scope, tool).observe(seconds)
+            _families().LEASE_ACQUISITION.labels(*self._scope, tool).observe(seconds)
         if superseded:
-            LEASES_EXPIRED.labels(*self._scope, tool, stage_label(superseded_stage), "takeover").inc()
+            _families().LEASES_EXPIRED.labels(*self._scope, tool, stage_label(superseded_stage), "takeover").inc()
         if not traced:
-            CLAIMS_WITHOUT_TRACE.labels(*self._scope, tool).inc()
+            _families().CLAIMS_WITHOUT_TRACE.labels(*self._scope, tool).inc()
 
     def renewal(self, tool: str, stage: object, *, renewed: bool) -> None:
         """A renewal (or stage change), granted or lost."""
-        LEASE_RENEWALS.labels(*self._scope, tool, stage_label(stage), "renewed" if renewed else "lost").inc()
+        _families().LEASE_RENEWALS.labels(
+            *self._scope, tool, stage_label(stage), "renewed" if renewed else "lost"
+        ).inc()
 
     def settle(self, tool: str, *, settled: bool, renewals: int | None = None) -> None:
         """A settle: ``settled`` with the task's renewal count, or refused (``late_unapplied``)."""
-        SETTLEMENTS.labels(*self._scope, tool, "settled" if settled else "late_unapplied").inc()
+        _families().SETTLEMENTS.labels(*self._scope, tool, "settled" if settled else "late_unapplied").inc()
         if settled and renewals is not None:
-            RENEWALS_PER_TASK.labels(*self._scope, tool).observe(renewals)
+            _families().RENEWALS_PER_TASK.labels(*self._scope, tool).observe(renewals)
 
     def lease_end(self, tool: str, status: object, error_class: object) -> None:
         """A holder ended its lease: released (a retry, by error class) or parked until a person decides."""
         value = stage_label(status)
         if value == "released":
-            LEASE_RELEASES.labels(*self._scope, tool, stage_label(error_class)).inc()
+            _families().LEASE_RELEASES.labels(*self._scope, tool, stage_label(error_class)).inc()
         else:
-            TASKS_PARKED.labels(*self._scope, tool, value).inc()
+            _families().TASKS_PARKED.labels(*self._scope, tool, value).inc()
 
     def expiry(self, tool: str, stage: object, *, by: str, parked: object = None) -> None:
         """A lapsed lease recorded (by the sweeper), and the status it parked the task in, if any."""
-        LEASES_EXPIRED.labels(*self._scope, tool, stage_label(stage), by).inc()
+        _families().LEASES_EXPIRED.labels(*self._scope, tool, stage_label(stage), by).inc()
         if parked is not None:
-            TASKS_PARKED.labels(*self._scope, tool, stage_label(parked)).inc()
+            _families().TASKS_PARKED.labels(*self._scope, tool, stage_label(parked)).inc()
 
     def duplicate_delivery(self, tool: str, reason: str) -> None:
         """An attempt delivered for a task another attempt holds (``lease_held``) or that settled (``settled``)."""
-        DUPLICATE_DELIVERIES.labels(*self._scope, tool, reason).inc()
+        _families().DUPLICATE_DELIVERIES.labels(*self._scope, tool, reason).inc()
 
     def settlement_latency(self, tool: str, seconds: float) -> None:
         """Seconds from entering ``commit`` to a durable settle."""
-        SETTLEMENT_LATENCY.labels(*self._scope, tool).observe(seconds)
+        _families().SETTLEMENT_LATENCY.labels(*self._scope, tool).observe(seconds)
 
     def ledger_unavailable(self, tool: str, operation: str) -> None:
         """A ledger operation failed because the ledger could not be reached."""
-        LEDGER_UNAVAILABLE.labels(*self._scope, tool or NONE, operation).inc()
+        _families().LEDGER_UNAVAILABLE.labels(*self._scope, tool or NONE, operation).inc()
 
     def deferred_writes(self, pending: int) -> None:
         """How many writes wait for the ledger to come back."""
-        LEDGER_DEFERRED_WRITES.labels(*self._scope).set(pending)
+        _families().LEDGER_DEFERRED_WRITES.labels(*self._scope).set(pending)
 
     def ambiguity_resolved(self, tool: str, by: str, outcome: str) -> None:
         """An ambiguous task resolved ``by`` a ``probe`` or a ``person``: ``happened``, ``not_happened``,
         ``abandoned``."""
-        AMBIGUITIES_RESOLVED.labels(*self._scope, tool or NONE, by, outcome).inc()
+        _families().AMBIGUITIES_RESOLVED.labels(*self._scope, tool or NONE, by, outcome).inc()
 
     def probe(self, tool: str, answer: str) -> None:
         """A readback probe answered (``happened``, ``not_happened``, ``cannot_tell``) or ``failed``."""
-        PROBES.labels(*self._scope, tool, answer).inc()
+        _families().PROBES.labels(*self._scope, tool, answer).inc()
 
     def approval(self, tool: str, outcome: str, *, remaining_s: float | None = None) -> None:
         """A claim met an approval: ``consumed`` (with the seconds it had left), ``expired``, ``mismatched``,
         ``missing``."""
-        APPROVALS.labels(*self._scope, tool, outcome).inc()
+        _families().APPROVALS.labels(*self._scope, tool, outcome).inc()
         if remaining_s is not None:
-            APPROVAL_REMAINING.labels(*self._scope, tool).observe(remaining_s)
+            _families().APPROVAL_REMAINING.labels(*self._scope, tool).observe(remaining_s)
 
     def heartbeat_timeout_changed(self, tool: str, *, shorter: bool) -> None:
         """A heartbeat timeout that is not the lease TTL was found under a lease."""
-        HEARTBEAT_TIMEOUT_CHANGES.labels(*self._scope, tool, "shorter" if shorter else "longer").inc()
+        _families().HEARTBEAT_TIMEOUT_CHANGES.labels(*self._scope, tool, "shorter" if shorter else "longer").inc()
 
 
 LEASE_METRICS = LeaseMetrics()
@@ -301,7 +203,11 @@ class MetricsServer:
         ConfigurationError: bad address, or it cannot be bound (in use, not local...).
     """
 
-    def __init__(self, address: str, registry: CollectorRegistry = REGISTRY) -> None:
+    def __init__(self, address: str, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import REGISTRY, start_http_server
+
+        _families()  # the lease metrics are in the registry it serves, recorded yet or not
+        registry = REGISTRY if registry is None else registry
         host, port = parse_address(address)
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=registry)
@@ -332,6 +238,10 @@ class ForwardedMetrics:
         return []  # not known in advance: never checked against the registry's names
 
     def collect(self) -> Iterator[Metric]:
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
         try:
             with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
                 text = response.read().decode("utf-8")
@@ -370,6 +280,9 @@ def serving_metrics(address: str | None, *, forward: str | None = None) -> Itera
     if address is None:
         yield None
         return
+    from prometheus_client import REGISTRY, CollectorRegistry
+
+    _families()
     registry = REGISTRY
     if forward is not None:
         registry = CollectorRegistry(auto_describe=False)
@@ -382,26 +295,7 @@ def serving_metrics(address: str | None, *, forward: str | None = None) -> Itera
 
 
 __all__ = [
-    "AMBIGUITIES_RESOLVED",
-    "APPROVALS",
-    "APPROVAL_REMAINING",
-    "CLAIMS_WITHOUT_TRACE",
-    "DUPLICATE_DELIVERIES",
-    "HEARTBEAT_TIMEOUT_CHANGES",
-    "LEASES_EXPIRED",
-    "LEASE_ACQUISITION",
-    "LEASE_CLAIMS",
     "LEASE_METRICS",
-    "LEASE_RELEASES",
-    "LEASE_RENEWALS",
-    "LEDGER_DEFERRED_WRITES",
-    "LEDGER_UNAVAILABLE",
-    "PROBES",
-    "RENEWALS_PER_TASK",
-    "SCOPE",
-    "SETTLEMENTS",
-    "SETTLEMENT_LATENCY",
-    "TASKS_PARKED",
     "ForwardedMetrics",
     "LeaseMetrics",
     "MetricsServer",

@@ -4,13 +4,20 @@ no workflow event loop is current and any workflow call raises (an "Exception ig
 
 from __future__ import annotations
 
-import asyncio
 import inspect
+from collections.abc import Generator
 from typing import Any
 
 from temporalio.worker import ExecuteWorkflowInput, WorkflowInboundInterceptor
 
 from agentlease.workflow._calls import _LeasedCallsInbound
+
+
+class _Suspended:
+    """An awaitable that suspends its coroutine once (no event loop needed)."""
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield None
 
 
 class _Pending(WorkflowInboundInterceptor):
@@ -20,7 +27,7 @@ class _Pending(WorkflowInboundInterceptor):
         pass
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
-        await asyncio.Future()
+        await _Suspended()
 
 
 def test_closing_a_running_workflow_coroutine_calls_no_workflow_api() -> None:
