@@ -904,7 +904,7 @@ class Ledger:
         details: dict[str, Any] | None = None,
         receipt: SettlementReceipt | None = None,
         spec: TaskSpec | None = None,
-        generation: int | None = None,
+        expected_generation: int | None = None,
         now: datetime | None = None,
     ) -> TaskRecord:
         """Apply a decision of the decision table (:data:`~agentlease.decisions.DECISIONS`), ending any claim.
@@ -923,16 +923,16 @@ class Ledger:
             details: facts for the evidence trail.
             receipt: the settlement receipt a settling decision writes; required for those, refused otherwise.
             spec: the task's identity, to create it if absent.
-            generation: the claim generation the decision was made for (a signed decision's); the
-                task must still be at it, checked under the row's lock in the same transaction.
-                Default ``None``: not bound.
+            expected_generation: the claim generation the decision was made for (a signed
+                decision's): a precondition, never written; the task must still be at it, checked
+                under the row's lock in the same transaction. Default ``None``: not bound.
             now: injected time; default the database's clock.
 
         Returns:
             The task after the decision.
 
         Raises:
-            TaskMovedError: the task is at another generation than ``generation``; nothing changed.
+            TaskMovedError: the task is at another generation than ``expected_generation``; nothing changed.
             TaskNotFoundError: unknown task (and no ``spec``).
             TaskClosedError: the task is not in a status the decision applies to; nothing changed.
             ValueError: ``receipt`` is missing for a decision that settles, or given for one that does not.
@@ -952,10 +952,10 @@ class Ledger:
         def decide_tx(conn: Connection) -> TaskRecord:
             if spec is not None:
                 self._insert_task(conn, spec, now)
-            if generation is not None:  # under the row's lock: no claim moves it before the decision
+            if expected_generation is not None:  # under the row's lock: no claim moves it before the decision
                 current = conn.execute(self._sql.select_task.with_for_update(), {"key_task_id": task_id}).first()
-                if current is not None and current.claim_generation != generation:
-                    raise TaskMovedError(task_id, generation, current.claim_generation)
+                if current is not None and current.claim_generation != expected_generation:
+                    raise TaskMovedError(task_id, expected_generation, current.claim_generation)
             row = conn.execute(self._sql.decisions[kind], params).first()
             if row is None:
                 raise TaskClosedError(task_id, self._task(conn, task_id).status)

@@ -219,7 +219,7 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
             or None,
             receipt=_confirmed_receipt(decision) if rule.settles else None,
             spec=decision.task,
-            generation=decision.generation if decision_id is not None else None,
+            expected_generation=decision.generation if decision_id is not None else None,
         )
     except TaskMovedError as exc:  # between the id's record and now (or a retry after it applied)
         if not await _in_trail(ledger, decision.task.task_id, decision_id or ""):

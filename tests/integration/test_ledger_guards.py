@@ -15,7 +15,14 @@ import pytest
 
 from agentlease.clock import from_ms
 from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, TaskStatus
-from agentlease.errors import ClockBehindError, LeaseHeldError, LeaseLostError, TaskClosedError, TaskNotFoundError
+from agentlease.errors import (
+    ClockBehindError,
+    LeaseHeldError,
+    LeaseLostError,
+    TaskClosedError,
+    TaskMovedError,
+    TaskNotFoundError,
+)
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import (
@@ -275,9 +282,13 @@ async def test_no_api_accepts_a_generation(ledger: Ledger) -> None:
     assert claim_params == ["self", "spec", "owner", "trace", "heartbeat_timeout", "now"]
     assert not [p for p in claim_params if _GENERATION_LIKE.search(p)]
     assert not [f for f in TaskSpec.model_fields if _GENERATION_LIKE.search(f)], TaskSpec.model_fields
-    for name in ("renew", "settle", "release", "dead_letter", "await_decision", "decide"):
+    for name in ("renew", "settle", "release", "dead_letter", "await_decision"):
         params = inspect.signature(getattr(Ledger, name)).parameters
         assert not [p for p in params if _GENERATION_LIKE.search(p)], (name, params)
+    # decide takes one only as a precondition (a signed decision's generation), never as a value to write:
+    # below, one the ledger did not mint changes nothing.
+    decide_params = inspect.signature(Ledger.decide).parameters
+    assert [p for p in decide_params if _GENERATION_LIKE.search(p)] == ["expected_generation"], decide_params
 
     # A forged claim carrying a generation the ledger did not mint is refused.
     spec = make_spec()
@@ -291,6 +302,12 @@ async def test_no_api_accepts_a_generation(ledger: Ledger) -> None:
         assert refused.value.current_generation == real.generation
         with pytest.raises(LeaseLostError):
             await ledger.settle(forged, make_receipt("doc-x", base), now=base + MS)
+    assert await row(ledger, spec) == before
+    for forged_generation in (real.generation + 1, real.generation + 100):
+        with pytest.raises(TaskMovedError):
+            await ledger.decide(
+                spec.task_id, DecisionKind.CANCEL, by="x", reason="forged", expected_generation=forged_generation
+            )
     assert await row(ledger, spec) == before
     await ledger.release(real, error_class="retryable", error="503", now=base + 2 * MS)
     assert (await ledger.claim(spec, "w2", now=base + 3 * MS)).generation == real.generation + 1

@@ -420,11 +420,11 @@ async def test_a_decision_bound_to_a_generation_checks_it_in_its_own_transaction
     a claim between the id's record and the decision cannot slip a stale decision through."""
     spec = _spec("run-g", "gate")
     await ledger.claim(spec, "worker-a")  # generation 1
-    await ledger.decide(spec.task_id, DecisionKind.CANCEL, by="sweeper", reason="park it", generation=1)
+    await ledger.decide(spec.task_id, DecisionKind.CANCEL, by="sweeper", reason="park it", expected_generation=1)
     moved = _spec("run-g", "moved")
     await ledger.claim(moved, "worker-a")
     with pytest.raises(TaskMovedError) as refused:
-        await ledger.decide(moved.task_id, DecisionKind.CANCEL, by="alice", reason="stale", generation=0)
+        await ledger.decide(moved.task_id, DecisionKind.CANCEL, by="alice", reason="stale", expected_generation=0)
     assert (refused.value.expected, refused.value.actual) == (0, 1)
     assert (await ledger.get_task(moved.task_id)).status is TaskStatus.RUNNING  # nothing changed
     assert [e.kind for e in await ledger.events(moved.task_id)] == [EventKind.CLAIMED]
