@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -24,6 +25,8 @@ from agentlease.ui.app import ui_app
 from tests.integration.test_ui import CHROMIUM, S, takeover
 
 pytestmark = pytest.mark.timeout(120)
+
+MS = timedelta(milliseconds=1)
 
 
 def _spec(run: str, step: str, tool: str) -> TaskSpec:
@@ -44,13 +47,16 @@ async def stack(ledger: Ledger) -> AsyncIterator[tuple[str, dict[str, TaskSpec]]
     approved = _spec(taken.agent_run_id, "refund", "send_refund")
     await ledger.decide(approved.task_id, DecisionKind.AWAIT_APPROVAL, by="agentlease", reason="r", spec=approved)
     await ledger.decide(approved.task_id, DecisionKind.APPROVE, by="alice", reason="ticket OPS-12")
+    # The waiting run waits longest (the front page lists the oldest first): its decision 10 ms before the
+    # dead letter on the ledger's clock, never the same millisecond (where the run id would decide).
+    at = await ledger.db_now()
     waiting = _spec(f"zz-wait-{uuid.uuid4().hex[:6]}", "wire", "send_wire")
     await ledger.decide(
-        waiting.task_id, DecisionKind.AWAIT_APPROVAL, by="agentlease", reason="needs a person", spec=waiting
+        waiting.task_id, DecisionKind.AWAIT_APPROVAL, by="agentlease", reason="needs a person", spec=waiting, now=at
     )
     dead = _spec(f"dl-{uuid.uuid4().hex[:6]}", "mail", "send_mail")
-    claim = await ledger.claim(dead, "worker-a")
-    await ledger.dead_letter(claim, error_class=ErrorClass.PERMANENT, error="mailbox does not exist")
+    claim = await ledger.claim(dead, "worker-a", now=at + MS)
+    await ledger.dead_letter(claim, error_class=ErrorClass.PERMANENT, error="mailbox does not exist", now=at + 10 * MS)
     app = ui_app(ledger, temporal_ui="http://127.0.0.1:8233", namespace="default")
     async with serve_app(app) as base:
         yield base.rstrip("/"), {"taken": taken, "approved": approved, "waiting": waiting, "dead": dead}
