@@ -6,7 +6,9 @@ per tool call, then an answer. The plain agent's tool is the framework's own act
 (``activity_as_tool``; a ``FunctionToolset`` under ``TemporalDurability``), the leased agent's is
 ``leased_tool`` / ``LeasedToolset`` over the same three-stage tool with a SQLite (or PostgreSQL)
 ledger. Model calls are activities on both sides, so the ratio is the lease's cost in a real agent
-loop, not in an isolated call. Prints calls/s per side and leased/plain per framework.
+loop, not in an isolated call. Prints per side calls/s, leased/plain, the CPU ms per call of this
+process (workers, ledger, client) and of the Temporal dev server, and one agent's history (events,
+search-attribute upserts, markers, workflow tasks, activities, signals).
 
     python -m bench.agents --agents 10 --calls 10 --rounds 5 [--pg-url postgresql://...]
 """
@@ -41,6 +43,7 @@ from agentlease.plugin import AgentLeasePlugin
 from agentlease.settings import AgentLeaseSettings
 from bench import agent_models as models
 from bench import agent_workflows as wf
+from bench.runs import cpu_s, history_of, server_pids
 from bench.tools import BENCH_TOOL
 
 TARGET_RATIO = 0.9
@@ -55,24 +58,34 @@ class Side:
     client: Client
     queue: str
     rates: list[float] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
+    last_run: str = ""
 
 
-async def run_round(side: Side, agents: int, calls: int) -> float:
-    """``agents`` agents of ``side`` at once, each making ``calls`` tool calls; returns calls/s."""
-    started = time.perf_counter()
+async def run_round(side: Side, agents: int, calls: int, server: Sequence[int] = ()) -> tuple[float, float, float]:
+    """``agents`` agents of ``side`` at once, each making ``calls`` tool calls; returns calls/s, this
+    process's CPU ms per call (workers, ledger and client share the process) and the CPU ms per call of
+    the ``server`` processes (the Temporal dev server)."""
+    ids = [f"{side.name}-{uuid.uuid4().hex[:10]}" for _ in range(agents)]
+    server_cpu = sum(cpu_s(pid) for pid in server)
+    cpu, started = time.process_time(), time.perf_counter()
     await asyncio.gather(
         *(
             side.client.execute_workflow(
-                side.workflow,
-                models.AgentBatch(calls=calls),
-                id=f"{side.name}-{uuid.uuid4().hex[:10]}",
-                task_queue=side.queue,
-                result_type=str,
+                side.workflow, models.AgentBatch(calls=calls), id=wid, task_queue=side.queue, result_type=str
             )
-            for _ in range(agents)
+            for wid in ids
         )
     )
-    return agents * calls / (time.perf_counter() - started)
+    side.last_run = ids[-1]
+    seconds = time.perf_counter() - started
+    worker_ms = (time.process_time() - cpu) * 1000 / (agents * calls)
+    return (
+        agents * calls / seconds,
+        worker_ms,
+        (sum(cpu_s(pid) for pid in server) - server_cpu) * 1000 / (agents * calls),
+    )
 
 
 async def main(opts: argparse.Namespace) -> None:
@@ -80,6 +93,7 @@ async def main(opts: argparse.Namespace) -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="agentlease-bench-agents-"))
     async with AsyncExitStack() as stack:
         env = await stack.enter_async_context(dev_server(data_dir / "temporal"))
+        server = server_pids(data_dir)
         address = env.client.service_client.config.target_host
         url = f"sqlite:///{data_dir / 'ledger.db'}"
         if opts.pg_url:
@@ -131,21 +145,44 @@ async def main(opts: argparse.Namespace) -> None:
             await run_round(side, 2, 2)
         for index in range(opts.rounds):
             for side in sides if index % 2 == 0 else list(reversed(sides)):
-                side.rates.append(await run_round(side, opts.agents, opts.calls))
-        report(sides, opts, url.split(":")[0])
+                rate, cpu_ms, server_ms = await run_round(side, opts.agents, opts.calls, server)
+                side.rates.append(rate)
+                side.cpu_ms.append(cpu_ms)
+                side.server_ms.append(server_ms)
+        histories = {side.name: await history_of(side.client, side.last_run) for side in sides}
+        report(sides, opts, url.split(":")[0], histories)
 
 
-def report(sides: list[Side], opts: argparse.Namespace, database: str, out: Any = sys.stdout) -> None:
+def report(
+    sides: list[Side],
+    opts: argparse.Namespace,
+    database: str,
+    histories: dict[str, dict[str, int]] | None = None,
+    out: Any = sys.stdout,
+) -> None:
     print(
-        f"agents: {opts.agents} at once x {opts.calls} tool calls, {opts.rounds} interleaved rounds; ledger {database}",
+        f"agents: {opts.agents} at once x {opts.calls} tool calls, {opts.rounds} interleaved rounds; "
+        f"ledger {database}; load average {os.getloadavg()[0]:.2f}",
         file=out,
     )
-    print(f"{'side':<24} {'calls/s (median)':>17} {'min-max':>15} {'leased/plain':>13}", file=out)
+    print(
+        f"{'side':<24} {'calls/s (median)':>17} {'min-max':>15} {'leased/plain':>13} {'cpu ms/call':>12} "
+        f"{'server ms/call':>15}   history of one agent",
+        file=out,
+    )
     for side in sides:
         median = statistics.median(side.rates)
         plain = next(s for s in sides if s.framework == side.framework and s.name.endswith("plain"))
         shown = "" if side is plain else f"{median / statistics.median(plain.rates):.2f}"
-        print(f"{side.name:<24} {median:>17.1f} {min(side.rates):>7.1f}-{max(side.rates):<7.1f} {shown:>13}", file=out)
+        h = (histories or {}).get(side.name, {})
+        history = ", ".join(f"{count} {kind}" for kind, count in h.items() if kind != "bytes")
+        cpu = statistics.median(side.cpu_ms) if side.cpu_ms else 0.0
+        server = statistics.median(side.server_ms) if side.server_ms else 0.0
+        print(
+            f"{side.name:<24} {median:>17.1f} {min(side.rates):>7.1f}-{max(side.rates):<7.1f} {shown:>13} "
+            f"{cpu:>12.2f} {server:>15.2f}   {history}",
+            file=out,
+        )
     for framework in dict.fromkeys(s.framework for s in sides):
         plain, leased = (next(s for s in sides if s.name == f"{framework}-{k}") for k in ("plain", "leased"))
         ratio = statistics.median(leased.rates) / statistics.median(plain.rates)

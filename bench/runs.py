@@ -206,6 +206,7 @@ async def history_of(client: Client, workflow_id: str) -> dict[str, int]:
         "markers": kinds.count(EventType.EVENT_TYPE_MARKER_RECORDED),
         "workflow_tasks": kinds.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
         "activities": kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED),
+        "signals": kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED),
     }
 
 

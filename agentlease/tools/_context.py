@@ -173,7 +173,8 @@ class LeaseContext:
         self._unavailable: LedgerUnavailableError | None = None
         self._progress_sent_at: float | None = None
         self._progress_first_at = time.monotonic() + PROGRESS_FIRST_AFTER
-        self._progress_next: LeaseProgress | None = None
+        self._progress_next: tuple[Stage | None, str] | None = None
+        """The stage and reason the run has not been told yet."""
         self._progress_sender: asyncio.Task[None] | None = None
         self.heartbeat_timeout = heartbeat_timeout or claim.lease_ttl
         """Temporal's heartbeat timeout for this attempt, as last read (the claim recorded it when it differed)."""
@@ -395,29 +396,31 @@ class LeaseContext:
             logger.debug("direct heartbeat of %s not recorded: %s", self.claim.task_id, exc)
 
     def _tell_run(self, stage: Stage | None, reason: str) -> None:
-        """Signal the attempt's own run what the ledger just recorded (best effort, in the background)."""
-        progress = _progress(self.claim, self._progress_key, stage=stage, reason=reason)
-        if progress is None:
-            return
-        info = activity.info()
-        self._progress_next = progress
-        if self._progress_sender is None or self._progress_sender.done():
-            try:
-                client = activity.client()
-            except RuntimeError:  # an activity environment without a client (unit tests of tools)
-                return
-            handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
-            self._progress_sender = asyncio.ensure_future(self._send_progress(handle))
+        """Signal the attempt's own run what the ledger just recorded (best effort, in the background).
 
-    async def _send_progress(self, handle: Any) -> None:
+        The signal is built and proven only when it is sent: an attempt that ends before its first signal
+        is due (most of them) builds none."""
+        self._progress_next = (stage, reason)
+        if (self._progress_sender is None or self._progress_sender.done()) and activity.in_activity():
+            self._progress_sender = asyncio.ensure_future(self._send_progress())
+
+    async def _send_progress(self) -> None:
         """Send the latest progress, then what came meanwhile, at most one per :data:`PROGRESS_MIN_GAP`."""
         while self._progress_next is not None:
             due = (
                 self._progress_first_at if self._progress_sent_at is None else self._progress_sent_at + PROGRESS_MIN_GAP
             )
             await asyncio.sleep(max(0.0, due - time.monotonic()))
-            progress, self._progress_next = self._progress_next, None
-            if progress is None:
+            pending, self._progress_next = self._progress_next, None
+            if pending is None:
+                return
+            progress = _progress(self.claim, self._progress_key, stage=pending[0], reason=pending[1])
+            if progress is None:  # the task is not a step of the run that scheduled it
+                return
+            info = activity.info()
+            try:
+                handle = activity.client().get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+            except RuntimeError:  # an activity environment without a client (unit tests of tools)
                 return
             self._progress_sent_at = time.monotonic()
             try:

@@ -148,6 +148,13 @@ class ToolsNotServedHereError(RuntimeError):
 
 COALESCE_PATCH = "agentlease-coalesced-search-attributes"
 """The patch id of coalesced search-attribute upserts (:meth:`LeasedToolCalls._set_state`)."""
+BASELINE_PATCH = "agentlease-baseline-1"
+"""Patch: the run has the change of every patch asked for through :meth:`LeasedToolCalls.patched` (all those
+of :mod:`agentlease.workflow` before it but the catalog's patience, which is never recorded) with one marker,
+and a call's search attributes are upserted when its attempt's first progress signal arrives or when it
+ends, not also when it is scheduled. Each patch asked for costs a new run a marker and an upsert of
+``TemporalChangeVersion``; a run made with this one asks for no other. Runs recorded before asked for each
+change on its own and replay as they were."""
 
 _DECISION_TIMEOUT = timedelta(seconds=30)
 _DECISION_RETRY = RetryPolicy(
@@ -243,14 +250,15 @@ class LeasedToolCalls:
         """Steps the run is cancelling in the ledger because its workflow (or agent run) was cancelled."""
         self._shown: dict[str, Any] = {}
         self._wanted: dict[str, Any] = {}
-        self._coalesce = workflow.patched(COALESCE_PATCH)
-        self._live = workflow.patched(LIVE_PATCH)
-        self._settled_owner = workflow.patched(SETTLED_OWNER_PATCH)
+        self._baseline = workflow.patched(BASELINE_PATCH)
+        self._coalesce = self.patched(COALESCE_PATCH)
+        self._live = self.patched(LIVE_PATCH)
+        self._settled_owner = self.patched(SETTLED_OWNER_PATCH)
         self._highest_generation = 0
         """The highest claim generation any call of the run reached (``AgentLeaseGeneration``)."""
         self._last_decision: str | None = None
         self._refused: list[RefusedDecision] = []
-        self._bounded = workflow.patched(BOUNDED_SIGNALS_PATCH)
+        self._bounded = self.patched(BOUNDED_SIGNALS_PATCH)
         self._refused_count = 0
         """Refused ``decide`` signals of this run, all told."""
         self._unrecorded: list[RefusedDecision] = []
@@ -259,7 +267,7 @@ class LeasedToolCalls:
         self._unrecorded_total = 0
         self._recorded_summaries = 0
         self._last_flush: Any = None
-        self._proofs = ProgressProofs(workflow.patched(PROOF_PATCH))
+        self._proofs = ProgressProofs(self.patched(PROOF_PATCH))
         """Which progress signals the run believes, and how many it dropped."""
         self._count_refused_writes = self._proofs.enabled
         workflow.set_query_handler(STATUS_QUERY, self._status_query)
@@ -276,6 +284,12 @@ class LeasedToolCalls:
         workflow.set_signal_handler(DECIDE_SIGNAL, self._on_decide)
         if self._catalog is not None:
             self._set_state(RunState.RUNNING)
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether the run has the change of patch ``patch_id``: always on a run made with
+        :data:`BASELINE_PATCH` (no marker of its own), else :func:`temporalio.workflow.patched` (a run
+        recorded before answers as it was recorded; a new workflow task of it records the marker)."""
+        return self._baseline or workflow.patched(patch_id)
 
     # -- the catalog -------------------------------------------------------------------------------
 
@@ -295,6 +309,9 @@ class LeasedToolCalls:
             self._catalog = await self._describe_tools()
         unknown = sorted({step.tool for step in self._steps.values()} - set(self._catalog))
         patient = bool(unknown) and workflow.now() - workflow.info().workflow_start_time < CATALOG_PATIENCE
+        # Asked of Temporal, not of the baseline: it is asked only in a workflow task that then fails, so it is
+        # never recorded, and it must be false in a replay (a workflow task that completed while the catalog
+        # was on its way, to answer a query, replays it; failing there would fail every task of the run).
         if patient and workflow.patched(_CATALOG_PATIENCE_PATCH):
             # Not recorded: the workflow task fails, and the next one (on another worker of the
             # queue, perhaps) learns that worker's tools.
@@ -429,7 +446,7 @@ class LeasedToolCalls:
                 f"workflow id of {len(self.run_id)} characters: leased calls take at most {MAX_WORKFLOW_ID_CHARS}"
             )
         catalog = self._catalog if self._catalog is not None else await self.load_catalog()
-        if tool not in catalog and not self._learnt and workflow.patched(_LEARN_NAMED_TOOL_PATCH):
+        if tool not in catalog and not self._learnt and self.patched(_LEARN_NAMED_TOOL_PATCH):
             catalog.update({name: info for name, info in (await self._describe_tools()).items() if name not in catalog})
         if tool not in catalog:
             raise LeasedCallError(f"unknown tool {tool!r}; known tools: {', '.join(sorted(catalog))}")
@@ -467,7 +484,7 @@ class LeasedToolCalls:
             return CallOutcome(failed)
         step = self._steps[step_id]
         key = self._views[step_id].idempotency_key
-        if key in self._keys_in_use and workflow.patched(ACTION_KEY_PATCH):
+        if key in self._keys_in_use and self.patched(ACTION_KEY_PATCH):
             while key in self._keys_in_use:  # one at a time: the next one finds the first's receipt
                 await workflow.wait_condition(lambda: key not in self._keys_in_use)
         self._keys_in_use[key] = step_id
@@ -481,7 +498,7 @@ class LeasedToolCalls:
         """Key a step that has no key of its own with its tool's declared action key (scoped to the run,
         or shared when the step says so); the failed view when its arguments cannot make the key."""
         step = self._steps[step_id]
-        if step.idempotency_key is not None or info.action_key is None or not workflow.patched(ACTION_KEY_PATCH):
+        if step.idempotency_key is not None or info.action_key is None or not self.patched(ACTION_KEY_PATCH):
             return None
         try:
             key = info.key_for(step.arguments)
@@ -544,7 +561,12 @@ class LeasedToolCalls:
             summary=f"{sid}: {step.tool}",
         )
         self._running[sid] = handle
-        self.show_search_attributes()
+        if self._baseline:
+            # Shown with the attempt's first progress signal (after PROGRESS_FIRST_AFTER) or the call's end:
+            # a quick call costs its run one upsert, not one at its start and another at its end.
+            workflow.set_current_details(self.current_details())
+        else:
+            self.show_search_attributes()
         try:
             outcome = ToolOutcome.model_validate(await handle)
         except ActivityError as err:
@@ -984,7 +1006,7 @@ class LeasedToolCalls:
         if request.step_id is not None:
             targets = [request.step_id]
             await self._cancel_calls(targets, request, signed)
-        elif workflow.patched(_CANCEL_VERIFIED_FIRST):
+        elif self.patched(_CANCEL_VERIFIED_FIRST):
             targets = await self._cancel_run(request, signed)
         else:  # runs recorded before: the run marked cancelled before its first call's check
             self.cancelled = True
@@ -995,7 +1017,7 @@ class LeasedToolCalls:
                 self.cancelled = False  # refused (an unsigned or badly signed cancel): the run goes on
                 raise
             await self._cancel_calls(targets[1:], request, signed)
-        if workflow.patched(_CANCEL_ANSWERS_AT_ONCE):
+        if self.patched(_CANCEL_ANSWERS_AT_ONCE):
             # Answer at once with the run as it is now: the cancel is in the ledger, and a running attempt
             # stops at its next renewal (refused), however long its lease; waiting for it to acknowledge
             # could outlast the caller's time limit.
@@ -1049,7 +1071,7 @@ class LeasedToolCalls:
         Args:
             reason: recorded with each cancel (the decider is ``agentlease``).
         """
-        if not workflow.patched(CANCEL_IN_LEDGER_PATCH):
+        if not self.patched(CANCEL_IN_LEDGER_PATCH):
             return
         self.cancelled = True
         targets = [sid for sid, view in self._views.items() if not view.status.is_terminal and sid in self._steps]
@@ -1069,7 +1091,7 @@ class LeasedToolCalls:
         if sid in self._cancelling:
             await workflow.wait_condition(lambda: sid not in self._cancelling)
             return
-        if workflow.patched(CANCEL_IN_LEDGER_PATCH):
+        if self.patched(CANCEL_IN_LEDGER_PATCH):
             await self._cancel_in_ledger(step, "its workflow (or agent run) was cancelled while it ran")
 
     async def _cancel_in_ledger(self, step: PlanStep, reason: str) -> None:
@@ -1201,7 +1223,7 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
 
 def _end_attached(state: RunState) -> None:
     calls = _attached(workflow.instance())
-    if calls is None or calls.state.ended or not workflow.patched(_END_ON_RETURN_PATCH):
+    if calls is None or calls.state.ended or not calls.patched(_END_ON_RETURN_PATCH):
         return
     calls.end(RunState.CANCELLED if state is RunState.COMPLETED and calls.cancelled else state)
 

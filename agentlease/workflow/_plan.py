@@ -64,7 +64,7 @@ class AgentRunWorkflow:
         self._calls = LeasedToolCalls()
         # Asked here, with the other patches, in the first workflow task: the run fails later in a workflow
         # task that may replay the catalog's (failed) ones, where a patch asked for the first time is false.
-        self._record_unknown = workflow.patched(UNKNOWN_TOOL_RECORDED_PATCH)
+        self._record_unknown = self._calls.patched(UNKNOWN_TOOL_RECORDED_PATCH)
         self._bad_plan: str | None = None
         self._plan = AgentRunPlan()
         try:
@@ -121,7 +121,7 @@ class AgentRunWorkflow:
                     calls.skip(rest)
                 break
             more = index < len(calls.step_ids()) or not calls.closed
-            if more and self._history_is_full(ran) and workflow.patched(CONTINUE_AS_NEW_PATCH):
+            if more and self._history_is_full(ran) and calls.patched(CONTINUE_AS_NEW_PATCH):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not calls.cancelled:
                     kept, carried = calls.carry(index)

@@ -7,17 +7,21 @@ the workflow code that would break a run already in flight on a deployed worker 
 
 To record them anew after a deliberate change of the workflow (with a patch or a new workflow
 version for runs in flight), run ``AGENTLEASE_RECORD_HISTORIES=1 pytest tests/integration/test_replay.py``.
+The histories kept now were recorded before ``BASELINE_PATCH``, with a marker per change asked for one by
+one, and stand for runs of that kind still in flight: keep them (record new ones under other names).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -27,7 +31,7 @@ from agentlease.names import STATUS_QUERY
 from agentlease.plugin import _pass_through
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
-from agentlease.workflow._calls import LeasedCallsInterceptor
+from agentlease.workflow._calls import BASELINE_PATCH, LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration import tools
@@ -37,6 +41,17 @@ pytestmark = pytest.mark.timeout(180)
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 RECORD = os.environ.get("AGENTLEASE_RECORD_HISTORIES") == "1"
+
+
+def patches(history: WorkflowHistory) -> set[str]:
+    """The patch ids the run recorded."""
+    return {
+        json.loads(payload.data)["id"]
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and event.marker_recorded_event_attributes.marker_name == "core_patch"
+        for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
+    }
 
 
 def replayer() -> Replayer:
@@ -108,6 +123,7 @@ def test_recorded_histories_exist() -> None:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 async def test_recorded_histories_replay(name: str) -> None:
     history = WorkflowHistory.from_json(f"recorded-{name}", (HISTORIES / f"{name}.json").read_text())
+    assert BASELINE_PATCH not in patches(history)  # recorded before it: a marker per change, asked one by one
     result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
 
@@ -117,6 +133,8 @@ async def test_fresh_histories_replay(client: Client, settings: AgentLeaseSettin
     history = await record(client, settings, name)
     result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
+    # A new run records one patch marker (and one TemporalChangeVersion upsert) for all of agentlease's changes.
+    assert patches(history) == {BASELINE_PATCH}
     if RECORD:
         HISTORIES.mkdir(exist_ok=True)
         (HISTORIES / f"{name}.json").write_text(history.to_json())

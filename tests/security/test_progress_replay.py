@@ -9,7 +9,6 @@ then, and the attempt's next stage. To record it again with such a code, run
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from pathlib import Path
@@ -27,7 +26,7 @@ from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration.test_lease_on_temporal import opened_ledger
-from tests.integration.test_replay import replayer
+from tests.integration.test_replay import patches, replayer
 from tests.integration.tools import gate
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,17 +34,6 @@ pytestmark = pytest.mark.timeout(120)
 RECORDED = Path(__file__).resolve().parents[1] / "histories" / "progress" / "before_proofs.json"
 RECORD = os.environ.get("AGENTLEASE_RECORD_HISTORIES") == "1"
 SPOOF = {"step_id": "write", "claim_generation": 999, "lease_owner": "mallory", "stage": "verify", "reason": "x"}
-
-
-def patches(history: WorkflowHistory) -> set[str]:
-    """The patch ids the run recorded."""
-    return {
-        json.loads(payload.data)["id"]
-        for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-        and event.marker_recorded_event_attributes.marker_name == "core_patch"
-        for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
-    }
 
 
 def _signals(history: WorkflowHistory) -> list[str]:

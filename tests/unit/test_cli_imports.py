@@ -68,6 +68,8 @@ def test_help_imports_neither_the_ledger_nor_temporal(tmp_path: Path) -> None:
         "cryptography",
         "agentlease.ledger",
         "prometheus_client",
+        "alembic",
+        "opentelemetry",
     )
     assert not heavy, f"--help imports {sorted(heavy)[:20]}"
     assert "agentlease.records" not in modules
@@ -84,7 +86,19 @@ async def test_an_idle_sweep_imports_no_tool_and_not_temporal(tmp_path: Path) ->
         await ledger.close()
     shown, modules = _imported(tmp_path, "sweep", "--once", env={"AGENTLEASE_LEDGER_URL": url})
     assert shown.startswith("examined 0:"), shown
-    # Nothing recorded, nothing served: the metrics' families (prometheus_client) are not loaded either.
-    heavy = _packages(modules, "temporalio", "httpx", "agentlease.tools", "agentlease.workflow", "prometheus_client")
+    # Nothing recorded, nothing served: the metrics' families (prometheus_client) are not loaded either; the
+    # ledger is opened, not migrated (no alembic), and not traced (no OpenTelemetry).
+    heavy = _packages(
+        modules,
+        "temporalio",
+        "httpx",
+        "agentlease.tools",
+        "agentlease.workflow",
+        "prometheus_client",
+        "alembic",
+        "agentlease.ledger.migrate",
+        "agentlease.migrations",
+        "opentelemetry",
+    )
     assert not heavy, f"an idle sweep imports {sorted(heavy)[:20]}"
     assert len(modules) <= SWEEP_BUDGET, f"sweep --once imports {len(modules)} modules (budget {SWEEP_BUDGET})"
