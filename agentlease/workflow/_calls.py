@@ -39,9 +39,12 @@ Every decision is written to the ledger's evidence trail with who made it and wh
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import inspect
+import typing
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from types import CodeType
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -270,7 +273,7 @@ class LeasedToolCalls:
         self._proofs = ProgressProofs(self.patched(PROOF_PATCH))
         """Which progress signals the run believes, and how many it dropped."""
         self._count_refused_writes = self._proofs.enabled
-        workflow.set_query_handler(STATUS_QUERY, self._status_query)
+        workflow.set_query_handler(STATUS_QUERY, _resolved(self._status_query))
         self._decisions: dict[str, tuple[Any, Any]] = {
             command: (self._decision_handler(command), self._decision_validator(command))
             for command in ("approve", "reject", "redrive")
@@ -279,9 +282,9 @@ class LeasedToolCalls:
         self._decisions["cancel"] = (self._cancel, self._validate_cancel)
         assert tuple(self._decisions) == DECISION_UPDATES
         for command, (handler, validator) in self._decisions.items():
-            workflow.set_update_handler(command, handler, validator=validator)
-        workflow.set_signal_handler(LEASE_PROGRESS_SIGNAL, self._on_progress)
-        workflow.set_signal_handler(DECIDE_SIGNAL, self._on_decide)
+            workflow.set_update_handler(command, _resolved(handler), validator=validator)
+        workflow.set_signal_handler(LEASE_PROGRESS_SIGNAL, _resolved(self._on_progress))
+        workflow.set_signal_handler(DECIDE_SIGNAL, _resolved(self._on_decide))
         if self._catalog is not None:
             self._set_state(RunState.RUNNING)
 
@@ -1198,9 +1201,11 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
         super().init(outbound)
         if _defines_own_handlers():
             return
-        workflow.set_query_handler(STATUS_QUERY, _status_before_calls)
+        workflow.set_query_handler(STATUS_QUERY, _resolved(_status_before_calls))
         for command in DECISION_UPDATES:
-            workflow.set_update_handler(command, _refused_before_calls(command), validator=_no_step_yet(command))
+            workflow.set_update_handler(
+                command, _resolved(_refused_before_calls(command)), validator=_no_step_yet(command)
+            )
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         """Run the workflow; when it returns or raises, end its leased calls' state if nothing did."""
@@ -1226,6 +1231,26 @@ def _end_attached(state: RunState) -> None:
     if calls is None or calls.state.ended or not calls.patched(_END_ON_RETURN_PATCH):
         return
     calls.end(RunState.CANCELLED if state is RunState.COMPLETED and calls.cancelled else state)
+
+
+_HINTS: dict[CodeType, tuple[inspect.Signature, dict[str, Any]]] = {}
+"""Resolved signatures and type hints of handler functions, by their code (see :func:`_resolved`)."""
+
+
+def _resolved(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``handler`` (a function or a bound method) with its signature and type hints resolved once per process.
+
+    Temporal reads both each time a run sets a handler, to decode its arguments, and this module's annotations
+    are strings (evaluated anew each time): every run sets up to 14 handlers. The values are the ones Temporal
+    would compute; a closure made again by each run shares its code, hence its entry.
+    """
+    function: Any = getattr(handler, "__func__", handler)
+    known = _HINTS.get(function.__code__)
+    if known is None:
+        known = (inspect.signature(function, eval_str=True), typing.get_type_hints(function))
+        _HINTS[function.__code__] = known
+    function.__signature__, function.__annotations__ = known
+    return handler
 
 
 def _defines_own_handlers() -> bool:
