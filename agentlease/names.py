@@ -12,6 +12,10 @@ AGENT_RUN_WORKFLOW = "AgentRunWorkflow"
 DESCRIBE_TOOLS = "agentlease.describe_tools"
 """Local activity that returns the worker's tool catalog."""
 
+DESCRIBE_RUN = "agentlease.describe_run"
+"""Local activity that returns the worker's tool catalog and a new progress secret, ``{"tools": [...],
+"progress_secret": "..."}``: one local activity where a run needs both (``docs/operator-views.md``)."""
+
 APPLY_DECISION = "agentlease.apply_decision"
 """Activity that writes an operator's decision to the ledger."""
 

@@ -62,7 +62,7 @@ from agentlease.lease import _entered as entered_lease
 from agentlease.ledger.refusals import record_refusal
 from agentlease.ledger.refused_writes import refused_writes
 from agentlease.ledger.store import Ledger
-from agentlease.names import DESCRIBE_TOOLS
+from agentlease.names import DESCRIBE_RUN, DESCRIBE_TOOLS
 from agentlease.progress import PROGRESS_SECRET, mint_secret
 from agentlease.records import (
     SETTLED_BY_EARLIER_RECEIPT,
@@ -152,6 +152,7 @@ class LeasedActivities:
         """The activity callables to register on a Temporal worker."""
         return [
             self._describe_tools_activity(),
+            self._describe_run_activity(),
             _progress_secret,
             *(self._tool_activity(spec) for spec in self._registry.specs()),
         ]
@@ -164,6 +165,15 @@ class LeasedActivities:
             return [info.model_dump(mode="json") for info in registry.catalog()]
 
         return describe_tools
+
+    def _describe_run_activity(self) -> Any:
+        describe_tools = self._describe_tools_activity()
+
+        @activity.defn(name=DESCRIBE_RUN)
+        async def describe_run() -> dict[str, Any]:
+            return {"tools": await describe_tools(), "progress_secret": mint_secret()}
+
+        return describe_run
 
     def _tool_activity(self, spec: ToolSpec) -> Any:
         async def run_tool(payload: dict[str, Any]) -> dict[str, Any]:

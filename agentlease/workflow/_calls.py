@@ -78,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.names import (
         APPLY_DECISION,
         DECIDE_SIGNAL,
+        DESCRIBE_RUN,
         DESCRIBE_TOOLS,
         LEASE_PROGRESS_SIGNAL,
         RECORD_REFUSAL,
@@ -160,6 +161,7 @@ ends, not also when it is scheduled. Each patch asked for costs a new run a mark
 change on its own and replay as they were."""
 
 _DECISION_TIMEOUT = timedelta(seconds=30)
+_DESCRIBE_TIMEOUT = timedelta(seconds=30)
 _DECISION_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10),
     maximum_attempts=0,
@@ -336,9 +338,16 @@ class LeasedToolCalls:
 
     async def _describe_tools(self) -> dict[str, ToolInfo]:
         self._learnt = True
-        catalog = await workflow.execute_local_activity(
-            DESCRIBE_TOOLS, start_to_close_timeout=timedelta(seconds=30), result_type=list[dict[str, Any]]
-        )
+        if self._baseline and self._proofs.wanted:  # one local activity for the catalog and the progress secret
+            described = await workflow.execute_local_activity(
+                DESCRIBE_RUN, start_to_close_timeout=_DESCRIBE_TIMEOUT, result_type=dict[str, Any]
+            )
+            self._proofs.learn(described["progress_secret"])
+            catalog = described["tools"]
+        else:
+            catalog = await workflow.execute_local_activity(
+                DESCRIBE_TOOLS, start_to_close_timeout=_DESCRIBE_TIMEOUT, result_type=list[dict[str, Any]]
+            )
         return {info.name: info for info in map(ToolInfo.model_validate, catalog)}
 
     def register(self, info: ToolInfo) -> None:

@@ -59,10 +59,22 @@ class ProgressProofs:
             return None
         async with self._minting:  # calls scheduled in parallel mint one secret
             if self._secret is None:
-                self._secret = await workflow.execute_local_activity(
+                minted = await workflow.execute_local_activity(
                     PROGRESS_SECRET, start_to_close_timeout=_SECRET_TIMEOUT, result_type=str
                 )
+                self._secret = self._secret or minted  # one learnt meanwhile (:meth:`learn`) stays
         return step_key(self._secret, step_id)
+
+    @property
+    def wanted(self) -> bool:
+        """The run proves progress and has no secret yet (:meth:`learn` one)."""
+        return self.enabled and self._secret is None
+
+    def learn(self, secret: str) -> None:
+        """Take ``secret``, minted with the run's catalog (``agentlease.describe_run``), unless the run already
+        has one: a secret, once a call's key came from it, never changes."""
+        if self.enabled and self._secret is None:
+            self._secret = secret
 
     def accepted(self, payload: Any, steps: Mapping[str, TaskView]) -> LeaseProgress | None:
         """The signal's :class:`LeaseProgress` when the run believes it; ``None`` when it is dropped

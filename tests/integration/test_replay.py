@@ -27,7 +27,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileRequest
-from agentlease.names import STATUS_QUERY
+from agentlease.names import DESCRIBE_RUN, STATUS_QUERY
 from agentlease.plugin import _pass_through
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
@@ -52,6 +52,16 @@ def patches(history: WorkflowHistory) -> set[str]:
         and event.marker_recorded_event_attributes.marker_name == "core_patch"
         for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads
     }
+
+
+def local_activities(history: WorkflowHistory) -> list[str]:
+    """The activity types of the run's local activities, in the order recorded."""
+    return [
+        json.loads(event.marker_recorded_event_attributes.details["data"].payloads[0].data)["activity_type"]
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and event.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
 
 
 def replayer() -> Replayer:
@@ -135,6 +145,8 @@ async def test_fresh_histories_replay(client: Client, settings: AgentLeaseSettin
     assert result.replay_failure is None, result.replay_failure
     # A new run records one patch marker (and one TemporalChangeVersion upsert) for all of agentlease's changes.
     assert patches(history) == {BASELINE_PATCH}
+    # The run's catalog and its progress secret come from one local activity.
+    assert local_activities(history) == [DESCRIBE_RUN]
     if RECORD:
         HISTORIES.mkdir(exist_ok=True)
         (HISTORIES / f"{name}.json").write_text(history.to_json())
