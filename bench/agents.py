@@ -41,6 +41,7 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.plugin import AgentLeasePlugin
 from agentlease.settings import AgentLeaseSettings
+from agentlease.shutdown import exit_process
 from bench import agent_models as models
 from bench import agent_workflows as wf
 from bench.runs import cpu_s, history_of, server_pids
@@ -205,3 +206,4 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     asyncio.run(main(parse_args()))
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)

@@ -59,6 +59,7 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus
+from agentlease.shutdown import exit_process
 from agentlease.workflow._plan import AgentRunWorkflow
 from bench.chaos_tools import CHAOS_TOOLS, LEASE_TTL
 from bench.faults import PostgresCluster, TemporalProcess
@@ -407,3 +408,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)

@@ -56,6 +56,7 @@ from temporalio.client import Client
 
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.shutdown import exit_process
 from bench.effects_agents import refund_prompt
 from bench.effects_downstream import RefundService, running_refund_service
 from bench.effects_tools import AFTER_RETURN, DIR_ENV, DOWNSTREAM_ENV
@@ -499,3 +500,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)

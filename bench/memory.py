@@ -44,6 +44,7 @@ from typing import Any
 from agentlease.devserver import scratch_postgres_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.shutdown import exit_process
 from bench.overhead import default_pg_url, quiet_dev_server, rotated
 from bench.tools import HOLD_TOOL, PLAIN_HOLD_ACTIVITY
 from bench.workflow import BENCH_WORKFLOW, BenchBatch
@@ -262,3 +263,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)

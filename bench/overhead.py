@@ -47,6 +47,7 @@ from agentlease.ledger.store import Ledger
 from agentlease.names import AGENT_RUN_WORKFLOW
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings, default_identity
+from agentlease.shutdown import exit_process
 from agentlease.tools._decisions import DecisionActivities
 from agentlease.tools._leased import LeasedActivities
 from agentlease.tools._registry import ToolRegistry
@@ -60,8 +61,8 @@ PLAIN = "plain"
 LEASED_SQLITE = "leased-sqlite"
 LEASED_PG = "leased-pg"
 AGENT_RUN_SQLITE = "agent-run-sqlite"
-TARGET_RATIO = 0.8
-"""The leased/plain ratio the SQLite ledger should reach."""
+TARGET_RATIO = 0.95
+"""The leased/plain ratio each ledger should reach."""
 
 PG_CONNECT_TIMEOUT_S = 5.0
 """How long to wait for the PostgreSQL server when making the scratch database. Default 5s."""
@@ -310,11 +311,11 @@ def report(sides: list[Side], opts: argparse.Namespace, settings: AgentLeaseSett
     for side in sides:
         if side.unsettled:
             print(f"note: {side.unsettled} call(s) of {side.name} did not settle", file=out)
-    sqlite = next((side for side in sides if side.name == LEASED_SQLITE), None)
-    if sqlite is not None:
-        sqlite_ratio = statistics.median(sqlite.rates) / plain_median
-        verdict = "meets" if sqlite_ratio >= TARGET_RATIO else "is below"
-        print(f"leased-sqlite/plain = {sqlite_ratio:.2f}, which {verdict} the target of {TARGET_RATIO}", file=out)
+    for side in sides:
+        if side.name in (LEASED_SQLITE, LEASED_PG):
+            ratio_of_medians = statistics.median(side.rates) / plain_median
+            verdict = "meets" if ratio_of_medians >= TARGET_RATIO else "is below"
+            print(f"{side.name}/plain = {ratio_of_medians:.2f}, which {verdict} the aim of {TARGET_RATIO}", file=out)
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -422,3 +423,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)

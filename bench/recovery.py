@@ -48,6 +48,7 @@ from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep
+from agentlease.shutdown import exit_process
 from agentlease.workflow._plan import AgentRunWorkflow
 from bench.faults import TemporalProcess
 from bench.recovery_tools import HOLDING, TOOL_OF_TTL
@@ -266,3 +267,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)

@@ -47,6 +47,7 @@ from agentlease.ledger.store import Ledger
 from agentlease.names import AGENT_RUN_WORKFLOW
 from agentlease.records import AgentRunPlan, PlanStep
 from agentlease.settings import AgentLeaseSettings
+from agentlease.shutdown import exit_process
 from bench.overhead import default_pg_url, quiet_dev_server, rotated
 from bench.tools import PLAIN_READ_ACTIVITY, READ_TOOL
 from bench.workflow import BENCH_WORKFLOW, BenchBatch
@@ -237,7 +238,7 @@ def report(sides: list[Side], workers: int, histories: dict[str, dict[str, int]]
         h = histories.get(side.name, {})
         shown = (
             f"{h.get('events', 0)} events, {h.get('bytes', 0) / 1024:.1f} KB, {h.get('upserts', 0)} upserts, "
-            f"{h.get('markers', 0)} markers, {h.get('workflow_tasks', 0)} workflow tasks"
+            f"{h.get('markers', 0)} markers, {h.get('workflow_tasks', 0)} workflow tasks, {h.get('signals', 0)} signals"
         )
         print(
             f"{side.name:<18} {rate / opts.steps:>7.1f} {rate:>8.1f} {ratio:>6} {paired:>6} {worker:>9.2f} "
@@ -359,3 +360,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)
