@@ -276,8 +276,10 @@ async def test_a_worker_killed_after_the_refund_is_taken_over_at_generation_two_
         handle = await a.start()
         await a.held(first)
         assert a.refunds.effects(a.order_id) == 1  # applied; its answer waits at the gate
-        second = await a.worker()
+        # Killed before the second worker starts: under load that start can outlast the first attempt's
+        # own patience, whose retry would then run (and settle at generation 2) on the first worker.
         first.signal(signal.SIGKILL)
+        second = await a.worker()
 
         answer = await asyncio.wait_for(handle.result(), RUN_TIMEOUT_S)
         task = await a.refund_task()

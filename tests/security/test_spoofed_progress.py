@@ -20,7 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentlease import search_attributes as sa
 from agentlease.codec import ENCODING
-from agentlease.names import LEASE_PROGRESS_SIGNAL, STATUS_QUERY
+from agentlease.names import DESCRIBE_RUN, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
 from agentlease.records import AgentRunPlan, PlanStep
 from agentlease.settings import AgentLeaseSettings
 from agentlease.temporal import connect
@@ -140,6 +140,7 @@ async def test_with_the_codec_the_run_secret_and_the_call_key_are_sealed_in_hist
         event.marker_recorded_event_attributes.details["result"].payloads[0]
         for event in raw.events
         if event.marker_recorded_event_attributes.marker_name == "core_local_activity"
-        and b"agentlease.progress_secret" in event.marker_recorded_event_attributes.details["data"].payloads[0].data
+        # the run learns its catalog and its progress secret from one local activity
+        and DESCRIBE_RUN.encode() in event.marker_recorded_event_attributes.details["data"].payloads[0].data
     ]
     assert len(minted) == 1 and minted[0].metadata["encoding"] == ENCODING, minted
