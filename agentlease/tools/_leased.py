@@ -138,6 +138,8 @@ class LeasedActivities:
         self._settings = settings
         self._resources = resources or ToolResources()
         self._secrets = secret_provider(settings)
+        self._settings_by_tool: dict[str, ToolSettings] = {}
+        """Each tool's :class:`ToolSettings`, made on its first call: the values are the worker's, not the call's."""
         self._metrics = ledger.metrics
         self.deferred = DeferredWrites(self._metrics)
         """Writes an outage kept from the ledger, recorded once it is back."""
@@ -157,23 +159,34 @@ class LeasedActivities:
             *(self._tool_activity(spec) for spec in self._registry.specs()),
         ]
 
+    def _catalog(self) -> list[dict[str, Any]]:
+        """The worker's tool catalog as JSON: what ``agentlease.describe_tools`` and ``describe_run`` answer."""
+        return [info.model_dump(mode="json") for info in self._registry.catalog()]
+
     def _describe_tools_activity(self) -> Any:
-        registry = self._registry
+        catalog = self._catalog
 
         @activity.defn(name=DESCRIBE_TOOLS)
         async def describe_tools() -> list[dict[str, Any]]:
-            return [info.model_dump(mode="json") for info in registry.catalog()]
+            return catalog()
 
         return describe_tools
 
     def _describe_run_activity(self) -> Any:
-        describe_tools = self._describe_tools_activity()
+        catalog = self._catalog
 
         @activity.defn(name=DESCRIBE_RUN)
         async def describe_run() -> dict[str, Any]:
-            return {"tools": await describe_tools(), "progress_secret": mint_secret()}
+            return {"tools": catalog(), "progress_secret": mint_secret()}
 
         return describe_run
+
+    def _tool_settings(self, spec: ToolSpec) -> ToolSettings:
+        """The settings ``spec``'s tool may read, made once per tool and worker."""
+        found = self._settings_by_tool.get(spec.name)
+        if found is None:
+            found = self._settings_by_tool[spec.name] = ToolSettings(self._settings, spec.name, spec.settings)
+        return found
 
     def _tool_activity(self, spec: ToolSpec) -> Any:
         async def run_tool(payload: dict[str, Any]) -> dict[str, Any]:
@@ -327,7 +340,7 @@ class LeasedActivities:
             claim=claim,
             side_effect_class=spec.side_effect_class,
             previous_receipt=stored,
-            settings=ToolSettings(self._settings, spec.name, spec.settings),
+            settings=self._tool_settings(spec),
             recovery=decision,
             resources=self._resources,
             secrets=ToolSecrets(self._secrets, spec.name),
@@ -650,7 +663,7 @@ class LeasedActivities:
                 real_attempts=real_attempts,
                 fencing_token=claim.generation,
                 earlier=await self._ledger.events(claim.task_id),
-                settings=ToolSettings(self._settings, spec.name, spec.settings),
+                settings=self._tool_settings(spec),
             )
             limit = claim.lease_ttl.total_seconds() * PROBE_SHARE_OF_TTL
             result = await asyncio.wait_for(spec.probe(query), limit)

@@ -73,7 +73,7 @@ class ProgressProofs:
     def learn(self, secret: str) -> None:
         """Take ``secret``, minted with the run's catalog (``agentlease.describe_run``), unless the run already
         has one: a secret, once a call's key came from it, never changes."""
-        if self.enabled and self._secret is None:
+        if self.wanted:
             self._secret = secret
 
     def accepted(self, payload: Any, steps: Mapping[str, TaskView]) -> LeaseProgress | None:
