@@ -62,7 +62,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentlease.clock import db_now_ms
 from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
-from agentlease.ledger.schema import NAMING_CONVENTION
+from agentlease.ledger.tables import NAMING_CONVENTION
 
 MAX_GENERATION = 2**63 - 1
 """The largest generation a ``BIGINT`` column holds."""

@@ -5,7 +5,7 @@ through the pydantic models of :mod:`agentlease.records` and :mod:`agentlease.de
 fields use the bounds and checks defined here; the CLI, the update validators and the workflow's
 own bad-plan handling therefore refuse the same input with the same message.
 
-The id lengths follow the ledger's columns (:mod:`agentlease.ledger.schema`): a run id of
+The id lengths follow the ledger's columns (:mod:`agentlease.ledger.tables`): a run id of
 :data:`MAX_RUN_ID_CHARS` and a step id of :data:`MAX_STEP_ID_CHARS` make a default idempotency key
 ``<run>:<step>`` of at most :data:`MAX_IDEMPOTENCY_KEY_CHARS` characters, and a task id
 ``<run>/<step>`` that fits ``tasks.task_id``.

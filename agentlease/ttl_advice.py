@@ -29,8 +29,8 @@ from sqlalchemy.engine import Connection
 
 from agentlease.clock import to_ms
 from agentlease.enums import EventKind
-from agentlease.ledger.statements import EVENTS, TASKS
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import EVENTS, TASKS
 from agentlease.metrics import stage_label
 
 HOLDER_WRITES = frozenset(

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agentlease.clock import db_now_ms
 from agentlease.databases import create_async_database_engine
 from agentlease.demo.serving import bind_loopback
-from agentlease.ledger.schema import NAMING_CONVENTION
+from agentlease.ledger.tables import NAMING_CONVENTION
 
 DATABASE_FILE = "mail.db"
 """The server's SQLite file under the data dir."""

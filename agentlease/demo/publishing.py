@@ -72,7 +72,7 @@ from agentlease.fencing import advance_fence
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
 from agentlease.idempotency.middleware import stale_fencing_response
-from agentlease.ledger.schema import NAMING_CONVENTION
+from agentlease.ledger.tables import NAMING_CONVENTION
 from agentlease.tools.builtin.http_publish import MAX_BODY_CHARS, MAX_TITLE_CHARS, SLUG_PATTERN, fenced_resource
 
 DATABASE_FILE = "publishing.db"

@@ -53,7 +53,7 @@ from agentlease.clock import db_now_ms, duration_ms
 from agentlease.databases import create_async_database_engine
 from agentlease.fencing import FencingToken, advance_fence, create_fence_table, upsert_for
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
-from agentlease.ledger.schema import NAMING_CONVENTION
+from agentlease.ledger.tables import NAMING_CONVENTION
 
 DEFAULT_RETENTION = timedelta(hours=24)
 """How long a completed key is replayed before it may be reused. Default 24h."""

@@ -12,7 +12,7 @@ are insert-only for the worker role (``docs/security.md``, "Authenticated decisi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -20,13 +20,11 @@ from sqlalchemy.engine import Connection
 
 from agentlease.clock import from_ms, now_param
 from agentlease.enums import EventKind
-from agentlease.ledger.schema import DecisionAppliedRow, DecisionReplayRow
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import DECISION_REPLAYS as _REPLAYS
+from agentlease.ledger.tables import DECISIONS_APPLIED as _APPLIED
 from agentlease.ledger.trail import write_event
 from agentlease.records import TaskSpec, TraceLink
-
-_APPLIED = cast(Table, DecisionAppliedRow.__table__)
-_REPLAYS = cast(Table, DecisionReplayRow.__table__)
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,9 @@ from sqlalchemy.engine import Connection, Row
 
 from agentlease.clock import bound_now_ms, from_ms, now_param
 from agentlease.enums import ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
-from agentlease.ledger.statements import TASKS, receipt_keys_query
+from agentlease.ledger.statements import receipt_keys_query
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import TASKS
 from agentlease.ledger.trail import event_values
 from agentlease.records import TraceLink
 

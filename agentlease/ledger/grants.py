@@ -30,14 +30,13 @@ exactly these privileges. Every name is quoted as an SQL identifier.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
-from sqlalchemy import Table, text
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from agentlease.errors import ConfigurationError
 from agentlease.ledger.database import LedgerDatabase
-from agentlease.ledger.schema import TaskRow
+from agentlease.ledger.tables import TASKS
 
 DECISION_ID_TABLES = ("decisions_applied", "decision_replays")
 """The signed decisions' ids (migration 0007): insert-only for the worker role."""
@@ -51,7 +50,7 @@ TASK_IDENTITY = frozenset(
 )
 """What a task is: set when the row is created, never updated by any role but the owner."""
 
-LEASE_COLUMNS = tuple(c.name for c in cast(Table, TaskRow.__table__).c if c.name not in TASK_IDENTITY)
+LEASE_COLUMNS = tuple(c.name for c in TASKS.c if c.name not in TASK_IDENTITY)
 """The columns of ``tasks`` the worker and operator roles may UPDATE: every other one."""
 
 GUARD_TRIGGERS = ("agentlease_tasks_guard", "agentlease_receipts_guard", "agentlease_events_guard")

@@ -16,21 +16,19 @@ run. No decision applies to it: the run has ended.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, update
+from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import now_param
 from agentlease.enums import ErrorClass, EventKind, TaskStatus
-from agentlease.ledger.schema import TaskRow
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import TASKS as _TASKS
 from agentlease.ledger.trail import write_event
 from agentlease.records import TaskRecord, TaskSpec, TraceLink
 from agentlease.redaction import redact
 from agentlease.unknown_tools import RUN_DECIDER, UNKNOWN_TOOL_ERROR
-
-_TASKS = cast(Table, TaskRow.__table__)
 
 
 async def record_refusal(

@@ -9,16 +9,13 @@ when a later generation ends the call, never on a first generation's hot path.
 
 from __future__ import annotations
 
-from typing import cast
-
-from sqlalchemy import Table, bindparam, func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from agentlease.enums import EventKind
-from agentlease.ledger.schema import LeaseEventRow
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import EVENTS as _EVENTS
 
-_EVENTS = cast(Table, LeaseEventRow.__table__)
 REFUSED_KINDS = (EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED)
 """The trail's kinds of a refused holder write (the web view's "refused" markers)."""
 

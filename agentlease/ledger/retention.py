@@ -17,15 +17,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, delete, exists, func, select
+from sqlalchemy import delete, exists, func, select
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import to_ms
 from agentlease.enums import TaskStatus
-from agentlease.ledger.schema import LeaseEventRow, ReceiptRow, TaskRow
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import EVENTS as _E
+from agentlease.ledger.tables import RECEIPTS as _R
+from agentlease.ledger.tables import TASKS as _T
 
 DEFAULT_BATCH_SIZE = 500
 """Tasks one purge transaction deletes at most. Default 500."""
@@ -34,9 +36,6 @@ MAX_BATCH_SIZE = 10_000
 """The largest batch: its task ids are bound parameters of one statement (PostgreSQL takes 32,767)."""
 
 _FINAL = sorted(s.value for s in TaskStatus if s.is_terminal and s is not TaskStatus.CANCELLED_EFFECT_UNKNOWN)
-_T = cast(Table, TaskRow.__table__)
-_E = cast(Table, LeaseEventRow.__table__)
-_R = cast(Table, ReceiptRow.__table__)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -33,7 +33,6 @@ from sqlalchemy import (
     ColumnElement,
     Insert,
     Select,
-    Table,
     Update,
     and_,
     bindparam,
@@ -56,12 +55,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from agentlease.clock import bound_now_ms
 from agentlease.decisions import DECISIONS
 from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, TaskStatus
-from agentlease.ledger.schema import WAITING_PREDICATE, LeaseEventRow, ReceiptRow, TaskRow
+from agentlease.ledger.tables import EVENTS, RECEIPTS, TASKS, WAITING_PREDICATE
 from agentlease.records import TraceLink
 
-TASKS = cast(Table, TaskRow.__table__)
-EVENTS = cast(Table, LeaseEventRow.__table__)
-RECEIPTS = cast(Table, ReceiptRow.__table__)
 _T = TASKS.c
 _E = EVENTS.c
 

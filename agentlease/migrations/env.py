@@ -13,9 +13,9 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from agentlease.databases import create_async_database_engine
-from agentlease.ledger.schema import Base
+from agentlease.ledger.tables import metadata
 
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def _run(connection: Connection) -> None:

@@ -27,12 +27,12 @@ operator's approval of that task. A workflow of its own on the task queue that s
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Table, select
+from sqlalchemy import select
 
 from agentlease.enums import EventKind
-from agentlease.ledger.schema import LeaseEventRow
+from agentlease.ledger.tables import EVENTS as _EVENTS
 from agentlease.records import (
     SHARED_KEY_PREFIX,
     TaskSpec,
@@ -45,8 +45,6 @@ from agentlease.records import (
 if TYPE_CHECKING:
     from agentlease.ledger.store import Ledger
     from agentlease.records import Claim
-
-_EVENTS = cast(Table, LeaseEventRow.__table__)
 
 
 def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -> str | None:

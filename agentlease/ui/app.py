@@ -35,8 +35,9 @@ from agentlease.decisions import suggested_commands
 from agentlease.enums import EventKind, RunState
 from agentlease.errors import TaskNotFoundError
 from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages, failed_before_calls, run_failures
-from agentlease.ledger.statements import EVENTS, TASKS, runs_page, tasks_page
+from agentlease.ledger.statements import runs_page, tasks_page
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import EVENTS, TASKS
 from agentlease.records import LeaseEvent, TaskRecord
 from agentlease.redaction import redact
 from agentlease.ui.guard import LOOPBACK_NAMES, UiGuard

@@ -28,8 +28,8 @@ from sqlalchemy.exc import OperationalError
 from agentlease.errors import LedgerUnavailableError
 from agentlease.ledger.database import open_database
 from agentlease.ledger.migrate import upgrade
-from agentlease.ledger.statements import TASKS
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import TASKS
 from tests.eventually import assert_eventually
 
 

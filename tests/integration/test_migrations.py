@@ -1,6 +1,6 @@
-"""The Alembic head makes exactly the tables the SQLAlchemy models describe, on SQLite and PostgreSQL.
+"""The Alembic head makes exactly the tables :mod:`agentlease.ledger.tables` describes, on SQLite and PostgreSQL.
 
-A model change without a migration (or a migration that does not match its model) shows up here
+A table change without a migration (or a migration that does not match its table) shows up here
 as a non-empty difference, listed in the failure.
 """
 
@@ -14,11 +14,11 @@ from sqlalchemy import Column, MetaData, String, Table
 from sqlalchemy.engine import Connection
 
 from agentlease.ledger.migrate import head_revision, require_current
-from agentlease.ledger.schema import Base
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import metadata as ledger_metadata
 
 
-def drift(conn: Connection, metadata: MetaData = Base.metadata) -> list[Any]:
+def drift(conn: Connection, metadata: MetaData = ledger_metadata) -> list[Any]:
     context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
     return compare_metadata(context, metadata)
 
@@ -30,9 +30,9 @@ async def test_the_alembic_head_matches_the_models(ledger: Ledger) -> None:
 
 
 async def test_drift_is_seen(ledger: Ledger) -> None:
-    """The comparison is not vacuous: a column the models have and the migrations do not is reported."""
+    """The comparison is not vacuous: a column the tables have and the migrations do not is reported."""
     changed = MetaData()
-    for table in Base.metadata.tables.values():
+    for table in ledger_metadata.tables.values():
         table.to_metadata(changed)
     tasks: Table = changed.tables["tasks"]
     tasks.append_column(Column("not_migrated", String(10)))

@@ -30,8 +30,8 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentlease.ledger.migrate import upgrade
-from agentlease.ledger.statements import TASKS
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import TASKS
 from agentlease.records import AgentRunPlan, PlanStep
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.fleet import Fleet, wait_polling

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import Table
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentlease import limits
@@ -27,7 +28,7 @@ from agentlease.cli.plans import load_plan, with_run_id
 from agentlease.decisions import CancelRequest, DecisionRequest, LedgerDecision, ReconcileRequest
 from agentlease.enums import DecisionKind, SideEffectClass
 from agentlease.errors import ConfigurationError
-from agentlease.ledger.schema import ReceiptRow, TaskRow
+from agentlease.ledger.tables import RECEIPTS, TASKS
 from agentlease.records import AgentRunPlan, PlanStep, TaskSpec, ToolCall, idempotency_key_for, task_id_for
 from agentlease.tools._registry import load_registry
 from agentlease.workflow._calls import parse_payload
@@ -36,18 +37,18 @@ FUZZ = settings(max_examples=800, deadline=None, suppress_health_check=[HealthCh
 """Cases per property: five properties of 800, one of 300 (long keys) and one of 60 through the command line."""
 
 
-def _length(table: Any, column: str) -> int:
-    length = table.__table__.c[column].type.length
+def _length(table: Table, column: str) -> int:
+    length = getattr(table.c[column].type, "length", None)
     assert isinstance(length, int)
     return length
 
 
 COLUMNS = {
-    "task_id": _length(TaskRow, "task_id"),
-    "agent_run_id": _length(TaskRow, "agent_run_id"),
-    "step_id": _length(TaskRow, "step_id"),
-    "tool": _length(TaskRow, "tool"),
-    "idempotency_key": min(_length(TaskRow, "idempotency_key"), _length(ReceiptRow, "idempotency_key")),
+    "task_id": _length(TASKS, "task_id"),
+    "agent_run_id": _length(TASKS, "agent_run_id"),
+    "step_id": _length(TASKS, "step_id"),
+    "tool": _length(TASKS, "tool"),
+    "idempotency_key": min(_length(TASKS, "idempotency_key"), _length(RECEIPTS, "idempotency_key")),
 }
 """The ledger's column sizes that derived ids and keys must fit."""
 

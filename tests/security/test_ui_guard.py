@@ -25,8 +25,8 @@ from sqlalchemy.engine import Connection
 
 from agentlease.demo.serving import serve_app
 from agentlease.enums import EventKind, SideEffectClass, Stage
-from agentlease.ledger.statements import EVENTS
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.tables import EVENTS
 from agentlease.records import SettlementReceipt, TaskSpec
 from agentlease.ui.app import EVENTS_PER_PAGE, MAX_LIMIT, TASKS_PER_PAGE, ui_app
 from tests.acceptance.conftest import background, cli  # noqa: F401

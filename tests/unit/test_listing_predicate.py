@@ -8,7 +8,7 @@ from pathlib import Path
 
 import agentlease.migrations.versions as versions
 from agentlease.enums import TaskStatus
-from agentlease.ledger.schema import WAITING_PREDICATE
+from agentlease.ledger.tables import WAITING_PREDICATE
 
 
 def _statuses(predicate: str) -> set[str]:

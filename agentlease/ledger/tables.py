@@ -1,0 +1,186 @@
+"""Ledger tables (SQLAlchemy Core). The migrations in ``agentlease/migrations`` make them.
+
+Core ``Table`` objects, not ORM models: the ledger reads and writes with Core statements only, and a
+command that opens the ledger does not pay for importing SQLAlchemy's ORM. Columns are read as
+``TASKS.c.status``.
+
+Times are epoch milliseconds judged on the database's clock (``_ms`` columns, see
+:mod:`agentlease.clock`). Every constraint is named through the metadata's naming convention.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, MetaData, String, Table, Text, text
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+"""The ledger's tables (the migrations' ``target_metadata``)."""
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY.
+_EventId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+WAITING_PREDICATE = (
+    "status IN ('awaiting_approval', 'blocked', 'needs_reconciliation', 'dead_lettered', 'cancelled_effect_unknown')"
+)
+"""SQL of the statuses that wait for a person (``TaskStatus.waits_for_person``): the partial index of
+``agentlease waiting``. ``tests/unit/test_listing_predicate.py`` checks it against the enum."""
+
+
+def _trace_columns() -> list[Column[object]]:
+    """Links into Temporal: workflow id / run id / activity id / attempt of the writing attempt, and
+    the OpenTelemetry trace id (32 hex digits) of that attempt when tracing is on (``docs/tracing.md``)."""
+    return [
+        Column("trace_workflow_id", String(255), nullable=True),
+        Column("trace_run_id", String(64), nullable=True),
+        Column("trace_activity_id", String(255), nullable=True),
+        Column("trace_attempt", Integer, nullable=True),
+        Column("trace_id", String(32), nullable=True),
+    ]
+
+
+TASKS = Table(
+    "tasks",
+    metadata,
+    # One task: lifecycle, current authority and logical action identity kept apart.
+    Column("task_id", String(400), primary_key=True),
+    Column("agent_run_id", String(255), nullable=False),
+    Column("step_id", String(128), nullable=False),
+    Column("tool", String(128), nullable=False),
+    Column("side_effect_class", String(16), nullable=False),
+    Column("status", String(24), nullable=False),
+    Column("stage", String(16), nullable=True),
+    Column("lease_owner", String(255), nullable=True),
+    Column("lease_acquired_at_ms", BigInteger, nullable=True),
+    Column("lease_expires_at_ms", BigInteger, nullable=True),
+    Column("lease_ttl_ms", BigInteger, nullable=False),
+    Column("claim_generation", BigInteger, nullable=False, default=0),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("renewal_count", Integer, nullable=False, default=0),
+    Column("idempotency_key", String(256), nullable=False, index=True),
+    Column("receipt", JSON, nullable=True),
+    # The SHA-256 (hex) of the current claim's lease token: every holder write presents the token
+    # (``docs/security.md``, "Lease tokens"); the token itself is never stored.
+    Column("lease_token_sha256", String(64), nullable=True),
+    # The fingerprint of the call's arguments (SHA-256 of their canonical JSON): a stored receipt
+    # settles a task only for the same tool and arguments.
+    Column("arguments_sha256", String(64), nullable=True),
+    # The approval of an approval-gated call, bound to one execution (``docs/recovery.md``,
+    # "Approvals"): when it was given (ledger clock), the tool and the arguments' fingerprint the person
+    # saw, and the claim generation that consumed it (``NULL``: not consumed yet). A claim of such a task
+    # needs an approval of its tool and arguments, younger than the tool's approval TTL, not consumed.
+    Column("approved_at_ms", BigInteger, nullable=True),
+    Column("approval_tool", String(128), nullable=True),
+    Column("approval_arguments_sha256", String(64), nullable=True),
+    Column("approval_consumed_generation", BigInteger, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("error_class", String(64), nullable=True),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    *_trace_columns(),
+    # The sweeper: running tasks by lease expiry.
+    Index("ix_tasks_status_lease_expires_at_ms", "status", "lease_expires_at_ms"),
+    # Operator listings, each read in keyset pages on (created_at_ms, task_id): all tasks, one
+    # run's tasks (and the runs, grouped), tasks of one status, and the tasks waiting for a person.
+    Index("ix_tasks_created_at_ms_task_id", "created_at_ms", "task_id"),
+    Index("ix_tasks_agent_run_id_created_at_ms", "agent_run_id", "created_at_ms", "task_id"),
+    Index("ix_tasks_status_created_at_ms", "status", "created_at_ms", "task_id"),
+    Index(
+        "ix_tasks_waiting_created_at_ms",
+        "created_at_ms",
+        "task_id",
+        postgresql_where=text(WAITING_PREDICATE),
+        sqlite_where=text(WAITING_PREDICATE),
+    ),
+)
+"""One task: lifecycle, current authority and logical action identity kept apart."""
+
+EVENTS = Table(
+    "lease_events",
+    metadata,
+    Column("event_id", _EventId, primary_key=True, autoincrement=True),
+    Column("task_id", String(400), nullable=False),
+    Column("kind", String(24), nullable=False),
+    Column("claim_generation", BigInteger, nullable=False),
+    Column("lease_owner", String(255), nullable=True),
+    Column("stage", String(16), nullable=True),
+    Column("reason", Text, nullable=True),
+    Column("details", JSON, nullable=True),
+    Column("at_ms", BigInteger, nullable=False),
+    # The database role the writer authenticated as (PostgreSQL ``session_user``), beside the
+    # configured ``lease_owner``; ``NULL`` on SQLite, which authenticates nobody.
+    Column("authenticated_as", String(128), nullable=True),
+    *_trace_columns(),
+    # One task's trail in order (and a run's, task by task), read in keyset pages on event_id.
+    Index("ix_lease_events_task_id_event_id", "task_id", "event_id"),
+)
+"""The evidence trail: claims, renewals with stage and reason, releases, settles, lease losses."""
+
+RECEIPTS = Table(
+    "receipts",
+    metadata,
+    Column("idempotency_key", String(256), primary_key=True),
+    Column("task_id", String(400), nullable=False, index=True),
+    Column("claim_generation", BigInteger, nullable=False),
+    Column("receipt", JSON, nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    # What the receipt is for: a task of another tool or other arguments with the same key is
+    # refused, not settled with it (``docs/security.md``, "Receipts and tasks bound to their run").
+    Column("tool", String(128), nullable=True),
+    Column("arguments_sha256", String(64), nullable=True),
+)
+"""Settlement receipts, unique per idempotency key."""
+
+
+def _decision_id_columns() -> list[Column[object]]:
+    """One signed decision's id on one task (``docs/security.md``, "Authenticated decisions"): the
+    operator's decision id (a cancel of a whole run applies one id to each of its tasks), the decision,
+    its operator, the generation it was signed for (``NULL``: not bound), and the Temporal activity that
+    used it first (a retry of that same activity is not a replay)."""
+    return [
+        Column("decision_id", String(64), primary_key=True),
+        Column("task_id", String(400), primary_key=True),
+        Column("kind", String(24), nullable=False),
+        Column("operator", String(200), nullable=False),
+        Column("generation", BigInteger, nullable=True),
+        Column("workflow_id", String(255), nullable=True),
+        Column("run_id", String(64), nullable=True),
+        Column("activity_id", String(255), nullable=True),
+    ]
+
+
+DECISIONS_APPLIED = Table(
+    "decisions_applied",
+    metadata,
+    Column("applied_at_ms", BigInteger, nullable=False),
+    *_decision_id_columns(),
+)
+"""A signed decision applied to a task: its decision id, once. Insert-only (worker role: INSERT, SELECT)."""
+
+DECISION_REPLAYS = Table(
+    "decision_replays",
+    metadata,
+    Column("refused_at_ms", BigInteger, nullable=False),
+    *_decision_id_columns(),
+)
+"""The first replay of a signed decision on a task, refused: its trail entry is written once per
+decision id, however often it is sent again. Insert-only, like :data:`DECISIONS_APPLIED`; the
+activity columns are the replaying one's."""
+
+__all__ = [
+    "DECISIONS_APPLIED",
+    "DECISION_REPLAYS",
+    "EVENTS",
+    "NAMING_CONVENTION",
+    "RECEIPTS",
+    "TASKS",
+    "WAITING_PREDICATE",
+    "metadata",
+]
