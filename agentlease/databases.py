@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncpg
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentlease.errors import ConfigurationError, LedgerUnavailableError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another process's write lock before failing. Default 30s."""
@@ -101,13 +103,27 @@ def is_missing_schema(exc: BaseException) -> bool:
     return isinstance(orig, sqlite3.OperationalError) and str(orig).startswith("no such table")
 
 
+def asyncpg_errors(*names: str) -> tuple[type[BaseException], ...]:
+    """asyncpg's error classes of these names (``"PostgresError"``, ``"InterfaceError"``, ...), for an
+    ``except`` clause or ``isinstance``; ``()`` while asyncpg was never imported.
+
+    asyncpg is imported only by a PostgreSQL connection: with no asyncpg in ``sys.modules``, no error of
+    asyncpg can have been raised, and a SQLite ledger's command does not pay for importing it.
+    """
+    if "asyncpg" not in sys.modules:
+        return ()
+    import asyncpg  # already imported: a dictionary look-up (waits if another thread is importing it)
+
+    return tuple(getattr(asyncpg.exceptions, name) for name in names)
+
+
 _UNREACHABLE_PG = (
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.TooManyConnectionsError,
-    asyncpg.exceptions.InterfaceError,
+    "PostgresConnectionError",
+    "CannotConnectNowError",
+    "AdminShutdownError",
+    "CrashShutdownError",
+    "TooManyConnectionsError",
+    "InterfaceError",
 )
 
 
@@ -121,7 +137,7 @@ def is_unavailable(exc: BaseException) -> bool:
         return True
     orig = getattr(exc, "orig", None) or exc
     for cause in (orig, orig.__cause__):
-        if isinstance(cause, (OSError, TimeoutError, *_UNREACHABLE_PG)):
+        if isinstance(cause, (OSError, TimeoutError, *asyncpg_errors(*_UNREACHABLE_PG))):
             return True
         if isinstance(cause, sqlite3.OperationalError) and str(cause).startswith(_SQLITE_OUTAGES):
             return True
@@ -138,7 +154,7 @@ def is_refused_value(exc: BaseException) -> bool:
     if isinstance(exc, DataError):
         return True
     orig = getattr(exc, "orig", None) or exc
-    refused = (asyncpg.exceptions.DataError, asyncpg.exceptions.InsufficientPrivilegeError, sqlite3.DataError)
+    refused = (*asyncpg_errors("DataError", "InsufficientPrivilegeError"), sqlite3.DataError)
     return any(isinstance(cause, refused) for cause in (orig, orig.__cause__))
 
 
@@ -182,6 +198,8 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
         ConfigurationError: bad URL.
         LedgerUnavailableError: the directory of a SQLite file cannot be created.
     """
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     normalised = async_url(url)
     path = sqlite_path(normalised)
     if path is None:

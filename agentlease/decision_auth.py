@@ -31,15 +31,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from agentlease.errors import AgentLeaseError, ConfigurationError
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     from agentlease.settings import AgentLeaseSettings
+
+# cryptography is imported by the functions that make, load, sign with or verify keys: a command that
+# only reads the ledger (``agentlease sweep``) does not pay for importing it.
 
 OPEN = "open"
 AUTHENTICATED = "authenticated"
@@ -170,6 +172,9 @@ def new_operator_keys(name: str, directory: Path) -> tuple[Path, Path]:
     """
     if not _NAME.fullmatch(name):
         raise ConfigurationError(f"bad operator name {name!r}: use letters, digits, '.', '_', '@', '-'")
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -210,6 +215,9 @@ class OperatorKey:
         except OSError as exc:
             raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEY: cannot read {path}: {exc.strerror or exc}") from None
         self.operator = _named(data, path)
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError):
@@ -268,6 +276,9 @@ def load_public_keys(text: str | None) -> dict[str, Ed25519PublicKey]:
 
 
 def _public_key(name: str, value: str) -> Ed25519PublicKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     path = Path(value)
     if path.is_file():
         try:
@@ -293,6 +304,8 @@ def _public_key(name: str, value: str) -> Ed25519PublicKey:
 
 def public_key_text(key: Ed25519PublicKey) -> str:
     """The raw public key, base64 (the ``NAME=BASE64`` form of ``AGENTLEASE_OPERATOR_KEYS``)."""
+    from cryptography.hazmat.primitives import serialization
+
     raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return base64.b64encode(raw).decode()
 
@@ -371,6 +384,8 @@ class DecisionVerifier:
                 )
             return None
         message = _message_of(agent_run_id, signed.command, signed.request, proof)
+        from cryptography.exceptions import InvalidSignature
+
         try:
             key.verify(base64.b64decode(proof.signature, validate=True), message)
         except (InvalidSignature, binascii.Error, ValueError):
@@ -430,6 +445,8 @@ def verify_recorded_signature(
     if key is None or details.get("signed_by") != proof.operator:
         return False
     message = _message_of(agent_run_id, signed.command, signed.request, proof)
+    from cryptography.exceptions import InvalidSignature
+
     try:
         key.verify(base64.b64decode(proof.signature, validate=True), message)
     except (InvalidSignature, binascii.Error, ValueError):

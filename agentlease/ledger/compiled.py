@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import asyncpg
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement
+
+from agentlease.databases import asyncpg_errors
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 _Processor = Callable[[Any], Any] | None
 
@@ -136,7 +139,7 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
                 adapted.run_async(lambda driver: driver.execute(compiled.sql, *args))  # type: ignore[union-attr]
                 raw = []
         except Exception as exc:
-            if not isinstance(exc, asyncpg.PostgresError):  # the server answered: the connection is fine
+            if not isinstance(exc, asyncpg_errors("PostgresError")):  # the server answered: the connection is fine
                 conn.invalidate(exc)
             raise DBAPIError.instance(compiled.sql, args, exc, Exception) from exc
         return compiled.rows(raw)
@@ -162,7 +165,7 @@ async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Map
         driver: Any = raw.driver_connection
         rows = await driver.fetch(compiled.sql, *args)
     except BaseException as exc:
-        if isinstance(exc, asyncpg.PostgresError):  # the server answered: the connection is fine
+        if isinstance(exc, asyncpg_errors("PostgresError")):  # the server answered: the connection is fine
             raw.close()
         else:
             raw.invalidate(exc if isinstance(exc, Exception) else None)  # closed at once, outside any greenlet

@@ -47,15 +47,20 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import asyncpg
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement
 
-from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, display_url, is_refused_value, is_unavailable, sqlite_path
+from agentlease.databases import (
+    SQLITE_BUSY_TIMEOUT_MS,
+    asyncpg_errors,
+    display_url,
+    is_refused_value,
+    is_unavailable,
+    sqlite_path,
+)
 from agentlease.errors import LedgerFileChangedError, LedgerRefusedValueError, LedgerUnavailableError, one_line
 from agentlease.ledger.compiled import execute, fetch_alone
 from agentlease.ledger.engine import (
@@ -64,6 +69,9 @@ from agentlease.ledger.engine import (
     create_pg_ledger_engine,
     create_sqlite_thread_engine,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 T = TypeVar("T")
 
@@ -152,6 +160,11 @@ def open_database(
     return AsyncEngineDatabase(create_pg_ledger_engine(url, pool_size=pool_size))
 
 
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    """The errors :func:`unavailable_as_error` looks at: SQLAlchemy's, the OS's, and asyncpg's once it is imported."""
+    return (SQLAlchemyError, OSError, TimeoutError, *asyncpg_errors("PostgresError", "InterfaceError"))
+
+
 @contextmanager
 def unavailable_as_error(url: str) -> Iterator[None]:
     """Raise :class:`LedgerUnavailableError` (one line, the driver's error as its cause) for an error
@@ -162,7 +175,7 @@ def unavailable_as_error(url: str) -> Iterator[None]:
     :class:`~agentlease.ledger.store.Ledger`)."""
     try:
         yield
-    except (SQLAlchemyError, OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except _driver_errors() as exc:
         cause = one_line(getattr(exc, "orig", None) or exc)
         if is_refused_value(exc):
             raise LedgerRefusedValueError(f"ledger {url} refused a value: {cause}") from exc

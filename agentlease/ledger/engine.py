@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 
 from agentlease.databases import (
@@ -35,6 +34,9 @@ from agentlease.databases import (
     sqlite_pragmas,
 )
 from agentlease.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 1_000
 """PostgreSQL ends a ledger session left idle inside a transaction this long. Default 1s.
@@ -131,6 +133,8 @@ def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> Async
         raise ConfigurationError(f"not a PostgreSQL URL: {display_url(url)!r}")
     if pool_size < 1:
         raise ConfigurationError(f"the ledger's pool size must be at least 1, not {pool_size}")
+    from sqlalchemy.ext.asyncio import create_async_engine  # PostgreSQL only: a SQLite ledger does not import it
+
     engine = create_async_engine(
         async_url(url, name="ledger"),
         pool_size=pool_size,
