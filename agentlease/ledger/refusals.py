@@ -48,38 +48,18 @@ async def record_refusal(
     Raises:
         LedgerUnavailableError: the ledger could not be reached.
     """
-    sql = ledger.statements
-    claimable = [status.value for status in TaskStatus if status.claimable]
-    park = (
-        update(_TASKS)
-        .where(_TASKS.c.task_id == own.task_id, _TASKS.c.status.in_(claimable))
-        .values(
-            status=TaskStatus.DEAD_LETTERED.value,
-            error_class=ErrorClass.PERMANENT.value,
-            last_error=reason,
-            updated_at_ms=sql.now,
-        )
+    return await _end_own_task(
+        ledger,
+        own,
+        reason,
+        status=TaskStatus.DEAD_LETTERED,
+        error_class=ErrorClass.PERMANENT.value,
+        kind=EventKind.DEAD_LETTERED,
+        details={"refused": True, **(details or {})},
+        always_recorded=True,
+        trace=trace,
+        now=now,
     )
-
-    def refuse_tx(conn: Connection) -> TaskRecord:
-        conn.execute(sql.insert_task, ledger.task_values(own, now))
-        conn.execute(park, now_param(now))
-        row = conn.execute(sql.select_task, {"key_task_id": own.task_id}).one()
-        write_event(
-            conn,
-            sql,
-            task_id=own.task_id,
-            kind=EventKind.DEAD_LETTERED,
-            generation=row.claim_generation,
-            at_ms=row.updated_at_ms,
-            stage=row.stage,
-            reason=reason,
-            details={"refused": True, **(details or {})},
-            trace=trace,
-        )
-        return TaskRecord.from_row(row)
-
-    return await ledger.database.write(refuse_tx)
 
 
 async def record_unknown_tool(
@@ -102,40 +82,63 @@ async def record_unknown_tool(
     Raises:
         LedgerUnavailableError: the ledger could not be reached.
     """
-    sql = ledger.statements
-    reason = redact(reason)
-    claimable = [status.value for status in TaskStatus if status.claimable]
-    refuse = (
-        update(_TASKS)
-        .where(_TASKS.c.task_id == own.task_id, _TASKS.c.status.in_(claimable))
-        .values(
-            status=TaskStatus.CANCELLED.value,
-            error_class=UNKNOWN_TOOL_ERROR,
-            last_error=reason,
-            updated_at_ms=sql.now,
-        )
+    return await _end_own_task(
+        ledger,
+        own,
+        redact(reason),
+        status=TaskStatus.CANCELLED,
+        error_class=UNKNOWN_TOOL_ERROR,
+        kind=EventKind.CANCELLED,
+        details={"by": RUN_DECIDER, "unknown_tool": own.tool, **(details or {})},
+        always_recorded=False,
+        trace=trace,
+        now=now,
     )
 
-    def refuse_tx(conn: Connection) -> TaskRecord:
+
+async def _end_own_task(
+    ledger: Ledger,
+    own: TaskSpec,
+    reason: str,
+    *,
+    status: TaskStatus,
+    error_class: str,
+    kind: EventKind,
+    details: dict[str, Any],
+    always_recorded: bool,
+    trace: TraceLink | None,
+    now: datetime | None,
+) -> TaskRecord:
+    """In one transaction: create ``own`` if absent, move it to ``status`` if it is still claimable, and
+    write a ``kind`` entry to its trail (when it moved, or in any case with ``always_recorded``)."""
+    sql = ledger.statements
+    claimable = [s.value for s in TaskStatus if s.claimable]
+    end = (
+        update(_TASKS)
+        .where(_TASKS.c.task_id == own.task_id, _TASKS.c.status.in_(claimable))
+        .values(status=status.value, error_class=error_class, last_error=reason, updated_at_ms=sql.now)
+    )
+
+    def end_tx(conn: Connection) -> TaskRecord:
         conn.execute(sql.insert_task, ledger.task_values(own, now))
-        changed = conn.execute(refuse, now_param(now)).rowcount
+        changed = conn.execute(end, now_param(now)).rowcount
         row = conn.execute(sql.select_task, {"key_task_id": own.task_id}).one()
-        if changed:
+        if changed or always_recorded:
             write_event(
                 conn,
                 sql,
                 task_id=own.task_id,
-                kind=EventKind.CANCELLED,
+                kind=kind,
                 generation=row.claim_generation,
                 at_ms=row.updated_at_ms,
                 stage=row.stage,
                 reason=reason,
-                details={"by": RUN_DECIDER, "unknown_tool": own.tool, **(details or {})},
+                details=details,
                 trace=trace,
             )
         return TaskRecord.from_row(row)
 
-    return await ledger.database.write(refuse_tx)
+    return await ledger.database.write(end_tx)
 
 
 __all__ = ["record_refusal", "record_unknown_tool"]
