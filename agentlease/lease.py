@@ -5,7 +5,7 @@ lease it reads here::
 
     from agentlease import lease, leased
 
-    @leased(side_effect="fenced", lease_ttl=timedelta(seconds=10))
+    @leased(side_effect="fenced", lease_ttl=timedelta(seconds=10), action_key="refund:{order_id}")
     async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
         response = await http.post("/refunds", json=..., headers=lease.downstream_headers(f"refunds/{order_id}"))
         ...

@@ -21,7 +21,7 @@ async def lookup_order(order_id: str) -> dict[str, Any]:
     return {"order_id": order_id, "amount_cents": ORDERS.get(order_id, 1000), "refundable": True}
 
 
-@leased(side_effect="fenced", lease_ttl=timedelta(seconds=5))
+@leased(side_effect="fenced", lease_ttl=timedelta(seconds=5), action_key="refund:{order_id}")
 @activity.defn
 async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
     """Refund an order through the refund service."""
