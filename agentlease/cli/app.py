@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -36,7 +35,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-EXAMPLE_PLANS = Path(__file__).resolve().parents[1] / "demo" / "plans"
 
 
 @app.callback()
@@ -100,7 +98,7 @@ def demo(
     On the embedded default, with the bundled plans and example agents beside it. Exit 0 once every task settled.
     """
     require_extra("demo", "demo")
-    from agentlease.cli.local import run_demo
+    from agentlease.cli.local import EXAMPLE_PLANS, run_demo
     from agentlease.shutdown import stopped_by_signals
 
     settled = asyncio.run(stopped_by_signals(run_demo(_settings(ctx), EXAMPLE_PLANS, out, err, timeout_s=timeout_s)))

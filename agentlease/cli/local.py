@@ -141,6 +141,9 @@ TABLE_WIDTH = 100
 DEV_UI_PORT = 8233
 """The Temporal UI's port of ``agentlease dev`` (its ``--ui-port`` default)."""
 
+EXAMPLE_PLANS = Path(__file__).resolve().parents[1] / "demo" / "plans"
+"""The bundled plans, where the package is installed: ``agentlease demo`` runs them, ``agentlease dev`` names one."""
+
 _HEARTBEAT = f"{HEARTBEAT_TIMEOUT.total_seconds():g}s"
 _TTL = f"{TAKEOVER_TTL.total_seconds():g}s"
 
@@ -326,7 +329,7 @@ async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_p
             err.print(f"  {line}", markup=False, highlight=False)
         if masked:
             err.print("  (passwords in URLs are shown as ***: put the real ones in the exports)")
-        err.print("  agentlease run agentlease/demo/plans/restock.json --wait")
+        err.print(f"  agentlease run {shlex.quote(str(EXAMPLE_PLANS / 'restock.json'))} --wait", markup=False)
         err.print("Ctrl-C stops everything.")
         await stop.wait()
 

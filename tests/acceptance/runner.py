@@ -117,6 +117,8 @@ class Background:
         stdout: bool = False,
     ) -> None:
         self.args = args
+        self.cwd = cli.cwd
+        """The directory it runs in."""
         self.process = subprocess.Popen(
             [str(program), *args],
             cwd=cli.cwd,

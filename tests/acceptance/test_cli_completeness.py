@@ -52,12 +52,17 @@ def plan(tool: str, target: str) -> str:
 
 
 def exports(dev: Background) -> dict[str, str]:
-    """Every variable of the `export` lines `agentlease dev` prints for a second shell."""
+    """Every variable of the `export` lines `agentlease dev` prints for a second shell; the plan its
+    `agentlease run` line names exists where the command runs (the bundled plan, wherever installed)."""
     found: dict[str, str] = {}
     while True:
-        line = dev.wait_for_line(r"export |Ctrl-C stops everything", timeout=120).string
+        line = dev.wait_for_line(r"export |agentlease run |Ctrl-C stops everything", timeout=120).string
         if "Ctrl-C stops everything" in line:
             return found
+        if "agentlease run " in line:
+            plan = shlex.split(line.strip())[2]
+            assert (dev.cwd / plan).is_file(), f"agentlease dev names a plan that is not there: {line!r}"
+            continue
         for word in shlex.split(line.strip())[1:]:
             name, _, value = word.partition("=")
             found[name] = value
