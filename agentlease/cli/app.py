@@ -36,7 +36,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 @setting_flags(*GLOBAL)
 def _global(ctx: typer.Context) -> None:
