@@ -242,6 +242,9 @@ class ErrorClass(StrEnum):
     """Missing or revoked credential. The task is blocked."""
     AMBIGUOUS = "ambiguous"
     """The tool could not tell whether its side effect happened."""
+    IN_DOUBT = "in_doubt"
+    """The downstream holds the call's idempotency key in doubt: an earlier request started and may have
+    taken effect. The task waits for its probe or a person, whatever its class (``docs/edge.md``)."""
     SHUTDOWN = "shutdown"
     """Released because its worker shut down: a release for lack of capacity, not a real attempt."""
     EXPIRED = "expired"

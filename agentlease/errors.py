@@ -6,6 +6,7 @@ Tools raise the :class:`ToolError` subclasses to say how an attempt ended; the r
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -316,35 +317,97 @@ class AmbiguousSideEffectError(ToolError):
     """
 
 
-def raise_for_status(status_code: int, what: str) -> None:
+class EffectInDoubtError(AmbiguousSideEffectError):
+    """The downstream holds the call's idempotency key in doubt: an earlier request with it started and its
+    outcome is unknown, so it may have taken effect (``docs/edge.md``). Never retried: the task waits for its
+    probe or a person (``needs_reconciliation``)."""
+
+
+class KeyInFlightError(RetryableToolError):
+    """The downstream is still executing an earlier request with the call's idempotency key.
+
+    Not a failure: the attempt waits ``retry_after`` under its lease and asks again, without spending a real
+    attempt or a new claim generation (``docs/edge.md``).
+
+    Attributes:
+        retry_after: how long the downstream asked the client to wait.
+    """
+
+    def __init__(self, message: str, retry_after: timedelta = timedelta(seconds=1)) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def raise_for_status(response: Any, what: str = "") -> None:
     """Raise the tool error an HTTP answer means, or nothing for 1xx-3xx.
 
-    409 is retryable because the project's downstream convention answers it while the same key is in
-    flight, or to a stale fencing token (a newer attempt wrote; the newer holder decides).
+    ``response`` is the answer (an ``httpx.Response``, or anything with ``status_code``, ``headers`` and
+    ``content``), or its bare status code. A 409 from a downstream that follows the project's convention
+    (``docs/edge.md``) says which of three it is, when the answer is given:
 
-    ===============================  =========================  ============================
-    status                           raises                     the task
-    ===============================  =========================  ============================
-    401, 403                         :class:`CredentialToolError`  is blocked until access is repaired
-    408, 409, 425, 429, 5xx          :class:`RetryableToolError`   is retried (per its stage)
-    any other 4xx                    :class:`PermanentToolError`   is dead-lettered
-    ===============================  =========================  ============================
+    ==========================================  ===========================================================
+    answer                                      raises
+    ==========================================  ===========================================================
+    401, 403                                    :class:`CredentialToolError`: blocked until access is repaired
+    409 ``idempotency_key_in_flight``           :class:`KeyInFlightError`: the attempt waits and asks again
+    409 ``idempotency_key_in_doubt``            :class:`EffectInDoubtError`: a person (or the probe) decides
+    408, 409 (others), 425, 429, 5xx            :class:`RetryableToolError`: retried (per its stage)
+    any other 4xx                               :class:`PermanentToolError`: dead-lettered
+    ==========================================  ===========================================================
 
     Args:
-        status_code: the HTTP status.
-        what: the request, for the message ("POST /tickets").
+        response: the answer, or its status code.
+        what: the request, for the message ("POST /tickets"). Default: the response's method and URL.
 
     Raises:
-        CredentialToolError, RetryableToolError, PermanentToolError: see the table.
+        CredentialToolError, KeyInFlightError, EffectInDoubtError, RetryableToolError, PermanentToolError.
     """
+    status_code = response if isinstance(response, int) else int(response.status_code)
     if status_code < 400:
         return
+    if not what and not isinstance(response, int):
+        request = getattr(response, "request", None)
+        what = f"{request.method} {request.url}" if request is not None else ""
+    refusal = None if isinstance(response, int) else downstream_refusal(response, what)
+    if refusal is not None:
+        raise refusal
     message = f"{what}: HTTP {status_code}"
     if status_code in (401, 403):
         raise CredentialToolError(message)
     if status_code in (408, 409, 425, 429) or status_code >= 500:
         raise RetryableToolError(message)
     raise PermanentToolError(message)
+
+
+def downstream_refusal(answer: Any, what: str = "") -> KeyInFlightError | EffectInDoubtError | None:
+    """What a 409 answer of the edge convention means to a leased call: the key in flight (wait) or in doubt
+    (park); ``None`` for any other answer. ``answer`` is a response (``status_code``, ``headers``,
+    ``content``), or an exception carrying one (``httpx.HTTPStatusError``: its ``response``)."""
+    if isinstance(answer, KeyInFlightError | EffectInDoubtError):
+        return answer
+    response: Any = getattr(answer, "response", None) if isinstance(answer, BaseException) else answer
+    if getattr(response, "status_code", None) != 409:
+        return None
+    try:
+        code = json.loads(response.content).get("error")
+    except (ValueError, TypeError, AttributeError):
+        return None
+    if code == "idempotency_key_in_flight":
+        retry_after = _seconds(response.headers.get("retry-after"))
+        return KeyInFlightError(f"{what}: the downstream is still executing the request with this key", retry_after)
+    if code == "idempotency_key_in_doubt":
+        return EffectInDoubtError(
+            f"{what}: the downstream holds this key in doubt (an earlier request started; it may have taken effect)"
+        )
+    return None
+
+
+def _seconds(value: str | None) -> timedelta:
+    """A ``Retry-After`` of delay-seconds; 1 s when absent or not a number of seconds."""
+    try:
+        return timedelta(seconds=min(max(float(value or 1), 0.05), 60.0))
+    except ValueError:
+        return timedelta(seconds=1)
 
 
 class StaleFencingTokenError(AgentLeaseError):

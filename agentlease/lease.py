@@ -132,11 +132,12 @@ def downstream_headers(resource: str | None = None) -> dict[str, str]:
     """The headers of a write to a downstream that follows the project's HTTP convention.
 
     Args:
-        resource: the fenced resource (``Fencing-Resource``); omitted: the service names it.
+        resource: the fenced resource (``Fencing-Resource``); omitted: the service's default, the
+            idempotency key itself (one fence per action, ``docs/edge.md``).
 
     Returns:
-        ``Idempotency-Key`` and ``Fencing-Token`` (signed for ``resource`` when the worker has a
-        fencing key and ``resource`` is given), plus ``Fencing-Resource`` when ``resource`` is given.
+        ``Idempotency-Key`` and ``Fencing-Token`` (signed for ``resource``, or the key, when the worker
+        has a fencing key), plus ``Fencing-Resource`` when ``resource`` is given.
 
     Raises:
         NotInLeaseError: not inside a leased attempt.

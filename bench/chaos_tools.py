@@ -69,7 +69,7 @@ async def _read_back(http: httpx.AsyncClient, path: str) -> dict[str, Any] | Non
         raise _transport(exc, f"GET {path}") from None
     if response.status_code == 404:
         return None
-    raise_for_status(response.status_code, f"GET {path}")
+    raise_for_status(response, f"GET {path}")
     found: dict[str, Any] = response.json()
     return None if found.get("count") == 0 else found
 
@@ -95,7 +95,7 @@ async def _call(ctx: LeaseContext, args: ChaosArgs, *, path: str, fenced: bool, 
                 raise _transport(exc, f"POST {path}") from None
             stale = response.status_code == 409 and response.json().get("error") == "stale_fencing_token"
             if not stale:  # a newer generation wrote: the readback shows its write
-                raise_for_status(response.status_code, f"POST {path}")
+                raise_for_status(response, f"POST {path}")
             answer = {"wrote": not stale, "replayed": response.headers.get(REPLAYED_HEADER) == "true"}
             await ctx.advance(Stage.COMMIT, f"{args.target} answered {response.status_code}")
         await ctx.advance(Stage.VERIFY, f"reading {args.target} back")

@@ -68,8 +68,7 @@ from agentlease.clock import db_now_ms
 from agentlease.databases import create_async_database_engine
 from agentlease.demo.serving import serve_app
 from agentlease.errors import StaleFencingTokenError
-from agentlease.fencing import advance_fence
-from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, effect_transaction
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
 from agentlease.idempotency.middleware import stale_fencing_response
 from agentlease.ledger.tables import NAMING_CONVENTION
@@ -198,40 +197,46 @@ class PublishingService:
         fencing = request.state.fencing
         if fencing.resource_key != resource:
             return _error(422, "wrong_fencing_resource", f"a write of this post is fenced as {resource!r}")
-        async with self.engine.begin() as conn:
-            try:
-                await advance_fence(conn, resource, fencing.generation)
-            except StaleFencingTokenError as exc:
-                return stale_fencing_response(exc)
-            done = (
-                await conn.execute(select(publications.c.post_id).where(publications.c.idempotency_key == key))
-            ).scalar()
-            if done is not None:
-                return JSONResponse(await _load_post(conn, done), status_code=200)
-            now_ms = db_now_ms(conn.dialect.name)
-            written = {"title": title, "body": body, "idempotency_key": key, "generation": fencing.generation}
-            revise = update(posts).where(posts.c.slug == slug).values(**written, updated_at_ms=now_ms)
-            post_id = (await conn.execute(revise.returning(posts.c.id))).scalar()
-            if post_id is None:
-                post_id = (
-                    await conn.execute(
-                        insert(posts).values(slug=slug, **written, updated_at_ms=now_ms).returning(posts.c.id)
-                    )
-                ).scalar_one()
-            await conn.execute(
-                insert(publications).values(
-                    post_id=post_id,
-                    idempotency_key=key,
-                    generation=fencing.generation,
-                    title=title,
-                    body=body,
-                    accepted_at_ms=now_ms,
-                )
-            )
-            post = await _load_post(conn, post_id)
-        if self.after_write is not None:
+        try:
+            async with effect_transaction(self.engine) as effect:  # the fence, the write and the key: one commit
+                answer, post_id = await self._write(effect.conn, slug, title, body, key, fencing.generation)
+                effect.done(answer)
+        except StaleFencingTokenError as exc:
+            return stale_fencing_response(exc)
+        if self.after_write is not None and answer.status_code == 201:
             await self.after_write(post_id)
-        return JSONResponse(post, status_code=201, headers={"Location": f"/posts/{post_id}"})
+        return answer
+
+    async def _write(
+        self, conn: AsyncConnection, slug: str, title: str, body: str, key: str, generation: int
+    ) -> tuple[JSONResponse, int]:
+        done = (
+            await conn.execute(select(publications.c.post_id).where(publications.c.idempotency_key == key))
+        ).scalar()
+        if done is not None:
+            return JSONResponse(await _load_post(conn, done), status_code=200), done
+        now_ms = db_now_ms(conn.dialect.name)
+        written = {"title": title, "body": body, "idempotency_key": key, "generation": generation}
+        revise = update(posts).where(posts.c.slug == slug).values(**written, updated_at_ms=now_ms)
+        post_id = (await conn.execute(revise.returning(posts.c.id))).scalar()
+        if post_id is None:
+            post_id = (
+                await conn.execute(
+                    insert(posts).values(slug=slug, **written, updated_at_ms=now_ms).returning(posts.c.id)
+                )
+            ).scalar_one()
+        await conn.execute(
+            insert(publications).values(
+                post_id=post_id,
+                idempotency_key=key,
+                generation=generation,
+                title=title,
+                body=body,
+                accepted_at_ms=now_ms,
+            )
+        )
+        post = await _load_post(conn, post_id)
+        return JSONResponse(post, status_code=201, headers={"Location": f"/posts/{post_id}"}), post_id
 
     async def find(self, request: Request) -> JSONResponse:
         """``GET /posts[?idempotency_key=K]``."""
@@ -276,7 +281,6 @@ def publishing_app(
                 IdempotencyMiddleware,
                 store=store,
                 require_fencing_token=True,
-                client_named_resource=True,
                 fencing_key=fencing_key,
             )
         ],

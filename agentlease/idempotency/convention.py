@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 
 from agentlease.fencing import MAX_GENERATION, check_resource_key
 
@@ -26,6 +27,13 @@ IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 FENCING_TOKEN_HEADER = "Fencing-Token"
 FENCING_RESOURCE_HEADER = "Fencing-Resource"
 REPLAYED_HEADER = "Idempotent-Replayed"
+
+IN_FLIGHT = "idempotency_key_in_flight"
+"""The ``error`` of a 409: a request with the key is still executing; ask again after ``Retry-After``."""
+IN_DOUBT = "idempotency_key_in_doubt"
+"""The ``error`` of a 409: a request with the key started and its outcome is unknown; not retried."""
+STALE = "stale_fencing_token"
+"""The ``error`` of a 409: the resource has accepted a newer generation."""
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 """Methods that need an ``Idempotency-Key``; every other method passes through untouched."""
@@ -161,6 +169,31 @@ def parse_fencing_resource(values: list[str]) -> str | None:
         return check_resource_key(raw)
     except ValueError as exc:
         raise HeaderError(header, "invalid_fencing_resource", str(exc)) from None
+
+
+def caller_of(headers: Mapping[str, str]) -> str:
+    """The caller a key is scoped to: the ``Authorization`` (or else ``X-API-Key``) header's value, ``""``
+    (the anonymous scope) with neither.
+
+    An ``Authorization`` value is taken as a server reads it: its scheme is case-insensitive and the spaces
+    around and after it do not count (``Bearer x``, ``bearer  x`` and ``BEARER x`` are one caller); the
+    credentials themselves compare exactly.
+    """
+    authorization = headers.get("authorization")
+    if authorization:
+        scheme, _, credentials = authorization.strip().partition(" ")
+        return f"{scheme.lower()} {credentials.strip()}" if credentials.strip() else scheme.lower()
+    return headers.get("x-api-key") or ""
+
+
+def scoped_key(caller: str, key: str) -> str:
+    """The stored form of ``key`` for ``caller``: ``<16 hex of the caller's digest>:<key>``, or a digest
+    of both when that would not fit the store's column."""
+    tag = hashlib.sha256(caller.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    scoped = f"{tag}:{key}"
+    if len(scoped) <= MAX_KEY_LENGTH:
+        return scoped
+    return "sha256:" + hashlib.sha256(f"{caller}\n{key}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def request_hash(method: str, path: str, query: bytes, body: bytes) -> str:

@@ -1,73 +1,26 @@
 """ASGI middleware enforcing idempotency keys and fencing tokens at a downstream service.
 
-The HTTP convention (what agentlease tools send, what the service answers):
+The HTTP convention, the answers and why (``docs/edge.md``): ``POST``, ``PUT``, ``PATCH`` and
+``DELETE`` carry ``Idempotency-Key``, a fenced write ``Fencing-Token`` (a generation, or
+``<generation>.<signature>`` with a fencing key) and optionally ``Fencing-Resource``; other methods pass
+untouched. The fenced resource is the service's ``resource_for(request)`` when it names one, else the
+resource the client names (a signed token must have been made for it), else the idempotency key: one
+fence per action. Keys are scoped per caller (``caller_for``).
 
-Requests
-    ``POST``, ``PUT``, ``PATCH`` and ``DELETE`` carry ``Idempotency-Key`` (1 to 255 printable ASCII
-    characters, bare or as a quoted structured-field string). A fenced write also carries
-    ``Fencing-Token``: the claim generation of the writer's lease, a decimal integer, or with a
-    fencing key ``<generation>.<signature>`` (:func:`~agentlease.fencing.sign_fencing_token`). The
-    fenced resource is named by the service's ``resource_for(request)`` function (its route
-    configuration), by default the request path (``/articles/42``); a client's ``Fencing-Resource``
-    header is ignored unless the service opts in (``client_named_resource=True``, and its handler then
-    checks the resource is the one it writes). Every other method (``GET``, ``HEAD``, ``OPTIONS``)
-    passes through untouched.
-
-Callers (``docs/security.md``, "Fencing tokens a downstream can verify")
-    Keys are scoped per caller: ``caller_for(request)`` names the caller (by default a digest of the
-    ``Authorization`` or ``X-API-Key`` header; requests with neither share one anonymous scope), and
-    a stored response is replayed only to the caller that made it. A stored response never keeps
-    ``Set-Cookie``: the first answer carries its cookies, a replay none. A body larger than
-    ``max_body_bytes`` (default 1 MiB) is answered 413 ``request_too_large`` before anything is stored.
-
-Answers, in the order they are decided
-    - 413 ``request_too_large``: the body is larger than ``max_body_bytes``; 408 ``request_timeout``:
-      it did not arrive within ``body_timeout_s``.
-    - 400 ``missing_idempotency_key`` / ``invalid_idempotency_key`` / ``invalid_fencing_token`` /
-      ``invalid_fencing_resource`` / ``repeated_*``: a malformed convention header. With
-      ``require_fencing_token=True`` a missing token is 400 ``missing_fencing_token``. With a
-      ``fencing_key``, an unsigned token or one whose signature does not verify for the resource
-      is 400 ``invalid_fencing_token`` (an invented huge generation never reaches the fence).
-    - 422 ``idempotency_key_reused``: the key was used for a request with other arguments (the
-      SHA-256 of method, path, query string and body bytes differs), whatever its state.
-    - replay: the key's first response is stored; it is sent again, with its status, headers
-      and body, plus ``Idempotent-Replayed: true``. The handler does not run. A replay wins over
-      a stale token: it repeats a response, it does not write.
-    - 409 ``idempotency_key_in_flight`` (with ``Retry-After: 1``): another request with the key is
-      still executing.
-    - 409 ``stale_fencing_token``: the resource has accepted a newer generation. Body:
-      ``{"error": "stale_fencing_token", "resource": ..., "generation": ..., "current_generation": ...}``.
-      Nothing is stored under the key, so the action's next attempt (newer token, same key) runs.
-    - otherwise the handler runs once.
-
-Each answer of the middleware itself is a JSON object ``{"error": CODE, "detail": TEXT, ...}``.
-
-Order of the steps, and why
-    1. The key is claimed and the fence is checked and advanced in ONE transaction before the
-       handler runs (:meth:`~agentlease.idempotency.store.IdempotencyStore.claim`): a stale writer
-       never reaches the handler, and a refused fence leaves no claim behind. Once committed, the
-       fence advance is never lost and never rolled back, even if the handler then fails: the
-       newer generation is authoritative anyway, and an older writer must not write after it.
-    2. The handler runs with ``request.state.idempotency_key`` and ``request.state.fencing`` (a
-       :class:`~agentlease.fencing.FencingToken` or ``None``). For a write that is atomic with its
-       fence, the handler calls :func:`~agentlease.fencing.advance_fence` again inside its own
-       write transaction (equal generations pass): this also covers a newer writer that passed
-       step 1 while this one was between step 1 and its write.
-    3. A response with a status below 500 is stored (keys expire after the store's ``retention``,
-       default 24h) and then sent, so a client that saw it always gets the replay afterwards. A
-       5xx response, an exception or a cancelled request releases the key: the next request with
-       it runs the handler again, so a handler must leave no partial effect when it fails.
-    4. A handler that outlives the in-flight lock (``lock_timeout``, default 60s) can be taken over
-       by a later request with the key; its own response is then sent but not stored.
-
-Configure the retention and the lock timeout on the
-:class:`~agentlease.idempotency.store.IdempotencyStore`; see there for the table, which the service
-creates at startup with ``await store.create_tables()``.
+Answers, in the order they are decided: 413 ``request_too_large`` / 408 ``request_timeout``; 400 for a
+malformed header (``missing_idempotency_key``, ``invalid_fencing_token``, ...); 409 ``stale_fencing_token``
+(a newer generation passed the fence; checked, and the fence moved, even while an older request with the
+key runs); 422 ``idempotency_key_reused`` (other arguments); the stored answer again, with
+``Idempotent-Replayed: true``; 409 ``idempotency_key_in_flight`` with ``Retry-After`` (wait and ask
+again); 409 ``idempotency_key_in_doubt`` (an earlier request started and its outcome is unknown: a person
+decides); otherwise the handler runs once, shielded from the client's disconnect, under the rules of
+:mod:`agentlease.idempotency.edge`. The handler reads its call as ``request.state.idempotency`` (also
+``request.state.idempotency_key`` and ``request.state.fencing``) and commits its effect with its key in
+:func:`~agentlease.idempotency.edge.effect_transaction`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from datetime import datetime
 
@@ -89,20 +42,25 @@ from agentlease.idempotency.convention import (
     FENCING_RESOURCE_HEADER,
     FENCING_TOKEN_HEADER,
     IDEMPOTENCY_KEY_HEADER,
+    IN_DOUBT,
+    IN_FLIGHT,
     MUTATING_METHODS,
     REPLAYED_HEADER,
     HeaderError,
+    caller_of,
     parse_fencing_resource,
     parse_fencing_token,
     parse_idempotency_key,
     raw_fencing_token,
     request_hash,
+    scoped_key,
 )
-from agentlease.idempotency.store import Claimed, IdempotencyStore, KeyStatus, StoredResponse
+from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_guarded
+from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, StoredResponse
 
 
 def request_path(connection: HTTPConnection) -> str:
-    """The default ``resource_for``: the request's path."""
+    """A ``resource_for`` that fences the request's path (one fence per route, not per action)."""
     return connection.url.path
 
 
@@ -114,29 +72,9 @@ BODY_TIMEOUT_S = 30.0
 
 
 def caller_from_credentials(connection: HTTPConnection) -> str:
-    """The default ``caller_for``: the request's ``Authorization`` (or else ``X-API-Key``) header value,
-    ``""`` (the anonymous scope) when it has neither. The middleware stores only a digest of it.
-
-    An ``Authorization`` value is taken as the server reads it: its scheme is case-insensitive and
-    the spaces around and after it do not count (``Bearer x``, ``bearer  x`` and ``BEARER x`` are
-    one caller); the credentials themselves compare exactly.
-    """
-    headers = connection.headers
-    authorization = headers.get("authorization")
-    if authorization:
-        scheme, _, credentials = authorization.strip().partition(" ")
-        return f"{scheme.lower()} {credentials.strip()}" if credentials.strip() else scheme.lower()
-    return headers.get("x-api-key") or ""
-
-
-def scoped_key(caller: str, key: str) -> str:
-    """The stored form of ``key`` for ``caller``: ``<16 hex of the caller's digest>:<key>``, or a digest
-    of both when that would not fit the store's column."""
-    tag = hashlib.sha256(caller.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    scoped = f"{tag}:{key}"
-    if len(scoped) <= 255:
-        return scoped
-    return "sha256:" + hashlib.sha256(f"{caller}\n{key}".encode("utf-8", "surrogatepass")).hexdigest()
+    """The default ``caller_for``: the request's credentials (:func:`~agentlease.idempotency.convention.caller_of`).
+    The middleware stores only a digest of it."""
+    return caller_of(connection.headers)
 
 
 class _TooLarge(Exception):
@@ -152,8 +90,11 @@ def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse
 
 
 def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
-    """The convention's 409 ``stale_fencing_token`` answer; also for a handler whose own fence
-    check (inside its write transaction) refused the token."""
+    """The convention's 409 ``stale_fencing_token`` answer. A handler whose own fence check refused its write
+    returns it (or lets the error propagate); its call counts as not applied and its key is given back."""
+    call = current_call()
+    if call is not None:
+        call.not_applied()
     return _error(
         409,
         "stale_fencing_token",
@@ -229,22 +170,52 @@ def _replay(stored: StoredResponse) -> Response:
     return response
 
 
+def _held(held: Held, key: str) -> Response:
+    if not held.same_request:
+        return _error(422, "idempotency_key_reused", f"{IDEMPOTENCY_KEY_HEADER} {key!r} was used with other arguments")
+    if held.status is KeyStatus.DONE and held.response is not None:
+        return _replay(held.response)
+    if held.status is KeyStatus.IN_DOUBT:
+        detail = f"a request with {key!r} started and its outcome is unknown: it may have taken effect"
+        return _error(409, IN_DOUBT, detail)
+    answer = _error(409, IN_FLIGHT, f"a request with {key!r} is still executing")
+    answer.headers["Retry-After"] = "1"
+    return answer
+
+
+def _verdict(messages: list[Message]) -> tuple[Verdict, StoredResponse]:
+    """The handler's response: an answer below 500, a failure from 500 (the key is held in doubt)."""
+    response = _captured(messages)
+    return (Verdict.ANSWERED if response.status < 500 else Verdict.FAILED), response
+
+
+def _stored_response(response: Response) -> StoredResponse:
+    """A response given to :meth:`~agentlease.idempotency.edge.EffectTransaction.done`, as it is stored."""
+    headers = [
+        (name.decode("latin-1"), value.decode("latin-1"))
+        for name, value in response.raw_headers
+        if name.lower() != b"set-cookie"
+    ]
+    return StoredResponse(response.status_code, headers, bytes(response.body))
+
+
 class IdempotencyMiddleware:
-    """Pure ASGI middleware: idempotency keys and fencing tokens for mutating requests.
+    """Pure ASGI middleware: idempotency keys and fencing tokens for mutating requests (the module docstring).
 
     Args:
         app: the wrapped ASGI app.
         store: where keys, responses and fences live (the service's database).
-        resource_for: names the fenced resource of a request (the service's route
-            configuration). Default :func:`request_path`.
+        resource_for: names the fenced resource of a request (the service's route configuration); the
+            client's ``Fencing-Resource`` is then ignored. Default ``None``: the resource the client names,
+            else the idempotency key (one fence per action); :func:`request_path` fences routes.
         require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``.
             Default ``False`` (idempotent-only clients send just the key).
         fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only signed tokens that
             verify for the request's resource pass. Default ``None``: bare generations are taken.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_credentials`.
-        client_named_resource: take the resource from the client's ``Fencing-Resource`` header when
-            present (the handler must check it is the one it writes). Default ``False``: the header
-            is ignored.
+        commits_with_key: every handler behind the middleware commits its effect with its key (in
+            ``effect_transaction``, and nowhere else): should the service stop before that commit, the key is
+            free again once the store's lock timed out, instead of held in doubt. Default ``False``.
         max_body_bytes: the largest body read; larger is 413. Default :data:`MAX_BODY_BYTES`.
         body_timeout_s: seconds the body may take to arrive; slower is 408 ``request_timeout``
             (a client trickling its body holds nothing longer). Default :data:`BODY_TIMEOUT_S`. A
@@ -259,12 +230,12 @@ class IdempotencyMiddleware:
         app: ASGIApp,
         *,
         store: IdempotencyStore,
-        resource_for: Callable[[HTTPConnection], str] = request_path,
+        resource_for: Callable[[HTTPConnection], str] | None = None,
         require_fencing_token: bool = False,
         clock: Callable[[], datetime] | None = None,
         fencing_key: bytes | str | None = None,
         caller_for: Callable[[HTTPConnection], str] = caller_from_credentials,
-        client_named_resource: bool = False,
+        commits_with_key: bool = False,
         max_body_bytes: int = MAX_BODY_BYTES,
         body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
@@ -275,23 +246,24 @@ class IdempotencyMiddleware:
         self.clock = clock
         self.fencing_key = fencing_key.encode("utf-8") if isinstance(fencing_key, str) else fencing_key
         self.caller_for = caller_for
-        self.client_named_resource = client_named_resource
+        self.commits_with_key = commits_with_key
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
 
     def _now(self) -> datetime | None:
         return None if self.clock is None else self.clock()
 
-    def _fence(self, scope: Scope, headers: Headers) -> FencingToken | None:
+    def _fence(self, scope: Scope, headers: Headers, key: str) -> FencingToken | None:
         raw = raw_fencing_token(headers.getlist(FENCING_TOKEN_HEADER))
         if raw is None:
             if self.require_fencing_token:
                 raise HeaderError(FENCING_TOKEN_HEADER, "missing_fencing_token", f"{FENCING_TOKEN_HEADER} is required")
             return None
         named = parse_fencing_resource(headers.getlist(FENCING_RESOURCE_HEADER))
-        resource = named if self.client_named_resource and named is not None else None
-        if resource is None:
+        if self.resource_for is not None:
             resource = parse_fencing_resource([self.resource_for(HTTPConnection(scope))]) or ""
+        else:
+            resource = named or key
         if self.fencing_key is None:
             generation = parse_fencing_token([raw.partition(".")[0]])
             assert generation is not None
@@ -308,7 +280,7 @@ class IdempotencyMiddleware:
         headers = Headers(scope=scope)
         try:
             key = parse_idempotency_key(headers.getlist(IDEMPOTENCY_KEY_HEADER))
-            fence = self._fence(scope, headers)
+            fence = self._fence(scope, headers, key)
         except HeaderError as exc:
             await _error(400, exc.code, str(exc), header=exc.header)(scope, receive, send)
             return
@@ -329,45 +301,44 @@ class IdempotencyMiddleware:
         if body is None:
             return
         digest = request_hash(scope["method"], scope["path"], scope.get("query_string", b""), body)
-        stored_key = scoped_key(self.caller_for(HTTPConnection(scope)), key)
+        caller = self.caller_for(HTTPConnection(scope))
         try:
-            claim = await self.store.claim(stored_key, digest, fence=fence, now=self._now())
+            claim = await self.store.claim(
+                scoped_key(caller, key), digest, fence=fence, commits_with_key=self.commits_with_key, now=self._now()
+            )
         except StaleFencingTokenError as exc:
             await stale_fencing_response(exc)(scope, receive, send)
             return
-        if not isinstance(claim, Claimed):
-            if not claim.same_request:
-                answer: Response = _error(
-                    422, "idempotency_key_reused", f"{IDEMPOTENCY_KEY_HEADER} {key!r} was used with other arguments"
-                )
-            elif claim.status == KeyStatus.DONE and claim.response is not None:
-                answer = _replay(claim.response)
-            else:
-                answer = _error(409, "idempotency_key_in_flight", f"a request with {key!r} is still executing")
-                answer.headers["Retry-After"] = "1"
-            await answer(scope, receive, send)
+        if isinstance(claim, Held):
+            await _held(claim, key)(scope, receive, send)
             return
+        call = GuardedCall(
+            key,
+            fence,
+            caller,
+            _store=self.store,
+            _claim=claim,
+            _answer_of=_stored_response,
+            _clock=self.clock,
+            _promised=self.commits_with_key,
+        )
         state = scope.setdefault("state", {})
+        state["idempotency"] = call
         state["idempotency_key"] = key
         state["fencing"] = fence
-        await self._execute(claim, scope, _replaying(body, receive), send)
-
-    async def _execute(self, claim: Claimed, scope: Scope, receive: Receive, send: Send) -> None:
         messages: list[Message] = []
 
         async def capture(message: Message) -> None:
             messages.append(message)
 
+        async def handle() -> list[Message]:
+            await self.app(scope, _replaying(body, receive), capture)
+            return messages
+
         try:
-            await self.app(scope, receive, capture)
-            response = _captured(messages)
-            if response.status >= 500:
-                await self.store.release(claim)
-            else:
-                await self.store.complete(claim, response, now=self._now())
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self.store.release(claim)
-            raise
+            await run_guarded(call, handle, _verdict)
+        except StaleFencingTokenError as exc:  # the handler's own fence check, left to propagate
+            messages = []
+            await stale_fencing_response(exc)(scope, receive, capture)
         for message in messages:
             await send(message)

@@ -1,27 +1,9 @@
-"""Storage of idempotency keys and their responses, on SQLite or PostgreSQL (SQLAlchemy async).
+"""Idempotency keys, their answers and their fences in the downstream's database (SQLite or PostgreSQL).
 
-The table ``idempotency_keys`` lives in the downstream service's database, beside the fences of
-:mod:`agentlease.fencing`; the service creates both at startup with
-:meth:`IdempotencyStore.create_tables` (``metadata.create_all``). They are not part of the
-ledger's Alembic migrations: the ledger and a downstream service are different systems and
-usually different databases, and the service owns its schema.
-
-One row per key. ``expires_at_ms`` is the only clock a row has: while ``in_flight`` it is the end
-of the in-flight lock (claim time + ``lock_timeout``), once ``done`` it is the end of the
-retention (completion time + ``retention``). A row whose ``expires_at_ms`` has passed on the
-database's clock is treated as absent by the claim, which is one conditional statement:
-
-.. code-block:: sql
-
-    INSERT INTO idempotency_keys (...) VALUES (..., 'in_flight', :lock_id, ..., :now + :lock_timeout_ms)
-    ON CONFLICT (key) DO UPDATE SET ... = excluded....
-     WHERE idempotency_keys.expires_at_ms <= :now
-    RETURNING lock_id
-
-so of concurrent requests with one key exactly one gets a row back and executes. Completing and
-releasing are guarded by the claim's ``lock_id``: a handler that outlived its lock and was taken
-over cannot overwrite the newer claim's row. Expired rows need no sweeper for correctness;
-:meth:`IdempotencyStore.purge_expired` only reclaims space.
+The table ``idempotency_keys`` lives beside the fences of :mod:`agentlease.fencing`; the service
+creates both at startup with :meth:`IdempotencyStore.create_tables`. One row per key; what each status
+means and what moves a key out of it is :class:`KeyStatus`; why the rules are what they are is
+``docs/edge.md``.
 """
 
 from __future__ import annotations
@@ -35,6 +17,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Index,
@@ -44,32 +27,42 @@ from sqlalchemy import (
     String,
     Table,
     delete,
+    false,
+    inspect,
+    or_,
     select,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentlease.clock import db_now_ms, duration_ms
 from agentlease.databases import create_async_database_engine
+from agentlease.errors import AgentLeaseError
 from agentlease.fencing import FencingToken, advance_fence, create_fence_table, upsert_for
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
 from agentlease.ledger.tables import NAMING_CONVENTION
 
 DEFAULT_RETENTION = timedelta(hours=24)
-"""How long a completed key is replayed before it may be reused. Default 24h."""
+"""How long a key's answer (or its doubt) is kept before the key may be used again. Default 24h."""
 
 DEFAULT_LOCK_TIMEOUT = timedelta(seconds=60)
-"""How long an in-flight key blocks others before a new request may take it over. Default 60s."""
+"""How long an in-flight key blocks other requests before its holder counts as gone. Default 60s."""
 
 
 class KeyStatus(StrEnum):
-    """State of one idempotency key."""
+    """State of one idempotency key at the downstream (``docs/edge.md``)."""
 
     IN_FLIGHT = "in_flight"
-    """A request holds the key and its handler runs. Left by completion (-> done), by a release
-    (row deleted: the handler failed), or by a takeover once the lock's ``expires_at_ms`` passed."""
+    """A handler holds the key. Left by its answer (-> done), by a handler that had no effect (row
+    deleted), by a failure it cannot vouch for (-> in_doubt), or once the lock timed out: a handler whose
+    effect commits with its key is taken over (it had no effect), any other's key goes in doubt."""
     DONE = "done"
-    """The first response is stored and replayed. Left only when the retention has passed."""
+    """The effect's answer is stored and replayed. Left only when the retention has passed."""
+    IN_DOUBT = "in_doubt"
+    """The handler started and its outcome is unknown: the key is never given back. Left by the
+    handler's late answer (-> done), by :meth:`IdempotencyStore.resolve` (the service's owner), or
+    when the retention has passed."""
 
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
@@ -82,25 +75,51 @@ idempotency_keys = Table(
     Column("request_hash", String(64), nullable=False),
     Column("status", String(16), nullable=False),
     Column("lock_id", String(32), nullable=False),
+    Column("effect_in_transaction", Boolean, nullable=False, server_default=false()),
     Column("response_status", Integer),
     Column("response_headers", JSON),
     Column("response_body", LargeBinary),
     Column("created_at_ms", BigInteger, nullable=False),
     Column("expires_at_ms", BigInteger, nullable=False),
-    CheckConstraint("status IN ('in_flight', 'done')", name="status"),
+    CheckConstraint("status IN ('in_flight', 'done', 'in_doubt')", name="status"),
     Index("ix_idempotency_keys_expires_at_ms", "expires_at_ms"),
 )
-"""One row per idempotency key: request hash, state, stored response and expiry (epoch ms)."""
+_KEPT_BEFORE_0_4 = (
+    "key",
+    "request_hash",
+    "status",
+    "lock_id",
+    "response_status",
+    "response_headers",
+    "response_body",
+    "created_at_ms",
+    "expires_at_ms",
+)
+"""One row per key: request hash, status, the holder's lock, whether the holder's effect commits with the
+key (``effect_in_transaction``), the stored answer, and one expiry (epoch ms): the lock's end while
+``in_flight``, the retention's end once ``done`` or ``in_doubt``."""
 
 _K = idempotency_keys.c
 
 
-@dataclass(frozen=True)
-class StoredResponse:
-    """A response kept for replay.
+class KeyTakenOverError(AgentLeaseError):
+    """The holder's lock timed out and another request took the key: this holder's effect must not commit.
 
     Attributes:
-        status: HTTP status code.
+        key: the stored key.
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"idempotency key {key!r} was taken over after its lock timed out; this write rolls back")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """An answer kept for replay.
+
+    Attributes:
+        status: HTTP status code (an MCP result is kept with 200).
         headers: ``(name, value)`` pairs as the handler sent them (latin-1 text).
         body: the body bytes.
     """
@@ -112,11 +131,11 @@ class StoredResponse:
 
 @dataclass(frozen=True)
 class Claimed:
-    """This request holds the key; run the handler, then :meth:`IdempotencyStore.complete` or ``release``.
+    """This request holds the key; run the handler, then complete, release or hold the key in doubt.
 
     Attributes:
-        key: the idempotency key.
-        lock_id: proof of this claim, checked by ``complete`` and ``release``.
+        key: the stored key.
+        lock_id: proof of this claim, checked by every later write of the key.
     """
 
     key: str
@@ -125,12 +144,12 @@ class Claimed:
 
 @dataclass(frozen=True)
 class Held:
-    """Another request holds or has completed the key.
+    """Another request holds the key, has answered it, or left it in doubt.
 
     Attributes:
-        status: ``in_flight`` or ``done``.
+        status: the key's status.
         same_request: whether the holder's request hash equals this request's.
-        response: the stored response when ``done``.
+        response: the stored answer when ``done``.
     """
 
     status: KeyStatus
@@ -144,14 +163,20 @@ def _positive(name: str, value: timedelta) -> timedelta:
     return value
 
 
+def _response_of(row: Any) -> StoredResponse | None:
+    if row.response_status is None:
+        return None
+    headers = [(name, value) for name, value in row.response_headers or []]
+    return StoredResponse(row.response_status, headers, bytes(row.response_body or b""))
+
+
 class IdempotencyStore:
-    """Claims, completions and replays of idempotency keys in the downstream's database.
+    """Claims, answers and doubts of idempotency keys in the downstream's database.
 
     Args:
         engine: the downstream's async engine (see :func:`create_async_database_engine`); the store owns it.
-        retention: how long a completed key's response is replayed. Default 24h.
-        lock_timeout: how long an in-flight key blocks other requests; after it a request may take
-            the key over and run the handler again, so it must exceed the slowest handler.
+        retention: how long a key's answer or doubt is kept. Default 24h.
+        lock_timeout: how long an in-flight key blocks other requests before its holder counts as gone.
             Default 60s.
 
     Raises:
@@ -187,101 +212,259 @@ class IdempotencyStore:
         await self._engine.dispose()
 
     async def create_tables(self) -> None:
-        """Create ``idempotency_keys`` and ``fences`` if they do not exist (safe to run again)."""
+        """Create ``idempotency_keys`` and ``fences`` if they do not exist (safe to run again); a key table
+        made by agentlease 0.3 or earlier is rebuilt in the new shape, its rows kept."""
         await create_fence_table(self._engine)
         async with self._engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
+            await conn.run_sync(_create_or_upgrade)
+
+    def _now(self, now: datetime | None) -> Any:
+        return db_now_ms(self._engine.dialect.name, now)
 
     async def claim(
-        self, key: str, request_hash: str, *, fence: FencingToken | None = None, now: datetime | None = None
+        self,
+        key: str,
+        request_hash: str,
+        *,
+        fence: FencingToken | None = None,
+        commits_with_key: bool = False,
+        now: datetime | None = None,
     ) -> Claimed | Held:
-        """Claim ``key`` for one execution, and pass the fence in the same transaction.
+        """Pass the fence, then claim ``key`` for one execution, in one transaction.
 
-        The claim is one conditional upsert that succeeds only where no row exists or the row
-        has expired. When it succeeds and ``fence`` is given, :func:`advance_fence` runs in the
-        same transaction: a stale token rolls the claim back, so a refused request leaves no row.
+        The fence is checked and moved first, whatever the key's state: a newer generation moves it even
+        while an older request with the key is still running, so that request's own fence check refuses
+        its commit. Then one conditional upsert takes the key where no row exists, where the row's
+        retention has passed, or where an in-flight holder whose effect commits with its key timed out.
+        An in-flight key whose holder timed out without that promise is put in doubt instead.
 
         Args:
-            key: the idempotency key.
+            key: the stored key (scoped to its caller).
             request_hash: see :func:`~agentlease.idempotency.convention.request_hash`.
             fence: the request's fenced resource and generation, if it carries one.
+            commits_with_key: the handler commits its effect with its key (``effect_transaction``): should
+                it vanish before that commit, nothing happened (see :meth:`promise_effect_in_transaction`).
             now: injected time; default the database's clock.
 
         Returns:
-            :class:`Claimed`, or :class:`Held` describing the live row that blocked the claim.
+            :class:`Claimed`, or :class:`Held` describing the row that blocked the claim.
 
         Raises:
-            StaleFencingTokenError: the claim was possible but the fence refused the generation.
+            StaleFencingTokenError: the resource has accepted a newer generation; nothing changed.
         """
         dialect = self._engine.dialect.name
-        now_ms = db_now_ms(dialect, now)
+        now_ms = self._now(now)
         lock_id = uuid.uuid4().hex
         insert = upsert_for(dialect, idempotency_keys).values(
             key=key,
             request_hash=request_hash,
             status=KeyStatus.IN_FLIGHT.value,
             lock_id=lock_id,
+            effect_in_transaction=commits_with_key,
             response_status=None,
             response_headers=None,
             response_body=None,
             created_at_ms=now_ms,
             expires_at_ms=now_ms + duration_ms(self.lock_timeout),
         )
+        takeable = (_K.expires_at_ms <= now_ms) & or_(_K.status != KeyStatus.IN_FLIGHT.value, _K.effect_in_transaction)
         claim = insert.on_conflict_do_update(
             index_elements=[_K.key],
             set_={column.name: insert.excluded[column.name] for column in idempotency_keys.c if column.name != "key"},
-            where=_K.expires_at_ms <= now_ms,
+            where=takeable,
         ).returning(_K.lock_id)
         async with self._engine.begin() as conn:
+            if fence is not None:
+                await advance_fence(conn, fence.resource_key, fence.generation, now=now)
             if (await conn.execute(claim)).first() is not None:
-                if fence is not None:
-                    await advance_fence(conn, fence.resource_key, fence.generation, now=now)
                 return Claimed(key, lock_id)
-            row = (await conn.execute(select(idempotency_keys).where(_K.key == key))).one()
-        response = None
-        if row.status == KeyStatus.DONE:
-            headers = [(name, value) for name, value in row.response_headers]
-            response = StoredResponse(row.response_status, headers, bytes(row.response_body))
-        return Held(KeyStatus(row.status), row.request_hash == request_hash, response)
+            row = (
+                await conn.execute(
+                    select(idempotency_keys, (_K.expires_at_ms <= now_ms).label("lapsed")).where(_K.key == key)
+                )
+            ).one()
+            status = KeyStatus(row.status)
+            if status is KeyStatus.IN_FLIGHT and row.lapsed:
+                # The holder timed out and promised nothing: whether it acted is unknown.
+                await self._set_in_doubt(conn, key, row.lock_id, now)
+                status = KeyStatus.IN_DOUBT
+        response = _response_of(row) if status is KeyStatus.DONE else None
+        return Held(status, row.request_hash == request_hash, response)
+
+    async def _set_in_doubt(self, conn: AsyncConnection, key: str, lock_id: str, now: datetime | None) -> bool:
+        result = await conn.execute(
+            update(idempotency_keys)
+            .where(_K.key == key, _K.lock_id == lock_id, _K.status == KeyStatus.IN_FLIGHT.value)
+            .values(status=KeyStatus.IN_DOUBT.value, expires_at_ms=self._now(now) + duration_ms(self.retention))
+        )
+        return result.rowcount == 1
+
+    def _answered(self, claim: Claimed, response: StoredResponse, now: datetime | None) -> Any:
+        """The conditional ``UPDATE`` that stores ``claim``'s answer (from in flight or in doubt)."""
+        return (
+            update(idempotency_keys)
+            .where(
+                _K.key == claim.key,
+                _K.lock_id == claim.lock_id,
+                _K.status.in_([KeyStatus.IN_FLIGHT.value, KeyStatus.IN_DOUBT.value]),
+            )
+            .values(
+                status=KeyStatus.DONE.value,
+                response_status=response.status,
+                response_headers=[list(pair) for pair in response.headers],
+                response_body=response.body,
+                expires_at_ms=self._now(now) + duration_ms(self.retention),
+            )
+        )
 
     async def complete(self, claim: Claimed, response: StoredResponse, *, now: datetime | None = None) -> bool:
-        """Store the first response of a claimed key and start its retention.
+        """Store the answer of a claimed key (in flight, or put in doubt meanwhile) and start its retention.
 
         Returns:
-            ``False`` when the claim had been taken over after its lock timed out (nothing stored).
+            ``False`` when the key had been taken over (nothing stored).
         """
-        now_ms = db_now_ms(self._engine.dialect.name, now)
+        async with self._engine.begin() as conn:
+            result = await conn.execute(self._answered(claim, response, now))
+        return result.rowcount == 1
+
+    async def replace_answer(self, claim: Claimed, response: StoredResponse) -> bool:
+        """Replace the answer a claim stored with its effect (:func:`record_done`) by the handler's final one."""
         async with self._engine.begin() as conn:
             result = await conn.execute(
                 update(idempotency_keys)
-                .where(_K.key == claim.key, _K.lock_id == claim.lock_id, _K.status == KeyStatus.IN_FLIGHT.value)
+                .where(_K.key == claim.key, _K.lock_id == claim.lock_id, _K.status == KeyStatus.DONE.value)
                 .values(
-                    status=KeyStatus.DONE.value,
                     response_status=response.status,
                     response_headers=[list(pair) for pair in response.headers],
                     response_body=response.body,
-                    expires_at_ms=now_ms + duration_ms(self.retention),
                 )
             )
         return result.rowcount == 1
 
+    async def record_done(
+        self, conn: AsyncConnection, claim: Claimed, response: StoredResponse, *, now: datetime | None = None
+    ) -> None:
+        """Store ``claim``'s answer inside the effect's own transaction (``conn``): the key is done exactly
+        when the effect commits.
+
+        Raises:
+            KeyTakenOverError: the key was taken over after its lock timed out; the caller's transaction
+                must roll back (raising does that inside ``engine.begin()``).
+        """
+        if (await conn.execute(self._answered(claim, response, now))).rowcount != 1:
+            raise KeyTakenOverError(claim.key)
+
+    async def promise_effect_in_transaction(self, claim: Claimed) -> None:
+        """Record that ``claim``'s effect commits with its key: should its holder vanish before the
+        commit, nothing happened, and a later request may take the key over once the lock times out.
+
+        Raises:
+            KeyTakenOverError: the key was taken over already; the holder must not act.
+        """
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                update(idempotency_keys)
+                .where(_K.key == claim.key, _K.lock_id == claim.lock_id, _K.status == KeyStatus.IN_FLIGHT.value)
+                .values(effect_in_transaction=True)
+            )
+        if result.rowcount != 1:
+            raise KeyTakenOverError(claim.key)
+
     async def release(self, claim: Claimed) -> bool:
-        """Give a claimed key back without a stored response (the handler failed); a retry may run.
+        """Give a claimed key back: its handler failed before any effect; a retry may run it.
 
         Returns:
-            ``False`` when the claim had been taken over after its lock timed out (nothing deleted).
+            ``False`` when the key had been taken over or answered (nothing deleted).
         """
         async with self._engine.begin() as conn:
             result = await conn.execute(
                 delete(idempotency_keys).where(
-                    _K.key == claim.key, _K.lock_id == claim.lock_id, _K.status == KeyStatus.IN_FLIGHT.value
+                    _K.key == claim.key,
+                    _K.lock_id == claim.lock_id,
+                    _K.status.in_([KeyStatus.IN_FLIGHT.value, KeyStatus.IN_DOUBT.value]),
+                )
+            )
+        return result.rowcount == 1
+
+    async def hold_in_doubt(self, claim: Claimed, *, now: datetime | None = None) -> bool:
+        """Keep a claimed key as ``in_doubt``: its handler started and its outcome is unknown.
+
+        Returns:
+            ``False`` when the key had been taken over or answered (nothing changed).
+        """
+        async with self._engine.begin() as conn:
+            return await self._set_in_doubt(conn, claim.key, claim.lock_id, now)
+
+    async def lookup(self, key: str, *, now: datetime | None = None) -> Held | None:
+        """The live row of ``key`` (its status and stored answer), ``None`` if it has none."""
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(select(idempotency_keys).where(_K.key == key, _K.expires_at_ms > self._now(now)))
+            ).first()
+        if row is None:
+            return None
+        status = KeyStatus(row.status)
+        return Held(status, True, _response_of(row) if status is KeyStatus.DONE else None)
+
+    async def resolve(self, key: str, *, applied: bool, response: StoredResponse | None = None) -> bool:
+        """The service owner's word on a key in doubt: it took effect (``applied``, with the answer to
+        replay) or it did not (the key is given back and the next request with it runs).
+
+        Args:
+            key: the stored key (:func:`~agentlease.idempotency.middleware.scoped_key` of caller and key).
+            applied: whether the effect happened.
+            response: the answer to replay when ``applied`` (an MCP guard's: ``LeaseGuard.stored_result``).
+
+        Returns:
+            ``False`` when the key is not in doubt (nothing changed).
+
+        Raises:
+            ValueError: ``applied`` without a ``response``.
+        """
+        doubtful = (_K.key == key) & (_K.status == KeyStatus.IN_DOUBT.value)
+        if applied and response is None:
+            raise ValueError("an applied key needs the answer to replay")
+        async with self._engine.begin() as conn:
+            if not applied:
+                return (await conn.execute(delete(idempotency_keys).where(doubtful))).rowcount == 1
+            assert response is not None
+            answer = response
+            result = await conn.execute(
+                update(idempotency_keys)
+                .where(doubtful)
+                .values(
+                    status=KeyStatus.DONE.value,
+                    response_status=answer.status,
+                    response_headers=[list(pair) for pair in answer.headers],
+                    response_body=answer.body,
                 )
             )
         return result.rowcount == 1
 
     async def purge_expired(self, *, now: datetime | None = None) -> int:
-        """Delete rows whose lock or retention has passed; returns how many. Optional housekeeping."""
-        now_ms = db_now_ms(self._engine.dialect.name, now)
+        """Delete the rows whose retention has passed; returns how many. Optional housekeeping (an in-flight
+        row is left: its holder's fate is decided by the next request with the key)."""
         async with self._engine.begin() as conn:
-            result = await conn.execute(delete(idempotency_keys).where(_K.expires_at_ms <= now_ms))
+            result = await conn.execute(
+                delete(idempotency_keys).where(
+                    _K.expires_at_ms <= self._now(now), _K.status != KeyStatus.IN_FLIGHT.value
+                )
+            )
         return result.rowcount
+
+
+def _create_or_upgrade(conn: Connection) -> None:
+    """Create the key table, or rebuild one made before ``effect_in_transaction`` and ``in_doubt`` existed
+    (its rows read, the table dropped and made anew, the rows written back)."""
+    inspector = inspect(conn)
+    if inspector.has_table(idempotency_keys.name) and "effect_in_transaction" not in {
+        column["name"] for column in inspector.get_columns(idempotency_keys.name)
+    }:
+        kept = select(*(idempotency_keys.c[name] for name in _KEPT_BEFORE_0_4))
+        rows = [dict(row._mapping) for row in conn.execute(kept)]
+        idempotency_keys.drop(conn)
+        metadata.create_all(conn)
+        if rows:
+            conn.execute(idempotency_keys.insert(), rows)
+        return
+    metadata.create_all(conn)

@@ -17,7 +17,8 @@ under ``io.agentlease/``::
 The tools go to ``AgentLeasePlugin(tools=[*CRM_TOOLS])``, ``call_tool``, ``leased_tool`` and
 ``LeasedToolset``. Server side: :class:`LeaseGuard` makes an ``MCPServer`` (the SDK's) enforce what
 the client sends: a repeated key replays the stored result, an older fencing token is refused, a
-missing key is refused; ``was_applied`` reads a call back by key.
+missing key is refused; a tool commits its effect with its key in ``effect_transaction``, and a call whose
+outcome the guard cannot know is held in doubt, never run twice (``docs/edge.md``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ try:
 except ImportError as _import_error:  # pragma: no cover - depends on the installed extras
     raise ImportError("agentlease.mcp needs the 'mcp' extra: pip install 'agentlease[mcp]'") from _import_error
 
+from agentlease.idempotency.edge import effect_transaction
 from agentlease.mcp._client import MCPServer, list_server_tools
 from agentlease.mcp._convention import (
     EXTENSION,
@@ -58,6 +60,7 @@ __all__ = [
     "ToolPolicy",
     "check_tools",
     "current_call",
+    "effect_transaction",
     "guess_side_effect",
     "list_server_tools",
     "mcp_tools",

@@ -24,7 +24,9 @@ cannot connect, or the tool is not listed (checked     ``RetryableToolError`` (n
 before sending)                                        ``PermanentToolError``
 a result (an error result too: the model reads it)     settles
 refusal ``stale_fencing_token``                        ``LeaseLostError``: a newer generation holds it
-refusal ``idempotency_key_in_flight``                  ``RetryableToolError`` (same key next attempt)
+refusal ``idempotency_key_in_flight``                  ``KeyInFlightError``: the attempt waits and sends again
+refusal ``idempotency_key_in_doubt``, or a readback    ``EffectInDoubtError``: a person (or the probe) decides
+that says so
 other refusals, ``INVALID_PARAMS``, unknown method     ``PermanentToolError``
 any other error, or the connection lost after sending  ``AmbiguousSideEffectError`` (may have applied)
 =====================================================  =============================================
@@ -50,6 +52,8 @@ from agentlease.enums import Stage
 from agentlease.errors import (
     AgentLeaseError,
     AmbiguousSideEffectError,
+    EffectInDoubtError,
+    KeyInFlightError,
     LeaseLostError,
     LedgerUnavailableError,
     PermanentToolError,
@@ -171,7 +175,13 @@ def _failure(exc: BaseException, binding: MCPBinding, ctx: LeaseContext) -> Exce
                 current_generation=data.get("current_generation"),
             )
         if refusal is Refusal.IN_FLIGHT:
-            return RetryableToolError(f"{what}: a call with this key is still running at the server")
+            wait_ms = exc.data.get("retry_after_ms") if isinstance(exc.data, dict) else None
+            retry_after = timedelta(
+                milliseconds=wait_ms if isinstance(wait_ms, int) and 0 < wait_ms <= 60_000 else 1000
+            )
+            return KeyInFlightError(f"{what}: a call with this key is still running at the server", retry_after)
+        if refusal is Refusal.IN_DOUBT:
+            return EffectInDoubtError(f"{what}: the server holds this key in doubt ({exc.message})")
         if refusal is not None or exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
             return PermanentToolError(f"{what} refused: {exc.message}")
         return AmbiguousSideEffectError(f"{what} answered error {exc.code}: {exc.message}")
@@ -268,6 +278,8 @@ async def _read_back(client: Client, settings: dict[str, Any], key: str) -> dict
 
     Raises:
         RetryableToolError: the readback failed (nothing was written).
+        KeyInFlightError: the call with the key is still running at the server.
+        EffectInDoubtError: the server holds the key in doubt.
     """
     tool = settings.get("readback_tool")
     if not isinstance(tool, str):
@@ -277,9 +289,13 @@ async def _read_back(client: Client, settings: dict[str, Any], key: str) -> dict
     except Exception as exc:  # noqa: BLE001 - a read: nothing to be ambiguous about
         raise RetryableToolError(f"readback {tool} failed: {_why(_leaf(exc))}") from None
     found = answer.structured_content if not answer.is_error else None
-    if not isinstance(found, dict) or not found.get("applied"):
+    if not isinstance(found, dict):
         return None
-    stored = found.get("result")
+    if found.get("status") == "in_flight":
+        raise KeyInFlightError(f"readback {tool}: the call with key {key} is still running at the server")
+    if found.get("status") == "in_doubt":
+        raise EffectInDoubtError(f"readback {tool}: the server holds key {key} in doubt (it may have taken effect)")
+    stored = found.get("result") if found.get("applied") else None
     return stored if isinstance(stored, dict) else None
 
 

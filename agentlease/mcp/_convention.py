@@ -84,6 +84,8 @@ class Refusal(StrEnum):
     """The key was used for a call of another tool or with other arguments."""
     IN_FLIGHT = "idempotency_key_in_flight"
     """A call with the key is still running; try again later (``retry_after_ms``)."""
+    IN_DOUBT = "idempotency_key_in_doubt"
+    """A call with the key started and its outcome is unknown: it may have taken effect; not retried."""
     STALE_TOKEN = "stale_fencing_token"
     """The resource has accepted a newer generation (``generation``, ``current_generation``)."""
 

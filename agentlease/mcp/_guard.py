@@ -2,51 +2,38 @@
 
 :class:`LeaseGuard` is an extension of the official SDK's ``MCPServer`` (``MCPServer(...,
 extensions=[guard])``) and, for a low-level ``Server``, a middleware (``server.middleware.append(guard)``).
-For each ``tools/call`` of a guarded tool it decides, in this order:
+For each ``tools/call`` of a guarded tool: a malformed entry, a missing key (``require_key``) or token
+(``require_fencing_token``) is refused; then the call's fence is passed and its key claimed in one
+transaction (:meth:`~agentlease.idempotency.store.IdempotencyStore.claim`); a key already held is
+replayed (done), refused ``idempotency_key_in_flight`` (try again) or ``idempotency_key_in_doubt`` (a
+person decides); otherwise the tool runs once under the rules of :mod:`agentlease.idempotency.edge`
+(``docs/edge.md``): a tool commits its effect and its key together with
+:func:`~agentlease.idempotency.edge.effect_transaction`, and :func:`current_call` tells it the key and fence.
 
-1. a malformed convention entry, a missing key (``require_key``, default on) or a missing fencing
-   token (``require_fencing_token``) is refused;
-2. the key (scoped to the caller) is claimed and the fence of the call's resource is checked and moved
-   in ONE transaction of the :class:`~agentlease.idempotency.store.IdempotencyStore` (its
-   ``idempotency_keys`` and ``fences`` tables), so a stale call never reaches the tool;
-3. a key already held: the call's token must still pass the fence (and moves it when newer), else the
-   call is refused ``stale_fencing_token``, even where a result is stored: a superseded holder learns
-   that it lost instead of reading a result. Then a call of another tool or with other arguments is
-   refused ``idempotency_key_reused``, a stored result is replayed (``_meta`` ``io.agentlease/replayed``),
-   and a call still running is refused ``idempotency_key_in_flight`` (try again);
-4. otherwise the tool runs once, with :func:`current_call` telling it the key and fence (to check the
-   fence again inside its own write transaction). A result that is not an error is stored and
-   replayed for the store's retention; an error result, an exception or a cancelled call gives the
-   key back, so the tool must leave no partial effect when it fails.
-
-The readback hook, :meth:`LeaseGuard.was_applied`, answers "did the call with this key happen?" with the
-stored result; the guard also serves it as the tool ``agentlease_was_applied`` (read-only), which an
-agentlease client calls with the key in ``_meta`` to read a call back before it settles.
+The guard also serves the read-only tool ``agentlease_was_applied``: with the key in ``_meta`` it answers
+whether that call happened (``applied`` true with its result, false, or null when it is in flight or in doubt).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, ToolBinding
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, CallToolResult, ToolAnnotations
+from mcp_types import CallToolRequestParams, CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 
 from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
-from agentlease.fencing import FencingToken, advance_fence, token_generation
-from agentlease.idempotency.convention import request_hash
-from agentlease.idempotency.middleware import scoped_key
-from agentlease.idempotency.store import Claimed, IdempotencyStore, KeyStatus, StoredResponse
+from agentlease.fencing import FencingToken, token_generation
+from agentlease.idempotency.convention import caller_of, request_hash, scoped_key
+from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_guarded
+from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, StoredResponse
 from agentlease.mcp._convention import (
     EXTENSION,
     IDEMPOTENCY_KEY_META,
@@ -65,52 +52,15 @@ READBACK_TOOL = "agentlease_was_applied"
 
 _STORED_STATUS = 200
 """The status a stored ``tools/call`` result carries in the shared ``idempotency_keys`` table."""
-_IN_FLIGHT_RETRY_MS = 1000
-
-
-@dataclass(frozen=True)
-class GuardedCall:
-    """What the guard tells the running tool about its call (:func:`current_call`).
-
-    Attributes:
-        tool: the tool's name.
-        idempotency_key: the call's key as the client sent it (not scoped).
-        fencing: the fenced resource and the call's generation; ``None`` when the call carried no token.
-        lease_expires_at: when the client's lease lapses unless renewed, by its estimate; ``None`` if not sent.
-        caller: the caller the key is scoped to (``""``: the one caller of a stdio server, or anonymous).
-    """
-
-    tool: str
-    idempotency_key: str
-    fencing: FencingToken | None
-    lease_expires_at: datetime | None
-    caller: str
-
-
-_current: ContextVar[GuardedCall | None] = ContextVar("agentlease_mcp_call", default=None)
-
-
-def current_call() -> GuardedCall | None:
-    """The guarded call the running tool serves, ``None`` outside one (an unguarded tool, no key)."""
-    return _current.get()
-
-
-@contextmanager
-def _serving(call: GuardedCall) -> Iterator[None]:
-    token = _current.set(call)
-    try:
-        yield
-    finally:
-        _current.reset(token)
+IN_FLIGHT_RETRY_MS = 1000
+"""How long a call refused ``idempotency_key_in_flight`` is told to wait before it asks again."""
 
 
 def caller_from_request(ctx: ServerRequestContext[Any, Any]) -> str:
-    """The default ``caller_for``: the HTTP request's ``Authorization`` (or else ``X-API-Key``) header,
-    ``""`` without one (stdio: the one client that started the server). Only a digest is stored."""
+    """The default ``caller_for``: the HTTP request's credentials (``agentlease.idempotency.convention.caller_of``),
+    ``""`` without a request (stdio: the one client that started the server). Only a digest is stored."""
     headers = getattr(ctx.request, "headers", None)
-    if headers is None:
-        return ""
-    return str(headers.get("authorization") or headers.get("x-api-key") or "")
+    return "" if headers is None else caller_of(headers)
 
 
 def _refused(refusal: Refusal, detail: str, **facts: Any) -> MCPError:
@@ -145,9 +95,13 @@ class LeaseGuard(Extension):
         fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only tokens signed for the
             resource pass. Default ``None``: generations are taken as sent.
         resource_for: names the fenced resource of a call, ``(tool, idempotency key, arguments) -> str``.
-            Default :func:`~agentlease.mcp._convention.default_resource` (``mcp/<tool>/<key>``).
-        client_named_resource: take the client's ``io.agentlease/resource`` instead. Default false.
+            Default ``None``: the resource the client names (``io.agentlease/resource``, which a signed token
+            must have been made for), else :func:`~agentlease.mcp._convention.default_resource`
+            (``mcp/<tool>/<key>``): one fence per action.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_request`.
+        commits_with_key: the tools whose effect commits with their key (in ``effect_transaction``, and
+            nowhere else): should such a call's server stop before that commit, its key is free again once
+            the store's lock timed out, instead of held in doubt. Default: none.
         readback_tool: the name of the readback tool the guard serves; ``None``: none. Default
             ``agentlease_was_applied``.
         clock: the current time (aware) for every statement; default ``None``, the database's clock.
@@ -164,8 +118,8 @@ class LeaseGuard(Extension):
         require_fencing_token: bool = False,
         fencing_key: bytes | str | None = None,
         resource_for: Callable[[str, str, Mapping[str, Any]], str] | None = None,
-        client_named_resource: bool = False,
         caller_for: Callable[[ServerRequestContext[Any, Any]], str] = caller_from_request,
+        commits_with_key: Collection[str] = (),
         readback_tool: str | None = READBACK_TOOL,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
@@ -175,8 +129,8 @@ class LeaseGuard(Extension):
         self.require_fencing_token = require_fencing_token
         self.fencing_key = fencing_key.encode("utf-8") if isinstance(fencing_key, str) else fencing_key
         self.resource_for = resource_for
-        self.client_named_resource = client_named_resource
         self.caller_for = caller_for
+        self.commits_with_key = frozenset(commits_with_key)
         self.readback_tool = readback_tool
         self.clock = clock
 
@@ -203,13 +157,13 @@ class LeaseGuard(Extension):
         guard = self
 
         async def was_applied(ctx: Context) -> dict[str, Any]:
-            """Whether the call with the idempotency key in ``_meta`` happened: its stored result, or none."""
+            """Whether the call with the idempotency key in ``_meta`` happened: ``applied`` true (with its
+            result), false, or null while it is in flight or in doubt (``status`` says which)."""
             request = ctx.request_context
             meta = read_lease_meta(request.meta)
             if meta.idempotency_key is None:
                 raise _refused(Refusal.MISSING_KEY, f"{IDEMPOTENCY_KEY_META} names the call to read back")
-            found = await guard.was_applied(meta.idempotency_key, caller=guard.caller_for(request))
-            return {"applied": found is not None, "result": found}
+            return await guard.readback(meta.idempotency_key, caller=guard.caller_for(request))
 
         binding = ToolBinding(
             fn=was_applied,
@@ -220,10 +174,30 @@ class LeaseGuard(Extension):
         )
         return (binding,)
 
+    async def readback(self, idempotency_key: str, *, caller: str = "") -> dict[str, Any]:
+        """What the readback tool answers for ``idempotency_key`` of ``caller``: ``{"applied": true, "status":
+        "done", "result": ...}``, ``{"applied": false, "status": "absent"}``, or ``applied`` null with
+        ``status`` ``in_flight`` or ``in_doubt``."""
+        held = await self.store.lookup(scoped_key(caller, idempotency_key), now=self._now())
+        if held is None:
+            return {"applied": False, "status": "absent", "result": None}
+        if held.status is KeyStatus.DONE and held.response is not None:
+            return {"applied": True, "status": "done", "result": json.loads(held.response.body)}
+        return {"applied": None, "status": held.status.value, "result": None}
+
     async def was_applied(self, idempotency_key: str, *, caller: str = "") -> dict[str, Any] | None:
-        """The readback hook: the result stored for ``idempotency_key`` of ``caller``, ``None`` if no call
-        with the key completed (or its retention passed)."""
-        return await _stored(self.store, scoped_key(caller, idempotency_key), self.clock)
+        """The result stored for ``idempotency_key`` of ``caller``; ``None`` if no call with the key answered
+        (or its retention passed). :meth:`readback` also tells a call in flight or in doubt."""
+        found: dict[str, Any] | None = (await self.readback(idempotency_key, caller=caller))["result"]
+        return found
+
+    def stored_result(self, result: Any) -> StoredResponse:
+        """``result`` (a tool's return value or a ``CallToolResult``) as the answer the guard stores and replays,
+        for :meth:`~agentlease.idempotency.store.IdempotencyStore.resolve` of a key in doubt."""
+        return _stored_value(result)
+
+    def _now(self) -> datetime | None:
+        return None if self.clock is None else self.clock()
 
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
@@ -274,45 +248,34 @@ class LeaseGuard(Extension):
                 )
             return await run()
         fence = self._fence(tool, lease, arguments or {})
-        key = scoped_key(caller, lease.idempotency_key)
-        digest = _arguments_hash(tool, arguments)
-        now = None if self.clock is None else self.clock()
         try:
-            claim = await self.store.claim(key, digest, fence=fence, now=now)
+            claim = await self.store.claim(
+                scoped_key(caller, lease.idempotency_key),
+                _arguments_hash(tool, arguments),
+                fence=fence,
+                commits_with_key=tool in self.commits_with_key,
+                now=self._now(),
+            )
         except StaleFencingTokenError as exc:
             raise _stale(exc) from None
-        if not isinstance(claim, Claimed):
-            if fence is not None:  # a held key still answers only to the newest generation
-                try:
-                    async with self.store.engine.begin() as conn:
-                        await advance_fence(conn, fence.resource_key, fence.generation, now=now)
-                except StaleFencingTokenError as exc:
-                    raise _stale(exc) from None
-            if not claim.same_request:
-                raise _refused(
-                    Refusal.KEY_REUSED,
-                    f"{IDEMPOTENCY_KEY_META} {lease.idempotency_key!r} was used for another call (tool or arguments)",
-                )
-            if claim.status == KeyStatus.DONE and claim.response is not None:
-                return _replayed(claim.response)
-            raise _refused(
-                Refusal.IN_FLIGHT,
-                f"a call with {lease.idempotency_key!r} is still running",
-                retry_after_ms=_IN_FLIGHT_RETRY_MS,
-            )
-        call = GuardedCall(tool, lease.idempotency_key, fence, lease.lease_expires_at, caller)
+        if isinstance(claim, Held):
+            return _held(claim, lease.idempotency_key)
+        call = GuardedCall(
+            lease.idempotency_key,
+            fence,
+            caller,
+            tool=tool,
+            lease_expires_at=lease.lease_expires_at,
+            _store=self.store,
+            _claim=claim,
+            _answer_of=_stored_value,
+            _clock=self.clock,
+            _promised=tool in self.commits_with_key,
+        )
         try:
-            with _serving(call):
-                result = await run()
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self.store.release(claim)
-            raise
-        stored = _storable(result)
-        if stored is None:
-            await self.store.release(claim)
-        else:
-            await self.store.complete(claim, stored, now=None if self.clock is None else self.clock())
+            result: HandlerResult = await run_guarded(call, run, _verdict)
+        except StaleFencingTokenError as exc:  # the tool's own fence check (a low-level server's handler)
+            raise _stale(exc) from None
         return result
 
     def _fence(self, tool: str, lease: LeaseMeta, arguments: Mapping[str, Any]) -> FencingToken | None:
@@ -326,12 +289,10 @@ class LeaseGuard(Extension):
                 raise _refused(Refusal.MISSING_TOKEN, f"{tool} needs io.agentlease/fencing-token in _meta")
             return None
         assert lease.idempotency_key is not None
-        if self.client_named_resource and lease.resource is not None:
-            resource = lease.resource
-        elif self.resource_for is not None:
+        if self.resource_for is not None:
             resource = self.resource_for(tool, lease.idempotency_key, arguments)
         else:
-            resource = default_resource(tool, lease.idempotency_key)
+            resource = lease.resource or default_resource(tool, lease.idempotency_key)
         try:
             return FencingToken(resource, token_generation(resource, lease.fencing_token, self.fencing_key))
         except InvalidFencingTokenError as exc:
@@ -342,43 +303,51 @@ class LeaseGuard(Extension):
             ) from None
 
 
-def _storable(result: Any) -> StoredResponse | None:
-    """A result to store under the key: a ``CallToolResult`` that is not an error; else ``None``."""
-    if isinstance(result, CallToolResult) and not result.is_error:
-        body = result.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8")
-        return StoredResponse(_STORED_STATUS, [], body)
-    if isinstance(result, Mapping) and not result.get("isError") and "content" in result:
-        return StoredResponse(_STORED_STATUS, [], json.dumps(dict(result)).encode("utf-8"))
-    return None
+def _held(held: Held, key: str) -> CallToolResult:
+    """The answer to a call whose key another call holds: its stored result, or a refusal.
+
+    Raises:
+        MCPError: ``idempotency_key_reused``, ``idempotency_key_in_doubt`` or ``idempotency_key_in_flight``.
+    """
+    if not held.same_request:
+        raise _refused(
+            Refusal.KEY_REUSED, f"{IDEMPOTENCY_KEY_META} {key!r} was used for another call (tool or arguments)"
+        )
+    if held.status is KeyStatus.DONE and held.response is not None:
+        result = CallToolResult.model_validate_json(held.response.body)
+        return result.model_copy(update={"meta": {**(result.meta or {}), REPLAYED_META: True}})
+    if held.status is KeyStatus.IN_DOUBT:
+        raise _refused(
+            Refusal.IN_DOUBT,
+            f"the call with {key!r} started and its outcome is unknown: it may have taken effect; "
+            "the server's owner or a person decides",
+        )
+    raise _refused(Refusal.IN_FLIGHT, f"a call with {key!r} is still running", retry_after_ms=IN_FLIGHT_RETRY_MS)
 
 
-def _replayed(stored: StoredResponse) -> CallToolResult:
-    result = CallToolResult.model_validate_json(stored.body)
-    return result.model_copy(update={"meta": {**(result.meta or {}), REPLAYED_META: True}})
+def _stored_value(value: Any) -> StoredResponse:
+    """A tool's answer as the guard stores it: a ``CallToolResult`` as is, a mapping with ``content`` as sent,
+    anything else as the SDK would return it (JSON text, and structured content for an object)."""
+    if isinstance(value, CallToolResult):
+        result = value
+    elif isinstance(value, Mapping) and "content" in value:
+        return StoredResponse(_STORED_STATUS, [], json.dumps(dict(value)).encode("utf-8"))
+    else:
+        plain = to_jsonable_python(value)
+        text = plain if isinstance(plain, str) else json.dumps(plain, ensure_ascii=False)
+        structured = plain if isinstance(plain, dict) else None
+        result = CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+    return StoredResponse(_STORED_STATUS, [], result.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8"))
 
 
-async def _stored(store: IdempotencyStore, key: str, clock: Callable[[], datetime] | None) -> dict[str, Any] | None:
-    from sqlalchemy import select
-
-    from agentlease.clock import db_now_ms
-    from agentlease.idempotency.store import idempotency_keys
-
-    columns = idempotency_keys.c
-    now_ms = db_now_ms(store.engine.dialect.name, None if clock is None else clock())
-    async with store.engine.connect() as conn:
-        row = (
-            await conn.execute(
-                select(columns.response_body).where(
-                    columns.key == key,
-                    columns.status == KeyStatus.DONE.value,
-                    columns.expires_at_ms > now_ms,
-                )
-            )
-        ).first()
-    if row is None or row.response_body is None:
-        return None
-    found: dict[str, Any] = json.loads(bytes(row.response_body))
-    return found
+def _verdict(result: Any) -> tuple[Verdict, StoredResponse]:
+    """A tool's result: an answer unless it is an error result (the tool failed, and did not say before any effect)."""
+    failed = (
+        result.is_error
+        if isinstance(result, CallToolResult)
+        else bool(isinstance(result, Mapping) and result.get("isError"))
+    )
+    return (Verdict.FAILED if failed else Verdict.ANSWERED), _stored_value(result)
 
 
 __all__ = ["READBACK_TOOL", "GuardedCall", "LeaseGuard", "caller_from_request", "current_call"]

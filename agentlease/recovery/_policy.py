@@ -21,6 +21,7 @@ from agentlease.enums import ErrorClass, RecoveryAction, SideEffectClass, Stage
 from agentlease.errors import (
     AmbiguousSideEffectError,
     CredentialToolError,
+    EffectInDoubtError,
     PermanentToolError,
 )
 
@@ -82,6 +83,11 @@ def decide(
         return RecoveryDecision(
             RecoveryAction.RETRY_SAME_KEY, "reconciled by a person: retry with the same idempotency key"
         )
+    if error_class is ErrorClass.IN_DOUBT:
+        return RecoveryDecision(
+            RecoveryAction.RECONCILE,
+            "the downstream holds the call's key in doubt: it may have taken effect; pause for reconciliation",
+        )
     if side_effect_class.effect_unknown(last_stage):
         return RecoveryDecision(
             RecoveryAction.RECONCILE, "ambiguous non-idempotent side effect: pause for reconciliation"
@@ -89,6 +95,16 @@ def decide(
     if error_class is ErrorClass.PERMANENT:
         return RecoveryDecision(RecoveryAction.DEAD_LETTER, "deterministic failure: dead-letter for inspection")
     if real_attempts >= max_attempts:
+        if (
+            side_effect_class is not SideEffectClass.READ_ONLY
+            and last_stage is not None
+            and (last_stage.crossed_external_call)
+        ):
+            return RecoveryDecision(
+                RecoveryAction.RECONCILE,
+                f"repeated failure after the call may have reached the downstream: {real_attempts} real attempts "
+                f"reached the limit of {max_attempts}; its effect may be in place, pause for reconciliation",
+            )
         return RecoveryDecision(
             RecoveryAction.DEAD_LETTER,
             f"repeated failure: {real_attempts} real attempts reached the limit of {max_attempts}",
@@ -120,6 +136,12 @@ def decide_after_probe(error_class: ErrorClass | None, *, real_attempts: int, ma
         real_attempts: attempts that ran the tool before the one that goes on.
         max_attempts: the tool's limit of real attempts.
     """
+    if error_class is ErrorClass.IN_DOUBT:
+        return RecoveryDecision(
+            RecoveryAction.RECONCILE,
+            "the probe says the action did not happen, but the downstream holds its key in doubt: "
+            "resolve the key there, then reconcile",
+        )
     if error_class is ErrorClass.PERMANENT:
         return RecoveryDecision(RecoveryAction.DEAD_LETTER, "deterministic failure: dead-letter for inspection")
     if real_attempts >= max_attempts:
@@ -136,12 +158,15 @@ def classify(exc: BaseException) -> ErrorClass:
     """The error class of an exception a tool raised.
 
     ``PermanentToolError`` and invalid arguments are permanent, ``CredentialToolError`` is a
-    credential error, ``AmbiguousSideEffectError`` is ambiguous; anything else is retryable.
+    credential error, ``EffectInDoubtError`` in doubt, ``AmbiguousSideEffectError`` ambiguous; anything
+    else is retryable.
     """
     if isinstance(exc, PermanentToolError | ValidationError):
         return ErrorClass.PERMANENT
     if isinstance(exc, CredentialToolError):
         return ErrorClass.CREDENTIAL
+    if isinstance(exc, EffectInDoubtError):
+        return ErrorClass.IN_DOUBT
     if isinstance(exc, AmbiguousSideEffectError):
         return ErrorClass.AMBIGUOUS
     return ErrorClass.RETRYABLE

@@ -230,17 +230,17 @@ class LeaseContext:
         """The headers of a write to a downstream that follows the project's HTTP convention.
 
         Args:
-            resource: the fenced resource (``Fencing-Resource``); omitted: the service names it
-                (by default, the request path).
+            resource: the fenced resource (``Fencing-Resource``); omitted: the service's default, the
+                idempotency key itself (one fence per action, ``docs/edge.md``).
 
         Returns:
             ``Idempotency-Key`` (the task's key) and ``Fencing-Token`` (the claim generation; signed
-            for ``resource`` when the worker has a fencing key and ``resource`` is given), plus
-            ``Fencing-Resource`` when ``resource`` is given.
+            for ``resource``, or the key, when the worker has a fencing key), plus ``Fencing-Resource``
+            when ``resource`` is given.
         """
         headers = downstream_headers(self.idempotency_key, self.fencing_token, resource)
-        if resource is not None and self.settings.fencing_key is not None:
-            headers[FENCING_TOKEN_HEADER] = self.signed_fencing_token(resource)
+        if self.settings.fencing_key is not None:
+            headers[FENCING_TOKEN_HEADER] = self.signed_fencing_token(resource or self.idempotency_key)
         return headers
 
     def receipt(self, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:

@@ -50,12 +50,14 @@ from agentlease.errors import (
     ApprovalRefusedError,
     BindingRefusedError,
     ClockBehindError,
+    KeyInFlightError,
     LeaseHeldError,
     LeaseLostError,
     LedgerRefusedValueError,
     LedgerUnavailableError,
     MissingHeartbeatTimeoutError,
     TaskClosedError,
+    downstream_refusal,
     one_line,
 )
 from agentlease.lease import _entered as entered_lease
@@ -373,8 +375,7 @@ class LeasedActivities:
         """Run the tool in its lease context, then settle or classify how it failed."""
         try:
             args = limits.check_finite_arguments(spec.args_model.model_validate(call.arguments), spec.name)
-            with entered_lease(context):  # agentlease.lease answers inside the tool
-                result = await spec.fn(context, args)
+            result = await self._call_tool(spec, args, context)
         except LeaseLostError as exc:
             raise _lease_lost(exc) from None
         except LedgerUnavailableError as exc:
@@ -396,7 +397,7 @@ class LeasedActivities:
                 ) from None
             raise
         except Exception as exc:  # noqa: BLE001 - every way a tool fails is classified and recorded
-            error_class = classify(exc)
+            error_class = classify(downstream_refusal(exc) or exc)
             error = redact(one_line(exc))  # what the ledger, the run and Temporal history keep (docs/security.md)
             after = decide(
                 spec.side_effect_class,
@@ -437,6 +438,33 @@ class LeasedActivities:
         if context.committed_at is not None:
             self._metrics.settlement_latency(spec.name, time.perf_counter() - context.committed_at)
         return self._settled(claim, saved.receipt, redact(result.output))
+
+    async def _call_tool(self, spec: ToolSpec, args: Any, context: LeaseContext) -> Any:
+        """Run the tool in its lease context; while the downstream answers that the call's key is in flight
+        (an earlier request with it still executes), wait under the lease and run it again: the same claim,
+        generation and key, no real attempt spent (``docs/edge.md``).
+
+        Raises:
+            LeaseLostError, LedgerUnavailableError: a renewal while waiting was refused or not answered.
+        """
+        waits = 0
+        while True:
+            try:
+                with entered_lease(context):  # agentlease.lease answers inside the tool
+                    return await spec.fn(context, args)
+            except Exception as exc:
+                busy = downstream_refusal(exc)
+                if not isinstance(busy, KeyInFlightError):
+                    raise
+            waits += 1
+            pause = min(max(busy.retry_after, MIN_RETRY_DELAY), context.claim.lease_ttl / 3)
+            self._metrics.duplicate_delivery(spec.name, "key_in_flight")
+            await context.renew(
+                f"the downstream is still executing the call with key {context.idempotency_key} "
+                f"(wait {waits}); asking again in {pause.total_seconds():g}s"
+            )
+            await asyncio.sleep(pause.total_seconds())
+            context.stage = None  # the tool starts over; the ledger keeps the furthest stage it recorded
 
     async def _refuse_binding(self, task: TaskSpec, workflow_id: str | None, why: str, trace: TraceLink) -> NoReturn:
         """Refuse a call whose task, key or TTL is not its workflow's: nothing of the task it names changes;

@@ -1,9 +1,11 @@
 """A small CRM served over MCP with the official SDK, guarded by agentlease's ``LeaseGuard``.
 
 ``create_contact`` is guarded: a repeated idempotency key replays the stored result, an older fencing
-token than the newest seen for the call's resource is refused, a call without a key is refused. It
-checks the fence again inside its own insert transaction, so a stale writer that slipped past the
-guard while a newer one was in flight still cannot insert. ``find_contact`` is a read.
+token than the newest seen for the call's resource is refused, a call without a key is refused. Its insert
+runs in ``effect_transaction``: the fence is checked again inside that transaction, and the contact and
+"this key is done, with this result" commit together, so a worker that dies (or a client that drops) at
+any point leaves either no contact and the key free, or the contact and its key done: the retry is
+answered from the stored result, never run twice. ``find_contact`` is a read.
 
     python crm_server.py                      # stdio (an agentlease worker starts it per call)
     python crm_server.py --http 8010          # streamable HTTP on http://127.0.0.1:8010/mcp
@@ -20,9 +22,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from agentlease.fencing import advance_fence
 from agentlease.idempotency import IdempotencyStore
-from agentlease.mcp import LeaseGuard, current_call
+from agentlease.mcp import LeaseGuard, current_call, effect_transaction
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
 from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, insert, select
@@ -54,18 +55,18 @@ def build_server(database_url: str) -> MCPServer[Any]:
         await store.close()
 
     server: MCPServer[Any] = MCPServer(
-        "crm", lifespan=lifespan, extensions=[LeaseGuard(store, tools={"create_contact"})]
+        "crm",
+        lifespan=lifespan,
+        extensions=[LeaseGuard(store, tools={"create_contact"}, commits_with_key={"create_contact"})],
     )
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False))
     async def create_contact(name: str, email: str, ctx: Context) -> dict[str, Any]:
         """Create a contact in the CRM."""
-        call = current_call()  # the guard's view of this call: key and fence
+        call = current_call()  # the guard's view of this call: key and fence (None when unguarded)
         await ctx.report_progress(0, 1, f"creating {email}")
-        async with store.engine.begin() as conn:
-            if call is not None and call.fencing is not None:  # again, inside the insert's transaction
-                await advance_fence(conn, call.fencing.resource_key, call.fencing.generation)
-            created = await conn.execute(
+        async with effect_transaction(store.engine) as effect:  # fence check, insert and key: one commit
+            created = await effect.conn.execute(
                 insert(contacts).values(
                     name=name,
                     email=email,
@@ -74,8 +75,10 @@ def build_server(database_url: str) -> MCPServer[Any]:
                 )
             )
             contact_id = created.inserted_primary_key[0] if created.inserted_primary_key else None
+            contact = {"id": contact_id, "name": name, "email": email}
+            effect.done(contact)
         await ctx.report_progress(1, 1, f"created contact {contact_id}")
-        return {"id": contact_id, "name": name, "email": email}
+        return contact
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     async def find_contact(email: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ Routes:
 
 - ``/api/...``: behind :class:`~agentlease.idempotency.IdempotencyMiddleware` (``Idempotency-Key``
   required on writes; ``Fencing-Token`` enforced when sent, the fenced resource being the request
-  path).
+  path: the fenced tool sends a key per attempt, so that the fence, not the key, stops an older one).
 
   - ``POST /api/documents/{target}``: the write of the ``idempotent`` and ``fenced`` tools. Inside
     one transaction it advances the fence again (a newer writer may have passed the middleware
@@ -57,6 +57,7 @@ from agentlease.idempotency import (
     REPLAYED_HEADER,
     IdempotencyMiddleware,
     IdempotencyStore,
+    request_path,
 )
 from agentlease.idempotency.middleware import stale_fencing_response
 
@@ -230,6 +231,7 @@ def _app(engine: AsyncEngine, store: IdempotencyStore) -> ASGIApp:
             ]
         ),
         store=store,
+        resource_for=request_path,
     )
     plain = Starlette(
         routes=[

@@ -2,8 +2,9 @@
 
 The service keeps its keys, fences and its own ``publications`` table in one database, a SQLite
 file or a PostgreSQL database. Executions are counted in that table (one row per write) and, for
-handlers that write nothing, in the handler's own counter. Time is injected through the
-middleware's ``clock``; nothing sleeps.
+handlers that write nothing, in the handler's own counter. ``/articles/...`` commits its write with its
+key (``effect_transaction``); ``/plain/...`` writes in a transaction of its own, as a service that does not
+use the helper does. Time is injected through the middleware's ``clock``; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, func, insert, select
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -26,8 +27,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentlease.demo.downstream import serve_app
-from agentlease.fencing import advance_fence
-from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+from agentlease.fencing import advance_fence, read_fence
+from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, effect_transaction, request_path
+from agentlease.idempotency.convention import scoped_key
 from tests.eventually import assert_eventually
 
 _tables = MetaData()
@@ -68,36 +70,58 @@ class Publisher:
         self.hold_next = False
         self.gate = asyncio.Event()
 
-    async def publish(self, request: Request) -> JSONResponse:
+    async def _held(self) -> None:
         self.entered += 1
         if self.hold_next:
             self.hold_next = False
             await self.gate.wait()
+
+    async def _insert(self, conn: AsyncConnection, request: Request) -> JSONResponse:
         payload = await request.json()
         fencing = request.state.fencing
-        async with self.engine.begin() as conn:
-            if fencing is not None:
-                await advance_fence(conn, fencing.resource_key, fencing.generation)
-            publication_id = (
-                await conn.execute(
-                    insert(publications)
-                    .values(
-                        idempotency_key=request.state.idempotency_key,
-                        article_id=request.path_params["article_id"],
-                        title=payload["title"],
-                        generation=None if fencing is None else fencing.generation,
-                    )
-                    .returning(publications.c.publication_id)
+        publication_id = (
+            await conn.execute(
+                insert(publications)
+                .values(
+                    idempotency_key=request.state.idempotency_key,
+                    article_id=request.path_params["article_id"],
+                    title=payload["title"],
+                    generation=None if fencing is None else fencing.generation,
                 )
-            ).scalar_one()
+                .returning(publications.c.publication_id)
+            )
+        ).scalar_one()
         return JSONResponse(
             {"publication_id": publication_id, "title": payload["title"]},
             status_code=201,
             headers={"Location": f"/articles/{request.path_params['article_id']}/{publication_id}"},
         )
 
+    async def publish(self, request: Request) -> JSONResponse:
+        """The write and its key commit together; the fence is checked inside that transaction."""
+        await self._held()
+        async with effect_transaction(self.engine) as effect:
+            answer = await self._insert(effect.conn, request)
+            effect.done(answer)
+        return answer
+
+    async def publish_plain(self, request: Request) -> JSONResponse:
+        """The write in a transaction of its own, with its own fence check (no helper)."""
+        await self._held()
+        fencing = request.state.fencing
+        async with self.engine.begin() as conn:
+            if fencing is not None:
+                await advance_fence(conn, fencing.resource_key, fencing.generation)
+            return await self._insert(conn, request)
+
     async def unavailable(self, request: Request) -> JSONResponse:
         self.failures += 1
+        return JSONResponse({"error": "try later"}, status_code=503)
+
+    async def refused(self, request: Request) -> JSONResponse:
+        """A 503 before any effect, and the handler says so: the key is given back."""
+        self.failures += 1
+        request.state.idempotency.not_applied()
         return JSONResponse({"error": "try later"}, status_code=503)
 
     async def crash(self, request: Request) -> JSONResponse:
@@ -146,8 +170,10 @@ async def running_service(url: str, **options: Any) -> AsyncIterator[Service]:
         app = Starlette(
             routes=[
                 Route("/articles/{article_id}", publisher.publish, methods=["POST", "PUT"]),
+                Route("/plain/{article_id}", publisher.publish_plain, methods=["POST"]),
                 Route("/articles", publisher.count, methods=["GET"]),
                 Route("/unavailable", publisher.unavailable, methods=["POST"]),
+                Route("/refused", publisher.refused, methods=["POST"]),
                 Route("/crash", publisher.crash, methods=["POST"]),
             ],
             middleware=[Middleware(IdempotencyMiddleware, store=store, clock=clock, **options)],
@@ -222,7 +248,7 @@ async def test_the_same_key_with_other_arguments_gets_422(ledger_url: str) -> No
 
 
 async def test_stale_fencing_tokens_get_409_and_newer_ones_pass(ledger_url: str) -> None:
-    async with running_service(ledger_url) as svc:
+    async with running_service(ledger_url, resource_for=request_path) as svc:  # this service fences its routes
         assert (await svc.post("/articles/7", "k-a", {"title": "v5"}, token=5)).status_code == 201
 
         stale = await svc.post("/articles/7", "k-b", {"title": "v3"}, token=3)
@@ -240,17 +266,57 @@ async def test_stale_fencing_tokens_get_409_and_newer_ones_pass(ledger_url: str)
         assert newer.status_code == 201 and not is_replay(newer)
         assert (await svc.post("/articles/7", "k-c", {"title": "v6"}, token=6)).status_code == 201  # equal passes
         # Another path is another resource; a client's Fencing-Resource header does not name another
-        # one (the service's route does, docs/security.md).
+        # one where the service names its resources (docs/edge.md).
         assert (await svc.post("/articles/8", "k-d", {"title": "x"}, token=1)).status_code == 201
         named = await svc.post("/articles/9", "k-e", {"title": "x"}, token=2, Fencing_Resource="/articles/7")
         assert named.status_code == 201
-        # A completed key replays its own response even with an old token: nothing is written.
-        replay = await svc.post("/articles/7", "k-a", {"title": "v5"}, token=1)
-        assert is_replay(replay) and replay.status_code == 201
+        # An older token is refused before a completed key is looked at: a superseded holder learns it lost.
+        older = await svc.post("/articles/7", "k-a", {"title": "v5"}, token=1)
+        assert (older.status_code, older.json()["error"]) == (409, "stale_fencing_token")
 
         async with svc.store.engine.connect() as conn:
             rows = (await conn.execute(select(publications.c.idempotency_key, publications.c.generation))).all()
         assert sorted(rows) == [("k-a", 5), ("k-b", 6), ("k-c", 6), ("k-d", 1), ("k-e", 2)]
+
+
+async def test_the_default_fence_is_the_action_not_the_route(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        # Two bookings posted to one collection route, by two actions: each its own fence.
+        assert (await svc.post("/articles/1", "booking-a", {"title": "a"}, token=2)).status_code == 201
+        assert (await svc.post("/articles/1", "booking-b", {"title": "b"}, token=1)).status_code == 201
+        # Within one action, an older generation after a newer one is refused.
+        assert (await svc.post("/articles/1", "booking-c", {"title": "c"}, token=3, Fencing_Resource="r-c")).is_success
+        stale = await svc.post("/articles/1", "booking-c", {"title": "c"}, token=2, Fencing_Resource="r-c")
+        assert (stale.status_code, stale.json()["resource"]) == (409, "r-c")
+        async with svc.store.engine.connect() as conn:
+            fences = {key: await read_fence(conn, key) for key in ("booking-a", "booking-b", "r-c", "/articles/1")}
+        assert fences == {"booking-a": 2, "booking-b": 1, "r-c": 3, "/articles/1": None}
+        assert await svc.publisher.executions() == 3
+
+
+async def test_a_newer_generation_moves_the_fence_while_an_older_request_is_inside(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        svc.publisher.hold_next = True  # generation 1 is inside the service, before its commit
+        first = asyncio.create_task(svc.post("/articles/5", "k-gen", {"title": "t"}, token=1))
+        await assert_eventually(lambda: svc.publisher.entered == 1, message="generation 1 reached the handler")
+        for newer in (2, 3):
+            busy = await svc.post("/articles/5", "k-gen", {"title": "t"}, token=newer)
+            assert (busy.status_code, busy.json()["error"]) == (409, "idempotency_key_in_flight")
+        async with svc.store.engine.connect() as conn:
+            assert await read_fence(conn, "k-gen") == 3  # moved while generation 1 was inside
+
+        svc.publisher.gate.set()
+        late = await first
+        assert (late.status_code, late.json()["error"], late.json()["current_generation"]) == (
+            409,
+            "stale_fencing_token",
+            3,
+        )
+        assert await svc.publisher.executions("k-gen") == 0  # its commit was refused inside its transaction
+
+        third = await svc.post("/articles/5", "k-gen", {"title": "t"}, token=3)  # the key was given back
+        assert third.status_code == 201 and not is_replay(third)
+        assert await svc.publisher.executions("k-gen") == 1
 
 
 async def test_expired_keys_can_be_reused(ledger_url: str) -> None:
@@ -272,9 +338,29 @@ async def test_expired_keys_can_be_reused(ledger_url: str) -> None:
         assert await svc.store.purge_expired(now=svc.clock()) == 0
 
 
-async def test_an_in_flight_key_is_taken_over_after_the_lock_timeout(ledger_url: str) -> None:
+async def test_a_holder_past_its_lock_leaves_its_key_in_doubt_never_run_twice(ledger_url: str) -> None:
     async with running_service(ledger_url) as svc:
-        svc.publisher.hold_next = True  # stands for a handler whose process hangs or died
+        svc.publisher.hold_next = True  # a handler whose write does not commit with its key, and hangs
+        stuck = asyncio.create_task(svc.post("/plain/6", "k-stuck", {"title": "t"}))
+        await assert_eventually(lambda: svc.publisher.entered == 1, message="the first request reached the handler")
+        assert (await svc.post("/plain/6", "k-stuck", {"title": "t"})).status_code == 409
+
+        svc.clock.advance(LOCK_TIMEOUT)
+        doubt = await svc.post("/plain/6", "k-stuck", {"title": "t"})
+        assert (doubt.status_code, doubt.json()["error"]) == (409, "idempotency_key_in_doubt")
+        assert svc.publisher.entered == 1  # not run again: it may have acted
+
+        svc.publisher.gate.set()
+        late = await stuck
+        assert late.status_code == 201  # its late answer settles the doubt: the key is done with it
+        replay = await svc.post("/plain/6", "k-stuck", {"title": "t"})
+        assert is_replay(replay) and replay.json() == late.json()
+        assert await svc.publisher.executions("k-stuck") == 1
+
+
+async def test_a_holder_that_commits_with_its_key_is_taken_over_and_its_late_commit_refused(ledger_url: str) -> None:
+    async with running_service(ledger_url, commits_with_key=True) as svc:
+        svc.publisher.hold_next = True  # stands for a handler whose process hangs before its commit
         stuck = asyncio.create_task(svc.post("/articles/6", "k-stuck", {"title": "t"}))
         await assert_eventually(lambda: svc.publisher.entered == 1, message="the first request reached the handler")
         assert (await svc.post("/articles/6", "k-stuck", {"title": "t"})).status_code == 409
@@ -285,21 +371,46 @@ async def test_an_in_flight_key_is_taken_over_after_the_lock_timeout(ledger_url:
 
         svc.publisher.gate.set()
         late = await stuck
-        assert late.status_code == 201  # its client learns what it did, but the key keeps the takeover's response
+        assert late.status_code == 500  # its commit found the key taken over and rolled back
         replay = await svc.post("/articles/6", "k-stuck", {"title": "t"})
         assert is_replay(replay) and replay.json() == takeover.json()
-        assert await svc.publisher.executions("k-stuck") == 2
+        assert await svc.publisher.executions("k-stuck") == 1
 
 
-async def test_failed_handlers_release_the_key(ledger_url: str) -> None:
+async def test_a_failure_holds_the_key_in_doubt_unless_the_handler_says_it_had_no_effect(ledger_url: str) -> None:
     async with running_service(ledger_url) as svc:
-        for expected in (1, 2):
-            response = await svc.post("/unavailable", "k-503", {"title": "t"})
-            assert response.status_code == 503 and not is_replay(response)
-            assert svc.publisher.failures == expected
-        for expected in (3, 4):
-            assert (await svc.post("/crash", "k-500", {"title": "t"})).status_code == 500
-            assert svc.publisher.failures == expected
+        for path, key in (("/unavailable", "k-503"), ("/crash", "k-500")):
+            first = await svc.post(path, key, {"title": "t"})
+            assert first.status_code in (500, 503) and not is_replay(first)
+            again = await svc.post(path, key, {"title": "t"})
+            assert (again.status_code, again.json()["error"]) == (409, "idempotency_key_in_doubt"), path
+        assert svc.publisher.failures == 2  # neither ran twice
+        for expected in (3, 4):  # a handler that says it had no effect gives its key back
+            refused = await svc.post("/refused", "k-refused", {"title": "t"})
+            assert refused.status_code == 503 and svc.publisher.failures == expected
+
+        # The service's owner settles a doubt: it did not happen, so the key runs again.
+        assert await svc.store.resolve(scoped_key("", "k-503"), applied=False)
+        assert (await svc.post("/unavailable", "k-503", {"title": "t"})).status_code == 503
+        assert svc.publisher.failures == 5
+
+
+async def test_an_answer_is_stored_although_its_client_went_away(ledger_url: str) -> None:
+    async with running_service(ledger_url) as svc:
+        svc.publisher.hold_next = True
+        gone = asyncio.create_task(svc.post("/articles/11", "k-gone", {"title": "t"}))
+        await assert_eventually(lambda: svc.publisher.entered == 1, message="the request reached the handler")
+        gone.cancel()  # the client drops its connection while the handler runs
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        svc.publisher.gate.set()
+
+        async def answered() -> None:
+            again = await svc.post("/articles/11", "k-gone", {"title": "t"})
+            assert is_replay(again), again.json()
+
+        await assert_eventually(answered, timeout=10, message="the handler's answer was stored")
+        assert await svc.publisher.executions("k-gone") == 1
 
 
 async def test_reads_pass_and_malformed_writes_get_400(ledger_url: str) -> None:

@@ -29,7 +29,7 @@ from agentlease.databases import create_async_database_engine
 from agentlease.demo.downstream import serve_app
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import MAX_GENERATION, advance_fence, create_fence_table, read_fence
-from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, request_path
 
 KEY = b"a fencing key of the deployment"
 _tables = MetaData()
@@ -97,7 +97,10 @@ async def test_keys_are_per_caller_and_replays_carry_no_cookies(ledger_url: str)
 async def test_an_invented_token_is_refused_and_does_not_block_the_resource(ledger_url: str) -> None:
     from agentlease.fencing import sign_fencing_token
 
-    async with service(ledger_url, fencing_key=KEY, require_fencing_token=True) as (client, engine):
+    async with service(ledger_url, fencing_key=KEY, require_fencing_token=True, resource_for=request_path) as (
+        client,
+        engine,
+    ):
         invented = await client.post(
             "/articles/1", json={}, headers={"Idempotency-Key": "x", "Fencing-Token": str(MAX_GENERATION)}
         )
@@ -123,6 +126,35 @@ async def test_an_invented_token_is_refused_and_does_not_block_the_resource(ledg
     assert missing.status_code == 400 and missing.json()["error"] == "missing_fencing_token"
     assert legit.status_code == 201, legit.json()  # generation 1 still writes: nothing blocked it
     assert count == 1
+
+
+async def test_by_default_a_token_verifies_only_for_its_own_action(ledger_url: str) -> None:
+    from agentlease.fencing import sign_fencing_token
+
+    async with service(ledger_url, fencing_key=KEY, require_fencing_token=True) as (client, engine):
+        borrowed = await client.post(  # another action's token, for this action's key
+            "/articles/1",
+            json={},
+            headers={"Idempotency-Key": "mine", "Fencing-Token": sign_fencing_token(KEY, "x", 9)},
+        )
+        own = await client.post(
+            "/articles/1",
+            json={},
+            headers={"Idempotency-Key": "mine", "Fencing-Token": sign_fencing_token(KEY, "mine", 1)},
+        )
+        named = await client.post(  # a resource the client names, with a token made for it
+            "/articles/1",
+            json={},
+            headers={
+                "Idempotency-Key": "k2",
+                "Fencing-Resource": "r2",
+                "Fencing-Token": sign_fencing_token(KEY, "r2", 1),
+            },
+        )
+        count = await _count(engine)
+    assert (borrowed.status_code, borrowed.json()["error"]) == (400, "invalid_fencing_token")
+    assert own.status_code == named.status_code == 201
+    assert count == 2
 
 
 async def test_a_huge_body_is_413_and_nothing_is_stored(ledger_url: str) -> None:

@@ -130,12 +130,12 @@ async def test_the_readback_answers_whether_the_call_with_a_key_happened(databas
             answer = await crm.call_tool("agentlease_was_applied", {}, meta=meta(key, None))
             return answer.structured_content
 
-        assert await was_applied("run-6:create") == {"applied": False, "result": None}
+        assert await was_applied("run-6:create") == {"applied": False, "status": "absent", "result": None}
         created = await crm.call_tool("create_contact", ARGS, meta=meta("run-6:create", None))  # no token: key only
 
         found = await was_applied("run-6:create")
 
-        assert found["applied"] is True
+        assert (found["applied"], found["status"]) == (True, "done")
         assert found["result"]["structuredContent"] == created.structured_content
         # The readback tool is read-only and never guarded itself.
         tools = {tool.name: tool for tool in (await crm.list_tools()).tools}

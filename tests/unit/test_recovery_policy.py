@@ -72,15 +72,22 @@ CLASSIFICATION: list[tuple[str, Callable[[Attempt], bool], RecoveryAction]] = [
         RecoveryAction.RETRY_SAME_KEY,
     ),
     (
+        "the downstream holds the key in doubt",
+        lambda a: a.error is ErrorClass.IN_DOUBT,
+        RecoveryAction.RECONCILE,
+    ),
+    (
         "ambiguous non-idempotent side effect",
         lambda a: a.cls is SideEffectClass.UNSAFE and a.crossed_external_call,
         RecoveryAction.RECONCILE,
     ),
+    ("deterministic failure", lambda a: a.error is ErrorClass.PERMANENT, RecoveryAction.DEAD_LETTER),
     (
-        "repeated deterministic failure",
-        lambda a: a.error is ErrorClass.PERMANENT or a.attempts >= MAX_ATTEMPTS,
-        RecoveryAction.DEAD_LETTER,
+        "attempts spent after the call may have reached the downstream",
+        lambda a: a.attempts >= MAX_ATTEMPTS and a.cls is not SideEffectClass.READ_ONLY and a.crossed_external_call,
+        RecoveryAction.RECONCILE,
     ),
+    ("repeated failure", lambda a: a.attempts >= MAX_ATTEMPTS, RecoveryAction.DEAD_LETTER),
     ("nothing ran before", lambda a: a.stage is None and a.attempts == 0, RecoveryAction.RUN),
     ("read-only work: reclaim", lambda a: a.cls is SideEffectClass.READ_ONLY, RecoveryAction.RETRY),
 ]

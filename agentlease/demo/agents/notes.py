@@ -47,19 +47,19 @@ async def post_note(ctx: LeaseContext, args: Note) -> ToolResult:
         async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
             await ctx.advance(Stage.PREFLIGHT, f"looking for a note made with key {ctx.idempotency_key}")
             found = await http.get("posts", params={"idempotency_key": ctx.idempotency_key})
-            raise_for_status(found.status_code, "GET /posts")
+            raise_for_status(found, "GET /posts")
             posts = found.json()["posts"]
             written = not posts
             if written:  # no earlier attempt got through: write, carrying the fencing token
                 await ctx.advance(Stage.EXTERNAL_CALL, f"POST /posts {args.slug} as generation {ctx.fencing_token}")
                 headers = ctx.downstream_headers(resource=fenced_resource(args.slug, ctx.idempotency_key))
                 created = await http.post("posts", json=args.model_dump(), headers=headers)
-                raise_for_status(created.status_code, "POST /posts")
+                raise_for_status(created, "POST /posts")
                 posts = [created.json()]
                 await ctx.advance(Stage.COMMIT, f"note {posts[0]['id']} accepted")
             await ctx.advance(Stage.VERIFY, f"reading note {posts[0]['id']} back")
             readback = await http.get(f"posts/{posts[0]['id']}")
-            raise_for_status(readback.status_code, "GET /posts/{id}")
+            raise_for_status(readback, "GET /posts/{id}")
     except httpx.TransportError as exc:
         raise RetryableToolError(f"publishing service unreachable: {type(exc).__name__}") from None
     post = readback.json()
