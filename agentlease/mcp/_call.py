@@ -8,8 +8,9 @@ An attempt (already holding its claim) does this:
    readback tool whether the call with the key happened, and settle from the stored result if so;
 3. ``external_call``, recorded before ``tools/call`` is sent, with the key, the fencing token (signed
    when the worker has a fencing key), the resource and the lease expiry in ``_meta``;
-4. while the server works the lease is renewed every ``renew_every`` (a third of the TTL), each
-   renewal's reason the server's latest progress notification; a renewal refused (the lease lost)
+4. from the attempt's start (a stdio server may take seconds to start) the lease is renewed every
+   ``renew_every`` (a third of the TTL), once the call is sent each renewal's reason the server's latest
+   progress notification; a renewal refused (the lease lost)
    abandons the call;
 5. ``commit`` once the server answered; ``verify``: on a guarded server the result stored under the
    key is read back and makes the receipt (status ``applied``); otherwise the receipt says the server
@@ -41,7 +42,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -74,6 +75,7 @@ from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult
 
 logger = logging.getLogger("agentlease.mcp")
+_T = TypeVar("_T")
 
 MAX_OUTPUT_CHARS = 16_000
 """Longest text output kept for the agent (it travels through Temporal history); longer is cut."""
@@ -189,7 +191,8 @@ def _failure(exc: BaseException, binding: MCPBinding, ctx: LeaseContext) -> Exce
 
 
 class _Waiting:
-    """Renews the lease while ``tools/call`` runs, with the server's latest progress as the reason."""
+    """Renews the lease through the attempt; once ``tools/call`` is sent, with the server's latest progress as
+    the reason."""
 
     def __init__(self, ctx: LeaseContext, binding: MCPBinding) -> None:
         self.ctx = ctx
@@ -197,8 +200,13 @@ class _Waiting:
         ttl = ctx.claim.lease_ttl
         self.every = (binding.policy.renew_every or ttl / 3).total_seconds()
         self.started = time.monotonic()
+        self.sent_at: float | None = None
         self.progress: str | None = None
         self.progress_at: float | None = None
+
+    def sent(self) -> None:
+        """``tools/call`` was sent: the reasons now say how long the server has been at it."""
+        self.sent_at = time.monotonic()
 
     async def on_progress(self, progress: float, total: float | None, message: str | None) -> None:
         amount = f"{progress:g}" + (f" of {total:g}" if total is not None else "")
@@ -206,11 +214,14 @@ class _Waiting:
         self.progress_at = time.monotonic()
 
     def reason(self) -> str:
-        waited = time.monotonic() - self.started
+        if self.sent_at is None:
+            waited = time.monotonic() - self.started
+            return f"talking to {self.binding.server.name} before calling {self.binding.tool} ({waited:.0f}s)"
+        waited = time.monotonic() - self.sent_at
         head = f"awaiting {self.binding.tool} on {self.binding.server.name} ({waited:.0f}s)"
         if self.progress is None:
             return f"{head}, no progress reported"
-        ago = time.monotonic() - (self.progress_at or self.started)
+        ago = time.monotonic() - (self.progress_at or self.sent_at)
         return f"{head}: progress {self.progress}, {ago:.0f}s ago"
 
     async def renewing(self) -> None:
@@ -223,7 +234,7 @@ class _Waiting:
                 continue  # the call is out already; the settle is guarded, try again next time
 
 
-async def _while_renewing(work: Awaitable[CallToolResult], waiting: _Waiting) -> CallToolResult:
+async def _while_renewing(work: Awaitable[_T], waiting: _Waiting) -> _T:
     """Await ``work`` in this task (the SDK's cancel scopes belong to it) while another task renews;
     a lost lease cancels the wait and raises ``LeaseLostError``."""
     waiter = asyncio.current_task()
@@ -300,6 +311,12 @@ async def _read_back(client: Client, settings: dict[str, Any], key: str) -> dict
 
 
 async def _attempt(ctx: LeaseContext, binding: MCPBinding, args: BaseModel) -> ToolResult:
+    """One attempt, renewed every ``renew_every`` from the start (a stdio server may take seconds to start)."""
+    waiting = _Waiting(ctx, binding)
+    return await _while_renewing(_in_session(ctx, binding, args, waiting), waiting)
+
+
+async def _in_session(ctx: LeaseContext, binding: MCPBinding, args: BaseModel, waiting: _Waiting) -> ToolResult:
     server, tool = binding.server, binding.tool
     arguments = args.model_dump(mode="json")
     await ctx.advance(Stage.PREFLIGHT, f"connecting to MCP server {server.name} ({server.transport}) for {tool}")
@@ -318,17 +335,10 @@ async def _attempt(ctx: LeaseContext, binding: MCPBinding, args: BaseModel) -> T
             Stage.EXTERNAL_CALL,
             f"tools/call {tool} on {server.name} with key {ctx.idempotency_key}, generation {ctx.fencing_token}",
         )
-        waiting = _Waiting(ctx, binding)
+        waiting.sent()
         try:
-            result = await _while_renewing(
-                client.call_tool(
-                    tool,
-                    arguments,
-                    progress_callback=waiting.on_progress,
-                    meta=_request_meta(_meta(ctx, binding, arguments)),
-                ),
-                waiting,
-            )
+            meta = _request_meta(_meta(ctx, binding, arguments))
+            result = await client.call_tool(tool, arguments, progress_callback=waiting.on_progress, meta=meta)
         except (LeaseLostError, LedgerUnavailableError):
             raise
         except asyncio.CancelledError:

@@ -20,9 +20,10 @@ import argparse
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
-from agentlease.idempotency import IdempotencyStore
+from agentlease.idempotency import DEFAULT_LOCK_TIMEOUT, IdempotencyStore
 from agentlease.mcp import LeaseGuard, current_call, effect_transaction
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
@@ -42,9 +43,10 @@ contacts = Table(
 )
 
 
-def build_server(database_url: str) -> MCPServer[Any]:
-    """The CRM's MCP server on ``database_url``: ``create_contact`` (guarded) and ``find_contact``."""
-    store = IdempotencyStore.from_url(database_url)
+def build_server(database_url: str, *, lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT) -> MCPServer[Any]:
+    """The CRM's MCP server on ``database_url``: ``create_contact`` (guarded) and ``find_contact``;
+    ``lock_timeout``: how long a call's key blocks others before its holder counts as gone (default 60 s)."""
+    store = IdempotencyStore.from_url(database_url, lock_timeout=lock_timeout)
 
     @asynccontextmanager
     async def lifespan(server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:

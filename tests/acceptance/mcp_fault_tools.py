@@ -1,6 +1,6 @@
 """The CRM's MCP tools as the fault tests' workers declare them: the test CRM server
 (:mod:`tests.integration.mcp_crm`) over streamable HTTP when ``MCP_CRM_URL`` is set, else over stdio
-(started per attempt, with ``CRM_DATABASE_URL``, ``CRM_HOLD`` and ``CRM_HOLD_DIR`` passed on). Loaded
+(started per attempt, with ``CRM_DATABASE_URL``, ``EDGE_CONTROL_DIR`` and ``EDGE_LOCK_TIMEOUT_S`` passed on). Loaded
 by worker processes with ``AGENTLEASE_TOOL_MODULES=tests.acceptance.mcp_fault_tools``."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _server() -> MCPServer:
     url = os.environ.get("MCP_CRM_URL")
     if url:
         return MCPServer.http("crm", url)
-    env = {name: value for name, value in os.environ.items() if name.startswith("CRM_")}
+    env = {name: value for name, value in os.environ.items() if name.startswith(("CRM_", "EDGE_"))}
     return MCPServer.stdio("crm", "python", ["-m", "tests.integration.mcp_crm"], env=env, cwd=str(REPO))
 
 

@@ -2,8 +2,8 @@
 
 The CRM is :mod:`tests.integration.mcp_crm` (the example's server guarded by ``LeaseGuard``, the
 official ``mcp`` SDK) in a SQLite file of the test; the ledger is PostgreSQL; Temporal is the session's
-dev server. The CRM holds the first attempt's ``create_contact`` (fencing token 1) where the test needs
-it, outside the guard:
+dev server. The CRM holds the first attempt's ``create_contact`` where the test needs it, outside the guard
+(:mod:`tests.acceptance.edge_holds`, the contact's email naming the call):
 
 - SIGKILL, through a Pydantic AI agent over stdio: the server applied and stored the call, its answer
   is held; the worker is killed; the retry on another worker (generation 2) gets the stored result
@@ -36,6 +36,7 @@ from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent, TaskRecord
+from tests.acceptance import edge_holds
 from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.mcp_fault_tools import LEASE_TTL
 from tests.acceptance.runner import Cli
@@ -68,6 +69,7 @@ class Run:
     crm_url: str
     hold_dir: Path
     run_id: str
+    email: str
 
     @property
     def queue(self) -> str:
@@ -95,25 +97,32 @@ class Run:
 
     async def held(self) -> None:
         await assert_eventually(
-            (self.hold_dir / "held").exists, timeout=WORKER_START_TIMEOUT_S, message="the CRM holds the first call"
+            lambda: edge_holds.is_held(self.hold_dir, self.email),
+            timeout=WORKER_START_TIMEOUT_S,
+            message="the CRM holds the first call",
         )
+
+    def resume(self) -> None:
+        edge_holds.resume(self.hold_dir, self.email)
 
 
 @asynccontextmanager
 async def mcp_run(
-    temporal_address: str, ledger_url: str, tmp_path: Path, crm_env: dict[str, str]
+    temporal_address: str, ledger_url: str, tmp_path: Path, crm_env: dict[str, str], email: str = ""
 ) -> AsyncIterator[Run]:
     (tmp_path / "data").mkdir()
     hold_dir = tmp_path / "hold"
-    hold_dir.mkdir()
+    hold_dir.mkdir(exist_ok=True)
     ledger = Ledger.from_url(ledger_url)
     fleet = Fleet(temporal_address, ledger_url, Cli(cwd=tmp_path, data_dir=tmp_path / "data"), env=crm_env)
     try:
         await upgrade(ledger.database)
         client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
-        yield Run(client, ledger, fleet, crm_env["CRM_DATABASE_URL"], hold_dir, f"mcp-{uuid.uuid4().hex[:8]}")
+        run_id = f"mcp-{uuid.uuid4().hex[:8]}"
+        yield Run(client, ledger, fleet, crm_env["CRM_DATABASE_URL"], hold_dir, run_id, email)
     finally:
-        (hold_dir / "resume").touch()
+        if email:
+            edge_holds.resume(hold_dir, email)
         await fleet.stop_all()
         await ledger.close()
 
@@ -124,8 +133,10 @@ async def test_a_worker_killed_after_the_server_applied_create_contact_leaves_on
     """Pydantic AI agent, stdio: SIGKILL while the applied call's answer is on its way; the retry's call
     with the same key gets the stored result replayed, reads it back, and settles."""
     email = f"{uuid.uuid4().hex[:8]}@example.com"
-    crm_env = server_env(f"sqlite:///{tmp_path / 'crm.db'}", hold="after", hold_dir=tmp_path / "hold")
-    async with mcp_run(temporal_address, mcp_ledger_url, tmp_path, crm_env) as run:
+    crm_env = server_env(f"sqlite:///{tmp_path / 'crm.db'}", control_dir=tmp_path / "hold")
+    (tmp_path / "hold").mkdir()
+    edge_holds.plan(tmp_path / "hold", email, "answered")
+    async with mcp_run(temporal_address, mcp_ledger_url, tmp_path, crm_env, email) as run:
         first = await run.worker("first", PYDANTIC_AI, "tests.acceptance.mcp_pydantic_ai_agent")
         prompt = prompt_for([("crm_create_contact", {"name": "Ada", "email": email})])
         handle = await run.client.start_workflow(
@@ -167,41 +178,43 @@ async def test_a_holder_paused_past_its_lease_cannot_apply_its_late_call(
 
     email = f"{uuid.uuid4().hex[:8]}@example.com"
     hold_dir = tmp_path / "hold"
-    crm_env = server_env(f"sqlite:///{tmp_path / 'crm.db'}", hold="before", hold_dir=hold_dir)
+    crm_env = server_env(f"sqlite:///{tmp_path / 'crm.db'}", control_dir=hold_dir)
     hold_dir.mkdir()
-    async with running_http_crm(crm_env, log=tmp_path / "crm.log") as url:
-        hold_dir.rmdir()  # mcp_run makes it again
-        async with mcp_run(temporal_address, mcp_ledger_url, tmp_path, {**crm_env, "MCP_CRM_URL": url}) as run:
-            first = await run.worker("first", OPENAI, "tests.acceptance.mcp_openai_agent")
-            prompt = scripted_prompt(
-                f"add {email}", [{"tool": "crm_create_contact", "arguments": {"name": "Ada", "email": email}}]
-            )
-            handle = await run.client.start_workflow(
-                "McpOpenAIAgent", AgentRequest(prompt=prompt), id=run.run_id, task_queue=run.queue, result_type=str
-            )
-            await run.held()  # generation 1's call is at the server, not yet at the guard
-            first.signal(signal.SIGSTOP)
-            second = await run.worker("second", OPENAI, "tests.acceptance.mcp_openai_agent")
+    edge_holds.plan(hold_dir, email, "before")
+    async with (
+        running_http_crm(crm_env, log=tmp_path / "crm.log") as url,
+        mcp_run(temporal_address, mcp_ledger_url, tmp_path, {**crm_env, "MCP_CRM_URL": url}, email) as run,
+    ):
+        first = await run.worker("first", OPENAI, "tests.acceptance.mcp_openai_agent")
+        prompt = scripted_prompt(
+            f"add {email}", [{"tool": "crm_create_contact", "arguments": {"name": "Ada", "email": email}}]
+        )
+        handle = await run.client.start_workflow(
+            "McpOpenAIAgent", AgentRequest(prompt=prompt), id=run.run_id, task_queue=run.queue, result_type=str
+        )
+        await run.held()  # generation 1's call is at the server, not yet at the guard
+        first.signal(signal.SIGSTOP)
+        second = await run.worker("second", OPENAI, "tests.acceptance.mcp_openai_agent")
 
-            async def taken_over() -> None:
-                task = await run.task()
-                assert (task.status, task.claim_generation) == (TaskStatus.SETTLED, 2), task
-
-            await assert_eventually(taken_over, timeout=WORKER_START_TIMEOUT_S, message="generation 2 settled")
-            answer = await asyncio.wait_for(handle.result(), 120)
-            (run.hold_dir / "resume").touch()  # the late call goes on to the guard, the holder still paused
-
-            def answered() -> dict[str, Any]:
-                written = run.hold_dir / "refused.json"
-                assert written.exists(), (tmp_path / "crm.log").read_text()[-3000:]
-                found: dict[str, Any] = json.loads(written.read_text())
-                return found
-
-            refused = await assert_eventually(answered, timeout=60, message="the guard answered the late call")
-            first.signal(signal.SIGCONT)  # the holder reads the refusal (or loses its lease at its next renewal)
+        async def taken_over() -> None:
             task = await run.task()
-            events = await run.events()
-            contacts = await contacts_of(run.crm_url, email)
+            assert (task.status, task.claim_generation) == (TaskStatus.SETTLED, 2), task
+
+        await assert_eventually(taken_over, timeout=WORKER_START_TIMEOUT_S, message="generation 2 settled")
+        answer = await asyncio.wait_for(handle.result(), 120)
+        run.resume()  # the late call goes on to the guard, the holder still paused
+
+        def answered() -> dict[str, Any]:
+            late = [e for e in edge_holds.logged(hold_dir, email) if e["tool"] == "create_contact"]
+            assert any(e["token"] == "1" for e in late), (tmp_path / "crm.log").read_text()[-3000:]
+            found: dict[str, Any] = next(e for e in late if e["token"] == "1")["data"]
+            return found
+
+        refused = await assert_eventually(answered, timeout=60, message="the guard answered the late call")
+        first.signal(signal.SIGCONT)  # the holder reads the refusal (or loses its lease at its next renewal)
+        task = await run.task()
+        events = await run.events()
+        contacts = await contacts_of(run.crm_url, email)
 
     assert (refused["error"], refused["generation"], refused["current_generation"]) == ("stale_fencing_token", 1, 2)
     assert refused["resource"] == f"mcp/create_contact/{task.idempotency_key}"

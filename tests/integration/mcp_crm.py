@@ -4,24 +4,26 @@
 the example's guarded ``create_contact`` and ``find_contact`` it serves ``import_contacts``, a long
 tool that reports progress every ``step_s`` seconds. Environment:
 
-- ``CRM_DATABASE_URL``: the CRM's database (contacts, idempotency keys, fences).
-- ``CRM_HOLD=before|after`` with ``CRM_HOLD_DIR``: a ``create_contact`` call carrying fencing token 1
-  (the first attempt's) is held, outside the guard, before the guard sees it (``before``: the call is
-  late) or after the guard stored its result (``after``: the answer is late). The server touches
-  ``<dir>/held`` and waits for ``<dir>/resume``. A refusal of the guard is written to
-  ``<dir>/refused.json``.
+- ``CRM_DATABASE_URL``: the CRM's database (contacts, idempotency keys, fences); ``EDGE_LOCK_TIMEOUT_S``:
+  the key store's lock timeout (default 60).
+- ``EDGE_CONTROL_DIR``: crash points of ``create_contact`` per target (the contact's email,
+  :mod:`tests.acceptance.edge_holds`): ``before`` (at the server, before the guard saw it), ``inside`` (the
+  tool holds the key, before its transaction: its first progress report), ``committed`` (the contact and
+  its key committed, before the tool answers: its second progress report), ``answered`` (the guard stored
+  the answer, which is then withheld), ``after`` (the client's readback of the answered call). Every answer
+  is logged (``mcp_answer``: the tool, the request's fencing token, the refusal or error).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,49 +32,71 @@ import httpx
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, ToolAnnotations
 from sqlalchemy import func, select
 
 from agentlease.databases import create_async_database_engine
-from agentlease.mcp import FENCING_TOKEN_META
+from agentlease.mcp import FENCING_TOKEN_META, IDEMPOTENCY_KEY_META, READBACK_TOOL, current_call
 from examples.mcp.crm_server import build_server, contacts
+from tests.acceptance import edge_holds
 from tests.eventually import assert_eventually
 
 REPO = Path(__file__).resolve().parents[2]
-HOLD_POLL_S = 0.1
-"""How often a held call looks for the resume file."""
+
+_targets: dict[str, str] = {}
+"""The target (email) of each idempotency key this process saw, for the tool's and the readback's crash points."""
 
 
-def _hold(directory: Path, when: str) -> Any:
-    """The outermost middleware: holds a generation-1 ``create_contact`` (module docstring)."""
-
-    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        params = ctx.params or {}
-        first = str((params.get("_meta") or {}).get(FENCING_TOKEN_META, "")).partition(".")[0] == "1"
-        if ctx.method != "tools/call" or params.get("name") != "create_contact" or not first:
-            return await call_next(ctx)
-        if when == "before":
-            await _wait(directory)
-        try:
-            result = await call_next(ctx)
-        except MCPError as exc:
-            (directory / "refused.json").write_text(json.dumps(exc.data))
-            raise
-        if when == "after":
-            await _wait(directory)
-        return result
-
-    return middleware
+def _answer_error(result: Any) -> str | None:
+    if isinstance(result, CallToolResult) and result.is_error:
+        return " ".join(getattr(block, "text", "") for block in result.content)[:300] or "error"
+    return None
 
 
-async def _wait(directory: Path) -> None:
-    (directory / "held").touch()
-    while not (directory / "resume").exists():  # noqa: ASYNC110 - the test, another process, writes it
-        await anyio.sleep(HOLD_POLL_S)
+async def _crash_points(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    """The outermost middleware: the ``before``, ``answered`` and ``after`` crash points, and the answers' log."""
+    params = ctx.params or {}
+    name = params.get("name")
+    if ctx.method != "tools/call" or name not in ("create_contact", READBACK_TOOL):
+        return await call_next(ctx)
+    meta = params.get("_meta") or {}
+    key = str(meta.get(IDEMPOTENCY_KEY_META, ""))
+    if name == "create_contact":
+        target = _targets[key] = str((params.get("arguments") or {}).get("email", ""))
+    else:
+        target = _targets.get(key, "")
+    token = meta.get(FENCING_TOKEN_META)
+    await edge_holds.at("after" if name == READBACK_TOOL else "before", target)
+    try:
+        result = await call_next(ctx)
+    except MCPError as exc:
+        data = exc.data if isinstance(exc.data, dict) else {}
+        edge_holds.log("mcp_answer", target, tool=name, token=token, error=data.get("error", exc.message), data=data)
+        raise
+    except BaseException as exc:  # the client went away: the guard ran the call to its end all the same
+        edge_holds.log("mcp_answer", target, tool=name, token=token, error=f"not answered: {type(exc).__name__}")
+        raise
+    edge_holds.log("mcp_answer", target, tool=name, token=token, error=_answer_error(result))
+    if name == "create_contact":
+        await edge_holds.at("answered", target)
+    return result
+
+
+_report_progress = Context.report_progress
+
+
+async def _reported(self: Context, progress: float, total: float | None = None, message: str | None = None) -> None:
+    """``Context.report_progress`` with the tool's crash points: its first report is before its transaction
+    (``inside``), its second after the commit (``committed``)."""
+    call = current_call()
+    target = _targets.get(call.idempotency_key, "") if call is not None else ""
+    await edge_holds.at("inside" if progress == 0 else "committed", target)
+    await _report_progress(self, progress, total, message)
 
 
 def build_test_server(database_url: str) -> MCPServer[Any]:
-    server = build_server(database_url)
+    lock_timeout = timedelta(seconds=float(os.environ.get("EDGE_LOCK_TIMEOUT_S", "60")))
+    server = build_server(database_url, lock_timeout=lock_timeout)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True))
     async def import_contacts(batch: str, steps: int, step_s: float, ctx: Context) -> dict[str, Any]:
@@ -82,18 +106,21 @@ def build_test_server(database_url: str) -> MCPServer[Any]:
             await ctx.report_progress(step + 1, steps, f"imported part {step + 1} of {batch}")
         return {"batch": batch, "steps": steps}
 
-    hold = os.environ.get("CRM_HOLD")
-    if hold:
-        server.middleware.append(_hold(Path(os.environ["CRM_HOLD_DIR"]), hold))
+    if edge_holds.control_dir() is not None:
+        server.middleware.append(_crash_points)
+        Context.report_progress = _reported  # type: ignore[method-assign,assignment]
     return server
 
 
-def server_env(database_url: str, *, hold: str | None = None, hold_dir: Path | None = None) -> dict[str, str]:
+def server_env(
+    database_url: str, *, control_dir: Path | None = None, lock_timeout_s: float | None = None
+) -> dict[str, str]:
     """The environment of a test CRM server process."""
     env = {"CRM_DATABASE_URL": database_url}
-    if hold is not None:
-        assert hold_dir is not None
-        env.update(CRM_HOLD=hold, CRM_HOLD_DIR=str(hold_dir))
+    if control_dir is not None:
+        env[edge_holds.CONTROL_ENV] = str(control_dir)
+    if lock_timeout_s is not None:
+        env["EDGE_LOCK_TIMEOUT_S"] = str(lock_timeout_s)
     return env
 
 

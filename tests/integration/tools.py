@@ -240,3 +240,20 @@ async def unsafe_long_call(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     while True:
         await asyncio.sleep(0.2)
         await ctx.renew("waiting for the mail server's answer")
+
+
+class ChargeArgs(BaseModel):
+    url: str
+
+
+@tool(side_effect=SideEffectClass.FENCED, lease_ttl=timedelta(seconds=3), max_attempts=2)
+async def busy_downstream_charge(ctx: LeaseContext, args: ChargeArgs) -> ToolResult:
+    """POSTs to ``url`` with the lease's headers and the documented ``response.raise_for_status()``."""
+    import httpx
+
+    await ctx.advance(Stage.EXTERNAL_CALL, f"charging at {args.url}")
+    async with httpx.AsyncClient() as http:
+        response = await http.post(args.url, json={}, headers=ctx.downstream_headers())
+    response.raise_for_status()
+    await ctx.advance(Stage.VERIFY, "charged")
+    return ToolResult(receipt=_receipt(ctx, "busy"), output=response.json())

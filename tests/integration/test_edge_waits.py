@@ -1,0 +1,54 @@
+"""A downstream that answers "still executing" (409 ``idempotency_key_in_flight``) is waited for inside the
+attempt: no real attempt is spent, no new claim generation taken, never a dead letter (``docs/edge.md``).
+
+The downstream is a real HTTP service on 127.0.0.1 that answers the convention's in-flight refusal to the first
+requests of a key, then charges; the tool is ``busy_downstream_charge`` (``max_attempts=2``), which uses the
+documented ``response.raise_for_status()``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from temporalio.client import Client
+
+from agentlease.demo.downstream import serve_app
+from agentlease.enums import EventKind, TaskStatus
+from agentlease.settings import AgentLeaseSettings
+from agentlease.workflow._plan import AgentRunWorkflow
+from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
+
+BUSY_ANSWERS = 6
+"""How many times the downstream says "still executing" before it charges: three times ``max_attempts``."""
+
+
+async def test_a_busy_downstream_is_waited_for_without_spending_attempts(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    seen: list[str | None] = []
+
+    async def charge(request: Request) -> JSONResponse:
+        seen.append(request.headers.get("fencing-token"))
+        if len(seen) <= BUSY_ANSWERS:
+            busy = {"error": "idempotency_key_in_flight", "detail": "a request with this key is still executing"}
+            return JSONResponse(busy, status_code=409, headers={"Retry-After": "0.05"})
+        return JSONResponse({"charge_id": 7}, status_code=201)
+
+    run_id = f"busy-{uuid.uuid4().hex[:8]}"
+    app = Starlette(routes=[Route("/charges", charge, methods=["POST"])])
+    async with serve_app(app) as base_url, opened_ledger(settings) as ledger, _worker(client, ledger, settings, "w"):
+        plan = _plan(run_id, ("charge", "busy_downstream_charge", {"url": f"{base_url}charges"}))
+        run = await client.execute_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue)
+        task = await ledger.get_task(f"{run_id}/charge")
+        events = await ledger.events(task.task_id)
+
+    assert len(seen) == BUSY_ANSWERS + 1 and set(seen) == {"1"}  # one generation asked every time
+    assert (task.status, task.claim_generation, task.attempts) == (TaskStatus.SETTLED, 1, 1)
+    waits = [e for e in events if e.kind is EventKind.RENEWED and "still executing" in (e.reason or "")]
+    assert len(waits) == BUSY_ANSWERS
+    assert [e.kind for e in events if e.kind in (EventKind.CLAIMED, EventKind.RELEASED)] == [EventKind.CLAIMED]
+    assert [t.status for t in run.tasks] == ["settled"]
