@@ -12,7 +12,7 @@ agent needs, as Temporal's ``OpenAIAgentsPlugin`` and Pydantic AI's plugin do fo
   ``agent_run_workflow=True``, as ``agentlease worker`` does);
 - passes ``agentlease`` through the workflow sandbox, and declares :class:`~agentlease.workflow.LeasedCallError`
   a workflow failure (a misused leased call fails the run with what is wrong, not every workflow task);
-- installs :class:`~agentlease.workflow._calls.LeasedCallsInterceptor`: every workflow answers the
+- installs :class:`~agentlease.workflow._interceptor.LeasedCallsInterceptor`: every workflow answers the
   ``status`` query and the decision updates from its start, with no set-up line of its own;
 - when the worker starts, before it polls: registers the search attributes its runs upsert on the
   namespace (or refuses to start with one line naming the command that creates them), and checks the
@@ -62,7 +62,8 @@ from agentlease.tools._leased import LeasedActivities
 from agentlease.tools._registry import ToolRegistry, load_registry
 from agentlease.tools._resources import ToolResources
 from agentlease.tools._unknown_tools import UnknownToolActivities
-from agentlease.workflow._calls import LeasedCallError, LeasedCallsInterceptor
+from agentlease.workflow._calls import LeasedCallError
+from agentlease.workflow._interceptor import LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow
 
 PLUGIN_NAME = "agentlease.AgentLeasePlugin"

@@ -1,7 +1,7 @@
 """A run that names a tool no worker serves: what its workflow asks the ledger to record before it fails.
 
 A plan run checks its steps against the worker's tool catalog before its first call
-(:meth:`~agentlease.workflow._calls.LeasedToolCalls.load_catalog`). When a step names a tool that no
+(:meth:`~agentlease.workflow._catalog.RunCatalog.load`). When a step names a tool that no
 worker of its task queue serves, the run fails with ``UnknownTool`` and no call of it ever reaches the
 ledger. So that the ledger's listings (``agentlease runs``, ``agentlease tasks --run``, ``agentlease
 ui``) know the run, the workflow first schedules the activity :data:`RECORD_UNKNOWN_TOOLS` with the

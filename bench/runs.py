@@ -262,16 +262,13 @@ def compile_bytecode() -> None:
 
 def bytecode_note() -> str:
     """Whether the workflow sandbox's re-imports of the workflow modules find bytecode."""
-    import agentlease.workflow._calls
-    import agentlease.workflow._plan
+    import agentlease.workflow
 
-    cached = all(
-        Path(cache_from_source(module.__file__ or "")).exists()
-        for module in (agentlease.workflow._plan, agentlease.workflow._calls)
-    )
+    modules = sorted(Path(agentlease.workflow.__file__ or "").parent.glob("*.py"))
+    cached = all(Path(cache_from_source(str(module))).exists() for module in modules)
     writes = "off" if sys.dont_write_bytecode else "on"
     return (
-        f"workflow sandbox re-imports per run: agentlease.workflow._plan and agentlease.workflow._calls "
+        f"workflow sandbox re-imports per run: the {len(modules)} modules of agentlease.workflow "
         f"{'with' if cached else 'without'} bytecode (.pyc present: {cached}; bytecode writing {writes})"
     )
 

@@ -30,16 +30,9 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
     from agentlease.records import AgentRunPlan, PlanStep, RunStatus
     from agentlease.unknown_tools import RECORD_UNKNOWN_TOOLS, UnknownTools, UnknownToolStep
-    from agentlease.workflow._calls import LeasedToolCalls, parse_payload
+    from agentlease.workflow._calls import LeasedToolCalls
+    from agentlease.workflow._handlers import parse_payload
 
-
-CONTINUE_AS_NEW_PATCH = "agentlease-continue-as-new"
-"""Patch: a run continues as new between steps when its history is full (runs recorded before it did not)."""
-
-UNKNOWN_TOOL_RECORDED_PATCH = "agentlease-unknown-tool-recorded"
-"""Patch: a run that fails because a step names a tool no worker serves first records those steps in the
-ledger (``agentlease.record_unknown_tools``), so that ``agentlease runs`` and ``tasks`` show it failed
-(runs recorded before failed with nothing in the ledger)."""
 
 _RECORD_TIMEOUT = timedelta(seconds=30)
 _RECORD_PATIENCE = timedelta(minutes=2)
@@ -62,9 +55,6 @@ class AgentRunWorkflow:
     @workflow.init
     def __init__(self, plan: AgentRunPlan | dict[str, Any]) -> None:
         self._calls = LeasedToolCalls()
-        # Asked here, with the other patches, in the first workflow task: the run fails later in a workflow
-        # task that may replay the catalog's (failed) ones, where a patch asked for the first time is false.
-        self._record_unknown = self._calls.patched(UNKNOWN_TOOL_RECORDED_PATCH)
         self._bad_plan: str | None = None
         self._plan = AgentRunPlan()
         try:
@@ -93,7 +83,7 @@ class AgentRunWorkflow:
         try:
             await calls.load_catalog()
         except ApplicationError as exc:
-            if exc.type == FailureType.UNKNOWN_TOOL.value and self._record_unknown:
+            if exc.type == FailureType.UNKNOWN_TOOL.value:
                 await self._record_unknown_tools()
             raise
         plan = self._plan
@@ -121,7 +111,7 @@ class AgentRunWorkflow:
                     calls.skip(rest)
                 break
             more = index < len(calls.step_ids()) or not calls.closed
-            if more and self._history_is_full(ran) and calls.patched(CONTINUE_AS_NEW_PATCH):
+            if more and self._history_is_full(ran):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not calls.cancelled:
                     kept, carried = calls.carry(index)
@@ -132,8 +122,9 @@ class AgentRunWorkflow:
         return calls.status()
 
     async def _record_unknown_tools(self) -> None:
-        """(:data:`UNKNOWN_TOOL_RECORDED_PATCH`) Record the steps whose tool no worker serves in the ledger,
-        before the run fails; a run that cannot (within :data:`_RECORD_PATIENCE`) fails all the same."""
+        """Record the steps whose tool no worker serves in the ledger (``agentlease.record_unknown_tools``, so
+        that ``agentlease runs`` and ``tasks`` show the run failed), before the run fails; a run that cannot
+        (within :data:`_RECORD_PATIENCE`) fails all the same."""
         calls = self._calls
         known = calls.known_tools() or []
         try:

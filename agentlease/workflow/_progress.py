@@ -3,11 +3,11 @@ writes the ledger refused on its tasks (``docs/operator-views.md``, ``docs/secur
 
 Deterministic workflow code, used by :class:`~agentlease.workflow._calls.LeasedToolCalls`:
 
-- on runs made with :data:`PROOF_PATCH`, a progress signal is shown only when its proof verifies with
-  the key of the step it names (:mod:`agentlease.progress`); any other (no proof, a made-up one, a step
-  the run does not have, a malformed payload) is dropped and counted, nothing else: no trail entry, no
-  activity, no state that grows with the signals;
-- on those runs too, each task's count of refused late writes, learnt from
+- a progress signal is shown only when its proof verifies with the key of the step it names
+  (:mod:`agentlease.progress`); any other (no proof, a made-up one, a step the run does not have, a
+  malformed payload) is dropped and counted, nothing else: no trail entry, no activity, no state that
+  grows with the signals;
+- each task's count of refused late writes, learnt from
   the losing attempt's report (a proven progress signal with ``refused_writes``) or from the outcome of
   a later generation (read from the ledger), is kept on its view, and their sum is the search attribute
   ``AgentLeaseRefusedWrites``.
@@ -28,35 +28,21 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.progress import PROGRESS_SECRET, proven, step_key
     from agentlease.records import LeaseProgress, TaskView
 
-PROOF_PATCH = "agentlease-progress-proof"
-"""Patch: a leased call carries its step's progress key, the run shows only progress signals proven with
-it, and it counts the late writes the ledger refused on its tasks (``AgentLeaseRefusedWrites``); runs
-recorded before showed any progress signal and counted nothing. (One patch: each costs every new run a
-marker and an upsert of ``TemporalChangeVersion``.)"""
-
 _SECRET_TIMEOUT = timedelta(seconds=10)
 
 
 class ProgressProofs:
     """The run's progress secret (minted once, by a local activity, when its first call is scheduled),
-    and the count of progress signals it dropped.
+    and the count of progress signals it dropped."""
 
-    Args:
-        enabled: the run was made with :data:`PROOF_PATCH`; otherwise every well-formed signal is taken,
-            as runs recorded before took them, and nothing is minted or counted.
-    """
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    def __init__(self) -> None:
         self.refused = 0
         """Progress signals dropped for want of a valid proof."""
         self._secret: str | None = None
         self._minting = asyncio.Lock()
 
-    async def call_key(self, step_id: str) -> str | None:
-        """The progress key of ``step_id``'s calls (``None`` on runs recorded before :data:`PROOF_PATCH`)."""
-        if not self.enabled:
-            return None
+    async def call_key(self, step_id: str) -> str:
+        """The progress key of ``step_id``'s calls."""
         async with self._minting:  # calls scheduled in parallel mint one secret
             if self._secret is None:
                 minted = await workflow.execute_local_activity(
@@ -68,7 +54,7 @@ class ProgressProofs:
     @property
     def wanted(self) -> bool:
         """The run proves progress and has no secret yet (:meth:`learn` one)."""
-        return self.enabled and self._secret is None
+        return self._secret is None
 
     def learn(self, secret: str) -> None:
         """Take ``secret``, minted with the run's catalog (``agentlease.describe_run``), unless the run already
@@ -78,16 +64,12 @@ class ProgressProofs:
 
     def accepted(self, payload: Any, steps: Mapping[str, TaskView]) -> LeaseProgress | None:
         """The signal's :class:`LeaseProgress` when the run believes it; ``None`` when it is dropped
-        (counted in :attr:`refused` on runs made with :data:`PROOF_PATCH`)."""
+        (counted in :attr:`refused`)."""
         try:
             progress = LeaseProgress.model_validate(payload)
         except ValidationError:
             self._refuse()
             return None
-        if not self.enabled:
-            # A run recorded before the proofs takes what its code took then: a signal with the new
-            # fields failed that code's validation, so it is dropped here too (replays stay the same).
-            return progress if progress.proof is None and progress.refused_writes is None else None
         if self._secret is None or progress.step_id not in steps:
             self._refuse()
             return None
@@ -97,8 +79,6 @@ class ProgressProofs:
         return progress
 
     def _refuse(self) -> None:
-        if not self.enabled:
-            return
         self.refused += 1
         if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a flood logs a few lines
             workflow.logger.warning(
@@ -122,4 +102,4 @@ def refused_writes_line(views: Mapping[str, TaskView]) -> list[str]:
     ]
 
 
-__all__ = ["PROOF_PATCH", "ProgressProofs", "refused_writes_line"]
+__all__ = ["ProgressProofs", "refused_writes_line"]

@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():  # this module holds a workflow: 
     from agentlease.pydantic_ai import LeasedToolset, run_agent
     from agentlease.records import RunStatus
     from agentlease.settings import AgentLeaseSettings
-    from agentlease.workflow._calls import LeasedCallsInterceptor
+    from agentlease.workflow._interceptor import LeasedCallsInterceptor
     from agentlease.workflow._plan import AgentRunWorkflow
     from tests.eventually import assert_eventually
     from tests.integration import tools

@@ -1,14 +1,15 @@
-"""Determinism: ``AgentRunWorkflow`` replays recorded histories without a non-determinism error.
+"""Determinism: ``AgentRunWorkflow`` replays recorded histories without a non-determinism error, down to
+the replay floor (``agentlease/workflow/_versions.py``), and refuses older ones in one line.
 
 Three histories are recorded on the real dev server (a settled run, a run with decisions: an
 approval and a reconciliation, and a cancelled run) and kept in ``tests/histories/``. A change to
 the workflow code that would break a run already in flight on a deployed worker fails
 ``test_recorded_histories_replay``. The same three runs, recorded again now, must replay too.
 
-To record them anew after a deliberate change of the workflow (with a patch or a new workflow
-version for runs in flight), run ``AGENTLEASE_RECORD_HISTORIES=1 pytest tests/integration/test_replay.py``.
-The histories kept now were recorded before ``BASELINE_PATCH``, with a marker per change asked for one by
-one, and stand for runs of that kind still in flight: keep them (record new ones under other names).
+To record them anew after a deliberate change of the workflow (behind a patch listed in ``_versions.py``,
+or with a new replay floor), run ``AGENTLEASE_RECORD_HISTORIES=1 pytest tests/integration/test_replay.py``.
+They were recorded by 0.4, the floor. ``tests/histories/before_0_4/settled.json`` was recorded by 0.3:
+its replay fails with the line that names the floor.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from agentlease.names import DESCRIBE_RUN, STATUS_QUERY
 from agentlease.plugin import _pass_through
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
-from agentlease.workflow._calls import BASELINE_PATCH, LeasedCallsInterceptor
+from agentlease.workflow._interceptor import LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow
+from agentlease.workflow._versions import BELOW_FLOOR, FLOOR_MARKER
 from tests.eventually import assert_eventually
 from tests.integration import tools
 from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
@@ -40,6 +42,8 @@ from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledg
 pytestmark = pytest.mark.timeout(180)
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+BEFORE_THE_FLOOR = HISTORIES / "before_0_4" / "settled.json"
+"""A settled run recorded by agentlease 0.3, below the replay floor."""
 RECORD = os.environ.get("AGENTLEASE_RECORD_HISTORIES") == "1"
 
 
@@ -133,9 +137,19 @@ def test_recorded_histories_exist() -> None:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 async def test_recorded_histories_replay(name: str) -> None:
     history = WorkflowHistory.from_json(f"recorded-{name}", (HISTORIES / f"{name}.json").read_text())
-    assert BASELINE_PATCH not in patches(history)  # recorded before it: a marker per change, asked one by one
+    assert patches(history) == {FLOOR_MARKER}  # recorded at the floor
     result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
+
+
+async def test_a_history_recorded_below_the_floor_fails_replay_in_one_line() -> None:
+    history = WorkflowHistory.from_json("recorded-by-0.3", BEFORE_THE_FLOOR.read_text())
+    assert FLOOR_MARKER not in patches(history)
+    result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
+    # Its first workflow task fails with the floor's line.
+    failure = str(result.replay_failure)
+    assert f'message: "{BELOW_FLOOR}"' in failure and 'type: "ReplayFloorError"' in failure, failure
+    assert "\n" not in BELOW_FLOOR and "agentlease < 0.4" in BELOW_FLOOR and "drain runs" in BELOW_FLOOR
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -143,8 +157,8 @@ async def test_fresh_histories_replay(client: Client, settings: AgentLeaseSettin
     history = await record(client, settings, name)
     result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
-    # A new run records one patch marker (and one TemporalChangeVersion upsert) for all of agentlease's changes.
-    assert patches(history) == {BASELINE_PATCH}
+    # A new run records one patch marker, the floor's.
+    assert patches(history) == {FLOOR_MARKER}
     # The run's catalog and its progress secret come from one local activity.
     assert local_activities(history) == [DESCRIBE_RUN]
     if RECORD:

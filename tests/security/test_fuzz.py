@@ -2,7 +2,7 @@
 payloads (a few thousand cases), through the same models and functions the workflow and the CLI use.
 
 Every input either is refused with the project's own one-line error (a ``ValueError`` from
-:func:`~agentlease.workflow._calls.parse_payload`, a ``ConfigurationError`` from the plan reader), or is
+:func:`~agentlease.workflow._handlers.parse_payload`, a ``ConfigurationError`` from the plan reader), or is
 accepted and then runnable: it survives the Temporal payload converter, every derived id and key fits
 its ledger column, and the worker's own activity inputs (``ToolCall``, ``TaskSpec``,
 ``LedgerDecision``) validate. Never a traceback of another kind.
@@ -31,7 +31,7 @@ from agentlease.errors import ConfigurationError
 from agentlease.ledger.tables import RECEIPTS, TASKS
 from agentlease.records import AgentRunPlan, PlanStep, TaskSpec, ToolCall, idempotency_key_for, task_id_for
 from agentlease.tools._registry import load_registry
-from agentlease.workflow._calls import parse_payload
+from agentlease.workflow._handlers import parse_payload
 
 FUZZ = settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 """Cases per property: five properties of 800, one of 300 (long keys) and one of 60 through the command line."""

@@ -1,10 +1,9 @@
-"""Runs recorded before progress proofs replay unchanged: their leased calls carry no progress key and
-they take the progress signals their code took then (a spoofed one included), with no new command.
+"""A run whose attempt signalled its progress, with a spoofed progress signal between its signals, replays:
+the run's own signals are proven, the spoofed one is dropped and counted, with no command of its own.
 
-``tests/histories/progress/before_proofs.json`` was recorded with the code before the proofs (on the
-dev server): a call whose attempt signalled its progress, a spoofed progress signal taken as it was
-then, and the attempt's next stage. To record it again with such a code, run
-``AGENTLEASE_RECORD_HISTORIES=1 pytest tests/security/test_progress_replay.py`` from its checkout.
+``tests/histories/progress/spoofed.json`` is such a run, recorded on the dev server at the replay floor
+(``agentlease/workflow/_versions.py``). To record it again, run
+``AGENTLEASE_RECORD_HISTORIES=1 pytest tests/security/test_progress_replay.py``.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
+from agentlease.workflow._versions import FLOOR_MARKER
 from tests.eventually import assert_eventually
 from tests.integration.test_lease_on_temporal import opened_ledger
 from tests.integration.test_replay import patches, replayer
@@ -31,7 +31,7 @@ from tests.integration.tools import gate
 
 pytestmark = pytest.mark.timeout(120)
 
-RECORDED = Path(__file__).resolve().parents[1] / "histories" / "progress" / "before_proofs.json"
+RECORDED = Path(__file__).resolve().parents[1] / "histories" / "progress" / "spoofed.json"
 RECORD = os.environ.get("AGENTLEASE_RECORD_HISTORIES") == "1"
 SPOOF = {"step_id": "write", "claim_generation": 999, "lease_owner": "mallory", "stage": "verify", "reason": "x"}
 
@@ -44,12 +44,11 @@ def _signals(history: WorkflowHistory) -> list[str]:
     ]
 
 
-async def test_a_run_recorded_before_progress_proofs_replays() -> None:
-    history = WorkflowHistory.from_json("before-proofs", RECORDED.read_text())
-    # What the history holds: the attempt's own progress and a spoofed one (taken by that code).
+async def test_a_recorded_run_with_a_spoofed_progress_signal_replays() -> None:
+    history = WorkflowHistory.from_json("spoofed-progress", RECORDED.read_text())
+    # What the history holds: the attempt's own progress and a spoofed one.
     assert _signals(history).count(LEASE_PROGRESS_SIGNAL) >= 3, _signals(history)
-    assert "agentlease-live-lease-view" in patches(history)
-    assert "agentlease-progress-proof" not in patches(history)
+    assert patches(history) == {FLOOR_MARKER}
     result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
 
@@ -57,11 +56,11 @@ async def test_a_run_recorded_before_progress_proofs_replays() -> None:
 async def test_a_run_with_its_own_and_a_spoofed_progress_signal_replays(
     client: Client, settings: AgentLeaseSettings, temporal_address: str
 ) -> None:
-    """With this code, the run replays; with ``AGENTLEASE_RECORD_HISTORIES=1`` (from an older checkout) its
+    """The run replays, and shows none of the spoofed signal; with ``AGENTLEASE_RECORD_HISTORIES=1`` its
     history is written to ``RECORDED``."""
     registry = load_registry(["tests.security.progress_tools"])
     attacker = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
-    run_id = f"before-proofs-{uuid.uuid4().hex[:8]}"
+    run_id = f"spoofed-progress-{uuid.uuid4().hex[:8]}"
     task_id = f"{run_id}/write"
     plan = AgentRunPlan(agent_run_id=run_id, steps=[PlanStep(step_id="write", tool="two_gates")])
     async with opened_ledger(settings) as ledger, build_worker(client, ledger, registry, settings, identity="worker-p"):
@@ -83,7 +82,8 @@ async def test_a_run_with_its_own_and_a_spoofed_progress_signal_replays(
         finally:
             gate(f"{task_id}#1").set()
             gate(f"{task_id}#2").set()
-        await handle.result()
+        final = await handle.result()
+    assert final.refused_progress == 1 and final.tasks[0].lease_owner != SPOOF["lease_owner"], final
     history = await handle.fetch_history()
     result = await replayer().replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure

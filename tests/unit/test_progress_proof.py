@@ -60,7 +60,7 @@ def test_a_call_carries_its_key_but_never_shows_it() -> None:
 
 def test_the_run_believes_only_proven_progress_and_counts_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workflow, "logger", logging.getLogger("test"))  # outside a workflow
-    proofs = ProgressProofs(enabled=True)
+    proofs = ProgressProofs()
     # Before its secret is minted the run scheduled nothing: nothing is believed.
     assert proofs.accepted(prove(KEY, GENUINE).model_dump(mode="json"), VIEWS) is None
     proofs._secret = SECRET
@@ -76,16 +76,6 @@ def test_the_run_believes_only_proven_progress_and_counts_the_rest(monkeypatch: 
         assert proofs.accepted(spoof, VIEWS) is None, spoof
     assert proofs.refused == 1 + len(spoofs)
     assert proofs.line() == "6 lease progress signals refused (no proof of the lease)"
-
-
-def test_a_run_recorded_before_proofs_takes_what_its_code_took() -> None:
-    proofs = ProgressProofs(enabled=False)
-    assert proofs.accepted(GENUINE.model_dump(mode="json"), VIEWS) == GENUINE
-    # Fields that code did not know failed its validation: dropped, as then.
-    assert proofs.accepted(prove(KEY, GENUINE).model_dump(mode="json"), VIEWS) is None
-    assert proofs.accepted({**GENUINE.model_dump(mode="json"), "refused_writes": 1}, VIEWS) is None
-    assert proofs.accepted("garbage", VIEWS) is None
-    assert (proofs.refused, proofs.line()) == (0, None)
 
 
 def test_refused_writes_lines() -> None:

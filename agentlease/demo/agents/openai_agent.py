@@ -54,7 +54,8 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.tools.builtin.http_get import http_get
     from agentlease.tools.builtin.smtp_send import smtp_send
     from agentlease.tools.builtin.sql_upsert import sql_upsert
-    from agentlease.workflow._calls import leased_calls, parse_payload
+    from agentlease.workflow._calls import leased_calls
+    from agentlease.workflow._handlers import parse_payload
 
 MODULE = "agentlease.demo.agents.openai_agent"
 """This module's import path (also when it runs as ``python -m``)."""

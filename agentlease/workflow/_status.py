@@ -1,0 +1,253 @@
+"""The run as its operators see it: its state, each task's view, the search attributes and current details
+that show them, the ``status`` query, and the ``agentlease.lease_progress`` signal that keeps the live view.
+
+Deterministic workflow code, used by :class:`~agentlease.workflow._calls.LeasedToolCalls` (the call path
+and the decisions write here; nothing here schedules anything). ``docs/operator-views.md`` describes what
+an operator sees where.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from agentlease import search_attributes as sa
+    from agentlease.enums import RunState, Stage, TaskStatus
+    from agentlease.records import RefusedDecision, RunStatus, TaskView, ToolOutcome
+    from agentlease.redaction import redact
+    from agentlease.workflow._progress import ProgressProofs, refused_writes_line
+
+KEPT_REFUSALS = 20
+"""How many refused ``decide`` signals the ``status`` query keeps (the evidence trail keeps a summary)."""
+
+
+class RunView:
+    """The run's state and task views, and how they are shown (see the module docstring).
+
+    Args:
+        run_id: the workflow id.
+        running: the steps whose activity runs now (kept by the call path); a progress signal for any
+            other step is late and ignored.
+    """
+
+    def __init__(self, run_id: str, running: Container[str]) -> None:
+        self.run_id = run_id
+        self.state = RunState.STARTING
+        """Set with :meth:`set_state`."""
+        self.closed = False
+        """The run takes no more calls (shown by the ``status`` query)."""
+        self.tasks: dict[str, TaskView] = {}
+        """Each step's view, by step id, in the order the steps were added."""
+        self.last_decision: str | None = None
+        self.refused: list[RefusedDecision] = []
+        """The last :data:`KEPT_REFUSALS` refused ``decide`` signals (:meth:`refused_signal`)."""
+        self.refused_count = 0
+        """Refused ``decide`` signals of this run, all told."""
+        self.proofs = ProgressProofs()
+        """Which progress signals the run believes, and how many it dropped."""
+        self._running = running
+        self._shown: dict[str, Any] = {}
+        self._wanted: dict[str, Any] = {}
+        self._highest_generation = 0
+        """The highest claim generation any call of the run reached (``AgentLeaseGeneration``)."""
+
+    # -- state and views -------------------------------------------------------------------------
+
+    def update(self, step_id: str, **changes: Any) -> TaskView:
+        """Change a step's view; returns the new view."""
+        view = self.tasks[step_id].model_copy(update=changes)
+        self.tasks[step_id] = view
+        return view
+
+    def set_state(
+        self, state: RunState, *, waiting_reason: str | None = None, tool: str | None = None, stage: Any = ...
+    ) -> None:
+        """Set the run's state; its search attributes follow (see :meth:`show`), at once when the run ends."""
+        self.state = state
+        self._wanted[sa.RUN_STATUS.name] = state.value
+        if waiting_reason is not None:
+            self._wanted[sa.WAITING_REASON.name] = waiting_reason
+        if tool is not None:
+            self._wanted[sa.CURRENT_TOOL.name] = tool
+        if stage is not ...:
+            self._wanted[sa.CURRENT_STAGE.name] = str(getattr(stage, "value", stage) or "")
+        if state.ended:
+            self.show()
+
+    def end(self, state: RunState) -> None:
+        """The run ended (completed, cancelled or failed): no more calls or decisions."""
+        self.closed = True
+        self.set_state(state, waiting_reason="")
+
+    def refresh_waiting(self) -> None:
+        """``waiting`` while any step waits for a person, with who waits for what; else ``running``."""
+        if self.state.ended:
+            return
+        waiting = [f"{v.step_id}: {v.status.value}" for v in self.tasks.values() if v.status.awaits_decision]
+        self.set_state(RunState.WAITING if waiting else RunState.RUNNING, waiting_reason=", ".join(waiting))
+
+    def step_started(self, tool: str) -> None:
+        """A step of ``tool`` starts: no stage yet, and the previous step's owner is not this one's."""
+        self.set_state(self.state, tool=tool, stage=None)
+        self._wanted[sa.CURRENT_OWNER.name] = ""
+
+    def attempt_ended(self, step_id: str, outcome: ToolOutcome) -> TaskView:
+        """Show how a step's attempt ended: its status, stage and receipt, and the owner and claim time of
+        the generation that ended it (not the last progress signal's, a paused loser's); the run's highest
+        generation goes on."""
+        self.set_state(self.state, stage=outcome.stage)
+        self._highest_generation = max(self._highest_generation, outcome.claim_generation)
+        self._wanted[sa.CURRENT_GENERATION.name] = self._highest_generation
+        self._wanted[sa.CURRENT_OWNER.name] = outcome.lease_owner or ""
+        if outcome.refused_writes is not None:
+            self.learn_refused_writes(step_id, outcome.refused_writes)
+        return self.update(
+            step_id,
+            status=outcome.status,
+            stage=outcome.stage,
+            claim_generation=outcome.claim_generation,
+            attempts=outcome.attempts,
+            receipt=outcome.receipt,
+            error=None,
+            settled_by=outcome.settled_by,
+            lease_owner=outcome.lease_owner,
+            claimed_at=outcome.claimed_at,
+        )
+
+    def learn_refused_writes(self, step_id: str, count: int) -> None:
+        """The task's refused late writes are at least ``count`` (the ledger's count when it was read;
+        reports may arrive in any order); the run's sum is ``AgentLeaseRefusedWrites``."""
+        if count <= self.tasks[step_id].refused_writes:
+            return
+        self.update(step_id, refused_writes=count)
+        self._wanted[sa.REFUSED_WRITES.name] = sum(view.refused_writes for view in self.tasks.values())
+
+    def decided(self, text: str) -> None:
+        """The run's last decision (``publish: approved``), shown in ``AgentLeaseDecision``."""
+        self.last_decision = text
+        self._wanted[sa.LAST_DECISION.name] = text
+
+    def refused_signal(self, refused: RefusedDecision) -> None:
+        """Keep a refused ``decide`` signal for ``status``, and count it."""
+        self.refused = [*self.refused, refused][-KEPT_REFUSALS:]
+        self.refused_count += 1
+
+    # -- how the run is shown --------------------------------------------------------------------
+
+    def show(self) -> None:
+        """Upsert the search attributes whose value changed since they were last shown, in one command
+        (see :meth:`~agentlease.workflow._calls.LeasedToolCalls.show_search_attributes`), and the details."""
+        changed = {name: value for name, value in self._wanted.items() if self._shown.get(name) != value}
+        if changed:
+            self._shown.update(changed)
+            workflow.upsert_search_attributes([sa.BY_NAME[name].value_set(value) for name, value in changed.items()])
+        self.show_details()
+
+    def show_details(self) -> None:
+        """Set the run's current details (:meth:`current_details`)."""
+        workflow.set_current_details(self.current_details())
+
+    def status(self) -> RunStatus:
+        """The run as the ``status`` query reports it."""
+        return RunStatus(
+            agent_run_id=self.run_id,
+            status=self.state,
+            closed=self.closed,
+            tasks=list(self.tasks.values()),
+            last_decision=self.last_decision,
+            refused=list(self.refused),
+            refused_count=self.refused_count,
+            refused_progress=self.proofs.refused,
+        )
+
+    def status_query(self) -> dict[str, Any]:
+        """The ``status`` query's handler: :meth:`status` as JSON."""
+        return self.status().model_dump(mode="json")
+
+    def current_details(self) -> str:
+        """The run's current details text (the Temporal UI shows it on the run's page), one line each:
+        every running step (``publish: external_call, generation 2, renewing: uploading 3 of 5 images
+        (worker-b)``), every step waiting for a person, the last decision and the last refused signal."""
+        lines = []
+        for view in self.tasks.values():
+            if view.status is TaskStatus.RUNNING:
+                line = f"{view.step_id}: {view.stage.value if view.stage else 'claiming'}"
+                if view.claim_generation:
+                    line += f", generation {view.claim_generation}"
+                if view.progress and view.stage is not None:
+                    line += f", renewing: {view.progress}"
+                if view.lease_owner:
+                    line += f" ({view.lease_owner})"
+                lines.append(line)
+            elif view.status.awaits_decision:
+                lines.append(f"{view.step_id}: {view.status.value}, waiting for a person")
+        if not lines:
+            lines.append(f"run {self.state.value}")
+        lines += [  # a call another generation took over: who settled it
+            f"{view.step_id}: settled by generation {view.claim_generation} ({view.lease_owner})"
+            for view in self.tasks.values()
+            if view.status is TaskStatus.SETTLED and (view.claim_generation or 0) > 1 and view.lease_owner
+        ]
+        if self.last_decision:
+            lines.append(f"last decision: {self.last_decision}")
+        if self.refused:
+            last = self.refused[-1]
+            lines.append(f"refused {last.decision} signal by {last.by or '?'}: {last.refusal}")
+        lines += refused_writes_line(self.tasks)
+        if (dropped := self.proofs.line()) is not None:
+            lines.append(dropped)
+        return "\n".join(lines)
+
+    # -- the progress signal ---------------------------------------------------------------------
+
+    async def on_progress(self, payload: Any) -> None:
+        """A running attempt's :class:`~agentlease.records.LeaseProgress`: show it (a late or stale one is
+        ignored).
+
+        The ``status`` query and the current details change at once; the search attributes once per
+        workflow task (the signals of one task are upserted together), only when the stage, the
+        generation or the owner changed (a renewal's reason alone is not upserted)."""
+        progress = self.proofs.accepted(payload, self.tasks)
+        if progress is None:  # malformed or not proven: dropped, counted
+            self.show_details()
+            return
+        sid = progress.step_id
+        if progress.refused_writes is not None:  # an attempt that lost its lease, not live progress
+            if sid in self.tasks:
+                self.learn_refused_writes(sid, progress.refused_writes)
+                self.show_details()
+                await workflow.wait_condition(lambda: True)  # after every signal of this workflow task
+                self.show()
+            return
+        if sid not in self._running:
+            return  # the attempt already ended: its outcome is the newer fact
+        view = self.tasks[sid]
+        known = view.claim_generation or 0
+        if progress.claim_generation < known:
+            return
+        if progress.claim_generation == known and _stage_order(progress.stage) < _stage_order(view.stage):
+            return  # signals of one attempt may arrive out of order
+        self.update(
+            sid,
+            stage=progress.stage,
+            claim_generation=progress.claim_generation,
+            lease_owner=progress.lease_owner,
+            progress=redact(progress.reason),
+        )
+        self._highest_generation = max(self._highest_generation, progress.claim_generation)
+        self._wanted[sa.CURRENT_GENERATION.name] = self._highest_generation
+        self._wanted[sa.CURRENT_OWNER.name] = progress.lease_owner
+        self._wanted[sa.CURRENT_STAGE.name] = progress.stage.value if progress.stage else ""
+        self.show_details()
+        await workflow.wait_condition(lambda: True)  # after every signal of this workflow task
+        self.show()
+
+
+def _stage_order(stage: Stage | None) -> int:
+    return -1 if stage is None else stage.order
+
+
+__all__ = ["KEPT_REFUSALS", "RunView"]
