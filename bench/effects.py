@@ -3,6 +3,7 @@
 ::
 
     python -m bench.effects --trials 20
+    python -m bench.effects --matrix --trials 10    # first the edge's whole crash-point matrix (docs/edge.md)
 
 The same scripted agent (:mod:`bench.effects_agents`: the model calls ``issue_refund`` once, then
 answers) runs on four systems, the OpenAI Agents SDK and Pydantic AI each with their native
@@ -403,6 +404,33 @@ def print_summary(cells: list[Cell], opts: argparse.Namespace, out: Any) -> None
         print(f"| {point} | " + " | ".join(row) + " |", file=out)
 
 
+async def edge_matrix(opts: argparse.Namespace, address: str, work: Path, out: Any) -> None:
+    """The crash-point matrix of the downstream's edge (``docs/edge.md``), on each ledger of ``--dialects``."""
+    from agentlease.devserver import scratch_postgres_database
+    from tests.acceptance.edge_matrix import cells as matrix_cells
+    from tests.acceptance.edge_matrix import run_cells, table
+
+    for dialect in opts.dialects:
+        began = time.monotonic()
+        wanted = matrix_cells(dialect)
+        where = work / f"edge-{dialect}"
+        where.mkdir()
+        if dialect == "sqlite":
+            results = await run_cells(address, f"sqlite:///{where / 'ledger.db'}", where, wanted)
+        else:
+            async with scratch_postgres_database(opts.pg_url, "agentlease_bench_edge") as url:
+                results = await run_cells(address, url, where, wanted)
+        print(f"\n## The edge's crash-point matrix, {dialect} ledger and downstreams\n", file=out)
+        print(table(results), file=out)
+        failed = [cell.id for cell, outcome in results.items() if isinstance(outcome, str) or outcome.problems()]
+        print(
+            f"\n{len(results) - len(failed)} of {len(results)} cells at one effect with an agreeing ledger "
+            f"({time.monotonic() - began:.0f}s){'; failed: ' + ', '.join(failed) if failed else ''}",
+            file=out,
+            flush=True,
+        )
+
+
 async def bench(opts: argparse.Namespace) -> list[Cell]:
     out = sys.stdout
     load = os.getloadavg()
@@ -423,6 +451,9 @@ async def bench(opts: argparse.Namespace) -> list[Cell]:
         server = TemporalProcess(work / "temporal", dynamic_config=ONE_PARTITION)
         await asyncio.to_thread(server.start)
         stack.callback(server.close)
+        if opts.matrix:
+            await edge_matrix(opts, server.address, work, out)
+            print("\n## Beside it: the frameworks' native tool activities and the leased ones\n", file=out, flush=True)
         ledger_url = f"sqlite:///{work / 'ledger.db'}"
         ledger = Ledger.from_url(ledger_url)
         try:
@@ -481,12 +512,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--points", default=",".join(POINTS), help=f"comma-separated, of {', '.join(POINTS)}")
     parser.add_argument("--pool", type=int, default=1, help="idle workers started ahead per system (default 1)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, events, databases)")
+    parser.add_argument(
+        "--matrix",
+        action="store_true",
+        help="first the edge's crash-point matrix (docs/edge.md): every edge x crash point x fault",
+    )
+    parser.add_argument(
+        "--dialects", default="sqlite,postgresql", help="the matrix's ledgers: sqlite, postgresql (default both)"
+    )
+    parser.add_argument(
+        "--pg-url",
+        default=os.environ.get("AGENTLEASE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+        help="a PostgreSQL server for the matrix's databases (AGENTLEASE_TEST_PG_URL)",
+    )
     opts = parser.parse_args(argv)
+    opts.dialects = [d.strip() for d in opts.dialects.split(",") if d.strip()]
     opts.systems = [s.strip() for s in opts.systems.split(",") if s.strip()]
     opts.points = [p.strip() for p in opts.points.split(",") if p.strip()]
     unknown = [s for s in opts.systems if s not in SYSTEMS + EXTRA_SYSTEMS] + [
         p for p in opts.points if p not in POINTS
     ]
+    unknown += [d for d in opts.dialects if d not in ("sqlite", "postgresql")]
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
     if opts.trials < 1 or opts.per_fault < 1 or opts.pool < 1:

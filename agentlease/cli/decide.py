@@ -28,7 +28,7 @@ _StepArg = Annotated[str, typer.Argument(help="The step id.")]
 _Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
-def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> None:
+def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> RunStatus:
     from agentlease.cli.render import decided_title, run_table
 
     status = asyncio.run(send_decision(settings, agent_run_id, update, payload))
@@ -36,6 +36,7 @@ def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payloa
         show_run(status, as_json)
     else:
         out.print(run_table(status, title=decided_title(status, update, getattr(payload, "step_id", None))))
+    return status
 
 
 async def send_decision(
@@ -362,14 +363,14 @@ def cancel(
     confirmation (--yes skips it).
     """
     from agentlease.decisions import CancelRequest
-    from agentlease.enums import DecisionKind
+    from agentlease.enums import DecisionKind, TaskStatus
 
     settings = _settings(ctx)
     filters = _Filters(run_filter, status, tool, yes)
     if _by_filter(settings, DecisionKind.CANCEL, CancelRequest, agent_run_id, filters, reason, as_json):
         return
     assert agent_run_id is not None
-    _decide(
+    run = _decide(
         settings,
         agent_run_id,
         "cancel",
@@ -380,6 +381,12 @@ def cancel(
         "the cancel is recorded in the ledger; an attempt still running stops at its next renewal, which the "
         "ledger refuses (cancelled stays cancelled)"
     )
+    unknown = [t.step_id for t in run.tasks if t.status == TaskStatus.CANCELLED_EFFECT_UNKNOWN.value]
+    if unknown and (step_id is None or step_id in unknown):
+        err.print(
+            f"its effect may have happened ({', '.join(unknown)}: the call may have reached the downstream); "
+            f"record what happened: agentlease reconcile {agent_run_id} STEP --action confirm|abandon"
+        )
 
 
 def _request(model: Any, settings: AgentLeaseSettings, **fields: Any) -> Any:

@@ -533,7 +533,9 @@ class LeasedActivities:
             return self._ledger.release(claim, error_class=error_class, error=error, details=details, retried=retried)
 
         try:
-            await release()
+            # Shielded: Temporal's cancellation of an attempt that timed out (a paused worker resumed) must not
+            # abandon the release half-way, or the trail would miss the attempt's end.
+            await asyncio.shield(release())
         except LeaseLostError:
             # Already recorded as lease_lost evidence; the newer holder decides (the run is told, see execute).
             self._refused_releases.add((claim.task_id, claim.generation))
@@ -567,7 +569,7 @@ class LeasedActivities:
             )
 
         try:
-            await park()
+            await asyncio.shield(park())
         except LeaseLostError as exc:
             raise _lease_lost(exc) from None
         except LedgerUnavailableError:

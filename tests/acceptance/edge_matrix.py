@@ -428,7 +428,7 @@ class Group:
             resumed_at = time.time()
             self.first.signal(signal.SIGCONT)
             await self.each("the call ended", self.ended, END_TIMEOUT_S)
-            await self.each("generation 1 acted late", lambda cell: self.late_evidence(cell, resumed_at), 60)
+            await self.each("generation 1 acted late", lambda cell: self.late_evidence(cell, resumed_at), END_TIMEOUT_S)
         elif self.fault == "drop":
             assert self.down.proxy is not None
             self.down.proxy.drop()
