@@ -324,7 +324,14 @@ async def test_the_publishing_service_fences_each_action_and_keeps_every_revisio
         assert [(p["idempotency_key"], p["generation"]) for p in revised.json()["publications"]] == [("b", 3), ("c", 1)]
         assert (revised.json()["title"], revised.json()["idempotency_key"]) == ("Revised", "c")
 
-        # Action b's late attempt with an older token: the replay wins, nothing is written.
+        # Action b's late attempt with an older token: refused before the stored answer is looked at (a
+        # superseded holder learns that it lost), nothing is written; the current token still gets the replay.
         late = await http.post("posts", json=POST, headers=headers("b", 2))
-        assert (late.status_code, late.headers["idempotent-replayed"], late.content) == (201, "true", first.content)
+        assert (late.status_code, late.json()["error"], late.json()["current_generation"]) == (
+            409,
+            "stale_fencing_token",
+            3,
+        )
+        again = await http.post("posts", json=POST, headers=headers("b", 3))
+        assert (again.status_code, again.headers["idempotent-replayed"], again.content) == (201, "true", first.content)
     assert await count_publications(downstream.publish_database_url) == 2
