@@ -16,7 +16,7 @@ decision activity verifies it (:class:`DecisionVerifier`), on the worker, where 
 records the decision id once in the ledger: the same signed decision sent again is refused as a
 replay (:class:`DecisionReplayedError`), and one signed for a generation the task has left is
 refused. A refused decision fails its update with the reason and changes nothing.
-``docs/security.md`` ("Authenticated decisions") gives the rules.
+``docs/security-operations.md`` ("Authenticated decisions") gives the rules.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ or inside a transaction the caller already has::
         await conn.execute(...)
         await advance_fence(conn, "publications/42", generation)
 
-Signed fencing tokens (``docs/security.md``, "Fencing tokens a downstream can verify")
+Signed fencing tokens (``docs/security-downstream.md``, "Fencing tokens a downstream can verify")
     A generation is a small integer anyone can write down, and a fence accepts any newer one: an
     invented ``9223372036854775807`` would block every later writer of the resource. With a
     fencing key (``AGENTLEASE_FENCING_KEY``, shared by the workers and the downstream) a worker

@@ -1,4 +1,4 @@
-"""Proof that a lease progress signal comes from an attempt its run scheduled (``docs/security.md``).
+"""Proof that a lease progress signal comes from an attempt its run scheduled (``docs/security-input.md``, "Lease progress").
 
 Anyone who can signal a run can send it ``agentlease.lease_progress``. So the run keeps a secret of
 its own, 32 random bytes minted by a local activity (:data:`PROGRESS_SECRET`) the first time it

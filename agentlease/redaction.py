@@ -28,7 +28,7 @@ details, receipts, the results kept with a refused settle), what a leased attemp
 
 A deployment sets its own text rule with ``AGENTLEASE_REDACTOR=module:function`` (a ``(str) -> str``),
 which may call :func:`redact_text` first; the rule by key applies whatever the text rule.
-``docs/security.md`` ("Retention and redaction").
+``docs/security-data.md`` ("Retention and redaction").
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ A tool's :class:`~agentlease.tools._context.LeaseContext` carries:
 The view holds only the values the tool may read: the worker's settings object is not reachable
 from it (``ctx.settings._settings`` is nothing), so a tool cannot step around the narrowing.
 
-``docs/security.md`` ("Tool credentials") shows a tool using both.
+``docs/security-operations.md`` ("Tool credentials") shows a tool using both.
 """
 
 from __future__ import annotations

@@ -266,7 +266,7 @@ def publishing_app(
     """The service's ASGI app; its handlers use ``store``'s engine.
 
     ``fencing_key``: accept only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``,
-    ``docs/security.md``); default ``None``, bare generations. ``after_write``: see
+    ``docs/security-downstream.md``); default ``None``, bare generations. ``after_write``: see
     :class:`PublishingService`.
     """
     service = PublishingService(store.engine, after_write=after_write)

@@ -2,7 +2,7 @@
 
 Anyone who can reach a task queue can schedule any activity on it, with any input. A tool call's
 task, run and idempotency key are therefore not taken from its input on trust: they must derive
-from ``activity.info().workflow_id`` (``docs/security.md``, "Receipts and tasks bound to their run"):
+from ``activity.info().workflow_id`` (``docs/security-review.md``, "Receipts and tasks bound to their run"):
 
 - the task id is ``task_id_for(<workflow id>, <step id>)`` and the run id is the workflow id;
 - the idempotency key is of the run (``"<workflow id>:..."``), or shared across runs by the

@@ -6,7 +6,7 @@ and why. Applying a decision twice (a Temporal retry) is harmless: when the task
 decision's resulting status, the activity reports it as applied.
 
 Before it writes, the activity checks the decision's operator signature with the worker's
-:class:`~agentlease.decision_auth.DecisionVerifier` (``docs/security.md``, "Authenticated
+:class:`~agentlease.decision_auth.DecisionVerifier` (``docs/security-operations.md``, "Authenticated
 decisions"): in the authenticated mode an unsigned or badly signed decision is refused
 (``DecisionRefused``, not retried) and the ledger is not touched. A ``decide`` signal the run
 refused is written as a ``decision_refused`` entry by ``agentlease.record_refusal``.
@@ -96,7 +96,7 @@ class DecisionActivities:
             task = refusal.task
             shared = task.idempotency_key.startswith(SHARED_KEY_PREFIX)
             if (why := task_refusal(info.workflow_id, task, shared_key=shared)) is not None:
-                # Another run's trail is not this workflow's to write to (docs/security.md).
+                # Another run's trail is not this workflow's to write to (docs/security-review.md).
                 raise ApplicationError(
                     str(BindingRefusedError(task.task_id, info.workflow_id, why)),
                     type=FailureType.DECISION_REFUSED.value,

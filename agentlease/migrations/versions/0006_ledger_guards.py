@@ -2,7 +2,7 @@
 
 Row-level triggers on ``tasks``, ``receipts`` and ``lease_events`` (PostgreSQL only; SQLite has no
 roles) that refuse, for every role but the tables' owner (and superusers: the trigger's ``WHEN``),
-the writes no lease operation makes (``docs/security.md``, "Database roles"):
+the writes no lease operation makes (``docs/security-review.md``, "What a worker's database role can still do"):
 
 - ``tasks``: a claim generation that moves other than up by one (and then only by a claim: to
   ``running`` from ``pending``/``released`` or from a lapsed lease); a status change the decision

@@ -119,7 +119,7 @@ async def _get(client: httpx.AsyncClient, path: str, **params: str) -> httpx.Res
 
 
 async def _post(client: httpx.AsyncClient, ctx: LeaseContext, args: HttpPublishArgs) -> httpx.Response:
-    # Signed for the resource when the worker has a fencing key (docs/security.md).
+    # Signed for the resource when the worker has a fencing key (docs/security-downstream.md).
     headers = ctx.downstream_headers(resource=fenced_resource(args.slug, ctx.idempotency_key))
     try:
         response = await client.post(
