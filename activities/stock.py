@@ -1,7 +1,7 @@
 """This deployment's own tool: which products run low, read from the inventory the file server holds.
 
 Written as any team writes a tool: a typed async function, leased where it is declared. It only
-reads, so a retry simply reads again (``docs/writing-tools.md``, "Wrapping a tool you already have").
+reads, so a retry simply reads again (``docs/wrapping-tools.md``).
 """
 
 import csv

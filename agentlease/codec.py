@@ -11,7 +11,7 @@ configured is refused with :class:`UnknownCodecKeyError`, and a malformed one (a
 (history written before the codec was turned on) pass through unchanged.
 
 Keys come from ``AGENTLEASE_CODEC_KEYS`` (``ID:BASE64KEY,...``). The rules and the codec server
-are in ``docs/security.md`` ("Transport and payload encryption").
+are in ``docs/security-data.md`` ("Transport and payload encryption").
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 ``temporal server start-dev --ui-codec-endpoint``), so CORS admits the configured origins; the
 ``temporal`` CLI calls it with ``--codec-endpoint`` (and ``--codec-auth``). With a token configured,
 a request without ``Authorization: Bearer <token>`` gets 401 and sees nothing decrypted.
-``docs/security.md`` ("Transport and payload encryption") shows the setup.
+``docs/security-data.md`` ("Transport and payload encryption") shows the setup.
 
 A body is read as it arrives, at most :data:`MAX_BODY_BYTES` of it (larger: 413, at once, by its
 ``Content-Length`` or when the count passes the limit) and within :data:`BODY_TIMEOUT` (slower: 408).

@@ -1,22 +1,8 @@
 """Authenticated decisions: operator decisions signed with an operator's Ed25519 key.
 
-A deployment is in one of two decision modes (``AGENTLEASE_DECISION_MODE``):
-
-- ``open`` (the default, and the embedded demo's): the operator is whoever ``--by`` names. A
-  signed decision is still checked when the worker knows its operator's key.
-- ``authenticated``: every operator decision (approve, reject, reconcile, redrive, cancel) must
-  carry a :class:`DecisionProof` made with the private key of an operator the workers know
-  (``AGENTLEASE_OPERATOR_KEYS``); the evidence trail names the key's operator.
-
-The CLI signs with ``AGENTLEASE_OPERATOR_KEY`` (:meth:`OperatorKey.sign`). The proof covers the run id,
-the command and the whole request (step, reason, action, external id, observed), when it was
-signed, a random **decision id** and the task's **generation** the operator saw, so it cannot be
-moved to another run, step or decision, nor used after ``AGENTLEASE_DECISION_MAX_AGE``. The
-decision activity verifies it (:class:`DecisionVerifier`), on the worker, where the keys are, then
-records the decision id once in the ledger: the same signed decision sent again is refused as a
-replay (:class:`DecisionReplayedError`), and one signed for a generation the task has left is
-refused. A refused decision fails its update with the reason and changes nothing.
-``docs/security.md`` ("Authenticated decisions") gives the rules.
+The CLI signs (:class:`OperatorKey`); the decision activity verifies on the worker, where the keys are
+(:class:`DecisionVerifier`), and a signed decision applies once, to the generation it was signed for
+(:class:`DecisionReplayedError`). The modes and rules: ``docs/security-operations.md`` ("Authenticated decisions").
 """
 
 from __future__ import annotations

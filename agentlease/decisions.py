@@ -310,7 +310,7 @@ class LedgerDecision(_Request):
 
     @property
     def decision_id(self) -> str | None:
-        """The id the operator signed with the decision, recorded once in the ledger (``docs/security.md``,
+        """The id the operator signed with the decision, recorded once in the ledger (``docs/security-operations.md``,
         "Authenticated decisions"); ``None`` for an unsigned decision (the open mode, the run's own)."""
         return None if self.signed is None else self.signed.decision_id
 
@@ -351,7 +351,7 @@ def verify_recorded(
     the signature recorded beside it verifies for ``agent_run_id``
     (:func:`~agentlease.decision_auth.verify_recorded_signature`), the signed request names this step (or
     none: a whole-run cancel), and its command makes an entry of this kind (the decision table). A proof
-    copied beside another step's entry, or another decision's, fails (``docs/security.md``).
+    copied beside another step's entry, or another decision's, fails (``docs/security-review.md``).
 
     Args:
         agent_run_id / step_id: the run and the step of the entry's task.

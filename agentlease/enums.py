@@ -267,7 +267,7 @@ class ErrorClass(StrEnum):
     HEARTBEAT_TIMEOUT_CHANGED = "heartbeat_timeout_changed"
     """Released because Temporal timed the attempt out on a heartbeat timeout an operator changed
     (``temporal activity update-options``) to one its heartbeats could not keep: not a real attempt; the
-    next attempt heartbeats to the changed timeout (``docs/recovery.md``)."""
+    next attempt heartbeats to the changed timeout (``docs/ttl.md``)."""
 
     @classmethod
     def parse(cls, value: str | None) -> ErrorClass | None:
@@ -460,7 +460,7 @@ _FAILURE_OF_STATUS = {status: failure for failure, status in _STATUS_OF_FAILURE.
 
 class ProbeAnswer(StrEnum):
     """What a tool's readback probe says about an action whose earlier attempt may have acted
-    (``docs/writing-tools.md``, "Probes")."""
+    (``docs/action-keys-and-probes.md``, "Probes")."""
 
     HAPPENED = "happened"
     """The downstream shows the action: the task settles from the probe's receipt, no person involved."""

@@ -164,7 +164,7 @@ class LeaseTokenMismatchError(LeaseLostError):
     """A holder write presented no lease token, or not the one minted with its claim generation.
 
     A claim rebuilt from what listings, the evidence trail or Temporal show (owner and generation)
-    has no token: it cannot renew, settle or end a lease (``docs/security.md``, "Lease tokens").
+    has no token: it cannot renew, settle or end a lease (``docs/security-review.md``, "Lease tokens").
     The refusal is recorded as ``lease_lost`` evidence.
     """
 

@@ -1,49 +1,9 @@
 """Fenced writes to SQL resources: the claim generation as a fencing token (G2).
 
-A downstream service, or a tool writing into a database, keeps one row per fenced resource in
-the table ``fences`` holding the highest claim generation that resource has accepted. A write
-carries the writer's generation; one conditional statement
-
-.. code-block:: sql
-
-    INSERT INTO fences (resource_key, generation, updated_at_ms) VALUES (:key, :generation, :now)
-    ON CONFLICT (resource_key) DO UPDATE
-       SET generation = excluded.generation, updated_at_ms = excluded.updated_at_ms
-     WHERE fences.generation <= excluded.generation
-    RETURNING generation
-
-accepts an equal or newer generation (and moves the fence forward) or returns no row, which
-raises :class:`~agentlease.errors.StaleFencingTokenError`. Because the statement runs in the
-writer's own transaction, the write and the fence move together: a rejected writer's statements
-roll back, and on PostgreSQL the fence row stays locked until the accepted writer commits, so
-writes to one resource commit in fence order. The same statement works on SQLite (>= 3.35;
-the engines of :func:`~agentlease.databases.create_async_database_engine` serialise writers with
-``BEGIN IMMEDIATE``).
-
-The table lives in the downstream's database, not necessarily the ledger's: it belongs to
-:data:`metadata`, which the downstream creates at startup with :func:`create_fence_table`
-(``metadata.create_all``). The ledger's Alembic migrations do not touch it.
-
-Usage, with the fence checked before the caller's statements::
-
-    async with fenced_write(engine, "publications/42", generation) as conn:
-        await conn.execute(...)
-
-or inside a transaction the caller already has::
-
-    async with engine.begin() as conn:
-        await conn.execute(...)
-        await advance_fence(conn, "publications/42", generation)
-
-Signed fencing tokens (``docs/security.md``, "Fencing tokens a downstream can verify")
-    A generation is a small integer anyone can write down, and a fence accepts any newer one: an
-    invented ``9223372036854775807`` would block every later writer of the resource. With a
-    fencing key (``AGENTLEASE_FENCING_KEY``, shared by the workers and the downstream) a worker
-    sends ``<generation>.<signature>`` (:func:`sign_fencing_token`: HMAC-SHA256 over the resource
-    and the generation, base64url), and a downstream configured with the key accepts only tokens
-    that verify for the resource it writes (``fencing_key=`` of :func:`advance_fence`,
-    :func:`fenced_write` and the idempotency middleware); an unsigned or forged token is refused
-    with :class:`~agentlease.errors.InvalidFencingTokenError` before the fence moves.
+One conditional upsert on the downstream's ``fences`` table moves the fence inside the writer's own
+transaction, or raises :class:`~agentlease.errors.StaleFencingTokenError`; with a fencing key only a
+token signed for the resource passes. ``docs/edge.md`` ("Fencing tokens at the downstream") and
+``docs/security-downstream.md`` ("Fencing tokens a downstream can verify").
 """
 
 from __future__ import annotations

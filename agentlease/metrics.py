@@ -1,37 +1,9 @@
-"""Lease metrics for operators (Prometheus): what to watch when leases matter (``docs/metrics.md``).
+"""Lease metrics for operators (Prometheus): what to watch when leases matter.
 
-Recorded in the process that does the work: the ledger records claims, renewals, settles,
-releases, parking and expiries as it writes them; the leased activity records what only the worker
-sees (duplicate deliveries, settlement latency). A worker serves them when
-``AGENTLEASE_METRICS_ADDRESS`` is set (:class:`MetricsServer`).
-
-| question | metric |
-|---|---|
-| lease acquisition latency | ``agentlease_lease_acquisition_seconds{tool}`` |
-| lease renewal count per task | ``agentlease_lease_renewals_per_task{tool}`` (observed at settle), |
-| | ``agentlease_lease_renewals_total{tool,stage,outcome}`` |
-| tasks expired by stage | ``agentlease_leases_expired_total{tool,stage,by}`` |
-| duplicate delivery count | ``agentlease_duplicate_deliveries_total{tool,reason}`` |
-| retry count by error class | ``agentlease_lease_releases_total{tool,error_class}`` |
-| settlement latency after external commit | ``agentlease_settlement_latency_seconds{tool}`` |
-| dead-letter rate by tool | ``agentlease_tasks_parked_total{tool,status="dead_lettered"}`` |
-| tasks with missing trace links | ``agentlease_claims_without_trace_total{tool}`` |
-| ledger outages seen by a worker | ``agentlease_ledger_unavailable_total{tool,operation}`` |
-| writes waiting for the ledger to come back | ``agentlease_ledger_deferred_writes`` (gauge) |
-| ambiguities resolved by a probe vs a person | ``agentlease_ambiguities_resolved_total{tool,by,outcome}`` |
-| what probes answered | ``agentlease_probes_total{tool,answer}`` |
-| approvals consumed, expired, refused | ``agentlease_approvals_total{tool,outcome}`` |
-| how close approvals come to expiring | ``agentlease_approval_remaining_seconds{tool}`` |
-| heartbeat timeouts changed under a lease | ``agentlease_heartbeat_timeout_changes_total{tool,direction}`` |
-
-Also: ``agentlease_lease_claims_total{tool,outcome}`` and ``agentlease_settlements_total{tool,outcome}``
-(``late_unapplied`` counts the results of superseded attempts, G10).
-
-Label values are bounded: tool names, the five stages, the task statuses and error classes of
-:mod:`agentlease.enums`. Task ids never become labels. Every metric also starts with the
-:data:`SCOPE` labels ``namespace`` and ``task_queue`` of the worker that recorded it, the names
-Temporal's runtime metrics use, and a worker can serve those on the same endpoint
-(:class:`ForwardedMetrics`; ``docs/metrics.md``).
+The ledger records claims, renewals, settles, releases, parking and expiries as it writes them; the
+leased activity records what only the worker sees. A worker serves them, and Temporal's runtime
+metrics beside them, at ``AGENTLEASE_METRICS_ADDRESS`` (:class:`MetricsServer`). Each metric, its labels
+and what to alert on: ``docs/metrics.md``.
 """
 
 from __future__ import annotations

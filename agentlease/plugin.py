@@ -1,36 +1,9 @@
 """``AgentLeasePlugin``: agentlease on any Temporal worker, beside the agent frameworks' plugins.
 
-A ``temporalio.plugin.SimplePlugin`` that does, on the worker it is given to, the set-up a leased
-agent needs, as Temporal's ``OpenAIAgentsPlugin`` and Pydantic AI's plugin do for theirs:
-
-- registers one leased activity per tool (activity type = tool name), the decision activities
-  (``agentlease.apply_decision``, ``agentlease.record_refusal``), the record of a run's unknown tools
-  (``agentlease.record_unknown_tools``), the tool catalog (``agentlease.describe_tools``) and the
-  local activity minting a run's lease-progress secret (``agentlease.progress_secret``); a team
-  activity of the same name is refused with one line;
-- the built-in tools and ``AgentRunWorkflow`` only when asked (``builtins=True``,
-  ``agent_run_workflow=True``, as ``agentlease worker`` does);
-- passes ``agentlease`` through the workflow sandbox, and declares :class:`~agentlease.workflow.LeasedCallError`
-  a workflow failure (a misused leased call fails the run with what is wrong, not every workflow task);
-- installs :class:`~agentlease.workflow._interceptor.LeasedCallsInterceptor`: every workflow answers the
-  ``status`` query and the decision updates from its start, with no set-up line of its own;
-- when the worker starts, before it polls: registers the search attributes its runs upsert on the
-  namespace (or refuses to start with one line naming the command that creates them), and checks the
-  ledger's schema (or migrates it, with ``migrate_on_start``) when it opened the ledger itself.
-
-It makes the worker's :class:`~agentlease.codec.EncryptionCodec` lenient (a peer's payload that does
-not open fails only its own signal or update) and otherwise does not touch the data converter:
-every agentlease activity and handler takes and returns plain JSON and validates it, so it works
-under the pydantic converter, the OpenAI Agents SDK's and Pydantic AI's alike. Give it to the
-worker (``Worker(client, plugins=[...])``), after or beside the frameworks' plugins::
-
-    worker = Worker(client, task_queue="agents", workflows=[MyAgent],
-                    plugins=[AgentLeasePlugin(settings=AgentLeaseSettings(), tools=["mytools"])])
-
-A failure at start (the ledger, the search attributes) ends ``worker.run()`` and ``async with
-worker`` at once with that one-line error. The engines its tools share
-(:class:`~agentlease.tools._resources.ToolResources`) close when the worker stops, and so does the
-retrying of writes a ledger outage deferred (:mod:`agentlease.tools._deferred`).
+A ``temporalio.plugin.SimplePlugin`` that does on its worker the set-up a leased agent needs: the leased
+and decision activities, the sandbox passthrough, the status query and decision updates of every
+workflow, the search attributes and the ledger's schema. What it does, in full: ``docs/agents.md``
+("The plugin").
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Proof that a lease progress signal comes from an attempt its run scheduled (``docs/security.md``).
+"""Proof that a lease progress signal comes from an attempt its run scheduled.
 
-Anyone who can signal a run can send it ``agentlease.lease_progress``. So the run keeps a secret of
-its own, 32 random bytes minted by a local activity (:data:`PROGRESS_SECRET`) the first time it
-schedules a leased call: the workflow's own randomness is seeded from the run id, which anyone who
-can list runs reads, so ``workflow.uuid4()`` would be guessable. Each leased call's input
-(:class:`~agentlease.records.ToolCall`) carries its step's key, ``HMAC-SHA256(secret, step id)``;
-each progress signal carries ``HMAC-SHA256(key, the signal's fields)``. The run recomputes both and
-drops a signal whose proof does not verify, without a trail entry or any state but a count.
-
-The secret is in the run's history (the local activity's marker) and the keys in its activity
-inputs: a reader of history who can open its payloads (no payload codec, or the codec's keys) can
-prove progress too. With ``AGENTLEASE_CODEC_KEYS`` they are sealed like every other payload.
+The run mints a secret in a local activity; each leased call carries its step's key (an HMAC of the
+secret), and each progress signal an HMAC of its fields under that key. Why, and what it relies on:
+``docs/security-input.md`` ("Lease progress").
 """
 
 from __future__ import annotations

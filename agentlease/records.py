@@ -86,7 +86,7 @@ SHARED_KEY_PREFIX = "shared:"
 
 
 def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False) -> str:
-    """The ledger's idempotency key of a caller-chosen ``key`` (``docs/security.md``, "Receipts and
+    """The ledger's idempotency key of a caller-chosen ``key`` (``docs/security-review.md``, "Receipts and
     tasks bound to their run").
 
     Scoped to the run, ``"<agent_run_id>:<key>"``, unless the caller shares it across runs
@@ -109,7 +109,7 @@ def action_key_fields(template: str) -> list[str]:
 
     A template is text with ``{name}`` fields, each the name of one argument (``{{`` and ``}}`` write a
     brace). No attribute, index, conversion or format spec: the key is made in workflow code from plain
-    JSON data, the same way on every replay (``docs/writing-tools.md``, "Action keys").
+    JSON data, the same way on every replay (``docs/action-keys-and-probes.md``, "Action keys").
 
     Raises:
         ValueError: a malformed template, a field that is not a plain name, or one with no field at all.
@@ -362,7 +362,7 @@ class TaskSpec(_Frozen):
     approval_ttl: timedelta | None = None
     """Set by the leased activity for a tool that requires approval: the claim then needs an approval of
     this tool and these arguments, given less than this long ago on the ledger's clock, not yet consumed
-    (``docs/recovery.md``, "Approvals"). ``None``: the claim needs no approval."""
+    (``docs/decisions.md``, "Approvals"). ``None``: the claim needs no approval."""
 
     @classmethod
     def of(

@@ -1,34 +1,8 @@
 """Redaction: secrets removed from everything agentlease keeps or sends on, before it does.
 
-One pass (:func:`redact`) for every way out: the ledger's rows (reasons, errors, decisions and their
-details, receipts, the results kept with a refused settle), what a leased attempt sends to Temporal
-(its failure message, its output and receipt, its heartbeat details and progress), and so what
-``status``, ``tasks``, ``events``, ``events --html`` and the web view show. Two rules apply:
-
-- **by key**: in JSON-shaped data, the value under a key that names a secret is replaced whole by
-  ``***``, whatever it holds (:func:`secret_key`): ``password``, ``passwd``, ``passphrase``, ``pwd``,
-  anything with ``secret`` (``client_secret``), a key ending in ``token`` (``token``,
-  ``access_token``, ``refreshToken``; not ``max_tokens``), ``api_key``/``apikey``,
-  ``access_key``, ``private_key``, ``signing_key``, ``authorization``, ``cookie``, ``set_cookie``,
-  ``credential(s)``, ``session_id``, ``auth``, ``dsn``;
-- **by shape** (:func:`redact_text`, every string, keys' values included):
-
-  - credentials in URLs: ``scheme://user:password@host`` -> ``scheme://user:***@host`` (a password
-    with ``/`` in it too);
-  - ``Authorization:`` headers, ``Bearer`` / ``Basic`` / ``token`` credentials, ``Cookie:`` and
-    ``Set-Cookie:`` headers;
-  - the value of any ``name=value`` / ``name: value`` whose name is a secret's by the rule by key
-    (``password=``, ``db_password=``, ``token=``, ``api_key=``, ``session_id=``...), also as
-    ``"name": "value"`` in JSON text and ``'name': 'value'`` in a Python repr;
-  - well-known token formats: GitHub (``ghp_``, ``gho_``, ``ghu_``, ``ghs_``, ``ghr_``,
-    ``github_pat_``), Stripe (``sk_live_``, ``sk_test_``, ``rk_live_``...), OpenAI-style ``sk-...``,
-    Slack (``xox?-``), Google API keys (``AIza...``), JSON web tokens (``eyJ...``);
-  - AWS access key ids (``AKIA...``/``ASIA...``) and ``aws_secret_access_key`` values;
-  - private key blocks (``-----BEGIN ... PRIVATE KEY-----``).
-
-A deployment sets its own text rule with ``AGENTLEASE_REDACTOR=module:function`` (a ``(str) -> str``),
-which may call :func:`redact_text` first; the rule by key applies whatever the text rule.
-``docs/security.md`` ("Retention and redaction").
+One pass (:func:`redact`) for every way out, by key in JSON-shaped data (:func:`secret_key`) and by
+shape in every string (:func:`redact_text`); ``AGENTLEASE_REDACTOR`` sets a deployment's own text rule.
+The rules, and every way out they cover: ``docs/security-data.md`` ("Retention and redaction").
 """
 
 from __future__ import annotations

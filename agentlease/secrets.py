@@ -1,23 +1,8 @@
 """What a tool may know: a narrowed view of the worker's settings, and secrets scoped to the tool.
 
-A tool's :class:`~agentlease.tools._context.LeaseContext` carries:
-
-- ``ctx.settings``, a :class:`ToolSettings`: the settings the tool declared
-  (``@tool(settings=("publish_base_url",))``), or, when it declared none, every setting except the
-  worker's own secrets and connections (:data:`WORKER_ONLY`: the ledger URL and its password,
-  Temporal's API key and TLS key, the codec keys, the operator keys...). Reading another one is a
-  :class:`SettingNotAllowedError`.
-- ``ctx.secrets``, a :class:`ToolSecrets`: ``ctx.secrets.get("api_token")`` asks the worker's
-  :class:`SecretProvider` for that tool's own secret, ``provider.get(tool, name)``; a tool cannot
-  ask for another tool's. The default provider (:class:`EnvSecretProvider`) reads
-  ``AGENTLEASE_SECRET_<TOOL>__<NAME>`` (two underscores between the tool and the secret, so that
-  ``http`` + ``get_api_token`` and ``http_get`` + ``api_token`` are two variables); a deployment
-  plugs in its vault with ``AGENTLEASE_SECRET_PROVIDER=module:attribute``.
-
-The view holds only the values the tool may read: the worker's settings object is not reachable
-from it (``ctx.settings._settings`` is nothing), so a tool cannot step around the narrowing.
-
-``docs/security.md`` ("Tool credentials") shows a tool using both.
+``ctx.settings`` (:class:`ToolSettings`) holds only the settings the tool may read; ``ctx.secrets``
+(:class:`ToolSecrets`) asks the worker's :class:`SecretProvider` for the tool's own secrets.
+``docs/security-operations.md`` ("Tool credentials").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A tiny refund service: the downstream system the examples' ``issue_refund`` tool POSTs to.
 
-It keeps everything in memory and speaks agentlease's HTTP convention (``docs/writing-tools.md``,
-"Making a downstream check the fencing token"):
+It keeps everything in memory and speaks agentlease's HTTP convention (``docs/edge.md``,
+"Fencing tokens at the downstream"):
 
 ``POST /refunds`` with a JSON body ``{"order_id": ..., "amount_cents": ...}``
     - ``Fencing-Token`` (a claim generation) older than the newest one seen for the resource

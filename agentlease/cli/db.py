@@ -122,7 +122,7 @@ def db_grant(
     reader_role: Annotated[str | None, typer.Option(help="Role that only reads.")] = None,
     apply: Annotated[bool, typer.Option("--apply", help="Run the statements on the ledger (as its owner).")] = False,
 ) -> None:
-    """Print (or --apply) the least-privilege grants of the PostgreSQL ledger's roles (docs/security.md)."""
+    """Print (or --apply) the least-privilege grants of the PostgreSQL ledger's roles (docs/security-operations.md)."""
     from sqlalchemy import text
 
     from agentlease.databases import display_url

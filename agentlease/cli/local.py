@@ -307,7 +307,7 @@ async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_p
             markup=False,
         )
         err.print(f"ledger:           {ledger_url}", markup=False)
-        err.print(f"decisions:        {s.decision_mode} mode (docs/security.md, Authenticated decisions)")
+        err.print(f"decisions:        {s.decision_mode} mode (docs/security-operations.md, Authenticated decisions)")
         if worker:
             tools = ", ".join(load_registry(s.tool_modules).names())
             err.print(

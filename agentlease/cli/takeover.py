@@ -1,23 +1,8 @@
 """The demo's story, run live and narrated: a worker paused in the middle of a write, without and with a lease.
 
-Both halves write one row of the example SQL target, ``runbooks/<record key>``, and log every write
-that lands in ``runbook_writes`` (:mod:`agentlease.demo.takeover`); the verdicts count the writes there.
-
-1. **Without a lease** (:func:`run_unleased`): a plain Temporal activity
-   (:mod:`agentlease.demo.unleased`, heartbeat timeout 3 s) runs on worker ``plain-worker-a``, a
-   separate process, which holds attempt 1 just before its write. The demo pauses that process
-   (SIGSTOP). No heartbeat reaches Temporal, which retries the activity on ``plain-worker-b`` (started
-   in the demo's process only now): attempt 2 writes and the run completes. The demo resumes the
-   first worker (SIGCONT): it carries on and writes too. Two writes land.
-2. **With agentlease** (:func:`run_takeover`): the same write as a fenced tool (``takeover_write``,
-   lease TTL 3 s) in an agent run. Worker ``demo-worker-a`` (an ``agentlease worker`` process) claims
-   it with generation 1 and holds it just before its write; the demo pauses it. Its lease lapses;
-   ``demo-worker-b`` takes over with generation 2, writes and settles. The demo resumes the first
-   worker: its renewal, its write (the fence) and its settle are refused. One write lands.
-
-Every line is narrated from what Temporal, the ledger and the downstream recorded, not from timers
-(``docs/operator-views.md``). Each paused worker serves one activity at a time, so that while it
-holds its attempt it has no open poll that could take the retry.
+:func:`run_unleased` (a plain Temporal activity: two writes land) and :func:`run_takeover` (a fenced,
+leased tool: one lands), narrated from what Temporal, the ledger and the downstream recorded.
+``docs/operator-views.md`` ("The demo's story").
 """
 
 from __future__ import annotations

@@ -1,38 +1,8 @@
 """A real publishing service: the fenced and idempotent downstream of ``http_publish``.
 
-A Starlette app served by uvicorn, with its own database (a SQLite file under the data dir, or
-any URL :func:`~agentlease.databases.create_async_database_engine` accepts) that holds its posts,
-its ``publications``, and the ``idempotency_keys`` and ``fences`` of
-:class:`~agentlease.idempotency.IdempotencyMiddleware`, which guards every write (see there for
-the HTTP convention; this service requires ``Fencing-Token`` on writes).
-
-Endpoints
-    ``POST /posts`` with ``{"slug", "title", "body"}``: publishes the post ``slug`` (creates it,
-    or writes a new revision of it). The write, its row in ``publications`` and the fence
-    advance commit in one transaction. Answers 201 with the post; 200 with the post when this
-    idempotency key has already published (the service stays idempotent after the middleware's
-    retention ended); 409 ``stale_fencing_token`` when a newer generation of the same action
-    was accepted; 422 for a malformed body or a ``Fencing-Resource`` that is not
-    the post's fenced resource.
-    ``GET /posts?idempotency_key=K``: ``{"posts": [...]}``, the post this key published (none or
-    one), for a readback before and after writing. Without the parameter: every post.
-    ``GET /posts/{id}``: the post, or 404.
-
-A post in JSON: ``id``, ``slug``, ``title``, ``body``, ``idempotency_key`` and ``generation`` of
-its latest write, ``updated_at_ms``, ``url`` (``/posts/{id}``) and ``publications``: every
-accepted write of it, oldest first, each with ``id``, ``idempotency_key``, ``generation``,
-``title``, ``body``, ``accepted_at_ms``.
-
-The fenced resource
-    A fence compares claim generations, and generations are minted per task: only attempts of
-    the same action can be ordered by them. So the resource is the post *as written by one
-    action*, ``posts/<slug>/<idempotency key>``
-    (:func:`~agentlease.tools.builtin.http_publish.fenced_resource`): a late write of a
-    superseded attempt is refused, while another action publishing the same slug later (a new
-    demo run, with generation 1 again) is a new revision, not a stale writer.
-
-Every accepted write adds one row to ``publications``; tests count effects there
-(:func:`count_publications`).
+A Starlette app with its own database, every write guarded by
+:class:`~agentlease.idempotency.IdempotencyMiddleware`. Its endpoints, its posts and its fenced resource:
+``docs/plans.md`` ("The example publishing service").
 """
 
 from __future__ import annotations
@@ -266,7 +236,7 @@ def publishing_app(
     """The service's ASGI app; its handlers use ``store``'s engine.
 
     ``fencing_key``: accept only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``,
-    ``docs/security.md``); default ``None``, bare generations. ``after_write``: see
+    ``docs/security-downstream.md``); default ``None``, bare generations. ``after_write``: see
     :class:`PublishingService`.
     """
     service = PublishingService(store.engine, after_write=after_write)

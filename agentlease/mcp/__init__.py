@@ -1,24 +1,8 @@
-"""Leased MCP tool calls (extra ``agentlease[mcp]``): the client side and the server side (``docs/mcp.md``).
+"""Leased MCP tool calls (extra ``agentlease[mcp]``): the client side and the server side.
 
-Client side: declare an MCP server's tools as agentlease tools; each call runs as a leased activity
-whose idempotency key, fencing token, resource and lease expiry travel in the request's ``_meta``
-under ``io.agentlease/``::
-
-    from agentlease.mcp import MCPServer, ToolPolicy, mcp_tools
-
-    crm = MCPServer.stdio("crm", "python", ["-m", "crm_server"])
-    CRM_TOOLS = mcp_tools(
-        crm,
-        default=ToolPolicy(side_effect="read_only", lease_ttl=timedelta(seconds=10)),
-        tools={"create_contact": ToolPolicy(side_effect="fenced", args=CreateContact),
-               "find_contact": ToolPolicy(args=FindContact)},
-    )
-
-The tools go to ``AgentLeasePlugin(tools=[*CRM_TOOLS])``, ``call_tool``, ``leased_tool`` and
-``LeasedToolset``. Server side: :class:`LeaseGuard` makes an ``MCPServer`` (the SDK's) enforce what
-the client sends: a repeated key replays the stored result, an older fencing token is refused, a
-missing key is refused; a tool commits its effect with its key in ``effect_transaction``, and a call whose
-outcome the guard cannot know is held in doubt, never run twice (``docs/edge.md``).
+Client side: :func:`mcp_tools` declares an MCP server's tools as agentlease tools, whose calls carry the
+key, fencing token, resource and lease expiry in ``_meta``. Server side: :class:`LeaseGuard` makes an MCP
+server enforce them (``docs/edge.md``). ``docs/mcp.md``.
 """
 
 from __future__ import annotations

@@ -1,36 +1,7 @@
 """One leased MCP ``tools/call``: the attempt the worker runs for a tool declared by :func:`mcp_tools`.
 
-An attempt (already holding its claim) does this:
-
-1. ``preflight``: open a session to the server (a failure here sent nothing: retryable), and in each
-   worker process check once that the server lists the tool with the arguments declared;
-2. when an earlier attempt reached ``commit`` (``read_back_first``) and the server is guarded, ask its
-   readback tool whether the call with the key happened, and settle from the stored result if so;
-3. ``external_call``, recorded before ``tools/call`` is sent, with the key, the fencing token (signed
-   when the worker has a fencing key), the resource and the lease expiry in ``_meta``;
-4. from the attempt's start (a stdio server may take seconds to start) the lease is renewed every
-   ``renew_every`` (a third of the TTL), once the call is sent each renewal's reason the server's latest
-   progress notification; a renewal refused (the lease lost)
-   abandons the call;
-5. ``commit`` once the server answered; ``verify``: on a guarded server the result stored under the
-   key is read back and makes the receipt (status ``applied``); otherwise the receipt says the server
-   returned (status ``returned``, or ``error`` for an error result, which the model reads).
-
-How the server's answers end an attempt:
-
-=====================================================  =============================================
-answer                                                 the attempt
-=====================================================  =============================================
-cannot connect, or the tool is not listed (checked     ``RetryableToolError`` (nothing was sent) /
-before sending)                                        ``PermanentToolError``
-a result (an error result too: the model reads it)     settles
-refusal ``stale_fencing_token``                        ``LeaseLostError``: a newer generation holds it
-refusal ``idempotency_key_in_flight``                  ``KeyInFlightError``: the attempt waits and sends again
-refusal ``idempotency_key_in_doubt``, or a readback    ``EffectInDoubtError``: a person (or the probe) decides
-that says so
-other refusals, ``INVALID_PARAMS``, unknown method     ``PermanentToolError``
-any other error, or the connection lost after sending  ``AmbiguousSideEffectError`` (may have applied)
-=====================================================  =============================================
+Its stages, what travels in ``_meta``, and how each answer of the server ends the attempt:
+``docs/mcp.md`` ("One attempt").
 """
 
 from __future__ import annotations

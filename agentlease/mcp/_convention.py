@@ -1,27 +1,8 @@
 """The ``_meta`` convention of a leased MCP ``tools/call``: what travels with the request, and the refusals.
 
-Pure functions, no I/O, no ``mcp`` import: the client side (:mod:`agentlease.mcp._call`) writes these
-entries, the server side (:mod:`agentlease.mcp._guard`) reads them, and ``docs/mcp.md`` documents
-them for other runtimes. Every entry sits under one namespace, ``io.agentlease/``, in the request's
-``params._meta``; none is ever a tool argument, so the model never sees them.
-
-=====================================  ===========================================================
-``_meta`` key                          value
-=====================================  ===========================================================
-``io.agentlease/idempotency-key``      the action's key (1 to 255 printable ASCII characters), the
-                                       same in every attempt
-``io.agentlease/fencing-token``        the claim generation as a decimal string, or
-                                       ``<generation>.<signature>`` signed for the resource with the
-                                       fencing key (``docs/security.md``)
-``io.agentlease/resource``             the fenced resource the token was made for (1 to 400
-                                       characters); default ``mcp/<tool>/<idempotency key>``
-``io.agentlease/lease-expires-at``     when the lease lapses unless renewed (RFC 3339, UTC), by the
-                                       worker's estimate; the ledger's clock decides
-=====================================  ===========================================================
-
-A server that enforces the convention refuses with one JSON-RPC error code, :data:`REFUSAL_CODE`,
-whose ``data`` is ``{"error": <reason>, "detail": <one line>, ...facts}``; the reasons are those of
-the HTTP convention (:mod:`agentlease.idempotency.middleware`).
+Pure functions, no I/O, no ``mcp`` import: the client side (:mod:`agentlease.mcp._call`) writes the
+``io.agentlease/`` entries, the server side (:mod:`agentlease.mcp._guard`) reads them. The convention,
+for other runtimes too: ``docs/mcp.md`` ("The _meta convention").
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
 """Declaring an MCP server's tools as agentlease tools: :class:`ToolPolicy` and :func:`mcp_tools`.
 
-The declaration is static: :func:`mcp_tools` does no I/O, so workflow code and the worker build the
-same :class:`~agentlease.tools.ToolSpec` values (name, side-effect class, lease bounds, approval,
-argument schema) on every replay and every worker, whatever the server lists meanwhile. What the
-server says about its tools enters the declaration only as recorded: ``listed=``, the server's
-``tools/list`` answer saved with the code (:func:`~agentlease.mcp.list_server_tools`), gives each
-tool's description, argument schema and annotations. The live list is checked against the
-declaration when the worker calls :func:`check_tools` at start, and in each worker process before
-its first call of a server.
-
-The side-effect class of a tool is, in order: its own policy's, the ``default`` policy's, or else a
-guess from its listed annotations (never proof; ``docs/mcp.md``):
-
-===================================================  ==================
-annotations (MCP defaults when absent)               guessed class
-===================================================  ==================
-``readOnlyHint: true``                               ``read_only``
-``idempotentHint: true``                             ``idempotent``
-the server advertises ``io.agentlease/lease`` and    ``fenced``
-guards the tool (recorded in ``listed=``)
-anything else (``destructiveHint`` true or false)    ``unsafe``
-===================================================  ==================
+The declaration is static (no I/O), so workflow code and every worker build the same tools on every
+replay; the server's ``tools/list`` enters it only as recorded (``listed=``), and a class no policy
+declares is guessed from the listed annotations, never proven. ``docs/mcp.md``.
 """
 
 from __future__ import annotations

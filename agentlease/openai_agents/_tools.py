@@ -1,36 +1,8 @@
 """Leased tools for the OpenAI Agents SDK on Temporal (workflow code).
 
 :func:`leased_tool` turns a declared agentlease tool (``@tool`` or ``leased``) into an ``agents``
-:class:`~agents.FunctionTool` for an agent that runs inside a workflow under
-``temporalio.openai_agents.OpenAIAgentsPlugin``; :func:`run_agent` runs the agent and ends the run's
-status. The model sees the tool's argument model as its JSON schema; each call the model makes runs
-as the tool's leased activity through :class:`~agentlease.workflow._calls.LeasedToolCalls`:
-
-- the task is ``<workflow id>/<step id>``, the step id made from the tool's name and the model's
-  ``tool_call_id`` (the same on every activity retry and on replay, since it comes out of the
-  recorded model activity), the idempotency key ``<workflow id>:<step id>`` unless ``key=`` gives
-  one (G4);
-- it runs with the tool's lease options (heartbeat timeout = lease TTL, G9) until the task is final;
-- a tool that requires approval (every ``unsafe`` tool, by default) waits inside the call for an
-  operator's ``approve`` or ``reject`` (``agentlease approve|reject`` or the Temporal updates); other
-  calls of the same turn go on meanwhile;
-- what the model reads back: the tool's output as JSON text once settled; otherwise one line saying
-  what happened (rejected, abandoned, cancelled, failed), so that it can carry on.
-
-Arguments that fail the tool's model come back to the model as one line, and nothing is recorded.
-A tool name the model makes up is the SDK's business: run with :func:`leased_run_config` (or
-``RunConfig(tool_not_found_behavior="return_error_to_model")``) so the model is told, instead of the
-workflow task failing on every retry.
-
-Outside a workflow (a local run, a unit test, an eval) the same agent runs: each call runs the
-function a ``leased`` tool wraps directly, without a lease (no ledger, no fencing token, no
-receipt), and the model reads its output as it would in a workflow. A ``@tool`` tool cannot run so.
-
-A new model call (after a workflow reset, say) gives new tool-call ids, so new tasks. A tool that
-declares its action key (``tool(..., action_key="refund:{order_id}")``) keys every call by it, scoped
-to the run: the same action asked again under a new call id, or after a reset, is not run again (G6),
-and the model reads the stored receipt with a note saying so. ``key=``, a function of the validated
-arguments that returns the key, overrides the declared one for this agent.
+:class:`~agents.FunctionTool` whose calls run as the tool's leased activity; :func:`run_agent` runs the
+agent and ends the run's status. Keys, approvals and what the model reads: ``docs/agents.md``.
 """
 
 from __future__ import annotations

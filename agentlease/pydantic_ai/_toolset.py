@@ -1,49 +1,8 @@
 """Leased tool calls for a Pydantic AI agent that runs durably on Temporal (``TemporalDurability``).
 
-Workflow code. :class:`LeasedToolset` is a Pydantic AI toolset whose tools are declared agentlease
-tools (``@tool``, or functions leased as they are with ``leased``): the model sees each one with the
-JSON schema of its argument model, and each call runs as the tool's leased activity through the
-running workflow's
-:class:`~agentlease.workflow._calls.LeasedToolCalls`, with a claim generation, an idempotency key, a
-settlement receipt and the operators' decisions.
-
-``TemporalDurability`` moves a ``FunctionToolset``'s tools into activities of its own; it leaves
-any other toolset as it is, so this toolset's ``get_tools`` and ``call_tool`` run in workflow code
-and schedule agentlease's activity, with the tool's lease options (heartbeat timeout = lease TTL).
-
-Keys. The step id of a call is made from the tool name and the model's tool-call id
-(``<tool>-<tool_call_id>``, made unique in the run), so the task id ``<workflow id>/<step id>`` and
-the idempotency key ``<workflow id>:<step id>`` (G4) are the same in every attempt and on replay:
-the tool-call id comes from the model's response, which Temporal recorded. Pydantic AI's
-``ctx.run_id`` is not used: it changes when a run resumes after deferred tools, and on a reset.
-After a workflow reset (or a new run) the model is asked again and its new tool call has a new
-id: a tool that declares its action key (``tool(..., action_key="refund:{order_id}")``) keys every
-call by it instead, scoped to the run, so the same action asked again settles from the first
-receipt (the model reads a note saying so). ``key=``, a function of the arguments, overrides it.
-
-Approvals. A tool that requires approval (``unsafe`` tools by default) is shown to Pydantic AI as
-an ordinary tool, not as a deferred one: the call parks in the ledger as ``awaiting_approval``
-(``agentlease waiting`` lists it) and waits inside the workflow for ``agentlease approve`` or
-``agentlease reject``, in the same agent run, with the same key. Pydantic AI's own deferred tools
-(``requires_approval``, ``ApprovalRequired``) would end the agent run with
-``DeferredToolRequests`` and need a second run with ``DeferredToolResults``, outside the ledger
-and the evidence trail.
-
-What the model sees. A settled call returns the tool's output (a JSON object; the receipt when
-the task settled without one). A call that did not settle (rejected, abandoned, cancelled,
-failed) raises Pydantic AI's ``ToolFailed`` with a sentence saying what happened and who decided:
-the model sees a failed tool result and can carry on. Arguments that fail the tool's model, and
-unknown tools, never reach the ledger: Pydantic AI sends the model a retry prompt.
-
-Outside a workflow. ``TemporalDurability`` is transparent there, and so is this toolset: a local
-run, a unit test or an eval of the same agent calls each ``leased`` tool's function directly, with
-no lease (no ledger, no fencing token, no receipt, no approval), and the model reads its output as
-it would in a workflow. A ``@tool`` tool needs its lease context and cannot run so.
-
-Cancellation. Cancelling the workflow, or a timeout around ``agent.run``, cancels each call that is
-not final in the ledger first (``cancelled``, or ``cancelled_effect_unknown`` for an ``unsafe`` call
-that may have sent), then each running leased activity once, waits for it, and the run ends cancelled. An operator's
-``cancel`` of one call ends its claim in the ledger first (G8): the model is told, the agent goes on.
+Workflow code: :class:`LeasedToolset` is a toolset of declared agentlease tools whose calls run as the
+tools' leased activities through :class:`~agentlease.workflow._calls.LeasedToolCalls`. How a call runs,
+its keys, approvals, what the model sees and cancellation: ``docs/pydantic-ai.md``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """Binding a leased activity (and the decision activity) to the workflow that scheduled it.
 
-Anyone who can reach a task queue can schedule any activity on it, with any input. A tool call's
-task, run and idempotency key are therefore not taken from its input on trust: they must derive
-from ``activity.info().workflow_id`` (``docs/security.md``, "Receipts and tasks bound to their run"):
-
-- the task id is ``task_id_for(<workflow id>, <step id>)`` and the run id is the workflow id;
-- the idempotency key is of the run (``"<workflow id>:..."``), or shared across runs by the
-  caller's explicit choice (``"shared:..."``, :func:`~agentlease.records.scoped_idempotency_key`);
-- a tool call's heartbeat timeout, as scheduled, is the tool's lease TTL (G9: the workflow side
-  schedules every call so; an operator's later ``temporal activity update-options`` is recorded
-  with the claim instead);
-- the tool is the activity that runs (``activity.info().activity_type``), never the one the input
-  names (:func:`tool_refusal`): the ledger records a task, and stores its receipt, under the tool
-  that ran.
-
-Anything else is refused before the ledger is touched, non-retryably, and recorded on the call's own
-task (:func:`~agentlease.ledger.refusals.record_refusal`).
-
-The ledger, not the workflow, also decides whether a claimed task may run its tool
-(:func:`claimed_refusal`, right after the claim, before the tool runs): the task's recorded tool is
-the one that runs, and a tool that requires approval runs only when the ledger's trail shows an
-operator's approval of that task. A workflow of its own on the task queue that skips the approval
-(or names another tool) gets its task dead-lettered, with the reason, and the tool does not run.
+A call's task, run, key, heartbeat timeout and tool must derive from the activity Temporal dispatched,
+never from its input (anything else is refused and recorded on the call's own task), and the ledger
+decides whether a claimed task may run its tool (:func:`claimed_refusal`). The rules:
+``docs/security-review.md`` ("Receipts and tasks bound to their run").
 """
 
 from __future__ import annotations

@@ -1,25 +1,8 @@
 """The ledger side of operator decisions: ``agentlease.apply_decision`` and ``agentlease.record_refusal``.
 
-Each decision is one row of the decision table (:data:`agentlease.decisions.DECISIONS`), applied
-by :meth:`Ledger.decide` as one conditional ledger write with an evidence entry naming who decided
-and why. Applying a decision twice (a Temporal retry) is harmless: when the task already has the
-decision's resulting status, the activity reports it as applied.
-
-Before it writes, the activity checks the decision's operator signature with the worker's
-:class:`~agentlease.decision_auth.DecisionVerifier` (``docs/security.md``, "Authenticated
-decisions"): in the authenticated mode an unsigned or badly signed decision is refused
-(``DecisionRefused``, not retried) and the ledger is not touched. A ``decide`` signal the run
-refused is written as a ``decision_refused`` entry by ``agentlease.record_refusal``.
-A decision is bound to the workflow that scheduled it, like a tool call (:mod:`agentlease.tools._binding`):
-one naming a task of another run is refused, non-retryably, and recorded on the scheduling workflow's
-own task.
-
-A verified signed decision applies once (:mod:`agentlease.ledger.decision_ids`): its decision id is
-recorded in the ledger, with the activity that applied it, before the decision is written. A retry of
-that same activity is still applied (or reported applied); the same id used by any other activity
-(another update with the same payload, a copy of the history, another workflow) is a replay, refused
-non-retryably (``DecisionRefused``) and recorded once in the task's trail. A signed decision made for
-a generation the ledger's task has left is refused, and nothing is recorded.
+Each decision is one row of the decision table, applied by :meth:`Ledger.decide` after the worker checks
+its binding to the scheduling workflow and its operator signature. The decision table:
+``docs/decisions.md``; signatures and replays: ``docs/security-operations.md`` ("Authenticated decisions").
 """
 
 from __future__ import annotations
@@ -96,7 +79,7 @@ class DecisionActivities:
             task = refusal.task
             shared = task.idempotency_key.startswith(SHARED_KEY_PREFIX)
             if (why := task_refusal(info.workflow_id, task, shared_key=shared)) is not None:
-                # Another run's trail is not this workflow's to write to (docs/security.md).
+                # Another run's trail is not this workflow's to write to (docs/security-review.md).
                 raise ApplicationError(
                     str(BindingRefusedError(task.task_id, info.workflow_id, why)),
                     type=FailureType.DECISION_REFUSED.value,

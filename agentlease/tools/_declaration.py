@@ -358,7 +358,7 @@ def tool(
         name: tool name; default the function's name.
         settings: the ``AgentLeaseSettings`` fields the tool reads (``ctx.settings``); reading any
             other is an error. Default: every field but the worker's own connections and secrets
-            (``docs/security.md``, "Tool credentials").
+            (``docs/security-operations.md``, "Tool credentials").
         action_key: what identifies the action, a template over argument names
             (``"refund:{order_id}"``): a call the caller gives no key is keyed by it, scoped to the run,
             so the same action asked again (a new tool-call id, a workflow reset) settles from the first
@@ -366,7 +366,7 @@ def tool(
         approval_ttl: how long an approval of a call lasts on the ledger's clock. Default ``None``:
             the worker's ``AGENTLEASE_APPROVAL_TTL``.
         probe: ``async (ProbeQuery) -> ProbeResult``, asked whether an action happened before an
-            ambiguous task waits for a person (``docs/writing-tools.md``, "Probes"). Default none.
+            ambiguous task waits for a person (``docs/action-keys-and-probes.md``, "Probes"). Default none.
 
     Returns:
         A decorator turning ``async def fn(ctx, args: Model) -> ToolResult`` into a :class:`ToolSpec`.

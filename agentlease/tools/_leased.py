@@ -3,28 +3,8 @@
 One Temporal activity per tool (activity type = tool name), taking one typed input
 (:class:`ToolCall`) and returning a :class:`ToolOutcome`. At the start of every attempt the
 recovery policy (:mod:`agentlease.recovery._policy`) decides from the ledger's record of the previous
-attempt; after a failure it decides again. How that maps onto Temporal:
-
-==========================================  ========================================================
-ledger / policy says                        Temporal sees
-==========================================  ========================================================
-lease still held by an earlier attempt      retryable ``LeaseHeld``, ``next_retry_delay`` = time left
-receipt exists / already settled (G6)       the stored outcome; the tool does not run
-retry, same key, read back first, readback  the tool runs, with ``ctx.recovery`` saying which
-dead-letter (permanent, too many attempts)  non-retryable ``DeadLettered``
-block (credential)                          non-retryable ``Blocked``
-reconcile (unsafe past external_call, G7)   non-retryable ``NeedsReconciliation``
-cancelled                                   non-retryable ``TaskCancelled``
-tool raised a retryable error               released with its error class; retryable, ``next_retry_delay``
-                                            paced by the task's real attempts (:mod:`agentlease.retries`)
-lease lost (renew or settle refused)        retryable ``LeaseLost``; a refused settle is ``late_unapplied``
-Temporal pause, reset, timeout              released with the cause; retryable ``Interrupted`` (a pause
-                                            or a reset gives the attempt back)
-worker shutdown (SIGTERM past grace)        released with error class ``shutdown``
-ledger unreachable                          retryable ``LedgerUnavailable``; what could not be written
-                                            is deferred until the ledger is back (:mod:`.deferred`)
-SQLite claim on a clock behind the ledger   retryable ``ClockBehind`` (G1: one host, one clock)
-==========================================  ========================================================
+attempt; after a failure it decides again. What each way an attempt ends records in the ledger and
+shows to Temporal: ``docs/overview.md``, "How an attempt ends, in the ledger and in Temporal".
 
 Every outcome but a tool's own failure is a decision already recorded in the ledger or a known
 condition of the platform, not a fault of the worker: it is raised in Temporal's ``BENIGN`` error

@@ -14,7 +14,7 @@ the probe under its lease (:mod:`agentlease.tools._leased`):
 
 For a tool of another class whose earlier attempt crossed ``external_call`` the probe runs first too:
 a ``happened`` settles without running the tool again; any other answer lets the recovery policy's
-retry go ahead. ``docs/writing-tools.md`` ("Probes") shows how to write one.
+retry go ahead. ``docs/action-keys-and-probes.md`` ("Probes") shows how to write one.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def leased(
     approval_ttl: timedelta | None = None,
     probe: Probe | None = None,
 ) -> ToolSpec | Callable[[Any], ToolSpec]:
-    """Lease an existing tool as it is (``docs/writing-tools.md``, "Wrapping a tool you already have").
+    """Lease an existing tool as it is (``docs/wrapping-tools.md``).
 
     As a decorator, above or below ``@activity.defn``::
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # First start of the ledger database (PostgreSQL's /docker-entrypoint-initdb.d): the three login
 # roles of a least-privilege ledger. Their privileges come later, from `agentlease db grant --apply`
-# once the schema exists (the `ledger-grants` service); docs/security.md, "Database roles".
+# once the schema exists (the `ledger-grants` service); docs/security-operations.md, "Database roles".
 #
 #   LEDGER_WORKER_ROLE   (agentlease_worker)    the workers: lease operations only
 #   LEDGER_OPERATOR_ROLE (agentlease_operator)  operators: reads and decisions

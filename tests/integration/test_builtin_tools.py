@@ -103,7 +103,7 @@ async def run_plan(client: Client, settings: AgentLeaseSettings, *steps: PlanSte
 async def test_http_publish_writes_once_per_key_and_its_receipt_matches_the_readback(
     client: Client, tool_settings: AgentLeaseSettings, downstream: Downstream, tmp_path: Path
 ) -> None:
-    # Shared across runs on purpose (a caller's key is otherwise scoped to its run, docs/security.md).
+    # Shared across runs on purpose (a caller's key is otherwise scoped to its run, docs/security-review.md).
     given = f"publish-{uuid.uuid4().hex[:8]}"
     key = f"shared:{given}"
     step = PlanStep(

@@ -265,7 +265,7 @@ async def test_a_key_from_the_arguments_settles_a_repeated_action_from_its_recei
         first, second = await stack.tasks(handle.id)
         rows = await stack.rows()
 
-    # The key made from the arguments is scoped to the run (``docs/security.md``).
+    # The key made from the arguments is scoped to the run (``docs/security-review.md``).
     assert first.idempotency_key == second.idempotency_key == f"{handle.id}:upsert:inventory:reorder:C-3300"
     assert (first.status, second.status) == (TaskStatus.SETTLED, TaskStatus.SETTLED)
     assert first.receipt is not None and first.receipt == second.receipt

@@ -1,8 +1,9 @@
 """With the worker role's credentials on PostgreSQL, an operator's signed decision copied into another
 entry does not prove that entry's signer (found by an attack; failed before the fix).
 
-``docs/security.md`` ("Database roles"): "A signed approval entry carries its proof, so an approval the role
-forged names no signer (or fails ``verify_recorded``)". But the row guard only checks that ``signed_by``
+``docs/security-review.md`` ("What a worker's database role can still do"): "A signed approval entry
+carries its proof, so an approval the role forged names no signer (or fails ``verify_recorded``)".
+But the row guard only checks that ``signed_by``
 equals the operator named in ``details.signed``, and ``verify_recorded`` checked only the signature over (run,
 command, request): not that the entry is of the request's step, nor of its command. So the worker role, doing
 what the decision activity does (``Ledger.decide`` as that role), writes "approved" on step ``b`` with alice's

@@ -1,5 +1,5 @@
 """``agentlease run --wait`` while the Temporal server restarts: following goes on once it is back,
-and the command ends as the run does, with no traceback (``docs/security.md``, "Hostile input")."""
+and the command ends as the run does, with no traceback (``docs/security-input.md``, "Hostile input")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``http_get`` fetches only under its base URL and from allowed hosts, on a real worker.
 
 A refused URL is a permanent tool error: the step is dead-lettered with the reason, and nothing is
-fetched (``docs/security.md``, "Tool authority").
+fetched (``docs/security-input.md``, "Tool authority").
 """
 
 from __future__ import annotations

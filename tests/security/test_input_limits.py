@@ -3,7 +3,7 @@ the ``submit`` and decision updates, against a real worker.
 
 A bad plan fails its run at once with a non-retryable ``InvalidPlan`` error saying what is wrong; a
 bad update is refused by its validator, leaving no history; nothing is retried forever
-(``docs/limits.md``; ``docs/security.md``, "Hostile input").
+(``docs/limits.md``; ``docs/security-input.md``, "Hostile input").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Hostile or merely large input through the ``agentlease`` console script, as a user runs it.
 
 Each case ends in one ``error:`` line and exit code 2 (bad input) or 1 (a failed operation), never a
-traceback or a hang (``docs/limits.md``; ``docs/security.md``, "Hostile input"). The plan cases
+traceback or a hang (``docs/limits.md``; ``docs/security-input.md``, "Hostile input"). The plan cases
 run against an unreachable Temporal: the input is refused before any connection is tried.
 """
 

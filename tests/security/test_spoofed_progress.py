@@ -1,4 +1,4 @@
-"""The live lease view takes progress only from the attempts its run scheduled (``docs/security.md``).
+"""The live lease view takes progress only from the attempts its run scheduled (``docs/security-input.md``).
 
 Anyone who can signal a run can send ``agentlease.lease_progress``. Before, a signal naming generation
 999, an owner and "safe to approve" as the reason showed in the run's ``status``, current details and

@@ -1,7 +1,7 @@
 """``sql_upsert`` writes only the tables of ``AGENTLEASE_SQL_ALLOWED_TABLES``, on a real worker.
 
 A table off the list is a permanent tool error before any connection to the target: the step is
-dead-lettered with the reason and the table is untouched (``docs/security.md``, "Tool authority").
+dead-lettered with the reason and the table is untouched (``docs/security-input.md``, "Tool authority").
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
 """A restock assistant on the OpenAI Agents SDK whose tool calls are leased.
 
-The agent (:class:`RestockAgent`, a workflow run by ``temporalio.openai_agents``) has four tools,
-each a leased tool call (:func:`~agentlease.openai_agents._tools.leased_tool`) against the
-demo's real downstream systems: ``http_get`` (the file server), ``sql_upsert`` (the SQL table),
-its own ``post_note`` (the publishing service, fenced; :mod:`agentlease.demo.agents.notes`) and
-``smtp_send`` (the SMTP server; ``unsafe``, so every mail waits for an operator's approval).
-
-The model is scripted (:class:`ScriptedModel`, no API key): the prompt carries the tool calls it
-makes, turn by turn (:func:`scripted_prompt`), and its final answer lists what each tool returned.
-To run the same agent on a real model, an OpenAI-compatible endpoint through the SDK's usual
-settings (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``), give the client the plugin without the scripted
-provider and send a plain prompt::
-
-    plugin = OpenAIAgentsPlugin(model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=60)))
-    request = AgentRequest(prompt="Reserve 25 units of A-1002 and tell the team.", model="gpt-4.1-mini")
-
-Run a worker for it (settings from ``AGENTLEASE_*``; the example's workflow, tool and plugin are
-added to them)::
-
-    python -m agentlease.demo.agents.openai_agent
-
-This module is workflow code: it is imported again inside Temporal's sandbox, so everything with
-side effects is imported through ``imports_passed_through``.
+Four leased tools against the demo's downstream systems, a scripted model (no API key), and a worker:
+``python -m agentlease.demo.agents.openai_agent``. Workflow code: anything with side effects is imported
+through ``imports_passed_through``. What it does and how to run it on a real model: ``docs/agents.md``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
 """A restock agent on Pydantic AI, running durably on Temporal, whose tool calls are leased.
 
-The agent reads the stock list from the file server (``http_get``), records a reorder for each
-item below target in the SQL table (``sql_upsert``), and publishes a restock report on the
-publishing service with a tool of its own (:func:`publish_restock_report`, fenced: the service
-refuses a superseded attempt's write). Its model is a scripted one (:func:`restock_script`,
-Pydantic AI's ``FunctionModel``), so it runs without an API key: the first turn fetches the stock
-list, the second makes the writes from what it read, the last answers from the tools' outputs.
-
-To use a real model (an OpenAI-compatible endpoint; install ``pydantic-ai-slim[openai]``), replace
-``MODEL`` with these two lines (Pydantic AI's OpenAI provider reads the endpoint's URL and key from
-``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``)::
-
-    from pydantic_ai.models.openai import OpenAIChatModel
-    MODEL = OpenAIChatModel(os.environ["OPENAI_MODEL"])  # the endpoint: OPENAI_BASE_URL, OPENAI_API_KEY
-
-Serve it: ``python -m agentlease.demo.agents.pydantic_ai_agent`` runs a worker with the ``AGENTLEASE_*``
-settings plus this module's workflow, tool and client plugin (the same as ``agentlease worker``
-with ``AGENTLEASE_PLUGINS=agentlease.demo.agents.pydantic_ai_agent:client_plugin``,
-``AGENTLEASE_WORKFLOW_MODULES`` and ``AGENTLEASE_TOOL_MODULES`` naming this module): it serves
-this agent, ``AgentRunWorkflow`` and any other workflow of ``AGENTLEASE_WORKFLOW_MODULES``.
-Start a run with :func:`run_scripted_agent`, or ``temporal workflow start --type
-RestockAgentWorkflow --task-queue agentlease --input '"Restock what is below 100 units."'``.
+Three leased tools (one of its own, fenced), a scripted model (no API key), and a worker:
+``python -m agentlease.demo.agents.pydantic_ai_agent``. What it does, how to start a run and how to use
+a real model: ``docs/agents.md``.
 """
 
 from __future__ import annotations

@@ -1,26 +1,9 @@
 """guards on PostgreSQL: the worker role writes leases only as the product's statements do
 
-Row-level triggers on ``tasks``, ``receipts`` and ``lease_events`` (PostgreSQL only; SQLite has no
-roles) that refuse, for every role but the tables' owner (and superusers: the trigger's ``WHEN``),
-the writes no lease operation makes (``docs/security.md``, "Database roles"):
-
-- ``tasks``: a claim generation that moves other than up by one (and then only by a claim: to
-  ``running`` from ``pending``/``released`` or from a lapsed lease); a status change the decision
-  table or a lease operation does not make (``dead_lettered`` -> ``settled``, anything out of
-  ``settled``); an owner or lease token set without a new generation; a running task without an
-  owner or token; a lease expiry beyond one TTL from now; a longer TTL; a receipt rewritten once
-  set, or set on a task that does not settle; a stage moved back (G6); a new row that is not a
-  pending task or a first claim;
-- ``receipts``: any change of a stored receipt (the settle's ``ON CONFLICT DO UPDATE`` sets the
-  key to itself, a no-op, which passes); a receipt stored for a task that does not exist with
-  that key, tool, argument fingerprint and generation;
-- ``lease_events``: ``authenticated_as`` is always the session's role (whatever the statement
-  says); a ``signed_by`` is accepted only beside the signed decision naming that operator.
-
-The refusal is SQLSTATE 42501 (insufficient privilege) with a message saying which rule. The
-allowed status changes are listed here as data, frozen with this revision:
-``tests/security/test_ledger_guards.py`` checks them against the decision table and the lease
-operations, so a new transition of the product needs a new revision.
+Row-level triggers on ``tasks``, ``receipts`` and ``lease_events`` (PostgreSQL only) refuse, with
+SQLSTATE 42501 and the rule's name, the writes no lease operation makes, for every role but the tables'
+owner. The allowed status changes are data frozen with this revision. Each rule:
+``docs/security-review.md`` ("What a worker's database role can still do").
 
 Revision ID: 0006
 Revises: 0005

@@ -43,7 +43,7 @@ def resolve_url(base_url: str | None, url: str) -> str:
 
 
 class UrlRefusedError(ConfigurationError):
-    """A URL ``http_get`` has no authority to fetch (``docs/security.md``, "Tool authority").
+    """A URL ``http_get`` has no authority to fetch (``docs/security-input.md``, "Tool authority").
 
     Attributes:
         url: the URL as resolved against the base.

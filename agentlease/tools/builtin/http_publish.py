@@ -1,29 +1,8 @@
 """``http_publish``: a fenced and idempotent HTTP write, read back by idempotency key.
 
-The downstream is a publishing service that follows the convention of
-:mod:`agentlease.idempotency.middleware` (``agentlease/demo/publishing.py`` is one): ``POST /posts``
-with ``{"slug", "title", "body"}``, ``GET /posts?idempotency_key=K`` and ``GET /posts/{id}``.
-
-Stages:
-
-- ``preflight``: read back by idempotency key. If this key has already published (an earlier
-  attempt got past the write, G6: ``ctx.recovery`` is ``read_back_first`` or
-  ``retry_readback``, or another task carried the same key), settle from what the service shows,
-  without writing.
-- ``external_call``: ``POST /posts`` with ``Idempotency-Key`` = the task's key,
-  ``Fencing-Token`` = the claim generation (signed when the worker has a fencing key) and
-  ``Fencing-Resource`` = :func:`fenced_resource`. A replayed answer is as good as the first one.
-- ``commit``: the service answered 2xx: the post is durable there.
-- ``verify``: read the post back by id; the receipt is built from that readback only.
-
-Probe (:func:`published`): ``GET /posts?idempotency_key=K`` asks the service whether the action of the
-key published; an attempt after one that crossed ``external_call`` asks it before anything else and
-settles from the post it finds (the trail says the probe reconciled it), without a person.
-
-Answers that stop the attempt: 409 ``stale_fencing_token`` (a newer attempt of this action
-has written: the attempt stops without writing and releases; its guarded release is refused if
-it was superseded, and the newer holder decides), 409 ``idempotency_key_in_flight``, 429, 5xx and
-transport errors are retryable; other 4xx are permanent.
+It posts to a publishing service that follows the convention of ``docs/edge.md``
+(``agentlease/demo/publishing.py`` is one) and settles from a readback; its probe (:func:`published`)
+looks the key up. Its stages and the answers that stop it: ``docs/plans.md`` ("Built-in tools").
 """
 
 from __future__ import annotations
@@ -119,7 +98,7 @@ async def _get(client: httpx.AsyncClient, path: str, **params: str) -> httpx.Res
 
 
 async def _post(client: httpx.AsyncClient, ctx: LeaseContext, args: HttpPublishArgs) -> httpx.Response:
-    # Signed for the resource when the worker has a fencing key (docs/security.md).
+    # Signed for the resource when the worker has a fencing key (docs/security-downstream.md).
     headers = ctx.downstream_headers(resource=fenced_resource(args.slug, ctx.idempotency_key))
     try:
         response = await client.post(

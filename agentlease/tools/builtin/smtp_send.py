@@ -1,30 +1,8 @@
 """``smtp_send``: send one e-mail over SMTP, the classic ``unsafe`` side effect.
 
-SMTP has no idempotency key and no readback: a message sent twice is delivered twice, and a
-client that lost the connection during ``DATA`` cannot ask whether the server took it. So the
-tool is declared ``unsafe``, and the recovery policy (:func:`agentlease.recovery._policy.decide`,
-applied by :mod:`agentlease.tools._leased` before and after every attempt) never retries it once an
-attempt may have crossed ``external_call``: the task waits for a reconciliation decision (G7).
-An attempt that failed before ``external_call`` (a bad address, a refused connection, a
-recipient the server rejects) is retried as usual: nothing was sent.
-
-Stages:
-
-- ``preflight``: check the addresses, connect, ``EHLO``, ``MAIL FROM`` and ``RCPT TO``: the
-  server has agreed to take the message, and nothing is delivered yet.
-- ``external_call``: ``DATA``, the one step that delivers.
-- ``commit``: the server's 250 reply: it took responsibility for the message.
-- ``verify``: there is nothing to read back beyond that reply; the receipt records it with the
-  ``Message-ID`` (derived from the idempotency key, so a duplicate is recognisable at the
-  recipient) and the ``X-Idempotency-Key`` header the message carries. Status ``accepted``.
-
-Probe (:func:`delivered`): where the server can be asked by ``Message-ID`` (the demo's mail server
-takes ``XLOOKUP <Message-ID>``, :mod:`agentlease.demo.mail`), an attempt after one that may have sent
-asks it before the task waits for a person: found -> settled from it (reconciled by the probe, no
-person); not found -> sent again (the connection of the attempt that died is gone, its ``DATA``
-unfinished); a server that does not know the command -> a person reconciles, as without a probe.
-
-smtplib runs in a thread (:func:`asyncio.to_thread`); no extra dependency.
+SMTP has no idempotency key and no readback, so an attempt that may have crossed ``external_call`` is
+never retried without a reconciliation decision (G7); its probe (:func:`delivered`) asks the server by
+``Message-ID`` first. Its stages: ``docs/plans.md`` ("Built-in tools").
 """
 
 from __future__ import annotations
