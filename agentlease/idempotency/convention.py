@@ -10,8 +10,8 @@ Headers:
   or as a structured-field string (``Idempotency-Key: "run-7:publish"``, as the IETF httpapi
   draft writes it). Required on ``POST``, ``PUT``, ``PATCH`` and ``DELETE``.
 - ``Fencing-Token``: the writer's claim generation, a decimal integer from 0 to 2**63 - 1.
-- ``Fencing-Resource``: the fenced resource, 1 to 400 characters; when absent, the service's
-  ``resource_for`` function names it (default: the request path).
+- ``Fencing-Resource``: the fenced resource, 1 to 400 characters; when absent, the idempotency key (one
+  fence per action), unless the service names its resources (``resource_for``).
 - ``Idempotent-Replayed: true``: on a response replayed from storage.
 """
 
