@@ -14,6 +14,10 @@ agent needs, as Temporal's ``OpenAIAgentsPlugin`` and Pydantic AI's plugin do fo
   a workflow failure (a misused leased call fails the run with what is wrong, not every workflow task);
 - installs :class:`~agentlease.workflow._calls.LeasedCallsInterceptor`: every workflow answers the
   ``status`` query and the decision updates from its start, with no set-up line of its own;
+- caps the worker's ``max_heartbeat_throttle_interval`` at :data:`MAX_HEARTBEAT_THROTTLE` (1 s), so each
+  renewal's heartbeat reaches Temporal within a second whatever the scheduled heartbeat timeout: an
+  operator may shorten that timeout under a running call (``docs/recovery.md``, "A heartbeat timeout
+  changed under a running call");
 - when the worker starts, before it polls: registers the search attributes its runs upsert on the
   namespace (or refuses to start with one line naming the command that creates them), and checks the
   ledger's schema (or migrates it, with ``migrate_on_start``) when it opened the ledger itself.
@@ -38,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
@@ -66,6 +71,10 @@ from agentlease.workflow._calls import LeasedCallError, LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow
 
 PLUGIN_NAME = "agentlease.AgentLeasePlugin"
+
+MAX_HEARTBEAT_THROTTLE = timedelta(seconds=1)
+"""The longest the SDK holds a heartbeat back on a worker with the plugin (a lower setting of the worker stays):
+a call renewing every second then costs Temporal one heartbeat a second, a call shorter than a second one."""
 
 
 def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: bool = False) -> ToolRegistry:
@@ -160,6 +169,8 @@ class AgentLeasePlugin(SimplePlugin):
             self._identity = config.get("identity") or config["client"].identity
         # A payload that does not open (a peer's malformed ciphertext) fails only its own signal or update.
         config["client"] = worker_client(config["client"])
+        throttle = config.get("max_heartbeat_throttle_interval") or MAX_HEARTBEAT_THROTTLE
+        config["max_heartbeat_throttle_interval"] = min(throttle, MAX_HEARTBEAT_THROTTLE)
         return super().configure_worker(config)
 
     def _activities(self, existing: Any) -> list[Callable[..., Any]]:
@@ -244,4 +255,4 @@ def _pass_through(runner: WorkflowRunner | None) -> WorkflowRunner:
     return runner
 
 
-__all__ = ["PLUGIN_NAME", "AgentLeasePlugin", "tool_registry"]
+__all__ = ["MAX_HEARTBEAT_THROTTLE", "PLUGIN_NAME", "AgentLeasePlugin", "tool_registry"]
