@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
@@ -40,6 +41,10 @@ from agentlease.workflow._interceptor import LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow
 
 PLUGIN_NAME = "agentlease.AgentLeasePlugin"
+
+MAX_HEARTBEAT_THROTTLE = timedelta(seconds=1)
+"""The longest the SDK holds a heartbeat back on a worker with the plugin (a lower setting of the worker stays):
+a call renewing every second then costs Temporal one heartbeat a second, a call shorter than a second one."""
 
 
 def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: bool = False) -> ToolRegistry:
@@ -134,6 +139,8 @@ class AgentLeasePlugin(SimplePlugin):
             self._identity = config.get("identity") or config["client"].identity
         # A payload that does not open (a peer's malformed ciphertext) fails only its own signal or update.
         config["client"] = worker_client(config["client"])
+        throttle = config.get("max_heartbeat_throttle_interval") or MAX_HEARTBEAT_THROTTLE
+        config["max_heartbeat_throttle_interval"] = min(throttle, MAX_HEARTBEAT_THROTTLE)
         return super().configure_worker(config)
 
     def _activities(self, existing: Any) -> list[Callable[..., Any]]:
@@ -218,4 +225,4 @@ def _pass_through(runner: WorkflowRunner | None) -> WorkflowRunner:
     return runner
 
 
-__all__ = ["PLUGIN_NAME", "AgentLeasePlugin", "tool_registry"]
+__all__ = ["MAX_HEARTBEAT_THROTTLE", "PLUGIN_NAME", "AgentLeasePlugin", "tool_registry"]

@@ -17,13 +17,16 @@ no progress signal without one. An attempt whose holder write the ledger refused
 lease) tells its run once, with the task's count of refused writes (:func:`report_refused_writes`).
 
 Temporal's heartbeat timeout can be changed under a running attempt (``temporal activity
-update-options --heartbeat-timeout``) and ``activity.info()`` does not show it. So the attempt reads it
-from its run's description, in the background, at most once per :func:`check_interval`, and the next
-renewal records a change in the ledger with both values (``details.heartbeat_timeout_ms``,
-``details.lease_ttl_ms``). The lease then follows the shorter of the two: a renewal extends it by the
-heartbeat timeout when that is shorter than the lease TTL, and, since the SDK paces heartbeats by the
-scheduled timeout (four fifths of it) and would miss the shorter one, each renewal also heartbeats
-straight to Temporal (``RecordActivityTaskHeartbeat`` with the attempt's task token).
+update-options --heartbeat-timeout``) and ``activity.info()`` does not show it. So, once the attempt has
+run :data:`HEARTBEAT_CHECK_INTERVAL`, a renewal first reads it from the run's description (at most one
+read per interval, waited for at most :data:`DESCRIBE_WAIT`) and records a change in the ledger with both
+values (``details.heartbeat_timeout_ms``, ``details.lease_ttl_ms``) and in the worker's log. The lease
+then follows the shorter of the two: a renewal extends it by the heartbeat timeout when that is shorter
+than the lease TTL. Temporal keeps the attempt by its heartbeats: ``AgentLeasePlugin`` has the SDK send
+each within a second (not paced by the scheduled timeout), and once a shorter timeout is known each
+renewal also heartbeats straight to Temporal (``RecordActivityTaskHeartbeat`` with the attempt's task
+token), for a timeout shorter than that second (``docs/recovery.md``, "A heartbeat timeout changed under
+a running call").
 """
 
 from __future__ import annotations
@@ -61,18 +64,18 @@ PROGRESS_FIRST_AFTER = 1.0
 """Seconds an attempt runs before its first progress signal: each signal costs the run a workflow task."""
 _MAX_REASON_CHARS = 500
 
-HEARTBEAT_CHECK_MIN = timedelta(seconds=5)
-"""Least time between two reads of Temporal's heartbeat timeout by one attempt (a describe of its run)."""
+HEARTBEAT_CHECK_INTERVAL = timedelta(seconds=1)
+"""Least time between two reads of Temporal's heartbeat timeout by one attempt, the first counted from its claim
+(a describe of its run, made by a renewal): a quick call reads none, one renewing at most once a second at each
+renewal."""
+
+DESCRIBE_WAIT = timedelta(milliseconds=250)
+"""How long a renewal waits for its read of the heartbeat timeout, at most a tenth of the lease's TTL; a later
+answer goes with the next renewal."""
 
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
 """How long an attempt waits for a describe of its run (to learn why Temporal no longer knows it, or
 the heartbeat timeout Temporal applies now)."""
-
-
-def check_interval(lease_ttl: timedelta) -> timedelta:
-    """How often an attempt reads Temporal's heartbeat timeout: half its lease TTL, at least
-    :data:`HEARTBEAT_CHECK_MIN` (one describe of the run each time)."""
-    return max(HEARTBEAT_CHECK_MIN, lease_ttl / 2)
 
 
 async def pending_activity(info: activity.Info) -> Any:
@@ -179,7 +182,7 @@ class LeaseContext:
         self.heartbeat_timeout = heartbeat_timeout or claim.lease_ttl
         """Temporal's heartbeat timeout for this attempt, as last read (the claim recorded it when it differed)."""
         self._timeout_check: asyncio.Task[timedelta | None] | None = None
-        self._next_timeout_check = time.monotonic() + check_interval(claim.lease_ttl).total_seconds()
+        self._next_timeout_check = time.monotonic() + HEARTBEAT_CHECK_INTERVAL.total_seconds()
         self._tell_run(None, "claimed")
 
     @property
@@ -322,24 +325,27 @@ class LeaseContext:
         logger.warning("%s:%s", self.claim.task_id, note)
         return note, facts
 
-    def _check_timeout_later(self) -> None:
-        """Read Temporal's heartbeat timeout in the background when it is due (at most once per interval)."""
-        if self._timeout_check is not None or time.monotonic() < self._next_timeout_check:
+    async def _read_timeout(self) -> None:
+        """Read Temporal's heartbeat timeout when a read is due (module docstring), waiting for it at most
+        :data:`DESCRIBE_WAIT`; a read still under way is left to answer the next renewal."""
+        now = time.monotonic()
+        if self._timeout_check is not None or now < self._next_timeout_check or not activity.in_activity():
             return
-        if not activity.in_activity():
-            return
+        self._next_timeout_check = now + HEARTBEAT_CHECK_INTERVAL.total_seconds()
         info = activity.info()
-        self._next_timeout_check = time.monotonic() + check_interval(self.claim.lease_ttl).total_seconds()
 
         async def read() -> timedelta | None:
             return heartbeat_timeout_of(await pending_activity(info))
 
         self._timeout_check = asyncio.ensure_future(read())
+        wait = min(DESCRIBE_WAIT, min(self.heartbeat_timeout, self.claim.lease_ttl) / 10)
+        await asyncio.wait({self._timeout_check}, timeout=wait.total_seconds())
 
     async def _renew(self, reason: str, stage: Stage | None) -> None:
         if self._lost is not None:
             raise self._lost
         reason = redact(reason)  # it also leaves in heartbeat details and the run's progress (docs/security.md)
+        await self._read_timeout()
         asked = time.monotonic()
         note, changed = self._timeout_changed()
         ttl = min(self.heartbeat_timeout, self.claim.lease_ttl)  # the lease follows the shorter
@@ -377,11 +383,10 @@ class LeaseContext:
                 lease_expires_at=expires_at,
             )
         )
-        self._check_timeout_later()
 
     async def _heartbeat(self, details: LeaseHeartbeat) -> None:
-        """Heartbeat the renewal to Temporal; past a heartbeat timeout shorter than the scheduled one (which
-        the SDK paces its heartbeats by), straight to Temporal as well, so the attempt is kept."""
+        """Heartbeat the renewal to Temporal; past a heartbeat timeout shorter than the scheduled one,
+        straight to Temporal as well, so the attempt keeps even one shorter than the SDK's pace."""
         _heartbeat(details)
         if not activity.in_activity():
             return
@@ -498,7 +503,6 @@ __all__ = [
     "LeaseContext",
     "LeaseHeartbeat",
     "attempt_heartbeat_timeout",
-    "check_interval",
     "heartbeat_timeout_of",
     "pending_activity",
     "report_refused_writes",

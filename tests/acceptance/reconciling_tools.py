@@ -9,8 +9,10 @@ Their downstream is the pause/kill matrix's HTTP server (:mod:`tests.acceptance.
 - ``blind_send``: the same, with a probe that cannot tell (the downstream keeps no record it could ask);
 - ``chatty_send``: in ``external_call`` it sends one message every 0.3 s, renewing, until it is stopped (a
   cancelled run's call must stop before the run reports cancelled);
-- ``slow_renewer``: renews every second for ``work_s`` seconds with a 10 s lease, then settles (a heartbeat
-  timeout changed under it with ``temporal activity update-options``).
+- ``slow_renewer``: renews every second, ``seconds`` times, with a 10 s lease, then settles (a heartbeat
+  timeout changed under it with ``temporal activity update-options``); before each renewal it may write one
+  record to the downstream (``base_url``: one message to ``target``, so a rewrite shows in the count) and
+  wait for the test to let it go on (``gate_dir``: renewal ``n`` waits for the file ``<gate_dir>/<n>``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -107,28 +110,47 @@ async def chatty_send(ctx: LeaseContext, args: ChattyArgs) -> ToolResult:
 
 
 class RenewingArgs(BaseModel):
-    """How long ``slow_renewer`` works (renewing every second)."""
+    """What ``slow_renewer`` does (module docstring)."""
 
-    work_s: float = Field(gt=0, le=120)
+    seconds: int = Field(gt=0, le=120)
+    base_url: str | None = None
+    target: str = Field(default="renewer", min_length=1, max_length=200)
+    gate_dir: str | None = None
 
 
 RENEWING_TTL = timedelta(seconds=10)
 
+GATE_POLL_S = 0.05
+"""How often ``slow_renewer`` looks for the file that lets its next renewal go."""
+
+
+async def _opened(gate: Path) -> None:
+    """Wait until the test creates ``gate``."""
+    while True:
+        if gate.exists():
+            return
+        await asyncio.sleep(GATE_POLL_S)
+
 
 @tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=RENEWING_TTL, start_to_close=timedelta(minutes=3))
 async def slow_renewer(ctx: LeaseContext, args: RenewingArgs) -> ToolResult:
-    """Works ``work_s`` seconds in ``external_call``, renewing every second, then settles."""
+    """Works ``seconds`` seconds in ``external_call``, renewing every second, then settles."""
     await ctx.advance(Stage.PREFLIGHT, "starting the work")
     await ctx.advance(Stage.EXTERNAL_CALL, "working")
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    n = 0
-    while loop.time() - started < args.work_s:
-        await asyncio.sleep(1.0)
-        n += 1
-        await ctx.renew(f"working, second {n}")
+    body = json.dumps({"action": ctx.idempotency_key}).encode()
+    headers = {WRITER_HEADER: f"{ctx.worker_identity}#g{ctx.fencing_token}"}
+    async with httpx.AsyncClient(base_url=args.base_url or "http://127.0.0.1", timeout=5.0) as http:
+        for n in range(1, args.seconds + 1):
+            await asyncio.sleep(1.0)
+            if args.gate_dir is not None:
+                await _opened(Path(args.gate_dir) / str(n))
+            if args.base_url is not None:
+                response = await http.post(f"plain/messages/{args.target}", content=body, headers=headers)
+                if response.status_code != 201:
+                    raise RetryableToolError(f"record {n}: HTTP {response.status_code}")
+            await ctx.renew(f"working, second {n}")
     await ctx.advance(Stage.VERIFY, "done, reading back")
     return ToolResult(
-        receipt=ctx.receipt("renewer", ctx.idempotency_key, "done", seconds=n, generation=ctx.fencing_token),
-        output={"seconds": n, "generation": ctx.fencing_token, "attempts": ctx.claim.attempts},
+        receipt=ctx.receipt("renewer", ctx.idempotency_key, "done", seconds=args.seconds, generation=ctx.fencing_token),
+        output={"seconds": args.seconds, "generation": ctx.fencing_token, "attempts": ctx.claim.attempts},
     )

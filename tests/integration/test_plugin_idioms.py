@@ -7,6 +7,8 @@
 - A ledger that needs migrating stops the worker as it starts, with one line, however it is run.
 - A team's own activity named as a leased tool is refused with one line; the built-ins and
   ``AgentRunWorkflow`` are opt-in, so a team's own ``http_get`` is not in the way.
+- The worker sends each heartbeat within a second, whatever a call's heartbeat timeout (an operator may
+  shorten it under the call); a worker set lower keeps its own setting.
 - The recorded histories replay with the plugin's interceptor installed.
 """
 
@@ -19,6 +21,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +277,20 @@ def test_a_team_activity_named_as_a_leased_tool_is_refused_in_one_line(
         )
     message = str(raised.value)
     assert "\n" not in message and "'quick'" in message and "activities=[...]" in message, message
+
+
+@pytest.mark.parametrize(
+    ("given", "applied"),
+    [(None, timedelta(seconds=1)), (timedelta(minutes=1), timedelta(seconds=1)), (timedelta(seconds=0.5), None)],
+)
+def test_the_plugin_caps_the_heartbeat_throttle(
+    client: Client, settings: AgentLeaseSettings, given: timedelta | None, applied: timedelta | None
+) -> None:
+    """Each renewal's heartbeat reaches Temporal within a second (``docs/recovery.md``)."""
+    extra: dict[str, Any] = {} if given is None else {"max_heartbeat_throttle_interval": given}
+    plugin = AgentLeasePlugin(settings=settings, tools=[tools.quick])
+    worker = Worker(client, task_queue=settings.task_queue, plugins=[plugin], **extra)
+    assert worker.config(active_config=True).get("max_heartbeat_throttle_interval") == (applied or given)
 
 
 async def test_builtins_and_the_plan_workflow_are_opt_in(client: Client, settings: AgentLeaseSettings) -> None:
