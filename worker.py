@@ -13,7 +13,7 @@ from temporalio.worker import Worker
 
 from activities.stock import low_stock
 from agentlease import AgentLeasePlugin, AgentLeaseSettings
-from agentlease.shutdown import stop_event
+from agentlease.worker import stop_event
 from workflows.restock import RestockWorkflow
 
 

@@ -3,9 +3,9 @@
 Claim generations as fencing tokens, idempotency keys stable across attempts, settlement receipts
 after readback, stage-aware retries and a recovery policy, human decisions, an evidence trail.
 
-What a tool author and an operator's script need is importable from here::
+What a tool author and a worker need is importable from here::
 
-    from agentlease import LeaseContext, SideEffectClass, Stage, ToolResult, lease, leased, tool
+    from agentlease import AgentLeasePlugin, LeaseContext, SideEffectClass, Stage, ToolResult, lease, leased, tool
 
 The names load on first use, so importing ``agentlease`` stays cheap and the package's own modules
 never import this facade (they import each other directly).
@@ -20,34 +20,24 @@ __version__ = "0.4.0"
 
 if TYPE_CHECKING:
     from agentlease import lease
-    from agentlease.enums import ErrorClass, ProbeAnswer, RecoveryAction, RunState, SideEffectClass, Stage, TaskStatus
+    from agentlease.enums import ProbeAnswer, SideEffectClass, Stage, TaskStatus
     from agentlease.errors import (
         AgentLeaseError,
         AmbiguousSideEffectError,
-        ApprovalRefusedError,
-        ClockBehindError,
-        ConfigurationError,
         CredentialToolError,
-        LeaseHeldError,
         LeaseLostError,
-        LedgerUnavailableError,
         PermanentToolError,
         RetryableToolError,
-        StaleFencingTokenError,
-        TaskClosedError,
-        TaskNotFoundError,
         ToolError,
         raise_for_status,
     )
-    from agentlease.fencing import FencingToken, advance_fence, create_fence_table, fenced_write, read_fence
-    from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
     from agentlease.lease import NotInLeaseError
     from agentlease.ledger.store import Ledger
     from agentlease.plugin import AgentLeasePlugin
-    from agentlease.records import Claim, LeaseEvent, SettlementReceipt, StoredReceipt, TaskRecord
+    from agentlease.records import SettlementReceipt
     from agentlease.settings import AgentLeaseSettings
     from agentlease.tools._context import LeaseContext
-    from agentlease.tools._declaration import ToolResult, ToolSpec, tool
+    from agentlease.tools._declaration import ToolResult, tool
     from agentlease.tools._probe import ProbeQuery, ProbeResult
     from agentlease.tools._wrap import leased
 
@@ -57,7 +47,6 @@ _EXPORTS: dict[str, str] = {
     "leased": "agentlease.tools._wrap",
     "lease": "agentlease.lease",
     "ToolResult": "agentlease.tools._declaration",
-    "ToolSpec": "agentlease.tools._declaration",
     "LeaseContext": "agentlease.tools._context",
     "ProbeQuery": "agentlease.tools._probe",
     "ProbeResult": "agentlease.tools._probe",
@@ -65,45 +54,26 @@ _EXPORTS: dict[str, str] = {
     "SettlementReceipt": "agentlease.records",
     "Stage": "agentlease.enums",
     "SideEffectClass": "agentlease.enums",
+    "NotInLeaseError": "agentlease.lease",
+    "raise_for_status": "agentlease.errors",
+    # how a tool says an attempt ended
     "ToolError": "agentlease.errors",
     "RetryableToolError": "agentlease.errors",
     "PermanentToolError": "agentlease.errors",
     "CredentialToolError": "agentlease.errors",
     "AmbiguousSideEffectError": "agentlease.errors",
-    "LeaseLostError": "agentlease.errors",
-    "NotInLeaseError": "agentlease.lease",
-    "raise_for_status": "agentlease.errors",
-    # fencing at a downstream
-    "FencingToken": "agentlease.fencing",
-    "advance_fence": "agentlease.fencing",
-    "create_fence_table": "agentlease.fencing",
-    "fenced_write": "agentlease.fencing",
-    "read_fence": "agentlease.fencing",
-    "StaleFencingTokenError": "agentlease.errors",
-    "IdempotencyMiddleware": "agentlease.idempotency",
-    "IdempotencyStore": "agentlease.idempotency",
-    # a worker
+    # a worker, an operator's script
     "AgentLeasePlugin": "agentlease.plugin",
-    # an operator's script
-    "Ledger": "agentlease.ledger.store",
     "AgentLeaseSettings": "agentlease.settings",
+    "Ledger": "agentlease.ledger.store",
     "TaskStatus": "agentlease.enums",
-    "RunState": "agentlease.enums",
-    "ErrorClass": "agentlease.enums",
-    "RecoveryAction": "agentlease.enums",
-    "Claim": "agentlease.records",
-    "LeaseEvent": "agentlease.records",
-    "StoredReceipt": "agentlease.records",
-    "TaskRecord": "agentlease.records",
     "AgentLeaseError": "agentlease.errors",
-    "ConfigurationError": "agentlease.errors",
-    "LedgerUnavailableError": "agentlease.errors",
-    "ClockBehindError": "agentlease.errors",
-    "LeaseHeldError": "agentlease.errors",
-    "TaskClosedError": "agentlease.errors",
-    "ApprovalRefusedError": "agentlease.errors",
-    "TaskNotFoundError": "agentlease.errors",
+    "LeaseLostError": "agentlease.errors",
 }
+"""The 24 names of the facade; the rest are on the faces of their rooms: ``agentlease.errors``,
+``agentlease.enums``, ``agentlease.records``, ``agentlease.fencing`` (fenced writes at a downstream),
+``agentlease.idempotency`` (the downstream's guards), ``agentlease.tools``, ``agentlease.workflow``,
+``agentlease.recovery``, ``agentlease.mcp`` and the framework adapters."""
 
 __all__ = ["__version__", *_EXPORTS]
 

@@ -160,3 +160,6 @@ def main(configure: Callable[[AgentLeaseSettings], AgentLeaseSettings] | None = 
 
 if __name__ == "__main__":
     exit_process(main())
+
+
+__all__ = ["build_worker", "load_workflows", "main", "running_worker", "serve", "stop_event"]

@@ -9,8 +9,8 @@ import sys
 
 from agentlease import AgentLeaseSettings, Ledger
 from agentlease.recovery import ExpiredLeaseSweeper, SweeperSettings
-from agentlease.shutdown import stop_event
 from agentlease.tools import load_registry
+from agentlease.worker import stop_event
 
 
 async def sweep(settings: AgentLeaseSettings) -> None:

@@ -7,6 +7,15 @@ what the model reads back: ``docs/agents.md``.
 
 from __future__ import annotations
 
+import importlib.util
+
+if any(
+    importlib.util.find_spec(name) is None for name in ("agents", "temporalio.openai_agents")
+):  # found, not imported: cheap
+    raise ImportError(
+        "agentlease.openai_agents needs the 'openai-agents' extra: pip install 'agentlease[openai-agents]'"
+    )
+
 from agentlease.openai_agents._tools import (
     DeclaredTool,
     KeyFunction,
