@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.unit.test_layering import ROOT, project_modules
 
 FRAMEWORKS = ("pydantic_ai",)
@@ -41,3 +43,26 @@ def test_the_demo_skips_an_agent_whose_framework_is_not_installed() -> None:
     assert present.installed and not absent.installed
     assert all(agent.installed for agent in demo_agents.AGENTS)  # this test venv has both extras
     assert demo_agents.missing_frameworks() == []
+
+
+@pytest.mark.parametrize(
+    ("face", "missing", "extra"),
+    [
+        ("agentlease.openai_agents", "agents", "openai-agents"),
+        ("agentlease.pydantic_ai", "pydantic_ai", "pydantic-ai"),
+        ("agentlease.mcp", "mcp", "mcp"),
+        ("agentlease.idempotency.middleware", "starlette", "middleware"),
+    ],
+)
+def test_a_face_whose_extra_is_missing_says_which_in_one_line(face: str, missing: str, extra: str) -> None:
+    script = f"import sys; sys.modules[{missing!r}] = None\nimport {face}"
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: ") and f"pip install 'agentlease[{extra}]'" in last, done.stderr
+
+
+def test_the_facade_has_at_most_25_names() -> None:
+    import agentlease
+
+    assert len([name for name in agentlease.__all__ if name != "__version__"]) <= 25
