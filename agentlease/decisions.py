@@ -49,7 +49,7 @@ class DecisionRule:
             becomes ``settled`` only when ``to`` is ``settled``).
         action: the ``--action`` of ``agentlease reconcile`` that makes it (``None`` for other commands).
         to_if_effect_unknown: the status it leaves instead when the task's side effect may have
-            happened and only a person can say (:meth:`SideEffectClass.effect_unknown`).
+            happened and only a person can say (:meth:`SideEffectClass.may_have_acted`).
     """
 
     kind: DecisionKind

@@ -188,6 +188,16 @@ class SideEffectClass(StrEnum):
         recorded stage reached ``external_call`` (G7; a cancel then leaves ``cancelled_effect_unknown``)."""
         return self is SideEffectClass.UNSAFE and stage is not None and stage.crossed_external_call
 
+    def may_have_acted(self, stage: Stage | None) -> bool:
+        """Whether a tool of this class whose recorded stage is ``stage`` may have sent its side effect
+        without anyone knowing if it landed: a cancel then leaves the task ``cancelled_effect_unknown``.
+
+        The one predicate of that condition: the ledger's cancel renders it as SQL, the pairs
+        ``(class, stage)`` for which it holds (``agentlease/ledger/writes.py``, ``may_have_acted``).
+        Today the same as :meth:`effect_unknown`.
+        """
+        return self.effect_unknown(stage)
+
 
 class EventKind(StrEnum):
     """Kinds of entries in the evidence trail (``lease_events``)."""

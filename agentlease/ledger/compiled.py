@@ -11,7 +11,8 @@ parameter order, constant parameters, the types' own bind and result processors)
 - on SQLite, inside the current transaction, with ``sqlite3``'s ``execute``;
 - on PostgreSQL, on a connection in autocommit (:meth:`LedgerDatabase.write_one`), with asyncpg's
   ``fetch`` (a prepared statement from asyncpg's per-connection cache; one round trip);
-- otherwise (a PostgreSQL transaction), through SQLAlchemy as usual.
+- otherwise (a PostgreSQL transaction), through SQLAlchemy as usual, with the statement's own
+  parameters only (SQLAlchemy would take a parameter named like a column as a value to ``SET``).
 
 The SQL is exactly what SQLAlchemy renders for the statement; only the call path differs. Driver
 errors are wrapped as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, and a PostgreSQL
@@ -51,11 +52,13 @@ class Compiled:
                 self.order.append((None, value, None))  # a constant of the statement
             else:
                 self.order.append((bind.key, None, processor))
+        self.keys = frozenset(key for key, _value, _processor in self.order if key is not None)
+        """The names of the parameters a call gives."""
         columns: list[Any] = list(
             getattr(statement, "selected_columns", None) or getattr(statement, "exported_columns", None) or ()
         )
         names = [column.key for column in columns]
-        self.row_type = _row_type(names)
+        self.row_type = row_type(names)
         self.result_processors: list[_Processor] = [
             column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
         ]
@@ -81,7 +84,8 @@ class Compiled:
         ]
 
 
-def _row_type(names: list[str]) -> type:
+def row_type(names: list[str]) -> type:
+    """A row class with these column names: attributes by name, and ``_mapping`` as SQLAlchemy's rows have."""
     base = collections.namedtuple("LedgerRow", names)  # type: ignore[misc]
 
     class LedgerRow(base):
@@ -143,7 +147,9 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
                 conn.invalidate(exc)
             raise DBAPIError.instance(compiled.sql, args, exc, Exception) from exc
         return compiled.rows(raw)
-    return list(conn.execute(statement, dict(params)))  # type: ignore[call-overload]
+    compiled = _compiled(statement, dialect)
+    result = conn.execute(statement, {key: params[key] for key in compiled.keys})  # type: ignore[call-overload]
+    return list(result) if compiled.has_results else []
 
 
 async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
@@ -177,4 +183,4 @@ async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Map
     return compiled.rows(rows)
 
 
-__all__ = ["Compiled", "execute", "fetch_alone"]
+__all__ = ["Compiled", "execute", "fetch_alone", "row_type"]

@@ -38,12 +38,12 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Row
 
-from agentlease.clock import bound_now_ms, from_ms, now_param
-from agentlease.enums import ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.clock import bound_now_ms, now_param
+from agentlease.enums import ErrorClass, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.statements import receipt_keys_query
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import TASKS
-from agentlease.ledger.trail import event_values
+from agentlease.ledger.writes import expired_entry
 from agentlease.records import TraceLink
 
 SWEEPER_STATUSES = frozenset({TaskStatus.RELEASED, TaskStatus.NEEDS_RECONCILIATION, TaskStatus.DEAD_LETTERED})
@@ -158,21 +158,19 @@ class Expiry:
         }
 
     def event(self, at_ms: int) -> dict[str, Any]:
-        """The ``expired`` evidence entry of this lease, recorded at ``at_ms``."""
+        """The ``expired`` entry of this lease (:func:`~agentlease.ledger.writes.expired_entry`) at ``at_ms``."""
         lease = self.lease
-        return event_values(
+        return expired_entry(
             task_id=lease.task_id,
-            kind=EventKind.EXPIRED,
             generation=lease.generation,
-            at_ms=at_ms,
             owner=lease.owner,
             stage=lease.stage,
-            reason=(
-                f"lease lapsed at {from_ms(lease.expires_at_ms).isoformat()}; "
-                f"sweeper: {self.decision} -> {self.status.value}"
-            ),
-            details={"lease_expires_at_ms": lease.expires_at_ms, "by": "sweeper", "next_status": self.status.value},
+            expires_at_ms=lease.expires_at_ms,
+            at_ms=at_ms,
             trace=lease.trace,
+            by="sweeper",
+            outcome=f"; sweeper: {self.decision} -> {self.status.value}",
+            next_status=self.status.value,
         )
 
 

@@ -2,8 +2,9 @@
 
 The ledger is filled in bulk (:mod:`bench.fill`: ``AGENTLEASE_PLAN_ROWS`` tasks, default 50,000,
 with two evidence entries each, then ``ANALYZE``), so the planner decides with the statistics of
-a ledger that has been used for a while. Each statement of :func:`lease_statements` and each
-operator listing of :mod:`agentlease.ledger.statements` is explained with real parameters
+a ledger that has been used for a while. Each statement of :func:`lease_statements`, each
+statement of each lease write of :func:`lease_writes` (as both dialects run it, and PostgreSQL's
+one statement) and each operator listing of :mod:`agentlease.ledger.statements` is explained with real parameters
 (``EXPLAIN`` on PostgreSQL, ``EXPLAIN QUERY PLAN`` on SQLite); the plan must not scan a table
 whole. The keyset pages must also read their own index in order (a page of one run's trail must
 not walk the whole trail in ``event_id`` order and filter).
@@ -26,9 +27,9 @@ from sqlalchemy.types import NullType
 from agentlease.clock import now_param
 from agentlease.enums import DecisionKind, TaskStatus
 from agentlease.ledger.expiry import batch_params, record_statement
+from agentlease.ledger.rendering import Rendered, event_params
 from agentlease.ledger.statements import (
     TaskFilter,
-    event_params,
     events_page,
     held,
     lease_statements,
@@ -37,6 +38,7 @@ from agentlease.ledger.statements import (
     tasks_page,
 )
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.writes import lease_writes
 from agentlease.records import TraceLink
 from bench.fill import Fill, fill_ledger
 
@@ -93,22 +95,14 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
     gate = {"claim_needs_approval": True, "claim_tool": "t", "claim_arguments_sha256": "0" * 64}
     gate["claim_approval_ttl_ms"] = 3_600_000
     ttl = {"lease_ttl_override_ms": 3_000}
+    event = event_params("x", {}, trace)
     statements: dict[str, tuple[Any, dict[str, Any]]] = {
         "insert_task": (sql.insert_task, task_values),
-        "claim_new": (sql.claim_new, task_values),
         "current_task": (sql.current_task, {"key_task_id": TASK, **now}),
-        "claim": (sql.claim, {"key_task_id": TASK, "lease_owner": "w", **trace.columns(), **now, **gate, **ttl}),
         "refuse_approval": (sql.refuse_approval, {"key_task_id": TASK, **now}),
-        "renew": (sql.renew, {**holder, "new_stage": "commit", **ttl}),
-        "settle": (sql.settle, {**holder, "receipt": receipt}),
-        "end_lease": (
-            sql.end_lease,
-            {**holder, "status": "released", "error_class": "retryable", "last_error": "x", "attempts_returned": 0},
-        ),
         "refused": (sql.refused, holder),
         "select_receipt": (sql.select_receipt, {"key_idempotency_key": "fill-5:s3"}),
         "select_task": (sql.select_task, {"key_task_id": TASK}),
-        "set_receipt": (sql.set_receipt, {"key_task_id": TASK, "receipt": receipt}),
         "expired_first": (sql.expired_first, {"limit": 100, **now}),
         "expired_after": (
             sql.expired_after,
@@ -144,13 +138,29 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
         "runs_page_after": (runs_page("fill-5", 100), {}),
         "runs_page_waiting": (runs_page("fill-5", 100, waiting_only=True), {}),
     }
+    writes = lease_writes(dialect)
+    claimed = {"key_task_id": TASK, "lease_owner": "w", **trace.columns(), **now, **gate, **ttl}
+    ended = {"status": "released", "error_class": "retryable", "last_error": "x", "attempts_returned": 0}
+    lease_writes_params: dict[str, tuple[Rendered, dict[str, Any]]] = {
+        "claim_new": (writes.claim_new, task_values),
+        "claim": (writes.claim, claimed),
+        "renew": (writes.renew, {**holder, "new_stage": "commit", **ttl}),
+        "settle": (writes.settle, {**holder, "receipt": receipt}),
+        "end_lease": (writes.end_lease, {**holder, **ended}),
+    }
     for kind in DecisionKind:
         params: dict[str, Any] = {"key_task_id": TASK, **now}
         if kind is DecisionKind.CONFIRM:
             params["receipt"] = receipt
         if kind is DecisionKind.APPROVE:
             params.update(approval_tool="t", approval_arguments_sha256="0" * 64)
-        statements[f"decision_{kind.value}"] = (sql.decisions[kind], params)
+        lease_writes_params[f"decision_{kind.value}"] = (writes.decisions[kind], params)
+    for name, (write, params) in lease_writes_params.items():
+        parts = {"statement": write.statement, "first": write.first, "change": write.change, "result": write.result}
+        parts.update({f"made_{index}": made for index, made in enumerate(write.made)})
+        for part, statement in parts.items():
+            if statement is not None:
+                statements[f"{name}_{part}"] = (statement, {**params, **event})
     cursor = (1_700_000_000_500, "fill-50/s0")
     for name, which in {
         "all": TaskFilter(),
@@ -167,17 +177,6 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
     }.items():
         statements[f"events_page_{name}"] = (events_page(dialect, after=None, limit=100, **subject), {})
         statements[f"events_page_{name}_after"] = (events_page(dialect, after=3, limit=100, **subject), {})
-    if dialect == "postgresql":
-        assert sql.claim_new_evidenced is not None and sql.renew_evidenced is not None
-        assert sql.settle_evidenced is not None
-        event = event_params("x", {}, trace)
-        event_holder = {f"event_{k}": v for k, v in trace.columns().items()}
-        statements["claim_new_evidenced"] = (sql.claim_new_evidenced, {**task_values, **event})
-        statements["renew_evidenced"] = (sql.renew_evidenced, {**holder, "new_stage": "commit", **event, **ttl})
-        statements["settle_evidenced"] = (
-            sql.settle_evidenced,
-            {**holder, "receipt": receipt, **event, **event_holder},
-        )
     return statements
 
 

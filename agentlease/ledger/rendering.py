@@ -1,0 +1,290 @@
+"""A lease write described once, rendered for both dialects.
+
+A :class:`LeaseWrite` is what :mod:`agentlease.ledger.writes` says about one lease operation: its
+row change (one conditional statement, the guard in its ``WHERE``, the changed row in its
+``RETURNING``), the rows made from the changed row (evidence entries, :func:`evidence`; a receipt,
+:func:`receipt_from`) and what the caller reads beside it. :func:`render` turns it into:
+
+- :attr:`Rendered.statement`, PostgreSQL only: ONE statement, ``WITH changed AS (<the change>
+  RETURNING ...), made_0 AS (INSERT ... SELECT ... FROM changed) ... SELECT ... FROM changed``: one
+  round trip, in autocommit on the hot path (``LedgerDatabase.write_statement``);
+- :meth:`Rendered.run`, both dialects, inside a transaction: the same change, then each made row as
+  the same ``INSERT ... SELECT`` over the changed row read again by its key (SQLite has no
+  data-modifying CTEs).
+
+Either way a row is made for exactly the row the change changed, in the same statement or
+transaction, and a change that matched no row makes nothing and returns no row: the refusal its
+caller checks (G2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    Insert,
+    Select,
+    String,
+    Update,
+    bindparam,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    true,
+)
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from agentlease.clock import bound_now_ms
+from agentlease.enums import EventKind
+from agentlease.ledger.compiled import execute, row_type
+from agentlease.ledger.tables import EVENTS, RECEIPTS, TASKS
+from agentlease.records import TraceLink
+
+_E = EVENTS.c
+_TRACE_COLUMNS = tuple(TraceLink().columns())
+
+EVENT_REASON = bindparam("event_reason", type_=_E.reason.type)
+"""The reason of the entry a lease write makes (every entry has one, given by the caller)."""
+
+EVENT_DETAILS = bindparam("event_details", type_=_E.details.type)
+"""The details of the entry a lease write makes (a JSON object; the write may add to it in SQL)."""
+
+RECEIPT = bindparam("receipt", type_=RECEIPTS.c.receipt.type)
+"""The receipt a settle or a confirm stores (a JSON object)."""
+
+RECEIPT_COLUMNS = {
+    "receipt_task_id": RECEIPTS.c.task_id,
+    "receipt_generation": RECEIPTS.c.claim_generation,
+    "stored_receipt": RECEIPTS.c.receipt,
+    "receipt_tool": RECEIPTS.c.tool,
+    "receipt_arguments_sha256": RECEIPTS.c.arguments_sha256,
+}
+"""The receipt stored for a key, as the caller of a claim or settle reads it: label -> column."""
+
+Made = Callable[[Any], Insert]
+"""A row made from the changed row: ``changed`` (a CTE or the row read again, with ``.c``) -> INSERT ... SELECT."""
+
+
+@dataclass(frozen=True)
+class LeaseWrite:
+    """One lease operation's write, described once (rendered by :func:`render`).
+
+    Attributes:
+        change: the conditional statement; RETURNING the changed row's columns that ``made`` and the
+            caller read (``task_id``, ``claim_generation``, ``stage``, ``updated_at_ms`` for an entry).
+        key: finds the changed row again after the change (``tasks.task_id = :held_task_id``).
+        made: the rows made from the changed row, in order: evidence entries, a receipt.
+        result: columns read beside the changed row, computed over it (the receipt of its key).
+        receipt_first: a settle's guard: the receipt (bound ``receipt``) is stored from the guarded
+            row before the change, unless one stands for the key, and ``change`` sets the task's
+            ``receipt`` to the one that stands (its columns come back as :data:`RECEIPT_COLUMNS`).
+    """
+
+    change: Update | Insert
+    key: ColumnElement[bool]
+    made: tuple[Made, ...] = ()
+    result: Callable[[Any], list[ColumnElement[Any]]] | None = None
+    receipt_first: ColumnElement[bool] | None = None
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A :class:`LeaseWrite` as a dialect runs it.
+
+    Attributes:
+        statement: PostgreSQL: the whole write in one statement; ``None`` on SQLite.
+        first: the receipt stored before the change (a settle), RETURNING the one that stands.
+        change: the conditional statement.
+        made: the made rows' ``INSERT ... SELECT`` over the changed row read again by its key.
+        result: ``SELECT`` of the columns read beside the changed row.
+    """
+
+    statement: Select[Any] | None
+    first: Insert | None
+    change: Update | Insert
+    made: tuple[Insert, ...]
+    result: Select[Any] | None
+    _joined: dict[tuple[str, ...], type] = field(default_factory=dict, compare=False, repr=False)
+
+    def run(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
+        """The write inside ``conn``'s transaction, statement by statement: its rows (none: refused).
+
+        Each row holds the change's ``RETURNING`` columns, then those of ``first`` or ``result``.
+        """
+        stands = execute(conn, self.first, params) if self.first is not None else []
+        if self.first is not None and not stands:
+            return []  # the guard refused the receipt; the change, under the same guard, changes nothing
+        rows = execute(conn, self.change, params)
+        return self.finish(conn, rows, params, stands) if rows else rows
+
+    def finish(
+        self, conn: Connection, rows: list[Any], params: Mapping[str, Any], stands: Sequence[Any] = ()
+    ) -> list[Any]:
+        """After a change that changed its row (``rows``, its RETURNING): make the rows made from it
+        (``params`` may have gained the entry's reason) and read ``result``; the rows as :meth:`run` returns them."""
+        for made in self.made:
+            execute(conn, made, params)
+        if self.result is not None:
+            stands = execute(conn, self.result, params)
+        if not stands:
+            return rows
+        names = (*rows[0]._fields, *stands[0]._fields)
+        joined = self._joined.get(names)
+        if joined is None:
+            joined = self._joined[names] = row_type(list(names))
+        return [joined(*rows[0], *stands[0])]
+
+
+def render(write: LeaseWrite, dialect: str) -> Rendered:
+    """``write`` for ``sqlite`` or ``postgresql`` (see the module docstring)."""
+    changed = select(TASKS).where(write.key).subquery("changed")
+    change, first = write.change, None
+    if write.receipt_first is not None:
+        guarded = _guarded(write.receipt_first).subquery("guarded")
+        first = _standing(dialect, guarded)
+        stands = RECEIPTS.c.idempotency_key == TASKS.c.idempotency_key
+        change = change.values(receipt=select(RECEIPTS.c.receipt).where(stands).scalar_subquery())
+    result = None if write.result is None else select(*write.result(changed)).select_from(changed)
+    statement = _one_statement(write, dialect) if dialect == "postgresql" else None
+    made = tuple(build(changed) for build in write.made)
+    return Rendered(statement, first, change, made, result)
+
+
+def _guarded(guard: ColumnElement[bool]) -> Select[Any]:
+    """The row a settle's guard holds, locked on PostgreSQL until the statement's transaction ends."""
+    columns = (TASKS.c.task_id, TASKS.c.claim_generation, TASKS.c.idempotency_key, TASKS.c.tool)
+    return select(*columns, TASKS.c.arguments_sha256).where(guard).with_for_update(of=TASKS)
+
+
+def _standing(dialect: str, guarded: Any) -> Insert:
+    """Store the receipt of the guarded row unless one stands for its key; RETURNING the one that stands.
+
+    ``ON CONFLICT DO UPDATE`` sets the key to itself (no change) so that the standing receipt comes
+    back, on PostgreSQL after waiting for a concurrent writer of the same key.
+    """
+    stored: Any = receipt_from(dialect, guarded, generation=guarded.c.claim_generation, at_ms=bound_now_ms(dialect))
+    labelled = [column.label(label) for label, column in RECEIPT_COLUMNS.items()]
+    return stored.on_conflict_do_update(
+        index_elements=["idempotency_key"], set_={"idempotency_key": stored.excluded.idempotency_key}
+    ).returning(*labelled)
+
+
+def _one_statement(write: LeaseWrite, dialect: str) -> Select[Any]:
+    """PostgreSQL: the change, the rows made from it and what the caller reads, in one statement."""
+    change, standing = write.change, None
+    if write.receipt_first is not None:
+        standing = _standing(dialect, _guarded(write.receipt_first).cte("guarded")).cte("standing")
+        change = change.values(receipt=select(standing.c.stored_receipt).scalar_subquery())
+    changed = change.cte("changed")
+    made = [build(changed).cte(f"made_{index}") for index, build in enumerate(write.made)]
+    extra = [] if write.result is None else write.result(changed)
+    query = select(changed, *extra)
+    if standing is not None:
+        query = select(changed, standing).select_from(changed.join(standing, true()))
+    return query.add_cte(*made)
+
+
+def dialect_insert(dialect: str) -> Any:
+    """The dialect's INSERT, with its ``ON CONFLICT`` clauses."""
+    if dialect == "postgresql":
+        return postgresql.insert
+    if dialect == "sqlite":
+        return sqlite.insert
+    raise ValueError(f"unsupported ledger dialect {dialect!r}")
+
+
+def receipt_from(dialect: str, source: Any, *, generation: Any, at_ms: Any) -> Insert:
+    """INSERT ... SELECT of the receipt (bound ``receipt``) for ``source``'s key, task, tool and arguments.
+
+    The caller adds its ``ON CONFLICT`` clause (the first receipt of a key stands).
+    """
+    values = select(
+        source.c.idempotency_key,
+        source.c.task_id,
+        generation,
+        RECEIPT,
+        at_ms,
+        source.c.tool,
+        source.c.arguments_sha256,
+    ).where(true())  # SQLite: an upsert's SELECT needs a WHERE, or its ON reads as a join's
+    columns = ["idempotency_key", "task_id", "claim_generation", "receipt", "created_at_ms", "tool", "arguments_sha256"]
+    return dialect_insert(dialect)(RECEIPTS).from_select(columns, values)
+
+
+def evidence(
+    dialect: str, changed: Any, kind: EventKind | ColumnElement[Any], *, owner: Any, details: Any = EVENT_DETAILS
+) -> Insert:
+    """INSERT ... SELECT of one evidence entry of the changed row.
+
+    The entry records the row's task, generation, stage and time (``updated_at_ms``), with ``kind``
+    (an :class:`~agentlease.enums.EventKind`, or SQL over the row), ``owner`` and ``details`` (SQL);
+    its reason and trace are bound (``event_reason``, ``event_trace_*``).
+    """
+    trace = [bindparam(f"event_{column}", type_=_E[column].type) for column in _TRACE_COLUMNS]
+    columns = ["task_id", "kind", "claim_generation", "lease_owner", "stage", "reason", "details", "at_ms"]
+    return insert(EVENTS).from_select(
+        [*columns, *_TRACE_COLUMNS, "authenticated_as"],
+        select(
+            changed.c.task_id,
+            literal(kind.value, _E.kind.type) if isinstance(kind, EventKind) else kind,
+            changed.c.claim_generation,
+            owner,
+            changed.c.stage,
+            EVENT_REASON,
+            details,
+            changed.c.updated_at_ms,
+            *trace,
+            authenticated_as(dialect),
+        ).select_from(changed),
+    )
+
+
+def authenticated_as(dialect: str) -> ColumnElement[Any]:
+    """The role the writer authenticated as: ``session_user`` on PostgreSQL, ``NULL`` on SQLite."""
+    if dialect == "postgresql":
+        return sql_cast(func.session_user(), _E.authenticated_as.type)
+    return null()
+
+
+def json_with(dialect: str, base: ColumnElement[Any], **fields: ColumnElement[Any] | str) -> ColumnElement[Any]:
+    """The JSON object ``base`` with ``fields`` added (replacing keys of the same name).
+
+    ``jsonb ||`` on PostgreSQL, ``json_patch`` on SQLite. A ``str`` field is a constant.
+    """
+    pairs: list[Any] = []
+    for name, value in fields.items():
+        pairs += [literal(name, String), literal(value, String) if isinstance(value, str) else value]
+    if dialect == "postgresql":
+        merged = sql_cast(base, postgresql.JSONB).op("||")(func.jsonb_build_object(*pairs))
+        return sql_cast(merged, JSON)
+    return func.json_patch(base, func.json_object(*pairs), type_=JSON)
+
+
+def event_params(reason: str, details: dict[str, Any] | None, trace: TraceLink) -> dict[str, Any]:
+    """The bound parameters of the entry a lease write makes: its reason, details and trace."""
+    columns = {f"event_{name}": value for name, value in trace.columns().items()}
+    return {"event_reason": reason, "event_details": details, **columns}
+
+
+__all__ = [
+    "EVENT_DETAILS",
+    "RECEIPT_COLUMNS",
+    "LeaseWrite",
+    "Made",
+    "Rendered",
+    "authenticated_as",
+    "dialect_insert",
+    "event_params",
+    "evidence",
+    "json_with",
+    "receipt_from",
+    "render",
+]

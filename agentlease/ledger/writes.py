@@ -1,0 +1,429 @@
+"""The lease writes: each operation's row change, guard and evidence, described once for both dialects.
+
+Each function below describes one lease operation as a :class:`~agentlease.ledger.rendering.LeaseWrite`
+(one conditional statement whose row count the caller checks, and the evidence entries made from
+the row it changed) and :func:`lease_writes` renders them for a dialect
+(:mod:`agentlease.ledger.rendering`: one statement on PostgreSQL, the same statements one after
+another in a transaction anywhere). The guarantees they hold (``docs/guarantees.md``):
+
+- G1: a claim takes a task only if it is claimable or its lease lapsed on the database's clock
+  (``now``: the bound ``now_ms`` or the database clock, :func:`~agentlease.clock.bound_now_ms`);
+- G2: every holder write is guarded by :func:`holds`;
+- G3: the generation is minted only here, ``claim_generation + 1`` (1 for a new task);
+- G6: the recorded stage never goes back (:func:`furthest_stage`), a settle keeps the receipt that
+  stands for its key;
+- G8: a decision ends any claim in its own statement.
+
+Bound parameters (never chosen by SQL text): ``now_ms``; ``held_task_id``, ``held_owner``,
+``held_generation``, ``held_token_sha256`` (:func:`~agentlease.ledger.statements.held`);
+``key_task_id``; ``task_id`` and column names (values written); ``event_reason``,
+``event_details``, ``event_trace_*`` (:func:`~agentlease.ledger.rendering.event_params`);
+``lease_ttl_override_ms`` (a shorter TTL, Temporal's changed heartbeat timeout; ``None``: the
+task's own); ``claim_needs_approval``, ``claim_tool``, ``claim_arguments_sha256``,
+``claim_approval_ttl_ms`` (what an approval-gated claim must find, ``docs/recovery.md``,
+"Approvals"); ``approval_tool``, ``approval_arguments_sha256`` (what an approve binds); ``receipt``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    Update,
+    and_,
+    bindparam,
+    case,
+    false,
+    func,
+    literal,
+    not_,
+    null,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+
+from agentlease.clock import bound_now_ms, from_ms
+from agentlease.decisions import DECISIONS
+from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, TaskStatus
+from agentlease.ledger.rendering import (
+    EVENT_DETAILS,
+    RECEIPT,
+    RECEIPT_COLUMNS,
+    LeaseWrite,
+    Rendered,
+    dialect_insert,
+    evidence,
+    json_with,
+    receipt_from,
+    render,
+)
+from agentlease.ledger.statements import new_task
+from agentlease.ledger.tables import RECEIPTS, TASKS
+from agentlease.ledger.trail import event_values
+from agentlease.records import TraceLink
+
+_T = TASKS.c
+_TRACE_COLUMNS = tuple(TraceLink().columns())
+
+HELD_TASK = _T.task_id == bindparam("held_task_id", type_=_T.task_id.type)
+HELD_OWNER = bindparam("held_owner", type_=_T.lease_owner.type)
+KEY_TASK = _T.task_id == bindparam("key_task_id", type_=_T.task_id.type)
+
+
+def one_of(column: Any, values: Any) -> ColumnElement[bool]:
+    """``column IN (...)`` of constants (each one bound constant: no list parameter to expand)."""
+    return column.in_([literal(value) for value in values])
+
+
+def holds(now: ColumnElement[int]) -> ColumnElement[bool]:
+    """The guard of every holder write (G2): the task is running under the held claim - same owner,
+    same generation, the SHA-256 of the lease token minted with it - and its lease is valid at ``now``."""
+    return and_(
+        HELD_TASK,
+        _T.status == TaskStatus.RUNNING.value,
+        _T.lease_owner == HELD_OWNER,
+        _T.claim_generation == bindparam("held_generation", type_=_T.claim_generation.type),
+        _T.lease_token_sha256 == bindparam("held_token_sha256", type_=_T.lease_token_sha256.type),
+        _T.lease_expires_at_ms > now,
+    )
+
+
+def furthest_stage(new_stage: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``new_stage`` if it lies beyond the recorded stage, else the recorded stage (G6).
+
+    The ledger keeps the furthest stage any attempt reached: a later attempt that starts again at
+    ``preflight`` must not erase an earlier ``commit``, whoever calls the renewal.
+    """
+
+    def rank(expression: ColumnElement[Any]) -> ColumnElement[int]:
+        return case({stage.value: stage.order for stage in Stage}, value=expression, else_=-1)
+
+    return case((rank(new_stage) > rank(_T.stage), new_stage), else_=_T.stage)
+
+
+def may_have_acted(row: Any) -> ColumnElement[bool]:
+    """SQL of :meth:`SideEffectClass.may_have_acted` over ``row``'s side-effect class and stage.
+
+    ``(side_effect_class, stage)`` among every pair for which the Python predicate holds (and a class
+    whose predicate holds with no stage recorded): the one condition, rendered from the one predicate.
+    """
+    pairs = [(c.value, s.value) for c in SideEffectClass for s in Stage if c.may_have_acted(s)]
+    unstaged = [c.value for c in SideEffectClass if c.may_have_acted(None)]
+    conditions: list[ColumnElement[bool]] = []
+    if pairs:
+        conditions.append(
+            tuple_(row.c.side_effect_class, row.c.stage).in_([tuple_(literal(c), literal(s)) for c, s in pairs])
+        )
+    if unstaged:
+        conditions.append(and_(row.c.stage.is_(None), one_of(row.c.side_effect_class, unstaged)))
+    return or_(*conditions) if conditions else false()
+
+
+def approval_needed() -> ColumnElement[bool]:
+    """Whether a claim must consume an approval: the task requires one (bound ``claim_needs_approval``),
+    none was consumed, and no claim was ever granted (a task claimed before approvals were bound to one
+    execution keeps going, as it did)."""
+    return and_(
+        bindparam("claim_needs_approval", type_=Boolean),
+        _T.approval_consumed_generation.is_(None),
+        _T.claim_generation == 0,
+    )
+
+
+def _approval_valid(now: ColumnElement[int]) -> ColumnElement[bool]:
+    """An approval the claim may consume: of this tool, these arguments, younger than the tool's approval TTL."""
+    return and_(
+        _T.approval_tool == bindparam("claim_tool", type_=_T.approval_tool.type),
+        _T.approval_arguments_sha256 == bindparam("claim_arguments_sha256", type_=_T.approval_arguments_sha256.type),
+        _T.approved_at_ms + bindparam("claim_approval_ttl_ms", type_=BigInteger) > now,
+    )
+
+
+def _lease_from(now: ColumnElement[int], ttl: ColumnElement[int]) -> dict[str, Any]:
+    """The lease a claim grants: the claimer's owner, token hash and trace, from ``now`` for ``ttl``."""
+    return {
+        "status": TaskStatus.RUNNING.value,
+        "lease_owner": bindparam("lease_owner", type_=_T.lease_owner.type),
+        "lease_token_sha256": bindparam("lease_token_sha256", type_=_T.lease_token_sha256.type),
+        "lease_acquired_at_ms": now,
+        "lease_expires_at_ms": now + ttl,
+        **{column: bindparam(column, type_=_T[column].type) for column in _TRACE_COLUMNS},
+    }
+
+
+def _ttl() -> ColumnElement[int]:
+    """The task's lease TTL, or a shorter one the call gives (bound ``lease_ttl_override_ms``)."""
+    return func.coalesce(bindparam("lease_ttl_override_ms", type_=BigInteger), _T.lease_ttl_ms)
+
+
+def _receipt_of(changed: Any) -> list[ColumnElement[Any]]:
+    """The receipt stored for the changed row's key (:data:`RECEIPT_COLUMNS`; ``NULL`` s without one)."""
+    stored = RECEIPTS.alias("stored")
+    of_key = stored.c.idempotency_key == changed.c.idempotency_key
+    return [
+        select(stored.c[column.name]).where(of_key).scalar_subquery().label(label)
+        for label, column in RECEIPT_COLUMNS.items()
+    ]
+
+
+def _claimed(dialect: str) -> Any:
+    """The ``claimed`` entry: the new generation, its owner, the lease's expiry added to the details."""
+
+    def made(changed: Any) -> Any:
+        details = json_with(dialect, EVENT_DETAILS, lease_expires_at_ms=changed.c.lease_expires_at_ms)
+        return evidence(dialect, changed, EventKind.CLAIMED, owner=changed.c.lease_owner, details=details)
+
+    return made
+
+
+def claim_new(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
+    """The claim of a task the ledger has not seen (G1, G3): its row inserted already claimed, generation 1,
+    attempt 1, ``ON CONFLICT (task_id) DO NOTHING`` (a task that exists is claimed by :func:`claim`);
+    the ``claimed`` entry; the row and the receipt stored for its key come back."""
+    change = (
+        dialect_insert(dialect)(TASKS)
+        .values(**new_task(now), **_lease_from(now, bindparam("lease_ttl_ms")), claim_generation=1, attempts=1)
+        .on_conflict_do_nothing(index_elements=["task_id"])
+        .returning(*TASKS.c)
+    )
+    key = _T.task_id == bindparam("task_id", type_=_T.task_id.type)
+    return LeaseWrite(change, key, made=(_claimed(dialect),), result=_receipt_of)
+
+
+def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
+    """The claim of a task that exists (G1, G3): only if it is pending or released, or running with a lease
+    that lapsed at ``now``; it mints ``claim_generation + 1``, counts the attempt, and consumes the approval
+    of an approval-gated task (refused without a valid one: :func:`approval_needed`). The caller reads the
+    row first (locked) and records the lapsed lease's ``expired`` entry (:func:`expired_entry`) before the
+    ``claimed`` one, whose reason says what the claim consumed."""
+    claimable = [status.value for status in TaskStatus if status.claimable]
+    lapsed = and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now)
+    consumed = case((approval_needed(), _T.claim_generation + 1), else_=_T.approval_consumed_generation)
+    change = (
+        update(TASKS)
+        .where(KEY_TASK, or_(one_of(_T.status, claimable), lapsed), or_(not_(approval_needed()), _approval_valid(now)))
+        .values(
+            **_lease_from(now, _ttl()),
+            approval_consumed_generation=consumed,
+            claim_generation=_T.claim_generation + 1,
+            attempts=_T.attempts + 1,
+            error_class=None,
+            updated_at_ms=now,
+        )
+        .returning(*TASKS.c)
+    )
+    return LeaseWrite(change, KEY_TASK, made=(_claimed(dialect),), result=_receipt_of)
+
+
+def renew(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
+    """The holder's renewal (G2, G5): the lease extended by its TTL (or the shorter one given), the stage
+    ``new_stage`` recorded unless an attempt reached further (G6; ``None`` keeps it); the ``renewed``
+    entry with the new expiry added to its details."""
+    change = (
+        update(TASKS)
+        .where(holds(now))
+        .values(
+            lease_expires_at_ms=now + _ttl(),
+            renewal_count=_T.renewal_count + 1,
+            updated_at_ms=now,
+            stage=furthest_stage(bindparam("new_stage", type_=_T.stage.type)),
+        )
+        .returning(_T.task_id, _T.claim_generation, _T.lease_expires_at_ms, _T.updated_at_ms, _T.stage)
+    )
+
+    def renewed(changed: Any) -> Any:
+        details = json_with(dialect, EVENT_DETAILS, lease_expires_at_ms=changed.c.lease_expires_at_ms)
+        return evidence(dialect, changed, EventKind.RENEWED, owner=HELD_OWNER, details=details)
+
+    return LeaseWrite(change, HELD_TASK, made=(renewed,))
+
+
+def settle(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
+    """The holder's settle (G2, G6): the receipt stored for the key unless one stands (the first stands),
+    the task settled with the one that stands, its lease ended; the ``settled`` entry."""
+    change = (
+        update(TASKS)
+        .where(holds(now))
+        .values(status=TaskStatus.SETTLED.value, stage=Stage.SETTLED.value, lease_expires_at_ms=None, updated_at_ms=now)
+        .returning(_T.task_id, _T.claim_generation, _T.stage, _T.updated_at_ms, _T.renewal_count)
+    )
+
+    def settled(changed: Any) -> Any:
+        return evidence(dialect, changed, EventKind.SETTLED, owner=HELD_OWNER)
+
+    return LeaseWrite(change, HELD_TASK, made=(settled,), receipt_first=holds(now))
+
+
+def end_lease(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
+    """The holder's release, dead-letter or park (G2): the task moves to ``status`` with ``error_class``
+    and ``last_error``, its lease ended, the attempt given back when ``attempts_returned`` is 1; an
+    entry of the kind named like the status."""
+    change = (
+        update(TASKS)
+        .where(holds(now))
+        .values(
+            status=bindparam("status", type_=_T.status.type),
+            lease_owner=None,
+            lease_expires_at_ms=None,
+            error_class=bindparam("error_class", type_=_T.error_class.type),
+            last_error=bindparam("last_error", type_=_T.last_error.type),
+            updated_at_ms=now,
+            attempts=_T.attempts - bindparam("attempts_returned", type_=_T.attempts.type),
+        )
+        .returning(_T.task_id, _T.claim_generation, _T.stage, _T.updated_at_ms, _T.status)
+    )
+
+    def ended(changed: Any) -> Any:
+        return evidence(dialect, changed, changed.c.status, owner=HELD_OWNER)
+
+    return LeaseWrite(change, HELD_TASK, made=(ended,))
+
+
+def decision(dialect: str, now: ColumnElement[int], kind: DecisionKind) -> LeaseWrite:
+    """A decision of :data:`~agentlease.decisions.DECISIONS` (G8): from one of the statuses it applies to,
+    to its result, ending any claim in the same statement; a settling one stores ``receipt`` for the key
+    (unless one stands); its entry, with ``effect: unknown`` when it leaves the effect unknown."""
+    rule = DECISIONS[kind]
+    made: list[Any] = []
+    if rule.settles:
+
+        def receipt(changed: Any) -> Any:
+            stored = receipt_from(
+                dialect, changed, generation=changed.c.claim_generation, at_ms=changed.c.updated_at_ms
+            )
+            return stored.on_conflict_do_nothing(index_elements=["idempotency_key"])  # type: ignore[attr-defined]
+
+        made.append(receipt)
+
+    def decided(changed: Any) -> Any:
+        details: Any = EVENT_DETAILS
+        if rule.to_if_effect_unknown is not None:  # only a person can say whether the side effect happened
+            details = case((may_have_acted(changed), json_with(dialect, details, effect="unknown")), else_=details)
+        return evidence(dialect, changed, rule.event, owner=null(), details=details)
+
+    return LeaseWrite(_decision_change(rule.kind, now), KEY_TASK, made=(*made, decided))
+
+
+def _decision_change(kind: DecisionKind, now: ColumnElement[int]) -> Update:
+    rule = DECISIONS[kind]
+    status: Any = rule.to.value
+    if rule.to_if_effect_unknown is not None:
+        status = case((may_have_acted(TASKS), rule.to_if_effect_unknown.value), else_=rule.to.value)
+    values: dict[str, Any] = {
+        "status": status,
+        "lease_owner": None,
+        "lease_expires_at_ms": None,
+        "error_class": None if rule.error_class is None else rule.error_class.value,
+        "updated_at_ms": now,
+    }
+    if rule.restarts_attempts:
+        values["attempts"] = 0
+    if kind is DecisionKind.APPROVE:  # the approval of one execution: this tool, these arguments, now
+        values["approved_at_ms"] = now
+        values["approval_tool"] = bindparam("approval_tool", type_=_T.approval_tool.type)
+        values["approval_arguments_sha256"] = bindparam(
+            "approval_arguments_sha256", type_=_T.approval_arguments_sha256.type
+        )
+        values["approval_consumed_generation"] = None
+    if kind is DecisionKind.AWAIT_APPROVAL:  # asked again: an earlier approval no longer counts
+        values.update(
+            approved_at_ms=None, approval_tool=None, approval_arguments_sha256=None, approval_consumed_generation=None
+        )
+    if rule.settles:
+        values["receipt"] = RECEIPT
+    if rule.to is TaskStatus.SETTLED:
+        values["stage"] = Stage.SETTLED.value
+    applies_to = sorted(status.value for status in rule.applies_to)
+    return update(TASKS).where(KEY_TASK, one_of(_T.status, applies_to)).values(**values).returning(*TASKS.c)
+
+
+def expired_entry(
+    *,
+    task_id: str,
+    generation: int,
+    owner: str | None,
+    stage: str | None,
+    expires_at_ms: int,
+    at_ms: int,
+    trace: TraceLink,
+    by: str,
+    outcome: str,
+    **details: Any,
+) -> dict[str, Any]:
+    """The ``expired`` entry of a lease that lapsed without renewal, found by a takeover or the sweeper.
+
+    Written for the lapsed generation (its owner, stage and trace) when the row change that ends it
+    (the claim that supersedes it, the sweeper's) changed the row. ``outcome``: what became of it
+    (``superseded by generation 3 (w2)``, ``sweeper: reclaim -> released``); ``details``: more facts.
+    """
+    return event_values(
+        task_id=task_id,
+        kind=EventKind.EXPIRED,
+        generation=generation,
+        at_ms=at_ms,
+        owner=owner,
+        stage=stage,
+        reason=f"lease lapsed at {from_ms(expires_at_ms).isoformat()}{outcome}",
+        details={"lease_expires_at_ms": expires_at_ms, "by": by, **details},
+        trace=trace,
+    )
+
+
+@dataclass(frozen=True)
+class LeaseWrites:
+    """The lease writes of one dialect, rendered (:class:`~agentlease.ledger.rendering.Rendered`).
+
+    Attributes:
+        claim_new / claim / renew / settle / end_lease: see the functions of the same names.
+        decisions: per decision kind, :func:`decision`.
+    """
+
+    claim_new: Rendered
+    claim: Rendered
+    renew: Rendered
+    settle: Rendered
+    end_lease: Rendered
+    decisions: dict[DecisionKind, Rendered]
+
+
+@cache
+def lease_writes(dialect: str) -> LeaseWrites:
+    """The lease writes for ``sqlite`` or ``postgresql``, built and rendered on first use.
+
+    Raises:
+        ValueError: unsupported dialect.
+    """
+    now = bound_now_ms(dialect)
+    return LeaseWrites(
+        claim_new=render(claim_new(dialect, now), dialect),
+        claim=render(claim(dialect, now), dialect),
+        renew=render(renew(dialect, now), dialect),
+        settle=render(settle(dialect, now), dialect),
+        end_lease=render(end_lease(dialect, now), dialect),
+        decisions={kind: render(decision(dialect, now, kind), dialect) for kind in DecisionKind},
+    )
+
+
+__all__ = [
+    "LeaseWrites",
+    "approval_needed",
+    "claim",
+    "claim_new",
+    "decision",
+    "end_lease",
+    "expired_entry",
+    "furthest_stage",
+    "holds",
+    "lease_writes",
+    "may_have_acted",
+    "one_of",
+    "renew",
+    "settle",
+]
