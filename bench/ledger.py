@@ -11,7 +11,7 @@ Each cell is measured for every *side*, in rotating order, each side in a fresh 
 
 - ``ledger``: the :class:`~agentlease.ledger.store.Ledger` API (``claim``, ``renew``, ``settle``);
 - ``bare``: the same cycle on the bare driver, no agentlease code on the path: the SQL the ledger
-  sends for it (the statements of :func:`~agentlease.ledger.statements.lease_statements`, rendered
+  sends for it (the lease writes of :func:`~agentlease.ledger.writes.lease_writes`, rendered
   once), with hand-built parameters; ``asyncpg`` (one connection per claimer, autocommit) on
   PostgreSQL, ``sqlite3`` on SQLite (one connection per process, ``BEGIN IMMEDIATE`` transactions;
   claimers of one process run as one loop, since one connection serialises them anyway);
@@ -147,24 +147,30 @@ async def _ledger_cycles(url: str, claimers: int, start_at: float, seconds: floa
 
 
 def _bare_statements(dialect_name: str) -> dict[str, Any]:
-    """The SQL of the ledger's cycle, rendered once, with its parameter order."""
+    """The SQL of the ledger's cycle, rendered once, with its parameter order: on PostgreSQL each write's
+    one statement, on SQLite each write's statements in the order the ledger runs them."""
     from sqlalchemy.dialects import postgresql, sqlite
 
     from agentlease.ledger.compiled import Compiled
     from agentlease.ledger.statements import lease_statements
+    from agentlease.ledger.writes import lease_writes
 
-    sql = lease_statements(dialect_name)
+    writes = lease_writes(dialect_name)
     if dialect_name == "postgresql":
         dialect: Any = postgresql.asyncpg.dialect()
-        names = ("claim_new_evidenced", "renew_evidenced", "settle_evidenced")
-        return {name: Compiled(getattr(sql, name), dialect) for name in names}
+        return {name: Compiled(getattr(writes, name).statement, dialect) for name in ("claim_new", "renew", "settle")}
     dialect = sqlite.pysqlite.dialect()
-    out = {
-        name: Compiled(getattr(sql, name), dialect)
-        for name in ("claim_new", "renew", "settle", "insert_event", "insert_receipt", "select_receipt")
+    return {
+        "clock": Compiled(lease_statements(dialect_name).clock_check, dialect),
+        "claim": Compiled(writes.claim_new.change, dialect),
+        "claimed": Compiled(writes.claim_new.made[0], dialect),
+        "stored": Compiled(writes.claim_new.result, dialect),
+        "renew": Compiled(writes.renew.change, dialect),
+        "renewed": Compiled(writes.renew.made[0], dialect),
+        "receipt": Compiled(writes.settle.first, dialect),
+        "settle": Compiled(writes.settle.change, dialect),
+        "settled": Compiled(writes.settle.made[0], dialect),
     }
-    out["clock"] = Compiled(sql.clock_check, dialect)
-    return out
 
 
 def _bare_values(run: str, n: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -217,7 +223,7 @@ async def _bare_pg_claimer(url: str, deadline_at: list[float], ready: asyncio.Ev
     import asyncpg
 
     sql = _bare_statements("postgresql")
-    claim, renew, settle = sql["claim_new_evidenced"], sql["renew_evidenced"], sql["settle_evidenced"]
+    claim, renew, settle = sql["claim_new"], sql["renew"], sql["settle"]
     conn = await asyncpg.connect(url)
     try:
         run = f"bare-{uuid.uuid4().hex[:10]}"
@@ -270,69 +276,44 @@ def _bare_sqlite_cycles(url: str, start_at: float, seconds: float) -> dict[str, 
     conn = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
     sqlite_pragmas(conn, SQLITE_BUSY_TIMEOUT_MS)
     sql = _bare_statements("sqlite")
-    clock, claim, renew, settle = sql["clock"], sql["claim_new"], sql["renew"], sql["settle"]
-    event, receipt_insert, receipt_select = sql["insert_event"], sql["insert_receipt"], sql["select_receipt"]
     run = f"bare-{uuid.uuid4().hex[:10]}"
     execute = conn.execute
 
-    def entry(task_id: str, kind: str, stage: str | None, reason: str, details: Any, at_ms: int) -> list[Any]:
-        values = {
-            "task_id": task_id,
-            "kind": kind,
-            "claim_generation": 1,
-            "lease_owner": "bench-claimer",
-            "stage": stage,
-            "reason": reason,
-            "details": details,
-            "at_ms": at_ms,
-            "trace_workflow_id": None,
-            "trace_run_id": None,
-            "trace_activity_id": None,
-            "trace_attempt": None,
-            "trace_id": None,
-        }
-        return event.args(values)
+    def step(name: str, params: dict[str, Any]) -> list[Any]:
+        statement = sql[name]
+        return execute(statement.sql, statement.args(params)).fetchall()
 
     def cycles(deadline: float) -> list[int]:
         n = 0
         while time.perf_counter() < deadline:
             task, held, receipt = _bare_values(run, n)
-            task_id = task["task_id"]
+            event = {k: v for k, v in held.items() if k.startswith("event_")}
             execute("BEGIN IMMEDIATE")
-            execute(clock.sql, clock.args({"now_ms": None})).fetchall()
-            row = execute(claim.sql, claim.args(task)).fetchone()
-            if row is None:
+            step("clock", {"now_ms": None})
+            claimed = {**task, **event, "event_reason": "attempt 1", "event_details": {}}
+            if not step("claim", claimed):
                 raise RuntimeError("bare claim refused")
-            granted = claim.rows([row])[0]
-            details = {"lease_expires_at_ms": granted.lease_expires_at_ms}
-            execute(event.sql, entry(task_id, "claimed", None, "attempt 1", details, granted.lease_acquired_at_ms))
-            execute(
-                receipt_select.sql, receipt_select.args({"key_idempotency_key": task["idempotency_key"]})
-            ).fetchall()
+            step("claimed", claimed)
+            step("stored", claimed)
             execute("COMMIT")
             execute("BEGIN IMMEDIATE")
             renewed = {**held, "new_stage": "external_call", "lease_ttl_override_ms": None}
-            row = execute(renew.sql, renew.args(renewed)).fetchone()
-            if row is None:
+            renewed.update(event_reason="calling the external system", event_details={})
+            if not step("renew", renewed):
                 raise RuntimeError("bare renew refused")
-            details = {"lease_expires_at_ms": row[0]}
-            execute(event.sql, entry(task_id, "renewed", row[2], "calling the external system", details, row[1]))
+            step("renewed", renewed)
             execute("COMMIT")
             execute("BEGIN IMMEDIATE")
-            row = execute(settle.sql, settle.args({**held, "receipt": receipt})).fetchone()
-            if row is None:
-                raise RuntimeError("bare settle refused")
-            stored = {
-                "idempotency_key": task["idempotency_key"],
-                "task_id": task_id,
-                "claim_generation": 1,
+            settled = {
+                **held,
                 "receipt": receipt,
-                "created_at_ms": row[0],
-                "tool": row[2],
-                "arguments_sha256": row[3],
+                "event_reason": "receipt bench",
+                "event_details": {"receipt": receipt},
             }
-            execute(receipt_insert.sql, receipt_insert.args(stored)).fetchall()
-            execute(event.sql, entry(task_id, "settled", "settled", "receipt bench", {"receipt": receipt}, row[0]))
+            step("receipt", settled)
+            if not step("settle", settled):
+                raise RuntimeError("bare settle refused")
+            step("settled", settled)
             execute("COMMIT")
             n += 1
         return [n]
