@@ -1,7 +1,7 @@
 """Approvals bound to one execution, as the claim checks and consumes them (``docs/recovery.md``, "Approvals").
 
 The claim statement itself refuses an approval-gated task without a valid approval and consumes it
-(:func:`agentlease.ledger.statements.approval_needed`); what is here reads the row the claim locked to say
+(:func:`agentlease.ledger.writes.approval_needed`); what is here reads the row the claim locked to say
 why a refused claim was refused, sends the task back to ``awaiting_approval`` with its one trail line,
 and reports what a granted claim consumed.
 """

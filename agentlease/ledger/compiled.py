@@ -1,7 +1,7 @@
 """Running the ledger's hot statements on the driver connection: compiled once, executed without SQLAlchemy's
 per-call machinery.
 
-A lease write is one statement of :mod:`agentlease.ledger.statements`, run thousands of times a
+A lease write is one statement of :mod:`agentlease.ledger.writes`, run thousands of times a
 second at scale. SQLAlchemy's execution layer (execution context, result objects, events) costs
 about 50-80 us of CPU per statement on a small machine, more than the statement itself on SQLite
 and, with the greenlet hop of its asyncio adapter, most of a PostgreSQL round trip's client CPU
@@ -114,7 +114,7 @@ def _compiled(statement: ClauseElement, dialect: Dialect) -> Compiled:
 def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
     """Run a prebuilt ``statement`` with ``params`` on ``conn`` (see the module docstring). Returns its rows.
 
-    ``statement`` is one built once (:func:`~agentlease.ledger.statements.lease_statements`): its
+    ``statement`` is one built once (:func:`~agentlease.ledger.writes.lease_writes`, ...): its
     compiled form is kept for the life of the process. Its parameters are named ``bindparam`` s
     or constants (no expanding ``IN`` lists).
 

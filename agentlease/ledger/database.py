@@ -16,8 +16,9 @@ runs it without blocking the event loop:
   more are queued: one wake-up of the loop for several of them.
 - **PostgreSQL**: the async engine (asyncpg) and ``AsyncConnection.run_sync``, which runs the
   same function with each statement awaited on the loop. A lease write that is one statement
-  (:meth:`LedgerDatabase.write_statement`: a claim of a new task, a renewal, a settle, each with its
-  evidence) skips that: the statement goes straight to asyncpg on a pooled connection.
+  (:meth:`LedgerDatabase.write_statement`: a claim of a new task, a renewal, a settle, a lease end,
+  each with its evidence, :mod:`agentlease.ledger.rendering`) skips that: the statement goes
+  straight to asyncpg on a pooled connection.
 
 Writes begin with ``BEGIN IMMEDIATE`` on SQLite (see :mod:`agentlease.ledger.engine`); reads with
 a plain ``BEGIN``, a WAL snapshot that does not take the write lock.
