@@ -49,7 +49,8 @@ from agentlease.ledger.tables import EVENTS, RECEIPTS, TASKS
 from agentlease.records import TraceLink
 
 _E = EVENTS.c
-_TRACE_COLUMNS = tuple(TraceLink().columns())
+TRACE_COLUMNS = tuple(TraceLink().columns())
+"""The trace columns of a task row and of an evidence entry (links into Temporal)."""
 
 EVENT_REASON = bindparam("event_reason", type_=_E.reason.type)
 """The reason of the entry a lease write makes (every entry has one, given by the caller)."""
@@ -228,10 +229,10 @@ def evidence(
     (an :class:`~agentlease.enums.EventKind`, or SQL over the row), ``owner`` and ``details`` (SQL);
     its reason and trace are bound (``event_reason``, ``event_trace_*``).
     """
-    trace = [bindparam(f"event_{column}", type_=_E[column].type) for column in _TRACE_COLUMNS]
+    trace = [bindparam(f"event_{column}", type_=_E[column].type) for column in TRACE_COLUMNS]
     columns = ["task_id", "kind", "claim_generation", "lease_owner", "stage", "reason", "details", "at_ms"]
     return insert(EVENTS).from_select(
-        [*columns, *_TRACE_COLUMNS, "authenticated_as"],
+        [*columns, *TRACE_COLUMNS, "authenticated_as"],
         select(
             changed.c.task_id,
             literal(kind.value, _E.kind.type) if isinstance(kind, EventKind) else kind,
@@ -277,6 +278,7 @@ def event_params(reason: str, details: dict[str, Any] | None, trace: TraceLink) 
 __all__ = [
     "EVENT_DETAILS",
     "RECEIPT_COLUMNS",
+    "TRACE_COLUMNS",
     "LeaseWrite",
     "Made",
     "Rendered",

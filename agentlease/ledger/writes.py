@@ -56,6 +56,7 @@ from agentlease.ledger.rendering import (
     EVENT_DETAILS,
     RECEIPT,
     RECEIPT_COLUMNS,
+    TRACE_COLUMNS,
     LeaseWrite,
     Rendered,
     dialect_insert,
@@ -70,7 +71,6 @@ from agentlease.ledger.trail import event_values
 from agentlease.records import TraceLink
 
 _T = TASKS.c
-_TRACE_COLUMNS = tuple(TraceLink().columns())
 
 HELD_TASK = _T.task_id == bindparam("held_task_id", type_=_T.task_id.type)
 HELD_OWNER = bindparam("held_owner", type_=_T.lease_owner.type)
@@ -154,7 +154,7 @@ def _lease_from(now: ColumnElement[int], ttl: ColumnElement[int]) -> dict[str, A
         "lease_token_sha256": bindparam("lease_token_sha256", type_=_T.lease_token_sha256.type),
         "lease_acquired_at_ms": now,
         "lease_expires_at_ms": now + ttl,
-        **{column: bindparam(column, type_=_T[column].type) for column in _TRACE_COLUMNS},
+        **{column: bindparam(column, type_=_T[column].type) for column in TRACE_COLUMNS},
     }
 
 
