@@ -100,16 +100,17 @@ async def settle(
 
     def settled(row: Any) -> _Settled:
         """The receipt that stands (this one, or the first stored for the key) and the renewal count."""
-        stored = stored_receipt(row, claim.idempotency_key)
-        assert stored is not None
-        if (stored.task_id, stored.claim_generation) == (claim.task_id, claim.generation):
-            stored = StoredReceipt(
-                idempotency_key=claim.idempotency_key,
-                task_id=claim.task_id,
-                claim_generation=claim.generation,
-                receipt=receipt,
-            )
-        return stored, row.renewal_count
+        if (row.receipt_task_id, row.receipt_generation) != (claim.task_id, claim.generation):
+            stored = stored_receipt(row, claim.idempotency_key)
+            assert stored is not None
+            return stored, row.renewal_count
+        ours = StoredReceipt(
+            idempotency_key=claim.idempotency_key,
+            task_id=claim.task_id,
+            claim_generation=claim.generation,
+            receipt=receipt,
+        )
+        return ours, row.renewal_count
 
     def refused(conn: Connection) -> _Settled:
         stored_now = core.receipt(conn, claim.idempotency_key) if retried else None

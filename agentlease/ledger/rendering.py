@@ -83,7 +83,8 @@ class LeaseWrite:
             caller read (``task_id``, ``claim_generation``, ``stage``, ``updated_at_ms`` for an entry).
         key: finds the changed row again after the change (``tasks.task_id = :held_task_id``).
         made: the rows made from the changed row, in order: evidence entries, a receipt.
-        result: columns read beside the changed row, computed over it (the receipt of its key).
+        reads_receipt: the receipt stored for the changed row's key comes back beside it
+            (:data:`RECEIPT_COLUMNS`, ``NULL`` s without one).
         receipt_first: a settle's guard: the receipt (bound ``receipt``) is stored from the guarded
             row before the change, unless one stands for the key, and ``change`` sets the task's
             ``receipt`` to the one that stands (its columns come back as :data:`RECEIPT_COLUMNS`).
@@ -92,7 +93,7 @@ class LeaseWrite:
     change: Update | Insert
     key: ColumnElement[bool]
     made: tuple[Made, ...] = ()
-    result: Callable[[Any], list[ColumnElement[Any]]] | None = None
+    reads_receipt: bool = False
     receipt_first: ColumnElement[bool] | None = None
 
 
@@ -105,7 +106,7 @@ class Rendered:
         first: the receipt stored before the change (a settle), RETURNING the one that stands.
         change: the conditional statement.
         made: the made rows' ``INSERT ... SELECT`` over the changed row read again by its key.
-        result: ``SELECT`` of the columns read beside the changed row.
+        result: ``SELECT`` of the receipt stored for the changed row's key (``reads_receipt``).
     """
 
     statement: Select[Any] | None
@@ -153,10 +154,23 @@ def render(write: LeaseWrite, dialect: str) -> Rendered:
         first = _standing(dialect, guarded)
         stands = RECEIPTS.c.idempotency_key == TASKS.c.idempotency_key
         change = change.values(receipt=select(RECEIPTS.c.receipt).where(stands).scalar_subquery())
-    result = None if write.result is None else select(*write.result(changed)).select_from(changed)
+    result = select(*_receipt_columns(_stored)).select_from(_with_receipt(changed)) if write.reads_receipt else None
     statement = _one_statement(write, dialect) if dialect == "postgresql" else None
     made = tuple(build(changed) for build in write.made)
     return Rendered(statement, first, change, made, result)
+
+
+_stored = RECEIPTS.alias("stored")
+
+
+def _receipt_columns(receipts: Any) -> list[ColumnElement[Any]]:
+    """``receipts``' columns as the caller reads them (:data:`RECEIPT_COLUMNS`)."""
+    return [receipts.c[column.name].label(label) for label, column in RECEIPT_COLUMNS.items()]
+
+
+def _with_receipt(changed: Any) -> Any:
+    """The changed row joined with the receipt stored for its key, if any."""
+    return changed.outerjoin(_stored, _stored.c.idempotency_key == changed.c.idempotency_key)
 
 
 def _guarded(guard: ColumnElement[bool]) -> Select[Any]:
@@ -172,10 +186,9 @@ def _standing(dialect: str, guarded: Any) -> Insert:
     back, on PostgreSQL after waiting for a concurrent writer of the same key.
     """
     stored: Any = receipt_from(dialect, guarded, generation=guarded.c.claim_generation, at_ms=bound_now_ms(dialect))
-    labelled = [column.label(label) for label, column in RECEIPT_COLUMNS.items()]
     return stored.on_conflict_do_update(
         index_elements=["idempotency_key"], set_={"idempotency_key": stored.excluded.idempotency_key}
-    ).returning(*labelled)
+    ).returning(*_receipt_columns(RECEIPTS))
 
 
 def _one_statement(write: LeaseWrite, dialect: str) -> Select[Any]:
@@ -186,8 +199,9 @@ def _one_statement(write: LeaseWrite, dialect: str) -> Select[Any]:
         change = change.values(receipt=select(standing.c.stored_receipt).scalar_subquery())
     changed = change.cte("changed")
     made = [build(changed).cte(f"made_{index}") for index, build in enumerate(write.made)]
-    extra = [] if write.result is None else write.result(changed)
-    query = select(changed, *extra)
+    query = select(changed)
+    if write.reads_receipt:
+        query = select(changed, *_receipt_columns(_stored)).select_from(_with_receipt(changed))
     if standing is not None:
         query = select(changed, standing).select_from(changed.join(standing, true()))
     return query.add_cte(*made)

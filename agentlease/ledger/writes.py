@@ -44,7 +44,6 @@ from sqlalchemy import (
     not_,
     null,
     or_,
-    select,
     tuple_,
     update,
 )
@@ -55,7 +54,6 @@ from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, Ta
 from agentlease.ledger.rendering import (
     EVENT_DETAILS,
     RECEIPT,
-    RECEIPT_COLUMNS,
     TRACE_COLUMNS,
     LeaseWrite,
     Rendered,
@@ -66,7 +64,7 @@ from agentlease.ledger.rendering import (
     render,
 )
 from agentlease.ledger.statements import new_task
-from agentlease.ledger.tables import RECEIPTS, TASKS
+from agentlease.ledger.tables import TASKS
 from agentlease.ledger.trail import event_values
 from agentlease.records import TraceLink
 
@@ -163,16 +161,6 @@ def _ttl() -> ColumnElement[int]:
     return func.coalesce(bindparam("lease_ttl_override_ms", type_=BigInteger), _T.lease_ttl_ms)
 
 
-def _receipt_of(changed: Any) -> list[ColumnElement[Any]]:
-    """The receipt stored for the changed row's key (:data:`RECEIPT_COLUMNS`; ``NULL`` s without one)."""
-    stored = RECEIPTS.alias("stored")
-    of_key = stored.c.idempotency_key == changed.c.idempotency_key
-    return [
-        select(stored.c[column.name]).where(of_key).scalar_subquery().label(label)
-        for label, column in RECEIPT_COLUMNS.items()
-    ]
-
-
 def _claimed(dialect: str) -> Any:
     """The ``claimed`` entry: the new generation, its owner, the lease's expiry added to the details."""
 
@@ -194,7 +182,7 @@ def claim_new(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         .returning(*TASKS.c)
     )
     key = _T.task_id == bindparam("task_id", type_=_T.task_id.type)
-    return LeaseWrite(change, key, made=(_claimed(dialect),), result=_receipt_of)
+    return LeaseWrite(change, key, made=(_claimed(dialect),), reads_receipt=True)
 
 
 def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
@@ -219,7 +207,7 @@ def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         )
         .returning(*TASKS.c)
     )
-    return LeaseWrite(change, KEY_TASK, made=(_claimed(dialect),), result=_receipt_of)
+    return LeaseWrite(change, KEY_TASK, made=(_claimed(dialect),), reads_receipt=True)
 
 
 def renew(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
