@@ -54,6 +54,10 @@ class Compiled:
                 self.order.append((bind.key, None, processor))
         self.keys = frozenset(key for key, _value, _processor in self.order if key is not None)
         """The names of the parameters a call gives."""
+        self._constants = [value for _key, value, _processor in self.order]
+        self._given = [(index, key, processor) for index, (key, _, processor) in enumerate(self.order) if key]
+        self._plain = [(index, key) for index, key, processor in self._given if processor is None]
+        self._processed = [(index, key, processor) for index, key, processor in self._given if processor]
         columns: list[Any] = list(
             getattr(statement, "selected_columns", None) or getattr(statement, "exported_columns", None) or ()
         )
@@ -62,26 +66,32 @@ class Compiled:
         self.result_processors: list[_Processor] = [
             column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
         ]
+        self._results = [(index, processor) for index, processor in enumerate(self.result_processors) if processor]
         self.has_results = bool(columns)
 
     def args(self, params: Mapping[str, Any]) -> list[Any]:
-        out = []
-        for key, value, processor in self.order:
-            if key is None:
-                out.append(value)
-            else:
-                given = params[key]
-                out.append(given if processor is None or given is None else processor(given))
+        """The statement's positional arguments: its constants, and ``params`` through the types' bind processors."""
+        out = self._constants.copy()
+        for index, key in self._plain:
+            out[index] = params[key]
+        for index, key, processor in self._processed:
+            given = params[key]
+            out[index] = given if given is None else processor(given)
         return out
 
     def rows(self, raw: Sequence[Sequence[Any]]) -> list[Any]:
-        processors = self.result_processors
-        if not any(processors):
-            return [self.row_type(*row) for row in raw]
-        return [
-            self.row_type(*(v if p is None or v is None else p(v) for v, p in zip(row, processors, strict=True)))
-            for row in raw
-        ]
+        """Rows of ``raw`` through the columns' result processors (those that have one)."""
+        make, processors = self.row_type, self._results
+        if not processors:
+            return [make(*row) for row in raw]
+        out = []
+        for row in raw:
+            values = list(row)
+            for index, processor in processors:
+                if values[index] is not None:
+                    values[index] = processor(values[index])
+            out.append(make(*values))
+        return out
 
 
 def row_type(names: list[str]) -> type:
