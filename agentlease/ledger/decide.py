@@ -62,7 +62,7 @@ async def decide(
     if kind is DecisionKind.APPROVE:  # the approval of this tool and these arguments (docs/recovery.md)
         params["approval_tool"] = spec.tool if spec is not None else None
         params["approval_arguments_sha256"] = spec.arguments_sha256 if spec is not None else None
-    write = core.writes.decisions[kind]
+    write = core.writes.decision(kind)
 
     def decide_tx(conn: Connection) -> TaskRecord:
         if spec is not None:

@@ -102,11 +102,15 @@ class Rendered:
     """A :class:`LeaseWrite` as a dialect runs it.
 
     Attributes:
-        statement: PostgreSQL: the whole write in one statement; ``None`` on SQLite.
-        first: the receipt stored before the change (a settle), RETURNING the one that stands.
+        statement: PostgreSQL: the whole write in one statement, sent alone; ``None`` on SQLite (and for a
+            write that only runs inside a transaction).
+        first: a settle's receipt, stored from the guarded row unless one stands for the key;
+            RETURNING what :data:`RECEIPT_COLUMNS` says of it when this write stored it (its
+            ``stored_receipt`` is the bound ``receipt``).
         change: the conditional statement.
         made: the made rows' ``INSERT ... SELECT`` over the changed row read again by its key.
-        result: ``SELECT`` of the receipt stored for the changed row's key (``reads_receipt``).
+        result: ``SELECT`` of the receipt stored for the changed row's key (:data:`RECEIPT_COLUMNS`):
+            read when the write reads it, or a settle found one standing.
     """
 
     statement: Select[Any] | None
@@ -119,43 +123,52 @@ class Rendered:
     def run(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         """The write inside ``conn``'s transaction, statement by statement: its rows (none: refused).
 
-        Each row holds the change's ``RETURNING`` columns, then those of ``first`` or ``result``.
+        Each row holds the change's ``RETURNING`` columns, then the receipt's (:data:`RECEIPT_COLUMNS`)
+        for a write that reads it.
         """
-        stands = execute(conn, self.first, params) if self.first is not None else []
-        if self.first is not None and not stands:
-            return []  # the guard refused the receipt; the change, under the same guard, changes nothing
+        stored = execute(conn, self.first, params) if self.first is not None else []
         rows = execute(conn, self.change, params)
-        return self.finish(conn, rows, params, stands) if rows else rows
+        return self.finish(conn, rows, params, stored) if rows else rows
 
     def finish(
-        self, conn: Connection, rows: list[Any], params: Mapping[str, Any], stands: Sequence[Any] = ()
+        self, conn: Connection, rows: list[Any], params: Mapping[str, Any], stored: Sequence[Any] = ()
     ) -> list[Any]:
         """After a change that changed its row (``rows``, its RETURNING): make the rows made from it
-        (``params`` may have gained the entry's reason) and read ``result``; the rows as :meth:`run` returns them."""
+        (``params`` may have gained the entry's reason) and read the receipt (none read when the write
+        stored its own: ``stored``); the rows as :meth:`run` returns them."""
         for made in self.made:
             execute(conn, made, params)
-        if self.result is not None:
-            stands = execute(conn, self.result, params)
-        if not stands:
+        if stored:
+            names = (*stored[0]._fields, "stored_receipt")
+            return [self._join(rows[0], names, (*stored[0], params["receipt"]))]
+        if self.result is None:
             return rows
-        names = (*rows[0]._fields, *stands[0]._fields)
-        joined = self._joined.get(names)
+        [receipt] = execute(conn, self.result, params)
+        return [self._join(rows[0], receipt._fields, receipt)]
+
+    def _join(self, row: Any, names: tuple[str, ...], values: Sequence[Any]) -> Any:
+        fields = (*row._fields, *names)
+        joined = self._joined.get(fields)
         if joined is None:
-            joined = self._joined[names] = row_type(list(names))
-        return [joined(*rows[0], *stands[0])]
+            joined = self._joined[fields] = row_type(list(fields))
+        return joined(*row, *values)
 
 
-def render(write: LeaseWrite, dialect: str) -> Rendered:
-    """``write`` for ``sqlite`` or ``postgresql`` (see the module docstring)."""
+def render(write: LeaseWrite, dialect: str, *, alone: bool = True) -> Rendered:
+    """``write`` for ``sqlite`` or ``postgresql`` (see the module docstring).
+
+    ``alone``: the write is also sent on its own (on PostgreSQL as one statement); ``False`` for a
+    write that only ever runs inside a longer transaction (a decision, the claim of a task that exists).
+    """
     changed = select(TASKS).where(write.key).subquery("changed")
-    change, first = write.change, None
+    change, first, result = write.change, None, None
+    if write.reads_receipt or write.receipt_first is not None:
+        result = select(*_receipt_columns(_stored)).select_from(_with_receipt(changed))
     if write.receipt_first is not None:
-        guarded = _guarded(write.receipt_first).subquery("guarded")
-        first = _standing(dialect, guarded)
+        first = _stored_unless_one_stands(dialect, _guarded(write.receipt_first).subquery("guarded"))
         stands = RECEIPTS.c.idempotency_key == TASKS.c.idempotency_key
         change = change.values(receipt=select(RECEIPTS.c.receipt).where(stands).scalar_subquery())
-    result = select(*_receipt_columns(_stored)).select_from(_with_receipt(changed)) if write.reads_receipt else None
-    statement = _one_statement(write, dialect) if dialect == "postgresql" else None
+    statement = _one_statement(write, dialect) if alone and dialect == "postgresql" else None
     made = tuple(build(changed) for build in write.made)
     return Rendered(statement, first, change, made, result)
 
@@ -163,9 +176,9 @@ def render(write: LeaseWrite, dialect: str) -> Rendered:
 _stored = RECEIPTS.alias("stored")
 
 
-def _receipt_columns(receipts: Any) -> list[ColumnElement[Any]]:
-    """``receipts``' columns as the caller reads them (:data:`RECEIPT_COLUMNS`)."""
-    return [receipts.c[column.name].label(label) for label, column in RECEIPT_COLUMNS.items()]
+def _receipt_columns(receipts: Any, *, without: str = "") -> list[ColumnElement[Any]]:
+    """``receipts``' columns as the caller reads them (:data:`RECEIPT_COLUMNS`), but ``without``."""
+    return [receipts.c[column.name].label(label) for label, column in RECEIPT_COLUMNS.items() if label != without]
 
 
 def _with_receipt(changed: Any) -> Any:
@@ -177,6 +190,15 @@ def _guarded(guard: ColumnElement[bool]) -> Select[Any]:
     """The row a settle's guard holds, locked on PostgreSQL until the statement's transaction ends."""
     columns = (TASKS.c.task_id, TASKS.c.claim_generation, TASKS.c.idempotency_key, TASKS.c.tool)
     return select(*columns, TASKS.c.arguments_sha256).where(guard).with_for_update(of=TASKS)
+
+
+def _stored_unless_one_stands(dialect: str, guarded: Any) -> Insert:
+    """Store the receipt of the guarded row unless one stands for its key (in a transaction, then read the
+    one that stands); RETURNING what the caller reads of it when stored, but the receipt it bound."""
+    stored: Any = receipt_from(dialect, guarded, generation=guarded.c.claim_generation, at_ms=bound_now_ms(dialect))
+    return stored.on_conflict_do_nothing(index_elements=["idempotency_key"]).returning(
+        *_receipt_columns(RECEIPTS, without="stored_receipt")
+    )
 
 
 def _standing(dialect: str, guarded: Any) -> Insert:

@@ -369,16 +369,20 @@ class LeaseWrites:
     """The lease writes of one dialect, rendered (:class:`~agentlease.ledger.rendering.Rendered`).
 
     Attributes:
+        dialect: ``sqlite`` or ``postgresql``.
         claim_new / claim / renew / settle / end_lease: see the functions of the same names.
-        decisions: per decision kind, :func:`decision`.
     """
 
+    dialect: str
     claim_new: Rendered
     claim: Rendered
     renew: Rendered
     settle: Rendered
     end_lease: Rendered
-    decisions: dict[DecisionKind, Rendered]
+
+    def decision(self, kind: DecisionKind) -> Rendered:
+        """The write of :func:`decision` ``kind``, rendered on first use (most processes make none)."""
+        return _rendered_decision(self.dialect, kind)
 
 
 @cache
@@ -390,13 +394,18 @@ def lease_writes(dialect: str) -> LeaseWrites:
     """
     now = bound_now_ms(dialect)
     return LeaseWrites(
+        dialect=dialect,
         claim_new=render(claim_new(dialect, now), dialect),
-        claim=render(claim(dialect, now), dialect),
+        claim=render(claim(dialect, now), dialect, alone=False),
         renew=render(renew(dialect, now), dialect),
         settle=render(settle(dialect, now), dialect),
         end_lease=render(end_lease(dialect, now), dialect),
-        decisions={kind: render(decision(dialect, now, kind), dialect) for kind in DecisionKind},
     )
+
+
+@cache
+def _rendered_decision(dialect: str, kind: DecisionKind) -> Rendered:
+    return render(decision(dialect, bound_now_ms(dialect), kind), dialect, alone=False)
 
 
 __all__ = [

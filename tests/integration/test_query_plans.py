@@ -154,7 +154,7 @@ def statements_to_explain(dialect: str) -> dict[str, tuple[Any, dict[str, Any]]]
             params["receipt"] = receipt
         if kind is DecisionKind.APPROVE:
             params.update(approval_tool="t", approval_arguments_sha256="0" * 64)
-        lease_writes_params[f"decision_{kind.value}"] = (writes.decisions[kind], params)
+        lease_writes_params[f"decision_{kind.value}"] = (writes.decision(kind), params)
     for name, (write, params) in lease_writes_params.items():
         parts = {"statement": write.statement, "first": write.first, "change": write.change, "result": write.result}
         parts.update({f"made_{index}": made for index, made in enumerate(write.made)})
