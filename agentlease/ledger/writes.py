@@ -14,6 +14,10 @@ another in a transaction anywhere). The guarantees they hold (``docs/guarantees.
   stands for its key;
 - G8: a decision ends any claim in its own statement.
 
+A lapsed lease's expiry has two row changes: the claim that supersedes it (:func:`claim`) and the
+sweeper's batch (:func:`agentlease.ledger.expiry.record_statement`, one conditional statement on
+both databases); both record the same ``expired`` entry (:func:`expired_entry`).
+
 Bound parameters (never chosen by SQL text): ``now_ms``; ``held_task_id``, ``held_owner``,
 ``held_generation``, ``held_token_sha256`` (:func:`~agentlease.ledger.statements.held`);
 ``key_task_id``; ``task_id`` and column names (values written); ``event_reason``,
@@ -56,6 +60,7 @@ from agentlease.ledger.rendering import (
     RECEIPT,
     TRACE_COLUMNS,
     LeaseWrite,
+    Made,
     Rendered,
     dialect_insert,
     evidence,
@@ -71,8 +76,11 @@ from agentlease.records import TraceLink
 _T = TASKS.c
 
 HELD_TASK = _T.task_id == bindparam("held_task_id", type_=_T.task_id.type)
+"""The task of the claim a holder write is guarded by."""
 HELD_OWNER = bindparam("held_owner", type_=_T.lease_owner.type)
+"""The owner of that claim (a holder write's entries name it, also once the write cleared it)."""
 KEY_TASK = _T.task_id == bindparam("key_task_id", type_=_T.task_id.type)
+"""The task a claim of an existing task or a decision is about."""
 
 
 def one_of(column: Any, values: Any) -> ColumnElement[bool]:
@@ -161,7 +169,7 @@ def _ttl() -> ColumnElement[int]:
     return func.coalesce(bindparam("lease_ttl_override_ms", type_=BigInteger), _T.lease_ttl_ms)
 
 
-def _claimed(dialect: str) -> Any:
+def _claimed(dialect: str) -> Made:
     """The ``claimed`` entry: the new generation, its owner, the lease's expiry added to the details."""
 
     def made(changed: Any) -> Any:
