@@ -36,6 +36,10 @@ LEASE_TOKEN_BYTES = 32
 Claimed = tuple[Claim, bool, str | None]
 """A granted claim, whether it superseded a lapsed lease, and that lease's stage."""
 
+_Granted = tuple[Any, str | None, bool, str | None]
+"""The granted row, the previous attempt's error class, whether it superseded a lapsed lease, and that
+lease's stage: what the claim's transaction returns (the :class:`Claim` is made after it)."""
+
 
 def receipt_mismatch(spec: TaskSpec, tool: str | None, arguments_sha256: str | None) -> str | None:
     """Why a receipt stored for ``spec``'s key (made by ``tool`` with those arguments) does not settle it.
@@ -197,32 +201,41 @@ async def claim(
 
 
 async def _claim_once(core: LedgerCore, claimer: _Claimer) -> Claimed:
-    new_task = core.writes.claim_new.statement
-    if new_task is not None and not claimer.gated:  # PostgreSQL: a task the ledger has not seen, in one statement
-        rows = await core.write_statement("claim", claimer.spec.tool, new_task, claimer.new_task())
+    # The parameters are made here, not on SQLite's ledger thread, which runs every transaction in turn.
+    new_task = None if claimer.gated else claimer.new_task()  # an approval-gated claim never inserts its task
+    if new_task is not None and core.writes.claim_new.statement is not None:  # PostgreSQL: in one statement
+        rows = await core.write_statement("claim", claimer.spec.tool, core.writes.claim_new.statement, new_task)
         if rows:
             return claimer.granted(rows[0], None), False, None
-    outcome = await core.write("claim", claimer.spec.tool, functools.partial(_claim_tx, core, claimer))
+        new_task = None  # the task exists
+    claim_tx = functools.partial(_claim_tx, core, claimer, new_task, claimer.existing_task())
+    outcome = await core.write("claim", claimer.spec.tool, claim_tx)
     if isinstance(outcome, ApprovalRefusedError):
         raise outcome
-    return outcome
+    row, previous_error_class, superseded, superseded_stage = outcome
+    return claimer.granted(row, previous_error_class), superseded, superseded_stage
 
 
-def _claim_tx(core: LedgerCore, claimer: _Claimer, conn: Connection) -> Claimed | ApprovalRefusedError:
-    """The claim, or the approval refusal it recorded (raised once the transaction committed)."""
+def _claim_tx(
+    core: LedgerCore, claimer: _Claimer, new_task: dict[str, Any] | None, params: dict[str, Any], conn: Connection
+) -> _Granted | ApprovalRefusedError:
+    """The granted claim, or the approval refusal it recorded (raised once the transaction committed).
+
+    ``new_task``: the parameters of a first claim to try in this transaction (SQLite); ``params``: those
+    of the claim of the task that exists.
+    """
     spec = claimer.spec
     check_claim_clock(conn, core.sql, core.db.dialect, spec.task_id, claimer.now)
-    if core.writes.claim_new.statement is None and not claimer.gated:  # SQLite: a new task, in this transaction
-        rows = core.writes.claim_new.run(conn, claimer.new_task())
+    if new_task is not None:  # a task the ledger has not seen: created claimed (generation 1)
+        rows = core.writes.claim_new.run(conn, new_task)
         if rows:
-            return claimer.granted(rows[0], None), False, None
+            return rows[0], None, False, None
     if claimer.gated:
         core.insert_task(conn, spec, claimer.now)  # an approval-gated task is claimed only once approved
     before = conn.execute(core.sql.current_task, claimer.key).one()
     status = TaskStatus(before.status)
     if status.is_terminal or status.awaits_decision:
         raise TaskClosedError(spec.task_id, before.status)
-    params = claimer.existing_task()
     rows = execute(conn, core.writes.claim.change, params)
     if not rows:
         return _refused(core, claimer, conn, before)
@@ -244,7 +257,7 @@ def _claim_tx(core: LedgerCore, claimer: _Claimer, conn: Connection) -> Claimed 
     consumed = before if consumed_now(before, granted) else None
     note = claimer.note(granted.attempts, granted.lease_ttl_ms, consumed, granted.approval_consumed_generation)
     [row] = core.writes.claim.finish(conn, rows, {**params, **event_params(*note, claimer.trace)})
-    return claimer.granted(row, before.error_class), superseded, before.stage
+    return row, before.error_class, superseded, before.stage
 
 
 def _refused(core: LedgerCore, claimer: _Claimer, conn: Connection, before: Any) -> ApprovalRefusedError:

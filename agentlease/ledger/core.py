@@ -131,17 +131,19 @@ class LedgerCore:
 
         On PostgreSQL the write is ONE statement sent in autocommit (:meth:`LedgerDatabase.write_statement`)
         and a refusal is recorded in a transaction of its own after it; on SQLite its statements and the
-        refusal run in one transaction. An outage is counted and raised as by :meth:`write`.
+        refusal run in one transaction. ``granted`` runs after the write, off SQLite's ledger thread. An
+        outage is counted and raised as by :meth:`write`.
         """
         if write.statement is not None:
             rows = await self.write_statement(operation, tool, write.statement, params)
             return granted(rows[0]) if rows else await self.write(operation, tool, refused, one=True)
 
-        def transaction(conn: Connection) -> R:
+        def transaction(conn: Connection) -> tuple[bool, Any]:
             rows = write.run(conn, params)
-            return granted(rows[0]) if rows else refused(conn)
+            return (True, rows[0]) if rows else (False, refused(conn))
 
-        return await self.write(operation, tool, transaction, one=True)
+        changed, outcome = await self.write(operation, tool, transaction, one=True)
+        return granted(outcome) if changed else outcome
 
     @staticmethod
     def held(claim: Claim, now: datetime | None) -> dict[str, Any]:
