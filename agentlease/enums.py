@@ -36,7 +36,7 @@ class TaskStatus(StrEnum):
     CANCELLED = "cancelled"
     """An operator cancelled it. Terminal: expiry never undoes it (G8)."""
     CANCELLED_EFFECT_UNKNOWN = "cancelled_effect_unknown"
-    """An operator cancelled it after its ``unsafe`` side effect may have happened (the stage reached
+    """An operator cancelled it after its side effect may have happened (a tool that writes, its stage past
     ``external_call``): cancelled all the same (terminal, G8), and listed by ``agentlease waiting`` until a
     person records what happened (reconcile confirm or abandon -> cancelled)."""
     REJECTED = "rejected"
@@ -189,14 +189,14 @@ class SideEffectClass(StrEnum):
         return self is SideEffectClass.UNSAFE and stage is not None and stage.crossed_external_call
 
     def may_have_acted(self, stage: Stage | None) -> bool:
-        """Whether a tool of this class whose recorded stage is ``stage`` may have sent its side effect
-        without anyone knowing if it landed: a cancel then leaves the task ``cancelled_effect_unknown``.
+        """Whether a tool of this class whose recorded stage is ``stage`` may have acted at the downstream:
+        a tool that writes, past ``external_call``. A cancel then leaves the task ``cancelled_effect_unknown``
+        (never "not done" for an effect that may be in place, ``docs/edge.md``).
 
         The one predicate of that condition: the ledger's cancel renders it as SQL, the pairs
         ``(class, stage)`` for which it holds (``agentlease/ledger/writes.py``, ``may_have_acted``).
-        Today the same as :meth:`effect_unknown`.
         """
-        return self.effect_unknown(stage)
+        return self is not SideEffectClass.READ_ONLY and stage is not None and stage.crossed_external_call
 
 
 class EventKind(StrEnum):

@@ -169,9 +169,9 @@ class LeasedToolCalls:
         """Stop the run's leased calls because its workflow (or its agent run) was cancelled: what
         ``agentlease cancel RUN`` does, from workflow code, before the cancellation is let through.
 
-        Every task that is not final is cancelled in the ledger first (the claim ends there, G8: an
-        ``unsafe`` call that may have sent becomes ``cancelled_effect_unknown``, listed by ``agentlease
-        waiting``), then each running activity is cancelled, and this waits until each has stopped.
+        Every task that is not final is cancelled in the ledger first (the claim ends there, G8: a
+        writing call that may have reached its downstream becomes ``cancelled_effect_unknown``, listed by
+        ``agentlease waiting``), then each running activity is cancelled, and this waits until each has stopped.
         An agent framework's runner may drop a tool call's task when it is cancelled; this is what
         keeps the run from ending while the call goes on. The adapters' ``run_agent`` call it; a
         workflow of its own calls it where it catches ``asyncio.CancelledError``.

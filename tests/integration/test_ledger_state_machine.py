@@ -260,8 +260,11 @@ class LedgerMachine(RuleBasedStateMachine):
                 self.run(cancel)
             return
         record = self.run(cancel)
-        assert (record.status, record.claim_generation) == (TaskStatus.CANCELLED, task.generation)
-        task.status, task.owner, task.expires_ms = TaskStatus.CANCELLED, None, None
+        # A write whose stage reached external_call may have acted: cancelled, its effect unknown (G11).
+        acted = task.spec.side_effect_class.may_have_acted(task.stage)
+        status = TaskStatus.CANCELLED_EFFECT_UNKNOWN if acted else TaskStatus.CANCELLED
+        assert (record.status, record.claim_generation) == (status, task.generation)
+        task.status, task.owner, task.expires_ms = status, None, None
         self.granted_write(task, EventKind.CANCELLED, None)
 
     @rule(elapsed_ms=st.integers(min_value=1, max_value=12_000))
