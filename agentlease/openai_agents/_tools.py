@@ -49,6 +49,7 @@ _NOT_SETTLED = {
     TaskStatus.REJECTED: "was not run",
     TaskStatus.ABANDONED: "was abandoned after an attempt whose effect is unknown; treat it as not done",
     TaskStatus.CANCELLED: "was cancelled",
+    TaskStatus.CANCELLED_EFFECT_UNKNOWN: "was cancelled after it may have reached its target; its effect is unknown",
     StepEnd.FAILED: "failed",
 }
 """How the model is told that a call ended without settling, by the task's final status."""

@@ -197,6 +197,8 @@ _NOT_SETTLED: dict[str, str] = {
     TaskStatus.REJECTED.value: "an operator refused this call; it did not run and will not run",
     TaskStatus.ABANDONED.value: "an operator abandoned this call after an unclear outcome; it will not be retried",
     TaskStatus.CANCELLED.value: "this call was cancelled by an operator; it will not run again",
+    TaskStatus.CANCELLED_EFFECT_UNKNOWN.value: "this call was cancelled by an operator after it may have reached "
+    "its target: its effect is unknown; it will not run again",
 }
 
 

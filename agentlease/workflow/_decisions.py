@@ -384,7 +384,8 @@ def _ended_by(status: TaskStatus, by: str, reason: str) -> str | None:
     """A decision that ended a task without settling it, as its view's ``error``: who and why
     (``"rejected by alice: wrong recipient"``); ``None`` for any other decision."""
     if status.is_terminal and status is not TaskStatus.SETTLED:
-        return f"{status.value} by {by}: {reason}"
+        done = "cancelled" if status.is_cancelled else status.value  # the status says whether its effect is known
+        return f"{done} by {by}: {reason}"
     return None
 
 

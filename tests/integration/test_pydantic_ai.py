@@ -371,7 +371,8 @@ async def test_a_cancelled_call_stays_cancelled_and_the_model_is_told(
     client: Client, settings: AgentLeaseSettings, tmp_path: Path
 ) -> None:
     """G8 inside an agent run: ``cancel`` on a running call ends its claim in the ledger first, then
-    the activity; the task never runs again, the model sees it was cancelled, the run completes."""
+    the activity; the task never runs again, the model sees it was cancelled, the run completes. The call
+    was inside ``external_call``: its effect may be in place, so it is cancelled with its effect unknown (G11)."""
     async with agent_stack(settings, tmp_path) as stack:
         handle = await start_scripted(client, stack, prompt_for([("long_call", {})], [("quick", {})]))
         task = await one_task_in(stack, handle.id, TaskStatus.RUNNING)
@@ -383,14 +384,14 @@ async def test_a_cancelled_call_stays_cancelled_and_the_model_is_told(
         await replays(handle, "cancelled")
 
     [view] = [t for t in answer.tasks if t.step_id == task.step_id]
-    assert (view.status, view.error) == ("cancelled", "cancelled by carol: customer withdrew")
-    assert record.status is TaskStatus.CANCELLED
+    assert (view.status, view.error) == ("cancelled_effect_unknown", "cancelled by carol: customer withdrew")
+    assert record.status is TaskStatus.CANCELLED_EFFECT_UNKNOWN
     assert [e.claim_generation for e in trail if e.kind is EventKind.CLAIMED] == [1]  # never claimed again
     assert told[0] == {
         "tool": "long_call",
         "outcome": "failed",
-        "content": "long_call: this call was cancelled by an operator; it will not run again "
-        "(cancelled by carol: customer withdrew)",
+        "content": "long_call: this call was cancelled by an operator after it may have reached its target: its "
+        "effect is unknown; it will not run again (cancelled by carol: customer withdrew)",
     }
     assert told[1]["outcome"] == "success"  # the agent carried on with its next call
 
@@ -430,9 +431,10 @@ async def test_cancelling_the_agent_run_cancels_each_running_leased_call_once(
     kinds = [event.event_type for event in history.events]
     assert kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED) == 2  # once per leased call
     assert kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED) == 2  # each acknowledged
-    # Recorded before the run ended, as agentlease cancel records it: idempotent calls, so cancelled.
+    # Recorded before the run ended, as agentlease cancel records it: idempotent calls inside external_call,
+    # so cancelled with their effect unknown (G11).
     assert [(r.status, r.lease_owner, r.stage) for r in records] == [
-        (TaskStatus.CANCELLED, None, Stage.EXTERNAL_CALL)
+        (TaskStatus.CANCELLED_EFFECT_UNKNOWN, None, Stage.EXTERNAL_CALL)
     ] * 2
     assert status.status == "cancelled"
 
