@@ -482,7 +482,7 @@ class ProbeAnswer(StrEnum):
 
 class DecisionKind(StrEnum):
     """What a person (or the run, for ``await_approval``) decides about one task; the rules are in
-    :data:`agentlease.decisions.DECISIONS`."""
+    :data:`agentlease.decisions.table.DECISIONS`."""
 
     AWAIT_APPROVAL = "await_approval"
     """The run parks an approval-gated call before it runs (pending -> awaiting_approval)."""

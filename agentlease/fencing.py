@@ -236,7 +236,7 @@ async def fenced_write(
     statements; an exception in the block rolls back the fence move with the caller's writes.
 
     Args:
-        engine: the downstream's engine (see :func:`~agentlease.databases.create_async_database_engine`).
+        engine: the downstream's engine (see :func:`~agentlease.ledger.engine.create_async_database_engine`).
         resource_key: the fenced resource, 1 to 400 characters.
         generation: the writer's claim generation, or its signed token.
         now: injected time for ``updated_at_ms``; default the database's clock.

@@ -1,7 +1,7 @@
 """Every bound on what agentlease accepts from outside: one home for each number (``docs/limits.md``).
 
 Plans, ``submit`` updates, decision payloads and the calls of the framework adapters all validate
-through the pydantic models of :mod:`agentlease.records` and :mod:`agentlease.decisions`, whose
+through the pydantic models of :mod:`agentlease.records` and :mod:`agentlease.decisions.table`, whose
 fields use the bounds and checks defined here; the CLI, the update validators and the workflow's
 own bad-plan handling therefore refuse the same input with the same message.
 

@@ -20,22 +20,22 @@ from temporalio.plugin import SimplePlugin
 from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from agentlease import search_attributes
-from agentlease.decision_auth import decision_verifier
+from agentlease.decisions._activity import DecisionActivities
 from agentlease.errors import ConfigurationError, LedgerUnavailableError
 from agentlease.ledger.grants import require_writable
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.metrics import LeaseMetrics
-from agentlease.redaction import configure as configure_redaction
-from agentlease.settings import AgentLeaseSettings, default_identity
-from agentlease.temporal import load_object, worker_client
-from agentlease.tools._decisions import DecisionActivities
+from agentlease.ledger.unknown_tools import UnknownToolActivities
+from agentlease.observability import search_attributes
+from agentlease.observability.metrics import LeaseMetrics
+from agentlease.runtime.temporal import worker_client
+from agentlease.security.decision_auth import decision_verifier
+from agentlease.security.redaction import configure as configure_redaction
+from agentlease.settings import AgentLeaseSettings, default_identity, load_object
 from agentlease.tools._declaration import ToolSpec
 from agentlease.tools._leased import LeasedActivities
 from agentlease.tools._registry import ToolRegistry, load_registry
 from agentlease.tools._resources import ToolResources
-from agentlease.tools._unknown_tools import UnknownToolActivities
 from agentlease.workflow._calls import LeasedCallError
 from agentlease.workflow._interceptor import LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow

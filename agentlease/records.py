@@ -338,7 +338,7 @@ class ToolCall(_Frozen):
     share_idempotency_key: bool = False
     """The key is shared across runs (``"shared:<key>"``); otherwise it must be of the call's own run."""
     progress_key: str | None = Field(default=None, min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$", repr=False)
-    """The key the attempt proves its progress signals with (:mod:`agentlease.progress`); ``None`` in calls
+    """The key the attempt proves its progress signals with (:mod:`agentlease.security.progress`); ``None`` in calls
     of runs recorded before it. Never stored in the ledger nor logged."""
 
 
@@ -658,7 +658,7 @@ class LeaseProgress(_Frozen):
 
     Sent as the ``agentlease.lease_progress`` signal, rate-limited (``docs/operator-views.md``).
     It carries no lease token: only what the ``status`` query and the search attributes show, and a
-    proof made with its call's key (:mod:`agentlease.progress`), which the run checks.
+    proof made with its call's key (:mod:`agentlease.security.progress`), which the run checks.
 
     Attributes:
         step_id: the run's step.

@@ -6,6 +6,8 @@ one of these variables. Durations accept seconds (``"30"``) or ISO 8601 (``"PT30
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import os
 import socket
 from datetime import timedelta
@@ -15,9 +17,46 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from agentlease.errors import ConfigurationError, describe_validation_error
+from agentlease.errors import ConfigurationError, describe_validation_error, one_line
 from agentlease.limits import MAX_NAME_CHARS, MAX_TASK_QUEUE_CHARS
-from agentlease.metrics import parse_address
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``:PORT``, meaning all interfaces) as ``(host, port)``.
+
+    Raises:
+        ConfigurationError: not ``HOST:PORT`` with a port in 0..65535.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise ConfigurationError(f"bad metrics address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+def load_object(path: str, what: str, *, factory: bool = True) -> Any:
+    """The object named ``module:attribute``; a function there is called (a factory, no arguments)
+    unless ``factory`` is false (the object is the function itself: a redactor).
+
+    Raises:
+        ConfigurationError: not ``module:attribute``, or it cannot be imported.
+    """
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigurationError(f"bad {what} {path!r}: expected module:attribute")
+    try:
+        value = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot load {what} {path!r}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the module failed while importing: a bad setting, in one line
+        raise ConfigurationError(f"cannot load {what} {path!r}: importing it raised {type(exc).__name__}") from None
+    if not (factory and inspect.isfunction(value)):
+        return value
+    try:
+        return value()  # a factory: ``def plugin() -> Plugin``
+    except Exception as exc:  # noqa: BLE001 - a factory that fails, or takes arguments: a bad setting
+        raise ConfigurationError(
+            f"cannot load {what} {path!r}: calling it raised {type(exc).__name__}: {one_line(exc)}"
+        ) from None
 
 
 class AgentLeaseSettings(BaseSettings):
@@ -215,7 +254,7 @@ class AgentLeaseSettings(BaseSettings):
     redactor: str | None = Field(
         default=None,
         description="`module:function` `(text) -> text` applied to everything the ledger stores. Unset: "
-        "`agentlease.redaction.redact_text`.",
+        "`agentlease.security.redaction.redact_text`.",
     )
     secret_provider: str | None = Field(
         default=None,

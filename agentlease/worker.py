@@ -21,11 +21,11 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.metrics import LeaseMetrics, serving_metrics
+from agentlease.observability.metrics import LeaseMetrics, serving_metrics
 from agentlease.plugin import AgentLeasePlugin
+from agentlease.runtime.shutdown import exit_process, stop_event
+from agentlease.runtime.temporal import connect, prometheus_runtime
 from agentlease.settings import AgentLeaseSettings, default_identity
-from agentlease.shutdown import exit_process, stop_event
-from agentlease.temporal import connect, prometheus_runtime
 from agentlease.tools._registry import ToolRegistry, load_registry
 
 logger = logging.getLogger("agentlease.worker")
@@ -72,7 +72,7 @@ def build_worker(
     ``settings.workflow_modules``) and every tool of ``registry`` (:func:`load_registry` includes the
     built-in tools), through :class:`~agentlease.plugin.AgentLeasePlugin` with its opt-ins on; the
     caller owns and closes ``ledger``. Its start registers the search attributes (or refuses, with
-    one line: see :func:`agentlease.search_attributes.require_registered`)."""
+    one line: see :func:`agentlease.observability.search_attributes.require_registered`)."""
     identity = identity or settings.worker_identity or default_identity()
     plugin = AgentLeasePlugin(
         settings=settings, ledger=ledger, tools=registry, identity=identity, builtins=True, agent_run_workflow=True

@@ -36,12 +36,12 @@ from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.openai_agents.testing import TestModelProvider
 from temporalio.worker import Worker
 
-from agentlease.devserver import dev_server, scratch_postgres_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.plugin import AgentLeasePlugin
+from agentlease.runtime.devserver import dev_server, scratch_postgres_database
+from agentlease.runtime.shutdown import exit_process
 from agentlease.settings import AgentLeaseSettings
-from agentlease.shutdown import exit_process
 from bench import agent_models as models
 from bench import agent_workflows as wf
 from bench.runs import cpu_s, history_of, server_pids
@@ -206,4 +206,4 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     asyncio.run(main(parse_args()))
-    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.runtime.shutdown)

@@ -53,13 +53,13 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-from agentlease.devserver import scratch_postgres_database
 from agentlease.enums import EventKind, RunState, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus
-from agentlease.shutdown import exit_process
+from agentlease.runtime.devserver import scratch_postgres_database
+from agentlease.runtime.names import STATUS_QUERY
+from agentlease.runtime.shutdown import exit_process
 from agentlease.workflow._plan import AgentRunWorkflow
 from bench.chaos_tools import CHAOS_TOOLS, LEASE_TTL
 from bench.faults import PostgresCluster, TemporalProcess
@@ -408,4 +408,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.runtime.shutdown)

@@ -57,7 +57,7 @@ from temporalio.client import Client
 
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.shutdown import exit_process
+from agentlease.runtime.shutdown import exit_process
 from bench.effects_agents import refund_prompt
 from bench.effects_downstream import RefundService, running_refund_service
 from bench.effects_tools import AFTER_RETURN, DIR_ENV, DOWNSTREAM_ENV
@@ -406,7 +406,7 @@ def print_summary(cells: list[Cell], opts: argparse.Namespace, out: Any) -> None
 
 async def edge_matrix(opts: argparse.Namespace, address: str, work: Path, out: Any) -> None:
     """The crash-point matrix of the downstream's edge (``docs/edge.md``), on each ledger of ``--dialects``."""
-    from agentlease.devserver import scratch_postgres_database
+    from agentlease.runtime.devserver import scratch_postgres_database
     from tests.acceptance.edge_matrix import cells as matrix_cells
     from tests.acceptance.edge_matrix import run_cells, table
 
@@ -546,4 +546,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.runtime.shutdown)

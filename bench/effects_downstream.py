@@ -38,12 +38,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentlease.databases import create_async_database_engine
 from agentlease.demo.serving import serve_app
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import advance_fence
 from agentlease.idempotency import IDEMPOTENCY_KEY_HEADER, IdempotencyMiddleware, IdempotencyStore
 from agentlease.idempotency.middleware import stale_fencing_response
+from agentlease.ledger.engine import create_async_database_engine
 
 LOST_FOR_S = 30.0
 """How long a lost response keeps its connection silent (far past any client's timeout)."""

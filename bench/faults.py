@@ -22,8 +22,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from agentlease import search_attributes
-from agentlease.devserver import temporal_binary
+from agentlease.observability import search_attributes
+from agentlease.runtime.devserver import temporal_binary
 
 PG_BIN = Path(os.environ.get("AGENTLEASE_PG_BIN", "/usr/lib/postgresql/15/bin"))
 """Where ``initdb`` and ``pg_ctl`` are (``AGENTLEASE_PG_BIN``). Default PostgreSQL 15's on Debian."""

@@ -270,7 +270,7 @@ def _bare_sqlite_cycles(url: str, start_at: float, seconds: float) -> dict[str, 
     """One process's claimers on one ``sqlite3`` connection: one synchronous loop, the ledger's transactions."""
     import sqlite3
 
-    from agentlease.databases import SQLITE_BUSY_TIMEOUT_MS, sqlite_path, sqlite_pragmas
+    from agentlease.ledger.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_path, sqlite_pragmas
 
     path = sqlite_path(url, name="ledger")
     conn = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
@@ -509,9 +509,9 @@ def _print_medians(rounds: list[dict[str, Cell]], sides: list[str], out: Any) ->
 
 
 async def bench(opts: argparse.Namespace) -> None:
-    from agentlease.devserver import scratch_postgres_database
     from agentlease.ledger.migrate import upgrade
     from agentlease.ledger.store import Ledger
+    from agentlease.runtime.devserver import scratch_postgres_database
     from bench.fill import Fill, fill_ledger
 
     out = sys.stdout

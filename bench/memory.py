@@ -72,10 +72,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentlease.devserver import scratch_postgres_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.shutdown import exit_process
+from agentlease.runtime.devserver import scratch_postgres_database
+from agentlease.runtime.shutdown import exit_process
 from bench.overhead import default_pg_url, quiet_dev_server, rotated
 from bench.tools import HOLD_TOOL, PLAIN_HOLD_ACTIVITY
 from bench.workflow import BENCH_WORKFLOW, BenchBatch
@@ -178,9 +178,9 @@ def _serve(
     async def main() -> None:
         from temporalio.worker import Worker
 
+        from agentlease.decisions._activity import DecisionActivities
+        from agentlease.runtime.temporal import connect
         from agentlease.settings import AgentLeaseSettings, default_identity
-        from agentlease.temporal import connect
-        from agentlease.tools._decisions import DecisionActivities
         from agentlease.tools._leased import LeasedActivities
         from agentlease.tools._registry import ToolRegistry
         from bench.tools import Holding, plain_hold
@@ -476,4 +476,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.runtime.shutdown)

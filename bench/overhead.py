@@ -40,15 +40,15 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from agentlease.devserver import dev_server, scratch_postgres_database
+from agentlease.decisions._activity import DecisionActivities
 from agentlease.errors import AgentLeaseError, one_line
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.names import AGENT_RUN_WORKFLOW
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
+from agentlease.runtime.devserver import dev_server, scratch_postgres_database
+from agentlease.runtime.names import AGENT_RUN_WORKFLOW
+from agentlease.runtime.shutdown import exit_process
 from agentlease.settings import AgentLeaseSettings, default_identity
-from agentlease.shutdown import exit_process
-from agentlease.tools._decisions import DecisionActivities
 from agentlease.tools._leased import LeasedActivities
 from agentlease.tools._registry import ToolRegistry
 from agentlease.workflow._plan import AgentRunWorkflow
@@ -162,7 +162,7 @@ def bench_worker(client: Client, side: Side, settings: AgentLeaseSettings) -> Wo
 
 @asynccontextmanager
 async def quiet_dev_server(data_dir: Path) -> AsyncIterator[tuple[WorkflowEnvironment, Path]]:
-    """:func:`agentlease.devserver.dev_server` with its banner and logs in ``data_dir/temporal.log``.
+    """:func:`agentlease.runtime.devserver.dev_server` with its banner and logs in ``data_dir/temporal.log``.
 
     The server process inherits the standard streams it is started with; they point at the log
     file while it starts, so its output never interleaves with the report.
@@ -423,4 +423,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.runtime.shutdown)

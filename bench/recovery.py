@@ -43,12 +43,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentlease.clock import to_ms
-from agentlease.devserver import scratch_postgres_database
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep
-from agentlease.shutdown import exit_process
+from agentlease.runtime.devserver import scratch_postgres_database
+from agentlease.runtime.shutdown import exit_process
 from agentlease.workflow._plan import AgentRunWorkflow
 from bench.faults import TemporalProcess
 from bench.recovery_tools import HOLDING, TOOL_OF_TTL
@@ -267,4 +267,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.runtime.shutdown)

@@ -41,13 +41,13 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from agentlease.devserver import scratch_postgres_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.names import AGENT_RUN_WORKFLOW
 from agentlease.records import AgentRunPlan, PlanStep
+from agentlease.runtime.devserver import scratch_postgres_database
+from agentlease.runtime.names import AGENT_RUN_WORKFLOW
+from agentlease.runtime.shutdown import exit_process
 from agentlease.settings import AgentLeaseSettings
-from agentlease.shutdown import exit_process
 from bench.overhead import default_pg_url, quiet_dev_server, rotated
 from bench.tools import PLAIN_READ_ACTIVITY, READ_TOOL
 from bench.workflow import BENCH_WORKFLOW, BenchBatch
@@ -86,7 +86,7 @@ def _serve(kind: str, task_queue: str, address: str, ledger_url: str | None, rea
     async def main() -> None:
         from temporalio.worker import Worker
 
-        from agentlease.temporal import connect
+        from agentlease.runtime.temporal import connect
         from agentlease.tools._registry import ToolRegistry
         from agentlease.worker import build_worker
         from bench.tools import plain_read
@@ -357,4 +357,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.shutdown)
+    exit_process(0)  # not a finalization the Temporal SDK's threads can abort (agentlease.runtime.shutdown)

@@ -16,9 +16,9 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from agentlease.devserver import scratch_postgres_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.runtime.devserver import scratch_postgres_database
 
 PG_ADMIN_URL = os.environ.get("AGENTLEASE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 """The maintenance database used to create and drop the per-test databases."""

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentlease.errors import AgentLeaseError
-from agentlease.ttl_advice import Spread, StageAdvice, ToolAdvice
+from agentlease.recovery.ttl_advice import Spread, StageAdvice, ToolAdvice
 
 
 def _spread(spread: Spread) -> str:

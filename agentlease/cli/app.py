@@ -24,8 +24,8 @@ from agentlease.cli.security import codec_server, keys_app, startup_warnings
 from agentlease.cli.session import err, log_in_one_line, out, require_extra
 from agentlease.cli.session import settings as _settings
 from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
+from agentlease.runtime.shutdown import exit_process
 from agentlease.settings import AgentLeaseSettings, with_overrides
-from agentlease.shutdown import exit_process
 
 app = typer.Typer(
     name="agentlease",
@@ -49,7 +49,7 @@ def worker(ctx: typer.Context) -> None:
     The connection flags (--temporal-address, --namespace, --task-queue, --ledger-url, --tool-modules)
     go before the command: `agentlease --task-queue Q worker`.
     """
-    from agentlease.databases import display_url
+    from agentlease.ledger.engine import display_url
     from agentlease.settings import default_identity
     from agentlease.tools._registry import load_registry
     from agentlease.worker import serve
@@ -97,8 +97,8 @@ def demo(
     On the embedded default, with the bundled plans and example agents beside it. Exit 0 once every task settled.
     """
     require_extra("demo", "demo")
-    from agentlease.cli.local import EXAMPLE_PLANS, run_demo
-    from agentlease.shutdown import stopped_by_signals
+    from agentlease.demo.cli.local import EXAMPLE_PLANS, run_demo
+    from agentlease.runtime.shutdown import stopped_by_signals
 
     settled = asyncio.run(stopped_by_signals(run_demo(_settings(ctx), EXAMPLE_PLANS, out, err, timeout_s=timeout_s)))
     if not settled:
@@ -122,7 +122,7 @@ def dev(
     Prints where the Temporal UI is and the exports a second shell needs.
     """
     require_extra("demo", "dev")
-    from agentlease.cli.local import run_dev
+    from agentlease.demo.cli.local import run_dev
 
     asyncio.run(run_dev(_settings(ctx), err, port=port, ui_port=ui_port, worker=with_worker))
 
@@ -158,7 +158,7 @@ def _run(argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console entry point: run the CLI, then leave without finalizing the interpreter
-    (:func:`agentlease.shutdown.exit_process`: everything the command started has stopped by then)."""
+    (:func:`agentlease.runtime.shutdown.exit_process`: everything the command started has stopped by then)."""
     exit_process(_run(argv))
 
 

@@ -1,7 +1,7 @@
 """``agentlease redrive`` and ``agentlease cancel`` by filter: choose from the ledger, confirm, decide each.
 
 The tasks are chosen from the ledger (``--run``, ``--status``, ``--tool``), among those the decision
-applies to (:data:`~agentlease.decisions.DECISIONS`); the list is shown and confirmed (``--yes``
+applies to (:data:`~agentlease.decisions.table.DECISIONS`); the list is shown and confirmed (``--yes``
 skips the question; without a terminal the question cannot be asked, so ``--yes`` is required);
 then each task's run is sent the decision, one at a time, and each outcome is printed. A refused
 decision does not stop the others.
@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from agentlease.cli.render import tasks_table
-from agentlease.decisions import DECISIONS
+from agentlease.decisions.table import DECISIONS
 from agentlease.enums import DecisionKind, TaskStatus
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.listing import TaskFilter, task_pages

@@ -24,9 +24,9 @@ def sweep(
     interval_s: Annotated[float, typer.Option(help="Seconds between sweeps.")] = 5.0,
 ) -> None:
     """Record and classify leases that lapsed on the ledger's clock (the expired-lease sweeper)."""
-    from agentlease.metrics import serving_metrics
+    from agentlease.observability.metrics import serving_metrics
     from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings
-    from agentlease.shutdown import stop_event
+    from agentlease.runtime.shutdown import stop_event
 
     settings = _settings(ctx)
     if settings.tool_modules:
@@ -101,7 +101,7 @@ def purge(
 @db_app.command("upgrade")
 def db_upgrade(ctx: typer.Context) -> None:
     """Create or migrate the ledger schema to the newest revision."""
-    from agentlease.databases import display_url
+    from agentlease.ledger.engine import display_url
     from agentlease.ledger.migrate import upgrade
 
     settings = _settings(ctx)
@@ -125,7 +125,7 @@ def db_grant(
     """Print (or --apply) the least-privilege grants of the PostgreSQL ledger's roles (docs/security-operations.md)."""
     from sqlalchemy import text
 
-    from agentlease.databases import display_url
+    from agentlease.ledger.engine import display_url
     from agentlease.ledger.grants import GUARD_TRIGGERS, GUARDS_PRESENT, LedgerRoles, grant_statements
 
     try:

@@ -65,7 +65,7 @@ async def send_decision(
     from temporalio.service import RPCError
 
     from agentlease.records import RunStatus
-    from agentlease.temporal import connect
+    from agentlease.runtime.temporal import connect
 
     limit = settings.decision_timeout.total_seconds()
 
@@ -84,7 +84,7 @@ async def send_decision(
             raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
 
     if settings.operator_key is not None:
-        from agentlease.decision_auth import OperatorKey
+        from agentlease.security.decision_auth import OperatorKey
 
         key = OperatorKey(settings.operator_key)
         step_id = getattr(payload, "step_id", None)
@@ -140,7 +140,7 @@ def _step_decision(update: str, summary: str) -> Callable[..., None]:
         reason: _Why,
         as_json: _Json = False,
     ) -> None:
-        from agentlease.decisions import DecisionRequest
+        from agentlease.decisions.table import DecisionRequest
 
         settings = _settings(ctx)
         payload = _request(DecisionRequest, settings, step_id=step_id, by=settings.operator, reason=reason)
@@ -226,7 +226,7 @@ def _bulk_decision(
     """``redrive`` / ``cancel`` by filter: list the matching tasks, confirm, then decide each one."""
     from agentlease.cli.bulk import confirm_bulk, decide_each, select_tasks
     from agentlease.cli.listings import parse_statuses
-    from agentlease.temporal import connect
+    from agentlease.runtime.temporal import connect
 
     async def _select() -> list[Any]:
         async with _ledger(settings) as ledger:
@@ -275,7 +275,7 @@ def redrive(
     With --run/--status/--tool instead of RUN_ID STEP_ID: every matching task, after a confirmation
     (--yes skips it).
     """
-    from agentlease.decisions import DecisionRequest
+    from agentlease.decisions.table import DecisionRequest
     from agentlease.enums import DecisionKind
 
     settings = _settings(ctx)
@@ -306,7 +306,7 @@ def reconcile(
 ) -> None:
     """Decide a task whose side effect is ambiguous: confirm it happened, retry with the same key, or abandon."""
 
-    from agentlease.decisions import ReconcileRequest
+    from agentlease.decisions.table import ReconcileRequest
     from agentlease.limits import MAX_DEPTH, loads
 
     try:
@@ -362,7 +362,7 @@ def cancel(
     With --run/--status/--tool instead of RUN_ID: every matching task that can be cancelled, after a
     confirmation (--yes skips it).
     """
-    from agentlease.decisions import CancelRequest
+    from agentlease.decisions.table import CancelRequest
     from agentlease.enums import DecisionKind, TaskStatus
 
     settings = _settings(ctx)
@@ -393,7 +393,7 @@ def _request(model: Any, settings: AgentLeaseSettings, **fields: Any) -> Any:
     """The decision payload; with ``AGENTLEASE_OPERATOR_KEY`` its operator is the key's (``--by`` may
     only repeat it), and :func:`_decide` signs it."""
     if settings.operator_key is not None:
-        from agentlease.decision_auth import OperatorKey
+        from agentlease.security.decision_auth import OperatorKey
 
         operator = OperatorKey(settings.operator_key).operator
         if fields.get("by") not in (None, operator):

@@ -27,7 +27,7 @@ from agentlease.cli.render import (
     write_json_array,
     write_json_lines,
 )
-from agentlease.decisions import WAITING_WHY, suggested_commands
+from agentlease.decisions.table import WAITING_WHY, suggested_commands
 from agentlease.enums import EventKind, RunState, TaskStatus
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.listing import (

@@ -10,11 +10,11 @@ from typing import Any
 from temporalio.client import WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from agentlease.decisions import ReconcileRequest
+from agentlease.decisions.table import ReconcileRequest
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus, TaskRecord
+from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 
 QUERY_RPC = timedelta(seconds=5)
@@ -86,11 +86,11 @@ async def reconciled_in_ledger(
     """
     from temporalio.exceptions import ApplicationError
 
-    from agentlease.decisions import LedgerDecision
+    from agentlease.decisions._activity import apply
+    from agentlease.decisions.table import LedgerDecision
     from agentlease.errors import TaskNotFoundError
     from agentlease.records import TaskSpec, task_id_for
-    from agentlease.temporal import connect
-    from agentlease.tools._decisions import apply
+    from agentlease.runtime.temporal import connect
 
     try:
         record = await ledger.get_task(task_id_for(agent_run_id, request.step_id))

@@ -16,7 +16,7 @@ from agentlease.cli.session import out
 from agentlease.cli.session import settings as _settings
 from agentlease.enums import RunState
 from agentlease.errors import AgentLeaseError, one_line
-from agentlease.names import STATUS_QUERY
+from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
     from temporalio.exceptions import WorkflowAlreadyStartedError
     from temporalio.service import RPCError
 
-    from agentlease.temporal import connect
+    from agentlease.runtime.temporal import connect
     from agentlease.workflow._plan import AgentRunWorkflow
 
     client = await connect(settings)
@@ -198,9 +198,9 @@ async def run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStat
     from temporalio.service import RPCError
 
     from agentlease.cli.reaching import ended_run_status, query_within
-    from agentlease.codec import CodecKeysMissingError
     from agentlease.records import RunStatus
-    from agentlease.temporal import connect
+    from agentlease.runtime.temporal import connect
+    from agentlease.security.codec import CodecKeysMissingError
 
     client = await connect(settings)
     handle = client.get_workflow_handle(agent_run_id, result_type=RunStatus)

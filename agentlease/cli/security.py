@@ -26,7 +26,7 @@ def new_operator(
     directory: Annotated[Path, typer.Option("--dir", help="Where to write NAME.key and NAME.pub.")] = Path("."),
 ) -> None:
     """Create an operator's Ed25519 key pair: NAME.key signs decisions, NAME.pub goes to the workers."""
-    from agentlease.decision_auth import load_public_keys, new_operator_keys, public_key_text
+    from agentlease.security.decision_auth import load_public_keys, new_operator_keys, public_key_text
 
     private, public = new_operator_keys(name, directory)
     key = load_public_keys(f"{name}={public}")[name]
@@ -40,7 +40,7 @@ def new_codec_key(
     key_id: Annotated[str, typer.Argument(help="The key's id, kept in each payload it encrypts.")],
 ) -> None:
     """Print a new payload encryption key as ID:BASE64KEY; put it first in AGENTLEASE_CODEC_KEYS to rotate."""
-    from agentlease.codec import new_key_entry
+    from agentlease.security.codec import new_key_entry
 
     _out.print(new_key_entry(key_id))
 
@@ -50,8 +50,8 @@ def codec_server(ctx: typer.Context) -> None:
     """Serve the payload codec for the Temporal UI and `temporal` CLI (POST /decode, /encode)."""
     require_extra("ui", "codec-server")
     from agentlease.cli.serving import bound, serve_until_stopped
-    from agentlease.codec_server import codec_app
-    from agentlease.temporal import payload_codec
+    from agentlease.runtime.temporal import payload_codec
+    from agentlease.security.codec_server import codec_app
 
     settings: AgentLeaseSettings = ctx.obj
     host, port = settings.codec_server_host, settings.codec_server_port

@@ -3,7 +3,7 @@
 A client is held only so long (:data:`HEADER_TIMEOUT`, :data:`KEEP_ALIVE`, :data:`MAX_CONNECTIONS`):
 one that sends its request head a byte at a time, or opens connections and says nothing, is
 disconnected instead of holding a worker of the server. A body is read by the app itself within its
-own deadline (the codec server: :data:`agentlease.codec_server.BODY_TIMEOUT`).
+own deadline (the codec server: :data:`agentlease.security.codec_server.BODY_TIMEOUT`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ async def serve_until_stopped(app: Any, sock: socket.socket, announce: Callable[
     except ImportError as exc:  # agentlease ui and codec-server check first (require_extra)
         raise ImportError("serving a web app needs the 'ui' extra: pip install 'agentlease[ui]'") from exc
 
-    from agentlease.shutdown import stop_event
+    from agentlease.runtime.shutdown import stop_event
 
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(

@@ -61,7 +61,7 @@ async def ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> As
     """The configured ledger; a read on a SQLite file that does not exist is an error, not a new file."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from agentlease.databases import display_url, is_missing_schema, sqlite_path
+    from agentlease.ledger.engine import display_url, is_missing_schema, sqlite_path
     from agentlease.ledger.store import Ledger
 
     path = sqlite_path(settings.ledger_url, name="ledger")

@@ -139,7 +139,7 @@ def events(
     async def _list() -> None:
         async with _ledger(_settings(ctx)) as ledger:
             if follow:
-                from agentlease.shutdown import stop_event
+                from agentlease.runtime.shutdown import stop_event
 
                 await follow_events(
                     ledger,
@@ -207,7 +207,7 @@ def advise_ttl(
     (exit 1 when no tool has that many).
     """
     from agentlease.cli.advice import show_advice
-    from agentlease.ttl_advice import advise, read_samples, since_argument
+    from agentlease.recovery.ttl_advice import advise, read_samples, since_argument
 
     async def _advise() -> list[Any]:
         async with _ledger(_settings(ctx)) as ledger:

@@ -24,9 +24,9 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
-from agentlease.databases import create_async_database_engine
 from agentlease.demo import mail, publishing
 from agentlease.demo.serving import bind_loopback, serve_app
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.tools.builtin.sql_upsert import records_table
 
 __all__ = ["Downstream", "bind_loopback", "prepare_sql_target", "running_downstream", "serve_app"]

@@ -32,8 +32,8 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Tex
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentlease.clock import db_now_ms
-from agentlease.databases import create_async_database_engine
 from agentlease.demo.serving import bind_loopback
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.tables import NAMING_CONVENTION
 
 DATABASE_FILE = "mail.db"

@@ -35,12 +35,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentlease.clock import db_now_ms
-from agentlease.databases import create_async_database_engine
 from agentlease.demo.serving import serve_app
 from agentlease.errors import StaleFencingTokenError
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, effect_transaction
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
 from agentlease.idempotency.middleware import stale_fencing_response
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.tables import NAMING_CONVENTION
 from agentlease.tools.builtin.http_publish import MAX_BODY_CHARS, MAX_TITLE_CHARS, SLUG_PATTERN, fenced_resource
 

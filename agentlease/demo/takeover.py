@@ -30,10 +30,10 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, sel
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from agentlease.databases import create_async_database_engine
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import LeaseLostError, PermanentToolError, RetryableToolError, StaleFencingTokenError
 from agentlease.fencing import advance_fence, create_fence_table
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
 from agentlease.tools.builtin.sql_upsert import records_table

@@ -69,8 +69,8 @@ async def _hold(hold_s: float) -> None:
 
 
 async def _write(args: PlainWrite, attempt: int, identity: str) -> str:
-    from agentlease.databases import create_async_database_engine
     from agentlease.demo.takeover import create_tables, write_row
+    from agentlease.ledger.engine import create_async_database_engine
 
     engine = create_async_database_engine(args.sql_target_url, pool_size=1)
     try:
@@ -136,7 +136,7 @@ async def serve(address: str, task_queue: str, identity: str) -> None:
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Worker
 
-    from agentlease.shutdown import stop_event
+    from agentlease.runtime.shutdown import stop_event
 
     stop = stop_event()
     client = await Client.connect(address, data_converter=pydantic_data_converter)

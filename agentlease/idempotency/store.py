@@ -37,10 +37,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentlease.clock import db_now_ms, duration_ms
-from agentlease.databases import create_async_database_engine
 from agentlease.errors import AgentLeaseError
 from agentlease.fencing import FencingToken, advance_fence, create_fence_table, upsert_for
 from agentlease.idempotency.convention import MAX_KEY_LENGTH
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.tables import NAMING_CONVENTION
 
 DEFAULT_RETENTION = timedelta(hours=24)

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 
-from agentlease.databases import asyncpg_errors
+from agentlease.ledger.engine import asyncpg_errors
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

@@ -19,9 +19,9 @@ from agentlease.ledger.rendering import Rendered
 from agentlease.ledger.statements import held, lease_statements, token_sha256
 from agentlease.ledger.trail import write_holder_event
 from agentlease.ledger.writes import lease_writes
-from agentlease.metrics import LeaseMetrics
+from agentlease.observability.metrics import LeaseMetrics
 from agentlease.records import Claim, SettlementReceipt, StoredReceipt, TaskRecord, TaskSpec
-from agentlease.redaction import redact
+from agentlease.security.redaction import redact
 
 R = TypeVar("R")
 
@@ -68,7 +68,7 @@ def stored_receipt(row: Any, idempotency_key: str) -> StoredReceipt | None:
 
 
 def redacted(receipt: SettlementReceipt) -> tuple[SettlementReceipt, dict[str, Any]]:
-    """``receipt`` with the secrets in its text masked (:mod:`agentlease.redaction`), and its JSON form;
+    """``receipt`` with the secrets in its text masked (:mod:`agentlease.security.redaction`), and its JSON form;
     ``receipt`` itself when it holds none (no second validation on the settle path)."""
     dumped = receipt.model_dump(mode="json")
     masked = redact(dumped)

@@ -54,21 +54,19 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.sql import ClauseElement
 
-from agentlease.databases import (
-    SQLITE_BUSY_TIMEOUT_MS,
-    asyncpg_errors,
-    display_url,
-    is_refused_value,
-    is_unavailable,
-    sqlite_path,
-)
 from agentlease.errors import LedgerFileChangedError, LedgerRefusedValueError, LedgerUnavailableError, one_line
 from agentlease.ledger.compiled import execute, fetch_alone
 from agentlease.ledger.engine import (
     PG_POOL_SIZE,
     READ_ONLY_OPTION,
+    SQLITE_BUSY_TIMEOUT_MS,
+    asyncpg_errors,
     create_pg_ledger_engine,
     create_sqlite_thread_engine,
+    display_url,
+    is_refused_value,
+    is_unavailable,
+    sqlite_path,
 )
 
 if TYPE_CHECKING:
@@ -145,11 +143,11 @@ def open_database(
     """The ledger database for ``sqlite:///PATH`` or ``postgresql://...``.
 
     Args:
-        url: see :func:`agentlease.databases.async_url`.
+        url: see :func:`agentlease.ledger.engine.async_url`.
         pool_size: PostgreSQL connections at most (no overflow). Default
             :data:`~agentlease.ledger.engine.PG_POOL_SIZE` (10). SQLite uses one connection.
         sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue
-            included (ms). Default :data:`~agentlease.databases.SQLITE_BUSY_TIMEOUT_MS`.
+            included (ms). Default :data:`~agentlease.ledger.engine.SQLITE_BUSY_TIMEOUT_MS`.
 
     Raises:
         ConfigurationError: bad URL.
@@ -169,8 +167,8 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
 @contextmanager
 def unavailable_as_error(url: str) -> Iterator[None]:
     """Raise :class:`LedgerUnavailableError` (one line, the driver's error as its cause) for an error
-    that says the ledger could not be reached or answer (:func:`~agentlease.databases.is_unavailable`);
-    a value the database refuses (:func:`~agentlease.databases.is_refused_value`) raises
+    that says the ledger could not be reached or answer (:func:`~agentlease.ledger.engine.is_unavailable`);
+    a value the database refuses (:func:`~agentlease.ledger.engine.is_refused_value`) raises
     :class:`LedgerRefusedValueError`; anything else propagates unchanged. On an outage a write's
     outcome is unknown: it may have committed (see the idempotent retries of
     :class:`~agentlease.ledger.store.Ledger`)."""

@@ -13,15 +13,15 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import now_param
-from agentlease.decisions import DECISIONS
+from agentlease.decisions.table import DECISIONS
 from agentlease.enums import DecisionKind, EventKind
 from agentlease.errors import TaskClosedError, TaskMovedError
 from agentlease.ledger.core import LedgerCore, redacted
 from agentlease.ledger.rendering import event_params
 from agentlease.ledger.trail import write_event
+from agentlease.observability.tracing import current_trace_id
 from agentlease.records import SettlementReceipt, TaskRecord, TaskSpec, TraceLink
-from agentlease.redaction import redact
-from agentlease.tracing import current_trace_id
+from agentlease.security.redaction import redact
 
 RESOLVED_BY_PERSON = {
     DecisionKind.CONFIRM: "happened",

@@ -1,6 +1,6 @@
 """Signed decisions applied once: their decision ids in the ledger (migration 0007).
 
-A signed decision's proof carries a random decision id (:class:`~agentlease.decision_auth.DecisionProof`).
+A signed decision's proof carries a random decision id (:class:`~agentlease.security.decision_auth.DecisionProof`).
 The decision activity records it in ``decisions_applied`` (primary key ``(decision_id, task_id)``)
 with the Temporal activity that first used it, before it applies the decision: the same id sent again
 by another update, another workflow or a copy of the history is a replay, refused; a retry of that

@@ -20,9 +20,9 @@ from agentlease.ledger.core import LedgerCore, Refusal, redacted, stored_receipt
 from agentlease.ledger.listing import holder_stage
 from agentlease.ledger.outages import own_lease_end, own_settle
 from agentlease.ledger.rendering import event_params
+from agentlease.observability.tracing import annotate_stage
 from agentlease.records import Claim, SettlementReceipt, StoredReceipt
-from agentlease.redaction import redact
-from agentlease.tracing import annotate_stage
+from agentlease.security.redaction import redact
 
 _Renewed = tuple[datetime, str | None] | Refusal
 _Settled = tuple[StoredReceipt, int] | Refusal

@@ -34,7 +34,10 @@ from agentlease.ledger.statements import (
     tasks_page,
 )
 from agentlease.records import AwareDatetime, LeaseEvent, TaskRecord
-from agentlease.unknown_tools import UNKNOWN_TOOL_ERROR
+
+UNKNOWN_TOOL_ERROR = "unknown_tool"
+"""``tasks.error_class`` of a step of a run whose tool no worker serves (:mod:`agentlease.ledger.unknown_tools`):
+the listings show its run as ``failed``."""
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -46,7 +49,7 @@ class RunSummary(BaseModel):
     Attributes:
         agent_run_id: the run (workflow) id.
         status: ``failed`` (the run failed before its first call: a step names a tool no worker serves,
-            :mod:`agentlease.unknown_tools`), ``waiting`` (a task waits for a person), ``running`` (a task
+            :mod:`agentlease.ledger.unknown_tools`), ``waiting`` (a task waits for a person), ``running`` (a task
             is not final yet) or ``completed`` (every task is final); the workflow's own state is
             ``agentlease status``.
         tasks / waiting / final / settled: how many of its tasks the ledger holds, wait for a person,
@@ -96,7 +99,7 @@ class RunSummary(BaseModel):
 
 def run_failures(conn: Connection, run_ids: Sequence[str]) -> dict[str, str]:
     """Which of ``run_ids`` failed before their first call, and why: the reason recorded on the first of
-    their steps whose tool no worker serves (:mod:`agentlease.unknown_tools`). One read of the runs'
+    their steps whose tool no worker serves (:mod:`agentlease.ledger.unknown_tools`). One read of the runs'
     tasks along ``ix_tasks_agent_run_id_created_at_ms``."""
     if not run_ids:
         return {}

@@ -6,11 +6,8 @@ refusal is recorded on the task derived from the scheduling workflow's own id an
 that task is created if absent and dead-lettered with the reason (``agentlease waiting`` lists it,
 ``agentlease events`` shows why), in one transaction.
 
-A step of a run whose tool no worker serves (:mod:`agentlease.unknown_tools`) is refused too, before any
-call: :func:`record_unknown_tool` records it as ``cancelled`` by the run itself (the run's own cancel of a
-call it will never make, a change the ledger's guards allow) with the error class
-:data:`~agentlease.unknown_tools.UNKNOWN_TOOL_ERROR` and the reason, so that the listings know the failed
-run. No decision applies to it: the run has ended.
+A step of a run whose tool no worker serves is refused too, through :func:`end_own_task`
+(:mod:`agentlease.ledger.unknown_tools`).
 """
 
 from __future__ import annotations
@@ -27,8 +24,6 @@ from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import TASKS as _TASKS
 from agentlease.ledger.trail import write_event
 from agentlease.records import TaskRecord, TaskSpec, TraceLink
-from agentlease.redaction import redact
-from agentlease.unknown_tools import RUN_DECIDER, UNKNOWN_TOOL_ERROR
 
 
 async def record_refusal(
@@ -48,7 +43,7 @@ async def record_refusal(
     Raises:
         LedgerUnavailableError: the ledger could not be reached.
     """
-    return await _end_own_task(
+    return await end_own_task(
         ledger,
         own,
         reason,
@@ -62,41 +57,7 @@ async def record_refusal(
     )
 
 
-async def record_unknown_tool(
-    ledger: Ledger,
-    own: TaskSpec,
-    reason: str,
-    *,
-    details: dict[str, Any] | None = None,
-    trace: TraceLink | None = None,
-    now: datetime | None = None,
-) -> TaskRecord:
-    """Record ``own``, a step whose tool no worker serves, as ``cancelled`` by the run (``agentlease``).
-
-    The task is created if absent; one still claimable (never run) becomes ``cancelled`` with the error
-    class :data:`~agentlease.unknown_tools.UNKNOWN_TOOL_ERROR` and ``reason``, and a ``cancelled`` entry
-    (``details.by``: ``agentlease``, ``details.unknown_tool``) goes to its trail, in one transaction. A
-    task that got further keeps its status and gets no entry. Writing it again changes nothing. Returns
-    the task as it is afterwards.
-
-    Raises:
-        LedgerUnavailableError: the ledger could not be reached.
-    """
-    return await _end_own_task(
-        ledger,
-        own,
-        redact(reason),
-        status=TaskStatus.CANCELLED,
-        error_class=UNKNOWN_TOOL_ERROR,
-        kind=EventKind.CANCELLED,
-        details={"by": RUN_DECIDER, "unknown_tool": own.tool, **(details or {})},
-        always_recorded=False,
-        trace=trace,
-        now=now,
-    )
-
-
-async def _end_own_task(
+async def end_own_task(
     ledger: Ledger,
     own: TaskSpec,
     reason: str,
@@ -141,4 +102,4 @@ async def _end_own_task(
     return await ledger.database.write(end_tx)
 
 
-__all__ = ["record_refusal", "record_unknown_tool"]
+__all__ = ["end_own_task", "record_refusal"]

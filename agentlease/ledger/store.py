@@ -29,7 +29,8 @@ from agentlease.ledger.database import LedgerDatabase, open_database
 from agentlease.ledger.engine import PG_POOL_SIZE
 from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pages
 from agentlease.ledger.statements import LeaseStatements
-from agentlease.metrics import LEASE_METRICS, LeaseMetrics
+from agentlease.observability.metrics import LEASE_METRICS, LeaseMetrics
+from agentlease.observability.tracing import traced
 from agentlease.records import (
     Claim,
     LeaseEvent,
@@ -39,7 +40,6 @@ from agentlease.records import (
     TaskSpec,
     TraceLink,
 )
-from agentlease.tracing import traced
 
 
 class Ledger:
@@ -312,7 +312,7 @@ class Ledger:
         expected_generation: int | None = None,
         now: datetime | None = None,
     ) -> TaskRecord:
-        """Apply a decision of the decision table (:data:`~agentlease.decisions.DECISIONS`), ending any claim.
+        """Apply a decision of the decision table (:data:`~agentlease.decisions.table.DECISIONS`), ending any claim.
 
         One conditional UPDATE from one of the statuses the decision applies to (row count
         checked) plus an evidence entry naming who decided and why. Ending the claim in the same

@@ -53,7 +53,7 @@ from sqlalchemy import (
 )
 
 from agentlease.clock import bound_now_ms, from_ms
-from agentlease.decisions import DECISIONS
+from agentlease.decisions.table import DECISIONS
 from agentlease.enums import DecisionKind, EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.rendering import (
     EVENT_DETAILS,
@@ -283,7 +283,7 @@ def end_lease(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
 
 
 def decision(dialect: str, now: ColumnElement[int], kind: DecisionKind) -> LeaseWrite:
-    """A decision of :data:`~agentlease.decisions.DECISIONS` (G8): from one of the statuses it applies to,
+    """A decision of :data:`~agentlease.decisions.table.DECISIONS` (G8): from one of the statuses it applies to,
     to its result, ending any claim in the same statement; a settling one stores ``receipt`` for the key
     (unless one stands); its entry, with ``effect: unknown`` when it leaves the effect unknown."""
     rule = DECISIONS[kind]

@@ -12,7 +12,7 @@ import asyncio
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from agentlease.databases import create_async_database_engine
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.tables import metadata
 
 target_metadata = metadata

@@ -12,7 +12,7 @@ query, search attributes and current details then show the live stage, generatio
 progress, and later stage changes at most one per :data:`PROGRESS_MIN_GAP` (the latest one wins);
 renewals in the same stage at most once per :data:`PROGRESS_INTERVAL`. What is still unsent when the
 attempt ends is dropped. The signal is best effort and never holds the tool up. Each carries a proof
-made with its call's key (``ToolCall.progress_key``, :mod:`agentlease.progress`): the run believes
+made with its call's key (``ToolCall.progress_key``, :mod:`agentlease.security.progress`): the run believes
 no progress signal without one. An attempt whose holder write the ledger refused (it had lost its
 lease) tells its run once, with the task's count of refused writes (:func:`report_refused_writes`).
 
@@ -45,12 +45,12 @@ from agentlease.errors import LeaseLostError, LedgerUnavailableError
 from agentlease.fencing import sign_fencing_token
 from agentlease.idempotency.convention import FENCING_TOKEN_HEADER, downstream_headers
 from agentlease.ledger.store import Ledger
-from agentlease.names import LEASE_PROGRESS_SIGNAL
-from agentlease.progress import prove
 from agentlease.records import Claim, LeaseProgress, SettlementReceipt, StoredReceipt
 from agentlease.recovery._policy import RecoveryDecision
-from agentlease.redaction import redact
-from agentlease.secrets import EnvSecretProvider, ToolSecrets, ToolSettings
+from agentlease.runtime.names import LEASE_PROGRESS_SIGNAL
+from agentlease.security.progress import prove
+from agentlease.security.redaction import redact
+from agentlease.security.secrets import EnvSecretProvider, ToolSecrets, ToolSettings
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._resources import ToolResources
 
@@ -132,9 +132,9 @@ class LeaseContext:
         claim: the lease this attempt holds (task id, generation, owner, expiry, attempts).
         side_effect_class: the tool's class.
         previous_receipt: a receipt already stored for this idempotency key, if any.
-        settings: the settings this tool may read (:class:`~agentlease.secrets.ToolSettings`:
+        settings: the settings this tool may read (:class:`~agentlease.security.secrets.ToolSettings`:
             those it declared, or every one but the worker's own; never the ledger URL).
-        secrets: this tool's own secrets (:class:`~agentlease.secrets.ToolSecrets`):
+        secrets: this tool's own secrets (:class:`~agentlease.security.secrets.ToolSecrets`):
             ``ctx.secrets.get("api_token")``.
         resources: what the worker's tools share (database engines by URL).
         recovery: the recovery decision for this attempt; ``recovery.read_back_first`` is true when

@@ -72,7 +72,7 @@ class ToolSpec:
         args_model: the pydantic model of the tool's arguments.
         fn: the tool's code, ``(ctx, args) -> ToolResult``, as the worker runs it in a lease.
         settings: the settings the tool reads through ``ctx.settings``; ``None``: every one but
-            the worker's own (:data:`agentlease.secrets.WORKER_ONLY`).
+            the worker's own (:data:`agentlease.security.secrets.WORKER_ONLY`).
         description: what a model reads about the tool: the function's docstring (or the
             framework tool's description). ``None``: none.
         direct: runs the wrapped function without a lease (see :meth:`__call__`); ``None`` for a

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from agentlease.errors import LeaseLostError, LedgerUnavailableError, one_line
-from agentlease.metrics import LEASE_METRICS, LeaseMetrics
+from agentlease.observability.metrics import LEASE_METRICS, LeaseMetrics
 
 logger = logging.getLogger("agentlease.lease")
 

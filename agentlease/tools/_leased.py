@@ -44,8 +44,7 @@ from agentlease.lease import _entered as entered_lease
 from agentlease.ledger.refusals import record_refusal
 from agentlease.ledger.refused_writes import refused_writes
 from agentlease.ledger.store import Ledger
-from agentlease.names import DESCRIBE_RUN, DESCRIBE_TOOLS
-from agentlease.progress import PROGRESS_SECRET, mint_secret
+from agentlease.observability.tracing import current_trace_id
 from agentlease.records import (
     SETTLED_BY_EARLIER_RECEIPT,
     SETTLED_BY_PROBE,
@@ -59,9 +58,12 @@ from agentlease.records import (
     TraceLink,
 )
 from agentlease.recovery._policy import RecoveryDecision, classify, decide, decide_after_probe
-from agentlease.redaction import redact
-from agentlease.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
-from agentlease.secrets import ToolSecrets, ToolSettings, secret_provider
+from agentlease.recovery.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
+from agentlease.runtime.names import DESCRIBE_RUN, DESCRIBE_TOOLS
+from agentlease.runtime.payloads import activity_input
+from agentlease.security.progress import PROGRESS_SECRET, mint_secret
+from agentlease.security.redaction import redact
+from agentlease.security.secrets import ToolSecrets, ToolSettings, secret_provider
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._binding import as_run, claimed_refusal, own_task, task_refusal, tool_refusal, ttl_refusal
 from agentlease.tools._context import (
@@ -73,11 +75,9 @@ from agentlease.tools._context import (
 )
 from agentlease.tools._declaration import ToolSpec
 from agentlease.tools._deferred import DeferredWrites
-from agentlease.tools._payloads import activity_input
 from agentlease.tools._probe import ProbeQuery, ProbeResult
 from agentlease.tools._registry import ToolRegistry
 from agentlease.tools._resources import ToolResources
-from agentlease.tracing import current_trace_id
 
 EXPECTED = ApplicationErrorCategory.BENIGN
 """Category of the failures that report a recorded decision or a known condition, not a fault (see the table)."""
@@ -692,7 +692,7 @@ class LeasedActivities:
 
 @activity.defn(name=PROGRESS_SECRET)
 async def _progress_secret() -> str:
-    """A run's progress secret (:mod:`agentlease.progress`): a local activity, so the workflow's own
+    """A run's progress secret (:mod:`agentlease.security.progress`): a local activity, so the workflow's own
     randomness, seeded from its run id, is not what guards its live view."""
     return mint_secret()
 

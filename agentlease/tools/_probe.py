@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from agentlease.enums import ProbeAnswer, Stage
 from agentlease.records import LeaseEvent, SettlementReceipt
-from agentlease.secrets import ToolSettings
+from agentlease.security.secrets import ToolSettings
 
 __all__ = ["Probe", "ProbeQuery", "ProbeResult"]
 

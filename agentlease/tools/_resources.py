@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from agentlease.databases import create_async_database_engine
+from agentlease.ledger.engine import create_async_database_engine
 
 
 class ToolResources:

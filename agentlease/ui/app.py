@@ -31,7 +31,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from agentlease.clock import from_ms, to_ms
-from agentlease.decisions import suggested_commands
+from agentlease.decisions.table import suggested_commands
 from agentlease.enums import EventKind, RunState
 from agentlease.errors import TaskNotFoundError
 from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages, failed_before_calls, run_failures
@@ -39,7 +39,7 @@ from agentlease.ledger.statements import runs_page, tasks_page
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import EVENTS, TASKS
 from agentlease.records import LeaseEvent, TaskRecord
-from agentlease.redaction import redact
+from agentlease.security.redaction import redact
 from agentlease.ui.guard import LOOPBACK_NAMES, UiGuard
 from agentlease.ui.timeline import PEOPLE, STYLE, timeline_page
 

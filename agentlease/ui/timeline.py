@@ -15,7 +15,7 @@ from datetime import datetime
 
 from agentlease.enums import EventKind
 from agentlease.records import LeaseEvent, TaskRecord
-from agentlease.redaction import redact
+from agentlease.security.redaction import redact
 
 PEOPLE = frozenset(
     {
@@ -482,7 +482,7 @@ def _shown(event: LeaseEvent) -> LeaseEvent:
 def task_section(task: TaskRecord, events: Sequence[LeaseEvent], *, links: Sequence[str] = ()) -> str:
     """The body of one task's timeline: its facts, the timeline, its receipt and its evidence trail.
 
-    What it shows passes through the redactor once more (:mod:`agentlease.redaction`): the ledger
+    What it shows passes through the redactor once more (:mod:`agentlease.security.redaction`): the ledger
     stores redacted text, and rows written before a rule existed are masked here too.
     """
     events = [_shown(event) for event in events]

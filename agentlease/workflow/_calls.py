@@ -30,10 +30,10 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    from agentlease.decisions.table import RUN_DECIDER
     from agentlease.enums import DecisionKind, FailureType, RunState, Stage, StepEnd, StepStatus, TaskStatus
     from agentlease.errors import describe_validation_error
     from agentlease.limits import MAX_WORKFLOW_ID_CHARS
-    from agentlease.names import DECIDE_SIGNAL, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
     from agentlease.records import (
         PlanStep,
         RunCarry,
@@ -48,8 +48,9 @@ with workflow.unsafe.imports_passed_through():
         step_id_from,
         task_id_for,
     )
+    from agentlease.runtime.names import DECIDE_SIGNAL, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
     from agentlease.workflow._catalog import RunCatalog
-    from agentlease.workflow._decisions import RUN_DECIDER, RunDecisions
+    from agentlease.workflow._decisions import RunDecisions
     from agentlease.workflow._handlers import resolved
     from agentlease.workflow._options import leased_activity_options
     from agentlease.workflow._status import RunView

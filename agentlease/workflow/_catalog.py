@@ -12,8 +12,8 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from agentlease.enums import FailureType, RunState
-    from agentlease.names import DESCRIBE_RUN, DESCRIBE_TOOLS
     from agentlease.records import PlanStep, ToolInfo
+    from agentlease.runtime.names import DESCRIBE_RUN, DESCRIBE_TOOLS
     from agentlease.workflow._status import RunView
 
 CATALOG_PATIENCE = timedelta(seconds=30)

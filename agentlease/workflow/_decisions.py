@@ -3,7 +3,7 @@ and cancelling and stopping calls.
 
 Deterministic workflow code, used by :class:`~agentlease.workflow._calls.LeasedToolCalls`. Every decision
 is written to the ledger's evidence trail (``agentlease.apply_decision``) with who made it and why; the
-validators refuse what the decision table (:data:`~agentlease.decisions.DECISIONS`) does not allow, so a
+validators refuse what the decision table (:data:`~agentlease.decisions.table.DECISIONS`) does not allow, so a
 refused update leaves no history. A refused ``decide`` signal is counted, shown by ``status`` and written
 to the trail as one summary at most once a minute (``docs/security.md``).
 """
@@ -19,10 +19,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from agentlease.codec import undecodable
-    from agentlease.decision_auth import signed_decision
-    from agentlease.decisions import (
+    from agentlease.decisions.table import (
         DECISIONS,
+        RUN_DECIDER,
         CancelRequest,
         DecisionRequest,
         LedgerDecision,
@@ -30,16 +29,16 @@ with workflow.unsafe.imports_passed_through():
         ReconcileRequest,
     )
     from agentlease.enums import DecisionKind, FailureType, RunState, TaskStatus
-    from agentlease.names import APPLY_DECISION, RECORD_REFUSAL
     from agentlease.records import PlanStep, RefusedDecision, TaskSpec, TaskView, ToolOutcome, arguments_fingerprint
-    from agentlease.redaction import redact
+    from agentlease.runtime.names import APPLY_DECISION, RECORD_REFUSAL
+    from agentlease.security.codec import undecodable
+    from agentlease.security.decision_auth import signed_decision
+    from agentlease.security.redaction import redact
     from agentlease.workflow._handlers import parse_payload
     from agentlease.workflow._status import KEPT_REFUSALS, RunView
 
 DECISION_UPDATES = ("approve", "reject", "redrive", "reconcile", "cancel")
 """The decision updates a run with leased calls takes."""
-RUN_DECIDER = "agentlease"
-"""Who the evidence trail names for decisions the run makes itself (parking an approval-gated call)."""
 
 _DECISION_TIMEOUT = timedelta(seconds=30)
 _DECISION_RETRY = RetryPolicy(
@@ -302,7 +301,7 @@ class RunDecisions:
 
     async def on_decide(self, payload: Any) -> None:
         """The ``decide`` signal: the decision update of the same name, or a recorded refusal."""
-        if (why := undecodable(payload)) is not None:  # refused alone; the run goes on (agentlease.codec)
+        if (why := undecodable(payload)) is not None:  # refused alone; the run goes on (agentlease.security.codec)
             await self._refuse("", {}, f"undecodable payload: {why}")
             return
         body = dict(payload) if isinstance(payload, dict) else {}
@@ -389,4 +388,4 @@ def _ended_by(status: TaskStatus, by: str, reason: str) -> str | None:
     return None
 
 
-__all__ = ["DECISION_UPDATES", "RUN_DECIDER", "RunDecisions"]
+__all__ = ["DECISION_UPDATES", "RunDecisions"]

@@ -14,8 +14,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
 
-    from agentlease.codec import undecodable
     from agentlease.errors import describe_validation_error
+    from agentlease.security.codec import undecodable
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -27,7 +27,7 @@ def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
     """
     if isinstance(payload, model):
         return payload
-    if (why := undecodable(payload)) is not None:  # a worker's codec could not open it (agentlease.codec)
+    if (why := undecodable(payload)) is not None:  # a worker's codec could not open it (agentlease.security.codec)
         raise ValueError(f"undecodable {what} payload: {why}")
     try:
         return model.model_validate(payload)

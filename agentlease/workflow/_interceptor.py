@@ -17,8 +17,8 @@ from temporalio.worker import (
 
 with workflow.unsafe.imports_passed_through():
     from agentlease.enums import RunState
-    from agentlease.names import DECIDE_SIGNAL, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
     from agentlease.records import RunStatus
+    from agentlease.runtime.names import DECIDE_SIGNAL, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
     from agentlease.workflow._calls import attached_calls
     from agentlease.workflow._decisions import DECISION_UPDATES
     from agentlease.workflow._handlers import resolved

@@ -10,7 +10,7 @@ from temporalio.common import RetryPolicy
 from agentlease.enums import FailureType
 from agentlease.errors import MissingHeartbeatTimeoutError
 from agentlease.records import ToolInfo
-from agentlease.retries import LOST_ATTEMPT_RETRY_INITIAL, LOST_ATTEMPT_RETRY_MAXIMUM
+from agentlease.recovery.retries import LOST_ATTEMPT_RETRY_INITIAL, LOST_ATTEMPT_RETRY_MAXIMUM
 
 RETRY_INITIAL_INTERVAL = LOST_ATTEMPT_RETRY_INITIAL
 """First Temporal retry backoff (a lost attempt; failures the ledger recorded set their own delay)."""
@@ -32,7 +32,7 @@ def leased_activity_options(tool: ToolInfo) -> LeasedActivityOptions:
 
     Temporal retries without an attempt limit: the ledger counts real attempts (refused claims
     while a lease is still held are not attempts) and dead-letters after ``tool.max_attempts``.
-    The policy's own backoff is short and bounded (:mod:`agentlease.retries`): it only paces an
+    The policy's own backoff is short and bounded (:mod:`agentlease.recovery.retries`): it only paces an
     attempt that was lost; a failure the ledger recorded sets ``next_retry_delay`` itself.
 
     Raises:

@@ -26,10 +26,10 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from agentlease.enums import FailureType, RunState, StepEnd
+    from agentlease.ledger.unknown_tools import RECORD_UNKNOWN_TOOLS, UnknownTools, UnknownToolStep
     from agentlease.limits import MAX_STEPS_PER_RUN, check_run_id
-    from agentlease.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
     from agentlease.records import AgentRunPlan, PlanStep, RunStatus
-    from agentlease.unknown_tools import RECORD_UNKNOWN_TOOLS, UnknownTools, UnknownToolStep
+    from agentlease.runtime.names import AGENT_RUN_WORKFLOW, CLOSE_SIGNAL, SUBMIT_UPDATE
     from agentlease.workflow._calls import LeasedToolCalls
     from agentlease.workflow._handlers import parse_payload
 

@@ -2,23 +2,102 @@
 that show them, the ``status`` query, and the ``agentlease.lease_progress`` signal that keeps the live view.
 
 Deterministic workflow code, used by :class:`~agentlease.workflow._calls.LeasedToolCalls` (the call path
-and the decisions write here; nothing here schedules anything). ``docs/operator-views.md`` describes what
-an operator sees where.
+and the decisions write here; nothing here schedules anything but the progress secret's local activity).
+A progress signal is shown only when its proof verifies (:class:`ProgressProofs`, ``docs/security-input.md``);
+``docs/operator-views.md`` describes what an operator sees where.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+import asyncio
+from collections.abc import Container, Mapping
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from agentlease import search_attributes as sa
+    from pydantic import ValidationError
+
     from agentlease.enums import RunState, Stage, TaskStatus
-    from agentlease.records import RefusedDecision, RunStatus, TaskView, ToolOutcome
-    from agentlease.redaction import redact
-    from agentlease.workflow._progress import ProgressProofs, refused_writes_line
+    from agentlease.observability import search_attributes as sa
+    from agentlease.records import LeaseProgress, RefusedDecision, RunStatus, TaskView, ToolOutcome
+    from agentlease.security.progress import PROGRESS_SECRET, proven, step_key
+    from agentlease.security.redaction import redact
+
+_SECRET_TIMEOUT = timedelta(seconds=10)
+
+
+class ProgressProofs:
+    """The run's progress secret (minted once, by a local activity, when its first call is scheduled),
+    and the count of progress signals it dropped."""
+
+    def __init__(self) -> None:
+        self.refused = 0
+        """Progress signals dropped for want of a valid proof."""
+        self._secret: str | None = None
+        self._minting = asyncio.Lock()
+
+    async def call_key(self, step_id: str) -> str:
+        """The progress key of ``step_id``'s calls."""
+        async with self._minting:  # calls scheduled in parallel mint one secret
+            if self._secret is None:
+                minted = await workflow.execute_local_activity(
+                    PROGRESS_SECRET, start_to_close_timeout=_SECRET_TIMEOUT, result_type=str
+                )
+                self._secret = self._secret or minted  # one learnt meanwhile (:meth:`learn`) stays
+        return step_key(self._secret, step_id)
+
+    @property
+    def wanted(self) -> bool:
+        """The run proves progress and has no secret yet (:meth:`learn` one)."""
+        return self._secret is None
+
+    def learn(self, secret: str) -> None:
+        """Take ``secret``, minted with the run's catalog (``agentlease.describe_run``), unless the run already
+        has one: a secret, once a call's key came from it, never changes."""
+        if self.wanted:
+            self._secret = secret
+
+    def accepted(self, payload: Any, steps: Mapping[str, TaskView]) -> LeaseProgress | None:
+        """The signal's :class:`LeaseProgress` when the run believes it; ``None`` when it is dropped
+        (counted in :attr:`refused`)."""
+        try:
+            progress = LeaseProgress.model_validate(payload)
+        except ValidationError:
+            self._refuse()
+            return None
+        if self._secret is None or progress.step_id not in steps:
+            self._refuse()
+            return None
+        if not proven(step_key(self._secret, progress.step_id), progress):
+            self._refuse()
+            return None
+        return progress
+
+    def _refuse(self) -> None:
+        self.refused += 1
+        if self.refused & (self.refused - 1) == 0:  # the 1st, 2nd, 4th, 8th...: a flood logs a few lines
+            workflow.logger.warning(
+                "dropped a lease progress signal without a valid proof (%d so far): not from an attempt of this run",
+                self.refused,
+            )
+
+    def line(self) -> str | None:
+        """The current details' line about dropped signals, if any."""
+        if not self.refused:
+            return None
+        return f"{self.refused} lease progress signal{'s' if self.refused != 1 else ''} refused (no proof of the lease)"
+
+
+def refused_writes_line(views: Mapping[str, TaskView]) -> list[str]:
+    """The current details' lines about refused late writes, one per task that had any."""
+    return [
+        f"{view.step_id}: {view.refused_writes} late write{'s' if view.refused_writes != 1 else ''} refused"
+        for view in views.values()
+        if view.refused_writes
+    ]
+
 
 KEPT_REFUSALS = 20
 """How many refused ``decide`` signals the ``status`` query keeps (the evidence trail keeps a summary)."""

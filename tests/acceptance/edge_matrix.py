@@ -41,12 +41,12 @@ from sqlalchemy.engine import make_url
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentlease.databases import create_async_database_engine
-from agentlease.devserver import scratch_postgres_database
 from agentlease.enums import EventKind, TaskStatus
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, TaskRecord
+from agentlease.runtime.devserver import scratch_postgres_database
 from agentlease.workflow._plan import AgentRunWorkflow
 from examples.mcp.crm_server import contacts
 from tests.acceptance import edge_holds

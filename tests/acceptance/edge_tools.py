@@ -33,10 +33,10 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, Uni
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentlease import ToolResult, lease, leased
-from agentlease.databases import create_async_database_engine
 from agentlease.enums import Stage
 from agentlease.errors import PermanentToolError, StaleFencingTokenError
 from agentlease.fencing import create_fence_table, fenced_write, upsert_for
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.mcp import MCPServer, ToolPolicy, mcp_tools
 from tests.acceptance import edge_holds
 from tests.acceptance.matrix_tools import _despite_cancellation as despite_cancellation

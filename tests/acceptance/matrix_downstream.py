@@ -47,7 +47,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agentlease.databases import create_async_database_engine
 from agentlease.demo.downstream import serve_app
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import advance_fence, upsert_for
@@ -60,6 +59,7 @@ from agentlease.idempotency import (
     request_path,
 )
 from agentlease.idempotency.middleware import stale_fencing_response
+from agentlease.ledger.engine import create_async_database_engine
 
 _REPO = Path(__file__).resolve().parents[2]
 

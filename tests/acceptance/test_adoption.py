@@ -37,9 +37,9 @@ import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowHandle
 
-from agentlease import search_attributes
 from agentlease.enums import TaskStatus
 from agentlease.ledger.store import Ledger
+from agentlease.observability import search_attributes
 from agentlease.records import TaskRecord
 from tests.acceptance.adoption_project import EXAMPLES, FRAMEWORKS, Project
 from tests.acceptance.fixture_diff import changed_lines

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.ttl_advice import MIN_GAPS
+from agentlease.recovery.ttl_advice import MIN_GAPS
 from tests.integration.test_ttl_advice import (
     STEADY_CALLS,
     bursty_call,

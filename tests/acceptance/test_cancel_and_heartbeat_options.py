@@ -39,11 +39,11 @@ from temporalio.exceptions import CancelledError
 
 from agentlease.clock import to_ms
 from agentlease.demo.agents.openai_agent import AgentRequest, scripted_prompt
-from agentlease.devserver import temporal_binary
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus
+from agentlease.runtime.devserver import temporal_binary
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.matrix_downstream import MatrixDownstream, running_matrix_downstream

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 from temporalio.client import Client
 
-from agentlease.metrics import SCOPE
+from agentlease.observability.metrics import SCOPE
 from tests.eventually import assert_eventually_sync
 
 from .runner import AGENTLEASE, Background, Cli, CliResult, WriteFile, processes_mentioning

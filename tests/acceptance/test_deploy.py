@@ -198,7 +198,7 @@ async def _drop_role(url: str, role: str) -> None:
 
 
 def test_the_namespace_setup_creates_every_search_attribute_with_its_type() -> None:
-    from agentlease import search_attributes
+    from agentlease.observability import search_attributes
 
     script = (ROOT / "deploy" / "temporal" / "create-namespace.sh").read_text()
     listed = set(re.findall(r"\b(AgentLease\w+):(\w+)", script))

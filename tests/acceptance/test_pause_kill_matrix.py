@@ -46,12 +46,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentlease.clock import to_ms
-from agentlease.decisions import DecisionRequest
+from agentlease.decisions.table import DecisionRequest
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
+from agentlease.runtime.names import STATUS_QUERY
 from agentlease.workflow._options import RETRY_INITIAL_INTERVAL
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.fleet import Fleet, Worker, wait_polling

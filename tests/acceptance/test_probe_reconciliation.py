@@ -27,13 +27,13 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentlease.decisions import DecisionRequest
+from agentlease.decisions.table import DecisionRequest
 from agentlease.demo import mail, publishing
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
+from agentlease.runtime.names import STATUS_QUERY
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.conftest import fresh_pg_database
 from tests.acceptance.fleet import Fleet, Worker, wait_polling

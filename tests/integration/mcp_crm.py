@@ -35,7 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, ToolAnnotations
 from sqlalchemy import func, select
 
-from agentlease.databases import create_async_database_engine
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.mcp import FENCING_TOKEN_META, IDEMPOTENCY_KEY_META, READBACK_TOOL, current_call
 from examples.mcp.crm_server import build_server, contacts
 from tests.acceptance import edge_holds

@@ -12,8 +12,8 @@ from concurrent.futures import Future
 
 from temporalio.testing import WorkflowEnvironment
 
-from agentlease import search_attributes
-from agentlease.devserver import temporal_binary
+from agentlease.observability import search_attributes
+from agentlease.runtime.devserver import temporal_binary
 
 
 class DevServerThread:

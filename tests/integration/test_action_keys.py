@@ -26,12 +26,12 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 
 from agentlease.demo.agents.openai_agent import AgentRequest, scripted_prompt
-from agentlease.devserver import temporal_binary
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, TaskRecord
+from agentlease.runtime.devserver import temporal_binary
+from agentlease.runtime.temporal import connect
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker, running_worker
 from agentlease.workflow._plan import AgentRunWorkflow

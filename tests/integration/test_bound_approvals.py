@@ -17,11 +17,11 @@ from contextlib import asynccontextmanager
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from agentlease.decisions import DecisionRequest
+from agentlease.decisions.table import DecisionRequest
 from agentlease.enums import EventKind, RunState, TaskStatus
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, arguments_fingerprint
+from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker

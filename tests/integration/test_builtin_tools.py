@@ -16,11 +16,11 @@ import pytest
 from sqlalchemy import select
 from temporalio.client import Client, WorkflowHandle
 
-from agentlease.databases import create_async_database_engine, sqlite_path
 from agentlease.demo.downstream import TARGET_TABLES, Downstream, running_downstream
 from agentlease.demo.mail import received_messages
 from agentlease.demo.publishing import count_publications
 from agentlease.enums import ErrorClass, EventKind, RecoveryAction, Stage, TaskStatus
+from agentlease.ledger.engine import create_async_database_engine, sqlite_path
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskSpec, task_id_for
 from agentlease.recovery._policy import decide

@@ -14,7 +14,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
 from agentlease.cli.app import _run_status
-from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileRequest
+from agentlease.decisions.table import CancelRequest, DecisionRequest, ReconcileRequest
 from agentlease.enums import DecisionKind, EventKind, RecoveryAction, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError, TaskClosedError
 from agentlease.ledger.store import Ledger

@@ -18,9 +18,9 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, fun
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentlease.clock import to_ms
-from agentlease.databases import create_async_database_engine
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import advance_fence, create_fence_table, fenced_write, fences, read_fence, upsert_for
+from agentlease.ledger.engine import create_async_database_engine
 
 WRITERS = 20
 ROUNDS = 3

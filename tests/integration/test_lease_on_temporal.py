@@ -22,7 +22,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from agentlease.decisions import CancelRequest
+from agentlease.decisions.table import CancelRequest
 from agentlease.enums import EventKind, RecoveryAction, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import LeaseLostError
 from agentlease.ledger.migrate import upgrade
@@ -399,7 +399,7 @@ async def test_worker_counts_duplicate_deliveries_and_settlement_latency(
     client: Client, settings: AgentLeaseSettings
 ) -> None:
     """A step the ledger already settled does not run again and counts as a duplicate delivery; a
-    step that passes through commit observes its settlement latency (agentlease.metrics)."""
+    step that passes through commit observes its settlement latency (agentlease.observability.metrics)."""
     run_id = f"metrics-{uuid.uuid4().hex[:8]}"
     done = TaskSpec(
         task_id=task_id_for(run_id, "done"),

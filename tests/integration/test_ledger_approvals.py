@@ -16,7 +16,7 @@ import pytest
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.errors import ApprovalRefusedError, LeaseHeldError, TaskClosedError
 from agentlease.ledger.store import Ledger
-from agentlease.metrics import APPROVALS
+from agentlease.observability.metrics import APPROVALS
 from agentlease.records import TaskSpec, arguments_fingerprint, idempotency_key_for, task_id_for
 from agentlease.recovery._policy import decide
 

@@ -1,4 +1,4 @@
-"""The ledger counts what it writes (agentlease.metrics), on SQLite and PostgreSQL.
+"""The ledger counts what it writes (agentlease.observability.metrics), on SQLite and PostgreSQL.
 
 Each test uses a tool name of its own, so the label sets it reads are its alone; values are read
 from the process's Prometheus registry as deltas.

@@ -11,8 +11,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentlease.runtime.temporal import connect
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.worker import running_worker
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually

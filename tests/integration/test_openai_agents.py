@@ -38,10 +38,10 @@ from agentlease.demo.agents.openai_agent import AgentRequest, RestockAgent, scri
 from agentlease.demo.downstream import TARGET_TABLES, Downstream, running_downstream
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskRecord
+from agentlease.runtime.names import STATUS_QUERY
+from agentlease.runtime.temporal import connect
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance.runner import Cli
 from tests.eventually import assert_eventually

@@ -20,11 +20,11 @@ from prometheus_client import REGISTRY
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from agentlease import search_attributes as sa
 from agentlease.enums import EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.store import Ledger
-from agentlease.names import DECIDE_SIGNAL, STATUS_QUERY
+from agentlease.observability import search_attributes as sa
 from agentlease.records import RunStatus, TaskSpec
+from agentlease.runtime.names import DECIDE_SIGNAL, STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually

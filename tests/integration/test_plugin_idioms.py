@@ -37,18 +37,18 @@ with workflow.unsafe.imports_passed_through():  # this module holds a workflow: 
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Replayer, Worker
 
-    from agentlease import search_attributes
     from agentlease.demo.agents.openai_agent import RestockAgent
     from agentlease.demo.agents.openai_agent import scripted_model_plugin as openai_scripted_model_plugin
     from agentlease.demo.agents.pydantic_ai_agent import RestockAgentWorkflow
-    from agentlease.devserver import temporal_binary
     from agentlease.errors import ConfigurationError, LedgerUnavailableError
     from agentlease.ledger.migrate import upgrade
     from agentlease.ledger.store import Ledger
-    from agentlease.names import STATUS_QUERY
+    from agentlease.observability import search_attributes
     from agentlease.plugin import AgentLeasePlugin, _pass_through
     from agentlease.pydantic_ai import LeasedToolset, run_agent
     from agentlease.records import RunStatus
+    from agentlease.runtime.devserver import temporal_binary
+    from agentlease.runtime.names import STATUS_QUERY
     from agentlease.settings import AgentLeaseSettings
     from agentlease.workflow._interceptor import LeasedCallsInterceptor
     from agentlease.workflow._plan import AgentRunWorkflow

@@ -32,17 +32,17 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import CancelledError
 from temporalio.worker import Replayer
 
-from agentlease.databases import create_async_database_engine
-from agentlease.decisions import CancelRequest
+from agentlease.decisions.table import CancelRequest
 from agentlease.demo import mail, publishing
 from agentlease.demo.agents.pydantic_ai_agent import WORKFLOW, RestockAgentWorkflow, agent_settings, run_scripted_agent
 from agentlease.demo.downstream import TARGET_TABLES, Downstream, running_downstream
 from agentlease.enums import EventKind, Stage, TaskStatus
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, TaskRecord
+from agentlease.runtime.names import STATUS_QUERY
+from agentlease.runtime.temporal import connect
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.tools._registry import load_registry
 from agentlease.tools.builtin.sql_upsert import records_table
 from agentlease.worker import build_worker

@@ -20,13 +20,13 @@ import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from agentlease import search_attributes as sa
 from agentlease.enums import EventKind, SideEffectClass, Stage
 from agentlease.errors import LeaseLostError
 from agentlease.ledger.refused_writes import refused_writes
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
+from agentlease.observability import search_attributes as sa
 from agentlease.records import Claim, RunStatus, SettlementReceipt, TaskSpec
+from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually

@@ -27,10 +27,10 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from agentlease.decisions import CancelRequest, DecisionRequest, ReconcileRequest
-from agentlease.names import DESCRIBE_RUN, STATUS_QUERY
+from agentlease.decisions.table import CancelRequest, DecisionRequest, ReconcileRequest
 from agentlease.plugin import _pass_through
 from agentlease.records import RunStatus
+from agentlease.runtime.names import DESCRIBE_RUN, STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.workflow._interceptor import LeasedCallsInterceptor
 from agentlease.workflow._plan import AgentRunWorkflow

@@ -14,10 +14,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from agentlease import search_attributes as sa
-from agentlease.decisions import CancelRequest
-from agentlease.names import STATUS_QUERY
+from agentlease.decisions.table import CancelRequest
+from agentlease.observability import search_attributes as sa
 from agentlease.records import RunStatus
+from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually

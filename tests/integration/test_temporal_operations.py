@@ -20,10 +20,10 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import PollerBehaviorSimpleMaximum
 
-from agentlease.devserver import temporal_binary
 from agentlease.enums import ErrorClass, EventKind, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent
+from agentlease.runtime.devserver import temporal_binary
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker

@@ -21,9 +21,9 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentlease.demo.downstream import bind_loopback
-from agentlease.devserver import dev_server
-from agentlease.names import STATUS_QUERY
 from agentlease.records import RunStatus
+from agentlease.runtime.devserver import dev_server
+from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually

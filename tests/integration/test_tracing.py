@@ -21,10 +21,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentlease import tracing
 from agentlease.ledger.store import Ledger
+from agentlease.observability import tracing
+from agentlease.runtime.temporal import connect
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.worker import running_worker
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.integration.test_lease_on_temporal import _plan, opened_ledger

@@ -11,7 +11,7 @@ from agentlease.enums import EventKind, SideEffectClass, Stage
 from agentlease.errors import LeaseLostError
 from agentlease.ledger.store import Ledger
 from agentlease.records import SettlementReceipt, TaskSpec
-from agentlease.ttl_advice import MIN_GAPS, EventSample, advise, read_samples, since_argument
+from agentlease.recovery.ttl_advice import MIN_GAPS, EventSample, advise, read_samples, since_argument
 
 S = timedelta(seconds=1)
 

@@ -17,11 +17,10 @@ import httpx
 
 from agentlease.enums import EventKind, RunState, SideEffectClass, TaskStatus
 from agentlease.ledger.listing import collect, run_pages
-from agentlease.ledger.refusals import record_unknown_tool
 from agentlease.ledger.store import Ledger
+from agentlease.ledger.unknown_tools import UNKNOWN_TOOL_ERROR, UnknownTools, UnknownToolStep, record_unknown_tool
 from agentlease.records import TaskSpec
 from agentlease.ui.app import ui_app
-from agentlease.unknown_tools import UNKNOWN_TOOL_ERROR, UnknownTools, UnknownToolStep
 
 
 def _spec(run: str, step: str, tool: str) -> TaskSpec:

@@ -17,8 +17,8 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentlease.names import LEASE_PROGRESS_SIGNAL, STATUS_QUERY
 from agentlease.records import AgentRunPlan, PlanStep
+from agentlease.runtime.names import LEASE_PROGRESS_SIGNAL, STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker

@@ -40,7 +40,7 @@ from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from agentlease.decisions import LedgerDecision
+from agentlease.decisions.table import LedgerDecision
 from agentlease.enums import DecisionKind, SideEffectClass, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.plugin import AgentLeasePlugin

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
-from agentlease.decisions import CancelRequest
+from agentlease.decisions.table import CancelRequest
 from agentlease.settings import AgentLeaseSettings
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.integration.test_decisions import wait_for

@@ -9,7 +9,7 @@ command, request): not that the entry is of the request's step, nor of its comma
 what the decision activity does (``Ledger.decide`` as that role), writes "approved" on step ``b`` with alice's
 signed approval of step ``a`` (and with alice's signed *reject* of ``c``), and ``verify_recorded`` says alice
 signed both.
-Now :func:`agentlease.decisions.verify_recorded` refuses an entry whose step or kind is not the signed one's,
+Now :func:`agentlease.decisions.table.verify_recorded` refuses an entry whose step or kind is not the signed one's,
 and the row guard refuses an entry naming a signer whose signed request names another step.
 """
 
@@ -28,14 +28,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy.engine import make_url
 from temporalio.testing import ActivityEnvironment
 
-from agentlease.decision_auth import DecisionVerifier, OperatorKey, SignedDecision, load_public_keys
-from agentlease.decisions import DecisionRequest, LedgerDecision, verify_recorded
+from agentlease.decisions._activity import DecisionActivities
+from agentlease.decisions.table import DecisionRequest, LedgerDecision, verify_recorded
 from agentlease.enums import DecisionKind, EventKind, SideEffectClass, TaskStatus
 from agentlease.ledger.grants import LedgerRoles, grant_statements
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import TaskSpec
-from agentlease.tools._decisions import DecisionActivities
+from agentlease.security.decision_auth import DecisionVerifier, OperatorKey, SignedDecision, load_public_keys
 
 RUN = "run-1"
 

@@ -19,8 +19,8 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
+from agentlease.runtime.temporal import connect
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
@@ -105,7 +105,7 @@ async def test_history_is_encrypted_and_cli_still_shows_it(settings: AgentLeaseS
         assert old.tasks[0].receipt is not None and old.tasks[0].receipt.external_id == marker
 
         # The old key dropped: a clear error naming the key id, not garbage.
-        from agentlease.codec import UnknownCodecKeyError
+        from agentlease.security.codec import UnknownCodecKeyError
 
         dropped = await connect(settings.model_copy(update={"codec_keys": NEW_KEY}))
         with pytest.raises(Exception) as info:
@@ -118,8 +118,8 @@ async def test_codec_server_decodes_for_those_allowed(settings: AgentLeaseSettin
     from google.protobuf import json_format
     from temporalio.api.common.v1 import Payloads
 
-    from agentlease.codec import EncryptionCodec
-    from agentlease.codec_server import codec_app
+    from agentlease.security.codec import EncryptionCodec
+    from agentlease.security.codec_server import codec_app
 
     marker = f"marker-{uuid.uuid4().hex}"
     settings = settings.model_copy(update={"codec_keys": OLD_KEY})
@@ -169,8 +169,8 @@ def test_keys_are_checked_and_rotation_opens_old_payloads() -> None:
 
     from temporalio.api.common.v1 import Payload
 
-    from agentlease.codec import EncryptionCodec, UnknownCodecKeyError, new_key_entry, parse_keys
     from agentlease.errors import ConfigurationError
+    from agentlease.security.codec import EncryptionCodec, UnknownCodecKeyError, new_key_entry, parse_keys
 
     plain = Payload(metadata={"encoding": b"json/plain"}, data=b'{"password": "x"}')
     old = EncryptionCodec.from_text(OLD_KEY)
@@ -197,7 +197,7 @@ async def test_temporal_cli_decodes_through_the_codec_server_command(
 ) -> None:
     """`agentlease codec-server` as its own process; the `temporal` CLI shows the run sealed without it,
     and decrypted through it with the token."""
-    from agentlease.devserver import temporal_binary
+    from agentlease.runtime.devserver import temporal_binary
 
     marker = f"marker-{uuid.uuid4().hex}"
     settings = settings.model_copy(update={"codec_keys": OLD_KEY})
@@ -235,7 +235,7 @@ async def test_the_codec_wraps_a_framework_plugins_converter(settings: AgentLeas
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.plugin import SimplePlugin
 
-    from agentlease.codec import EncryptionCodec
+    from agentlease.security.codec import EncryptionCodec
 
     framework = SimplePlugin("framework", data_converter=pydantic_data_converter)
     client = await connect(settings.model_copy(update={"codec_keys": OLD_KEY}), plugins=[framework])

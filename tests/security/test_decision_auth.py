@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from agentlease.decisions import DecisionRequest
+from agentlease.decisions.table import DecisionRequest
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.settings import AgentLeaseSettings
 from tests.integration.test_decisions import running, wait_for
@@ -59,7 +59,7 @@ async def test_unsigned_decisions_are_refused_in_authenticated_mode(
         status = await handle.query("status")
         assert status["status"] == "waiting", status  # the refused cancel of the run left it running
 
-        from agentlease.decision_auth import OperatorKey, new_operator_keys
+        from agentlease.security.decision_auth import OperatorKey, new_operator_keys
 
         # A key the workers do not know, claiming to be alice: a bad signature.
         _, _ = new_operator_keys("alice", tmp_path / "mallory")
@@ -107,7 +107,7 @@ async def test_unsigned_decisions_are_refused_in_authenticated_mode(
 
 def _operator_file(key: Ed25519PrivateKey, path: Path) -> Any:
     """``key`` written as ``agentlease keys new-operator`` writes a private key, loaded back."""
-    from agentlease.decision_auth import OperatorKey
+    from agentlease.security.decision_auth import OperatorKey
 
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,8 +160,8 @@ async def test_the_cli_signs_with_the_operator_key(
 
 
 def test_the_open_mode_is_the_default_and_authenticated_needs_keys() -> None:
-    from agentlease.decision_auth import DecisionVerifier, decision_verifier
     from agentlease.errors import ConfigurationError
+    from agentlease.security.decision_auth import DecisionVerifier, decision_verifier
 
     assert AgentLeaseSettings().decision_mode == "open"
     assert decision_verifier(AgentLeaseSettings()).verify("r", None, expect={}, at=datetime.now(UTC)) is None
@@ -176,11 +176,11 @@ def test_the_open_mode_is_the_default_and_authenticated_needs_keys() -> None:
 def test_a_signed_request_applies_only_to_the_decision_it_names(tmp_path: Path) -> None:
     """Another workflow on the task queue schedules the decision activity itself, with a real signed
     request of another step: the activity's check refuses it (the signature is valid, the binding is not)."""
-    from agentlease.decision_auth import DecisionRefusedError, DecisionVerifier, SignedDecision
-    from agentlease.decisions import LedgerDecision, ReconcileRequest
+    from agentlease.decisions._activity import authenticate
+    from agentlease.decisions.table import LedgerDecision, ReconcileRequest
     from agentlease.enums import DecisionKind, SideEffectClass
     from agentlease.records import TaskSpec
-    from agentlease.tools._decisions import authenticate
+    from agentlease.security.decision_auth import DecisionRefusedError, DecisionVerifier, SignedDecision
 
     alice = Ed25519PrivateKey.generate()
     key = _operator_file(alice, tmp_path / "alice.key")

@@ -32,20 +32,20 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
-from agentlease.decision_auth import (
-    DecisionRefusedError,
-    DecisionVerifier,
-    OperatorKey,
-    SignedDecision,
-    signed_message,
-)
-from agentlease.decisions import DecisionRequest, LedgerDecision, verify_recorded
+from agentlease.decisions.table import DecisionRequest, LedgerDecision, verify_recorded
 from agentlease.enums import DecisionKind, EventKind, SideEffectClass, TaskStatus
 from agentlease.errors import TaskMovedError
 from agentlease.ledger.grants import LedgerRoles, grant_statements
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import TaskSpec
+from agentlease.security.decision_auth import (
+    DecisionRefusedError,
+    DecisionVerifier,
+    OperatorKey,
+    SignedDecision,
+    signed_message,
+)
 from agentlease.settings import AgentLeaseSettings
 from tests.integration.test_decisions import running, wait_for
 from tests.security.edge_cli import agentlease
@@ -224,7 +224,7 @@ def test_a_changed_decision_id_or_generation_breaks_the_signature(tmp_path: Path
 
 
 def _public(raw: str) -> Any:
-    from agentlease.decision_auth import load_public_keys
+    from agentlease.security.decision_auth import load_public_keys
 
     return load_public_keys(f"alice={raw}")["alice"]
 
@@ -248,7 +248,7 @@ def _spec(run: str, step: str) -> TaskSpec:
 async def test_a_retry_of_the_same_activity_is_applied_and_another_activity_replays(
     ledger: Ledger, tmp_path: Path
 ) -> None:
-    from agentlease.tools._decisions import DecisionActivities
+    from agentlease.decisions._activity import DecisionActivities
 
     key, public = _operator(tmp_path)
     verifier = DecisionVerifier("authenticated", {"alice": _public(public)})
@@ -386,8 +386,8 @@ async def test_the_worker_role_may_insert_decision_ids_but_not_change_them(pg_ur
 
 async def test_a_signed_cancel_of_the_whole_run_applies_once_to_each_task(ledger: Ledger, tmp_path: Path) -> None:
     """One decision id, one use per task: the run's cancel reaches each of its steps, and only once."""
-    from agentlease.decisions import CancelRequest
-    from agentlease.tools._decisions import DecisionActivities
+    from agentlease.decisions._activity import DecisionActivities
+    from agentlease.decisions.table import CancelRequest
 
     key, public = _operator(tmp_path)
     [apply_decision, _] = DecisionActivities(

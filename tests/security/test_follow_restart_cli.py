@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentlease import search_attributes
-from agentlease.devserver import temporal_binary
+from agentlease.observability import search_attributes
+from agentlease.runtime.devserver import temporal_binary
 from tests.acceptance.conftest import background, cli, write_file  # noqa: F401
 from tests.acceptance.runner import Background, Cli, WriteFile
 from tests.acceptance.test_cli import free_port

@@ -25,7 +25,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from agentlease import limits
 from agentlease.cli.app import _run
 from agentlease.cli.plans import load_plan, with_run_id
-from agentlease.decisions import CancelRequest, DecisionRequest, LedgerDecision, ReconcileRequest
+from agentlease.decisions.table import CancelRequest, DecisionRequest, LedgerDecision, ReconcileRequest
 from agentlease.enums import DecisionKind, SideEffectClass
 from agentlease.errors import ConfigurationError
 from agentlease.ledger.tables import RECEIPTS, TASKS

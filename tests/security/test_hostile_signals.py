@@ -14,14 +14,14 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.worker import Worker
 
-from agentlease.codec import ENCODING, KEY_ID, EncryptionCodec
-from agentlease.decisions import DecisionRequest
+from agentlease.decisions.table import DecisionRequest
 from agentlease.ledger.store import Ledger
-from agentlease.names import AGENT_RUN_WORKFLOW, DECIDE_SIGNAL
 from agentlease.plugin import AgentLeasePlugin
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
+from agentlease.runtime.names import AGENT_RUN_WORKFLOW, DECIDE_SIGNAL
+from agentlease.runtime.temporal import connect
+from agentlease.security.codec import ENCODING, KEY_ID, EncryptionCodec
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.tools._registry import ToolRegistry, load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow

@@ -26,9 +26,9 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 
 from agentlease import limits
-from agentlease.devserver import temporal_binary
 from agentlease.enums import TaskStatus
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
+from agentlease.runtime.devserver import temporal_binary
 from agentlease.settings import AgentLeaseSettings
 from tests.eventually import assert_eventually
 from tests.integration.conftest import client, settings, temporal_address  # noqa: F401

@@ -20,14 +20,8 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from agentlease.decision_auth import (
-    DecisionVerifier,
-    OperatorKey,
-    SignedDecision,
-    load_public_keys,
-    new_operator_keys,
-)
-from agentlease.decisions import DECISIONS, LedgerDecision, verify_recorded
+from agentlease.decisions._activity import apply, authenticate
+from agentlease.decisions.table import DECISIONS, LedgerDecision, verify_recorded
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, SideEffectClass, Stage, TaskStatus
 from agentlease.ledger.expiry import SWEEPER_STATUSES, expired_leases, record_expiry
 from agentlease.ledger.grants import LedgerRoles, grant_statements
@@ -35,7 +29,13 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.refusals import record_refusal
 from agentlease.ledger.store import Ledger
 from agentlease.records import SettlementReceipt, TaskSpec
-from agentlease.tools._decisions import apply, authenticate
+from agentlease.security.decision_auth import (
+    DecisionVerifier,
+    OperatorKey,
+    SignedDecision,
+    load_public_keys,
+    new_operator_keys,
+)
 
 pytestmark = pytest.mark.postgres
 

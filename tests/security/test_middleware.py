@@ -25,11 +25,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentlease.databases import create_async_database_engine
 from agentlease.demo.downstream import serve_app
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import MAX_GENERATION, advance_fence, create_fence_table, read_fence
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, request_path
+from agentlease.ledger.engine import create_async_database_engine
 
 KEY = b"a fencing key of the deployment"
 _tables = MetaData()

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from temporalio.client import Client
 
-from agentlease.decisions import CancelRequest
+from agentlease.decisions.table import CancelRequest
 from agentlease.ledger.store import Ledger
 from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
@@ -106,7 +106,7 @@ async def test_http_get_with_a_password_in_the_url_leaves_it_nowhere(
 
 
 def test_the_default_redactor() -> None:
-    from agentlease.redaction import redact_text, redact_value
+    from agentlease.security.redaction import redact_text, redact_value
 
     cases = {
         "GET https://bob:s3cr3t-pw@api.example.com/x failed": "GET https://bob:***@api.example.com/x failed",
@@ -128,7 +128,7 @@ def test_the_default_redactor() -> None:
 
 def custom_redactor(value: str) -> str:
     """A deployment's own redactor (``AGENTLEASE_REDACTOR``): the default, plus its ticket ids."""
-    from agentlease.redaction import redact_text
+    from agentlease.security.redaction import redact_text
 
     return redact_text(value).replace("TICKET-42", "TICKET-?")
 
@@ -139,7 +139,7 @@ async def test_a_configured_redactor_applies_to_what_the_ledger_stores(ledger: L
     from agentlease.enums import SideEffectClass
     from agentlease.plugin import AgentLeasePlugin
     from agentlease.records import TaskSpec
-    from agentlease.redaction import configure
+    from agentlease.security.redaction import configure
 
     AgentLeasePlugin(
         settings=AgentLeaseSettings(redactor="tests.security.test_redaction:custom_redactor"), ledger=ledger

@@ -39,9 +39,9 @@ from agentlease.errors import LeaseLostError
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, SettlementReceipt, TaskSpec
-from agentlease.redaction import redact_value
+from agentlease.runtime.temporal import connect
+from agentlease.security.redaction import redact_value
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.tools._registry import load_registry
 from agentlease.ui.app import ui_app
 from agentlease.worker import build_worker

@@ -20,8 +20,6 @@ import pytest
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 
-from agentlease.codec import ENCODING, KEY_ID
-from agentlease.codec_server import MAX_BODY_BYTES, codec_app
 from agentlease.demo.serving import serve_app
 from agentlease.enums import DecisionKind, ErrorClass, SideEffectClass, TaskStatus
 from agentlease.errors import InvalidFencingTokenError, PermanentToolError
@@ -29,9 +27,11 @@ from agentlease.fencing import sign_fencing_token, verify_fencing_token
 from agentlease.ledger.retention import purge
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus, SettlementReceipt, TaskSpec
-from agentlease.secrets import EnvSecretProvider, SecretNameError, ToolSecrets, ToolSettings
+from agentlease.runtime.temporal import connect
+from agentlease.security.codec import ENCODING, KEY_ID
+from agentlease.security.codec_server import MAX_BODY_BYTES, codec_app
+from agentlease.security.secrets import EnvSecretProvider, SecretNameError, ToolSecrets, ToolSettings
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
@@ -137,7 +137,7 @@ def test_the_codec_server_drops_a_client_that_never_finishes_its_headers(codec_s
 
 
 async def test_a_body_slower_than_its_deadline_is_408() -> None:
-    from agentlease.codec import EncryptionCodec
+    from agentlease.security.codec import EncryptionCodec
 
     app = codec_app(EncryptionCodec.from_text(OLD_KEY), body_timeout=timedelta(seconds=1))
     async with serve_app(app) as base:
@@ -352,7 +352,7 @@ async def test_purge_never_removes_what_a_run_still_open_needs(ledger: Ledger) -
 
 def test_an_encrypted_payload_without_keys_is_one_line() -> None:
     """The codec server's sibling case in the SDK: the keys-missing codec names the setting."""
-    from agentlease.codec import CodecKeysMissingError, KeysMissingCodec
+    from agentlease.security.codec import CodecKeysMissingError, KeysMissingCodec
 
     sealed = Payload(metadata={"encoding": ENCODING, KEY_ID: b"k1"}, data=base64.b64encode(b"x"))
     with pytest.raises(CodecKeysMissingError, match="AGENTLEASE_CODEC_KEYS is not set here"):

@@ -18,12 +18,12 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentlease import search_attributes as sa
-from agentlease.codec import ENCODING
-from agentlease.names import DESCRIBE_RUN, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
+from agentlease.observability import search_attributes as sa
 from agentlease.records import AgentRunPlan, PlanStep
+from agentlease.runtime.names import DESCRIBE_RUN, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
+from agentlease.runtime.temporal import connect
+from agentlease.security.codec import ENCODING
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow

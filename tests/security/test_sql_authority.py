@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import func, select
 from temporalio.client import Client
 
-from agentlease.databases import create_async_database_engine
 from agentlease.demo.downstream import Downstream, prepare_sql_target, running_downstream
 from agentlease.enums import TaskStatus
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.records import task_id_for
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools.builtin.sql_upsert import records_table

@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from agentlease.decisions import LedgerDecision
+from agentlease.decisions.table import LedgerDecision
 from agentlease.enums import DecisionKind, EventKind, SideEffectClass, TaskStatus
 from agentlease.errors import TaskNotFoundError
 from agentlease.ledger.migrate import upgrade

@@ -10,8 +10,8 @@ import pytest
 
 from agentlease.enums import TaskStatus
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
+from agentlease.runtime.temporal import connect
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import connect
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
@@ -83,7 +83,7 @@ async def test_declared_settings_and_own_secrets(settings: AgentLeaseSettings, m
 
 def test_a_tool_gets_only_its_own_secrets() -> None:
     from agentlease.errors import CredentialToolError
-    from agentlease.secrets import EnvSecretProvider, ToolSecrets, ToolSettings
+    from agentlease.security.secrets import EnvSecretProvider, ToolSecrets, ToolSettings
 
     provider = EnvSecretProvider({"AGENTLEASE_SECRET_MAILER__SMTP_PASSWORD": "pw"})
     assert ToolSecrets(provider, "mailer").get("smtp_password") == "pw"

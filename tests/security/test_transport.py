@@ -24,8 +24,8 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import TLSConfig
 
 from agentlease.errors import ConfigurationError
+from agentlease.runtime.temporal import TemporalUnavailableError, connect
 from agentlease.settings import AgentLeaseSettings
-from agentlease.temporal import TemporalUnavailableError, connect
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -182,7 +182,7 @@ async def test_mtls_needs_the_client_certificate(pki: Pki, temporal_address: str
 
 
 def test_settings_make_the_tls_config(pki: Pki, tmp_path: Path) -> None:
-    from agentlease.temporal import tls_config
+    from agentlease.runtime.temporal import tls_config
 
     config = tls_config(
         _settings(

@@ -8,12 +8,12 @@ import sys
 
 import asyncpg
 
-from agentlease.databases import asyncpg_errors, is_refused_value, is_unavailable
+from agentlease.ledger.engine import asyncpg_errors, is_refused_value, is_unavailable
 
 
 def test_without_asyncpg_there_is_no_asyncpg_error() -> None:
     code = (
-        "import sys; from agentlease.databases import asyncpg_errors, is_unavailable; "
+        "import sys; from agentlease.ledger.engine import asyncpg_errors, is_unavailable; "
         "assert asyncpg_errors('PostgresError') == (); assert not is_unavailable(ValueError('x')); "
         "assert 'asyncpg' not in sys.modules"
     )

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from agentlease.cli.local import export_lines
+from agentlease.demo.cli.local import export_lines
 from agentlease.settings import AgentLeaseSettings
 
 

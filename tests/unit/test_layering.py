@@ -1,10 +1,12 @@
 """The layering rule: no import cycles, no edge from a lower layer to a higher one (CONTRIBUTING.md).
 
-The library is the one package ``agentlease``. Its layers, lowest first: the core
-(``agentlease.*``), ``agentlease.recovery``, then ``agentlease.tools`` and ``agentlease.workflow``
-(side by side; neither imports the other), the framework adapters, the worker level
-(``agentlease.plugin``, ``agentlease.worker``) beside the demo's downstream systems
-(``agentlease.demo``), the demo's agents (``agentlease.demo.agents``), the CLI (``agentlease.cli``).
+The library is the one package ``agentlease``, its modules grouped in rooms (:data:`ROOMS`). The layers,
+lowest first: the base (the package root: vocabulary, values, settings, errors), the infrastructure
+(security, observability, the decision table), the Temporal runtime glue, the ledger, the downstream's edge
+(fencing, idempotency), recovery, then ``agentlease.tools`` and ``agentlease.workflow`` (side by side;
+neither imports the other), the framework adapters, the worker level (``agentlease.plugin``,
+``agentlease.worker``) beside the demo's downstream systems (``agentlease.demo``), the demo's agents, the
+command line and the web view.
 The public faces (``agentlease``, the packages' ``__init__``) re-export; no library module imports one.
 
 Above all of them sits this repository's application (``worker.py``, ``activities``, ``workflows``,
@@ -25,16 +27,20 @@ APPLICATION = ("activities", "workflows", "reconciliation")
 """The application's packages (with ``worker.py``)."""
 
 RANKS = {
-    "core": 0,
-    "recovery": 1,
-    "tools": 2,
-    "workflow": 2,
-    "adapters": 3,
-    "demo": 4,
-    "worker": 4,
-    "agents": 5,
-    "cli": 6,
-    "application": 7,
+    "base": 0,
+    "infrastructure": 1,
+    "runtime": 2,
+    "ledger": 3,
+    "edge": 4,
+    "recovery": 5,
+    "tools": 6,
+    "workflow": 6,
+    "adapters": 7,
+    "demo": 8,
+    "worker": 8,
+    "agents": 9,
+    "cli": 10,
+    "application": 11,
 }
 SIDE_BY_SIDE = {frozenset({"tools", "workflow"}), frozenset({"demo", "worker"})}
 """Layers of one rank that must not import each other."""
@@ -62,7 +68,20 @@ the downstream's guards and the errors."""
 BUILTIN_TOOLS = "agentlease.tools.builtin."
 """The built-in tools' modules share their names with the tools the face exports."""
 
-PREFIXES = (
+ROOMS = (
+    # the most specific prefix first
+    ("agentlease.decisions._activity", "tools"),
+    ("agentlease.decisions", "infrastructure"),
+    ("agentlease.demo.cli", "cli"),
+    ("agentlease.demo.agents", "agents"),
+    ("agentlease.demo", "demo"),
+    ("agentlease.security", "infrastructure"),
+    ("agentlease.observability", "infrastructure"),
+    ("agentlease.runtime", "runtime"),
+    ("agentlease.ledger", "ledger"),
+    ("agentlease.migrations", "ledger"),
+    ("agentlease.fencing", "edge"),
+    ("agentlease.idempotency", "edge"),
     ("agentlease.recovery", "recovery"),
     ("agentlease.tools", "tools"),
     ("agentlease.lease", "tools"),
@@ -70,21 +89,22 @@ PREFIXES = (
     ("agentlease.openai_agents", "adapters"),
     ("agentlease.pydantic_ai", "adapters"),
     ("agentlease.mcp", "adapters"),
-    ("agentlease.demo.agents", "agents"),
-    ("agentlease.demo", "demo"),
     ("agentlease.plugin", "worker"),
     ("agentlease.worker", "worker"),
     ("agentlease.cli", "cli"),
+    ("agentlease.ui", "cli"),
 )
+"""Each room of the package and its layer; the rest of the package root is the base (the vocabulary, values,
+settings and errors every room uses)."""
 
 
 def layer(module: str) -> str:
     if module == "worker" or module.split(".")[0] in APPLICATION:
         return "application"
-    for prefix, name in PREFIXES:
+    for prefix, name in ROOMS:
         if module == prefix or module.startswith(prefix + "."):
             return name
-    return "core"
+    return "base"
 
 
 def project_modules() -> dict[str, Path]:
@@ -197,7 +217,7 @@ def test_no_import_cycles() -> None:
     [
         (
             {"agentlease.ledger.store": {"agentlease.tools._declaration"}},
-            "agentlease.ledger.store (core) imports agentlease.tools._declaration (tools)",
+            "agentlease.ledger.store (ledger) imports agentlease.tools._declaration (tools)",
         ),
         (
             {"agentlease.tools._leased": {"agentlease.workflow._plan"}},
@@ -208,6 +228,14 @@ def test_no_import_cycles() -> None:
             "agentlease.recovery._sweeper imports the facade agentlease; import the defining module",
         ),
         ({"agentlease.plugin": {"agentlease.cli.app"}}, "agentlease.plugin (worker) imports agentlease.cli.app (cli)"),
+        (
+            {"agentlease.security.codec": {"agentlease.ledger.store"}},
+            "agentlease.security.codec (infrastructure) imports agentlease.ledger.store (ledger)",
+        ),
+        (
+            {"agentlease.ledger.store": {"agentlease.idempotency.store"}},
+            "agentlease.ledger.store (ledger) imports agentlease.idempotency.store (edge)",
+        ),
         ({"agentlease.cli.app": {"worker"}}, "agentlease.cli.app (cli) imports worker (application)"),
         (
             {"workflows.support": {"agentlease.workflow._calls"}},
@@ -231,3 +259,12 @@ def test_the_graph_sees_function_level_imports() -> None:
     edges = graph()
     assert "agentlease.worker" in edges["agentlease.cli.app"]  # imported inside a command
     assert "agentlease.enums" in edges["agentlease.workflow._calls"]  # imported under imports_passed_through
+
+
+def test_the_package_root_holds_at_most_15_modules() -> None:
+    """The root is the base; every other subject has a room of its own (:data:`ROOMS`)."""
+    root = sorted(path.stem for path in (ROOT / "agentlease").glob("*.py"))
+    assert len(root) <= 15, root
+    assert all(
+        layer(f"agentlease.{name}") == "base" for name in root if name not in ("plugin", "worker", "lease", "fencing")
+    )

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agentlease.databases import async_url, display_url, sqlite_path
 from agentlease.errors import ConfigurationError
+from agentlease.ledger.engine import async_url, display_url, sqlite_path
 
 
 def test_sqlite_and_postgresql_get_their_async_drivers() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from agentlease.enums import Stage
 from agentlease.errors import ConfigurationError
-from agentlease.metrics import parse_address, stage_label
+from agentlease.observability.metrics import parse_address, stage_label
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ def test_the_core_worker_and_cli_import_no_agent_framework() -> None:
 
 def test_the_demo_skips_an_agent_whose_framework_is_not_installed() -> None:
     """`pip install -e .` without the framework extras: the demo runs the plans and says what it skipped."""
-    from agentlease.cli import demo_agents
+    from agentlease.demo.cli import agents as demo_agents
 
     present, absent = (
         demo_agents.DemoAgent("here", lambda s: s, demo_agents._start_openai, module="json", extra="x"),

@@ -1,4 +1,4 @@
-"""Proofs of lease progress signals (``agentlease/progress.py``) and the run's check of them."""
+"""Proofs of lease progress signals (``agentlease/security/progress.py``) and the run's check of them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from temporalio import workflow
 
 from agentlease.enums import Stage
-from agentlease.progress import mint_secret, prove, proven, step_key
 from agentlease.records import LeaseProgress, TaskView, ToolCall
-from agentlease.workflow._progress import ProgressProofs, refused_writes_line
+from agentlease.security.progress import mint_secret, prove, proven, step_key
+from agentlease.workflow._status import ProgressProofs, refused_writes_line
 
 SECRET = mint_secret()
 KEY = step_key(SECRET, "write")

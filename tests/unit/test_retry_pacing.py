@@ -8,7 +8,7 @@ import pytest
 
 from agentlease.enums import ErrorClass, Interruption, SideEffectClass
 from agentlease.records import ToolInfo
-from agentlease.retries import failure_retry_delay, ledger_retry_delay
+from agentlease.recovery.retries import failure_retry_delay, ledger_retry_delay
 from agentlease.settings import AgentLeaseSettings
 from agentlease.workflow._options import leased_activity_options
 

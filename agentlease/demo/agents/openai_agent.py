@@ -196,7 +196,7 @@ def scripted_model_plugin() -> OpenAIAgentsPlugin:
 def agent_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
     """``settings`` plus what this example needs: the scripted model's plugin (client and worker),
     this module's workflow and the ``post_note`` tool. Connect with them too
-    (:func:`agentlease.temporal.connect`): the plugin brings the converter the SDK requires."""
+    (:func:`agentlease.runtime.temporal.connect`): the plugin brings the converter the SDK requires."""
 
     def plus(values: list[str], extra: str) -> list[str]:
         return values if extra in values else [*values, extra]
@@ -265,6 +265,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from agentlease.shutdown import exit_process
+    from agentlease.runtime.shutdown import exit_process
 
     exit_process(main())

@@ -256,6 +256,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     from agentlease.demo.agents import pydantic_ai_agent  # the workflow under its module name, not __main__
-    from agentlease.shutdown import exit_process
+    from agentlease.runtime.shutdown import exit_process
 
     exit_process(pydantic_ai_agent.main())

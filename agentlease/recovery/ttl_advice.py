@@ -31,7 +31,7 @@ from agentlease.clock import to_ms
 from agentlease.enums import EventKind
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import EVENTS, TASKS
-from agentlease.metrics import stage_label
+from agentlease.observability.metrics import stage_label
 
 HOLDER_WRITES = frozenset(
     {

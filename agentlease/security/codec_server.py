@@ -81,7 +81,7 @@ def codec_app(
     """The codec server's ASGI app.
 
     Args:
-        codec: the codec (the workers' own, :func:`agentlease.temporal.payload_codec`).
+        codec: the codec (the workers' own, :func:`agentlease.runtime.temporal.payload_codec`).
         token: the bearer token a request must carry; ``None``: none required.
         origins: browser origins allowed by CORS (the Temporal UI's, ``http://localhost:8233``).
         body_timeout: how long a request's body may take to arrive. Default :data:`BODY_TIMEOUT`.

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
-import inspect
 import socket
 from collections.abc import Sequence
 from datetime import timedelta
@@ -20,9 +18,9 @@ from temporalio.plugin import SimplePlugin
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, TLSConfig
 
-from agentlease import tracing
-from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
-from agentlease.settings import AgentLeaseSettings
+from agentlease.errors import AgentLeaseError, ConfigurationError
+from agentlease.observability import tracing
+from agentlease.settings import AgentLeaseSettings, load_object
 
 CONNECT_TIMEOUT = timedelta(seconds=10)
 """How long connecting to Temporal may take, TCP and the first RPC together. Default 10s.
@@ -73,7 +71,7 @@ async def connect(
             Temporal metrics, see :mod:`agentlease.runtime_metrics`); default the SDK's.
 
     With ``settings.tracing`` the client (and every worker made from it) also carries Temporal's
-    ``TracingInterceptor`` (:mod:`agentlease.tracing`, ``docs/tracing.md``).
+    ``TracingInterceptor`` (:mod:`agentlease.observability.tracing`, ``docs/tracing.md``).
 
     Raises:
         TemporalUnavailableError: the server is unreachable, refused the connection, or did not
@@ -90,7 +88,7 @@ async def connect(
         converter = pydantic_data_converter
     codec = payload_codec(settings)
     if codec is None and converter is not None and converter.payload_codec is None:
-        from agentlease.codec import KeysMissingCodec
+        from agentlease.security.codec import KeysMissingCodec
 
         # No keys here: an encrypted payload is refused in one line instead of the SDK's KeyError.
         converter = dataclasses.replace(converter, payload_codec=KeysMissingCodec())
@@ -170,7 +168,7 @@ def _read(path: Path | None, setting: str) -> bytes | None:
 
 def payload_codec(settings: AgentLeaseSettings) -> PayloadCodec | None:
     """The payload codec of ``settings``: ``payload_codec`` (``module:attribute``) if set, else the
-    :class:`~agentlease.codec.EncryptionCodec` of ``codec_keys``, else ``None`` (plain payloads).
+    :class:`~agentlease.security.codec.EncryptionCodec` of ``codec_keys``, else ``None`` (plain payloads).
 
     Raises:
         ConfigurationError: the codec cannot be loaded, or the keys are malformed.
@@ -181,19 +179,19 @@ def payload_codec(settings: AgentLeaseSettings) -> PayloadCodec | None:
             raise ConfigurationError(f"payload codec {settings.payload_codec!r} is not a temporalio PayloadCodec")
         return codec
     if settings.codec_keys:
-        from agentlease.codec import EncryptionCodec
+        from agentlease.security.codec import EncryptionCodec
 
         return EncryptionCodec.from_text(settings.codec_keys)
     return None
 
 
 def worker_client(client: Client) -> Client:
-    """``client`` as a worker uses it: its :class:`~agentlease.codec.EncryptionCodec` lenient, so that a
+    """``client`` as a worker uses it: its :class:`~agentlease.security.codec.EncryptionCodec` lenient, so that a
     payload that does not open (a malformed or foreign ciphertext in a signal, an update or a start)
     decodes to a marker the workflow refuses, instead of failing every workflow task of the run
-    (:meth:`~agentlease.codec.EncryptionCodec.lenient`). A client without that codec (or with one set
+    (:meth:`~agentlease.security.codec.EncryptionCodec.lenient`). A client without that codec (or with one set
     by a framework plugin) is returned as it is; clients (the CLI, the codec server) stay strict."""
-    from agentlease.codec import EncryptionCodec
+    from agentlease.security.codec import EncryptionCodec
 
     config = client.config()
     converter = config["data_converter"]
@@ -213,7 +211,7 @@ def with_codec(converter: DataConverter, codec: PayloadCodec) -> DataConverter:
 
 def prometheus_runtime() -> tuple[Runtime, str]:
     """An SDK runtime whose metrics (``temporal_*``) Temporal serves on a free loopback port, and that
-    endpoint's URL, for :func:`agentlease.metrics.serving_metrics` to re-export (``docs/metrics.md``).
+    endpoint's URL, for :func:`agentlease.observability.metrics.serving_metrics` to re-export (``docs/metrics.md``).
 
     Counters carry the ``_total`` suffix and durations are in seconds, like the lease metrics.
 
@@ -230,32 +228,6 @@ def prometheus_runtime() -> tuple[Runtime, str]:
     except RuntimeError as exc:  # how the SDK's core reports a port it cannot bind
         raise ConfigurationError(f"cannot serve Temporal's runtime metrics on {address}: {exc}") from None
     return runtime, f"http://{address}/metrics"
-
-
-def load_object(path: str, what: str, *, factory: bool = True) -> Any:
-    """The object named ``module:attribute``; a function there is called (a factory, no arguments)
-    unless ``factory`` is false (the object is the function itself: a redactor).
-
-    Raises:
-        ConfigurationError: not ``module:attribute``, or it cannot be imported.
-    """
-    module_name, sep, attribute = path.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ConfigurationError(f"bad {what} {path!r}: expected module:attribute")
-    try:
-        value = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"cannot load {what} {path!r}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the module failed while importing: a bad setting, in one line
-        raise ConfigurationError(f"cannot load {what} {path!r}: importing it raised {type(exc).__name__}") from None
-    if not (factory and inspect.isfunction(value)):
-        return value
-    try:
-        return value()  # a factory: ``def plugin() -> Plugin``
-    except Exception as exc:  # noqa: BLE001 - a factory that fails, or takes arguments: a bad setting
-        raise ConfigurationError(
-            f"cannot load {what} {path!r}: calling it raised {type(exc).__name__}: {one_line(exc)}"
-        ) from None
 
 
 def _loaded(path: str, what: str, kind: type, expected: str) -> Any:

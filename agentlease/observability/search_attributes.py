@@ -28,7 +28,7 @@ from temporalio.service import RPCError
 
 from agentlease.errors import ConfigurationError
 
-logger = logging.getLogger("agentlease.search_attributes")
+logger = logging.getLogger("agentlease.observability.search_attributes")
 
 RUN_STATUS = SearchAttributeKey.for_keyword("AgentLeaseStatus")
 """``starting``, ``running``, ``waiting``, ``completed``, ``cancelled``, ``failed``."""

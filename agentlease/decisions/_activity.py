@@ -14,8 +14,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from agentlease.decision_auth import DecisionRefusedError, DecisionReplayedError, DecisionVerifier
-from agentlease.decisions import DECISIONS, LedgerDecision, LedgerRefusal
+from agentlease.decisions.table import DECISIONS, LedgerDecision, LedgerRefusal
 from agentlease.enums import DecisionKind, FailureType
 from agentlease.errors import (
     BindingRefusedError,
@@ -27,10 +26,11 @@ from agentlease.errors import (
 from agentlease.ledger.decision_ids import DecisionUse, record_decision_id, record_replay
 from agentlease.ledger.refusals import record_refusal as record_binding_refusal
 from agentlease.ledger.store import Ledger
-from agentlease.names import APPLY_DECISION, RECORD_REFUSAL
 from agentlease.records import SHARED_KEY_PREFIX, SettlementReceipt, ToolOutcome, TraceLink
+from agentlease.runtime.names import APPLY_DECISION, RECORD_REFUSAL
+from agentlease.runtime.payloads import activity_input
+from agentlease.security.decision_auth import DecisionRefusedError, DecisionReplayedError, DecisionVerifier
 from agentlease.tools._binding import own_task, task_refusal
-from agentlease.tools._payloads import activity_input
 
 logger = logging.getLogger("agentlease.lease")
 

@@ -1,7 +1,7 @@
 """The lease metrics' Prometheus families (``docs/metrics.md``), registered in the process's registry.
 
-Imported on first use by :mod:`agentlease.metrics` (a command that records no metric never imports
-``prometheus_client``); read them as ``agentlease.metrics.LEASE_CLAIMS`` and so on.
+Imported on first use by :mod:`agentlease.observability.metrics` (a command that records no metric never imports
+``prometheus_client``); read them as ``agentlease.observability.metrics.LEASE_CLAIMS`` and so on.
 """
 
 from __future__ import annotations

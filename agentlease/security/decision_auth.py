@@ -414,7 +414,7 @@ def verify_recorded_signature(
     """Whether an evidence entry's ``signed_by`` is proven by the signed decision recorded beside it
     (``details["signed"]``, written by the decision activity): the operator's key verifies it for
     ``agent_run_id``. An entry written with the ledger's credentials alone, naming an operator, fails.
-    The signature only: :func:`agentlease.decisions.verify_recorded` also ties it to the entry's step
+    The signature only: :func:`agentlease.decisions.table.verify_recorded` also ties it to the entry's step
     and kind (a proof copied beside another entry fails there).
 
     Args:

@@ -71,7 +71,7 @@ def exit_process(code: int) -> NoReturn:
     current" (temporalio/sdk-python#300), turning a clean exit into SIGABRT. So buffered spans, logs
     and the standard streams are flushed, then the code is delivered with ``os._exit``.
     """
-    from agentlease.tracing import flush
+    from agentlease.observability.tracing import flush
 
     flush()  # spans still buffered for the OTLP exporter (tracing on), before atexit is skipped
     logging.shutdown()

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from agentlease.errors import ConfigurationError
+from agentlease.settings import parse_address
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -23,14 +24,14 @@ NONE = "none"
 
 
 def _families() -> Any:
-    """:mod:`agentlease._metric_families`, imported on first use."""
-    from agentlease import _metric_families
+    """:mod:`agentlease.observability._metric_families`, imported on first use."""
+    from agentlease.observability import _metric_families
 
     return _metric_families
 
 
 def __getattr__(name: str) -> Any:
-    """The metric families and :data:`SCOPE` (``LEASE_CLAIMS``...), from :mod:`agentlease._metric_families`."""
+    """The metric families and :data:`SCOPE` (``LEASE_CLAIMS``...), from :mod:`._metric_families`."""
     if name.isupper() and not name.startswith("_") and hasattr(_families(), name):
         return getattr(_families(), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -152,18 +153,6 @@ LEASE_METRICS = LeaseMetrics()
 """The process's lease metrics."""
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``:PORT``, meaning all interfaces) as ``(host, port)``.
-
-    Raises:
-        ConfigurationError: not ``HOST:PORT`` with a port in 0..65535.
-    """
-    host, sep, port = address.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
-        raise ConfigurationError(f"bad metrics address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
-    return (host.strip("[]") or "0.0.0.0"), int(port)
-
-
 class MetricsServer:
     """The Prometheus exposition endpoint of one process (``GET /metrics``), on its own thread.
 
@@ -244,7 +233,7 @@ def serving_metrics(address: str | None, *, forward: str | None = None) -> Itera
     Args:
         address: ``HOST:PORT``, or ``None``.
         forward: the URL of another Prometheus endpoint (Temporal's runtime metrics, see
-            :func:`agentlease.temporal.prometheus_runtime`) whose samples the same endpoint serves too.
+            :func:`agentlease.runtime.temporal.prometheus_runtime`) whose samples the same endpoint serves too.
 
     Raises:
         ConfigurationError: see :class:`MetricsServer`.
@@ -271,7 +260,6 @@ __all__ = [
     "ForwardedMetrics",
     "LeaseMetrics",
     "MetricsServer",
-    "parse_address",
     "serving_metrics",
     "stage_label",
 ]

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentlease import limits
-from agentlease.decision_auth import DecisionProof, SignedDecision, verify_recorded_signature
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
 from agentlease.records import TaskSpec
+from agentlease.security.decision_auth import DecisionProof, SignedDecision, verify_recorded_signature
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -66,6 +66,11 @@ class DecisionRule:
     def allows(self, status: object) -> bool:
         """Whether a task (or a run's view of a step) in ``status`` may take this decision."""
         return status in self.applies_to
+
+
+RUN_DECIDER = "agentlease"
+"""Who the evidence trail names for what a run decides itself: parking an approval-gated call, cancelling its
+calls when its workflow is cancelled, recording a step whose tool no worker serves."""
 
 
 def _rule(
@@ -222,7 +227,7 @@ class DecisionRequest(_Request):
         step_id: the step decided on.
         by: who decides (operator name), 1 to 200 characters.
         reason: why, 1 to 2000 characters.
-        proof: the operator's signature (:mod:`agentlease.decision_auth`); required in the
+        proof: the operator's signature (:mod:`agentlease.security.decision_auth`); required in the
             authenticated decision mode.
         arguments_sha256: with ``approve``: the fingerprint of the arguments the person saw
             (:func:`~agentlease.records.arguments_fingerprint`); the run refuses the approval when the
@@ -349,14 +354,14 @@ def verify_recorded(
 ) -> bool:
     """Whether an evidence entry of step ``step_id`` and kind ``kind`` is an operator's signed decision:
     the signature recorded beside it verifies for ``agent_run_id``
-    (:func:`~agentlease.decision_auth.verify_recorded_signature`), the signed request names this step (or
+    (:func:`~agentlease.security.decision_auth.verify_recorded_signature`), the signed request names this step (or
     none: a whole-run cancel), and its command makes an entry of this kind (the decision table). A proof
     copied beside another step's entry, or another decision's, fails (``docs/security-review.md``).
 
     Args:
         agent_run_id / step_id: the run and the step of the entry's task.
         details: the entry's details.
-        keys: operator public keys by name (:func:`~agentlease.decision_auth.load_public_keys`).
+        keys: operator public keys by name (:func:`~agentlease.security.decision_auth.load_public_keys`).
         kind: the entry's kind.
     """
     signed = details.get("signed")

@@ -1,6 +1,6 @@
 """The embedded default stack of ``agentlease demo`` and ``agentlease dev``.
 
-A local Temporal dev server (:mod:`agentlease.devserver`), a SQLite ledger migrated to the newest
+A local Temporal dev server (:mod:`agentlease.runtime.devserver`), a SQLite ledger migrated to the newest
 schema, the example downstream systems and an in-process worker. The dev server's own output (its
 start-up banner, its logs) goes to ``temporal-server.log`` in the data dir: the commands say where
 Temporal is themselves, once.
@@ -18,9 +18,9 @@ from pathlib import Path
 from temporalio.testing import WorkflowEnvironment
 
 from agentlease.demo.downstream import TARGET_TABLES, bind_loopback, running_downstream
-from agentlease.devserver import dev_server
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
+from agentlease.runtime.devserver import dev_server
 from agentlease.settings import AgentLeaseSettings
 from agentlease.worker import running_worker
 

@@ -19,8 +19,8 @@ from sqlalchemy.engine import make_url
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agentlease import search_attributes
 from agentlease.errors import ConfigurationError
+from agentlease.observability import search_attributes
 
 
 def temporal_binary() -> str:

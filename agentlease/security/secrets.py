@@ -202,7 +202,7 @@ def secret_provider(settings: AgentLeaseSettings) -> SecretProvider:
     """
     if not settings.secret_provider:
         return EnvSecretProvider()
-    from agentlease.temporal import load_object
+    from agentlease.settings import load_object
 
     provider = load_object(settings.secret_provider, "secret provider")
     if not isinstance(provider, SecretProvider):

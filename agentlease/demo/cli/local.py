@@ -15,10 +15,11 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client, WorkflowHandle
 
-from agentlease.cli.demo_agents import DemoAgent, agent_workers, missing_frameworks, start_agent_runs
 from agentlease.cli.plans import load_plan
-from agentlease.cli.stack import local_stack
-from agentlease.cli.takeover import (
+from agentlease.decisions.table import DecisionRequest
+from agentlease.demo.cli.agents import DemoAgent, agent_workers, missing_frameworks, start_agent_runs
+from agentlease.demo.cli.stack import local_stack
+from agentlease.demo.cli.takeover import (
     Takeover,
     Unleased,
     leased_record_key,
@@ -28,17 +29,16 @@ from agentlease.cli.takeover import (
     run_takeover,
     run_unleased,
 )
-from agentlease.databases import display_url, sqlite_path
-from agentlease.decisions import DecisionRequest
 from agentlease.demo.takeover import TAKEOVER_TTL
 from agentlease.demo.unleased import HEARTBEAT_TIMEOUT
 from agentlease.enums import TaskStatus
 from agentlease.errors import AgentLeaseError
+from agentlease.ledger.engine import display_url, sqlite_path
 from agentlease.ledger.store import Ledger
-from agentlease.names import STATUS_QUERY
 from agentlease.records import AgentRunPlan, RunStatus, TaskRecord
+from agentlease.runtime.names import STATUS_QUERY
+from agentlease.runtime.shutdown import stop_event
 from agentlease.settings import AgentLeaseSettings, default_identity
-from agentlease.shutdown import stop_event
 from agentlease.tools._registry import load_registry
 from agentlease.worker import running_worker
 from agentlease.workflow._plan import AgentRunWorkflow
@@ -47,7 +47,7 @@ from agentlease.workflow._plan import AgentRunWorkflow
 async def run_demo(
     settings: AgentLeaseSettings, plans_dir: Path, out: Console, err: Console, *, timeout_s: float
 ) -> bool:
-    """Start the stack and tell the demo's story (:mod:`agentlease.cli.takeover`): a worker paused in
+    """Start the stack and tell the demo's story (:mod:`agentlease.demo.cli.takeover`): a worker paused in
     the middle of a write, without a lease (two writes land) and with agentlease (one lands, the late
     one is refused). Beside it, every plan in ``plans_dir`` and each example agent run, summarised in
     a few lines. Then a side-by-side table, where to look, and stop.
