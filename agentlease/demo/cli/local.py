@@ -141,7 +141,7 @@ TABLE_WIDTH = 100
 DEV_UI_PORT = 8233
 """The Temporal UI's port of ``agentlease dev`` (its ``--ui-port`` default)."""
 
-EXAMPLE_PLANS = Path(__file__).resolve().parents[1] / "demo" / "plans"
+EXAMPLE_PLANS = Path(__file__).resolve().parents[1] / "plans"
 """The bundled plans, where the package is installed: ``agentlease demo`` runs them, ``agentlease dev`` names one."""
 
 _HEARTBEAT = f"{HEARTBEAT_TIMEOUT.total_seconds():g}s"
