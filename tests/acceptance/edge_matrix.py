@@ -393,16 +393,17 @@ class Group:
             await self.ended(cell)
 
     async def late_evidence(self, cell: Cell, since: float) -> None:
-        """Generation 1, resumed, left its refused ledger write; and its late request, when it sends one (the
-        worker held it before sending), was answered."""
+        """Generation 1, resumed, ended: a refused ledger write, or (MCP) its call refused by the server, which
+        ends a leased MCP attempt without a ledger write; and its late request, when it sends one (the worker
+        held it before sending), was answered."""
         events = await self.ledger.events(self.task_id(cell))
         claim2 = next((e for e in events if e.kind is EventKind.CLAIMED and e.claim_generation == 2), None)
         late = claim2 is not None and any(e.claim_generation == 1 and e.event_id > claim2.event_id for e in events)
-        answered = any(
-            a.get("token") == "1" and a["t"] >= since for a in edge_holds.logged(self.control, self.subject(cell))
-        )
+        answers = [a for a in edge_holds.logged(self.control, self.subject(cell)) if a.get("token") == "1"]
+        refused_at_server = cell.edge.startswith("mcp") and any(a.get("error") for a in answers)
+        answered_late = any(a["t"] >= since for a in answers)
         sends_late = cell.point == "before" and cell.edge in ("http", "sql")
-        assert late and (answered or not sends_late), "generation 1 has not acted since it was resumed"
+        assert (late or refused_at_server) and (answered_late or not sends_late), "generation 1 has not ended"
 
     def resume_all(self) -> None:
         for cell in self.cells:
