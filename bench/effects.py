@@ -408,7 +408,7 @@ async def edge_matrix(opts: argparse.Namespace, address: str, work: Path, out: A
     """The crash-point matrix of the downstream's edge (``docs/edge.md``), on each ledger of ``--dialects``."""
     from agentlease.runtime.devserver import scratch_postgres_database
     from tests.acceptance.edge_matrix import cells as matrix_cells
-    from tests.acceptance.edge_matrix import run_cells, table
+    from tests.acceptance.edge_matrix import grid, run_cells, table
 
     for dialect in opts.dialects:
         began = time.monotonic()
@@ -421,7 +421,9 @@ async def edge_matrix(opts: argparse.Namespace, address: str, work: Path, out: A
             async with scratch_postgres_database(opts.pg_url, "agentlease_bench_edge") as url:
                 results = await run_cells(address, url, where, wanted)
         print(f"\n## The edge's crash-point matrix, {dialect} ledger and downstreams\n", file=out)
-        print(table(results), file=out)
+        print(grid(results, dialect), file=out)
+        if opts.keep:  # every cell in a row, with the late requests the downstream refused
+            print("\n" + table(results), file=out)
         failed = [cell.id for cell, outcome in results.items() if isinstance(outcome, str) or outcome.problems()]
         print(
             f"\n{len(results) - len(failed)} of {len(results)} cells at one effect with an agreeing ledger "

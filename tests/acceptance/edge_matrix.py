@@ -152,11 +152,15 @@ class Outcome:
 
     @property
     def refused_late(self) -> int:
-        """Late requests of generation 1 the downstream refused (or answered from the stored answer)."""
-        late = {"stale_fencing_token", "idempotency_key_in_flight", "idempotency_key_in_doubt"}
-        return sum(1 for a in self.answers if a.get("token") == "1" and (a.get("error") or "") in late) + sum(
-            1 for a in self.answers if a.get("token") == "1" and "stale fencing token" in str(a.get("error") or "")
-        )
+        """Requests of generation 1 the downstream refused (stale, in flight, in doubt)."""
+        refusals = ("stale_fencing_token", "idempotency_key_in_flight", "idempotency_key_in_doubt", "stale fencing")
+        return sum(1 for a in self.answers if a.get("token") == "1" and any(r in str(a.get("error")) for r in refusals))
+
+    @property
+    def verdict(self) -> str:
+        """A cell of :func:`grid`: effects and the ledger's end, or what is wrong."""
+        problems = self.problems()
+        return f"{len(self.effects)}, {self.ledger}" if not problems else f"**{'; '.join(problems)[:80]}**"
 
 
 class Proxy:
@@ -540,5 +544,26 @@ def table(results: dict[Cell, Outcome | str]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CELLS", "Cell", "Outcome", "cells", "not_applicable", "run_cells", "table"]
+def grid(results: dict[Cell, Outcome | str], dialect: str) -> str:
+    """The matrix as a Markdown grid: a row per edge and crash point, a column per fault; each cell the effects
+    counted at the downstream and how the ledger ended (``1, settled g2``), ``n/a`` where the cell does not exist."""
+    lines = ["| edge | crash point | " + " | ".join(FAULTS) + " |", "|---|---|" + "---|" * len(FAULTS)]
+    for edge in EDGES:
+        for point in POINTS:
+            row = []
+            for fault in FAULTS:
+                cell = Cell(edge, point, fault)
+                outcome = results.get(cell)
+                if not_applicable(cell, dialect) is not None:
+                    row.append("n/a")
+                elif outcome is None:
+                    row.append("")
+                else:
+                    row.append("**failed to run**" if isinstance(outcome, str) else outcome.verdict)
+            if any(row):
+                lines.append(f"| {edge} | {point} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+__all__ = ["CELLS", "Cell", "Outcome", "cells", "grid", "not_applicable", "run_cells", "table"]
 CELLS = cells()
