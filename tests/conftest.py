@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh ledger database per test, on SQLite and on PostgreSQL.
+"""Shared fixtures: a fresh ledger database per test, on SQLite and on PostgreSQL; one Temporal dev
+server per test process; ``serial`` tests alone in a parallel run (:mod:`tests.serial`).
 
 PostgreSQL is the server named by ``AGENTLEASE_TEST_PG_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/postgres``). Each test gets its own database, dropped
@@ -9,7 +10,9 @@ afterwards. When the server cannot be reached the test is skipped with a reason 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -19,6 +22,8 @@ from sqlalchemy.engine import make_url
 from agentlease.devserver import scratch_postgres_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
+from tests.integration.temporal_server import DevServerThread
+from tests.serial import Turnstile, lock_dir
 
 PG_ADMIN_URL = os.environ.get("AGENTLEASE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 """The maintenance database used to create and drop the per-test databases."""
@@ -68,3 +73,40 @@ async def ledger(ledger_url: str) -> AsyncIterator[Ledger]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture(scope="session")
+def temporal_address() -> Iterator[str]:
+    """``host:port`` of a Temporal dev server shared by the tests of this process (one per xdist
+    worker; never the time-skipping server)."""
+    server = DevServerThread()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+_TURNSTILE = pytest.StashKey["Turnstile | None"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the turnstile its run shares
+        config.stash[_TURNSTILE] = Turnstile.of_this_worker()
+    elif config.pluginmanager.hasplugin("xdist") and config.getoption("testrunuid") is None:
+        config.option.testrunuid = uuid.uuid4().hex  # known here, so that its lock files are removed
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist"):
+        shutil.rmtree(lock_dir(config.getoption("testrunuid")), ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """Around setup, call and teardown (and before pytest-timeout starts counting): a ``serial`` test
+    waits for the room to itself."""
+    turnstile = item.config.stash.get(_TURNSTILE, None)
+    if turnstile is None:
+        return (yield)
+    with turnstile.enter(alone=item.get_closest_marker("serial") is not None):
+        return (yield)

@@ -17,7 +17,7 @@ from agentlease.enums import RunState, TaskStatus
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings
 from tests.eventually import assert_eventually
-from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
+from tests.integration.conftest import client, settings  # noqa: F401
 from tests.integration.test_builtin_tools import serving
 
 pytestmark = pytest.mark.timeout(180)
