@@ -102,24 +102,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """For ``-n`` (``--dist loadgroup``): the tests of a file that shares fixtures between its tests
-    (module scope, or session scope defined in the file) go to one process, so those are made once;
-    every other test goes wherever a process is free. ``serial`` tests come last."""
-    for item in items:
-        if any(_shared_by_the_file(fixture) for fixture in _fixtures_of(item)):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.partition("::")[0]))
+    """``serial`` tests last: with ``-n`` they then wait only for the last tests of the others."""
     items.sort(key=lambda item: item.get_closest_marker("serial") is not None)
-
-
-def _fixtures_of(item: pytest.Item) -> list[pytest.FixtureDef[object]]:
-    info = getattr(item, "_fixtureinfo", None)  # pytest's own record of what the test requests
-    return [] if info is None else [fixture for defs in info.name2fixturedefs.values() for fixture in defs]
-
-
-def _shared_by_the_file(fixture: pytest.FixtureDef[object]) -> bool:
-    return fixture.scope in ("class", "module", "package") or (
-        fixture.scope == "session" and fixture.baseid.endswith(".py")
-    )
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
