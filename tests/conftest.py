@@ -3,12 +3,14 @@ server per test process; ``serial`` tests alone in a parallel run (:mod:`tests.s
 
 PostgreSQL is the server named by ``AGENTLEASE_TEST_PG_URL`` (default
 ``postgresql://postgres@127.0.0.1:5432/postgres``). Each test gets its own database, dropped
-afterwards. When the server cannot be reached the test is skipped with a reason starting
-"PostgreSQL unavailable" (CI fails on any skipped postgres test).
+afterwards; a ``ledger`` on PostgreSQL is a copy of a database migrated once per test process.
+When the server cannot be reached the test is skipped with a reason starting "PostgreSQL
+unavailable" (CI fails on any skipped postgres test).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import uuid
@@ -64,12 +66,60 @@ def ledger_url(request: pytest.FixtureRequest) -> str:
     return request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "pg_url")
 
 
+async def _admin(*statements: str) -> None:
+    connection = await _admin_connection()
+    try:
+        for statement in statements:
+            await connection.execute(statement)
+    finally:
+        await connection.close()
+
+
+class MigratedTemplate:
+    """A PostgreSQL database migrated on first use, then only copied (``CREATE DATABASE ... TEMPLATE``).
+
+    A migration is one transaction of many statements with Python work between them; on a loaded
+    machine that work can outlast the ledger's idle-in-transaction bound (1 s), which ends the session.
+    Migrated once per test process, before the load, the ledgers of the tests are copies.
+    """
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+
+    async def copy_to(self, url: str) -> None:
+        """Replace the (empty) database of ``url`` by a copy of the migrated template."""
+        if self.name is None:
+            name = f"agentlease_template_{uuid.uuid4().hex}"
+            await _admin(f'CREATE DATABASE "{name}" TEMPLATE template0')
+            self.name = name
+            template = Ledger.from_url(make_url(url).set(database=name).render_as_string(hide_password=False))
+            try:
+                await upgrade(template.database)
+            finally:
+                await template.close()  # a template must have no session when it is copied
+        target = make_url(url).database
+        await _admin(f'DROP DATABASE "{target}" WITH (FORCE)', f'CREATE DATABASE "{target}" TEMPLATE "{self.name}"')
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[MigratedTemplate]:
+    """The migrated PostgreSQL template of this test process, dropped at its end."""
+    template = MigratedTemplate()
+    yield template
+    if template.name is not None:
+        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{template.name}" WITH (FORCE)'))
+
+
 @pytest.fixture
-async def ledger(ledger_url: str) -> AsyncIterator[Ledger]:
-    """A migrated :class:`Ledger` on ``ledger_url``; closed afterwards."""
+async def ledger(ledger_url: str, pg_template: MigratedTemplate) -> AsyncIterator[Ledger]:
+    """A migrated :class:`Ledger` on ``ledger_url`` (on PostgreSQL a copy of ``pg_template``); closed afterwards."""
+    postgres = make_url(ledger_url).get_backend_name() == "postgresql"
+    if postgres:
+        await pg_template.copy_to(ledger_url)
     opened = Ledger.from_url(ledger_url)
     try:
-        await upgrade(opened.database)
+        if not postgres:
+            await upgrade(opened.database)
         yield opened
     finally:
         await opened.close()
