@@ -153,15 +153,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``serial`` tests last: with ``-n`` they then wait only for the last tests of the others."""
-    items.sort(key=lambda item: item.get_closest_marker("serial") is not None)
+    items.sort(key=_serial)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
     """Around setup, call and teardown (and before pytest-timeout starts counting): a ``serial`` test
-    waits for the room to itself."""
+    waits for the room to itself, and keeps it when the next test is ``serial`` too."""
     turnstile = item.config.stash.get(_TURNSTILE, None)
     if turnstile is None:
         return (yield)
-    with turnstile.enter(alone=item.get_closest_marker("serial") is not None):
+    alone = _serial(item)
+    turnstile.enter(alone=alone)
+    try:
         return (yield)
+    finally:
+        if not (alone and nextitem is not None and _serial(nextitem)):
+            turnstile.leave()
+
+
+def _serial(item: pytest.Item) -> bool:
+    return item.get_closest_marker("serial") is not None
