@@ -22,8 +22,6 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.integration.temporal_server import DevServerThread
-
 from .runner import Background, Cli, WriteFile
 
 PG_ADMIN_URL = os.environ.get("AGENTLEASE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -107,13 +105,3 @@ def pg_module_database() -> Iterator[Callable[[str], str]]:
     dropped after the module."""
     with ExitStack() as stack:
         yield lambda role: stack.enter_context(fresh_pg_database(f"agentlease_{role}"))
-
-
-@pytest.fixture(scope="session")
-def temporal_address() -> Iterator[str]:
-    """``host:port`` of a Temporal dev server shared by the session (never the time-skipping server)."""
-    server = DevServerThread()
-    try:
-        yield server.start()
-    finally:
-        server.stop()

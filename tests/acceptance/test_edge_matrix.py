@@ -13,7 +13,8 @@ import pytest
 
 from tests.acceptance.edge_matrix import Cell, Outcome, cells, run_cells, table
 
-pytestmark = pytest.mark.timeout(1200)
+# Workers paused past their lease, resumed, and their late acts checked: alone on the cores (tests/serial.py).
+pytestmark = [pytest.mark.timeout(1200), pytest.mark.serial]
 
 SHORT_FORM = {
     "postgresql": [

@@ -1,26 +1,15 @@
-"""Fixtures for tests against the real Temporal dev server."""
+"""Fixtures for tests against the real Temporal dev server (``temporal_address``, from ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from agentlease.settings import AgentLeaseSettings
-from tests.integration.temporal_server import DevServerThread
-
-
-@pytest.fixture(scope="session")
-def temporal_address() -> Iterator[str]:
-    """``host:port`` of a dev server shared by the session."""
-    server = DevServerThread()
-    try:
-        yield server.start()
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -32,6 +32,10 @@ with workflow.unsafe.imports_passed_through():
 pytestmark = pytest.mark.timeout(180)
 
 LEASE_TTL = timedelta(seconds=3)
+"""The lease of the long tool that outlasts it by reporting progress."""
+CALL_TTL = timedelta(seconds=15)
+"""The lease of a call whose point is not the lease: long enough for a stdio server to start on a
+loaded machine, so that the call takes one attempt."""
 
 
 class CreateContact(BaseModel):
@@ -45,11 +49,11 @@ class ImportContacts(BaseModel):
     step_s: float
 
 
-def crm_tools(server: MCPServer) -> list[ToolSpec]:
+def crm_tools(server: MCPServer, lease_ttl: timedelta = LEASE_TTL) -> list[ToolSpec]:
     """The CRM's tools as a team declares them: a read-only default, ``create_contact`` fenced."""
     return mcp_tools(
         server,
-        default=ToolPolicy(side_effect="read_only", lease_ttl=LEASE_TTL, start_to_close=timedelta(minutes=1)),
+        default=ToolPolicy(side_effect="read_only", lease_ttl=lease_ttl, start_to_close=timedelta(minutes=1)),
         tools={
             "create_contact": ToolPolicy(side_effect="fenced", args=CreateContact),
             "import_contacts": ToolPolicy(side_effect="idempotent", args=ImportContacts),
@@ -101,7 +105,7 @@ async def test_a_workflow_creates_one_contact_through_a_guarded_mcp_server_and_s
     database_url = f"sqlite:///{tmp_path / 'crm.db'}"
     email = f"{uuid.uuid4().hex[:8]}@example.com"
     async with crm(transport, database_url) as server:
-        tools = crm_tools(server)
+        tools = crm_tools(server, CALL_TTL)
         await check_tools(tools)  # the declaration fits what the server lists
         run_id, result = await run_one(client, settings, tools, "crm_create_contact", {"name": "Ada", "email": email})
         async with opened_ledger(settings) as ledger:

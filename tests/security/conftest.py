@@ -16,9 +16,9 @@ from agentlease.ledger.store import Ledger
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker
-from tests.integration.conftest import client, settings, temporal_address
+from tests.integration.conftest import client, settings
 
-__all__ = ["client", "settings", "temporal_address"]
+__all__ = ["client", "settings"]
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ import asyncio
 import uuid
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from agentlease.enums import RunState, TaskStatus
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.settings import AgentLeaseSettings
 from tests.eventually import assert_eventually
-from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
+from tests.integration.conftest import client, settings  # noqa: F401
 from tests.integration.test_builtin_tools import serving
 
 pytestmark = pytest.mark.timeout(180)
@@ -48,8 +48,18 @@ async def test_thirty_steps_across_three_runs(client: Client, settings: AgentLea
             return [t.status for t in status.tasks] == [TaskStatus.SETTLED] * 30
 
         await assert_eventually(thirty_settled, timeout=RUN_TIMEOUT_S, message="all 30 settle")
-        # Still open in its third Temporal run: a submitted step runs, then close ends the run.
-        await handle.execute_update("submit", {"step_id": "extra", "tool": "quick", "arguments": {}})
+
+        # Still open, in the Temporal run after the third: a submitted step runs, then close ends the run.
+        # The new run refuses a step (its validator, nothing recorded) until it has loaded its tools.
+        async def submit_extra() -> None:
+            try:
+                await handle.execute_update("submit", {"step_id": "extra", "tool": "quick", "arguments": {}})
+            except WorkflowUpdateFailedError as refused:
+                if "is still starting; submit again in a moment" in str(refused.cause):
+                    raise AssertionError(f"not yet: {refused.cause}") from refused
+                raise
+
+        await assert_eventually(submit_extra, timeout=RUN_TIMEOUT_S, message="the open run takes a submitted step")
         await handle.signal("close")
         result = await asyncio.wait_for(handle.result(), timeout=RUN_TIMEOUT_S)
         runs = [execution async for execution in client.list_workflows(f"WorkflowId = '{run_id}'")]

@@ -16,7 +16,7 @@ from agentlease.demo.downstream import Downstream, running_downstream
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.records import task_id_for
 from agentlease.settings import AgentLeaseSettings
-from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
+from tests.integration.conftest import client, settings  # noqa: F401
 from tests.integration.test_builtin_tools import serving
 
 from .tool_runs import start_step, step_ends

@@ -31,7 +31,7 @@ from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.runtime.devserver import temporal_binary
 from agentlease.settings import AgentLeaseSettings
 from tests.eventually import assert_eventually
-from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
+from tests.integration.conftest import client, settings  # noqa: F401
 from tests.integration.test_builtin_tools import serving
 
 pytestmark = pytest.mark.timeout(120)
@@ -99,7 +99,7 @@ async def _fails_as_invalid_plan(client: Client, workflow_id: str, failure: str 
 async def test_hand_written_start_fails_the_run_at_once(
     client: Client,  # noqa: F811
     settings: AgentLeaseSettings,  # noqa: F811
-    temporal_address: str,  # noqa: F811
+    temporal_address: str,
     tmp_path: Path,
     text: str,
     fragment: str,
@@ -115,7 +115,7 @@ async def test_hand_written_start_fails_the_run_at_once(
 async def test_hand_written_start_too_deep_to_decode_fails_the_run_at_once(
     client: Client,  # noqa: F811
     settings: AgentLeaseSettings,  # noqa: F811
-    temporal_address: str,  # noqa: F811
+    temporal_address: str,
     tmp_path: Path,
     depth: int,
 ) -> None:
@@ -243,7 +243,7 @@ async def test_decisions_refuse_hostile_payloads(
 )
 async def test_hand_written_update_is_refused(
     open_run: WorkflowHandle[Any, RunStatus],
-    temporal_address: str,  # noqa: F811
+    temporal_address: str,
     tmp_path: Path,
     update: str,
     text: str,

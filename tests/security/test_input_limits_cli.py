@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentlease import limits
-from tests.acceptance.conftest import background, cli, temporal_address, write_file  # noqa: F401
+from tests.acceptance.conftest import background, cli, write_file  # noqa: F401
 from tests.acceptance.runner import Background, Cli, CliResult, WriteFile
 from tests.acceptance.test_cli import BAD_INPUT, FAILED, UNREACHABLE_TEMPORAL, assert_one_error_line
 
@@ -167,7 +167,7 @@ def test_unknown_namespace(cli: Cli, write_file: WriteFile, temporal_address: st
 def test_run_id_of_300_characters_never_starts_a_run(
     cli: Cli,  # noqa: F811
     write_file: WriteFile,  # noqa: F811
-    temporal_address: str,  # noqa: F811
+    temporal_address: str,
     background: Callable[..., Background],  # noqa: F811
 ) -> None:
     """With a reachable Temporal the long id used to start a run whose workflow task failed forever."""

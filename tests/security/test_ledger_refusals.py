@@ -19,7 +19,7 @@ from agentlease.records import RunStatus
 from agentlease.settings import AgentLeaseSettings
 from tests.conftest import pg_url, sqlite_url  # noqa: F401
 from tests.eventually import assert_eventually
-from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
+from tests.integration.conftest import client, settings  # noqa: F401
 from tests.integration.test_builtin_tools import serving
 
 from .tool_runs import RUN_TIMEOUT_S, start_step

@@ -24,7 +24,7 @@ from agentlease.ledger.refusals import record_refusal
 from agentlease.ledger.store import Ledger
 from agentlease.records import TaskSpec
 from agentlease.settings import AgentLeaseSettings
-from tests.acceptance.conftest import background, cli, temporal_address, write_file  # noqa: F401
+from tests.acceptance.conftest import background, cli, write_file  # noqa: F401
 from tests.acceptance.runner import Background, Cli, CliResult, WriteFile
 from tests.acceptance.test_cli import BAD_INPUT, FAILED, UNREACHABLE_TEMPORAL, assert_one_error_line
 
@@ -183,7 +183,7 @@ async def test_worker_connected_as_the_reader_role(cli: Cli, temporal_address: s
 def test_worker_warns_of_the_open_mode_and_a_default_password(
     cli: Cli,  # noqa: F811
     background: object,  # noqa: F811
-    temporal_address: str,  # noqa: F811
+    temporal_address: str,
     pg_url: str,
 ) -> None:
     url = make_url(pg_url).set(password="worker").render_as_string(hide_password=False)  # trust: any password

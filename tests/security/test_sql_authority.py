@@ -19,7 +19,7 @@ from agentlease.ledger.engine import create_async_database_engine
 from agentlease.records import task_id_for
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools.builtin.sql_upsert import records_table
-from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
+from tests.integration.conftest import client, settings  # noqa: F401
 from tests.integration.test_builtin_tools import serving
 
 from .tool_runs import start_step, step_ends

@@ -20,7 +20,7 @@ from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker
 from tests.eventually import assert_eventually
-from tests.integration.conftest import client, settings, temporal_address  # noqa: F401
+from tests.integration.conftest import client, settings  # noqa: F401
 from tests.integration.test_lease_on_temporal import opened_ledger
 
 pytestmark = pytest.mark.timeout(120)
