@@ -1,18 +1,5 @@
-"""Who may read the web view: the ``Host`` check, the operator token, and the pages' security headers.
-
-``agentlease ui`` serves the ledger, so it answers only:
-
-- requests whose ``Host`` names it (loopback, its own address, this machine's names, and
-  ``AGENTLEASE_UI_ALLOWED_HOSTS``): a page of another origin whose name an attacker re-points at
-  127.0.0.1 (DNS rebinding) gets 421 and nothing of the ledger;
-- with ``AGENTLEASE_UI_TOKEN`` set, requests that carry it: ``Authorization: Bearer TOKEN`` (scripts),
-  or HTTP Basic with the token as password (a browser prompts once); anything else is 401. The CLI
-  refuses to serve beyond loopback without a token.
-
-Every answer carries ``Content-Security-Policy: default-src 'none'`` with only the view's own
-stylesheet (``/static/ui.css``, ``style-src 'self'``: no inline style, no script; pages refresh with
-``<meta http-equiv=refresh>``) and its own filter form (``form-action 'self'``),
-``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and no referrer.
+"""Who may read the web view: the ``Host`` check (DNS rebinding), the operator token, and the security headers
+of every answer (a CSP with no script). The rules: ``docs/security-operations.md`` ("The web view").
 """
 
 from __future__ import annotations
