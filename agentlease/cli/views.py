@@ -50,8 +50,7 @@ def runs(
         bool, typer.Option("--waiting", help="Only runs with a task waiting for a person.")
     ] = False,
     status: Annotated[
-        str | None,
-        typer.Option("--status", help="Only runs in this state: running, waiting, completed or failed."),
+        str | None, typer.Option("--status", help="Only runs in this state: running, waiting, completed or failed.")
     ] = None,
     limit: _Limit = None,
     as_json: _JsonList = False,

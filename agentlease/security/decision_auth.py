@@ -327,12 +327,7 @@ class DecisionVerifier:
             )
 
     def verify(
-        self,
-        agent_run_id: str,
-        signed: SignedDecision | None,
-        *,
-        expect: Mapping[str, Any],
-        at: datetime,
+        self, agent_run_id: str, signed: SignedDecision | None, *, expect: Mapping[str, Any], at: datetime
     ) -> str | None:
         """Check one operator decision.
 

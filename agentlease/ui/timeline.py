@@ -9,6 +9,7 @@ import html
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from agentlease.enums import EventKind
 from agentlease.records import LeaseEvent, TaskRecord
@@ -389,17 +390,10 @@ def holder_line(task: TaskRecord, events: Sequence[LeaseEvent] = ()) -> str:
 
 def _rows(events: Iterable[LeaseEvent]) -> str:
     return "".join(
-        "<tr data-kind='{kind}'><td>{at}</td><td>{gen}</td><td>{kind}</td><td>{stage}</td><td>{owner}</td>"
-        "<td>{by}</td><td>{reason}</td><td class='trace-id'>{trace}</td></tr>".format(
-            at=_when(e.at),
-            gen=e.claim_generation,
-            kind=e.kind.value,
-            stage=e.stage.value if e.stage else "-",
-            owner=html.escape(e.lease_owner or "-"),
-            by=html.escape(_who(e) or "-"),
-            reason=html.escape(e.reason or ""),
-            trace=html.escape(e.trace.trace_id or "-"),
-        )
+        f"<tr data-kind='{e.kind.value}'><td>{_when(e.at)}</td><td>{e.claim_generation}</td><td>{e.kind.value}</td>"
+        f"<td>{e.stage.value if e.stage else '-'}</td><td>{html.escape(e.lease_owner or '-')}</td>"
+        f"<td>{html.escape(_who(e) or '-')}</td><td>{html.escape(e.reason or '')}</td>"
+        f"<td class='trace-id'>{html.escape(e.trace.trace_id or '-')}</td></tr>"
         for e in events
     )
 
@@ -470,22 +464,12 @@ def task_section(task: TaskRecord, events: Sequence[LeaseEvent], *, links: Seque
     """
     events = [_shown(event) for event in events]
     receipt = None if task.receipt is None else type(task.receipt).model_validate(redact(task.receipt.model_dump()))
-    receipt_html = (
-        "<table>"
-        + "".join(
-            f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>"
-            for k, v in (
-                ("system", receipt.external_system),
-                ("id", receipt.external_id),
-                ("status", receipt.status),
-                ("verified at", _when(receipt.verified_at)),
-                ("details", receipt.details),
-            )
-        )
-        + "</table>"
-        if receipt
-        else '<p class="muted">No settlement receipt.</p>'
-    )
+    receipt_html = '<p class="muted">No settlement receipt.</p>'
+    if receipt is not None:
+        facts: dict[str, Any] = {"system": receipt.external_system, "id": receipt.external_id, "status": receipt.status}
+        facts |= {"verified at": _when(receipt.verified_at), "details": receipt.details}
+        receipt_html = "".join(f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts.items())
+        receipt_html = f"<table>{receipt_html}</table>"
     trace = f", trace <code id='trace-id'>{html.escape(task.trace.trace_id)}</code>" if task.trace.trace_id else ""
     return (
         f"<h1>{html.escape(task.task_id)}</h1>"

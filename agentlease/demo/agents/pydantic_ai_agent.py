@@ -241,11 +241,7 @@ async def run_scripted_agent(
         temporalio.client.WorkflowFailureError: the run failed or was cancelled.
     """
     return await client.execute_workflow(
-        WORKFLOW,
-        prompt,
-        id=run_id or f"restock-agent-{uuid.uuid4().hex[:12]}",
-        task_queue=task_queue,
-        result_type=str,
+        WORKFLOW, prompt, id=run_id or f"restock-agent-{uuid.uuid4().hex[:12]}", task_queue=task_queue, result_type=str
     )
 
 
