@@ -174,12 +174,7 @@ def _by_filter(
     reason: str,
     as_json: bool,
 ) -> bool:
-    """Without a RUN_ID, decide every task the filters select (list them, confirm, decide each) and return true.
-
-    Raises:
-        ConfigurationError: a RUN_ID and filters, or neither.
-        AgentLeaseError: some of the tasks were refused or not decided.
-    """
+    """Without a RUN_ID, decide every task the filters select (listed, confirmed, decided each) and return true."""
     from agentlease.cli.bulk import confirm_bulk, decide_each, select_tasks
     from agentlease.cli.listings import parse_statuses
     from agentlease.runtime.temporal import connect

@@ -79,11 +79,7 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
 
 
 def _parse_each(values: list[str] | None, kind: type[E], flag: str) -> frozenset[E]:
-    """Repeatable, comma-separated ``flag`` values as members of ``kind``.
-
-    Raises:
-        ConfigurationError: a value that is no member.
-    """
+    """Repeatable, comma-separated ``flag`` values as members of ``kind`` (else ConfigurationError)."""
     parsed = set()
     for value in (part.strip() for given in values or [] for part in given.split(",")):
         if value:

@@ -83,12 +83,8 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
 
 
 async def _follow(client: Any, handle: Any, agent_run_id: str, live: Any) -> RunStatus:
-    """Follow a run until it ends or waits for a person (``live``, a :class:`rich.live.Live` or
-    ``None``: running tasks show their heartbeat).
-
-    Temporal unreachable meanwhile (a restart): following goes on once it answers again, for at
-    most :data:`_FOLLOW_OUTAGE`; then one ``error:`` line (the run itself goes on).
-    """
+    """Follow a run until it ends or waits for a person, live in ``live`` if given, through a Temporal outage of
+    at most :data:`_FOLLOW_OUTAGE`."""
     from temporalio.service import RPCError
 
     from agentlease.cli.render import run_table

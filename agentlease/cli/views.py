@@ -14,7 +14,6 @@ from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.settings import AgentLeaseSettings
 
 _Limit = Annotated[int | None, typer.Option("--limit", help="At most this many rows (a table shows 100 unless told).")]
-_Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 _JsonList = Annotated[bool, typer.Option("--json", help="Print JSON: an array streamed a record at a time.")]
 
 

@@ -184,11 +184,7 @@ def new_operator_keys(name: str, directory: Path) -> tuple[Path, Path]:
 
 
 def _key_file(path: Path, setting: str, kind: str, operator: str | None = None) -> tuple[str, Any]:
-    """The operator a key file of ``agentlease keys new-operator`` names, and its Ed25519 ``private`` or ``public`` key.
-
-    Raises:
-        ConfigurationError: unreadable, no operator line, another ``operator``'s, or no Ed25519 key of that kind.
-    """
+    """The operator a key file of ``agentlease keys new-operator`` names, and its Ed25519 ``private``/``public`` key."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 

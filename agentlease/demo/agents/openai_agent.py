@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -20,7 +19,6 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Model, ModelResponse, Tool, Usage
     from pydantic import BaseModel, Field
-    from temporalio.client import Client
     from temporalio.exceptions import ApplicationError
     from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
     from temporalio.openai_agents.testing import ResponseBuilders, TestModelProvider
@@ -243,19 +241,6 @@ def restock_prompt(sku: str = "A-1002", reserved: int = 25) -> str:
             },
         ],
     )
-
-
-async def run_scripted_agent(client: Client, task_queue: str, *, agent_run_id: str | None = None) -> tuple[str, str]:
-    """Start one scripted restock run on ``task_queue`` and wait for it: ``(agent run id, final answer)``.
-
-    ``client`` must carry the plugin (connect with :func:`agent_settings`), and a worker of
-    :func:`running_agent_worker` must serve the queue with the demo's downstream settings.
-    """
-    run_id = agent_run_id or f"restock-agent-{uuid.uuid4().hex[:8]}"
-    answer = await client.execute_workflow(
-        RestockAgent.run, AgentRequest(prompt=restock_prompt()), id=run_id, task_queue=task_queue
-    )
-    return run_id, answer
 
 
 def main() -> int:

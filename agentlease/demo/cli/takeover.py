@@ -142,11 +142,7 @@ class PausedWorker:
 
 
 async def _until(what: str, probe: Callable[[], Awaitable[_T | None]], timeout_s: float = WAIT_S) -> _T:
-    """Poll ``probe`` until it answers (not ``None``).
-
-    Raises:
-        AgentLeaseError: naming ``what``, after ``timeout_s``.
-    """
+    """Poll ``probe`` until it answers (not ``None``); AgentLeaseError naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         found = await probe()
