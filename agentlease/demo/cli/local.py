@@ -146,12 +146,8 @@ _TTL = f"{TAKEOVER_TTL.total_seconds():g}s"
 async def _start_plan(
     client: Client, settings: AgentLeaseSettings, run_id: str, plan: AgentRunPlan
 ) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        AgentRunWorkflow.run,
-        plan.model_copy(update={"agent_run_id": run_id}),
-        id=run_id,
-        task_queue=settings.task_queue,
-    )
+    planned = plan.model_copy(update={"agent_run_id": run_id})
+    return await client.start_workflow(AgentRunWorkflow.run, planned, id=run_id, task_queue=settings.task_queue)
 
 
 def _writes(writes: list[str]) -> str:
@@ -270,11 +266,9 @@ async def _approving(handle: WorkflowHandle[Any, Any], approved: list[str]) -> A
         status = await handle.query(STATUS_QUERY, result_type=RunStatus)
         for task in status.tasks:
             if task.status == TaskStatus.AWAITING_APPROVAL.value:
+                why = "the demo approves its own plan"
                 await handle.execute_update(
-                    "approve",
-                    DecisionRequest(
-                        step_id=task.step_id, by="agentlease demo", reason="the demo approves its own plan"
-                    ),
+                    "approve", DecisionRequest(step_id=task.step_id, by="agentlease demo", reason=why)
                 )
                 approved.append(f"{status.agent_run_id}/{task.step_id} ({task.tool})")
         await asyncio.wait([result], timeout=0.25)
