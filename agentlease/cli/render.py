@@ -34,16 +34,8 @@ NAMES = {
 the same field (``tasks``, ``events``, ``waiting``; ``tests/unit/test_cli_names.py`` checks it)."""
 
 TASK_COLUMNS = (
-    "task_id",
-    "tool",
-    "status",
-    "stage",
-    "claim_generation",
-    "attempts",
-    "lease_owner",
-    "since",
-    "receipt",
-    "trace_id",
+    *("task_id", "tool", "status", "stage", "claim_generation", "attempts"),
+    *("lease_owner", "since", "receipt", "trace_id"),
 )
 EVENT_COLUMNS = ("at", "task_id", "kind", "claim_generation", "lease_owner", "stage", "by", "reason", "trace_id")
 RUN_COLUMNS = ("agent_run_id", "status", "tasks", "waiting", "final", "settled", "created_at", "updated_at")
