@@ -135,12 +135,9 @@ def _run(argv: Sequence[str] | None) -> int:
         if type(exc).__name__ != "NoArgsIsHelpError":
             err.print(f"error: {exc.format_message()}", markup=False)
         return 2
-    except ConfigurationError as exc:
+    except AgentLeaseError as exc:  # bad input (a ConfigurationError) is 2, a failed operation 1
         err.print(f"error: {exc}", markup=False)
-        return 2
-    except AgentLeaseError as exc:
-        err.print(f"error: {exc}", markup=False)
-        return 1
+        return 2 if isinstance(exc, ConfigurationError) else 1
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130

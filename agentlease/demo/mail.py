@@ -110,21 +110,16 @@ class RecordingHandler:
         content = envelope.content if isinstance(envelope.content, bytes) else envelope.original_content or b""
         parsed = message_from_bytes(content, policy=policy.default)
         async with self.engine.begin() as conn:
-            row_id = (
-                await conn.execute(
-                    insert(messages)
-                    .values(
-                        message_id=parsed.get("Message-ID"),
-                        mail_from=envelope.mail_from or "",
-                        rcpt_to=json.dumps(list(envelope.rcpt_tos)),
-                        subject=parsed.get("Subject"),
-                        idempotency_key=parsed.get(IDEMPOTENCY_HEADER),
-                        size_bytes=len(content),
-                        received_at_ms=db_now_ms(conn.dialect.name),
-                    )
-                    .returning(messages.c.id)
-                )
-            ).scalar_one()
+            received = insert(messages).values(
+                message_id=parsed.get("Message-ID"),
+                mail_from=envelope.mail_from or "",
+                rcpt_to=json.dumps(list(envelope.rcpt_tos)),
+                subject=parsed.get("Subject"),
+                idempotency_key=parsed.get(IDEMPOTENCY_HEADER),
+                size_bytes=len(content),
+                received_at_ms=db_now_ms(conn.dialect.name),
+            )
+            row_id = (await conn.execute(received.returning(messages.c.id))).scalar_one()
         return f"250 OK: queued as {row_id}"
 
 
@@ -141,15 +136,9 @@ class LookupSMTP(SMTP):
         if not handler.answers_lookups:
             await self.push(f"502 5.5.1 {LOOKUP_COMMAND} not implemented")
             return
+        first = select(messages.c.id, messages.c.received_at_ms).where(messages.c.message_id == message_id)
         async with handler.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(messages.c.id, messages.c.received_at_ms)
-                    .where(messages.c.message_id == message_id)
-                    .order_by(messages.c.id)
-                    .limit(1)
-                )
-            ).first()
+            row = (await conn.execute(first.order_by(messages.c.id).limit(1))).first()
         if row is None:
             await self.push("550 not found")
         else:

@@ -100,17 +100,13 @@ class UiGuard:
             await send(message)
 
         headers = Headers(scope=scope)
+        answer: ASGIApp = self.app
         if _hostname(headers.get("host", "")) not in self.allowed_hosts:
             answer = PlainTextResponse("this view does not answer to that host name", status_code=421)
-            await answer(scope, receive, with_headers)
-            return
-        if self.token is not None and not token_matches(headers.get("authorization", ""), self.token):
-            answer = PlainTextResponse(
-                "a token is required", status_code=401, headers={"WWW-Authenticate": 'Basic realm="agentlease"'}
-            )
-            await answer(scope, receive, with_headers)
-            return
-        await self.app(scope, receive, with_headers)
+        elif self.token is not None and not token_matches(headers.get("authorization", ""), self.token):
+            challenge = {"WWW-Authenticate": 'Basic realm="agentlease"'}
+            answer = PlainTextResponse("a token is required", status_code=401, headers=challenge)
+        await answer(scope, receive, with_headers)
 
 
 __all__ = ["LOOPBACK_NAMES", "UiGuard", "host_names", "is_loopback", "token_matches"]
