@@ -7,6 +7,7 @@ bounded page and how to see more): nothing loads the whole ledger (``docs/operat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -342,10 +343,8 @@ async def follow_events(
                 for event in kept:
                     out.print("  ".join(event_cells(event)), soft_wrap=True, markup=False, highlight=False)
             after = page[-1].event_id
-        try:
+        with contextlib.suppress(TimeoutError):  # no stop yet: poll again
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
-        except TimeoutError:
-            pass
 
 
 async def _one(page: list[T]) -> AsyncIterator[list[T]]:

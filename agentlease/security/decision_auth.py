@@ -348,10 +348,9 @@ class DecisionVerifier:
                     "sign it with AGENTLEASE_OPERATOR_KEY"
                 )
             return None
-        try:
-            proof = DecisionProof.model_validate(signed.request["proof"])
-        except ValueError:
-            raise DecisionRefusedError("malformed decision signature") from None
+        proof = signed.proof
+        if proof is None:
+            raise DecisionRefusedError("malformed decision signature")
         key = self.keys.get(proof.operator)
         if key is None:
             if self.mode == AUTHENTICATED:
