@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -64,10 +63,6 @@ def tradeoff_lines(advice: ToolAdvice) -> list[str]:
     return lines + [f"  warning: {warning}" for warning in advice.warnings]
 
 
-def advice_json(advice: list[ToolAdvice]) -> list[dict[str, Any]]:
-    return [asdict(item) for item in advice]
-
-
 def show_advice(advice: list[ToolAdvice], out: Console, *, as_json: bool) -> None:
     """Print the advice (tables, or JSON), every tool's, with or without a recommendation.
 
@@ -77,7 +72,7 @@ def show_advice(advice: list[ToolAdvice], out: Console, *, as_json: bool) -> Non
     if as_json:
         from agentlease.cli.render import to_json
 
-        out.print_json(to_json(advice_json(advice)))
+        out.print_json(to_json([asdict(item) for item in advice]))
     else:
         for item in advice:
             out.print(advice_table(item))

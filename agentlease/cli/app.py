@@ -1,9 +1,6 @@
-"""The ``agentlease`` command line (typer + rich).
-
-Every setting's flag is made from :class:`~agentlease.settings.AgentLeaseSettings`
-(:mod:`agentlease.cli.options`) and shows its ``AGENTLEASE_*`` variable in ``--help``. Commands are
-grouped by noun in the modules beside this one. Errors are one line on stderr with a non-zero exit:
-1 for a failed operation, 2 for bad input.
+"""The ``agentlease`` command line (typer + rich), its commands grouped by noun in the modules beside this one;
+every setting's flag shows its ``AGENTLEASE_*`` variable in ``--help``. An error is one line on stderr with exit
+1 (a failed operation) or 2 (bad input). ``docs/cli.md``.
 """
 
 from __future__ import annotations
@@ -89,8 +86,7 @@ def _payloads(settings: AgentLeaseSettings) -> str:
 
 
 def demo(
-    ctx: typer.Context,
-    timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0,
+    ctx: typer.Context, timeout_s: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0
 ) -> None:
     """Show what a lease changes: a worker paused mid-write, without a lease and with one; then stop everything.
 
@@ -139,12 +135,9 @@ def _run(argv: Sequence[str] | None) -> int:
         if type(exc).__name__ != "NoArgsIsHelpError":
             err.print(f"error: {exc.format_message()}", markup=False)
         return 2
-    except ConfigurationError as exc:
+    except AgentLeaseError as exc:  # bad input (a ConfigurationError) is 2, a failed operation 1
         err.print(f"error: {exc}", markup=False)
-        return 2
-    except AgentLeaseError as exc:
-        err.print(f"error: {exc}", markup=False)
-        return 1
+        return 2 if isinstance(exc, ConfigurationError) else 1
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
@@ -157,8 +150,7 @@ def _run(argv: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Console entry point: run the CLI, then leave without finalizing the interpreter
-    (:func:`agentlease.runtime.shutdown.exit_process`: everything the command started has stopped by then)."""
+    """Console entry point: run the CLI, then leave (:func:`agentlease.runtime.shutdown.exit_process`)."""
     exit_process(_run(argv))
 
 

@@ -1,11 +1,6 @@
-"""``agentlease redrive`` and ``agentlease cancel`` by filter: choose from the ledger, confirm, decide each.
-
-The tasks are chosen from the ledger (``--run``, ``--status``, ``--tool``), among those the decision
-applies to (:data:`~agentlease.decisions.table.DECISIONS`); the list is shown and confirmed (``--yes``
-skips the question; without a terminal the question cannot be asked, so ``--yes`` is required);
-then each task's run is sent the decision, one at a time, and each outcome is printed. A refused
-decision does not stop the others.
-"""
+"""``agentlease redrive`` and ``agentlease cancel`` by filter: the tasks chosen from the ledger among those the
+decision applies to, confirmed (``--yes``, required without a terminal), then decided one at a time; a refusal
+does not stop the others."""
 
 from __future__ import annotations
 
@@ -48,15 +43,8 @@ async def select_tasks(
         if tool is None or task.tool == tool
     ]
     if not chosen:
-        filters = ", ".join(
-            f"{name} {value}"
-            for name, value in (
-                ("run", agent_run_id),
-                ("status", ",".join(sorted(s.value for s in statuses)) or None),
-                ("tool", tool),
-            )
-            if value
-        )
+        given = {"run": agent_run_id, "status": ",".join(sorted(s.value for s in statuses)), "tool": tool}
+        filters = ", ".join(f"{name} {value}" for name, value in given.items() if value)
         raise AgentLeaseError(f"no task to {kind.value} matches {filters}")
     return chosen
 

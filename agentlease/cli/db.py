@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Annotated, Any
 
 import typer
 
 from agentlease.cli.options import SWEEP, setting_flags
-from agentlease.cli.session import err, out
-from agentlease.cli.session import ledger as _ledger
+from agentlease.cli.session import err, in_ledger, out
 from agentlease.cli.session import settings as _settings
 from agentlease.errors import ConfigurationError
 
@@ -35,8 +33,7 @@ def sweep(
         load_registry(settings.tool_modules, builtins=False)  # a module that does not import fails now
 
     def limits() -> dict[str, int]:
-        """Read when a lease is first classified: an idle sweep imports no tool (the built-in ones import
-        Temporal's SDK)."""
+        """Read when a lease is first classified: an idle sweep imports no tool (the built-in ones import Temporal)."""
         from agentlease.tools._registry import load_registry
 
         return {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
@@ -46,21 +43,19 @@ def sweep(
     except ValueError as exc:
         raise ConfigurationError(f"bad sweeper setting: {exc}") from None
 
-    async def _sweep() -> None:
-        async with _ledger(settings) as ledger:
-            sweeper = ExpiredLeaseSweeper(ledger, options, tool_limits=limits)
-            if once:
-                result = await sweeper.run_once()
-                out.print(
-                    f"examined {result.examined}: released {result.released}, needs reconciliation "
-                    f"{result.needs_reconciliation}, dead-lettered {result.dead_lettered}, skipped {result.skipped}"
-                )
-                return
-            # The sweeper's expiries and parked tasks are lease metrics of this process.
-            with serving_metrics(settings.metrics_address):
-                await sweeper.run(stop_event())
+    async def _sweep(ledger: Any) -> None:
+        sweeper = ExpiredLeaseSweeper(ledger, options, tool_limits=limits)
+        if once:
+            result = await sweeper.run_once()
+            out.print(
+                f"examined {result.examined}: released {result.released}, needs reconciliation "
+                f"{result.needs_reconciliation}, dead-lettered {result.dead_lettered}, skipped {result.skipped}"
+            )
+            return
+        with serving_metrics(settings.metrics_address):  # the sweeper's expiries and parks are metrics of this process
+            await sweeper.run(stop_event())
 
-    asyncio.run(_sweep())
+    in_ledger(settings, _sweep)
 
 
 def purge(
@@ -73,23 +68,19 @@ def purge(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Tasks per transaction.")] = 500,
 ) -> None:
     """Delete the evidence of final tasks older than an age (tasks, trail, receipts), in batches."""
-    from agentlease.ledger.retention import parse_age
+    from agentlease.ledger.retention import MAX_BATCH_SIZE, parse_age
     from agentlease.ledger.retention import purge as purge_ledger
 
     try:
         age = parse_age(older_than)
     except ValueError as exc:
         raise ConfigurationError(f"--older-than: {exc}") from None
-    from agentlease.ledger.retention import MAX_BATCH_SIZE
-
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise ConfigurationError(f"--batch-size is from 1 to {MAX_BATCH_SIZE} tasks")
-
-    async def _purge() -> Any:
-        async with _ledger(_settings(ctx)) as ledger:
-            return await purge_ledger(ledger, age, keep_receipts=keep_receipts, dry_run=dry_run, batch_size=batch_size)
-
-    counts = asyncio.run(_purge())
+    counts = in_ledger(
+        _settings(ctx),
+        lambda ledger: purge_ledger(ledger, age, keep_receipts=keep_receipts, dry_run=dry_run, batch_size=batch_size),
+    )
     verb = "would delete" if dry_run else "deleted"
     kept = " (receipts kept)" if keep_receipts else ""
     out.print(
@@ -105,12 +96,7 @@ def db_upgrade(ctx: typer.Context) -> None:
     from agentlease.ledger.migrate import upgrade
 
     settings = _settings(ctx)
-
-    async def _upgrade() -> None:
-        async with _ledger(settings, must_exist=False) as ledger:
-            await upgrade(ledger.database)
-
-    asyncio.run(_upgrade())
+    in_ledger(settings, lambda ledger: upgrade(ledger.database), must_exist=False)
     out.print(f"ledger {display_url(settings.ledger_url)} is at the newest schema")
 
 
@@ -140,18 +126,13 @@ def db_grant(
     if not settings.ledger_url.startswith("postgresql"):
         raise ConfigurationError("db grant --apply needs a PostgreSQL ledger (AGENTLEASE_LEDGER_URL)")
 
-    async def _apply() -> int:
-        async with _ledger(settings) as ledger:
+    def grant_tx(conn: Any) -> int:
+        for statement in statements:
+            conn.execute(text(statement))
+        guards: int = conn.execute(text(GUARDS_PRESENT), {"names": list(GUARD_TRIGGERS)}).scalar_one()
+        return guards
 
-            def grant_tx(conn: Any) -> int:
-                for statement in statements:
-                    conn.execute(text(statement))
-                guards: int = conn.execute(text(GUARDS_PRESENT), {"names": list(GUARD_TRIGGERS)}).scalar_one()
-                return guards
-
-            return await ledger.database.write(grant_tx)
-
-    guards = asyncio.run(_apply())
+    guards = in_ledger(settings, lambda ledger: ledger.database.write(grant_tx))
     out.print(f"granted on {display_url(settings.ledger_url)}: {len(statements)} statements")
     if guards < len(GUARD_TRIGGERS):
         err.print(

@@ -1,5 +1,5 @@
-"""Operator decisions sent to a run: ``approve``, ``reject``, ``redrive``, ``reconcile``, ``cancel``
-(one task, or every task a filter selects)."""
+"""Operator decisions sent to a run: ``approve``, ``reject``, ``redrive``, ``reconcile``, ``cancel`` (one task,
+or every task a filter selects; ``docs/decisions.md``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from agentlease.cli.options import DECISION, setting_flags
 from agentlease.cli.runs import show_run
-from agentlease.cli.session import err, out
+from agentlease.cli.session import err, in_ledger, out
 from agentlease.cli.session import ledger as _ledger
 from agentlease.cli.session import settings as _settings
 from agentlease.errors import AgentLeaseError, ConfigurationError, describe_validation_error
@@ -29,13 +29,10 @@ _Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> RunStatus:
-    from agentlease.cli.render import decided_title, run_table
+    from agentlease.cli.render import decided_title
 
     status = asyncio.run(send_decision(settings, agent_run_id, update, payload))
-    if as_json:
-        show_run(status, as_json)
-    else:
-        out.print(run_table(status, title=decided_title(status, update, getattr(payload, "step_id", None))))
+    show_run(status, as_json, title=decided_title(status, update, getattr(payload, "step_id", None)))
     return status
 
 
@@ -134,16 +131,12 @@ def _step_decision(update: str, summary: str) -> Callable[..., None]:
     """The command ``agentlease <update> RUN_ID STEP_ID --by --reason``: a decision on one step."""
 
     def command(
-        ctx: typer.Context,
-        agent_run_id: _Run,
-        step_id: _StepArg,
-        reason: _Why,
-        as_json: _Json = False,
+        ctx: typer.Context, agent_run_id: _Run, step_id: _StepArg, reason: _Why, as_json: _Json = False
     ) -> None:
         from agentlease.decisions.table import DecisionRequest
 
         settings = _settings(ctx)
-        payload = _request(DecisionRequest, settings, step_id=step_id, by=settings.operator, reason=reason)
+        payload = _request(DecisionRequest, settings, step_id=step_id, reason=reason)
         _decide(settings, agent_run_id, update, payload, as_json)
 
     command.__doc__ = summary
@@ -171,9 +164,6 @@ class _Filters:
     tool: str | None
     yes: bool
 
-    def __bool__(self) -> bool:
-        return bool(self.run or self.status or self.tool)
-
 
 def _by_filter(
     settings: AgentLeaseSettings,
@@ -184,77 +174,38 @@ def _by_filter(
     reason: str,
     as_json: bool,
 ) -> bool:
-    """Decide by filter when no RUN_ID is named (returns true); refuse both or neither.
-
-    Raises:
-        ConfigurationError: a RUN_ID and filters, or neither.
-    """
-    if agent_run_id is not None:
-        if filters:
-            raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool, not both")
-        return False
-    if not filters:
-        raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool")
-
-    def request(step: str) -> Any:
-        return _request(model, settings, step_id=step, by=settings.operator, reason=reason)
-
-    _bulk_decision(
-        settings,
-        kind,
-        run_filter=filters.run,
-        status=filters.status,
-        tool=filters.tool,
-        yes=filters.yes,
-        request=request,
-        as_json=as_json,
-    )
-    return True
-
-
-def _bulk_decision(
-    settings: AgentLeaseSettings,
-    kind: Any,
-    *,
-    run_filter: str | None,
-    status: list[str] | None,
-    tool: str | None,
-    yes: bool,
-    request: Any,
-    as_json: bool,
-) -> None:
-    """``redrive`` / ``cancel`` by filter: list the matching tasks, confirm, then decide each one."""
+    """Without a RUN_ID, decide every task the filters select (listed, confirmed, decided each) and return true."""
     from agentlease.cli.bulk import confirm_bulk, decide_each, select_tasks
     from agentlease.cli.listings import parse_statuses
     from agentlease.runtime.temporal import connect
 
-    async def _select() -> list[Any]:
-        async with _ledger(settings) as ledger:
-            return await select_tasks(ledger, kind, run_filter, parse_statuses(status), tool)
+    filtered = bool(filters.run or filters.status or filters.tool)
+    if agent_run_id is not None:
+        if filtered:
+            raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool, not both")
+        return False
+    if not filtered:
+        raise ConfigurationError("name RUN_ID [STEP_ID], or filter with --run, --status or --tool")
 
-    chosen = asyncio.run(_select())
-    confirm_bulk(chosen, kind, yes=yes, out=out, err=err)
+    chosen = in_ledger(
+        settings, lambda ledger: select_tasks(ledger, kind, filters.run, parse_statuses(filters.status), filters.tool)
+    )
+    confirm_bulk(chosen, kind, yes=filters.yes, out=out, err=err)
 
     async def _each() -> int:
         client = await connect(settings)
-        return await decide_each(
-            chosen,
-            lambda task: send_decision(
-                settings,
-                task.agent_run_id,
-                kind.value,
-                request(task.step_id),
-                client,
-                generation=task.claim_generation,
-            ),
-            kind=kind,
-            as_json=as_json,
-            out=out,
-            err=err,
-        )
+
+        async def send(task: Any) -> RunStatus:
+            request = _request(model, settings, step_id=task.step_id, reason=reason)
+            return await send_decision(
+                settings, task.agent_run_id, kind.value, request, client, generation=task.claim_generation
+            )
+
+        return await decide_each(chosen, send, kind=kind, as_json=as_json, out=out, err=err)
 
     if failed := asyncio.run(_each()):
         raise AgentLeaseError(f"{kind.value}: {failed} of {len(chosen)} tasks refused or not decided (see above)")
+    return True
 
 
 @setting_flags(*DECISION)
@@ -285,11 +236,7 @@ def redrive(
     if agent_run_id is None or step_id is None:
         raise ConfigurationError("name RUN_ID STEP_ID, or filter with --run, --status or --tool")
     _decide(
-        settings,
-        agent_run_id,
-        "redrive",
-        _request(DecisionRequest, settings, step_id=step_id, by=settings.operator, reason=reason),
-        as_json,
+        settings, agent_run_id, "redrive", _request(DecisionRequest, settings, step_id=step_id, reason=reason), as_json
     )
 
 
@@ -305,7 +252,8 @@ def reconcile(
     as_json: _Json = False,
 ) -> None:
     """Decide a task whose side effect is ambiguous: confirm it happened, retry with the same key, or abandon."""
-
+    from agentlease.cli.reaching import reconciled_in_ledger
+    from agentlease.cli.render import tasks_table, to_json
     from agentlease.decisions.table import ReconcileRequest
     from agentlease.limits import MAX_DEPTH, loads
 
@@ -318,22 +266,13 @@ def reconcile(
         ReconcileRequest,
         settings,
         step_id=step_id,
-        by=settings.operator,
         reason=reason,
         action=action,
         external_id=external_id,
         observed=seen,
     )
 
-    async def _in_ledger() -> Any:
-        async with _ledger(settings) as ledger:
-            from agentlease.cli.reaching import reconciled_in_ledger
-
-            return await reconciled_in_ledger(ledger, settings, agent_run_id, payload)
-
-    from agentlease.cli.render import tasks_table, to_json
-
-    record = asyncio.run(_in_ledger())
+    record = in_ledger(settings, lambda ledger: reconciled_in_ledger(ledger, settings, agent_run_id, payload))
     if record is None:
         _decide(settings, agent_run_id, "reconcile", payload, as_json)
     elif as_json:
@@ -351,7 +290,7 @@ def cancel(
     step_id: Annotated[str | None, typer.Argument(help="The step id; omit to cancel the whole run.")] = None,
     *,
     reason: _Why,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: _Json = False,
     run_filter: _RunFilter = None,
     status: _StatusFilter = None,
     tool: _ToolFilter = None,
@@ -371,11 +310,7 @@ def cancel(
         return
     assert agent_run_id is not None
     run = _decide(
-        settings,
-        agent_run_id,
-        "cancel",
-        _request(CancelRequest, settings, step_id=step_id, by=settings.operator, reason=reason),
-        as_json,
+        settings, agent_run_id, "cancel", _request(CancelRequest, settings, step_id=step_id, reason=reason), as_json
     )
     err.print(
         "the cancel is recorded in the ledger; an attempt still running stops at its next renewal, which the "
@@ -390,21 +325,22 @@ def cancel(
 
 
 def _request(model: Any, settings: AgentLeaseSettings, **fields: Any) -> Any:
-    """The decision payload; with ``AGENTLEASE_OPERATOR_KEY`` its operator is the key's (``--by`` may
-    only repeat it), and :func:`_decide` signs it."""
+    """The decision payload by ``--by``; with ``AGENTLEASE_OPERATOR_KEY`` its operator is the key's (``--by``
+    may only repeat it), and :func:`send_decision` signs it."""
+    by = settings.operator
     if settings.operator_key is not None:
         from agentlease.security.decision_auth import OperatorKey
 
         operator = OperatorKey(settings.operator_key).operator
-        if fields.get("by") not in (None, operator):
+        if by not in (None, operator):
             raise ConfigurationError(
-                f"--by {fields['by']}: this decision is signed with the key of {operator!r} "
+                f"--by {by}: this decision is signed with the key of {operator!r} "
                 "(AGENTLEASE_OPERATOR_KEY); the operator is the key's"
             )
-        fields["by"] = operator
-    elif fields.get("by") is None:
+        by = operator
+    elif by is None:
         raise ConfigurationError("--by is required (who decides), unless AGENTLEASE_OPERATOR_KEY signs the decision")
     try:
-        return model(**fields)
+        return model(**fields, by=by)
     except ValidationError as exc:
         raise ConfigurationError(f"bad decision: {describe_validation_error(exc)}") from None

@@ -1,18 +1,18 @@
 """The CLI's listings of the ledger: ``tasks``, ``runs``, ``waiting`` and ``events`` (with ``--follow``).
 
-Every listing reads keyset pages (:mod:`agentlease.ledger.listing`) and streams what it prints: a
-JSON array written one record at a time (JSON lines for ``events --follow``), or a rich table of
-one bounded page (:data:`TABLE_ROWS` rows unless ``--limit`` says otherwise) followed by a line
-saying how to see more. Nothing loads the whole ledger, so time and memory do not grow with it.
+Each reads keyset pages and streams what it prints (a JSON array a record at a time, or a table of one
+bounded page and how to see more): nothing loads the whole ledger (``docs/operations.md``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any, TypeVar
 
 from rich.console import Console
@@ -31,7 +31,6 @@ from agentlease.decisions.table import WAITING_WHY, suggested_commands
 from agentlease.enums import EventKind, RunState, TaskStatus
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.listing import (
-    RunSummary,
     TaskFilter,
     event_pages,
     failed_before_calls,
@@ -44,6 +43,7 @@ from agentlease.ledger.store import Ledger
 from agentlease.records import LeaseEvent, TaskRecord
 
 T = TypeVar("T")
+E = TypeVar("E", bound=Enum)
 
 TABLE_ROWS = 100
 """Rows a table shows when ``--limit`` is not given (JSON output streams every row)."""
@@ -79,22 +79,25 @@ def parse_since(text: str, *, now: datetime | None = None) -> datetime:
     return when
 
 
+def _parse_each(values: list[str] | None, kind: type[E], flag: str) -> frozenset[E]:
+    """Repeatable, comma-separated ``flag`` values as members of ``kind`` (else ConfigurationError)."""
+    parsed = set()
+    for value in (part.strip() for given in values or [] for part in given.split(",")):
+        if value:
+            try:
+                parsed.add(kind(value))
+            except ValueError:
+                raise ConfigurationError(f"bad {flag} {value!r}: one of {', '.join(m.value for m in kind)}") from None
+    return frozenset(parsed)
+
+
 def parse_statuses(values: list[str] | None) -> frozenset[TaskStatus]:
     """``--status`` values (repeatable, or comma-separated) as task statuses.
 
     Raises:
         ConfigurationError: a value that is no task status.
     """
-    statuses = set()
-    for value in (part.strip() for given in values or [] for part in given.split(",")):
-        if not value:
-            continue
-        try:
-            statuses.add(TaskStatus(value))
-        except ValueError:
-            known = ", ".join(s.value for s in TaskStatus)
-            raise ConfigurationError(f"bad --status {value!r}: one of {known}") from None
-    return frozenset(statuses)
+    return _parse_each(values, TaskStatus, "--status")
 
 
 @dataclass(frozen=True)
@@ -130,25 +133,14 @@ def parse_kinds(values: list[str] | None) -> frozenset[EventKind]:
     Raises:
         ConfigurationError: a value that is no entry kind.
     """
-    kinds = set()
-    for value in (part.strip() for given in values or [] for part in given.split(",")):
-        if not value:
-            continue
-        try:
-            kinds.add(EventKind(value))
-        except ValueError:
-            known = ", ".join(k.value for k in EventKind)
-            raise ConfigurationError(f"bad --kind {value!r}: one of {known}") from None
-    return frozenset(kinds)
+    return _parse_each(values, EventKind, "--kind")
 
 
-async def _kept(
-    pages: AsyncIterator[list[LeaseEvent]], which: EventFilter, limit: int | None
-) -> AsyncIterator[list[LeaseEvent]]:
-    """The entries of ``pages`` that ``which`` keeps, at most ``limit`` of them."""
+async def _kept(pages: AsyncIterator[list[T]], keeps: Callable[[T], bool], limit: int | None) -> AsyncIterator[list[T]]:
+    """The rows of ``pages`` that ``keeps``, at most ``limit`` of them."""
     left = limit
     async for page in pages:
-        kept = [event for event in page if which.keeps(event)][:left]
+        kept = [row for row in page if keeps(row)][:left]
         if kept:
             yield kept
         if left is not None:
@@ -264,20 +256,6 @@ async def list_waiting(ledger: Ledger, *, limit: int | None, as_json: bool, out:
             out.print(f"  -> {hint}", soft_wrap=True, markup=False)
 
 
-async def _runs_in(
-    pages: AsyncIterator[list[RunSummary]], state: RunState, limit: int | None
-) -> AsyncIterator[list[RunSummary]]:
-    left = limit
-    async for page in pages:
-        kept = [run for run in page if run.status is state][:left]
-        if kept:
-            yield kept
-        if left is not None:
-            left -= len(kept)
-            if left <= 0:
-                return
-
-
 async def list_runs(
     ledger: Ledger, *, waiting_only: bool, state: RunState | None, limit: int | None, as_json: bool, out: Console
 ) -> None:
@@ -290,7 +268,7 @@ async def list_runs(
     wanted = _wanted(limit, as_json)
     pages = run_pages(ledger.database, waiting_only=waiting_only, limit=None if state else wanted)
     if state is not None:
-        pages = _runs_in(pages, state, wanted)
+        pages = _kept(pages, lambda run: run.status is state, wanted)
     shown = await _show(pages, limit=limit, as_json=as_json, out=out, render=runs_table)
     for run in shown:  # why each failed run failed, one line each
         if run.status is RunState.FAILED:
@@ -317,7 +295,7 @@ async def list_events(
     wanted = _wanted(limit, as_json)
     pages = event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, limit=None if which else wanted)
     if which:
-        pages = _kept(pages, which, wanted)
+        pages = _kept(pages, which.keeps, wanted)
     first, pages = await _first_page(pages)
     if not first:
         await require_subject(ledger, task_id, agent_run_id)
@@ -365,10 +343,8 @@ async def follow_events(
                 for event in kept:
                     out.print("  ".join(event_cells(event)), soft_wrap=True, markup=False, highlight=False)
             after = page[-1].event_id
-        try:
+        with contextlib.suppress(TimeoutError):  # no stop yet: poll again
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
-        except TimeoutError:
-            pass
 
 
 async def _one(page: list[T]) -> AsyncIterator[list[T]]:

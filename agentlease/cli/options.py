@@ -1,9 +1,6 @@
-"""The CLI's settings flags, made from :class:`~agentlease.settings.AgentLeaseSettings`.
-
-A setting's flag takes its help text from the field's ``description``, its variable from the field's
-name (``AGENTLEASE_<NAME>``) and its default from the field; this module only says which command
-carries it and, for a few, a shorter spelling. ``docs/settings.md`` is made from the same fields
-(``python -m agentlease.cli.options docs/settings.md`` rewrites its table).
+"""The CLI's settings flags, made from :class:`~agentlease.settings.AgentLeaseSettings`: a flag's help, variable
+(``AGENTLEASE_<NAME>``) and default are its field's; this module says which command carries it and, for a few, a
+shorter spelling. ``python -m agentlease.cli.options docs/settings.md`` rewrites the docs' table from the same fields.
 """
 
 from __future__ import annotations
@@ -70,12 +67,7 @@ def _kind(setting: str) -> type:
 
 
 GLOBAL = (
-    Flag("temporal_address"),
-    Flag("namespace"),
-    Flag("task_queue"),
-    Flag("ledger_url"),
-    Flag("tool_modules"),
-    Flag("data_dir"),
+    *map(Flag, ("temporal_address", "namespace", "task_queue", "ledger_url", "tool_modules", "data_dir")),
     Flag("decision_timeout"),
     Flag("temporal_tls", "--tls", SECURE),
     Flag("temporal_tls_ca_file", "--tls-ca", SECURE),
@@ -90,34 +82,13 @@ GLOBAL = (
 """Flags before the command: ``agentlease --task-queue Q worker``."""
 
 WORKER = (
-    Flag("sticky_schedule_to_start"),
-    Flag("activity_pollers"),
-    Flag("workflow_pollers"),
+    *map(Flag, ("sticky_schedule_to_start", "activity_pollers", "workflow_pollers")),
     Flag("worker_identity", "--identity"),
-    Flag("decision_mode"),
-    Flag("operator_keys"),
-    Flag("decision_max_age"),
-    Flag("approval_ttl"),
-    Flag("redactor"),
-    Flag("secret_provider"),
-    Flag("shutdown_grace"),
-    Flag("max_concurrent_activities"),
-    Flag("metrics_address"),
-    Flag("temporal_metrics"),
-    Flag("tracing"),
-    Flag("workflow_modules"),
-    Flag("plugins"),
-    Flag("data_converter"),
-    Flag("ledger_pool_size"),
-    Flag("migrate_on_start"),
-    Flag("http_base_url"),
-    Flag("sql_target_url"),
-    Flag("http_allowed_hosts"),
-    Flag("sql_allowed_tables"),
-    Flag("fencing_key"),
-    Flag("publish_base_url"),
-    Flag("smtp_host"),
-    Flag("smtp_port"),
+    *map(Flag, ("decision_mode", "operator_keys", "decision_max_age", "approval_ttl", "redactor", "secret_provider")),
+    *map(Flag, ("shutdown_grace", "max_concurrent_activities", "metrics_address", "temporal_metrics", "tracing")),
+    *map(Flag, ("workflow_modules", "plugins", "data_converter", "ledger_pool_size", "migrate_on_start")),
+    *map(Flag, ("http_base_url", "sql_target_url", "http_allowed_hosts", "sql_allowed_tables", "fencing_key")),
+    *map(Flag, ("publish_base_url", "smtp_host", "smtp_port")),
 )
 SWEEP = (Flag("metrics_address"),)
 UI = (

@@ -15,13 +15,7 @@ from agentlease.tools._registry import ToolRegistry
 
 
 def _read_bounded(path: Path, size: int) -> bytes:
-    """At most ``size`` bytes of ``path``, which must be a file or a device, never a FIFO or a socket.
-
-    Opened without blocking: a FIFO (``mkfifo plan.json``) would wait for a writer forever.
-
-    Raises:
-        OSError: it cannot be read, or is a FIFO or a socket.
-    """
+    """At most ``size`` bytes of a file or device, opened without blocking; OSError for a FIFO or a socket."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         mode = os.fstat(fd).st_mode

@@ -10,15 +10,13 @@ from typing import Any
 from temporalio.client import WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from agentlease.cli.session import RPC
 from agentlease.decisions.table import ReconcileRequest
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.store import Ledger
 from agentlease.records import RunStatus, TaskRecord
 from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
-
-QUERY_RPC = timedelta(seconds=5)
-"""Deadline of one query to a run."""
 
 
 async def query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatus:
@@ -35,7 +33,7 @@ async def query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatu
     while True:
         left = deadline - loop.time()
         try:
-            timeout = timedelta(seconds=max(0.5, min(QUERY_RPC.total_seconds(), left)))
+            timeout = timedelta(seconds=max(0.5, min(RPC.total_seconds(), left)))
             return await handle.query(STATUS_QUERY, result_type=RunStatus, rpc_timeout=timeout)
         except WorkflowQueryFailedError as exc:
             raise AgentLeaseError(
@@ -69,8 +67,8 @@ async def ended_run_status(client: Any, agent_run_id: str, limit: float) -> RunS
     try:
         status = RunStatus.model_validate(result)
     except ValidationError:
-        return await query_within(handle, agent_run_id, limit)
-    if status.agent_run_id != agent_run_id:  # a RunStatus of another run, returned by this one
+        status = None
+    if status is None or status.agent_run_id != agent_run_id:  # not its status: another run's, or its own output
         return await query_within(handle, agent_run_id, limit)
     return status
 
@@ -108,14 +106,8 @@ async def reconciled_in_ledger(
             "does not apply to it"
         )
     spec = TaskSpec(**record.model_dump(include=set(TaskSpec.model_fields)))
-    decision = LedgerDecision(
-        kind=kind,
-        task=spec,
-        by=request.by,
-        reason=request.reason,
-        external_id=request.external_id,
-        observed=request.observed,
-    )
+    facts = request.model_dump(include={"by", "reason", "external_id", "observed"})
+    decision = LedgerDecision(kind=kind, task=spec, **facts)
     try:
         await apply(ledger, decision)
     except ApplicationError as exc:

@@ -1,11 +1,5 @@
-"""How the CLI shows tasks, runs and the evidence trail (rich tables, or JSON with ``--json``).
-
-A table's column headers are the JSON keys of the same fields (``claim_generation``, ``lease_owner``,
-``kind``...; one home: :data:`NAMES`), so what an operator reads in a table is what a script reads
-in the JSON. Listings of
-the ledger are streamed: :func:`write_json_array` and :func:`write_json_lines` write one record at
-a time, whatever the number of rows.
-"""
+"""How the CLI shows tasks, runs and the evidence trail: rich tables whose column headers are the JSON
+keys of ``--json`` (:data:`NAMES`), and JSON streamed a record at a time."""
 
 from __future__ import annotations
 
@@ -40,16 +34,8 @@ NAMES = {
 the same field (``tasks``, ``events``, ``waiting``; ``tests/unit/test_cli_names.py`` checks it)."""
 
 TASK_COLUMNS = (
-    "task_id",
-    "tool",
-    "status",
-    "stage",
-    "claim_generation",
-    "attempts",
-    "lease_owner",
-    "since",
-    "receipt",
-    "trace_id",
+    *("task_id", "tool", "status", "stage", "claim_generation", "attempts"),
+    *("lease_owner", "since", "receipt", "trace_id"),
 )
 EVENT_COLUMNS = ("at", "task_id", "kind", "claim_generation", "lease_owner", "stage", "by", "reason", "trace_id")
 RUN_COLUMNS = ("agent_run_id", "status", "tasks", "waiting", "final", "settled", "created_at", "updated_at")
@@ -152,19 +138,13 @@ def run_table(status: RunStatus, title: str | None = None) -> Table:
 
 def runs_table(runs: Iterable[Any], title: str = "agent runs in the ledger") -> Table:
     """Agent runs as the ledger sees them (:class:`~agentlease.ledger.listing.RunSummary`)."""
-    table = _table(title, RUN_COLUMNS)
-    for run in runs:
-        table.add_row(
-            run.agent_run_id,
-            run.status.value,
-            str(run.tasks),
-            str(run.waiting),
-            str(run.final),
-            str(run.settled),
-            run.created_at.isoformat(timespec="seconds"),
-            run.updated_at.isoformat(timespec="seconds"),
-        )
-    return table
+    return _filled(title, RUN_COLUMNS, [_run_cells(run) for run in runs])
+
+
+def _run_cells(run: Any) -> tuple[str, ...]:
+    counts = (run.tasks, run.waiting, run.final, run.settled)
+    times = (run.created_at.isoformat(timespec="seconds"), run.updated_at.isoformat(timespec="seconds"))
+    return (run.agent_run_id, run.status.value, *map(str, counts), *times)
 
 
 def event_by(event: LeaseEvent) -> str | None:
@@ -194,9 +174,7 @@ def events_table(events: Iterable[LeaseEvent], title: str) -> Table:
 
 def to_json(value: Any) -> str:
     """JSON text of records, lists of records, or plain data."""
-    if isinstance(value, list):
-        return json.dumps([plain(v) for v in value], indent=2)
-    return json.dumps(plain(value), indent=2)
+    return json.dumps([plain(v) for v in value] if isinstance(value, list) else plain(value), indent=2)
 
 
 def plain(value: Any) -> Any:

@@ -83,12 +83,8 @@ async def _start_run(settings: AgentLeaseSettings, plan: Any, wait: bool, as_jso
 
 
 async def _follow(client: Any, handle: Any, agent_run_id: str, live: Any) -> RunStatus:
-    """Follow a run until it ends or waits for a person (``live``, a :class:`rich.live.Live` or
-    ``None``: running tasks show their heartbeat).
-
-    Temporal unreachable meanwhile (a restart): following goes on once it answers again, for at
-    most :data:`_FOLLOW_OUTAGE`; then one ``error:`` line (the run itself goes on).
-    """
+    """Follow a run until it ends or waits for a person, live in ``live`` if given, through a Temporal outage of
+    at most :data:`_FOLLOW_OUTAGE`."""
     from temporalio.service import RPCError
 
     from agentlease.cli.render import run_table
@@ -157,31 +153,26 @@ async def with_heartbeats(client: Any, description: Any, current: RunStatus) -> 
         with contextlib.suppress(Exception):  # details of another shape: nothing to show
             [details] = await client.data_converter.decode(pending.heartbeat_details.payloads)
             latest[details["task_id"]] = details
+
+    def fresher(task: Any) -> dict[str, Any]:
+        seen = latest.get(task.task_id)
+        # the run's own view is live (its attempt signals each claim and stage): a heartbeat only fills a gap
+        if seen and task.status == "running" and (task.claim_generation or 0) < seen["claim_generation"]:
+            return {**task.model_dump(), "stage": seen["stage"], "claim_generation": seen["claim_generation"]}
+        return task.model_dump()
+
     if not latest:
         return current
-    tasks = [
-        {
-            **task.model_dump(),
-            "stage": latest[task.task_id]["stage"],
-            "claim_generation": latest[task.task_id]["claim_generation"],
-        }
-        if task.task_id in latest
-        and task.status == "running"
-        # the run's own view is live (its attempt signals each claim and stage): a heartbeat only fills a gap
-        and (task.claim_generation or 0) < latest[task.task_id]["claim_generation"]
-        else task.model_dump()
-        for task in current.tasks
-    ]
-    return RunStatus.model_validate({**current.model_dump(), "tasks": tasks})
+    return RunStatus.model_validate({**current.model_dump(), "tasks": [fresher(task) for task in current.tasks]})
 
 
-def show_run(status: RunStatus, as_json: bool) -> None:
+def show_run(status: RunStatus, as_json: bool, *, title: str | None = None) -> None:
     from agentlease.cli.render import run_table, to_json
 
     if as_json:
         out.print_json(to_json(status))
     else:
-        out.print(run_table(status))
+        out.print(run_table(status, title=title))
 
 
 def status(

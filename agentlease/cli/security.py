@@ -10,14 +10,13 @@ import typer
 from rich.console import Console
 
 from agentlease.cli.options import CODEC_SERVER, setting_flags
-from agentlease.cli.session import require_extra
+from agentlease.cli.session import err, require_extra
 from agentlease.errors import ConfigurationError
 from agentlease.settings import AgentLeaseSettings
 
 keys_app = typer.Typer(help="Operator keys (signed decisions) and payload encryption keys.", no_args_is_help=True)
 
 _out = Console(highlight=False, soft_wrap=True)
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 @keys_app.command("new-operator")
@@ -62,7 +61,7 @@ def codec_server(ctx: typer.Context) -> None:
 
     def announce() -> None:
         guarded = "a bearer token" if settings.codec_server_token else "no token (anyone who reaches it decodes)"
-        _err.print(
+        err.print(
             f"codec server on http://{host}:{port} (POST /decode, /encode), {guarded}; "
             f"CORS origins: {', '.join(settings.codec_server_origins) or 'none'}; Ctrl-C stops"
         )
@@ -76,11 +75,8 @@ DEVELOPMENT_PASSWORDS = frozenset({"agentlease", "worker", "operator", "reader",
 
 
 def startup_warnings(settings: AgentLeaseSettings) -> list[str]:
-    """One line for each default of ``settings`` that a deployment beyond a laptop must change.
-
-    - the open decision mode (the default): anyone who can send the runs an update decides, under any name;
-    - a ledger URL with a development password (``docker-compose.yml``'s defaults among them).
-    """
+    """One line for each default of ``settings`` a deployment beyond a laptop must change: the open decision mode,
+    a ledger URL with a development password."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 

@@ -1,10 +1,6 @@
-"""Serving a web app from a command (``agentlease ui``, ``agentlease codec-server``) until a signal.
-
-A client is held only so long (:data:`HEADER_TIMEOUT`, :data:`KEEP_ALIVE`, :data:`MAX_CONNECTIONS`):
-one that sends its request head a byte at a time, or opens connections and says nothing, is
-disconnected instead of holding a worker of the server. A body is read by the app itself within its
-own deadline (the codec server: :data:`agentlease.security.codec_server.BODY_TIMEOUT`).
-"""
+"""Serving a web app from a command (``agentlease ui``, ``agentlease codec-server``) until a signal, holding a
+client only so long (:data:`HEADER_TIMEOUT`, :data:`KEEP_ALIVE`, :data:`MAX_CONNECTIONS`;
+``docs/security-operations.md``, "The web view")."""
 
 from __future__ import annotations
 
@@ -78,12 +74,8 @@ async def serve_until_stopped(app: Any, sock: socket.socket, announce: Callable[
 
 
 def timed_protocol(header_timeout: timedelta) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with a deadline on each request's head (uvicorn has none: a client that
-    sends one byte every few seconds would hold its connection forever).
-
-    The deadline runs from the connection's start, and again after each response, until the next
-    request's head is complete; then the connection is closed without an answer.
-    """
+    """uvicorn's h11 protocol with a deadline on each request's head, from the connection's start and again
+    after each response; a client too slow is disconnected without an answer (uvicorn has no such deadline)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     seconds = header_timeout.total_seconds()

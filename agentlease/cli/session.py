@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -18,6 +19,8 @@ from agentlease.settings import AgentLeaseSettings
 
 out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+T = TypeVar("T")
 
 RPC = timedelta(seconds=5)
 """Deadline of one query to a run."""
@@ -87,3 +90,17 @@ async def ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> As
         raise LedgerUnavailableError(f"ledger {display_url(settings.ledger_url)}: {cause}") from None
     finally:
         await opened.close()
+
+
+def in_ledger(settings: AgentLeaseSettings, use: Callable[[Any], Awaitable[T]], *, must_exist: bool = True) -> T:
+    """Run ``use`` on the configured ledger (:func:`ledger`, closed after) and return what it returns.
+
+    Raises:
+        LedgerUnavailableError: see :func:`ledger`.
+    """
+
+    async def run() -> T:
+        async with ledger(settings, must_exist=must_exist) as opened:
+            return await use(opened)
+
+    return asyncio.run(run())

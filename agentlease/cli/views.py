@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from agentlease.cli.session import ledger as _ledger
-from agentlease.cli.session import out
+from agentlease.cli.session import in_ledger, out
 from agentlease.cli.session import settings as _settings
 from agentlease.enums import RunState
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.settings import AgentLeaseSettings
 
 _Limit = Annotated[int | None, typer.Option("--limit", help="At most this many rows (a table shows 100 unless told).")]
-_Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 _JsonList = Annotated[bool, typer.Option("--json", help="Print JSON: an array streamed a record at a time.")]
 
 
@@ -43,12 +40,7 @@ def tasks(
         statuses=parse_statuses(status),
         since_ms=None if since is None else to_ms(parse_since(since)),
     )
-
-    async def _list() -> None:
-        async with _ledger(_settings(ctx)) as ledger:
-            await list_tasks(ledger, which, limit=limit, as_json=as_json, out=out)
-
-    asyncio.run(_list())
+    in_ledger(_settings(ctx), lambda ledger: list_tasks(ledger, which, limit=limit, as_json=as_json, out=out))
 
 
 def runs(
@@ -57,8 +49,7 @@ def runs(
         bool, typer.Option("--waiting", help="Only runs with a task waiting for a person.")
     ] = False,
     status: Annotated[
-        str | None,
-        typer.Option("--status", help="Only runs in this state: running, waiting, completed or failed."),
+        str | None, typer.Option("--status", help="Only runs in this state: running, waiting, completed or failed.")
     ] = None,
     limit: _Limit = None,
     as_json: _JsonList = False,
@@ -68,26 +59,17 @@ def runs(
     from agentlease.cli.listings import check_limit, list_runs
 
     check_limit(limit)
-    states = {RunState.RUNNING, RunState.WAITING, RunState.COMPLETED, RunState.FAILED}
-    try:
-        wanted = None if status is None else RunState(status)
-    except ValueError:
-        wanted = None
-    if status is not None and wanted not in states:
+    states = {s.value: s for s in (RunState.RUNNING, RunState.WAITING, RunState.COMPLETED, RunState.FAILED)}
+    if status is not None and status not in states:
         raise ConfigurationError(f"bad --status {status!r}: one of running, waiting, completed, failed")
-
-    async def _list() -> None:
-        async with _ledger(_settings(ctx)) as ledger:
-            await list_runs(
-                ledger,
-                waiting_only=waiting_only or wanted is RunState.WAITING,
-                state=wanted,
-                limit=limit,
-                as_json=as_json,
-                out=out,
-            )
-
-    asyncio.run(_list())
+    wanted = None if status is None else states[status]
+    waiting_only = waiting_only or wanted is RunState.WAITING
+    in_ledger(
+        _settings(ctx),
+        lambda ledger: list_runs(
+            ledger, waiting_only=waiting_only, state=wanted, limit=limit, as_json=as_json, out=out
+        ),
+    )
 
 
 def events(
@@ -136,26 +118,19 @@ def events(
         _write_timeline(_settings(ctx), task_id, run_filter, html_file)
         return
 
-    async def _list() -> None:
-        async with _ledger(_settings(ctx)) as ledger:
-            if follow:
-                from agentlease.runtime.shutdown import stop_event
+    async def _list(ledger: Any) -> None:
+        if not follow:
+            await list_events(
+                ledger, task_id=task_id, agent_run_id=run_filter, limit=limit, as_json=as_json, out=out, which=which
+            )
+            return
+        from agentlease.runtime.shutdown import stop_event
 
-                await follow_events(
-                    ledger,
-                    task_id=task_id,
-                    agent_run_id=run_filter,
-                    as_json=as_json,
-                    out=out,
-                    stop=stop_event(),
-                    which=which,
-                )
-            else:
-                await list_events(
-                    ledger, task_id=task_id, agent_run_id=run_filter, limit=limit, as_json=as_json, out=out, which=which
-                )
+        await follow_events(
+            ledger, task_id=task_id, agent_run_id=run_filter, as_json=as_json, out=out, stop=stop_event(), which=which
+        )
 
-    asyncio.run(_list())
+    in_ledger(_settings(ctx), _list)
 
 
 def _write_timeline(settings: AgentLeaseSettings, task_id: str | None, agent_run_id: str | None, path: Path) -> None:
@@ -163,16 +138,15 @@ def _write_timeline(settings: AgentLeaseSettings, task_id: str | None, agent_run
     from agentlease.cli.listings import require_subject
     from agentlease.ui.timeline import run_timelines_page, timeline_page
 
-    async def _page() -> str:
-        async with _ledger(settings) as ledger:
-            await require_subject(ledger, task_id, agent_run_id)
-            if task_id is not None:
-                return timeline_page(await ledger.get_task(task_id), await ledger.events(task_id))
-            assert agent_run_id is not None
-            tasks = [(task, await ledger.events(task.task_id)) for task in await ledger.list_tasks(agent_run_id)]
-            return run_timelines_page(agent_run_id, tasks)
+    async def _page(ledger: Any) -> str:
+        await require_subject(ledger, task_id, agent_run_id)
+        if task_id is not None:
+            return timeline_page(await ledger.get_task(task_id), await ledger.events(task_id))
+        assert agent_run_id is not None
+        tasks = [(task, await ledger.events(task.task_id)) for task in await ledger.list_tasks(agent_run_id)]
+        return run_timelines_page(agent_run_id, tasks)
 
-    page = asyncio.run(_page())
+    page = in_ledger(settings, _page)
     try:
         path.write_text(page, encoding="utf-8")
     except OSError as exc:
@@ -185,12 +159,7 @@ def waiting(ctx: typer.Context, limit: _Limit = None, as_json: _JsonList = False
     from agentlease.cli.listings import check_limit, list_waiting
 
     check_limit(limit)
-
-    async def _list() -> None:
-        async with _ledger(_settings(ctx)) as ledger:
-            await list_waiting(ledger, limit=limit, as_json=as_json, out=out)
-
-    asyncio.run(_list())
+    in_ledger(_settings(ctx), lambda ledger: list_waiting(ledger, limit=limit, as_json=as_json, out=out))
 
 
 def advise_ttl(
@@ -209,17 +178,16 @@ def advise_ttl(
     from agentlease.cli.advice import show_advice
     from agentlease.recovery.ttl_advice import advise, read_samples, since_argument
 
-    async def _advise() -> list[Any]:
-        async with _ledger(_settings(ctx)) as ledger:
-            start = None
-            if since is not None:
-                try:
-                    start = since_argument(since, await ledger.db_now())
-                except ValueError as exc:
-                    raise ConfigurationError(f"bad --since: {exc}") from None
-            return advise(await read_samples(ledger, tool=tool, since=start))
+    async def _advise(ledger: Any) -> list[Any]:
+        start = None
+        if since is not None:
+            try:
+                start = since_argument(since, await ledger.db_now())
+            except ValueError as exc:
+                raise ConfigurationError(f"bad --since: {exc}") from None
+        return advise(await read_samples(ledger, tool=tool, since=start))
 
-    advice = asyncio.run(_advise())
+    advice = in_ledger(_settings(ctx), _advise)
     if not advice:
         raise AgentLeaseError(f"no renewal history{f' for tool {tool}' if tool else ''} in the ledger yet")
     show_advice(advice, out, as_json=as_json)

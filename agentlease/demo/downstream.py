@@ -1,15 +1,7 @@
-"""The real downstream systems the demo and the tests talk to.
-
-- a static file server (Starlette ``StaticFiles`` served by uvicorn) over ``agentlease/demo/files``,
-  the target of the read-only ``http_get`` tool;
-- a SQL database with an ``inventory`` table of the ``sql_upsert`` shape, the target of the
-  idempotent write;
-- the publishing service of :mod:`agentlease.demo.publishing`, the fenced and idempotent target of
-  ``http_publish``;
-- the recording SMTP server of :mod:`agentlease.demo.mail`, the unsafe target of ``smtp_send``.
-
-Effects are counted at these systems, in their own databases under the data dir
-(:func:`agentlease.demo.publishing.count_publications`, :func:`agentlease.demo.mail.received_messages`).
+"""The real downstream systems the demo and the tests talk to, each with its own database under the data dir
+(where effects are counted): a file server (``http_get``), a SQL target (``sql_upsert``), the publishing
+service of :mod:`agentlease.demo.publishing` (``http_publish``) and the SMTP server of :mod:`agentlease.demo.mail`
+(``smtp_send``). ``docs/plans.md`` ("Built-in tools").
 """
 
 from __future__ import annotations

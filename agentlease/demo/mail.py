@@ -1,16 +1,9 @@
 """A real SMTP server: the downstream of ``smtp_send``, the classic ``unsafe`` side effect.
 
-An aiosmtpd ``SMTP`` protocol served by ``asyncio`` on 127.0.0.1 with an OS-chosen port, on the
-caller's event loop. SMTP has no idempotency key and no readback: a client that sends a message
-twice delivers it twice. The server accepts every message and records it in a SQLite table
-``messages`` (Message-ID, sender, recipients, subject, the ``X-Idempotency-Key`` header if any,
-size, received_at_ms), so tests count deliveries at the downstream (:func:`received_messages`).
-Its 250 reply names the row: ``250 OK: queued as <id>``.
-
-It can be asked whether it took a message: ``XLOOKUP <Message-ID>`` (an SMTP extension command of this
-server, advertised in its ``EHLO`` reply) answers ``250 found: queued as <id> at <received_at_ms>`` or
-``550 not found``. ``smtp_send``'s readback probe asks it (:data:`LOOKUP_COMMAND`); a server without the
-command answers ``500``, and the probe cannot tell.
+It records every message in a SQLite table ``messages`` (so tests count deliveries at the downstream:
+:func:`received_messages`), answers ``250 OK: queued as <id>``, and can be asked whether it took a message:
+``XLOOKUP <Message-ID>`` (advertised in its ``EHLO`` reply), ``250 found: queued as <id> at <ms>`` or
+``550 not found``, which ``smtp_send``'s readback probe asks. ``docs/plans.md`` ("Built-in tools").
 """
 
 from __future__ import annotations
@@ -35,15 +28,10 @@ from agentlease.clock import db_now_ms
 from agentlease.demo.serving import bind_loopback
 from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.tables import NAMING_CONVENTION
+from agentlease.tools.builtin.smtp_send import IDEMPOTENCY_HEADER, LOOKUP_COMMAND
 
 DATABASE_FILE = "mail.db"
 """The server's SQLite file under the data dir."""
-
-IDEMPOTENCY_HEADER = "X-Idempotency-Key"
-"""The header ``smtp_send`` adds; SMTP itself ignores it, the server only records it."""
-
-LOOKUP_COMMAND = "XLOOKUP"
-"""This server's command that says whether it took the message with a given ``Message-ID``."""
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
@@ -88,16 +76,7 @@ class ReceivedMessage:
 
     @classmethod
     def from_row(cls, row: Any) -> ReceivedMessage:
-        return cls(
-            id=row.id,
-            message_id=row.message_id,
-            mail_from=row.mail_from,
-            rcpt_to=json.loads(row.rcpt_to),
-            subject=row.subject,
-            idempotency_key=row.idempotency_key,
-            size_bytes=row.size_bytes,
-            received_at_ms=row.received_at_ms,
-        )
+        return cls(**{**row._mapping, "rcpt_to": json.loads(row.rcpt_to)})
 
 
 def database_url(data_dir: Path) -> str:
@@ -131,21 +110,16 @@ class RecordingHandler:
         content = envelope.content if isinstance(envelope.content, bytes) else envelope.original_content or b""
         parsed = message_from_bytes(content, policy=policy.default)
         async with self.engine.begin() as conn:
-            row_id = (
-                await conn.execute(
-                    insert(messages)
-                    .values(
-                        message_id=parsed.get("Message-ID"),
-                        mail_from=envelope.mail_from or "",
-                        rcpt_to=json.dumps(list(envelope.rcpt_tos)),
-                        subject=parsed.get("Subject"),
-                        idempotency_key=parsed.get(IDEMPOTENCY_HEADER),
-                        size_bytes=len(content),
-                        received_at_ms=db_now_ms(conn.dialect.name),
-                    )
-                    .returning(messages.c.id)
-                )
-            ).scalar_one()
+            received = insert(messages).values(
+                message_id=parsed.get("Message-ID"),
+                mail_from=envelope.mail_from or "",
+                rcpt_to=json.dumps(list(envelope.rcpt_tos)),
+                subject=parsed.get("Subject"),
+                idempotency_key=parsed.get(IDEMPOTENCY_HEADER),
+                size_bytes=len(content),
+                received_at_ms=db_now_ms(conn.dialect.name),
+            )
+            row_id = (await conn.execute(received.returning(messages.c.id))).scalar_one()
         return f"250 OK: queued as {row_id}"
 
 
@@ -162,15 +136,9 @@ class LookupSMTP(SMTP):
         if not handler.answers_lookups:
             await self.push(f"502 5.5.1 {LOOKUP_COMMAND} not implemented")
             return
+        first = select(messages.c.id, messages.c.received_at_ms).where(messages.c.message_id == message_id)
         async with handler.engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(messages.c.id, messages.c.received_at_ms)
-                    .where(messages.c.message_id == message_id)
-                    .order_by(messages.c.id)
-                    .limit(1)
-                )
-            ).first()
+            row = (await conn.execute(first.order_by(messages.c.id).limit(1))).first()
         if row is None:
             await self.push("550 not found")
         else:

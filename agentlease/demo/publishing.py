@@ -88,38 +88,14 @@ def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse
     return JSONResponse({"error": code, "detail": detail, **facts}, status_code=status)
 
 
-def _post_json(post: Any, history: list[Any]) -> dict[str, Any]:
-    return {
-        "id": post.id,
-        "slug": post.slug,
-        "title": post.title,
-        "body": post.body,
-        "idempotency_key": post.idempotency_key,
-        "generation": post.generation,
-        "updated_at_ms": post.updated_at_ms,
-        "url": f"/posts/{post.id}",
-        "publications": [
-            {
-                "id": row.id,
-                "idempotency_key": row.idempotency_key,
-                "generation": row.generation,
-                "title": row.title,
-                "body": row.body,
-                "accepted_at_ms": row.accepted_at_ms,
-            }
-            for row in history
-        ],
-    }
-
-
 async def _load_post(conn: AsyncConnection, post_id: int) -> dict[str, Any] | None:
+    """The post as the service answers it: its columns, its ``url`` and its ``publications``, oldest first."""
     post = (await conn.execute(select(posts).where(posts.c.id == post_id))).first()
     if post is None:
         return None
-    history = await conn.execute(
-        select(publications).where(publications.c.post_id == post_id).order_by(publications.c.id)
-    )
-    return _post_json(post, list(history))
+    history = select(publications).where(publications.c.post_id == post_id).order_by(publications.c.id)
+    accepted = [{k: v for k, v in row._mapping.items() if k != "post_id"} for row in await conn.execute(history)]
+    return {**post._mapping, "url": f"/posts/{post.id}", "publications": accepted}
 
 
 def _check_post(payload: object) -> tuple[str, str, str] | str:
@@ -190,21 +166,9 @@ class PublishingService:
         revise = update(posts).where(posts.c.slug == slug).values(**written, updated_at_ms=now_ms)
         post_id = (await conn.execute(revise.returning(posts.c.id))).scalar()
         if post_id is None:
-            post_id = (
-                await conn.execute(
-                    insert(posts).values(slug=slug, **written, updated_at_ms=now_ms).returning(posts.c.id)
-                )
-            ).scalar_one()
-        await conn.execute(
-            insert(publications).values(
-                post_id=post_id,
-                idempotency_key=key,
-                generation=generation,
-                title=title,
-                body=body,
-                accepted_at_ms=now_ms,
-            )
-        )
+            create = insert(posts).values(slug=slug, **written, updated_at_ms=now_ms)
+            post_id = (await conn.execute(create.returning(posts.c.id))).scalar_one()
+        await conn.execute(insert(publications).values(post_id=post_id, **written, accepted_at_ms=now_ms))
         post = await _load_post(conn, post_id)
         return JSONResponse(post, status_code=201, headers={"Location": f"/posts/{post_id}"}), post_id
 
@@ -247,12 +211,7 @@ def publishing_app(
             Route("/posts/{post_id:int}", service.get, methods=["GET"]),
         ],
         middleware=[
-            Middleware(
-                IdempotencyMiddleware,
-                store=store,
-                require_fencing_token=True,
-                fencing_key=fencing_key,
-            )
+            Middleware(IdempotencyMiddleware, store=store, require_fencing_token=True, fencing_key=fencing_key)
         ],
     )
 

@@ -1,20 +1,10 @@
-"""``takeover_write``: the fenced call ``agentlease demo`` pauses mid-flight to show what a lease does.
+"""``takeover_write``: the fenced call ``agentlease demo`` pauses mid-flight to show what a lease does
+(``docs/operator-views.md``, "The demo's story").
 
-It writes one row of the example SQL target (``runbooks``, the shape of
-:func:`~agentlease.tools.builtin.sql_upsert.records_table`) fenced by claim generation: the row and the
-fence (:func:`agentlease.fencing.advance_fence`, resource ``runbooks/<record key>``) change in one
-transaction, so a writer older than the newest accepted generation writes nothing. Every write that
-lands also adds a row to ``runbook_writes`` (:data:`WRITES`), in the same transaction: the demo counts
-writes there (:func:`landed_writes`), for this tool and for the plain activity of
-:mod:`agentlease.demo.unleased`. Its lease is short (:data:`TAKEOVER_TTL`) so a takeover comes quickly.
-
-Its generation-1 attempt stops just before its write and holds the lease there, renewing, until a
-renewal is refused (the demo pauses its worker with SIGSTOP meanwhile, and another worker takes
-over with generation 2). Then it plays a worker that does not know it was paused: it sends its
-write anyway (the fence refuses generation 1) and returns a result (the ledger refuses the settle
-and keeps it as ``late_unapplied``, with the refused write in its result). A real tool stops at
-the first refused renewal (``docs/writing-tools.md``); this one goes on only to show that the
-guards hold without its help.
+It writes the row ``runbooks/<record key>`` of the example SQL target and its fence in one transaction, and logs
+each write that lands in ``runbook_writes`` (:func:`landed_writes`). Generation 1 holds before its write,
+renewing, until superseded; then it plays a paused worker that does not know it: it writes anyway (the fence
+refuses) and returns a result (kept as ``late_unapplied``). A real tool stops at the first refused renewal.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""The same write as ``takeover_write``, as a plain Temporal activity: what ``agentlease demo`` shows first.
+"""The write of ``takeover_write`` as a plain Temporal activity, with no lease, fencing token or ledger: the
+first half of ``agentlease demo``'s story (``docs/operator-views.md``, "The demo's story"). Attempt 1 holds just
+before its write until Temporal cancels it, then writes all the same; nothing refuses that write.
 
-:meth:`PlainWriter.plain_write` writes the row ``runbooks/<record key>`` of the example SQL target (and logs the
-write in ``runbook_writes``, :func:`agentlease.demo.takeover.write_row`) with no lease, no fencing
-token and no ledger: what an activity does when nothing but Temporal guards it. Its heartbeat timeout
-(:data:`HEARTBEAT_TIMEOUT`) is the 3 s of the leased tool's TTL, so Temporal retries it on another
-worker as soon as agentlease would take the lease over.
-
-Its first attempt stops just before its write and heartbeats there until Temporal cancels it (the
-demo pauses its worker with SIGSTOP meanwhile: no heartbeat reaches Temporal, which retries the
-activity on another worker; on SIGCONT the worker's next heartbeat learns that the attempt is
-gone). Then, like ``takeover_write``'s generation 1, it plays a worker that does not know it was
-paused: it writes. Nothing refuses that write.
-
-Run as a module, it is the worker the demo pauses: ``python -m agentlease.demo.unleased ADDRESS
-TASK_QUEUE IDENTITY`` serves the activity only, one activity at a time (so that while it holds
-its attempt, it has no open poll that could take the retry), until SIGTERM.
+``python -m agentlease.demo.unleased ADDRESS TASK_QUEUE IDENTITY`` is the worker the demo pauses: the activity
+only, one at a time (no open poll could take the retry meanwhile), until SIGTERM.
 """
 
 from __future__ import annotations

@@ -255,11 +255,4 @@ def serving_metrics(address: str | None, *, forward: str | None = None) -> Itera
         server.close()
 
 
-__all__ = [
-    "LEASE_METRICS",
-    "ForwardedMetrics",
-    "LeaseMetrics",
-    "MetricsServer",
-    "serving_metrics",
-    "stage_label",
-]
+__all__ = ["LEASE_METRICS", "ForwardedMetrics", "LeaseMetrics", "MetricsServer", "serving_metrics", "stage_label"]

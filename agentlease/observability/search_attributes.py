@@ -1,17 +1,7 @@
-"""Search attributes of agent runs, so operators find the work that waits for them in the
-Temporal UI (``AgentLeaseWaitingReason != ""``) and with ``temporal workflow list --query``.
-
-:class:`~agentlease.plugin.AgentLeasePlugin` registers the missing ones when its worker starts
-(:func:`require_registered`), and refuses to start, with one line naming the command below, when it
-may not (a namespace it does not administer, Temporal Cloud). Create them once there::
-
-    temporal operator search-attribute create --namespace NS \\
-        --name AgentLeaseStatus --type Keyword --name AgentLeaseWaitingReason --type Keyword \\
-        --name AgentLeaseTool --type Keyword --name AgentLeaseStage --type Keyword \\
-        --name AgentLeaseGeneration --type Int --name AgentLeaseOwner --type Keyword \\
-        --name AgentLeaseDecision --type Keyword --name AgentLeaseRefusedWrites --type Int
-
-``docs/operator-views.md`` says what each shows, and when it changes.
+"""Search attributes of agent runs, so operators find the work that waits for them in the Temporal UI
+(``AgentLeaseWaitingReason != ""``) and with ``temporal workflow list --query``. A worker registers the missing
+ones at start (:func:`require_registered`), or refuses to start naming the command that creates them
+(:func:`create_command`). What each shows: ``docs/operator-views.md`` ("Search attributes").
 """
 
 from __future__ import annotations
@@ -118,46 +108,13 @@ async def require_registered(client: Client, namespace: str, *, register: bool =
         return
     problem = f"search attributes {', '.join(missing)} are missing on namespace {namespace}"
     if register:
+        types = {name: IndexedValueType.ValueType(BY_NAME[name].indexed_value_type.value) for name in missing}
         try:
             await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(
-                    namespace=namespace,
-                    search_attributes={
-                        name: IndexedValueType.ValueType(BY_NAME[name].indexed_value_type.value) for name in missing
-                    },
-                )
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=types)
             )
             logger.info("registered search attributes %s on %s", ", ".join(missing), namespace)
             return
         except RPCError as exc:
             problem += f" and this worker may not register them ({exc.message})"
     raise ConfigurationError(f"{problem}; create them once with `{create_command(namespace, missing)}`")
-
-
-async def ensure_registered(client: Client, namespace: str) -> str | None:
-    """Register the missing attributes on ``namespace`` (best effort, for dev servers and clusters
-    where workers may administer their namespace).
-
-    Returns:
-        ``None`` when all attributes exist afterwards; otherwise one line saying why they could not
-        be registered (the caller logs it; runs then fail their first workflow task until an
-        operator creates them).
-    """
-    try:
-        existing = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=namespace)
-        )
-        missing = {key.name for key in ALL} - set(existing.custom_attributes)
-        if missing:
-            await client.operator_service.add_search_attributes(
-                AddSearchAttributesRequest(
-                    namespace=namespace,
-                    search_attributes={
-                        name: IndexedValueType.ValueType(BY_NAME[name].indexed_value_type.value)
-                        for name in sorted(missing)
-                    },
-                )
-            )
-    except RPCError as exc:
-        return f"cannot register search attributes {', '.join(k.name for k in ALL)} on {namespace}: {exc.message}"
-    return None

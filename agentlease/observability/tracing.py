@@ -1,20 +1,8 @@
 """OpenTelemetry tracing of ledger operations, inside Temporal's activity spans (``docs/tracing.md``).
 
-Off by default. With ``AGENTLEASE_TRACING=true`` (and the ``agentlease[otel]`` extra installed) a
-worker and the CLI connect to Temporal with ``temporalio.contrib.opentelemetry.TracingInterceptor``,
-whose ``RunActivity:<tool>`` span wraps each attempt; each ledger operation of the attempt (claim,
-renew, settle, release, dead_letter, a park, decide) is then a child span named
-``agentlease.ledger.<operation>`` with the attributes of :data:`ATTRIBUTES`. The lease token is
-never an attribute. The attempt's trace id is stored on the task and on each evidence-trail entry
-(``trace_id``), so ``agentlease events``, ``agentlease tasks`` and the timeline page link to the trace.
-
-The exporter is the standard one: :func:`configure_tracing` installs an SDK ``TracerProvider``
-exporting over OTLP as the ``OTEL_*`` variables say (``OTEL_EXPORTER_OTLP_ENDPOINT``,
-``OTEL_SERVICE_NAME``...), unless the process already set a tracer provider of its own (a test's
-in-memory exporter, an application's own setup), which is then used as it is.
-
-While tracing is off nothing here imports OpenTelemetry and a ledger call costs one extra function
-call (:func:`traced` checks one module global); no span object is made.
+Off by default (``AGENTLEASE_TRACING``). While on, each ledger operation is a span ``agentlease.ledger.<operation>``
+with the attributes of :data:`ATTRIBUTES` (never the lease token), and the attempt's trace id is stored in the
+ledger. While off, nothing here imports OpenTelemetry and a ledger call costs one module global's check.
 """
 
 from __future__ import annotations
@@ -84,10 +72,8 @@ def disable() -> None:
 def configure_tracing() -> None:
     """Turn tracing on for this process: a tracer provider from the ``OTEL_*`` variables, then :func:`enable`.
 
-    A process that already set a tracer provider (an SDK ``TracerProvider`` of its own) keeps it.
-    Otherwise an SDK provider with a batching OTLP exporter is installed (``OTEL_EXPORTER_OTLP_*``
-    say where to; ``OTEL_SERVICE_NAME`` names the service, default ``agentlease``); without the
-    OTLP exporter package the spans are still made (for trace ids in the ledger) but not exported.
+    A process that already set a tracer provider keeps it; otherwise an SDK provider exporting over OTLP is
+    installed (spans are still made, for trace ids in the ledger, without the OTLP exporter package).
     ``OTEL_SDK_DISABLED=true`` installs nothing and leaves tracing off.
 
     Raises:

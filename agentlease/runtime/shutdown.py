@@ -43,9 +43,7 @@ async def stopped_by_signals(main: Awaitable[T]) -> T:
     received: list[str] = []
 
     def stop(sig: signal.Signals) -> None:
-        # Once only: the clean-up that follows must run to its end. (uvicorn, which serves the
-        # example services, raises a signal it captured again when it stops.)
-        if not received:
+        if not received:  # once only: the clean-up must run to its end (uvicorn raises a captured signal again)
             task.cancel()
         received.append(sig.name)
 
@@ -63,14 +61,9 @@ __all__ = ["STOP_SIGNALS", "stop_event", "stopped_by_signals"]
 
 
 def exit_process(code: int) -> NoReturn:
-    """Leave the process with ``code`` without finalizing the interpreter (a command's or a worker's last step).
-
-    Call it once everything the process started has stopped (worker, dev server, ledger). What can
-    still run then is the Temporal SDK's Rust runtime: its threads may call into Python while the
-    interpreter finalizes and abort the process with "PyGILState_Release: thread state must be
-    current" (temporalio/sdk-python#300), turning a clean exit into SIGABRT. So buffered spans, logs
-    and the standard streams are flushed, then the code is delivered with ``os._exit``.
-    """
+    """Leave the process with ``code`` once everything it started has stopped, without finalizing the interpreter
+    (the Temporal SDK's runtime threads could turn a clean exit into SIGABRT then): spans, logs and the standard
+    streams are flushed, then ``os._exit``."""
     from agentlease.observability.tracing import flush
 
     flush()  # spans still buffered for the OTLP exporter (tracing on), before atexit is skipped

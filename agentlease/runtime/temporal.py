@@ -1,5 +1,5 @@
-"""Connecting to Temporal, with the plugins, interceptors and data converter a deployment wants, and
-clear errors when it is unreachable."""
+"""Connecting to Temporal with the plugins, interceptors, TLS and payload codec a deployment sets, and one clear
+error when it is unreachable (``docs/deployment.md``)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,8 @@ from agentlease.observability import tracing
 from agentlease.settings import AgentLeaseSettings, load_object
 
 CONNECT_TIMEOUT = timedelta(seconds=10)
-"""How long connecting to Temporal may take, TCP and the first RPC together. Default 10s.
-
-The SDK bounds the TCP connect only when asked (``connect_timeout``), and its first RPC
-(``GetSystemInfo``) waits 30s for a server that accepts connections but does not answer.
-"""
+"""How long connecting to Temporal may take, TCP and the first RPC together (the SDK's first RPC alone would wait
+30s for a server that accepts connections but does not answer). Default 10s."""
 
 
 class TemporalUnavailableError(AgentLeaseError):
@@ -67,11 +64,9 @@ async def connect(
         data_converter: the converter; default ``settings.data_converter``, else the pydantic
             converter when no plugin is given, else the SDK's default (a framework plugin replaces
             it with its own). agentlease's payloads are plain JSON, so any JSON converter reads them.
-        runtime: the SDK runtime (``temporalio.runtime.Runtime``: its telemetry, e.g. the worker's
-            Temporal metrics, see :mod:`agentlease.runtime_metrics`); default the SDK's.
+        runtime: the SDK runtime (its telemetry: :func:`prometheus_runtime`); default the SDK's.
 
-    With ``settings.tracing`` the client (and every worker made from it) also carries Temporal's
-    ``TracingInterceptor`` (:mod:`agentlease.observability.tracing`, ``docs/tracing.md``).
+    With ``settings.tracing`` the client also carries Temporal's ``TracingInterceptor`` (``docs/tracing.md``).
 
     Raises:
         TemporalUnavailableError: the server is unreachable, refused the connection, or did not
@@ -186,11 +181,9 @@ def payload_codec(settings: AgentLeaseSettings) -> PayloadCodec | None:
 
 
 def worker_client(client: Client) -> Client:
-    """``client`` as a worker uses it: its :class:`~agentlease.security.codec.EncryptionCodec` lenient, so that a
-    payload that does not open (a malformed or foreign ciphertext in a signal, an update or a start)
-    decodes to a marker the workflow refuses, instead of failing every workflow task of the run
-    (:meth:`~agentlease.security.codec.EncryptionCodec.lenient`). A client without that codec (or with one set
-    by a framework plugin) is returned as it is; clients (the CLI, the codec server) stay strict."""
+    """``client`` as a worker uses it: its :class:`~agentlease.security.codec.EncryptionCodec` made lenient
+    (:meth:`~agentlease.security.codec.EncryptionCodec.lenient`), so that one payload that does not open fails only
+    itself, not every workflow task of the run. Any other client is returned as it is."""
     from agentlease.security.codec import EncryptionCodec
 
     config = client.config()
@@ -231,11 +224,7 @@ def prometheus_runtime() -> tuple[Runtime, str]:
 
 
 def _loaded(path: str, what: str, kind: type, expected: str) -> Any:
-    """:func:`load_object`, which must give a ``kind``.
-
-    Raises:
-        ConfigurationError: it cannot be loaded, or is something else.
-    """
+    """:func:`load_object`, which must give a ``kind`` (else ConfigurationError)."""
     value = load_object(path, what)
     if not isinstance(value, kind):
         raise ConfigurationError(f"bad {what} {path!r}: {type(value).__name__}, not {expected}")

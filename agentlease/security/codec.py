@@ -1,17 +1,8 @@
-"""Payload encryption: a Temporal payload codec with AES-GCM keys that rotate.
+"""Payload encryption: a Temporal payload codec with AES-GCM keys that rotate (``AGENTLEASE_CODEC_KEYS``).
 
-Every payload the Temporal client writes (workflow and activity inputs and results, update
-arguments, query answers, heartbeat details, failure messages) leaves the process as
-``binary/encrypted``: the serialized payload sealed with AES-GCM under the first configured key,
-the key's id in the payload's metadata (``encryption-key-id``) and bound into the seal. A payload
-decodes with whichever configured key its id names, so a new key is put first and the old ones
-stay listed until no history needs them (key rotation); a payload that names a key no longer
-configured is refused with :class:`UnknownCodecKeyError`, and a malformed one (a 1-byte
-"ciphertext") with :class:`MalformedPayloadError`, never a bare ``ValueError``. Payloads that were never encrypted
-(history written before the codec was turned on) pass through unchanged.
-
-Keys come from ``AGENTLEASE_CODEC_KEYS`` (``ID:BASE64KEY,...``). The rules and the codec server
-are in ``docs/security-data.md`` ("Transport and payload encryption").
+Every payload leaves the process sealed under the first key, the key's id in its metadata; it decodes with
+whichever configured key that id names, and payloads never encrypted pass through. The rules, rotation and the
+codec server: ``docs/security-data.md`` ("Transport and payload encryption").
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The codec server: decrypted payloads for the Temporal UI and the ``temporal`` CLI, for those allowed.
 
-``POST /decode`` and ``POST /encode`` take and return Temporal's codec-server JSON: a
-``Payloads`` message in protobuf JSON, ``{"payloads": [{"metadata": {"encoding": "<base64>", ...},
-"data": "<base64>"}]}``. The Temporal UI calls it from the browser (its "Codec Server" setting, or
-``temporal server start-dev --ui-codec-endpoint``), so CORS admits the configured origins; the
-``temporal`` CLI calls it with ``--codec-endpoint`` (and ``--codec-auth``). With a token configured,
-a request without ``Authorization: Bearer <token>`` gets 401 and sees nothing decrypted.
-``docs/security-data.md`` ("Transport and payload encryption") shows the setup.
-
-A body is read as it arrives, at most :data:`MAX_BODY_BYTES` of it (larger: 413, at once, by its
-``Content-Length`` or when the count passes the limit) and within :data:`BODY_TIMEOUT` (slower: 408).
-A payload that does not decode (malformed ciphertext, a key not configured) is 400 with the reason.
+``POST /decode`` and ``POST /encode`` take and return Temporal's codec-server JSON (a ``Payloads`` message in
+protobuf JSON), behind CORS for the configured origins and an optional bearer token; a body is read within
+:data:`MAX_BODY_BYTES` and :data:`BODY_TIMEOUT`. The setup: ``docs/security-data.md`` ("Transport and payload
+encryption").
 """
 
 from __future__ import annotations
@@ -110,10 +103,7 @@ def codec_app(
                 done = await (codec.decode if decode else codec.encode)(list(payloads.payloads))
             except AgentLeaseError as exc:
                 return JSONResponse({"message": str(exc)}, status_code=400)
-            return Response(
-                json_format.MessageToJson(Payloads(payloads=done)),
-                media_type="application/json",
-            )
+            return Response(json_format.MessageToJson(Payloads(payloads=done)), media_type="application/json")
 
         return handle
 

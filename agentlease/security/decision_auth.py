@@ -26,8 +26,7 @@ if TYPE_CHECKING:
 
     from agentlease.settings import AgentLeaseSettings
 
-# cryptography is imported by the functions that make, load, sign with or verify keys: a command that
-# only reads the ledger (``agentlease sweep``) does not pay for importing it.
+# cryptography is imported where keys are made, loaded, used: a command that only reads the ledger does not pay for it.
 
 OPEN = "open"
 AUTHENTICATED = "authenticated"
@@ -132,16 +131,19 @@ def signed_message(
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _message_of(agent_run_id: str, command: str, request: Mapping[str, Any], proof: DecisionProof) -> bytes:
-    return signed_message(
-        agent_run_id,
-        command,
-        request,
-        proof.operator,
-        proof.signed_at.isoformat(),
-        proof.decision_id,
-        proof.generation,
+def _signed_by(key: Ed25519PublicKey, agent_run_id: str, signed: SignedDecision, proof: DecisionProof) -> bool:
+    """Whether ``proof``'s signature of ``signed`` (for ``agent_run_id``) verifies with ``key``."""
+    from cryptography.exceptions import InvalidSignature
+
+    at = proof.signed_at.isoformat()
+    message = signed_message(
+        agent_run_id, signed.command, signed.request, proof.operator, at, proof.decision_id, proof.generation
     )
+    try:
+        key.verify(base64.b64decode(proof.signature, validate=True), message)
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
 
 
 # -- keys --------------------------------------------------------------------------------------------
@@ -181,11 +183,31 @@ def new_operator_keys(name: str, directory: Path) -> tuple[Path, Path]:
     return paths
 
 
-def _named(data: bytes, path: Path) -> str:
+def _key_file(path: Path, setting: str, kind: str, operator: str | None = None) -> tuple[str, Any]:
+    """The operator a key file of ``agentlease keys new-operator`` names, and its Ed25519 ``private``/``public`` key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
     first = data.split(b"\n", 1)[0].decode("utf-8", "replace")
-    if not first.startswith(_NAME_LINE) or not _NAME.fullmatch(first[len(_NAME_LINE) :].strip()):
+    named = first[len(_NAME_LINE) :].strip()
+    if not first.startswith(_NAME_LINE) or not _NAME.fullmatch(named):
         raise ConfigurationError(f"{path}: not an agentlease operator key (no {_NAME_LINE.strip()} line)")
-    return first[len(_NAME_LINE) :].strip()
+    if operator is not None and named != operator:
+        raise ConfigurationError(f"{setting}: {path} is the key of another operator, not {operator!r}")
+    try:
+        if kind == "private":
+            key: Any = serialization.load_pem_private_key(data, password=None)
+        else:
+            key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError):
+        raise ConfigurationError(f"{setting}: {path} holds no readable {kind} key") from None
+    if not isinstance(key, Ed25519PrivateKey if kind == "private" else Ed25519PublicKey):
+        raise ConfigurationError(f"{setting}: {path} is not an Ed25519 key")
+    return named, key
 
 
 class OperatorKey:
@@ -196,21 +218,7 @@ class OperatorKey:
     """
 
     def __init__(self, path: Path) -> None:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEY: cannot read {path}: {exc.strerror or exc}") from None
-        self.operator = _named(data, path)
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError):
-            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEY: {path} holds no readable private key") from None
-        if not isinstance(key, Ed25519PrivateKey):
-            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEY: {path} is not an Ed25519 key")
-        self._key = key
+        self.operator, self._key = _key_file(path, "AGENTLEASE_OPERATOR_KEY", "private")
 
     def sign(
         self,
@@ -262,23 +270,10 @@ def load_public_keys(text: str | None) -> dict[str, Ed25519PublicKey]:
 
 
 def _public_key(name: str, value: str) -> Ed25519PublicKey:
-    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    path = Path(value)
-    if path.is_file():
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEYS: cannot read {path}: {exc.strerror or exc}") from None
-        if _named(data, path) != name:
-            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEYS: {path} is the key of another operator, not {name!r}")
-        try:
-            key = serialization.load_pem_public_key(data)
-        except ValueError:
-            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEYS: {path} holds no readable public key") from None
-        if not isinstance(key, Ed25519PublicKey):
-            raise ConfigurationError(f"AGENTLEASE_OPERATOR_KEYS: {path} is not an Ed25519 key")
+    if Path(value).is_file():
+        key: Ed25519PublicKey = _key_file(Path(value), "AGENTLEASE_OPERATOR_KEYS", "public", operator=name)[1]
         return key
     try:
         return Ed25519PublicKey.from_public_bytes(base64.b64decode(value, validate=True))
@@ -328,12 +323,7 @@ class DecisionVerifier:
             )
 
     def verify(
-        self,
-        agent_run_id: str,
-        signed: SignedDecision | None,
-        *,
-        expect: Mapping[str, Any],
-        at: datetime,
+        self, agent_run_id: str, signed: SignedDecision | None, *, expect: Mapping[str, Any], at: datetime
     ) -> str | None:
         """Check one operator decision.
 
@@ -358,10 +348,9 @@ class DecisionVerifier:
                     "sign it with AGENTLEASE_OPERATOR_KEY"
                 )
             return None
-        try:
-            proof = DecisionProof.model_validate(signed.request["proof"])
-        except ValueError:
-            raise DecisionRefusedError("malformed decision signature") from None
+        proof = signed.proof
+        if proof is None:
+            raise DecisionRefusedError("malformed decision signature")
         key = self.keys.get(proof.operator)
         if key is None:
             if self.mode == AUTHENTICATED:
@@ -369,13 +358,8 @@ class DecisionVerifier:
                     f"decision signed by {proof.operator!r}, an operator this worker has no key of"
                 )
             return None
-        message = _message_of(agent_run_id, signed.command, signed.request, proof)
-        from cryptography.exceptions import InvalidSignature
-
-        try:
-            key.verify(base64.b64decode(proof.signature, validate=True), message)
-        except (InvalidSignature, binascii.Error, ValueError):
-            raise DecisionRefusedError(f"bad signature of operator {proof.operator!r} on this decision") from None
+        if not _signed_by(key, agent_run_id, signed, proof):
+            raise DecisionRefusedError(f"bad signature of operator {proof.operator!r} on this decision")
         if proof.decision_id is None:
             raise DecisionRefusedError(
                 "the signed decision has no decision id, so it could be applied again: "
@@ -430,14 +414,7 @@ def verify_recorded_signature(
     key = keys.get(proof.operator)
     if key is None or details.get("signed_by") != proof.operator:
         return False
-    message = _message_of(agent_run_id, signed.command, signed.request, proof)
-    from cryptography.exceptions import InvalidSignature
-
-    try:
-        key.verify(base64.b64decode(proof.signature, validate=True), message)
-    except (InvalidSignature, binascii.Error, ValueError):
-        return False
-    return True
+    return _signed_by(key, agent_run_id, signed, proof)
 
 
 def signed_decision(command: str, request: BaseModel) -> dict[str, Any]:

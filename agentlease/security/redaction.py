@@ -54,35 +54,9 @@ _RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
 ]
 
 _TRIGGERS = (
-    "@",
-    "auth",
-    "credential",
-    "dsn",
-    "bearer",
-    "basic",
-    "akia",
-    "asia",
-    "-----begin",
-    "passw",
-    "passphrase",
-    "pwd",
-    "secret",
-    "token",
-    "key",
-    "cookie",
-    "session",
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "sk_",
-    "rk_",
-    "sk-",
-    "xox",
-    "aiza",
-    "eyj",
+    *("@", "auth", "credential", "dsn", "bearer", "basic", "akia", "asia", "-----begin", "passw", "passphrase"),
+    *("pwd", "secret", "token", "key", "cookie", "session", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    *("sk_", "rk_", "sk-", "xox", "aiza", "eyj"),
 )
 """Text containing none of these (lower-cased) matches no rule: the rules are skipped (the renewal hot path)."""
 

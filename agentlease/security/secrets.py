@@ -18,25 +18,11 @@ if TYPE_CHECKING:
     from agentlease.settings import AgentLeaseSettings
 
 WORKER_ONLY = frozenset(
-    {
-        "ledger_url",
-        "ledger_pool_size",
-        "migrate_on_start",
-        "temporal_api_key",
-        "temporal_tls_key_file",
-        "temporal_tls_cert_file",
-        "codec_keys",
-        "payload_codec",
-        "codec_server_token",
-        "ui_token",
-        "operator_keys",
-        "operator_key",
-        "decision_mode",
-        "redactor",
-        "secret_provider",
-        "plugins",
-        "data_converter",
-    }
+    (
+        *("ledger_url", "ledger_pool_size", "migrate_on_start", "temporal_api_key", "temporal_tls_key_file"),
+        *("temporal_tls_cert_file", "codec_keys", "payload_codec", "codec_server_token", "ui_token", "operator_keys"),
+        *("operator_key", "decision_mode", "redactor", "secret_provider", "plugins", "data_converter"),
+    )
 )
 """Settings no tool sees: the worker's own connections and secrets."""
 

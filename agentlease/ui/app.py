@@ -1,26 +1,13 @@
-"""``agentlease ui``: a read-only web view of the ledger (Starlette).
-
-Pages: the runs, a run's tasks, and each task's lease timeline (:mod:`agentlease.ui.timeline`),
-linked to the Temporal UI's page of the run. JSON for scripts under ``/api``:
-
-- ``GET /api/runs/{run_id}/tasks``: the run's tasks (the JSON of ``agentlease tasks --json``);
-- ``GET /api/tasks/{task_id}``: one task; ``GET /api/events/{task_id}``: its evidence trail.
-
-Every page and list is bounded: a run's page shows :data:`TASKS_PER_PAGE` tasks and a timeline
-:data:`EVENTS_PER_PAGE` entries of the trail, each with a link to the next page (``?after=``); the
-JSON lists take ``?after=`` and ``?limit=`` (at most :data:`MAX_LIMIT`) and name the next page in a
-``Link: <...>; rel="next"`` header. A trail of 200,000 entries is 400 pages, each read by one
-index range.
-
-It reads the ledger only: every route is a ``GET``, and nothing it serves can renew, settle or
-decide anything. Unknown runs and tasks are 404; a malformed cursor or limit is 400. Who may read it
-is :mod:`agentlease.ui.guard`'s (the ``Host`` check and the operator token).
+"""``agentlease ui``: a read-only web view of the ledger (Starlette): the runs, a run's tasks and each task's
+lease timeline (:mod:`agentlease.ui.timeline`), and their JSON under ``/api``. Every route is a bounded ``GET``
+(``?after=``, ``?limit=``); who may read it is :mod:`agentlease.ui.guard`'s. What it shows and how it is guarded:
+``docs/operator-views.md`` ("The web view's front door"), ``docs/security-operations.md`` ("The web view").
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -34,14 +21,14 @@ from agentlease.clock import from_ms, to_ms
 from agentlease.decisions.table import suggested_commands
 from agentlease.enums import EventKind, RunState
 from agentlease.errors import TaskNotFoundError
-from agentlease.ledger.listing import RunSummary, TaskFilter, event_pages, failed_before_calls, run_failures
+from agentlease.ledger.listing import RunSummary, TaskFilter, collect, event_pages, failed_before_calls, run_failures
 from agentlease.ledger.statements import runs_page, tasks_page
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import EVENTS, TASKS
 from agentlease.records import LeaseEvent, TaskRecord
 from agentlease.security.redaction import redact
 from agentlease.ui.guard import LOOPBACK_NAMES, UiGuard
-from agentlease.ui.timeline import PEOPLE, STYLE, timeline_page
+from agentlease.ui.timeline import PEOPLE, STYLE, html_document, timeline_page
 
 TASKS_PER_PAGE = 200
 """Tasks a run's page (and a page of its JSON) shows."""
@@ -59,12 +46,6 @@ REFRESH_S = 5
 """A page with something under way reloads itself this often (``<meta http-equiv=refresh>``, no script)."""
 
 STYLESHEET = "/static/ui.css"
-
-_PAGE = (
-    "<!doctype html><html lang='en'><head><meta charset='utf-8'>{refresh}<title>{title}</title>"
-    f"<link rel='stylesheet' href='{STYLESHEET}'></head>"
-    "<body><h1>{title}</h1>{body}</body></html>"
-)
 
 TaskCursor = tuple[int, str]
 """A run's tasks page cursor: ``created_at_ms`` and ``task_id`` of the last task shown."""
@@ -201,6 +182,19 @@ def _next(path: str, after: str, limit: int | None = None) -> str:
     return f"{path}?{urlencode(query)}"
 
 
+def _page(title: str, body: str, *, live: bool = False, status_code: int = 200) -> HTMLResponse:
+    page = html_document(
+        title, f"<h1>{html.escape(title)}</h1>{body}", stylesheet=STYLESHEET, refresh_s=REFRESH_S if live else None
+    )
+    return HTMLResponse(page, status_code)
+
+
+def _paged(rows: list[Any], limit: int, path: str, cursor: Callable[[], str]) -> JSONResponse:
+    """``rows`` as JSON, with a ``Link`` to the page after ``cursor()`` when this one is full."""
+    headers = {"Link": f'<{_next(path, cursor(), limit)}>; rel="next"'} if len(rows) == limit else {}
+    return JSONResponse(rows, headers=headers)
+
+
 def ui_app(
     ledger: Ledger,
     *,
@@ -224,15 +218,10 @@ def ui_app(
         return [TaskRecord.from_row(row) for row in rows]
 
     async def trail(task_id: str, after: int | None, limit: int) -> list[LeaseEvent]:
-        return [
-            event
-            async for page in event_pages(ledger.database, task_id=task_id, after=after, limit=limit)
-            for event in page
-        ]
+        return await collect(event_pages(ledger.database, task_id=task_id, after=after, limit=limit))
 
     def task_cursor(records: list[TaskRecord]) -> str:
-        last = records[-1]
-        return f"{to_ms(last.created_at)}:{last.task_id}"
+        return f"{to_ms(records[-1].created_at)}:{records[-1].task_id}"
 
     async def front_page(request: Request) -> Response:
         status = request.query_params.get("status", "")
@@ -249,15 +238,8 @@ def ui_app(
             waiting_rows = conn.execute(waiting_query).all()
             run_rows = conn.execute(runs_query).all()
             ids = [row.agent_run_id for row in run_rows]
-            with_tool = (
-                set(
-                    conn.execute(
-                        select(TASKS.c.agent_run_id).where(TASKS.c.agent_run_id.in_(ids), TASKS.c.tool == tool)
-                    ).scalars()
-                )
-                if tool and ids
-                else None
-            )
+            runs_with_tool = select(TASKS.c.agent_run_id).where(TASKS.c.agent_run_id.in_(ids), TASKS.c.tool == tool)
+            with_tool = set(conn.execute(runs_with_tool).scalars()) if tool and ids else set()
             now = conn.execute(select(ledger.now_expression), {"now_ms": None}).scalar()
             return waiting_rows, run_rows, with_tool, now, run_failures(conn, ids)
 
@@ -266,7 +248,7 @@ def ui_app(
         runs = [RunSummary.from_row(row, error=failures.get(row.agent_run_id)) for row in run_rows]
         if tool:
             waiting = [t for t in waiting if t.tool == tool]
-            runs = [r for r in runs if with_tool is not None and r.agent_run_id in with_tool]
+            runs = [r for r in runs if r.agent_run_id in with_tool]
         if status:
             runs = [r for r in runs if r.status.value == status]
         if hours:
@@ -275,22 +257,13 @@ def ui_app(
             waiting = [t for t in waiting if cutoff is None or t.updated_at >= cutoff]
         runs.sort(key=lambda r: (r.status is not RunState.WAITING, r.status is not RunState.RUNNING, r.agent_run_id))
         live = any(r.status in (RunState.WAITING, RunState.RUNNING) for r in runs)
+        more = f"<p class='muted'>the first {RUNS_PER_PAGE} runs by id; <code>agentlease runs</code> lists them all</p>"
+        live_note = f"<p class='muted' id='live'>refreshes every {REFRESH_S}s while runs are under way</p>"
         body = (
-            "<h2>Waiting for a person</h2>"
-            + _waiting_table(waiting)
-            + "<h2>Runs</h2>"
-            + _filters(status, tool, hours)
-            + _runs_table(runs)
-            + (
-                f"<p class='muted'>the first {RUNS_PER_PAGE} runs by id; "
-                "<code>agentlease runs</code> lists them all</p>"
-                if len(run_rows) == RUNS_PER_PAGE
-                else ""
-            )
-            + (f"<p class='muted' id='live'>refreshes every {REFRESH_S}s while runs are under way</p>" if live else "")
+            f"<h2>Waiting for a person</h2>{_waiting_table(waiting)}<h2>Runs</h2>{_filters(status, tool, hours)}"
+            f"{_runs_table(runs)}{more if len(run_rows) == RUNS_PER_PAGE else ''}{live_note if live else ''}"
         )
-        refresh = f"<meta http-equiv='refresh' content='{REFRESH_S}'>" if live else ""
-        return HTMLResponse(_PAGE.format(refresh=refresh, title="agentlease runs", body=body))
+        return _page("agentlease runs", body, live=live)
 
     async def stylesheet(request: Request) -> Response:
         return PlainTextResponse(STYLE, media_type="text/css")
@@ -299,22 +272,13 @@ def ui_app(
         run_id = request.path_params["run_id"]
         records = await run_tasks(run_id, _task_cursor(request), TASKS_PER_PAGE)
         if not records:
-            return HTMLResponse(
-                _PAGE.format(refresh="", title="not found", body=f"no run {html.escape(run_id)!r}"), 404
-            )
+            return _page("not found", f"no run {html.escape(run_id)!r}", status_code=404)
         link = temporal_ui_link(temporal_ui, namespace, records[0].trace.workflow_id or run_id)
         waiting = [r for r in records if r.status.waits_for_person]
         running = [r for r in records if not r.status.is_terminal]
         failed = [r for r in records if failed_before_calls(r)]
-        state = (
-            RunState.FAILED
-            if failed
-            else RunState.WAITING
-            if waiting
-            else RunState.RUNNING
-            if running
-            else RunState.COMPLETED
-        )
+        under_way = RunState.WAITING if waiting else RunState.RUNNING if running else RunState.COMPLETED
+        state = RunState.FAILED if failed else under_way
         decided = await ledger.database.read(lambda conn: conn.execute(last_decision_query(run_id)).first())
         last = (
             f"{decided.kind} of {html.escape(decided.task_id.rsplit('/', 1)[-1])} at "
@@ -322,24 +286,19 @@ def ui_app(
             if decided
             else "none"
         )
+        to_ui = f" | <a class='temporal-ui' href='{html.escape(link)}'>the run in the Temporal UI</a>" if link else ""
+        why = html.escape(failed[0].last_error or "") if failed else ""
+        error = f"<p class='run-error' id='run-error'>the run failed: {why}</p>" if failed else ""
         body = (
-            "<p><a href='/'>all runs</a>"
-            + (f" | <a class='temporal-ui' href='{html.escape(link)}'>the run in the Temporal UI</a>" if link else "")
-            + "</p>"
-            + f"<p>status <span class='pill status-{state.value}' id='run-status'>{state.value}</span>, "
+            f"<p><a href='/'>all runs</a>{to_ui}</p>"
+            f"<p>status <span class='pill status-{state.value}' id='run-status'>{state.value}</span>, "
             f"{len(records)} task(s), last decision: <span id='last-decision'>{last}</span></p>"
-            + "".join(
-                f"<p class='run-error' id='run-error'>the run failed: {html.escape(r.last_error or '')}</p>"
-                for r in failed[:1]
-            )
-            + (_waiting_table(waiting) if waiting else "")
-            + _tasks_table(records)
+            f"{error}{_waiting_table(waiting) if waiting else ''}{_tasks_table(records)}"
         )
         if len(records) == TASKS_PER_PAGE:
             following = _next(f"/runs/{quote(run_id, safe='')}", task_cursor(records))
             body += f"<p><a id='next' href='{html.escape(following)}'>next {TASKS_PER_PAGE} tasks</a></p>"
-        refresh = f"<meta http-equiv='refresh' content='{REFRESH_S}'>" if running else ""
-        return HTMLResponse(_PAGE.format(refresh=refresh, title=f"agent run {html.escape(run_id)}", body=body))
+        return _page(f"agent run {run_id}", body, live=bool(running))
 
     async def task_page(request: Request) -> Response:
         task_id = request.path_params["task_id"]
@@ -347,9 +306,7 @@ def ui_app(
         try:
             task = await ledger.get_task(task_id)
         except TaskNotFoundError:
-            return HTMLResponse(
-                _PAGE.format(refresh="", title="not found", body=f"no task {html.escape(task_id)!r}"), 404
-            )
+            return _page("not found", f"no task {html.escape(task_id)!r}", status_code=404)
         events = await trail(task_id, after, EVENTS_PER_PAGE)
         following = None
         if len(events) == EVENTS_PER_PAGE:
@@ -374,11 +331,8 @@ def ui_app(
         records = await run_tasks(run_id, after, limit)
         if not records and after is None:
             return JSONResponse({"error": "no_such_run"}, 404)
-        headers = {}
-        if len(records) == limit:
-            path = f"/api/runs/{quote(run_id, safe='')}/tasks"
-            headers["Link"] = f'<{_next(path, task_cursor(records), limit)}>; rel="next"'
-        return JSONResponse([redact(r.as_json()) for r in records], headers=headers)
+        path = f"/api/runs/{quote(run_id, safe='')}/tasks"
+        return _paged([redact(r.as_json()) for r in records], limit, path, lambda: task_cursor(records))
 
     async def task_json(request: Request) -> Response:
         try:
@@ -395,12 +349,10 @@ def ui_app(
         except TaskNotFoundError:
             return JSONResponse({"error": "no_such_task"}, 404)
         events = await trail(task_id, after, limit)
-        headers = {}
-        if len(events) == limit:
-            path = f"/api/events/{quote(task_id, safe='/')}"
-            headers["Link"] = f'<{_next(path, str(events[-1].event_id), limit)}>; rel="next"'
-        body: list[dict[str, Any]] = [redact(e.model_dump(mode="json")) for e in events]
-        return JSONResponse(body, headers=headers)
+        path = f"/api/events/{quote(task_id, safe='/')}"
+        return _paged(
+            [redact(e.model_dump(mode="json")) for e in events], limit, path, lambda: str(events[-1].event_id)
+        )
 
     def bad_query(request: Request, exc: Exception) -> Response:
         return JSONResponse({"error": "bad_query", "detail": str(exc)}, 400)

@@ -1,18 +1,5 @@
-"""Who may read the web view: the ``Host`` check, the operator token, and the pages' security headers.
-
-``agentlease ui`` serves the ledger, so it answers only:
-
-- requests whose ``Host`` names it (loopback, its own address, this machine's names, and
-  ``AGENTLEASE_UI_ALLOWED_HOSTS``): a page of another origin whose name an attacker re-points at
-  127.0.0.1 (DNS rebinding) gets 421 and nothing of the ledger;
-- with ``AGENTLEASE_UI_TOKEN`` set, requests that carry it: ``Authorization: Bearer TOKEN`` (scripts),
-  or HTTP Basic with the token as password (a browser prompts once); anything else is 401. The CLI
-  refuses to serve beyond loopback without a token.
-
-Every answer carries ``Content-Security-Policy: default-src 'none'`` with only the view's own
-stylesheet (``/static/ui.css``, ``style-src 'self'``: no inline style, no script; pages refresh with
-``<meta http-equiv=refresh>``) and its own filter form (``form-action 'self'``),
-``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff`` and no referrer.
+"""Who may read the web view: the ``Host`` check (DNS rebinding), the operator token, and the security headers
+of every answer (a CSP with no script). The rules: ``docs/security-operations.md`` ("The web view").
 """
 
 from __future__ import annotations
@@ -113,17 +100,13 @@ class UiGuard:
             await send(message)
 
         headers = Headers(scope=scope)
+        answer: ASGIApp = self.app
         if _hostname(headers.get("host", "")) not in self.allowed_hosts:
             answer = PlainTextResponse("this view does not answer to that host name", status_code=421)
-            await answer(scope, receive, with_headers)
-            return
-        if self.token is not None and not token_matches(headers.get("authorization", ""), self.token):
-            answer = PlainTextResponse(
-                "a token is required", status_code=401, headers={"WWW-Authenticate": 'Basic realm="agentlease"'}
-            )
-            await answer(scope, receive, with_headers)
-            return
-        await self.app(scope, receive, with_headers)
+        elif self.token is not None and not token_matches(headers.get("authorization", ""), self.token):
+            challenge = {"WWW-Authenticate": 'Basic realm="agentlease"'}
+            answer = PlainTextResponse("a token is required", status_code=401, headers=challenge)
+        await answer(scope, receive, with_headers)
 
 
 __all__ = ["LOOPBACK_NAMES", "UiGuard", "host_names", "is_loopback", "token_matches"]

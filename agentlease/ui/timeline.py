@@ -1,9 +1,6 @@
-"""A task's lease timeline as a self-contained HTML page: one lane per claim generation.
-
-Drawn from the evidence trail only (server-side SVG, no script), so the same page is what the
-timeline view serves and what ``agentlease events --html`` writes for an incident review: claims,
-renewals with their stage and reason, lease expiry and takeover, refused late writes, decisions
-with who and why, and the receipt.
+"""A task's lease timeline as a self-contained HTML page (server-side SVG, no script): one lane per claim
+generation, drawn from the evidence trail only; what the web view serves and ``agentlease events --html``
+writes (``docs/operator-views.md``).
 """
 
 from __future__ import annotations
@@ -12,6 +9,7 @@ import html
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from agentlease.enums import EventKind
 from agentlease.records import LeaseEvent, TaskRecord
@@ -49,7 +47,7 @@ _LANE = 46
 _LEFT = 150
 _RIGHT = 30
 
-_STYLE = """
+STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
 h1 { font-size: 20px; margin: 0 0 4px; } h2 { font-size: 16px; margin: 24px 0 8px; }
 table { border-collapse: collapse; } td, th { padding: 3px 8px; border-bottom: 1px solid #e5e5ea; text-align: left; }
@@ -72,7 +70,6 @@ svg text { font-size: 12px; } .lane-label { font-weight: 600; }
 .run-error { color: #b3261e; font-size: 12px; } form.filters { margin: 8px 0 16px; }
 form.filters label { margin-right: 10px; }
 """
-STYLE = _STYLE
 """The pages' stylesheet: inline in an exported page, ``/static/ui.css`` in the web view (its CSP)."""
 
 
@@ -81,8 +78,7 @@ def _when(at: datetime) -> str:
 
 
 def _who(event: LeaseEvent) -> str:
-    details = event.details or {}
-    return str(details.get("by") or "")
+    return str((event.details or {}).get("by") or "")
 
 
 def lanes(events: Sequence[LeaseEvent]) -> list[str]:
@@ -176,18 +172,11 @@ def _place_labels(events: Sequence[LeaseEvent], x: Callable[[datetime], float], 
         width = len(text) * _CHAR_PX + 4
         x1, x2 = (cx - width, cx) if anchor == "end" else (cx, cx + width)
         lane = lane_of(event)
-        row, repeated = 0, False
-        while True:
-            taken = placed.get((lane, above, row), [])
-            clashes = [t for a, b, t in taken if a < x2 and x1 < b]
-            if not clashes or row == _LABEL_ROWS - 1:
-                repeated = text in clashes
+        for row in range(_LABEL_ROWS):
+            clashes = [t for a, b, t in placed.get((lane, above, row), []) if a < x2 and x1 < b]
+            if not clashes or text in clashes:
                 break
-            if text in clashes:
-                repeated = True
-                break
-            row += 1
-        if repeated:
+        if text in clashes:
             continue
         placed.setdefault((lane, above, row), []).append((x1, x2, text))
         labels.append(_Label(event, text, above, anchor, row))
@@ -216,23 +205,18 @@ def timeline_svg(events: Sequence[LeaseEvent]) -> str:
         return _LEFT + plot * (at - start).total_seconds() / span_s
 
     labels = _place_labels(events, x, _LEFT + plot * 0.8)
-    rows_above = {
-        lane: max([lb.row for lb in labels if lb.above and lane_of(lb.event) == lane], default=0) for lane in names
-    }
-    rows_below = {
-        lane: max([lb.row for lb in labels if not lb.above and lane_of(lb.event) == lane], default=0) for lane in names
-    }
+
+    def rows(lane: str, above: bool) -> int:
+        return max([lb.row for lb in labels if lb.above is above and lane_of(lb.event) == lane], default=0)
+
     centres: dict[str, float] = {}
     at = 30.0
     for index, lane in enumerate(names):
-        at += _LABEL_ROW * rows_above[lane]
+        at += _LABEL_ROW * rows(lane, True)
         centres[lane] = at
-        at += _LANE + _LABEL_ROW * rows_below[lane] if index < len(names) - 1 else 0
-    axis_y = (centres[names[-1]] if names else 30.0) + 54 + _LABEL_ROW * (rows_below[names[-1]] if names else 0)
+        at += _LANE + _LABEL_ROW * rows(lane, False) if index < len(names) - 1 else 0
+    axis_y = at + 54 + (_LABEL_ROW * rows(names[-1], False) if names else 0)
     height = axis_y + 36
-
-    def y(lane: str) -> float:
-        return centres[lane]
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height:.0f}" '
@@ -249,13 +233,13 @@ def timeline_svg(events: Sequence[LeaseEvent]) -> str:
     parts.append(f'<text class="tick" x="{_LEFT}" y="{axis_y + 31}">from {html.escape(_when(start))}</text>')
     for lane in names:
         parts.append(
-            f'<text class="lane-label" x="8" y="{y(lane) + 4:.0f}" data-lane="{html.escape(lane)}">{lane}</text>'
+            f'<text class="lane-label" x="8" y="{centres[lane] + 4:.0f}" data-lane="{html.escape(lane)}">{lane}</text>'
         )
     for lane in names:
         if not lane.startswith("generation "):
             continue
         generation = int(lane.split(" ", 1)[1])
-        row = y(lane)
+        row = centres[lane]
         for stage, began, until, renewals in _stage_spans(events, generation, end):
             x1, x2 = x(began), max(x(until), x(began) + 2)
             title = html.escape(f"{stage} from {_when(began)} to {_when(until)}, {renewals} renewal(s)")
@@ -270,7 +254,7 @@ def timeline_svg(events: Sequence[LeaseEvent]) -> str:
     for event in events:
         if event.kind is EventKind.RENEWED:
             continue  # folded into its stage span
-        cx, cy = x(event.at), y(lane_of(event))
+        cx, cy = x(event.at), centres[lane_of(event)]
         title = html.escape(
             f"{event.kind.value} at {_when(event.at)} gen {event.claim_generation}"
             f"{f' stage {event.stage.value}' if event.stage else ''}"
@@ -289,7 +273,7 @@ def timeline_svg(events: Sequence[LeaseEvent]) -> str:
     for placed in labels:
         event = placed.event
         kind = "refused-label" if event.kind in REFUSED else "decision-label" if event.kind in PEOPLE else ""
-        cy = y(lane_of(event))
+        cy = centres[lane_of(event)]
         ty = cy - 11 - _LABEL_ROW * placed.row if placed.above else cy + 19 + _LABEL_ROW * placed.row
         parts.append(
             f'<text class="marker-label {kind}" x="{x(event.at):.1f}" y="{ty:.0f}" '
@@ -406,17 +390,10 @@ def holder_line(task: TaskRecord, events: Sequence[LeaseEvent] = ()) -> str:
 
 def _rows(events: Iterable[LeaseEvent]) -> str:
     return "".join(
-        "<tr data-kind='{kind}'><td>{at}</td><td>{gen}</td><td>{kind}</td><td>{stage}</td><td>{owner}</td>"
-        "<td>{by}</td><td>{reason}</td><td class='trace-id'>{trace}</td></tr>".format(
-            at=_when(e.at),
-            gen=e.claim_generation,
-            kind=e.kind.value,
-            stage=e.stage.value if e.stage else "-",
-            owner=html.escape(e.lease_owner or "-"),
-            by=html.escape(_who(e) or "-"),
-            reason=html.escape(e.reason or ""),
-            trace=html.escape(e.trace.trace_id or "-"),
-        )
+        f"<tr data-kind='{e.kind.value}'><td>{_when(e.at)}</td><td>{e.claim_generation}</td><td>{e.kind.value}</td>"
+        f"<td>{e.stage.value if e.stage else '-'}</td><td>{html.escape(e.lease_owner or '-')}</td>"
+        f"<td>{html.escape(_who(e) or '-')}</td><td>{html.escape(e.reason or '')}</td>"
+        f"<td class='trace-id'>{html.escape(e.trace.trace_id or '-')}</td></tr>"
         for e in events
     )
 
@@ -454,12 +431,12 @@ def timeline_page(
     body = task_section(task, events, links=links)
     if next_page:
         body += f'<p><a id="next" href="{html.escape(next_page)}">the next entries of the trail</a></p>'
-    return _document(f"lease timeline of {task.task_id}", body, stylesheet=stylesheet, refresh_s=refresh_s)
+    return html_document(f"lease timeline of {task.task_id}", body, stylesheet=stylesheet, refresh_s=refresh_s)
 
 
-def _document(title: str, body: str, *, stylesheet: str | None = None, refresh_s: int | None = None) -> str:
+def html_document(title: str, body: str, *, stylesheet: str | None = None, refresh_s: int | None = None) -> str:
     """An HTML document without script: the style inline (self-contained) or linked (``stylesheet``)."""
-    style = f"<link rel='stylesheet' href='{html.escape(stylesheet)}'>" if stylesheet else f"<style>{_STYLE}</style>"
+    style = f"<link rel='stylesheet' href='{html.escape(stylesheet)}'>" if stylesheet else f"<style>{STYLE}</style>"
     refresh = f"<meta http-equiv='refresh' content='{refresh_s}'>" if refresh_s else ""
     return (
         f"<!doctype html><html lang='en'><head><meta charset='utf-8'>{refresh}"
@@ -471,7 +448,7 @@ def run_timelines_page(agent_run_id: str, tasks: Sequence[tuple[TaskRecord, Sequ
     """One self-contained page with the timeline of every task of a run (``agentlease events --run R --html``)."""
     sections = "".join(f"<section class='task'>{task_section(t, trail)}</section>" for t, trail in tasks)
     heading = f"<h1>agent run {html.escape(agent_run_id)}</h1><p class='muted'>{len(tasks)} task(s)</p>"
-    return _document(f"lease timelines of {agent_run_id}", heading + sections)
+    return html_document(f"lease timelines of {agent_run_id}", heading + sections)
 
 
 def _shown(event: LeaseEvent) -> LeaseEvent:
@@ -487,22 +464,12 @@ def task_section(task: TaskRecord, events: Sequence[LeaseEvent], *, links: Seque
     """
     events = [_shown(event) for event in events]
     receipt = None if task.receipt is None else type(task.receipt).model_validate(redact(task.receipt.model_dump()))
-    receipt_html = (
-        "<table>"
-        + "".join(
-            f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>"
-            for k, v in (
-                ("system", receipt.external_system),
-                ("id", receipt.external_id),
-                ("status", receipt.status),
-                ("verified at", _when(receipt.verified_at)),
-                ("details", receipt.details),
-            )
-        )
-        + "</table>"
-        if receipt
-        else '<p class="muted">No settlement receipt.</p>'
-    )
+    receipt_html = '<p class="muted">No settlement receipt.</p>'
+    if receipt is not None:
+        facts: dict[str, Any] = {"system": receipt.external_system, "id": receipt.external_id, "status": receipt.status}
+        facts |= {"verified at": _when(receipt.verified_at), "details": receipt.details}
+        receipt_html = "".join(f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in facts.items())
+        receipt_html = f"<table>{receipt_html}</table>"
     trace = f", trace <code id='trace-id'>{html.escape(task.trace.trace_id)}</code>" if task.trace.trace_id else ""
     return (
         f"<h1>{html.escape(task.task_id)}</h1>"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -20,14 +19,13 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Model, ModelResponse, Tool, Usage
     from pydantic import BaseModel, Field
-    from temporalio.client import Client
     from temporalio.exceptions import ApplicationError
     from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
     from temporalio.openai_agents.testing import ResponseBuilders, TestModelProvider
     from temporalio.worker import Worker
 
     from agentlease import worker as agentlease_worker
-    from agentlease.demo.agents import notes
+    from agentlease.demo.agents import notes, with_example
     from agentlease.enums import FailureType, RunState
     from agentlease.openai_agents._tools import leased_tool
     from agentlease.openai_agents._tools import run_agent as run_leased_agent
@@ -197,17 +195,7 @@ def agent_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
     """``settings`` plus what this example needs: the scripted model's plugin (client and worker),
     this module's workflow and the ``post_note`` tool. Connect with them too
     (:func:`agentlease.runtime.temporal.connect`): the plugin brings the converter the SDK requires."""
-
-    def plus(values: list[str], extra: str) -> list[str]:
-        return values if extra in values else [*values, extra]
-
-    return settings.model_copy(
-        update={
-            "plugins": plus(settings.plugins, f"{MODULE}:scripted_model_plugin"),
-            "workflow_modules": plus(settings.workflow_modules, MODULE),
-            "tool_modules": plus(settings.tool_modules, notes.__name__),
-        }
-    )
+    return with_example(settings, plugin=f"{MODULE}:scripted_model_plugin", workflows=MODULE, tools=notes.__name__)
 
 
 @asynccontextmanager
@@ -224,38 +212,18 @@ async def running_agent_worker(settings: AgentLeaseSettings, *, identity: str | 
 
 def restock_prompt(sku: str = "A-1002", reserved: int = 25) -> str:
     """The demo's script: read the inventory, then reserve ``reserved`` units and post a note, together."""
-    slug = f"restock-{sku.lower()}"
+    row = {"sku": sku, "reserved": reserved, "by": "restock-assistant"}
+    reserve = {"table": "inventory", "record_key": f"reservation:{sku}", "row": row}
+    note = {
+        "slug": f"restock-{sku.lower()}",
+        "title": f"Restock: {sku}",
+        "body": f"{reserved} units of {sku} reserved.",
+    }
     return scripted_prompt(
         f"reserve {reserved} units of {sku} and tell the team",
         [{"tool": "http_get", "arguments": {"url": "files/inventory.csv"}}],
-        [
-            {
-                "tool": "sql_upsert",
-                "arguments": {
-                    "table": "inventory",
-                    "record_key": f"reservation:{sku}",
-                    "row": {"sku": sku, "reserved": reserved, "by": "restock-assistant"},
-                },
-            },
-            {
-                "tool": "post_note",
-                "arguments": {"slug": slug, "title": f"Restock: {sku}", "body": f"{reserved} units of {sku} reserved."},
-            },
-        ],
+        [{"tool": "sql_upsert", "arguments": reserve}, {"tool": "post_note", "arguments": note}],
     )
-
-
-async def run_scripted_agent(client: Client, task_queue: str, *, agent_run_id: str | None = None) -> tuple[str, str]:
-    """Start one scripted restock run on ``task_queue`` and wait for it: ``(agent run id, final answer)``.
-
-    ``client`` must carry the plugin (connect with :func:`agent_settings`), and a worker of
-    :func:`running_agent_worker` must serve the queue with the demo's downstream settings.
-    """
-    run_id = agent_run_id or f"restock-agent-{uuid.uuid4().hex[:8]}"
-    answer = await client.execute_workflow(
-        RestockAgent.run, AgentRequest(prompt=restock_prompt()), id=run_id, task_queue=task_queue
-    )
-    return run_id, answer
 
 
 def main() -> int:

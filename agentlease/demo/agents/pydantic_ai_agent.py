@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, PydanticAIWorkflow, TemporalDurability
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+    from agentlease.demo.agents import with_example
     from agentlease.enums import SideEffectClass
     from agentlease.pydantic_ai._toolset import LeasedToolset, run_agent
     from agentlease.settings import AgentLeaseSettings
@@ -210,17 +211,7 @@ def client_plugin() -> PydanticAIPlugin:
 
 def agent_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
     """``settings`` with this module's client plugin, workflow and tool added (once)."""
-
-    def plus(values: list[str], value: str) -> list[str]:
-        return values if value in values else [*values, value]
-
-    return settings.model_copy(
-        update={
-            "plugins": plus(settings.plugins, f"{MODULE}:client_plugin"),
-            "workflow_modules": plus(settings.workflow_modules, MODULE),
-            "tool_modules": plus(settings.tool_modules, MODULE),
-        }
-    )
+    return with_example(settings, plugin=f"{MODULE}:client_plugin", workflows=MODULE, tools=MODULE)
 
 
 async def run_scripted_agent(
@@ -241,11 +232,7 @@ async def run_scripted_agent(
         temporalio.client.WorkflowFailureError: the run failed or was cancelled.
     """
     return await client.execute_workflow(
-        WORKFLOW,
-        prompt,
-        id=run_id or f"restock-agent-{uuid.uuid4().hex[:12]}",
-        task_queue=task_queue,
-        result_type=str,
+        WORKFLOW, prompt, id=run_id or f"restock-agent-{uuid.uuid4().hex[:12]}", task_queue=task_queue, result_type=str
     )
 
 

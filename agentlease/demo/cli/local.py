@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shlex
 import shutil
@@ -62,10 +63,8 @@ async def run_demo(
     plans = {path.stem: load_plan(path, registry) for path in sorted(plans_dir.glob("*.json"))}
     if not plans:
         raise AgentLeaseError(f"no plans in {plans_dir}")
-    out.print(
-        "agentlease demo: a worker paused mid-write, first without a lease, then with agentlease",
-        markup=False,
-    )
+    say = functools.partial(out.print, markup=False, soft_wrap=True)
+    out.print("agentlease demo: a worker paused mid-write, first without a lease, then with agentlease", markup=False)
     for agent in missing_frameworks():
         err.print(
             f"skipping the example agent on {agent.framework}: it is not installed "
@@ -92,22 +91,18 @@ async def run_demo(
             beside = asyncio.gather(*(_approving(h, approved) for h in [*handles, *(h for _, h in agents)]))
             try:
                 async with asyncio.timeout(timeout_s):
-                    out.print(
+                    say(
                         f"\n1. Without a lease: a plain Temporal activity writes runbooks/{plain_record_key(batch)} "
-                        f"(heartbeat timeout {_HEARTBEAT})",
-                        markup=False,
-                        soft_wrap=True,
+                        f"(heartbeat timeout {_HEARTBEAT})"
                     )
                     unleased = await run_unleased(stack.settings, client, plain, batch, err)
-                    out.print(_unleased_verdict(unleased), markup=False, soft_wrap=True)
-                    out.print(
+                    say(_unleased_verdict(unleased))
+                    say(
                         f"\n2. With agentlease: a leased tool writes runbooks/{leased_record_key(batch)} "
-                        f"(lease TTL {_TTL}, fenced)",
-                        markup=False,
-                        soft_wrap=True,
+                        f"(lease TTL {_TTL}, fenced)"
                     )
                     takeover = await run_takeover(stack.settings, client, leased, batch, err, running_worker)
-                    out.print(_leased_verdict(takeover), markup=False, soft_wrap=True)
+                    say(_leased_verdict(takeover))
                     await beside
             except TimeoutError:
                 raise AgentLeaseError(f"the demo runs did not finish within {timeout_s:.0f}s") from None
@@ -125,7 +120,7 @@ async def run_demo(
     out.print(side_by_side(unleased, takeover), width=min(out.width, TABLE_WIDTH))
     records = [r for run in by_run.values() for r in run]
     for line in _beside_lines(plans, by_run, handles, agents, approved, batch):
-        out.print(line, markup=False, soft_wrap=True)
+        say(line)
     out.print(f"{sum(r.status is TaskStatus.SETTLED for r in records)}/{len(records)} tasks settled")
     _where_to_look(out, unleased, takeover, settings, stack.settings)
     expected = sum(len(plan.steps) for plan in plans.values())
@@ -151,12 +146,8 @@ _TTL = f"{TAKEOVER_TTL.total_seconds():g}s"
 async def _start_plan(
     client: Client, settings: AgentLeaseSettings, run_id: str, plan: AgentRunPlan
 ) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        AgentRunWorkflow.run,
-        plan.model_copy(update={"agent_run_id": run_id}),
-        id=run_id,
-        task_queue=settings.task_queue,
-    )
+    planned = plan.model_copy(update={"agent_run_id": run_id})
+    return await client.start_workflow(AgentRunWorkflow.run, planned, id=run_id, task_queue=settings.task_queue)
 
 
 def _writes(writes: list[str]) -> str:
@@ -189,9 +180,7 @@ def side_by_side(unleased: Unleased, takeover: Takeover) -> Table:
         refused if takeover.late_write_refused else "not written",
     )
     table.add_row(
-        "its result",
-        "ignored by Temporal: the attempt had timed out",
-        "kept as late_unapplied, never applied",
+        "its result", "ignored by Temporal: the attempt had timed out", "kept as late_unapplied, never applied"
     )
     table.add_row("the call was done by", unleased.writes[0] if unleased.writes else "-", *takeover.writes[:1] or ["-"])
     return table
@@ -277,11 +266,9 @@ async def _approving(handle: WorkflowHandle[Any, Any], approved: list[str]) -> A
         status = await handle.query(STATUS_QUERY, result_type=RunStatus)
         for task in status.tasks:
             if task.status == TaskStatus.AWAITING_APPROVAL.value:
+                why = "the demo approves its own plan"
                 await handle.execute_update(
-                    "approve",
-                    DecisionRequest(
-                        step_id=task.step_id, by="agentlease demo", reason="the demo approves its own plan"
-                    ),
+                    "approve", DecisionRequest(step_id=task.step_id, by="agentlease demo", reason=why)
                 )
                 approved.append(f"{status.agent_run_id}/{task.step_id} ({task.tool})")
         await asyncio.wait([result], timeout=0.25)

@@ -1,9 +1,6 @@
-"""The embedded default stack of ``agentlease demo`` and ``agentlease dev``.
-
-A local Temporal dev server (:mod:`agentlease.runtime.devserver`), a SQLite ledger migrated to the newest
-schema, the example downstream systems and an in-process worker. The dev server's own output (its
-start-up banner, its logs) goes to ``temporal-server.log`` in the data dir: the commands say where
-Temporal is themselves, once.
+"""The embedded default stack of ``agentlease demo`` and ``agentlease dev``: a Temporal dev server (its own output
+in ``temporal-server.log`` of the data dir), a SQLite ledger at the newest schema, the example downstream systems
+and an in-process worker.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ SERVER_LOG = "temporal-server.log"
 
 @contextmanager
 def _stdout_to(path: Path) -> Iterator[None]:
-    """Point this process's standard output (file descriptor 1) at ``path`` meanwhile: a child process
-    started meanwhile (the dev server, spawned by the Temporal SDK) keeps writing there."""
+    """Point file descriptor 1 at ``path`` meanwhile: a child started meanwhile (the dev server) keeps writing there."""
     sys.stdout.flush()
     saved = os.dup(1)
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rich.console import Console
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agentlease.demo.takeover import TAKEOVER_TTL, landed_writes
@@ -52,8 +52,6 @@ class Takeover:
 
     Attributes:
         run_id / task_id: its agent run and task.
-        record_key: the row it wrote (``runbooks/<record_key>``).
-        handle: the run.
         generation: the generation that settled (2 when the takeover happened).
         refused: what the ledger and the downstream refused of generation 1, one line each.
         writes: who wrote the row, one entry per write that landed at the downstream.
@@ -61,8 +59,6 @@ class Takeover:
 
     run_id: str
     task_id: str
-    record_key: str
-    handle: WorkflowHandle[Any, Any]
     generation: int = 0
     refused: list[str] = field(default_factory=list)
     writes: list[str] = field(default_factory=list)
@@ -80,13 +76,11 @@ class Unleased:
     Attributes:
         run_id: its workflow.
         record_key: the row it wrote.
-        result: what the run returned (the attempt that completed it).
         writes: who wrote the row, one entry per write that landed at the downstream.
     """
 
     run_id: str
     record_key: str
-    result: str = ""
     writes: list[str] = field(default_factory=list)
 
 
@@ -142,11 +136,7 @@ class PausedWorker:
 
 
 async def _until(what: str, probe: Callable[[], Awaitable[_T | None]], timeout_s: float = WAIT_S) -> _T:
-    """Poll ``probe`` until it answers (not ``None``).
-
-    Raises:
-        AgentLeaseError: naming ``what``, after ``timeout_s``.
-    """
+    """Poll ``probe`` until it answers (not ``None``); AgentLeaseError naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         found = await probe()
@@ -252,7 +242,7 @@ async def run_unleased(
             writer = PlainWriter(PLAIN_RETRYING_WORKER)
             async with Worker(client, task_queue=queue, activities=[writer.plain_write], identity=writer.identity):
                 async with asyncio.timeout(WAIT_S):
-                    shown.result = await handle.result()
+                    await handle.result()
             so_far = await landed_writes(settings.sql_target_url, shown.record_key)
             err.print(
                 f"{_INDENT}Temporal heard no heartbeat for {timeout} and retried the activity: "
@@ -306,18 +296,12 @@ async def run_takeover(
     ttl = f"{TAKEOVER_TTL.total_seconds():g}s"
     ledger = Ledger.from_url(settings.ledger_url)
     try:
+        arguments = {"record_key": record_key, "row": {"step": "restart the ingest job"}}
         plan = AgentRunPlan(
-            agent_run_id=run_id,
-            steps=[
-                PlanStep(
-                    step_id=STEP_ID,
-                    tool="takeover_write",
-                    arguments={"record_key": record_key, "row": {"step": "restart the ingest job"}},
-                )
-            ],
+            agent_run_id=run_id, steps=[PlanStep(step_id=STEP_ID, tool="takeover_write", arguments=arguments)]
         )
         handle = await client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=queue)
-        shown = Takeover(run_id=run_id, task_id=task_id, record_key=record_key, handle=handle)
+        shown = Takeover(run_id=run_id, task_id=task_id)
 
         async def holding() -> TaskRecord | None:
             record = await _task(ledger, task_id)
