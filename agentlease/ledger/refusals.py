@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from agentlease.clock import now_param
 from agentlease.enums import ErrorClass, EventKind, TaskStatus
+from agentlease.ledger.core import task_values
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import TASKS as _TASKS
 from agentlease.ledger.trail import write_event
@@ -81,7 +82,7 @@ async def end_own_task(
     )
 
     def end_tx(conn: Connection) -> TaskRecord:
-        conn.execute(sql.insert_task, ledger.task_values(own, now))
+        conn.execute(sql.insert_task, task_values(own, now))
         changed = conn.execute(end, now_param(now)).rowcount
         row = conn.execute(sql.select_task, {"key_task_id": own.task_id}).one()
         if changed or always_recorded:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from agentlease.enums import EventKind, Stage
 from agentlease.ledger.compiled import execute
 from agentlease.ledger.statements import LeaseStatements
-from agentlease.records import Claim, TraceLink
+from agentlease.records import TraceLink
 
 
 def write_event(conn: Connection, sql: LeaseStatements, **entry: Any) -> None:
@@ -61,30 +61,3 @@ def event_values(
         "at_ms": at_ms,
         **(trace or TraceLink()).columns(),
     }
-
-
-def write_holder_event(
-    conn: Connection,
-    sql: LeaseStatements,
-    claim: Claim,
-    kind: EventKind,
-    *,
-    at_ms: int,
-    stage: Stage | str | None = None,
-    reason: str | None = None,
-    details: dict[str, Any] | None = None,
-) -> None:
-    """An evidence-trail entry written on behalf of the holder of ``claim`` (its owner and trace)."""
-    write_event(
-        conn,
-        sql,
-        task_id=claim.task_id,
-        kind=kind,
-        generation=claim.generation,
-        at_ms=at_ms,
-        owner=claim.owner,
-        stage=stage,
-        reason=reason,
-        details=details,
-        trace=claim.trace,
-    )
