@@ -1,7 +1,5 @@
-"""Writing the evidence trail (``lease_events``): one helper every ledger transaction uses.
-
-An entry is written in the same transaction as the change it records, so the trail and the task
-never disagree. ``docs/vocabulary.md`` lists what each :class:`~agentlease.enums.EventKind` means.
+"""Writing the evidence trail (``lease_events``), in the transaction of the change an entry records; what each
+:class:`~agentlease.enums.EventKind` means: ``docs/vocabulary.md``.
 """
 
 from __future__ import annotations
@@ -17,13 +15,7 @@ from agentlease.records import TraceLink
 
 
 def write_event(conn: Connection, sql: LeaseStatements, **entry: Any) -> None:
-    """Append one entry to the evidence trail, inside ``conn``'s transaction.
-
-    Args:
-        conn: the connection of the transaction that makes the recorded change.
-        sql: the ledger's statements for this dialect.
-        **entry: the entry, as the keyword arguments of :func:`event_values`.
-    """
+    """Append one entry (the keyword arguments of :func:`event_values`) inside ``conn``'s transaction."""
     execute(conn, sql.insert_event, event_values(**entry))
 
 
@@ -39,17 +31,9 @@ def event_values(
     details: dict[str, Any] | None = None,
     trace: TraceLink | None = None,
 ) -> dict[str, Any]:
-    """The column values of one evidence-trail entry.
-
-    Args:
-        task_id / kind / generation: what happened to which task, under which claim generation.
-        at_ms: when, on the ledger's clock (epoch ms).
-        owner: the lease owner the entry is about.
-        stage: the task's stage at that moment.
-        reason: a specific, human-readable reason.
-        details: small JSON facts (who decided, the receipt, the refused write...).
-        trace: the Temporal attempt that made the change.
-    """
+    """The column values of one evidence-trail entry: what happened (``kind``) to which task under which
+    generation, when (``at_ms``, ledger clock), the lease owner and stage it is about, a specific reason,
+    small JSON ``details`` and the Temporal attempt (``trace``) that made the change."""
     return {
         "task_id": task_id,
         "kind": kind.value,
