@@ -98,11 +98,7 @@ class DecisionActivities:
 
 
 async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
-    """Refuse (and record) a decision on a task that is not of the scheduling workflow's run.
-
-    Raises:
-        ApplicationError: non-retryable ``DecisionRefused``.
-    """
+    """Refuse (and record) a decision on a task that is not of the scheduling workflow's run (``DecisionRefused``)."""
     info = activity.info()
     task = decision.task
     why = task_refusal(info.workflow_id, task, shared_key=task.idempotency_key.startswith(SHARED_KEY_PREFIX))
@@ -112,20 +108,22 @@ async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
     logger.warning("%s (decision %s)", exc, decision.kind.value)
     own = None if info.workflow_id is None else own_task(info.workflow_id, task)
     if own is not None:
-        trace = TraceLink(
-            workflow_id=info.workflow_id,
-            run_id=info.workflow_run_id,
-            activity_id=info.activity_id,
-            attempt=info.attempt,
-        )
         await record_binding_refusal(
             ledger,
             own,
             f"{exc} (decision {decision.kind.value} by {decision.by})",
             details={"named_task_id": task.task_id, "decision": decision.kind.value},
-            trace=trace,
+            trace=_trace(),
         )
     raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True)
+
+
+def _trace() -> TraceLink:
+    """The running activity's attempt, as the evidence trail links it."""
+    info = activity.info()
+    return TraceLink(
+        workflow_id=info.workflow_id, run_id=info.workflow_run_id, activity_id=info.activity_id, attempt=info.attempt
+    )
 
 
 def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
@@ -140,16 +138,14 @@ def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
 
 
 def authenticate(verifier: DecisionVerifier, decision: LedgerDecision) -> str | None:
-    """The operator whose signature ``decision`` carries, checked (``None``: unsigned, open mode).
-
-    The run's own decisions (parking a call for approval; cancelling its calls when Temporal cancelled the
-    run, :attr:`LedgerDecision.run_own`) need no signature.
+    """The operator whose signature ``decision`` carries, checked (``None``: unsigned, open mode, or the run's
+    own decisions: parking a call for approval, cancelling with its cancelled workflow).
 
     Raises:
         DecisionRefusedError: see :meth:`DecisionVerifier.verify`.
     """
     if decision.kind is DecisionKind.AWAIT_APPROVAL or (decision.kind is DecisionKind.CANCEL and decision.run_own):
-        return None  # the run's own: parking for approval, or cancelling with its cancelled workflow
+        return None
     rule = DECISIONS[decision.kind]
     expect: dict[str, Any] = {
         "command": rule.command,
@@ -238,12 +234,8 @@ def _use_of(decision: LedgerDecision, decision_id: str, operator: str) -> Decisi
 
 
 async def _once(ledger: Ledger, decision: LedgerDecision, decision_id: str, operator: str) -> None:
-    """Record a signed decision's id before it is applied; refuse a replay (recorded once in the trail)
-    and a decision signed for a generation the task has left.
-
-    Raises:
-        ApplicationError: non-retryable ``DecisionRefused``.
-    """
+    """Record a signed decision's id before it is applied; refuse (``DecisionRefused``) a replay (recorded once
+    in the trail) and a decision signed for a generation the task has left."""
     use = _use_of(decision, decision_id, operator)
     recorded = await record_decision_id(ledger, use)
     task_id = decision.task.task_id
@@ -258,17 +250,7 @@ async def _once(ledger: Ledger, decision: LedgerDecision, decision_id: str, oper
     if earlier is None or earlier.same_activity(use):
         return  # recorded now, or a Temporal retry of the activity that recorded it
     exc = DecisionReplayedError(decision_id, decision.kind.value, task_id, earlier.described())
-    info = activity.info() if activity.in_activity() else None
-    trace = (
-        None
-        if info is None
-        else TraceLink(
-            workflow_id=info.workflow_id,
-            run_id=info.workflow_run_id,
-            activity_id=info.activity_id,
-            attempt=info.attempt,
-        )
-    )
+    trace = _trace() if activity.in_activity() else None
     if await record_replay(ledger, decision.task, use, earlier, str(exc), trace=trace):
         logger.warning("%s", exc)
     raise ApplicationError(
