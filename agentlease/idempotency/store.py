@@ -156,6 +156,11 @@ def _answer(response: StoredResponse) -> dict[str, Any]:
     return {"response_status": response.status, "response_headers": headers, "response_body": response.body}
 
 
+def _held_by(key: str, lock_id: str, *statuses: KeyStatus) -> Any:
+    """The row of ``key`` still held by ``lock_id`` in one of ``statuses``."""
+    return (_K.key == key) & (_K.lock_id == lock_id) & _K.status.in_([status.value for status in statuses])
+
+
 def _response_of(row: Any) -> StoredResponse | None:
     if row.response_status is None:
         return None
@@ -213,6 +218,11 @@ class IdempotencyStore:
 
     def _now(self, now: datetime | None) -> Any:
         return db_now_ms(self._engine.dialect.name, now)
+
+    async def _rowcount(self, statement: Any) -> int:
+        """Run ``statement`` in a transaction of its own; the rows it changed."""
+        async with self._engine.begin() as conn:
+            return int((await conn.execute(statement)).rowcount)
 
     async def claim(
         self,
@@ -284,7 +294,7 @@ class IdempotencyStore:
     async def _set_in_doubt(self, conn: AsyncConnection, key: str, lock_id: str, now: datetime | None) -> bool:
         result = await conn.execute(
             update(idempotency_keys)
-            .where(_K.key == key, _K.lock_id == lock_id, _K.status == KeyStatus.IN_FLIGHT.value)
+            .where(_held_by(key, lock_id, KeyStatus.IN_FLIGHT))
             .values(status=KeyStatus.IN_DOUBT.value, expires_at_ms=self._now(now) + duration_ms(self.retention))
         )
         return result.rowcount == 1
@@ -293,11 +303,7 @@ class IdempotencyStore:
         """The conditional ``UPDATE`` that stores ``claim``'s answer (from in flight or in doubt)."""
         return (
             update(idempotency_keys)
-            .where(
-                _K.key == claim.key,
-                _K.lock_id == claim.lock_id,
-                _K.status.in_([KeyStatus.IN_FLIGHT.value, KeyStatus.IN_DOUBT.value]),
-            )
+            .where(_held_by(claim.key, claim.lock_id, KeyStatus.IN_FLIGHT, KeyStatus.IN_DOUBT))
             .values(
                 status=KeyStatus.DONE.value,
                 expires_at_ms=self._now(now) + duration_ms(self.retention),
@@ -311,19 +317,12 @@ class IdempotencyStore:
         Returns:
             ``False`` when the key had been taken over (nothing stored).
         """
-        async with self._engine.begin() as conn:
-            result = await conn.execute(self._answered(claim, response, now))
-        return result.rowcount == 1
+        return await self._rowcount(self._answered(claim, response, now)) == 1
 
     async def replace_answer(self, claim: Claimed, response: StoredResponse) -> bool:
         """Replace the answer a claim stored with its effect (:func:`record_done`) by the handler's final one."""
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                update(idempotency_keys)
-                .where(_K.key == claim.key, _K.lock_id == claim.lock_id, _K.status == KeyStatus.DONE.value)
-                .values(**_answer(response))
-            )
-        return result.rowcount == 1
+        done = _held_by(claim.key, claim.lock_id, KeyStatus.DONE)
+        return await self._rowcount(update(idempotency_keys).where(done).values(**_answer(response))) == 1
 
     async def record_done(
         self, conn: AsyncConnection, claim: Claimed, response: StoredResponse, *, now: datetime | None = None
@@ -344,13 +343,8 @@ class IdempotencyStore:
         Raises:
             KeyTakenOverError: the key was taken over already; the holder must not act.
         """
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                update(idempotency_keys)
-                .where(_K.key == claim.key, _K.lock_id == claim.lock_id, _K.status == KeyStatus.IN_FLIGHT.value)
-                .values(effect_in_transaction=True)
-            )
-        if result.rowcount != 1:
+        held = _held_by(claim.key, claim.lock_id, KeyStatus.IN_FLIGHT)
+        if await self._rowcount(update(idempotency_keys).where(held).values(effect_in_transaction=True)) != 1:
             raise KeyTakenOverError(claim.key)
 
     async def release(self, claim: Claimed) -> bool:
@@ -359,15 +353,8 @@ class IdempotencyStore:
         Returns:
             ``False`` when the key had been taken over or answered (nothing deleted).
         """
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                delete(idempotency_keys).where(
-                    _K.key == claim.key,
-                    _K.lock_id == claim.lock_id,
-                    _K.status.in_([KeyStatus.IN_FLIGHT.value, KeyStatus.IN_DOUBT.value]),
-                )
-            )
-        return result.rowcount == 1
+        held = _held_by(claim.key, claim.lock_id, KeyStatus.IN_FLIGHT, KeyStatus.IN_DOUBT)
+        return await self._rowcount(delete(idempotency_keys).where(held)) == 1
 
     async def hold_in_doubt(self, claim: Claimed, *, now: datetime | None = None) -> bool:
         """Keep a claimed key as ``in_doubt``: its handler started and its outcome is unknown.
@@ -405,25 +392,17 @@ class IdempotencyStore:
             ValueError: ``applied`` without a ``response``.
         """
         doubtful = (_K.key == key) & (_K.status == KeyStatus.IN_DOUBT.value)
-        if applied and response is None:
+        if not applied:
+            return await self._rowcount(delete(idempotency_keys).where(doubtful)) == 1
+        if response is None:
             raise ValueError("an applied key needs the answer to replay")
-        async with self._engine.begin() as conn:
-            if not applied:
-                return (await conn.execute(delete(idempotency_keys).where(doubtful))).rowcount == 1
-            assert response is not None
-            done = update(idempotency_keys).where(doubtful).values(status=KeyStatus.DONE.value, **_answer(response))
-            result = await conn.execute(done)
-        return result.rowcount == 1
+        done = update(idempotency_keys).where(doubtful).values(status=KeyStatus.DONE.value, **_answer(response))
+        return await self._rowcount(done) == 1
 
     async def purge_expired(self, *, now: datetime | None = None) -> int:
         """Delete the rows whose retention has passed (but in-flight ones); returns how many. Optional."""
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                delete(idempotency_keys).where(
-                    _K.expires_at_ms <= self._now(now), _K.status != KeyStatus.IN_FLIGHT.value
-                )
-            )
-        return result.rowcount
+        lapsed = (_K.expires_at_ms <= self._now(now)) & (_K.status != KeyStatus.IN_FLIGHT.value)
+        return await self._rowcount(delete(idempotency_keys).where(lapsed))
 
 
 def _create_or_upgrade(conn: Connection) -> None:

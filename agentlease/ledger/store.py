@@ -72,8 +72,7 @@ class Ledger:
 
     @property
     def now_expression(self) -> ColumnElement[int]:
-        """The current time in statements: the bound ``now_ms`` (see :func:`~agentlease.clock.now_param`),
-        or the database clock."""
+        """The current time in statements: the bound ``now_ms`` (:func:`~agentlease.clock.now_param`) or the clock."""
         return self._core.sql.now
 
     @traced("claim")
@@ -105,10 +104,8 @@ class Ledger:
         Raises:
             LeaseHeldError: another lease is valid; ``retry_after`` is the time until it lapses.
             TaskClosedError: the task is settled, dead-lettered or cancelled.
-            ApprovalRefusedError: (a ``TaskClosedError``) an approval-gated task has no approval the
-                claim may consume; it is ``awaiting_approval`` again.
-            ClockBehindError: SQLite only: this process's clock runs behind the ledger's latest
-                recorded time (G1: one host, one clock).
+            ApprovalRefusedError: (a ``TaskClosedError``) no approval to consume; ``awaiting_approval`` again.
+            ClockBehindError: SQLite only: this process's clock runs behind the ledger's latest recorded time (G1).
             LedgerUnavailableError: the ledger could not be reached.
         """
         return await claims.claim(self._core, spec, owner, trace=trace, heartbeat_timeout=heartbeat_timeout, now=now)
@@ -131,19 +128,16 @@ class Ledger:
         Args:
             claim: the lease held.
             reason: what the holder is doing ("committed draft, verifying readback"); not blank.
-            stage: the stage the holder is entering; ``None`` keeps the current one. Never
-                ``settled``: only :meth:`settle` settles.
+            stage: the stage the holder is entering; ``None`` keeps the current one; never ``settled``.
             details: facts for the ``renewed`` entry (a probe's evidence, a changed heartbeat timeout).
-            ttl: extend by this instead of the lease's own TTL, when shorter (the lease follows
-                Temporal's heartbeat timeout an operator shortened); ``None`` or longer: the lease's TTL.
+            ttl: extend by this instead of the lease's own TTL when shorter (``docs/ttl.md``); default the lease's.
             now: injected time; default the database's clock.
 
         Returns:
             The new expiry (aware, ledger clock).
 
         Raises:
-            LeaseLostError: the lease lapsed, was superseded, or the task was cancelled or settled.
-                A ``lease_lost`` event is recorded before raising.
+            LeaseLostError: the lease lapsed, was superseded, or the task was cancelled or settled (recorded).
             LedgerUnavailableError: the ledger could not be reached; the lease is not confirmed.
             ValueError: ``stage`` is ``settled``, or ``reason`` is blank.
         """
@@ -166,19 +160,16 @@ class Ledger:
             claim: the lease held.
             receipt: the settlement receipt.
             result: the tool's result, kept as evidence if the settle is refused.
-            retried: this call repeats one that raised :class:`LedgerUnavailableError`: a settle of
-                this claim with this receipt that committed all the same is recognised and returned,
-                not refused. Default false: a second settle is refused like any stale write.
-            reconciled: the tool's probe found the action done: its evidence. The ``settled`` entry then
-                says the task was reconciled by the probe (``details.reconciled_by``, ``details.evidence``).
+            retried: this call repeats one that raised :class:`LedgerUnavailableError`: its own committed settle
+                is recognised and returned. Default false: a second settle is refused like any stale write.
+            reconciled: the evidence of the tool's probe that found the action done (``details.evidence``).
             now: injected time; default the database's clock.
 
         Returns:
             The stored receipt for the task's idempotency key.
 
         Raises:
-            LeaseLostError: the holder no longer holds the lease; the result is recorded as a
-                ``late_unapplied`` event and nothing else changes.
+            LeaseLostError: the holder no longer holds the lease; the result is recorded as ``late_unapplied``.
             LedgerUnavailableError: the ledger could not be reached; the settle may have committed.
         """
         return await holder.settle(
@@ -206,14 +197,12 @@ class Ledger:
             error_class: how the attempt ended (``retryable``, ``shutdown``, ``paused``...).
             error: one line describing the failure.
             details: facts for the ``released`` entry (``cause``: why Temporal cancelled the attempt).
-            retried: this call repeats one that raised :class:`LedgerUnavailableError`: the same
-                release that committed all the same is recognised, not refused.
+            retried: this call repeats one that raised :class:`LedgerUnavailableError` (its own write is recognised).
             now: injected time; default the database's clock.
 
         Raises:
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
-            LedgerUnavailableError: the ledger could not be reached (the release may have committed;
-                call again with ``retried=True``).
+            LedgerUnavailableError: the ledger could not be reached (call again with ``retried=True``).
             ValueError: ``error_class`` is not an :class:`~agentlease.enums.ErrorClass`.
         """
         await holder.end_lease(
@@ -249,8 +238,7 @@ class Ledger:
     ) -> None:
         """Park the task until a person decides: ``blocked``, ``needs_reconciliation`` or ``dead_lettered``.
 
-        No claim is granted while it waits (``docs/recovery.md``, "Recovery classification").
-        ``retried``: as for :meth:`release`.
+        No claim is granted while it waits. ``retried``: as for :meth:`release`.
 
         Raises:
             ValueError: ``status`` is not one a holder may park a task in.
@@ -285,9 +273,8 @@ class Ledger:
             details: facts for the evidence trail.
             receipt: the settlement receipt a settling decision writes; required for those, refused otherwise.
             spec: the task's identity, to create it if absent.
-            expected_generation: the claim generation the decision was made for (a signed
-                decision's): a precondition, never written; the task must still be at it, checked
-                under the row's lock in the same transaction. Default ``None``: not bound.
+            expected_generation: the generation a signed decision was made for: the task must still be at it
+                (checked under the row's lock). Default ``None``: not bound.
             now: injected time; default the database's clock.
 
         Returns:
