@@ -182,24 +182,19 @@ class IdempotencyMiddleware:
     Args:
         app: the wrapped ASGI app.
         store: where keys, responses and fences live (the service's database).
-        resource_for: names the fenced resource of a request (the service's route configuration); the
-            client's ``Fencing-Resource`` is then ignored. Default ``None``: the resource the client names,
-            else the idempotency key (one fence per action); :func:`request_path` fences routes.
-        require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``.
-            Default ``False`` (idempotent-only clients send just the key).
-        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only signed tokens that
-            verify for the request's resource pass. Default ``None``: bare generations are taken.
+        resource_for: names the fenced resource of a request (the client's ``Fencing-Resource`` is then
+            ignored). Default ``None``: the resource the client names, else the idempotency key.
+        require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``. Default ``False``.
+        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only signed tokens that verify for
+            the request's resource pass. Default ``None``: bare generations are taken.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_credentials`.
         commits_with_key: every handler behind the middleware commits its effect with its key (in
-            ``effect_transaction``, and nowhere else): should the service stop before that commit, the key is
-            free again once the store's lock timed out, instead of held in doubt. Default ``False``.
+            ``effect_transaction`` only): a key whose holder vanished is free again once its lock timed out,
+            instead of held in doubt. Default ``False``.
         max_body_bytes: the largest body read; larger is 413. Default :data:`MAX_BODY_BYTES`.
-        body_timeout_s: seconds the body may take to arrive; slower is 408 ``request_timeout``
-            (a client trickling its body holds nothing longer). Default :data:`BODY_TIMEOUT_S`. A
-            client slow to send its headers is the server's to cut off (uvicorn has no such limit:
-            ``agentlease.cli.serving.timed_protocol`` adds one).
-        clock: returns the current time (aware) for every statement; default ``None``, the
-            database's clock. Tests inject time here.
+        body_timeout_s: seconds the body may take to arrive; slower is 408 ``request_timeout``. Default
+            :data:`BODY_TIMEOUT_S` (slow headers are the server's to cut off: ``agentlease.cli.serving``).
+        clock: returns the current time (aware) for every statement. Default ``None``: the database's clock.
     """
 
     def __init__(

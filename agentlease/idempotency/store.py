@@ -242,8 +242,7 @@ class IdempotencyStore:
             key: the stored key (scoped to its caller).
             request_hash: see :func:`~agentlease.idempotency.convention.request_hash`.
             fence: the request's fenced resource and generation, if it carries one.
-            commits_with_key: the handler commits its effect with its key (``effect_transaction``): should
-                it vanish before that commit, nothing happened (see :meth:`promise_effect_in_transaction`).
+            commits_with_key: the handler commits its effect with its key (:meth:`promise_effect_in_transaction`).
             now: injected time; default the database's clock.
 
         Returns:
