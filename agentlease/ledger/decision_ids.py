@@ -115,7 +115,7 @@ async def record_decision_id(ledger: Ledger, use: DecisionUse) -> Recorded:
             return Recorded(_use(row, "applied_at_ms"), generation)
         if use.generation is not None and use.generation != generation:
             return Recorded(None, generation, moved=True)
-        at_ms = conn.execute(select(sql.now), now_param(None)).scalar_one()
+        at_ms = conn.execute(sql.select_now, now_param(None)).scalar_one()
         if conn.execute(insert.values(**use.values(), applied_at_ms=at_ms)).rowcount == 1:
             return Recorded(None, generation)
         return Recorded(_use(conn.execute(earlier_row).one(), "applied_at_ms"), generation)  # a concurrent one
@@ -145,7 +145,7 @@ async def record_replay(
     insert = _insert_new(ledger.database.dialect, _REPLAYS)
 
     def replay_tx(conn: Connection) -> bool:
-        at_ms = conn.execute(select(sql.now), now_param(None)).scalar_one()
+        at_ms = conn.execute(sql.select_now, now_param(None)).scalar_one()
         if conn.execute(insert.values(**replay.values(), refused_at_ms=at_ms)).rowcount != 1:
             return False
         task = conn.execute(sql.select_task, {"key_task_id": spec.task_id}).first()

@@ -199,14 +199,8 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
         pool_timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
     )
 
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        sqlite_pragmas(dbapi_connection, SQLITE_BUSY_TIMEOUT_MS)
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
+    event.listen(engine.sync_engine, "connect", lambda dbapi, _record: sqlite_pragmas(dbapi, SQLITE_BUSY_TIMEOUT_MS))
+    event.listen(engine.sync_engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
     return engine
 
 
@@ -243,9 +237,7 @@ def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_
         pool_reset_on_return=None,
     )
 
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        sqlite_pragmas(dbapi_connection, busy_timeout_ms)
+    event.listen(engine, "connect", lambda dbapi, _record: sqlite_pragmas(dbapi, busy_timeout_ms))
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:  # one call on the driver, errors wrapped as SQLAlchemy would

@@ -101,13 +101,11 @@ async def expired_leases(
         after: the cursor of the last lease of the previous batch.
         now: injected time; default the database's clock.
     """
-    sql = ledger.statements
-    params: dict[str, Any]
-    if after is None:
-        query, params = sql.expired_first, {"limit": limit, **now_param(now)}
-    else:
-        cursor = {"after_expires_at_ms": after[0], "after_task_id": after[1]}
-        query, params = sql.expired_after, {"limit": limit, **cursor, **now_param(now)}
+    params: dict[str, Any] = {"limit": limit, **now_param(now)}
+    query = ledger.statements.expired_first
+    if after is not None:
+        query = ledger.statements.expired_after
+        params.update(after_expires_at_ms=after[0], after_task_id=after[1])
 
     def read_tx(conn: Connection) -> tuple[Sequence[Row[Any]], set[str]]:
         rows = conn.execute(query, params).all()

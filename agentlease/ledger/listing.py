@@ -224,11 +224,7 @@ async def has_run(database: LedgerDatabase, agent_run_id: str) -> bool:
 async def has_task(database: LedgerDatabase, task_id: str) -> bool:
     """Whether the ledger holds the task ``task_id``."""
     query = lease_statements(database.dialect).select_task
-
-    def probe(conn: Connection) -> bool:
-        return conn.execute(query, {"key_task_id": task_id}).first() is not None
-
-    return await database.read(probe)
+    return await database.read(lambda conn: conn.execute(query, {"key_task_id": task_id}).first() is not None)
 
 
 __all__ = [
