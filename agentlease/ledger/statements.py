@@ -97,6 +97,9 @@ class LeaseStatements:
     refuse_approval: Update
 
 
+_REFUSAL_COLUMNS = ("claim_generation", "status", "lease_owner", "lease_token_sha256")
+
+
 def _column_of_task(column: Any) -> Any:
     return select(column).where(_T.task_id == bindparam("held_task_id")).scalar_subquery()
 
@@ -129,13 +132,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         .values(**new_task(now), status=TaskStatus.PENDING.value, claim_generation=0, attempts=0)
         .on_conflict_do_nothing(index_elements=["task_id"]),
         current_task=current_task,
-        refused=select(
-            now.label("now_ms"),
-            _column_of_task(_T.claim_generation).label("claim_generation"),
-            _column_of_task(_T.status).label("status"),
-            _column_of_task(_T.lease_owner).label("lease_owner"),
-            _column_of_task(_T.lease_token_sha256).label("lease_token_sha256"),
-        ),
+        refused=select(now.label("now_ms"), *(_column_of_task(_T[name]).label(name) for name in _REFUSAL_COLUMNS)),
         insert_event=insert(EVENTS).values({**event_columns, "authenticated_as": authenticated_as(dialect_name)}),
         select_receipt=select(*receipt_columns(RECEIPTS)).where(
             RECEIPTS.c.idempotency_key == bindparam("key_idempotency_key")

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import to_ms
-from agentlease.enums import EventKind
+from agentlease.enums import EventKind, Stage
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import EVENTS, TASKS
 from agentlease.observability.metrics import stage_label
@@ -168,7 +168,7 @@ class ToolAdvice:
         return max(0, self.min_gaps - self.gaps.count)
 
 
-_STAGE_ORDER = ["none", "preflight", "external_call", "commit", "verify", "settled"]
+_STAGE_ORDER = ["none", *(stage.value for stage in Stage)]
 
 
 def _stage_key(stage: str) -> int:
