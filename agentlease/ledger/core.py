@@ -3,8 +3,7 @@ recorded and raised (G2, G10)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -89,18 +88,16 @@ class LedgerCore:
         Raises:
             LedgerUnavailableError: counted (``agentlease_ledger_unavailable_total``); the write may have committed.
         """
-        with self._counted(operation, tool):
+        try:
             return await (self.db.write_one if one else self.db.write)(transaction)
+        except LedgerUnavailableError:
+            self.metrics.ledger_unavailable(tool, operation)
+            raise
 
     async def write_statement(self, operation: str, tool: str, statement: Any, params: dict[str, Any]) -> list[Any]:
         """One prebuilt statement alone (:meth:`LedgerDatabase.write_statement`): its rows; outages as :meth:`write`."""
-        with self._counted(operation, tool):
-            return await self.db.write_statement(statement, params)
-
-    @contextmanager
-    def _counted(self, operation: str, tool: str) -> Iterator[None]:
         try:
-            yield
+            return await self.db.write_statement(statement, params)
         except LedgerUnavailableError:
             self.metrics.ledger_unavailable(tool, operation)
             raise
