@@ -223,8 +223,12 @@ async def fenced_write(
     now: datetime | None = None,
     fencing_key: bytes | None = None,
 ) -> AsyncIterator[AsyncConnection]:
-    """Open a transaction that has already accepted ``generation`` (:func:`advance_fence`, whose arguments it
-    takes, on ``engine``); it commits when the block exits, the fence move with the caller's writes.
+    """Open a transaction that has already accepted ``generation`` (:func:`advance_fence`); it commits when the
+    block exits, the fence move with the caller's writes.
+
+    Args:
+        engine: the downstream's engine (:func:`~agentlease.ledger.engine.create_async_database_engine`).
+        resource_key / generation / now / fencing_key: as for :func:`advance_fence`.
 
     Yields:
         The connection of the open transaction.

@@ -28,8 +28,12 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a guarded write touched no row: the task's generation and status, and whether only the lease
-    token was wrong (a rebuilt claim)."""
+    """Why a guarded write touched no row.
+
+    Attributes:
+        current_generation / status: the task's, as the ledger has them.
+        token_refused: owner and generation were the ledger's, the lease token was not (a rebuilt claim).
+    """
 
     current_generation: int | None
     status: str | None
@@ -74,7 +78,11 @@ def redacted(receipt: SettlementReceipt) -> tuple[SettlementReceipt, dict[str, A
 
 
 class LedgerCore:
-    """The database, statements, lease writes and metrics of one :class:`~agentlease.ledger.store.Ledger`."""
+    """The database, statements, lease writes and metrics of one :class:`~agentlease.ledger.store.Ledger`.
+
+    Args:
+        database / metrics: where the transactions run (owned by the ledger), where each operation reports.
+    """
 
     def __init__(self, database: LedgerDatabase, metrics: LeaseMetrics) -> None:
         self.db = database

@@ -43,7 +43,11 @@ async def decide(
     expected_generation: int | None,
     now: datetime | None,
 ) -> TaskRecord:
-    """``Ledger.decide``: the task after the decision (raises as it says)."""
+    """``Ledger.decide``: the task after the decision.
+
+    Raises:
+        TaskMovedError / TaskNotFoundError / TaskClosedError / ValueError: see ``Ledger.decide``.
+    """
     rule = DECISIONS[kind]
     if rule.settles != (receipt is not None):
         raise ValueError(f"{kind.value} {'needs' if rule.settles else 'takes no'} settlement receipt")

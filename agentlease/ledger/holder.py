@@ -139,7 +139,11 @@ async def end_lease(
     retried: bool = False,
 ) -> None:
     """``Ledger.release``, ``dead_letter`` and ``await_decision``: end the held lease with ``status``.
-    Raises ``LeaseLostError`` (recorded) or ``ValueError`` (an unknown error class)."""
+
+    Raises:
+        LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
+        ValueError: ``error_class`` is not an :class:`~agentlease.enums.ErrorClass`.
+    """
     known = ErrorClass(error_class)  # a known class only: the next attempt's policy reads it
     error = redact(error)
     params = {

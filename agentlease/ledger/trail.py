@@ -15,7 +15,12 @@ from agentlease.records import TraceLink
 
 
 def write_event(conn: Connection, sql: LeaseStatements, **entry: Any) -> None:
-    """Append one entry (the keyword arguments of :func:`event_values`) inside ``conn``'s transaction."""
+    """Append one entry to the evidence trail, inside ``conn``'s transaction.
+
+    Args:
+        conn / sql: the transaction's connection, and the ledger's statements for its dialect.
+        **entry: the entry, as the keyword arguments of :func:`event_values`.
+    """
     execute(conn, sql.insert_event, event_values(**entry))
 
 
@@ -31,9 +36,15 @@ def event_values(
     details: dict[str, Any] | None = None,
     trace: TraceLink | None = None,
 ) -> dict[str, Any]:
-    """The column values of one evidence-trail entry: what happened (``kind``) to which task under which
-    generation, when (``at_ms``, ledger clock), the lease owner and stage it is about, a specific reason,
-    small JSON ``details`` and the Temporal attempt (``trace``) that made the change."""
+    """The column values of one evidence-trail entry.
+
+    Args:
+        task_id / kind / generation: what happened to which task, under which claim generation.
+        at_ms: when, on the ledger's clock (epoch ms).
+        owner / stage: the lease owner and the task's stage the entry is about.
+        reason / details: a specific, human-readable reason; small JSON facts.
+        trace: the Temporal attempt that made the change.
+    """
     return {
         "task_id": task_id,
         "kind": kind.value,

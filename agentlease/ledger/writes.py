@@ -331,8 +331,12 @@ def expired_entry(
 
 @dataclass(frozen=True)
 class LeaseWrites:
-    """The lease writes of one dialect, rendered: ``claim_new``, ``claim``, ``renew``, ``settle``, ``end_lease``
-    (see the functions of the same names), and :meth:`decision`."""
+    """The lease writes of one dialect, rendered.
+
+    Attributes:
+        dialect: ``sqlite`` or ``postgresql``.
+        claim_new / claim / renew / settle / end_lease: see the functions of the same names.
+    """
 
     dialect: str
     claim_new: Rendered

@@ -20,7 +20,12 @@ from agentlease.errors import (
 
 @dataclass(frozen=True)
 class RecoveryDecision:
-    """A decision (``action``) and the table row it came from (``rule``, quoted for the evidence trail)."""
+    """A decision and the rule it came from.
+
+    Attributes:
+        action: what to do.
+        rule: the table row that decided, quoted for the evidence trail.
+    """
 
     action: RecoveryAction
     rule: str
