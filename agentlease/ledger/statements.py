@@ -120,9 +120,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
     """
     now = bound_now_ms(dialect_name)
     latest_event_at = select(_E.at_ms).order_by(_E.event_id.desc()).limit(1)
-    current_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
-    if dialect_name == "postgresql":
-        current_task = current_task.with_for_update(of=TASKS)
+    select_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
     expired_first, expired_after = _expiry_reads(now)
     event_columns = {name: bindparam(name, type_=column.type) for name, column in _E.items()}
     del event_columns["event_id"], event_columns["authenticated_as"]
@@ -131,13 +129,13 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         insert_task=dialect_insert(dialect_name)(TASKS)
         .values(**new_task(now), status=TaskStatus.PENDING.value, claim_generation=0, attempts=0)
         .on_conflict_do_nothing(index_elements=["task_id"]),
-        current_task=current_task,
+        current_task=select_task.with_for_update(of=TASKS),  # SQLite renders no FOR UPDATE
         refused=select(now.label("now_ms"), *(_column_of_task(_T[name]).label(name) for name in _REFUSAL_COLUMNS)),
         insert_event=insert(EVENTS).values({**event_columns, "authenticated_as": authenticated_as(dialect_name)}),
         select_receipt=select(*receipt_columns(RECEIPTS)).where(
             RECEIPTS.c.idempotency_key == bindparam("key_idempotency_key")
         ),
-        select_task=select(TASKS).where(_T.task_id == bindparam("key_task_id")),
+        select_task=select_task,
         select_now=select(now.label("now_ms")),
         clock_check=select(now.label("clock_ms"), latest_event_at.scalar_subquery().label("latest_ms")),
         expired_first=expired_first,

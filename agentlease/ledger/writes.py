@@ -10,7 +10,7 @@ parameter, named where it is used.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from sqlalchemy import (
@@ -141,12 +141,14 @@ def _ttl() -> ColumnElement[int]:
     return func.coalesce(bindparam("lease_ttl_override_ms", type_=BigInteger), _T.lease_ttl_ms)
 
 
-def _claimed(dialect: str) -> Made:
-    """The ``claimed`` entry: the new generation, its owner, the lease's expiry added to the details."""
+def _with_expiry(dialect: str, kind: EventKind, owner: Any = None) -> Made:
+    """An entry of ``kind`` with the lease's new expiry added to its details; ``owner``: default the row's."""
 
     def made(changed: Any) -> Any:
         details = json_with(dialect, EVENT_DETAILS, lease_expires_at_ms=changed.c.lease_expires_at_ms)
-        return evidence(dialect, changed, EventKind.CLAIMED, owner=changed.c.lease_owner, details=details)
+        return evidence(
+            dialect, changed, kind, owner=changed.c.lease_owner if owner is None else owner, details=details
+        )
 
     return made
 
@@ -161,7 +163,7 @@ def claim_new(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         .returning(*TASKS.c)
     )
     key = _T.task_id == bindparam("task_id", type_=_T.task_id.type)
-    return LeaseWrite(change, key, made=(_claimed(dialect),), reads_receipt=True)
+    return LeaseWrite(change, key, made=(_with_expiry(dialect, EventKind.CLAIMED),), reads_receipt=True)
 
 
 def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
@@ -185,7 +187,7 @@ def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         )
         .returning(*TASKS.c)
     )
-    return LeaseWrite(change, KEY_TASK, made=(_claimed(dialect),), reads_receipt=True)
+    return LeaseWrite(change, KEY_TASK, made=(_with_expiry(dialect, EventKind.CLAIMED),), reads_receipt=True)
 
 
 def renew(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
@@ -202,12 +204,7 @@ def renew(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         )
         .returning(_T.task_id, _T.claim_generation, _T.lease_expires_at_ms, _T.updated_at_ms, _T.stage)
     )
-
-    def renewed(changed: Any) -> Any:
-        details = json_with(dialect, EVENT_DETAILS, lease_expires_at_ms=changed.c.lease_expires_at_ms)
-        return evidence(dialect, changed, EventKind.RENEWED, owner=HELD_OWNER, details=details)
-
-    return LeaseWrite(change, HELD_TASK, made=(renewed,))
+    return LeaseWrite(change, HELD_TASK, made=(_with_expiry(dialect, EventKind.RENEWED, HELD_OWNER),))
 
 
 def settle(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
@@ -219,10 +216,7 @@ def settle(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         .values(status=TaskStatus.SETTLED.value, stage=Stage.SETTLED.value, lease_expires_at_ms=None, updated_at_ms=now)
         .returning(_T.task_id, _T.claim_generation, _T.stage, _T.updated_at_ms, _T.renewal_count)
     )
-
-    def settled(changed: Any) -> Any:
-        return evidence(dialect, changed, EventKind.SETTLED, owner=HELD_OWNER)
-
+    settled = partial(evidence, dialect, kind=EventKind.SETTLED, owner=HELD_OWNER)
     return LeaseWrite(change, HELD_TASK, made=(settled,), receipt_first=holds(now))
 
 
