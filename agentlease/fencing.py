@@ -1,9 +1,6 @@
-"""Fenced writes to SQL resources: the claim generation as a fencing token (G2).
-
-One conditional upsert on the downstream's ``fences`` table moves the fence inside the writer's own
-transaction, or raises :class:`~agentlease.errors.StaleFencingTokenError`; with a fencing key only a
-token signed for the resource passes. ``docs/edge.md`` ("Fencing tokens at the downstream") and
-``docs/security-downstream.md`` ("Fencing tokens a downstream can verify").
+"""Fenced writes to SQL resources: the claim generation as a fencing token (G2), moved by one conditional upsert
+on the downstream's ``fences`` table inside the writer's own transaction (``docs/edge.md``, "Fencing tokens at
+the downstream"); with a fencing key only a token signed for the resource passes (``docs/security-downstream.md``).
 """
 
 from __future__ import annotations
@@ -120,7 +117,7 @@ def verify_fencing_token(fencing_key: bytes, resource_key: str, token: str | int
     if not isinstance(token, str) or "." not in token:
         raise InvalidFencingTokenError(resource_key, "the token is not signed (expected <generation>.<signature>)")
     raw_generation, _, signature = token.partition(".")
-    if not _decimal(raw_generation) or len(raw_generation) > 19 or int(raw_generation) > MAX_GENERATION:
+    if not _decimal(raw_generation) or int(raw_generation) > MAX_GENERATION:
         raise InvalidFencingTokenError(resource_key, "malformed generation")
     if not signature.isascii():  # compare_digest takes ASCII text only; a signature is base64url
         raise InvalidFencingTokenError(resource_key, "malformed signature")
@@ -143,15 +140,15 @@ def token_generation(resource_key: str, token: int | str, fencing_key: bytes | N
         return verify_fencing_token(fencing_key, resource_key, token)
     if isinstance(token, str):
         raw = token.partition(".")[0]
-        if not _decimal(raw) or len(raw) > 19:
+        if not _decimal(raw):
             raise ValueError(f"a fencing token is a generation, not {token!r}")
         return check_generation(int(raw))
     return token
 
 
 def _decimal(text: str) -> bool:
-    """Whether ``text`` is ASCII decimal digits (``"²"`` and ``"٣"`` are digits to ``str.isdigit``, not to ``int``)."""
-    return text.isascii() and text.isdigit()
+    """Whether ``text`` is 1 to 19 ASCII digits (``"²"`` is a digit to ``str.isdigit``, not to ``int``)."""
+    return text.isascii() and text.isdigit() and len(text) <= 19
 
 
 def upsert_for(dialect_name: str, table: Table) -> postgresql.Insert | sqlite.Insert:
@@ -186,12 +183,8 @@ async def advance_fence(
     now: datetime | None = None,
     fencing_key: bytes | None = None,
 ) -> None:
-    """Accept ``generation`` for ``resource_key`` inside the caller's transaction, or refuse it.
-
-    One conditional statement: an equal or newer generation is stored (the fence moves forward
-    or stays); an older one changes nothing and raises. Call it inside the transaction that makes
-    the fenced write, so that the write commits only with an accepted fence and rolls back with
-    a refused one.
+    """Accept ``generation`` for ``resource_key`` inside the caller's transaction (an equal or newer one moves the
+    fence or leaves it), or refuse it, so that the fenced write commits only with an accepted fence.
 
     Args:
         conn: a connection inside the caller's transaction (``engine.begin()``).
@@ -230,25 +223,18 @@ async def fenced_write(
     now: datetime | None = None,
     fencing_key: bytes | None = None,
 ) -> AsyncIterator[AsyncConnection]:
-    """Open a transaction that has already accepted ``generation``; it commits when the block exits.
-
-    The fence is checked (and moved) before the block runs, so a stale writer never executes its
-    statements; an exception in the block rolls back the fence move with the caller's writes.
+    """Open a transaction that has already accepted ``generation`` (:func:`advance_fence`); it commits when the
+    block exits, the fence move with the caller's writes.
 
     Args:
-        engine: the downstream's engine (see :func:`~agentlease.ledger.engine.create_async_database_engine`).
-        resource_key: the fenced resource, 1 to 400 characters.
-        generation: the writer's claim generation, or its signed token.
-        now: injected time for ``updated_at_ms``; default the database's clock.
-        fencing_key: accept only signed tokens that verify (see :func:`advance_fence`).
+        engine: the downstream's engine (:func:`~agentlease.ledger.engine.create_async_database_engine`).
+        resource_key / generation / now / fencing_key: as for :func:`advance_fence`.
 
     Yields:
         The connection of the open transaction.
 
     Raises:
-        StaleFencingTokenError: the resource has accepted a newer generation.
-        InvalidFencingTokenError: with ``fencing_key``, an unsigned or forged token.
-        ValueError: a bad key or generation.
+        StaleFencingTokenError / InvalidFencingTokenError / ValueError: as :func:`advance_fence`.
     """
     async with engine.begin() as conn:
         await advance_fence(conn, resource_key, generation, now=now, fencing_key=fencing_key)

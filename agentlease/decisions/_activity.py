@@ -26,7 +26,7 @@ from agentlease.errors import (
 from agentlease.ledger.decision_ids import DecisionUse, record_decision_id, record_replay
 from agentlease.ledger.refusals import record_refusal as record_binding_refusal
 from agentlease.ledger.store import Ledger
-from agentlease.records import SHARED_KEY_PREFIX, SettlementReceipt, ToolOutcome, TraceLink
+from agentlease.records import SHARED_KEY_PREFIX, SettlementReceipt, TaskSpec, ToolOutcome, TraceLink
 from agentlease.runtime.names import APPLY_DECISION, RECORD_REFUSAL
 from agentlease.runtime.payloads import activity_input
 from agentlease.security.decision_auth import DecisionRefusedError, DecisionReplayedError, DecisionVerifier
@@ -59,73 +59,73 @@ class DecisionActivities:
                 signed_by = authenticate(verifier, decision)
             except DecisionRefusedError as exc:
                 logger.warning("decision %s on %s refused: %s", decision.kind.value, decision.task.task_id, exc)
-                raise ApplicationError(
-                    f"decision refused: {exc}", type=FailureType.DECISION_REFUSED.value, non_retryable=True
-                ) from None
+                raise _refused(f"decision refused: {exc}") from None
             try:
                 return (await apply(ledger, decision, signed_by=signed_by)).model_dump(mode="json")
             except LedgerUnavailableError as exc:  # retried by the decision's retry policy
                 logger.warning(
                     "ledger unavailable, decision %s on %s retried: %s", decision.kind.value, decision.task.task_id, exc
                 )
-                raise ApplicationError(
-                    str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
-                ) from None
+                raise _unavailable(exc) from None
 
         @activity.defn(name=RECORD_REFUSAL)
         async def record_refusal(payload: dict[str, Any]) -> None:
             refusal = activity_input(LedgerRefusal, payload, "malformed refusal", FailureType.DECISION_REFUSED)
-            info = activity.info()
-            task = refusal.task
-            shared = task.idempotency_key.startswith(SHARED_KEY_PREFIX)
-            if (why := task_refusal(info.workflow_id, task, shared_key=shared)) is not None:
-                # Another run's trail is not this workflow's to write to (docs/security-review.md).
-                raise ApplicationError(
-                    str(BindingRefusedError(task.task_id, info.workflow_id, why)),
-                    type=FailureType.DECISION_REFUSED.value,
-                    non_retryable=True,
-                )
+            if (unbound := _unbound(refusal.task)) is not None:  # another run's trail is not this workflow's
+                raise _refused(str(unbound))
             try:
                 await ledger.record_refused_decision(
                     refusal.task, decision=refusal.decision, by=refusal.by, refusal=refusal.refusal
                 )
             except LedgerUnavailableError as exc:  # retried by the run's retry policy
-                raise ApplicationError(
-                    str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN
-                ) from None
+                raise _unavailable(exc) from None
 
         return [apply_decision, record_refusal]
 
 
-async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
-    """Refuse (and record) a decision on a task that is not of the scheduling workflow's run.
+def _refused(message: str, details: Any = None) -> ApplicationError:
+    """A non-retryable ``DecisionRefused`` failure (``details``: its one detail, if any)."""
+    more = () if details is None else (details,)
+    return ApplicationError(message, *more, type=FailureType.DECISION_REFUSED.value, non_retryable=True)
 
-    Raises:
-        ApplicationError: non-retryable ``DecisionRefused``.
-    """
-    info = activity.info()
-    task = decision.task
-    why = task_refusal(info.workflow_id, task, shared_key=task.idempotency_key.startswith(SHARED_KEY_PREFIX))
-    if why is None:
+
+def _unavailable(exc: LedgerUnavailableError) -> ApplicationError:
+    """A benign, retryable ``LedgerUnavailable`` failure: the decision's retry policy tries again."""
+    return ApplicationError(str(exc), type=FailureType.LEDGER_UNAVAILABLE, category=ApplicationErrorCategory.BENIGN)
+
+
+def _unbound(task: TaskSpec) -> BindingRefusedError | None:
+    """Why ``task`` is not of the scheduling workflow's run (``docs/security-review.md``); ``None`` when it is."""
+    workflow_id = activity.info().workflow_id
+    why = task_refusal(workflow_id, task, shared_key=task.idempotency_key.startswith(SHARED_KEY_PREFIX))
+    return None if why is None else BindingRefusedError(task.task_id, workflow_id, why)
+
+
+async def _bound(ledger: Ledger, decision: LedgerDecision) -> None:
+    """Refuse (and record) a decision on a task that is not of the scheduling workflow's run (``DecisionRefused``)."""
+    task, workflow_id = decision.task, activity.info().workflow_id
+    exc = _unbound(task)
+    if exc is None:
         return
-    exc = BindingRefusedError(task.task_id, info.workflow_id, why)
     logger.warning("%s (decision %s)", exc, decision.kind.value)
-    own = None if info.workflow_id is None else own_task(info.workflow_id, task)
+    own = None if workflow_id is None else own_task(workflow_id, task)
     if own is not None:
-        trace = TraceLink(
-            workflow_id=info.workflow_id,
-            run_id=info.workflow_run_id,
-            activity_id=info.activity_id,
-            attempt=info.attempt,
-        )
         await record_binding_refusal(
             ledger,
             own,
             f"{exc} (decision {decision.kind.value} by {decision.by})",
             details={"named_task_id": task.task_id, "decision": decision.kind.value},
-            trace=trace,
+            trace=_trace(),
         )
-    raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True)
+    raise _refused(str(exc))
+
+
+def _trace() -> TraceLink:
+    """The running activity's attempt, as the evidence trail links it."""
+    info = activity.info()
+    return TraceLink(
+        workflow_id=info.workflow_id, run_id=info.workflow_run_id, activity_id=info.activity_id, attempt=info.attempt
+    )
 
 
 def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
@@ -140,16 +140,14 @@ def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
 
 
 def authenticate(verifier: DecisionVerifier, decision: LedgerDecision) -> str | None:
-    """The operator whose signature ``decision`` carries, checked (``None``: unsigned, open mode).
-
-    The run's own decisions (parking a call for approval; cancelling its calls when Temporal cancelled the
-    run, :attr:`LedgerDecision.run_own`) need no signature.
+    """The operator whose signature ``decision`` carries, checked (``None``: unsigned, open mode, or the run's
+    own decisions: parking a call for approval, cancelling with its cancelled workflow).
 
     Raises:
         DecisionRefusedError: see :meth:`DecisionVerifier.verify`.
     """
     if decision.kind is DecisionKind.AWAIT_APPROVAL or (decision.kind is DecisionKind.CANCEL and decision.run_own):
-        return None  # the run's own: parking for approval, or cancelling with its cancelled workflow
+        return None
     rule = DECISIONS[decision.kind]
     expect: dict[str, Any] = {
         "command": rule.command,
@@ -207,18 +205,16 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
     except TaskMovedError as exc:  # between the id's record and now (or a retry after it applied)
         if not await _in_trail(ledger, decision.task.task_id, decision_id or ""):
             logger.warning("decision %s %s refused: %s", decision.kind.value, decision_id, exc)
-            raise ApplicationError(
-                f"decision refused: {exc}", type=FailureType.DECISION_REFUSED, non_retryable=True
-            ) from None
+            raise _refused(f"decision refused: {exc}") from None
         record = await ledger.get_task(decision.task.task_id)
     except TaskClosedError as exc:
         record = await ledger.get_task(decision.task.task_id)
         if record.status not in (rule.to, rule.to_if_effect_unknown) and not (
             decision_id is not None and await _in_trail(ledger, decision.task.task_id, decision_id)
         ):
-            raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True) from None
+            raise _refused(str(exc)) from None
     except TaskNotFoundError as exc:
-        raise ApplicationError(str(exc), type=FailureType.DECISION_REFUSED, non_retryable=True) from None
+        raise _refused(str(exc)) from None
     return ToolOutcome.of(record)
 
 
@@ -238,12 +234,8 @@ def _use_of(decision: LedgerDecision, decision_id: str, operator: str) -> Decisi
 
 
 async def _once(ledger: Ledger, decision: LedgerDecision, decision_id: str, operator: str) -> None:
-    """Record a signed decision's id before it is applied; refuse a replay (recorded once in the trail)
-    and a decision signed for a generation the task has left.
-
-    Raises:
-        ApplicationError: non-retryable ``DecisionRefused``.
-    """
+    """Record a signed decision's id before it is applied; refuse (``DecisionRefused``) a replay (recorded once
+    in the trail) and a decision signed for a generation the task has left."""
     use = _use_of(decision, decision_id, operator)
     recorded = await record_decision_id(ledger, use)
     task_id = decision.task.task_id
@@ -253,30 +245,15 @@ async def _once(ledger: Ledger, decision: LedgerDecision, decision_id: str, oper
             f"of {task_id}, which is at generation {recorded.generation} now; look again and sign a new decision"
         )
         logger.warning("decision %s %s refused: %s", decision.kind.value, decision_id, why)
-        raise ApplicationError(f"decision refused: {why}", type=FailureType.DECISION_REFUSED, non_retryable=True)
+        raise _refused(f"decision refused: {why}")
     earlier = recorded.earlier
     if earlier is None or earlier.same_activity(use):
         return  # recorded now, or a Temporal retry of the activity that recorded it
     exc = DecisionReplayedError(decision_id, decision.kind.value, task_id, earlier.described())
-    info = activity.info() if activity.in_activity() else None
-    trace = (
-        None
-        if info is None
-        else TraceLink(
-            workflow_id=info.workflow_id,
-            run_id=info.workflow_run_id,
-            activity_id=info.activity_id,
-            attempt=info.attempt,
-        )
-    )
+    trace = _trace() if activity.in_activity() else None
     if await record_replay(ledger, decision.task, use, earlier, str(exc), trace=trace):
         logger.warning("%s", exc)
-    raise ApplicationError(
-        f"decision refused: {exc}",
-        {"refused": "replayed", "decision_id": decision_id},
-        type=FailureType.DECISION_REFUSED,
-        non_retryable=True,
-    )
+    raise _refused(f"decision refused: {exc}", {"refused": "replayed", "decision_id": decision_id})
 
 
 async def _in_trail(ledger: Ledger, task_id: str, decision_id: str) -> bool:

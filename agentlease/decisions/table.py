@@ -1,14 +1,6 @@
-"""Operator decisions: the one decision table, and the payloads that carry a decision.
-
-:data:`DECISIONS` says, for each :class:`~agentlease.enums.DecisionKind`, which ledger statuses it
-applies to, the status it leaves the task in, the evidence-trail entry it writes, and the command
-(workflow update and CLI command) that makes it. The ledger applies it
-(:meth:`agentlease.ledger.store.Ledger.decide`), the workflows' update validators refuse what it
-does not allow, and ``agentlease waiting`` prints the commands it offers. The rules come from
-``docs/recovery.md`` ("Recovery classification": reconciliation, block, dead letter, human
-cancellation).
-
-Every decision names who made it (``by``) and why (``reason``); both go into the evidence trail.
+"""Operator decisions: the one decision table (:data:`DECISIONS`, ``docs/decisions.md``), which the ledger
+applies, the workflows' update validators check and ``agentlease waiting`` offers, and the payloads that carry
+a decision (who made it, ``by``, and why, ``reason``, both in the evidence trail).
 """
 
 from __future__ import annotations
@@ -215,8 +207,7 @@ class _Request(BaseModel):
 
     @field_validator("step_id", "by", "reason", check_fields=False)
     @classmethod
-    def _clean_text(cls, value: str | None) -> str | None:
-        """No NUL byte, no lone surrogate (``docs/limits.md``)."""
+    def _clean_text(cls, value: str | None) -> str | None:  # no NUL byte, no lone surrogate (docs/limits.md)
         return None if value is None else limits.check_text(value)
 
 
@@ -299,9 +290,8 @@ class LedgerDecision(_Request):
         external_id / observed: what a ``confirm`` writes into its receipt.
         signed: the operator's signed request, checked by the activity (``None``: unsigned). Its proof
             carries the decision's id (:attr:`decision_id`) and the generation the operator saw.
-        run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow (or its agent
-            run): set by workflow code only (no update payload carries it), so it needs no operator's
-            signature, like ``await_approval``. Default false.
+        run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow: set by workflow
+            code only, so it needs no operator's signature. Default false.
     """
 
     kind: DecisionKind
@@ -315,8 +305,7 @@ class LedgerDecision(_Request):
 
     @property
     def decision_id(self) -> str | None:
-        """The id the operator signed with the decision, recorded once in the ledger (``docs/security-operations.md``,
-        "Authenticated decisions"); ``None`` for an unsigned decision (the open mode, the run's own)."""
+        """The id the operator signed with the decision, recorded once in the ledger; ``None``: unsigned."""
         return None if self.signed is None else self.signed.decision_id
 
     @property
@@ -352,11 +341,9 @@ def verify_recorded(
     step_id: str,
     kind: EventKind | str,
 ) -> bool:
-    """Whether an evidence entry of step ``step_id`` and kind ``kind`` is an operator's signed decision:
-    the signature recorded beside it verifies for ``agent_run_id``
-    (:func:`~agentlease.security.decision_auth.verify_recorded_signature`), the signed request names this step (or
-    none: a whole-run cancel), and its command makes an entry of this kind (the decision table). A proof
-    copied beside another step's entry, or another decision's, fails (``docs/security-review.md``).
+    """Whether an evidence entry of step ``step_id`` and kind ``kind`` is an operator's signed decision: the
+    signature beside it verifies for ``agent_run_id``, the signed request names this step (or none: a whole-run
+    cancel), and its command makes an entry of this kind (``docs/security-review.md``).
 
     Args:
         agent_run_id / step_id: the run and the step of the entry's task.

@@ -1,18 +1,6 @@
-"""The HTTP convention between agentlease tools and downstream services: headers, parsing, hashing.
-
-Pure functions, no I/O; :mod:`agentlease.idempotency.middleware` enforces them and documents the
-whole convention.
-
-Headers:
-
-- ``Idempotency-Key``: identity of one logical action (``docs/vocabulary.md``, "idempotency key"), 1 to 255
-  printable ASCII characters, sent bare (``Idempotency-Key: run-7:publish``, as Stripe takes it)
-  or as a structured-field string (``Idempotency-Key: "run-7:publish"``, as the IETF httpapi
-  draft writes it). Required on ``POST``, ``PUT``, ``PATCH`` and ``DELETE``.
-- ``Fencing-Token``: the writer's claim generation, a decimal integer from 0 to 2**63 - 1.
-- ``Fencing-Resource``: the fenced resource, 1 to 400 characters; when absent, the idempotency key (one
-  fence per action), unless the service names its resources (``resource_for``).
-- ``Idempotent-Replayed: true``: on a response replayed from storage.
+"""The HTTP convention between agentlease tools and downstream services: its headers (``docs/edge.md``, "Over
+HTTP: the headers"), their parsing and the request hash. Pure functions, no I/O;
+:mod:`agentlease.idempotency.middleware` enforces them.
 """
 
 from __future__ import annotations
@@ -79,12 +67,9 @@ class HeaderError(ValueError):
 
 def _single(values: list[str], header: str) -> str | None:
     if len(values) > 1:
-        raise HeaderError(header, f"repeated_{_snake(header)}", f"send {header} once, not {len(values)} times")
+        code = "repeated_" + header.lower().replace("-", "_")
+        raise HeaderError(header, code, f"send {header} once, not {len(values)} times")
     return values[0].strip() if values else None
-
-
-def _snake(header: str) -> str:
-    return header.lower().replace("-", "_")
 
 
 def parse_idempotency_key(values: list[str]) -> str:
@@ -172,13 +157,9 @@ def parse_fencing_resource(values: list[str]) -> str | None:
 
 
 def caller_of(headers: Mapping[str, str]) -> str:
-    """The caller a key is scoped to: the ``Authorization`` (or else ``X-API-Key``) header's value, ``""``
-    (the anonymous scope) with neither.
-
-    An ``Authorization`` value is taken as a server reads it: its scheme is case-insensitive and the spaces
-    around and after it do not count (``Bearer x``, ``bearer  x`` and ``BEARER x`` are one caller); the
-    credentials themselves compare exactly.
-    """
+    """The caller a key is scoped to: the ``Authorization`` (or else ``X-API-Key``) header's value, ``""`` with
+    neither. An ``Authorization`` scheme is case-insensitive and the spaces around it do not count
+    (``Bearer x`` and ``bearer  x`` are one caller); the credentials compare exactly."""
     authorization = headers.get("authorization")
     if authorization:
         scheme, _, credentials = authorization.strip().partition(" ")
@@ -197,13 +178,9 @@ def scoped_key(caller: str, key: str) -> str:
 
 
 def request_hash(method: str, path: str, query: bytes, body: bytes) -> str:
-    """SHA-256 (hex) identifying a request's arguments: method, path, query string and body bytes.
-
-    Two requests with one key but another hash are a misuse of the key (422). The body is
-    compared byte for byte (a client re-sending an action must send the same bytes); the
-    fencing headers are not part of it, so a newer attempt of the same action matches.
-    Each part is length-prefixed, so no two different requests share an input.
-    """
+    """SHA-256 (hex) identifying a request's arguments: method, path, query string and body bytes, each
+    length-prefixed (the fencing headers are not part of it: a newer attempt of the same action matches).
+    Two requests with one key but another hash are a misuse of the key (422)."""
     digest = hashlib.sha256()
     for part in (method.upper().encode("ascii"), path.encode("utf-8"), query, body):
         digest.update(len(part).to_bytes(8, "big"))

@@ -1,16 +1,7 @@
-"""One keyed call at a downstream's edge: the rules the MCP guard and the HTTP middleware share (``docs/edge.md``).
-
-A guard admits a request (:meth:`~agentlease.idempotency.store.IdempotencyStore.claim`: fence first, then
-the key), then runs its handler with :func:`run_guarded`, which decides the key's fate:
-
-- the effect committed with the key (:func:`effect_transaction`): done, whatever happens after;
-- the handler said it had no effect (:meth:`GuardedCall.not_applied`, a refused fence, an exception inside
-  its effect transaction): the key is given back;
-- the handler answered (:class:`Verdict` ``answered``): done, with that answer;
-- anything else (it raised, failed, or the guard cannot tell): the key is held in doubt, never given back.
-
-The handler runs shielded from its client's disconnect: a client that vanishes does not cancel an effect
-half-way, and the answer is stored for the retry.
+"""One keyed call at a downstream's edge: the rules the MCP guard and the HTTP middleware share. A guard admits
+a request (:meth:`~agentlease.idempotency.store.IdempotencyStore.claim`), then runs its handler with
+:func:`run_guarded`, shielded from its client's disconnect, which ends the key as ``docs/edge.md`` ("A key's
+life") says: done with the effect or the answer, given back for no effect, otherwise held in doubt.
 """
 
 from __future__ import annotations
@@ -127,11 +118,9 @@ def _same_database(a: AsyncEngine, b: AsyncEngine) -> bool:
 async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransaction]:
     """A transaction whose commit is the call's effect AND its key becoming done, or neither.
 
-    Inside a guarded call, before the block the call's fence is checked in the transaction (a newer
-    generation refuses this one: :class:`~agentlease.errors.StaleFencingTokenError`) and at the end of the
-    block the key is stored as done with the answer given to :meth:`EffectTransaction.done`; an exception in
-    the block rolls everything back and the call counts as not applied (its key is given back). Outside a
-    guarded call it is a plain transaction.
+    Inside a guarded call the fence is checked first and the key stored done at the end of the block with the
+    answer given to :meth:`EffectTransaction.done`; an exception in the block rolls everything back and gives
+    the key back. Outside a guarded call it is a plain transaction.
 
     Args:
         engine: the database of the effect, which must be the guard's (its ``IdempotencyStore``'s).
@@ -183,7 +172,7 @@ async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransac
 async def run_guarded(
     call: GuardedCall, handler: Callable[[], Awaitable[_T]], verdict: Callable[[_T], tuple[Verdict, StoredResponse]]
 ) -> _T:
-    """Run a claimed call's handler, shielded from its client's disconnect, and settle its key (the module's rules).
+    """Run a claimed call's handler, shielded from its client's disconnect, and end its key (``docs/edge.md``).
 
     Args:
         call: the claimed call (its store and claim set).

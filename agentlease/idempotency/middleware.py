@@ -1,21 +1,7 @@
-"""ASGI middleware enforcing idempotency keys and fencing tokens at a downstream service.
-
-The HTTP convention, the answers and why (``docs/edge.md``): ``POST``, ``PUT``, ``PATCH`` and
-``DELETE`` carry ``Idempotency-Key``, a fenced write ``Fencing-Token`` (a generation, or
-``<generation>.<signature>`` with a fencing key) and optionally ``Fencing-Resource``; other methods pass
-untouched. The fenced resource is the service's ``resource_for(request)`` when it names one, else the
-resource the client names (a signed token must have been made for it), else the idempotency key: one
-fence per action. Keys are scoped per caller (``caller_for``).
-
-Answers, in the order they are decided: 413 ``request_too_large`` / 408 ``request_timeout``; 400 for a
-malformed header (``missing_idempotency_key``, ``invalid_fencing_token``, ...); 409 ``stale_fencing_token``
-(a newer generation passed the fence; checked, and the fence moved, even while an older request with the
-key runs); 422 ``idempotency_key_reused`` (other arguments); the stored answer again, with
-``Idempotent-Replayed: true``; 409 ``idempotency_key_in_flight`` with ``Retry-After`` (wait and ask
-again); 409 ``idempotency_key_in_doubt`` (an earlier request started and its outcome is unknown: a person
-decides); otherwise the handler runs once, shielded from the client's disconnect, under the rules of
-:mod:`agentlease.idempotency.edge`. The handler reads its call as ``request.state.idempotency`` (also
-``request.state.idempotency_key`` and ``request.state.fencing``) and commits its effect with its key in
+"""ASGI middleware enforcing idempotency keys and fencing tokens at a downstream service: the HTTP convention,
+its answers in the order they are decided, and why (``docs/edge.md``, "Over HTTP: the headers"). The handler
+reads its call as ``request.state.idempotency`` (also ``request.state.idempotency_key`` and
+``request.state.fencing``) and commits its effect with its key in
 :func:`~agentlease.idempotency.edge.effect_transaction`.
 """
 
@@ -46,6 +32,7 @@ from agentlease.idempotency.convention import (
     IN_FLIGHT,
     MUTATING_METHODS,
     REPLAYED_HEADER,
+    STALE,
     HeaderError,
     caller_of,
     parse_fencing_resource,
@@ -78,11 +65,11 @@ def caller_from_credentials(connection: HTTPConnection) -> str:
 
 
 class _TooLarge(Exception):
-    """The request body outgrew ``max_body_bytes``."""
+    pass
 
 
 class _TooSlow(Exception):
-    """The request body did not arrive within ``body_timeout_s``."""
+    pass
 
 
 def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse:
@@ -97,7 +84,7 @@ def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
         call.not_applied()
     return _error(
         409,
-        "stale_fencing_token",
+        STALE,
         str(exc),
         resource=exc.resource_key,
         generation=exc.generation,
@@ -106,33 +93,25 @@ def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
 
 
 async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes | None:
-    """The whole request body, or ``None`` if the client disconnected first.
-
-    Raises:
-        _TooLarge: the body is larger than ``limit`` bytes (reading stops there).
-        _TooSlow: the body did not arrive within ``timeout_s`` seconds.
-    """
-    try:
-        with anyio.fail_after(timeout_s):
-            return await _read_all(receive, limit)
-    except TimeoutError:
-        raise _TooSlow from None
-
-
-async def _read_all(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or ``None`` if the client disconnected first; raises :class:`_TooLarge` past
+    ``limit`` bytes, :class:`_TooSlow` after ``timeout_s`` seconds."""
     chunks: list[bytes] = []
     size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _TooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+    try:
+        with anyio.fail_after(timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise _TooLarge
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+    except TimeoutError:
+        raise _TooSlow from None
 
 
 def _replaying(body: bytes, receive: Receive) -> Receive:
@@ -149,18 +128,21 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
+def _kept(raw_headers: list[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """The headers a replay sends again: all but the first caller's cookies."""
+    return [
+        (name.decode("latin-1"), value.decode("latin-1"))
+        for name, value in raw_headers
+        if name.lower() != b"set-cookie"
+    ]
+
+
 def _captured(messages: list[Message]) -> StoredResponse:
     start = next((m for m in messages if m["type"] == "http.response.start"), None)
     if start is None:
         raise RuntimeError("the application returned without starting a response")
-    # A replay never sets the first caller's cookies again.
-    headers = [
-        (name.decode("latin-1"), value.decode("latin-1"))
-        for name, value in start.get("headers", [])
-        if name.lower() != b"set-cookie"
-    ]
     body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
-    return StoredResponse(start["status"], headers, body)
+    return StoredResponse(start["status"], _kept(start.get("headers", [])), body)
 
 
 def _replay(stored: StoredResponse) -> Response:
@@ -191,38 +173,28 @@ def _verdict(messages: list[Message]) -> tuple[Verdict, StoredResponse]:
 
 def _stored_response(response: Response) -> StoredResponse:
     """A response given to :meth:`~agentlease.idempotency.edge.EffectTransaction.done`, as it is stored."""
-    headers = [
-        (name.decode("latin-1"), value.decode("latin-1"))
-        for name, value in response.raw_headers
-        if name.lower() != b"set-cookie"
-    ]
-    return StoredResponse(response.status_code, headers, bytes(response.body))
+    return StoredResponse(response.status_code, _kept(response.raw_headers), bytes(response.body))
 
 
 class IdempotencyMiddleware:
-    """Pure ASGI middleware: idempotency keys and fencing tokens for mutating requests (the module docstring).
+    """Pure ASGI middleware: idempotency keys and fencing tokens for mutating requests (``docs/edge.md``).
 
     Args:
         app: the wrapped ASGI app.
         store: where keys, responses and fences live (the service's database).
-        resource_for: names the fenced resource of a request (the service's route configuration); the
-            client's ``Fencing-Resource`` is then ignored. Default ``None``: the resource the client names,
-            else the idempotency key (one fence per action); :func:`request_path` fences routes.
-        require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``.
-            Default ``False`` (idempotent-only clients send just the key).
-        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only signed tokens that
-            verify for the request's resource pass. Default ``None``: bare generations are taken.
+        resource_for: names the fenced resource of a request (the client's ``Fencing-Resource`` is then
+            ignored). Default ``None``: the resource the client names, else the idempotency key.
+        require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``. Default ``False``.
+        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only signed tokens that verify for
+            the request's resource pass. Default ``None``: bare generations are taken.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_credentials`.
         commits_with_key: every handler behind the middleware commits its effect with its key (in
-            ``effect_transaction``, and nowhere else): should the service stop before that commit, the key is
-            free again once the store's lock timed out, instead of held in doubt. Default ``False``.
+            ``effect_transaction`` only): a key whose holder vanished is free again once its lock timed out,
+            instead of held in doubt. Default ``False``.
         max_body_bytes: the largest body read; larger is 413. Default :data:`MAX_BODY_BYTES`.
-        body_timeout_s: seconds the body may take to arrive; slower is 408 ``request_timeout``
-            (a client trickling its body holds nothing longer). Default :data:`BODY_TIMEOUT_S`. A
-            client slow to send its headers is the server's to cut off (uvicorn has no such limit:
-            ``agentlease.cli.serving.timed_protocol`` adds one).
-        clock: returns the current time (aware) for every statement; default ``None``, the
-            database's clock. Tests inject time here.
+        body_timeout_s: seconds the body may take to arrive; slower is 408 ``request_timeout``. Default
+            :data:`BODY_TIMEOUT_S` (slow headers are the server's to cut off: ``agentlease.cli.serving``).
+        clock: returns the current time (aware) for every statement. Default ``None``: the database's clock.
     """
 
     def __init__(

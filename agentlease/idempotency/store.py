@@ -1,9 +1,5 @@
-"""Idempotency keys, their answers and their fences in the downstream's database (SQLite or PostgreSQL).
-
-The table ``idempotency_keys`` lives beside the fences of :mod:`agentlease.fencing`; the service
-creates both at startup with :meth:`IdempotencyStore.create_tables`. One row per key; what each status
-means and what moves a key out of it is :class:`KeyStatus`; why the rules are what they are is
-``docs/edge.md``.
+"""Idempotency keys, their answers and their fences in the downstream's database (SQLite or PostgreSQL): the
+table ``idempotency_keys`` beside the fences of :mod:`agentlease.fencing`, one row per key (``docs/edge.md``).
 """
 
 from __future__ import annotations
@@ -84,20 +80,11 @@ idempotency_keys = Table(
     CheckConstraint("status IN ('in_flight', 'done', 'in_doubt')", name="status"),
     Index("ix_idempotency_keys_expires_at_ms", "expires_at_ms"),
 )
-_KEPT_BEFORE_0_4 = (
-    "key",
-    "request_hash",
-    "status",
-    "lock_id",
-    "response_status",
-    "response_headers",
-    "response_body",
-    "created_at_ms",
-    "expires_at_ms",
-)
 """One row per key: request hash, status, the holder's lock, whether the holder's effect commits with the
 key (``effect_in_transaction``), the stored answer, and one expiry (epoch ms): the lock's end while
 ``in_flight``, the retention's end once ``done`` or ``in_doubt``."""
+
+_KEPT_BEFORE_0_4 = tuple(column.name for column in idempotency_keys.c if column.name != "effect_in_transaction")
 
 _K = idempotency_keys.c
 
@@ -163,6 +150,17 @@ def _positive(name: str, value: timedelta) -> timedelta:
     return value
 
 
+def _answer(response: StoredResponse) -> dict[str, Any]:
+    """The columns of a stored answer."""
+    headers = [list(pair) for pair in response.headers]
+    return {"response_status": response.status, "response_headers": headers, "response_body": response.body}
+
+
+def _held_by(key: str, lock_id: str, *statuses: KeyStatus) -> Any:
+    """The row of ``key`` still held by ``lock_id`` in one of ``statuses``."""
+    return (_K.key == key) & (_K.lock_id == lock_id) & _K.status.in_([status.value for status in statuses])
+
+
 def _response_of(row: Any) -> StoredResponse | None:
     if row.response_status is None:
         return None
@@ -212,14 +210,19 @@ class IdempotencyStore:
         await self._engine.dispose()
 
     async def create_tables(self) -> None:
-        """Create ``idempotency_keys`` and ``fences`` if they do not exist (safe to run again); a key table
-        made by agentlease 0.3 or earlier is rebuilt in the new shape, its rows kept."""
+        """Create ``idempotency_keys`` and ``fences`` if they do not exist (safe to run again); a key table of
+        agentlease 0.3 or earlier is rebuilt in the new shape, its rows kept."""
         await create_fence_table(self._engine)
         async with self._engine.begin() as conn:
             await conn.run_sync(_create_or_upgrade)
 
     def _now(self, now: datetime | None) -> Any:
         return db_now_ms(self._engine.dialect.name, now)
+
+    async def _rowcount(self, statement: Any) -> int:
+        """Run ``statement`` in a transaction of its own; the rows it changed."""
+        async with self._engine.begin() as conn:
+            return int((await conn.execute(statement)).rowcount)
 
     async def claim(
         self,
@@ -230,20 +233,16 @@ class IdempotencyStore:
         commits_with_key: bool = False,
         now: datetime | None = None,
     ) -> Claimed | Held:
-        """Pass the fence, then claim ``key`` for one execution, in one transaction.
-
-        The fence is checked and moved first, whatever the key's state: a newer generation moves it even
-        while an older request with the key is still running, so that request's own fence check refuses
-        its commit. Then one conditional upsert takes the key where no row exists, where the row's
-        retention has passed, or where an in-flight holder whose effect commits with its key timed out.
-        An in-flight key whose holder timed out without that promise is put in doubt instead.
+        """Pass the fence (moved first, whatever the key's state), then claim ``key`` for one execution, in one
+        transaction: taken where no row exists, its retention has passed, or an in-flight holder whose effect
+        commits with its key timed out; an in-flight key whose holder timed out without that promise is put
+        in doubt instead.
 
         Args:
             key: the stored key (scoped to its caller).
             request_hash: see :func:`~agentlease.idempotency.convention.request_hash`.
             fence: the request's fenced resource and generation, if it carries one.
-            commits_with_key: the handler commits its effect with its key (``effect_transaction``): should
-                it vanish before that commit, nothing happened (see :meth:`promise_effect_in_transaction`).
+            commits_with_key: the handler commits its effect with its key (:meth:`promise_effect_in_transaction`).
             now: injected time; default the database's clock.
 
         Returns:
@@ -294,7 +293,7 @@ class IdempotencyStore:
     async def _set_in_doubt(self, conn: AsyncConnection, key: str, lock_id: str, now: datetime | None) -> bool:
         result = await conn.execute(
             update(idempotency_keys)
-            .where(_K.key == key, _K.lock_id == lock_id, _K.status == KeyStatus.IN_FLIGHT.value)
+            .where(_held_by(key, lock_id, KeyStatus.IN_FLIGHT))
             .values(status=KeyStatus.IN_DOUBT.value, expires_at_ms=self._now(now) + duration_ms(self.retention))
         )
         return result.rowcount == 1
@@ -303,17 +302,11 @@ class IdempotencyStore:
         """The conditional ``UPDATE`` that stores ``claim``'s answer (from in flight or in doubt)."""
         return (
             update(idempotency_keys)
-            .where(
-                _K.key == claim.key,
-                _K.lock_id == claim.lock_id,
-                _K.status.in_([KeyStatus.IN_FLIGHT.value, KeyStatus.IN_DOUBT.value]),
-            )
+            .where(_held_by(claim.key, claim.lock_id, KeyStatus.IN_FLIGHT, KeyStatus.IN_DOUBT))
             .values(
                 status=KeyStatus.DONE.value,
-                response_status=response.status,
-                response_headers=[list(pair) for pair in response.headers],
-                response_body=response.body,
                 expires_at_ms=self._now(now) + duration_ms(self.retention),
+                **_answer(response),
             )
         )
 
@@ -323,29 +316,17 @@ class IdempotencyStore:
         Returns:
             ``False`` when the key had been taken over (nothing stored).
         """
-        async with self._engine.begin() as conn:
-            result = await conn.execute(self._answered(claim, response, now))
-        return result.rowcount == 1
+        return await self._rowcount(self._answered(claim, response, now)) == 1
 
     async def replace_answer(self, claim: Claimed, response: StoredResponse) -> bool:
         """Replace the answer a claim stored with its effect (:func:`record_done`) by the handler's final one."""
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                update(idempotency_keys)
-                .where(_K.key == claim.key, _K.lock_id == claim.lock_id, _K.status == KeyStatus.DONE.value)
-                .values(
-                    response_status=response.status,
-                    response_headers=[list(pair) for pair in response.headers],
-                    response_body=response.body,
-                )
-            )
-        return result.rowcount == 1
+        done = _held_by(claim.key, claim.lock_id, KeyStatus.DONE)
+        return await self._rowcount(update(idempotency_keys).where(done).values(**_answer(response))) == 1
 
     async def record_done(
         self, conn: AsyncConnection, claim: Claimed, response: StoredResponse, *, now: datetime | None = None
     ) -> None:
-        """Store ``claim``'s answer inside the effect's own transaction (``conn``): the key is done exactly
-        when the effect commits.
+        """Store ``claim``'s answer inside the effect's own transaction (``conn``): done exactly when it commits.
 
         Raises:
             KeyTakenOverError: the key was taken over after its lock timed out; the caller's transaction
@@ -355,19 +336,14 @@ class IdempotencyStore:
             raise KeyTakenOverError(claim.key)
 
     async def promise_effect_in_transaction(self, claim: Claimed) -> None:
-        """Record that ``claim``'s effect commits with its key: should its holder vanish before the
-        commit, nothing happened, and a later request may take the key over once the lock times out.
+        """Record that ``claim``'s effect commits with its key: should its holder vanish before the commit, a
+        later request may take the key over once the lock times out.
 
         Raises:
             KeyTakenOverError: the key was taken over already; the holder must not act.
         """
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                update(idempotency_keys)
-                .where(_K.key == claim.key, _K.lock_id == claim.lock_id, _K.status == KeyStatus.IN_FLIGHT.value)
-                .values(effect_in_transaction=True)
-            )
-        if result.rowcount != 1:
+        held = _held_by(claim.key, claim.lock_id, KeyStatus.IN_FLIGHT)
+        if await self._rowcount(update(idempotency_keys).where(held).values(effect_in_transaction=True)) != 1:
             raise KeyTakenOverError(claim.key)
 
     async def release(self, claim: Claimed) -> bool:
@@ -376,15 +352,8 @@ class IdempotencyStore:
         Returns:
             ``False`` when the key had been taken over or answered (nothing deleted).
         """
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                delete(idempotency_keys).where(
-                    _K.key == claim.key,
-                    _K.lock_id == claim.lock_id,
-                    _K.status.in_([KeyStatus.IN_FLIGHT.value, KeyStatus.IN_DOUBT.value]),
-                )
-            )
-        return result.rowcount == 1
+        held = _held_by(claim.key, claim.lock_id, KeyStatus.IN_FLIGHT, KeyStatus.IN_DOUBT)
+        return await self._rowcount(delete(idempotency_keys).where(held)) == 1
 
     async def hold_in_doubt(self, claim: Claimed, *, now: datetime | None = None) -> bool:
         """Keep a claimed key as ``in_doubt``: its handler started and its outcome is unknown.
@@ -422,40 +391,21 @@ class IdempotencyStore:
             ValueError: ``applied`` without a ``response``.
         """
         doubtful = (_K.key == key) & (_K.status == KeyStatus.IN_DOUBT.value)
-        if applied and response is None:
+        if not applied:
+            return await self._rowcount(delete(idempotency_keys).where(doubtful)) == 1
+        if response is None:
             raise ValueError("an applied key needs the answer to replay")
-        async with self._engine.begin() as conn:
-            if not applied:
-                return (await conn.execute(delete(idempotency_keys).where(doubtful))).rowcount == 1
-            assert response is not None
-            answer = response
-            result = await conn.execute(
-                update(idempotency_keys)
-                .where(doubtful)
-                .values(
-                    status=KeyStatus.DONE.value,
-                    response_status=answer.status,
-                    response_headers=[list(pair) for pair in answer.headers],
-                    response_body=answer.body,
-                )
-            )
-        return result.rowcount == 1
+        done = update(idempotency_keys).where(doubtful).values(status=KeyStatus.DONE.value, **_answer(response))
+        return await self._rowcount(done) == 1
 
     async def purge_expired(self, *, now: datetime | None = None) -> int:
-        """Delete the rows whose retention has passed; returns how many. Optional housekeeping (an in-flight
-        row is left: its holder's fate is decided by the next request with the key)."""
-        async with self._engine.begin() as conn:
-            result = await conn.execute(
-                delete(idempotency_keys).where(
-                    _K.expires_at_ms <= self._now(now), _K.status != KeyStatus.IN_FLIGHT.value
-                )
-            )
-        return result.rowcount
+        """Delete the rows whose retention has passed (but in-flight ones); returns how many. Optional."""
+        lapsed = (_K.expires_at_ms <= self._now(now)) & (_K.status != KeyStatus.IN_FLIGHT.value)
+        return await self._rowcount(delete(idempotency_keys).where(lapsed))
 
 
 def _create_or_upgrade(conn: Connection) -> None:
-    """Create the key table, or rebuild one made before ``effect_in_transaction`` and ``in_doubt`` existed
-    (its rows read, the table dropped and made anew, the rows written back)."""
+    """Create the key table, or rebuild one made before ``effect_in_transaction`` and ``in_doubt``, its rows kept."""
     inspector = inspect(conn)
     if inspector.has_table(idempotency_keys.name) and "effect_in_transaction" not in {
         column["name"] for column in inspector.get_columns(idempotency_keys.name)

@@ -1,9 +1,6 @@
-"""Approvals bound to one execution, as the claim checks and consumes them (``docs/recovery.md``, "Approvals").
-
-The claim statement itself refuses an approval-gated task without a valid approval and consumes it
-(:func:`agentlease.ledger.writes.approval_needed`); what is here reads the row the claim locked to say
-why a refused claim was refused, sends the task back to ``awaiting_approval`` with its one trail line,
-and reports what a granted claim consumed.
+"""Approvals bound to one execution, around the claim that checks and consumes them
+(:func:`agentlease.ledger.writes.approval_needed`; ``docs/decisions.md``, "Approvals"): why a refused claim
+was refused, the task back to ``awaiting_approval``, what a granted claim consumed.
 """
 
 from __future__ import annotations
@@ -81,10 +78,10 @@ def refuse_approval(
     refusal: ApprovalRefusedError,
     now: datetime | None,
 ) -> ApprovalRefusedError:
-    """Send an approval-gated task whose claim found no approval back to ``awaiting_approval``, with one
-    ``approval_refused`` entry, in the claim's transaction; the refusal, raised once this commits."""
+    """Send an approval-gated task whose claim found no approval back to ``awaiting_approval`` with one
+    ``approval_refused`` entry; the refusal, raised once the claim's transaction commits."""
     rows = execute(conn, sql.refuse_approval, {"key_task_id": spec.task_id, **now_param(now)})
-    if not rows:  # not pending (a task claimed before approvals were bound): nothing to move
+    if not rows:  # not pending (a task claimed before approvals were bound)
         return refusal
     write_event(
         conn,

@@ -1,9 +1,6 @@
-"""The claim: a task taken for one attempt, minting its next claim generation (G1, G3, G6).
-
-The statements are :func:`agentlease.ledger.writes.claim_new` (a task the ledger has not seen, on
-PostgreSQL one statement with its entry) and :func:`~agentlease.ledger.writes.claim` (a task that
-exists, after reading its row under a lock: a refusal says why, a takeover records the lapsed
-lease's ``expired`` entry first). ``Ledger.claim`` documents the call.
+"""The claim: a task taken for one attempt, minting its next claim generation (G1, G3, G6), through
+:func:`agentlease.ledger.writes.claim_new` or :func:`~agentlease.ledger.writes.claim`; ``Ledger.claim``
+documents the call.
 """
 
 from __future__ import annotations
@@ -37,26 +34,22 @@ Claimed = tuple[Claim, bool, str | None]
 """A granted claim, whether it superseded a lapsed lease, and that lease's stage."""
 
 _Granted = tuple[Any, str | None, bool, str | None]
-"""The granted row, the previous attempt's error class, whether it superseded a lapsed lease, and that
-lease's stage: what the claim's transaction returns (the :class:`Claim` is made after it)."""
+"""The granted row, the previous attempt's error class, and :data:`Claimed`'s last two."""
 
 
 def receipt_mismatch(spec: TaskSpec, tool: str | None, arguments_sha256: str | None) -> str | None:
-    """Why a receipt stored for ``spec``'s key (made by ``tool`` with those arguments) does not settle it.
-
-    ``None`` when it does: the same tool, and the same argument fingerprint where both are known.
-    """
+    """Why a receipt stored for ``spec``'s key (made by ``tool`` with those arguments) does not settle it;
+    ``None`` when it does (the same tool, and the same arguments where both are known)."""
     if tool is not None and tool != spec.tool:
-        return (
-            f"idempotency key {spec.idempotency_key!r} already has a settlement receipt of tool {tool!r}, "
-            f"not {spec.tool!r}: a key reused for another action is refused (HTTP 422 in Stripe's terms)"
-        )
-    if arguments_sha256 is not None and spec.arguments_sha256 is not None and arguments_sha256 != spec.arguments_sha256:
-        return (
-            f"idempotency key {spec.idempotency_key!r} already has a settlement receipt of {spec.tool!r} "
-            "with other arguments: a key reused for another action is refused (HTTP 422 in Stripe's terms)"
-        )
-    return None
+        what = f"of tool {tool!r}, not {spec.tool!r}"
+    elif arguments_sha256 is not None and spec.arguments_sha256 not in (None, arguments_sha256):
+        what = f"of {spec.tool!r} with other arguments"
+    else:
+        return None
+    return (
+        f"idempotency key {spec.idempotency_key!r} already has a settlement receipt {what}: a key reused for "
+        "another action is refused (HTTP 422 in Stripe's terms)"
+    )
 
 
 @dataclass(frozen=True)
@@ -109,9 +102,9 @@ class _Claimer:
     def note(
         self, attempts: int, lease_ttl_ms: int, consumed: Any = None, consumed_by: int | None = None
     ) -> tuple[str, dict[str, Any]]:
-        """The ``claimed`` entry's reason and details: the attempt, the approval it consumed (the row
-        before the claim: ``consumed``) or the generation that consumed it earlier (``consumed_by``), and
-        a heartbeat timeout that is not the lease's TTL (the lease's expiry is added by the statement)."""
+        """The ``claimed`` entry's reason and details: the attempt, the approval it consumed (the row before the
+        claim: ``consumed``) or the generation that consumed it (``consumed_by``), a heartbeat timeout that is
+        not the lease's TTL."""
         reason = f"attempt {attempts}"
         details: dict[str, Any] = {}
         if consumed is not None:
@@ -138,7 +131,7 @@ class _Claimer:
         return reason, details
 
     def granted(self, row: Any, previous_error_class: str | None) -> Claim:
-        """The claim of a granted row (the claim statement's, with the receipt stored for its key)."""
+        """The claim of a granted row (with the receipt stored for its key)."""
         stored = stored_receipt(row, row.idempotency_key)
         refused = (
             None if stored is None else receipt_mismatch(self.spec, row.receipt_tool, row.receipt_arguments_sha256)
@@ -219,11 +212,8 @@ async def _claim_once(core: LedgerCore, claimer: _Claimer) -> Claimed:
 def _claim_tx(
     core: LedgerCore, claimer: _Claimer, new_task: dict[str, Any] | None, params: dict[str, Any], conn: Connection
 ) -> _Granted | ApprovalRefusedError:
-    """The granted claim, or the approval refusal it recorded (raised once the transaction committed).
-
-    ``new_task``: the parameters of a first claim to try in this transaction (SQLite); ``params``: those
-    of the claim of the task that exists.
-    """
+    """The granted claim, or the approval refusal it recorded (raised once committed). ``new_task``: the
+    parameters of a first claim to try here (SQLite); ``params``: those of the claim of the task that exists."""
     spec = claimer.spec
     check_claim_clock(conn, core.sql, core.db.dialect, spec.task_id, claimer.now)
     if new_task is not None:  # a task the ledger has not seen: created claimed (generation 1)
@@ -261,12 +251,8 @@ def _claim_tx(
 
 
 def _refused(core: LedgerCore, claimer: _Claimer, conn: Connection, before: Any) -> ApprovalRefusedError:
-    """A claim the statement refused: an approval-gated task without a valid approval goes back to
-    ``awaiting_approval`` (returned, raised after the commit); otherwise another lease is valid.
-
-    Raises:
-        LeaseHeldError: with the time left on the current lease.
-    """
+    """A refused claim: an approval-gated task without a valid approval goes back to ``awaiting_approval``
+    (returned, raised after the commit); otherwise raises ``LeaseHeldError`` with the time left."""
     # Measured now, not at ``before``: on PostgreSQL that read may have waited for the row lock.
     refused_at_ms = conn.execute(core.sql.select_now, claimer.key).scalar_one()
     refusal = approval_refusal(before, claimer.spec, refused_at_ms) if claimer.gated else None

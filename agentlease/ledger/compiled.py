@@ -1,22 +1,10 @@
 """Running the ledger's hot statements on the driver connection: compiled once, executed without SQLAlchemy's
-per-call machinery.
+per-call machinery (which costs more CPU than the statement itself: ``bench/README.md``).
 
-A lease write is one statement of :mod:`agentlease.ledger.writes`, run thousands of times a
-second at scale. SQLAlchemy's execution layer (execution context, result objects, events) costs
-about 50-80 us of CPU per statement on a small machine, more than the statement itself on SQLite
-and, with the greenlet hop of its asyncio adapter, most of a PostgreSQL round trip's client CPU
-(``bench/README.md``). :func:`execute` compiles such a statement once per dialect (SQL text,
-parameter order, constant parameters, the types' own bind and result processors) and runs it:
-
-- on SQLite, inside the current transaction, with ``sqlite3``'s ``execute``;
-- on PostgreSQL, on a connection in autocommit (:meth:`LedgerDatabase.write_one`), with asyncpg's
-  ``fetch`` (a prepared statement from asyncpg's per-connection cache; one round trip);
-- otherwise (a PostgreSQL transaction), through SQLAlchemy as usual, with the statement's own
-  parameters only (SQLAlchemy would take a parameter named like a column as a value to ``SET``).
-
-The SQL is exactly what SQLAlchemy renders for the statement; only the call path differs. Driver
-errors are wrapped as SQLAlchemy's :class:`~sqlalchemy.exc.DBAPIError`, and a PostgreSQL
-connection that failed is invalidated, as SQLAlchemy's own execution would.
+:func:`execute` runs a prebuilt statement on SQLite with ``sqlite3``, on a PostgreSQL connection in
+autocommit with asyncpg's ``fetch``, and otherwise through SQLAlchemy. The SQL is what SQLAlchemy renders;
+driver errors are wrapped as :class:`~sqlalchemy.exc.DBAPIError` and a failed PostgreSQL connection is
+invalidated, as SQLAlchemy's own execution would.
 """
 
 from __future__ import annotations
@@ -53,7 +41,6 @@ class Compiled:
             else:
                 self.order.append((bind.key, None, processor))
         self.keys = frozenset(key for key, _value, _processor in self.order if key is not None)
-        """The names of the parameters a call gives."""
         self._constants = [value for _key, value, _processor in self.order]
         self._given = [(index, key, processor) for index, (key, _, processor) in enumerate(self.order) if key]
         self._plain = [(index, key) for index, key, processor in self._given if processor is None]
@@ -122,18 +109,15 @@ def _compiled(statement: ClauseElement, dialect: Dialect) -> Compiled:
 
 
 def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-    """Run a prebuilt ``statement`` with ``params`` on ``conn`` (see the module docstring). Returns its rows.
-
-    ``statement`` is one built once (:func:`~agentlease.ledger.writes.lease_writes`, ...): its
-    compiled form is kept for the life of the process. Its parameters are named ``bindparam`` s
-    or constants (no expanding ``IN`` lists).
+    """Run a prebuilt ``statement`` (compiled once for the life of the process; named ``bindparam`` s or
+    constants, no expanding ``IN`` lists) with ``params`` on ``conn``. Returns its rows.
 
     Raises:
         DBAPIError: the driver's error, wrapped.
     """
     dialect = conn.dialect
+    compiled = _compiled(statement, dialect)
     if dialect.name == "sqlite":
-        compiled = _compiled(statement, dialect)
         args = compiled.args(params)
         driver: Any = conn.connection.driver_connection
         try:
@@ -143,7 +127,6 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
             raise DBAPIError.instance(compiled.sql, args, exc, dialect.loaded_dbapi.Error) from exc
         return compiled.rows(raw)
     if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-        compiled = _compiled(statement, dialect)
         args = compiled.args(params)
         adapted = conn.connection.dbapi_connection
         try:
@@ -157,19 +140,14 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
                 conn.invalidate(exc)
             raise DBAPIError.instance(compiled.sql, args, exc, Exception) from exc
         return compiled.rows(raw)
-    compiled = _compiled(statement, dialect)
     result = conn.execute(statement, {key: params[key] for key in compiled.keys})  # type: ignore[call-overload]
     return list(result) if compiled.has_results else []
 
 
 async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-    """Run a prebuilt ``statement`` alone on a pooled connection of the PostgreSQL ``engine``, in autocommit.
-
-    The connection is checked out of the engine's pool (its checkout listeners run: the ping after
-    idling) and the compiled statement goes straight to asyncpg's ``fetch``: no SQLAlchemy
-    ``Connection``, no greenlet around the round trip, no isolation-level switch. asyncpg outside a
-    transaction block commits each statement on its own. A connection whose statement failed other
-    than by the server's answer (a lost connection, a cancelled caller) is invalidated, never reused.
+    """Run a prebuilt ``statement`` alone on a pooled connection of the PostgreSQL ``engine``, straight to
+    asyncpg's ``fetch`` (autocommit, no SQLAlchemy ``Connection``, no greenlet). A connection whose
+    statement failed other than by the server's answer is invalidated, never reused.
 
     Raises:
         DBAPIError: the driver's error, wrapped (as :func:`execute` does).

@@ -1,5 +1,5 @@
 """What every ledger operation shares: where its transaction runs, and how a refused holder write is
-recorded (as evidence, in the refusal's own transaction) and raised (G2, G10)."""
+recorded and raised (G2, G10)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from agentlease.ledger.compiled import execute
 from agentlease.ledger.database import LedgerDatabase, Transaction
 from agentlease.ledger.rendering import Rendered
 from agentlease.ledger.statements import held, lease_statements, token_sha256
-from agentlease.ledger.trail import write_holder_event
+from agentlease.ledger.trail import write_event
 from agentlease.ledger.writes import lease_writes
 from agentlease.observability.metrics import LeaseMetrics
 from agentlease.records import Claim, SettlementReceipt, StoredReceipt, TaskRecord, TaskSpec
@@ -28,7 +28,7 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a guarded write touched no row, read back in the refusal's transaction.
+    """Why a guarded write touched no row.
 
     Attributes:
         current_generation / status: the task's, as the ledger has them.
@@ -41,7 +41,7 @@ class Refusal:
 
 
 def task_values(spec: TaskSpec, now: datetime | None) -> dict[str, Any]:
-    """The parameters of a new task row for ``spec`` (``LeaseStatements.insert_task``, the claim of a new task)."""
+    """The parameters of a new task row for ``spec``."""
     return {
         "task_id": spec.task_id,
         "agent_run_id": spec.agent_run_id,
@@ -68,8 +68,7 @@ def stored_receipt(row: Any, idempotency_key: str) -> StoredReceipt | None:
 
 
 def redacted(receipt: SettlementReceipt) -> tuple[SettlementReceipt, dict[str, Any]]:
-    """``receipt`` with the secrets in its text masked (:mod:`agentlease.security.redaction`), and its JSON form;
-    ``receipt`` itself when it holds none (no second validation on the settle path)."""
+    """``receipt`` with the secrets in its text masked, and its JSON form (``receipt`` itself when it holds none)."""
     dumped = receipt.model_dump(mode="json")
     masked = redact(dumped)
     if masked == dumped:
@@ -82,8 +81,7 @@ class LedgerCore:
     """The database, statements, lease writes and metrics of one :class:`~agentlease.ledger.store.Ledger`.
 
     Args:
-        database: where the transactions run; owned by the ledger.
-        metrics: where each operation reports.
+        database / metrics: where the transactions run (owned by the ledger), where each operation reports.
     """
 
     def __init__(self, database: LedgerDatabase, metrics: LeaseMetrics) -> None:
@@ -93,13 +91,10 @@ class LedgerCore:
         self.metrics = metrics
 
     async def write(self, operation: str, tool: str, transaction: Transaction[R], *, one: bool = False) -> R:
-        """One write transaction; an outage is counted (``agentlease_ledger_unavailable_total``) and raised.
-
-        ``one``: the transaction's change is one statement (:meth:`LedgerDatabase.write_one`).
+        """One write transaction (``one``: its change is one statement, :meth:`LedgerDatabase.write_one`).
 
         Raises:
-            LedgerUnavailableError: the database could not be reached; the write may or may not have
-                committed (settle and lease ends retried after one recognise their own write).
+            LedgerUnavailableError: counted (``agentlease_ledger_unavailable_total``); the write may have committed.
         """
         try:
             return await (self.db.write_one if one else self.db.write)(transaction)
@@ -108,8 +103,7 @@ class LedgerCore:
             raise
 
     async def write_statement(self, operation: str, tool: str, statement: Any, params: dict[str, Any]) -> list[Any]:
-        """One prebuilt statement alone (:meth:`LedgerDatabase.write_statement`): its rows; an outage is
-        counted and raised as by :meth:`write`."""
+        """One prebuilt statement alone (:meth:`LedgerDatabase.write_statement`): its rows; outages as :meth:`write`."""
         try:
             return await self.db.write_statement(statement, params)
         except LedgerUnavailableError:
@@ -126,14 +120,8 @@ class LedgerCore:
         granted: Callable[[Any], R],
         refused: Transaction[R],
     ) -> R:
-        """A lease write alone: ``granted`` of the row it changed, or ``refused`` (a transaction) when it
-        changed none.
-
-        On PostgreSQL the write is ONE statement sent in autocommit (:meth:`LedgerDatabase.write_statement`)
-        and a refusal is recorded in a transaction of its own after it; on SQLite its statements and the
-        refusal run in one transaction. ``granted`` runs after the write, off SQLite's ledger thread. An
-        outage is counted and raised as by :meth:`write`.
-        """
+        """A lease write alone: ``granted`` of the row it changed (run off SQLite's ledger thread), or
+        ``refused`` (a transaction; on PostgreSQL one of its own after the write) when it changed none."""
         if write.statement is not None:
             rows = await self.write_statement(operation, tool, write.statement, params)
             return granted(rows[0]) if rows else await self.write(operation, tool, refused, one=True)
@@ -147,8 +135,7 @@ class LedgerCore:
 
     @staticmethod
     def held(claim: Claim, now: datetime | None) -> dict[str, Any]:
-        """Parameters of the guard of every holder write (G2): same owner, same generation, the lease
-        token minted with it, lease valid."""
+        """Parameters of the guard of every holder write (G2)."""
         token = token_sha256(claim.lease_token.get_secret_value())
         return {**held(claim.task_id, claim.owner, claim.generation, token), **now_param(now)}
 
@@ -175,24 +162,24 @@ class LedgerCore:
                 f"{operation} refused: the claim of generation {claim.generation} did not present the lease token "
                 "the ledger minted with it (a claim rebuilt from listings or the trail cannot write)"
             )
-        write_holder_event(
+        facts = {"operation": operation, **({"lease_token": "refused"} if token_refused else {}), **(details or {})}
+        write_event(
             conn,
             self.sql,
-            claim,
-            kind,
+            task_id=claim.task_id,
+            kind=kind,
+            generation=claim.generation,
             at_ms=row.now_ms,
+            owner=claim.owner,
             reason=reason,
-            details={
-                "operation": operation,
-                **({"lease_token": "refused"} if token_refused else {}),
-                **(details or {}),
-            },
+            details=facts,
+            trace=claim.trace,
         )
         return refusal
 
     @staticmethod
     def granted(claim: Claim, operation: str, outcome: R | Refusal) -> R:
-        """The outcome of a holder write; a refusal (already recorded and committed) raises.
+        """The outcome of a holder write; a refusal (already recorded) raises.
 
         Raises:
             LeaseTokenMismatchError: (a ``LeaseLostError``) the claim did not present its lease token.
@@ -224,15 +211,7 @@ class LedgerCore:
     def receipt(self, conn: Connection, idempotency_key: str) -> StoredReceipt | None:
         """The receipt stored for the key, if any."""
         rows = execute(conn, self.sql.select_receipt, {"key_idempotency_key": idempotency_key})
-        if not rows:
-            return None
-        row = rows[0]
-        return StoredReceipt(
-            idempotency_key=row.idempotency_key,
-            task_id=row.task_id,
-            claim_generation=row.claim_generation,
-            receipt=row.receipt,
-        )
+        return stored_receipt(rows[0], idempotency_key) if rows else None
 
 
 __all__ = ["LedgerCore", "Refusal", "redacted", "stored_receipt", "task_values"]

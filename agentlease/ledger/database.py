@@ -1,39 +1,15 @@
 """Where ledger transactions run: one synchronous function per transaction, one hop per call.
 
-Every ledger operation is written once, as a function over a synchronous SQLAlchemy
-:class:`~sqlalchemy.engine.Connection` that runs inside one transaction. A :class:`LedgerDatabase`
-runs it without blocking the event loop:
+- **SQLite**: a synchronous ``sqlite3`` engine used by one dedicated thread, which keeps its connection and
+  runs the process's transactions in turn (``BEGIN IMMEDIATE`` for writes, a plain ``BEGIN`` for reads);
+  why one hop per transaction: ``bench/README.md``.
+- **PostgreSQL**: the async engine (asyncpg) and ``AsyncConnection.run_sync``; a lease write that is one
+  statement goes straight to asyncpg (:meth:`LedgerDatabase.write_statement`, ``docs/operations.md``).
 
-- **SQLite** (embedded default): a synchronous engine (the standard library's ``sqlite3``) used
-  by one dedicated thread. The whole transaction is one hop to that thread and back. An async
-  driver (aiosqlite) hops to its thread for every cursor, execute, fetch and commit, about 13
-  hops per lease write, each a GIL hand-off with Temporal's own threads; they were the largest
-  part of a lease's cost (``bench/README.md``). The one thread also serialises
-  the process's ledger transactions, which ``BEGIN IMMEDIATE`` would serialise anyway, and a
-  writer waiting for another process's lock (``busy_timeout``) waits there, not on the loop.
-  The thread keeps its connection between transactions (no pool checkout, ``Connection`` and
-  checkin per transaction) and hands finished transactions back to the event loop together while
-  more are queued: one wake-up of the loop for several of them.
-- **PostgreSQL**: the async engine (asyncpg) and ``AsyncConnection.run_sync``, which runs the
-  same function with each statement awaited on the loop. A lease write that is one statement
-  (:meth:`LedgerDatabase.write_statement`: a claim of a new task, a renewal, a settle, a lease end,
-  each with its evidence, :mod:`agentlease.ledger.rendering`) skips that: the statement goes
-  straight to asyncpg on a pooled connection.
-
-Writes begin with ``BEGIN IMMEDIATE`` on SQLite (see :mod:`agentlease.ledger.engine`); reads with
-a plain ``BEGIN``, a WAL snapshot that does not take the write lock.
-
-A caller cancelled while its transaction runs on the SQLite thread gets ``CancelledError`` at
-once, but the transaction still runs to its end (commit or rollback) on the thread (one cancelled
-while still queued is skipped): unlike on PostgreSQL, where a cancelled caller's transaction is
-rolled back unless its ``COMMIT`` was already sent, the change may be made without the caller
-learning of it. Callers that
-must know (a claim) wait for the outcome themselves (see ``LeasedActivities``).
-
-While another process holds SQLite's write lock, transactions queue on the thread. Each one may
-wait at most the busy timeout in all, queue included: one that reaches the thread after its
-deadline fails at once with "database is locked" instead of waiting the busy timeout again, so a
-worker's shutdown stays bounded by about one busy timeout however many tools were waiting.
+A caller cancelled while its transaction runs on the SQLite thread gets ``CancelledError`` at once, but
+the transaction still runs to its end there (one still queued is skipped): unlike on PostgreSQL, the
+change may be made without the caller learning of it. A queued transaction waits at most the busy
+timeout in all: one that reaches the thread after its deadline fails at once with "database is locked".
 """
 
 from __future__ import annotations
@@ -107,12 +83,8 @@ class LedgerDatabase(Protocol):
         ...
 
     async def write_one(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction``, whose change is ONE statement, in as few round trips as the database allows.
-
-        On PostgreSQL each statement is its own transaction (autocommit): no ``BEGIN`` and
-        ``COMMIT`` round trips, so a lease write with its evidence in one statement is one round
-        trip. Statements after the first (the evidence of a refused write) commit on their own.
-        On SQLite the same as :meth:`write`.
+        """Run ``transaction``, whose change is ONE statement: on PostgreSQL in autocommit (each statement
+        commits on its own), on SQLite as :meth:`write`.
 
         Raises:
             LedgerUnavailableError: as :meth:`write`.
@@ -120,11 +92,8 @@ class LedgerDatabase(Protocol):
         ...
 
     async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-        """Run ONE prebuilt lease statement alone (:func:`~agentlease.ledger.compiled.execute`); its rows.
-
-        The hot path of a lease write whose change and evidence are one statement. On PostgreSQL it
-        is sent on a pooled connection in autocommit, straight to asyncpg (no SQLAlchemy connection,
-        no greenlet): one round trip. On SQLite, the same as :meth:`write_one` of that statement.
+        """Run ONE prebuilt lease statement alone; its rows. On PostgreSQL it goes straight to asyncpg in
+        autocommit (:func:`~agentlease.ledger.compiled.fetch_alone`); on SQLite as :meth:`write_one`.
 
         Raises:
             LedgerUnavailableError: as :meth:`write`.
@@ -160,18 +129,14 @@ def open_database(
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
-    """The errors :func:`unavailable_as_error` looks at: SQLAlchemy's, the OS's, and asyncpg's once it is imported."""
     return (SQLAlchemyError, OSError, TimeoutError, *asyncpg_errors("PostgresError", "InterfaceError"))
 
 
 @contextmanager
 def unavailable_as_error(url: str) -> Iterator[None]:
-    """Raise :class:`LedgerUnavailableError` (one line, the driver's error as its cause) for an error
-    that says the ledger could not be reached or answer (:func:`~agentlease.ledger.engine.is_unavailable`);
-    a value the database refuses (:func:`~agentlease.ledger.engine.is_refused_value`) raises
-    :class:`LedgerRefusedValueError`; anything else propagates unchanged. On an outage a write's
-    outcome is unknown: it may have committed (see the idempotent retries of
-    :class:`~agentlease.ledger.store.Ledger`)."""
+    """Raise :class:`LedgerUnavailableError` (one line) for an error that says the ledger could not be reached
+    or answer (:func:`~agentlease.ledger.engine.is_unavailable`; a write may have committed), and
+    :class:`LedgerRefusedValueError` for a value the database refuses; anything else propagates unchanged."""
     try:
         yield
     except _driver_errors() as exc:
@@ -187,20 +152,13 @@ _DELIVER_AFTER = 16
 """At most this many finished transactions wait for one wake-up of the event loop."""
 
 _DELIVER_WITHIN_S = 0.001
-"""And none waits longer than this before the next transaction starts (which may itself wait for
-another process's write lock): a renewal's caller learns its outcome without that wait."""
+"""And none waits longer than this before the next transaction starts (which may wait for a lock)."""
 
 
 class _LedgerThread:
-    """The SQLite ledger's thread: runs queued calls one after another, in order.
-
-    The outcome of each call goes back to its caller's event loop. While more calls are queued,
-    finished ones are handed back together (up to :data:`_DELIVER_AFTER`, at most
-    :data:`_DELIVER_WITHIN_S` after the first of them finished, and at the latest when the queue
-    runs empty): one wake-up of the loop for several transactions instead of one each.
-    A call whose caller was cancelled before it started is skipped. The thread is not a daemon:
-    it is stopped by :meth:`stop` or at interpreter exit, after the calls queued before.
-    """
+    """The SQLite ledger's thread: runs queued calls in order, handing finished ones back to their loops
+    together while more are queued (one wake-up for several); skips a call cancelled before it started.
+    Not a daemon: stopped by :meth:`stop` or at interpreter exit, after the calls queued before."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
@@ -209,11 +167,9 @@ class _LedgerThread:
         self._thread.start()
 
     def submit(self, future: asyncio.Future[Any], call: Callable[[], Any]) -> None:
-        """Run ``call`` on the thread; its result or exception completes ``future`` (on its loop)."""
         self._queue.put((future, call))
 
     def stop(self) -> None:
-        """Stop after the calls queued so far, and wait for the thread to end."""
         self._queue.put(None)
         if threading.current_thread() is not self._thread:
             self._thread.join()
@@ -248,7 +204,6 @@ class _LedgerThread:
 
 
 def _deliver(done: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    """Complete finished calls' futures on their loops: one ``call_soon_threadsafe`` per loop."""
     loops: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
     for entry in done:
         loops.setdefault(entry[0].get_loop(), []).append(entry)
@@ -272,8 +227,7 @@ def _complete(entries: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
 _LIVE_THREADS: weakref.WeakSet[_LedgerThread] = weakref.WeakSet()
 
 
-def _stop_at_exit() -> None:
-    """At interpreter exit (before threads are joined): stop every ledger thread after its queued calls."""
+def _stop_at_exit() -> None:  # before threads are joined
     for thread in list(_LIVE_THREADS):
         thread.stop()
 
@@ -297,13 +251,11 @@ class SQLiteThreadDatabase:
         self._wait_s = busy_timeout_ms / 1000
         self._engine = engine
         self._thread: _LedgerThread | None = None
-        self._conn: Connection | None = None
-        """The thread's connection, kept between transactions (dropped after a transaction raised)."""
+        self._conn: Connection | None = None  # kept between transactions, dropped after one raised
         self._conn_read_only = False
         database = engine.url.database
         self._path = "" if not database or database == ":memory:" or database.startswith("file:") else database
-        self._file_id: tuple[int, int] | None = None
-        """The file's identity at the first transaction: a later transaction on another file is refused."""
+        self._file_id: tuple[int, int] | None = None  # at the first transaction: another file is refused
 
     def _run(self, read_only: bool, transaction: Transaction[T], deadline: float) -> T:
         if time.monotonic() >= deadline:
@@ -312,7 +264,6 @@ class SQLiteThreadDatabase:
             )
             raise OperationalError("BEGIN", None, cause)
         self._check_file()
-        # One connection for the thread's life: no pool checkout, Connection and checkin per transaction.
         conn = self._conn
         if conn is None:
             conn = self._conn = self._engine.connect()
@@ -323,9 +274,7 @@ class SQLiteThreadDatabase:
         try:
             with conn.begin():
                 result = transaction(conn)
-        except BaseException:
-            # Rolled back; the connection goes back to the pool and the next transaction takes a fresh
-            # one, whatever state this failure left it in.
+        except BaseException:  # rolled back; the next transaction takes a fresh connection
             self._conn = None
             try:
                 conn.close()
@@ -337,14 +286,12 @@ class SQLiteThreadDatabase:
         return result
 
     def _close(self) -> None:
-        """On the thread: give the connection back, close the pool's connections."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
         self._engine.dispose()
 
     def _stat(self) -> tuple[int, int] | None:
-        """``(device, inode)`` of the ledger file; ``None`` for an in-memory database or no file."""
         if not self._path:
             return None
         try:
@@ -354,7 +301,6 @@ class SQLiteThreadDatabase:
         return found.st_dev, found.st_ino
 
     def _check_file(self) -> None:
-        """Refuse to go on when the file first used was deleted or replaced (a new, empty ledger)."""
         if self._file_id is None:
             return
         now = self._stat()
@@ -377,9 +323,7 @@ class SQLiteThreadDatabase:
         with unavailable_as_error(self.url):
             return await self._hop(True, transaction)
 
-    async def write_one(self, transaction: Transaction[T]) -> T:
-        with unavailable_as_error(self.url):
-            return await self._hop(False, transaction)
+    write_one = write
 
     async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
         return await self.write_one(functools.partial(execute, statement=statement, params=params))
@@ -398,9 +342,7 @@ class SQLiteThreadDatabase:
 
 
 class AsyncEngineDatabase:
-    """A ledger on an async engine: the transaction runs via ``run_sync``, each statement awaited.
-
-    The ledger's database for PostgreSQL (asyncpg).
+    """The PostgreSQL ledger's database: each transaction runs via ``run_sync``, each statement awaited.
 
     Args:
         engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.

@@ -1,8 +1,5 @@
-"""Decisions applied to a task: the lease write of the decision table's row, and a refused decision's entry (G8).
-
-The write is :func:`agentlease.ledger.writes.decision`: from one of the statuses the decision applies
-to, ending any claim in the same statement, with its evidence entry (and a confirm's receipt) in
-the same transaction. ``Ledger.decide`` and ``Ledger.record_refused_decision`` document the calls.
+"""Decisions applied to a task (:func:`agentlease.ledger.writes.decision`, G8), and a refused decision's entry;
+``Ledger.decide`` and ``Ledger.record_refused_decision`` document the calls.
 """
 
 from __future__ import annotations
@@ -68,7 +65,7 @@ async def decide(
         if spec is not None:
             core.insert_task(conn, spec, now)
         if expected_generation is not None:  # under the row's lock: no claim moves it before the decision
-            current = conn.execute(core.sql.select_task.with_for_update(), {"key_task_id": task_id}).first()
+            current = conn.execute(core.sql.current_task, {"key_task_id": task_id}).first()
             if current is not None and current.claim_generation != expected_generation:
                 raise TaskMovedError(task_id, expected_generation, current.claim_generation)
         rows = write.run(conn, params)

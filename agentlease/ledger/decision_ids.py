@@ -1,25 +1,22 @@
 """Signed decisions applied once: their decision ids in the ledger (migration 0007).
 
-A signed decision's proof carries a random decision id (:class:`~agentlease.security.decision_auth.DecisionProof`).
-The decision activity records it in ``decisions_applied`` (primary key ``(decision_id, task_id)``)
-with the Temporal activity that first used it, before it applies the decision: the same id sent again
-by another update, another workflow or a copy of the history is a replay, refused; a retry of that
-same activity (same workflow, run and activity id) is not. The first refused replay of an id is
-recorded in ``decision_replays`` and, in the same transaction, once in the task's trail. Both tables
-are insert-only for the worker role (``docs/security.md``, "Authenticated decisions").
+The decision activity records a signed decision's id in ``decisions_applied`` with the Temporal activity
+that first used it: the same id sent again elsewhere is a replay, refused (recorded once in
+``decision_replays`` and the task's trail); a retry of that same activity is not
+(``docs/security-operations.md``, "Authenticated decisions").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from sqlalchemy import Table, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import from_ms, now_param
 from agentlease.enums import EventKind
+from agentlease.ledger.rendering import dialect_insert
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import DECISION_REPLAYS as _REPLAYS
 from agentlease.ledger.tables import DECISIONS_APPLIED as _APPLIED
@@ -66,36 +63,20 @@ class DecisionUse:
         return f"at {at}{where}"
 
     def values(self) -> dict[str, Any]:
-        return {
-            "decision_id": self.decision_id,
-            "task_id": self.task_id,
-            "kind": self.kind,
-            "operator": self.operator,
-            "generation": self.generation,
-            "workflow_id": self.workflow_id,
-            "run_id": self.run_id,
-            "activity_id": self.activity_id,
-        }
+        """The row's columns but its time."""
+        values = asdict(self)
+        del values["at_ms"]
+        return values
 
 
 def _insert_new(dialect: str, table: Table) -> Any:
     """``INSERT ... ON CONFLICT (decision_id, task_id) DO NOTHING`` (INSERT privilege only)."""
-    insert = postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
-    return insert.on_conflict_do_nothing(index_elements=["decision_id", "task_id"])
+    return dialect_insert(dialect)(table).on_conflict_do_nothing(index_elements=["decision_id", "task_id"])
 
 
 def _use(row: Any, at: str) -> DecisionUse:
-    return DecisionUse(
-        decision_id=row.decision_id,
-        task_id=row.task_id,
-        kind=row.kind,
-        operator=row.operator,
-        generation=row.generation,
-        workflow_id=row.workflow_id,
-        run_id=row.run_id,
-        activity_id=row.activity_id,
-        at_ms=getattr(row, at),
-    )
+    named = {field.name: getattr(row, field.name) for field in fields(DecisionUse) if field.name != "at_ms"}
+    return DecisionUse(**named, at_ms=getattr(row, at))
 
 
 @dataclass(frozen=True)
@@ -134,7 +115,7 @@ async def record_decision_id(ledger: Ledger, use: DecisionUse) -> Recorded:
             return Recorded(_use(row, "applied_at_ms"), generation)
         if use.generation is not None and use.generation != generation:
             return Recorded(None, generation, moved=True)
-        at_ms = conn.execute(select(sql.now), now_param(None)).scalar_one()
+        at_ms = conn.execute(sql.select_now, now_param(None)).scalar_one()
         if conn.execute(insert.values(**use.values(), applied_at_ms=at_ms)).rowcount == 1:
             return Recorded(None, generation)
         return Recorded(_use(conn.execute(earlier_row).one(), "applied_at_ms"), generation)  # a concurrent one
@@ -164,7 +145,7 @@ async def record_replay(
     insert = _insert_new(ledger.database.dialect, _REPLAYS)
 
     def replay_tx(conn: Connection) -> bool:
-        at_ms = conn.execute(select(sql.now), now_param(None)).scalar_one()
+        at_ms = conn.execute(sql.select_now, now_param(None)).scalar_one()
         if conn.execute(insert.values(**replay.values(), refused_at_ms=at_ms)).rowcount != 1:
             return False
         task = conn.execute(sql.select_task, {"key_task_id": spec.task_id}).first()

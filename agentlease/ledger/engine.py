@@ -1,12 +1,6 @@
 """Database engines, for the ledger and for a downstream: URLs, SQLite's file and pragmas, the async engine a
-downstream (or a tool) uses, the ledger's own engines, and how a driver's error reads (an outage, a refused
-value, a missing schema).
-
-:func:`create_sqlite_thread_engine` makes the engine the SQLite ledger runs on its own thread
-(:mod:`agentlease.ledger.database`): one ``sqlite3`` connection in WAL mode, every write transaction
-``BEGIN IMMEDIATE`` (a read-only one, :data:`READ_ONLY_OPTION`, a plain ``BEGIN``).
-:func:`create_pg_ledger_engine` makes the PostgreSQL ledger's asyncpg engine, whose sessions end a
-transaction left idle so a paused holder's row lock cannot block takeovers.
+downstream (or a tool) uses, the ledger's own engines (``docs/operations.md``), and how a driver's error
+reads (an outage, a refused value, a missing schema).
 """
 
 from __future__ import annotations
@@ -44,7 +38,7 @@ def async_url(url: str, *, name: str = "database") -> str:
     """Normalise a database URL to its async driver (``~`` in a SQLite path expanded).
 
     Args:
-        url: see the module docstring.
+        url: ``sqlite:///PATH`` or ``postgresql://USER:PASS@HOST:PORT/DB`` (``postgres://`` too).
         name: what the URL names, for messages (``"ledger"``). Default ``"database"``.
 
     Raises:
@@ -101,12 +95,8 @@ def is_missing_schema(exc: BaseException) -> bool:
 
 
 def asyncpg_errors(*names: str) -> tuple[type[BaseException], ...]:
-    """asyncpg's error classes of these names (``"PostgresError"``, ``"InterfaceError"``, ...), for an
-    ``except`` clause or ``isinstance``; ``()`` while asyncpg was never imported.
-
-    asyncpg is imported only by a PostgreSQL connection: with no asyncpg in ``sys.modules``, no error of
-    asyncpg can have been raised, and a SQLite ledger's command does not pay for importing it.
-    """
+    """asyncpg's error classes of these names (``"PostgresError"``, ...), for ``except`` or ``isinstance``;
+    ``()`` while asyncpg was never imported (then none of its errors can have been raised)."""
     if "asyncpg" not in sys.modules:
         return ()
     import asyncpg  # already imported: a dictionary look-up (waits if another thread is importing it)
@@ -125,9 +115,8 @@ _UNREACHABLE_PG = (
 
 
 def is_unavailable(exc: BaseException) -> bool:
-    """Whether a database error says the database could not be reached or could not answer (stopped,
-    restarting, the connection dropped, SQLite's write lock held too long), rather than refusing what a
-    statement asked; a missing schema is not an outage."""
+    """Whether a database error says the database could not be reached or answer (stopped, restarting, the
+    connection dropped, SQLite's write lock held too long); a missing schema is not an outage."""
     if is_missing_schema(exc):
         return False
     if (isinstance(exc, DBAPIError) and exc.connection_invalidated) or isinstance(exc, InterfaceError):
@@ -142,10 +131,8 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 def is_refused_value(exc: BaseException) -> bool:
-    """Whether a database error refuses a value a statement carried (too long for its column, a
-    character the encoding cannot hold, out of range), or refuses the write to this role (no
-    privilege: a worker connected as the reader role; a row guard of the ledger): retrying the same
-    statement fails the same way, unlike an outage (:func:`is_unavailable`)."""
+    """Whether a database error refuses a value a statement carried (too long, not encodable, out of range) or
+    the write to this role (no privilege, a row guard): retrying the same statement fails the same way."""
     from sqlalchemy.exc import DataError
 
     if isinstance(exc, DataError):
@@ -173,8 +160,8 @@ def create_sqlite_directory(path: Path, *, name: str = "database") -> None:
 
 
 def sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
-    """Set WAL mode, the busy timeout and ``synchronous=NORMAL`` on a new SQLite connection, and take
-    transaction control away from the driver (the engine emits ``BEGIN`` itself)."""
+    """WAL mode, the busy timeout and ``synchronous=NORMAL`` on a new SQLite connection; the engine emits
+    ``BEGIN`` itself."""
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -212,23 +199,14 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
         pool_timeout=SQLITE_BUSY_TIMEOUT_MS / 1000,
     )
 
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        sqlite_pragmas(dbapi_connection, SQLITE_BUSY_TIMEOUT_MS)
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
-
+    event.listen(engine.sync_engine, "connect", lambda dbapi, _record: sqlite_pragmas(dbapi, SQLITE_BUSY_TIMEOUT_MS))
+    event.listen(engine.sync_engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
     return engine
 
 
 PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 1_000
-"""PostgreSQL ends a ledger session left idle inside a transaction this long. Default 1s.
-
-Ledger transactions are a few statements issued back to back; a session idle inside one is a
-worker that was paused (SIGSTOP, a long GC) or lost mid-transaction. Without this bound its row
-lock would block every takeover claim of that task for as long as it stays paused."""
+"""PostgreSQL ends a ledger session left idle inside a transaction this long (a paused worker's row lock
+would block takeovers). Default 1s."""
 
 READ_ONLY_OPTION = "agentlease_read_only"
 """Execution option (bool) of SQLite connections whose transactions only read: plain ``BEGIN``."""
@@ -236,8 +214,6 @@ READ_ONLY_OPTION = "agentlease_read_only"
 
 def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
     """Create the synchronous SQLite engine of a ledger, for use by one thread at a time.
-
-    The connection may be closed from another thread than the one that opened it.
 
     Args:
         url: a ``sqlite:///PATH`` URL (any SQLite driver name is replaced by ``pysqlite``).
@@ -261,14 +237,10 @@ def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_
         pool_reset_on_return=None,
     )
 
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        sqlite_pragmas(dbapi_connection, busy_timeout_ms)
+    event.listen(engine, "connect", lambda dbapi, _record: sqlite_pragmas(dbapi, busy_timeout_ms))
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        # One call on the driver rather than exec_driver_sql's cursor/execute/close; errors are
-        # wrapped as SQLAlchemy would wrap them.
+    def _on_begin(conn: Any) -> None:  # one call on the driver, errors wrapped as SQLAlchemy would
         statement = "BEGIN" if conn.get_execution_options().get(READ_ONLY_OPTION) else "BEGIN IMMEDIATE"
         try:
             conn.connection.driver_connection.execute(statement)
@@ -276,9 +248,7 @@ def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_
             raise DBAPIError.instance(statement, (), exc, sqlite3.Error) from exc
 
     @event.listens_for(engine, "reset")
-    def _on_reset(dbapi_connection: Any, _record: Any, state: Any) -> None:
-        # Replaces the pool's unconditional rollback-on-return: roll back only a connection still
-        # inside a transaction (one whose transaction raised before COMMIT or ROLLBACK).
+    def _on_reset(dbapi_connection: Any, _record: Any, state: Any) -> None:  # roll back only if still inside one
         if not state.terminate_only and dbapi_connection.in_transaction:
             dbapi_connection.rollback()
 
@@ -286,8 +256,7 @@ def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_
 
 
 PG_POOL_SIZE = 10
-"""Connections a PostgreSQL ledger keeps per process by default (no overflow): see
-:func:`create_pg_ledger_engine`."""
+"""Connections a PostgreSQL ledger keeps per process by default (no overflow)."""
 
 PG_PING_AFTER_IDLE_S = 10.0
 """A pooled PostgreSQL connection idle this long is pinged before use. Default 10s."""
@@ -297,15 +266,9 @@ PG_POOL_TIMEOUT_S = 30.0
 
 
 def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> AsyncEngine:
-    """Create the async engine of a PostgreSQL ledger.
-
-    The pool holds at most ``pool_size`` connections, opened on demand and kept: no overflow, so a
-    burst of transactions waits for a free connection (up to :data:`PG_POOL_TIMEOUT_S`) instead of
-    opening and closing sessions. A process therefore uses at most ``pool_size`` of the server's
-    ``max_connections`` (see ``docs/operations.md``). A connection is pinged before use only when it
-    has been idle in the pool for :data:`PG_PING_AFTER_IDLE_S` or more: busy connections go
-    straight to work (no ``pool_pre_ping`` round trip per transaction), and one the server closed
-    while it sat idle (a restart, a network cut) is replaced before a lease write uses it.
+    """Create the async engine of a PostgreSQL ledger: at most ``pool_size`` connections, no overflow (a burst
+    waits up to :data:`PG_POOL_TIMEOUT_S`), pinged before use only after :data:`PG_PING_AFTER_IDLE_S` idle
+    (``docs/operations.md``, "PostgreSQL connections").
 
     Args:
         url: ``postgresql://USER:PASS@HOST:PORT/DB`` (see :func:`agentlease.ledger.engine.async_url`).
@@ -344,8 +307,7 @@ def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> Async
             return
         try:
             sync_engine.dialect.do_ping(dbapi_connection)
-        except Exception as exc:  # any failure means: replace this connection
-            # The pool discards this connection and checks out another (SQLAlchemy's documented recipe).
+        except Exception as exc:  # replace this connection (SQLAlchemy's documented recipe)
             raise DisconnectionError(f"pooled ledger connection is gone: {exc}") from exc
 
     return engine

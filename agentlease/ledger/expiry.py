@@ -1,13 +1,7 @@
-"""Ledger queries of the expired-lease sweeper (:mod:`agentlease.recovery._sweeper`).
-
-Reading candidates and recording an expiry are separate statements on purpose: between them the
-task may be claimed again and settled by a newer generation. The write is conditional on the
-generation and the lapse it read, so such a settlement always stands (the River rescuer fix,
-PR #1373). A batch of leases is read in one keyset page and recorded by one conditional
-``UPDATE ... FROM <the batch>`` whose RETURNING says which tasks it moved; on PostgreSQL it skips
-rows another sweeper has locked (``FOR UPDATE SKIP LOCKED``) so that several sweepers pass each
-other by instead of queueing. The batch is one bound parameter (a JSON array the database unpacks),
-so the statement is built and compiled once per dialect, whatever the batch holds.
+"""Ledger queries of the expired-lease sweeper (:mod:`agentlease.recovery._sweeper`): a keyset page of lapsed
+leases, and a batch of them recorded by one conditional statement (``docs/operations.md``, "The sweeper").
+The write is conditional on the generation and the lapse it read, so a task claimed again and settled in
+between keeps its settlement (the River rescuer fix, PR #1373).
 """
 
 from __future__ import annotations
@@ -77,6 +71,7 @@ class ExpiredLease:
 
     @property
     def cursor(self) -> tuple[int, str]:
+        """The keyset cursor of the next batch."""
         return (self.expires_at_ms, self.task_id)
 
     @classmethod
@@ -99,23 +94,18 @@ class ExpiredLease:
 async def expired_leases(
     ledger: Ledger, *, limit: int, after: tuple[int, str] | None = None, now: datetime | None = None
 ) -> list[ExpiredLease]:
-    """Running tasks whose lease lapsed, oldest lapse first, in keyset batches.
-
-    One short read transaction fetches the rows and which of them have a receipt; the leases are
-    built after it ended.
+    """Running tasks whose lease lapsed, oldest lapse first, in keyset batches (one short read transaction).
 
     Args:
         limit: batch size.
         after: the cursor of the last lease of the previous batch.
         now: injected time; default the database's clock.
     """
-    sql = ledger.statements
-    params: dict[str, Any]
-    if after is None:
-        query, params = sql.expired_first, {"limit": limit, **now_param(now)}
-    else:
-        cursor = {"after_expires_at_ms": after[0], "after_task_id": after[1]}
-        query, params = sql.expired_after, {"limit": limit, **cursor, **now_param(now)}
+    params: dict[str, Any] = {"limit": limit, **now_param(now)}
+    query = ledger.statements.expired_first
+    if after is not None:
+        query = ledger.statements.expired_after
+        params.update(after_expires_at_ms=after[0], after_task_id=after[1])
 
     def read_tx(conn: Connection) -> tuple[Sequence[Row[Any]], set[str]]:
         rows = conn.execute(query, params).all()
@@ -158,7 +148,7 @@ class Expiry:
         }
 
     def event(self, at_ms: int) -> dict[str, Any]:
-        """The ``expired`` entry of this lease (:func:`~agentlease.ledger.writes.expired_entry`) at ``at_ms``."""
+        """The ``expired`` entry of this lease at ``at_ms``."""
         lease = self.lease
         return expired_entry(
             task_id=lease.task_id,
@@ -187,7 +177,8 @@ BATCH_IDS_PARAM = "expired_task_ids"
 
 
 def _batch(dialect_name: str) -> FromClause:
-    """The batch as a table ``expired`` (:data:`BATCH_COLUMNS`), unpacked from ONE JSON parameter."""
+    """The batch as a table ``expired`` (:data:`BATCH_COLUMNS`), unpacked from ONE JSON parameter (one
+    compiled statement serves every batch)."""
     types = {name: _T[name].type for name in BATCH_COLUMNS}
     batch = bindparam(BATCH_PARAM, type_=Text)
     if dialect_name == "postgresql":
@@ -206,20 +197,10 @@ def _batch(dialect_name: str) -> FromClause:
 
 @functools.cache
 def record_statement(dialect_name: str) -> Update:
-    """The sweeper's write of a batch of lapsed leases: ONE conditional ``UPDATE ... FROM <batch>``, built once.
-
-    Each row of the batch (:data:`BATCH_PARAM`, see :func:`batch_params`) moves its task to its
-    ``status`` only if the task is still the lease the sweeper read: same ``claim_generation``, same
-    ``lease_expires_at_ms``, still ``running`` and lapsed on the ledger's clock (bound ``now_ms``). A
-    task claimed again, settled, cancelled or recorded by another sweeper in between is left as it
-    is (the River rescuer fix); on PostgreSQL rows another sweeper has locked are skipped (``FOR
-    UPDATE SKIP LOCKED``) instead of waited for. RETURNING ``task_id`` and ``updated_at_ms`` of each
-    task it recorded: the row count checked, row by row.
-
-    The batch is one JSON parameter unpacked by the database (``json_each`` on SQLite,
-    ``json_to_recordset`` on PostgreSQL), so one compiled statement serves every batch; a
-    ``VALUES`` list of bound values per row is a new statement to compile for every batch, which
-    was most of a sweep's time (``bench/README.md``, the sweeper).
+    """The sweeper's write of a batch of lapsed leases (:func:`batch_params`): ONE conditional ``UPDATE ... FROM
+    <batch>``, built once. A task moves to its ``status`` only if it is still the lease the sweeper read (same
+    generation and expiry, running, lapsed at ``now_ms``); on PostgreSQL rows another sweeper has locked are
+    skipped (``SKIP LOCKED``). RETURNING ``task_id`` and ``updated_at_ms`` of each task it recorded.
 
     Raises:
         ValueError: unsupported dialect.
@@ -233,9 +214,7 @@ def record_statement(dialect_name: str) -> Update:
         _T.status == TaskStatus.RUNNING.value,
         _T.lease_expires_at_ms <= now,
     )
-    if dialect_name == "postgresql":
-        # Lock the batch's rows first, skipping those another sweeper (or a claim) holds: one
-        # uncorrelated subquery, evaluated once, whose array drives primary-key lookups.
+    if dialect_name == "postgresql":  # lock the batch's rows first, once, skipping those held
         locked = TASKS.alias("locked")
         ids = bindparam(BATCH_IDS_PARAM, type_=postgresql.ARRAY(_T.task_id.type))
         free = (
@@ -272,11 +251,8 @@ def batch_params(dialect_name: str, rows: Sequence[dict[str, Any]]) -> dict[str,
 
 
 async def record_expiries(ledger: Ledger, expiries: Sequence[Expiry], *, now: datetime | None = None) -> set[str]:
-    """Record a batch of lapsed leases in one transaction: one conditional UPDATE, then their evidence.
-
-    Each task moves to its status only if nothing changed since it was read (see
-    :func:`record_statement`); the ``expired`` entries are written, in
-    the same transaction, for exactly the tasks the UPDATE returned.
+    """Record a batch of lapsed leases in one transaction: :func:`record_statement`, then the ``expired``
+    entries of exactly the tasks it moved.
 
     Args:
         expiries: leases as read by :func:`expired_leases`, each with the status it moves to.
@@ -318,9 +294,8 @@ async def record_expiry(
     decision: str,
     now: datetime | None = None,
 ) -> bool:
-    """Record that ``lease`` expired and move its task to ``status``, if nothing changed since it was read.
-
-    A batch of one (:func:`record_expiries`).
+    """Record that ``lease`` expired and move its task to ``status``, if nothing changed since it was read
+    (a batch of one, :func:`record_expiries`).
 
     Returns:
         True if this call recorded the expiry; False if the task was claimed again, settled,

@@ -1,30 +1,7 @@
-"""Least-privilege PostgreSQL roles for the ledger: what ``agentlease db grant`` prints or applies.
-
-Three roles (``docs/security.md``, "Database roles"), made by the database's administrator, who also
-owns the tables (``agentlease db upgrade`` runs as the owner):
-
-- the **worker** role does lease operations and nothing else: it reads the tables, inserts
-  ``tasks`` and updates the columns a lease operation writes (:data:`LEASE_COLUMNS`: never what a
-  task *is*, its run, step, tool, key or arguments), appends to the evidence trail
-  (``lease_events``: INSERT only, never UPDATE or DELETE) and stores receipts (INSERT; the settle's
-  ``ON CONFLICT`` needs UPDATE of ``receipts.idempotency_key`` alone) and records the ids of signed
-  decisions (``decisions_applied``, ``decision_replays``: INSERT and SELECT only, so a recorded
-  decision id can be neither forgotten nor moved to let its decision apply again). No DELETE anywhere, no DDL,
-  no write to ``alembic_version``. UPDATE is granted per column, never on the table: a table-level
-  UPDATE would also let the role ``LOCK TABLE tasks`` exclusively and stop every lease.
-- the **operator** role reads everything and may write decisions (``Ledger.decide``: UPDATE of the
-  same columns of ``tasks``, INSERT ``lease_events`` and ``receipts``); operators normally decide
-  through Temporal updates, which the worker's decision activity applies.
-
-What each write may change is checked row by row by the guards of migration ``0006``
-(``agentlease/migrations/versions/0006_ledger_guards.py``): a generation only goes up by one, and
-only by a claim; a status moves only as a lease operation or the decision table moves it; a
-receipt, once stored, stands; the trail's ``authenticated_as`` is the session's role. Grants say
-which columns; the guards say which values.
-- the **reader** role reads (listings, the UI, incident review).
-
-Each grant starts from ``REVOKE ALL``, so applying it again (or to a role that had more) leaves
-exactly these privileges. Every name is quoted as an SQL identifier.
+"""Least-privilege PostgreSQL roles for the ledger (worker, operator, reader): what ``agentlease db grant``
+prints or applies (``docs/security-operations.md``, "Database roles"). Each grant starts from ``REVOKE ALL``,
+so applying it again leaves exactly these privileges; the row guards of migration 0006 say which values a
+role may write (``docs/security-review.md``).
 """
 
 from __future__ import annotations
@@ -77,17 +54,19 @@ class LedgerRoles:
     reader: str | None = None
 
 
-def _revoke(role: str, schema: str) -> list[str]:
-    tables = ", ".join(f"{schema}.{t}" for t in LEDGER_TABLES)
+def _revoke(role: str, s: str) -> list[str]:
+    """``REVOKE ALL``, then what every role may: use the schema, read the ledger's tables (but the ids)."""
+    tables = ", ".join(f"{s}.{t}" for t in LEDGER_TABLES)
     return [
         f"REVOKE ALL ON {tables} FROM {role};",
-        f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {schema} FROM {role};",
-        f"GRANT USAGE ON SCHEMA {schema} TO {role};",
+        f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM {role};",
+        f"GRANT USAGE ON SCHEMA {s} TO {role};",
+        f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {role};",
     ]
 
 
 def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]:
-    """The SQL that gives each role of ``roles`` exactly its privileges (see the module docstring).
+    """The SQL that gives each role of ``roles`` exactly its privileges.
 
     Raises:
         ValueError: a bad role or schema name, or no role at all.
@@ -102,7 +81,6 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
         w = quote_identifier(roles.worker)
         out += _revoke(w, s)
         out += [
-            f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {w};",
             f"GRANT INSERT ON {s}.tasks TO {w};",
             f"GRANT UPDATE ({columns}) ON {s}.tasks TO {w};",
             f"GRANT INSERT ON {s}.lease_events TO {w};",
@@ -115,7 +93,6 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
         o = quote_identifier(roles.operator)
         out += _revoke(o, s)
         out += [
-            f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {o};",
             f"GRANT UPDATE ({columns}) ON {s}.tasks TO {o};",
             f"GRANT INSERT ON {s}.tasks, {s}.lease_events, {s}.receipts TO {o};",
             f"GRANT SELECT ON {ids} TO {o};",
@@ -123,19 +100,13 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
         ]
     if roles.reader is not None:
         r = quote_identifier(roles.reader)
-        out += _revoke(r, s)
-        out += [
-            f"GRANT SELECT ON {s}.tasks, {s}.lease_events, {s}.receipts, {s}.alembic_version TO {r};",
-            f"GRANT SELECT ON {ids} TO {r};",
-        ]
+        out += [*_revoke(r, s), f"GRANT SELECT ON {ids} TO {r};"]
     return out
 
 
 async def require_writable(database: LedgerDatabase) -> None:
-    """Check, before a worker polls, that its ledger role may do lease operations (PostgreSQL).
-
-    A worker connected as the reader role would otherwise fail every claim and have Temporal retry
-    its runs forever; it refuses to start instead, in one line.
+    """Check, before a worker polls, that its ledger role may do lease operations (PostgreSQL): a worker
+    connected as the reader role refuses to start, in one line, instead of failing every claim.
 
     Raises:
         ConfigurationError: the role lacks INSERT or UPDATE on ``tasks`` or INSERT on the trail or receipts.

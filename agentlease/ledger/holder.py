@@ -1,10 +1,7 @@
 """The holder's writes: renew, settle, and the lease ends (release, dead-letter, park) (G2, G5, G6, G10).
 
-Each is one lease write of :mod:`agentlease.ledger.writes` guarded by the held claim
-(:func:`~agentlease.ledger.writes.holds`), run by :meth:`LedgerCore.write_lease`; one that changed no
-row is recorded as refused (``lease_lost``, or ``late_unapplied`` for a settle) and raised
-(:meth:`LedgerCore.granted`). ``Ledger.renew``, ``settle``, ``release``, ``dead_letter`` and
-``await_decision`` document the calls.
+Each is one lease write guarded by the held claim; one that changed no row is recorded as refused
+(``lease_lost``, or ``late_unapplied`` for a settle) and raised. ``Ledger`` documents the calls.
 """
 
 from __future__ import annotations
@@ -87,8 +84,7 @@ async def settle(
     reconciled: dict[str, Any] | None,
     now: datetime | None,
 ) -> StoredReceipt:
-    """``Ledger.settle``: the receipt that stands for the key. Raises ``LeaseLostError`` (recorded
-    ``late_unapplied``)."""
+    """``Ledger.settle``: the receipt that stands for the key. Raises ``LeaseLostError`` (recorded)."""
     receipt, receipt_json = redacted(receipt)  # docs/security.md, "Retention and redaction"
     result = redact(result)
     reason = f"receipt {receipt.external_system}:{receipt.external_id} ({receipt.status})"
@@ -99,7 +95,6 @@ async def settle(
     params = {**core.held(claim, now), "receipt": receipt_json, **event_params(reason, details, claim.trace)}
 
     def settled(row: Any) -> _Settled:
-        """The receipt that stands (this one, or the first stored for the key) and the renewal count."""
         if (row.receipt_task_id, row.receipt_generation) != (claim.task_id, claim.generation):
             stored = stored_receipt(row, claim.idempotency_key)
             assert stored is not None
@@ -161,11 +156,9 @@ async def end_lease(
     }
 
     def ended(row: Any) -> Refusal | str | None:
-        """The stage the ledger keeps."""
-        return row.stage
+        return row.stage  # the stage the ledger keeps
 
     def refused(conn: Connection) -> Refusal | str | None:
-        """The refusal; ``None``: a retried end found its own write."""
         if retried and own_lease_end(conn, core.sql, claim, status, known, error):
             return None  # the first try committed, its answer lost in the outage
         return core.refused(

@@ -1,12 +1,7 @@
 """Operator listings of the ledger, read in keyset pages: tasks, agent runs, the evidence trail.
 
-Nothing here loads the whole ledger. Each page is one indexed query (``agentlease.ledger.statements``:
-:func:`~agentlease.ledger.statements.tasks_page`, :func:`~agentlease.ledger.statements.runs_page`,
-:func:`~agentlease.ledger.statements.events_page`) run in its own short read transaction that
-only fetches rows; the records are built after the transaction has ended. A PostgreSQL read
-therefore never stays open while Python works (the ledger's sessions end a transaction left idle
-for a second, see :data:`~agentlease.ledger.engine.PG_IDLE_IN_TRANSACTION_TIMEOUT_MS`), and memory
-stays bounded by one page however many rows the ledger holds.
+Each page is one indexed query (:mod:`agentlease.ledger.statements`) in its own short read transaction;
+its records are built after it ended, so memory stays at one page (``docs/operations.md``, "Operator queries").
 """
 
 from __future__ import annotations
@@ -36,8 +31,7 @@ from agentlease.ledger.statements import (
 from agentlease.records import AwareDatetime, LeaseEvent, TaskRecord
 
 UNKNOWN_TOOL_ERROR = "unknown_tool"
-"""``tasks.error_class`` of a step of a run whose tool no worker serves (:mod:`agentlease.ledger.unknown_tools`):
-the listings show its run as ``failed``."""
+"""``tasks.error_class`` of a step of a run whose tool no worker serves: the listings show its run as ``failed``."""
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -48,10 +42,8 @@ class RunSummary(BaseModel):
 
     Attributes:
         agent_run_id: the run (workflow) id.
-        status: ``failed`` (the run failed before its first call: a step names a tool no worker serves,
-            :mod:`agentlease.ledger.unknown_tools`), ``waiting`` (a task waits for a person), ``running`` (a task
-            is not final yet) or ``completed`` (every task is final); the workflow's own state is
-            ``agentlease status``.
+        status: ``failed`` (a step names a tool no worker serves), ``waiting`` (a task waits for a person),
+            ``running`` (a task is not final yet) or ``completed``; the workflow's own state is ``agentlease status``.
         tasks / waiting / final / settled: how many of its tasks the ledger holds, wait for a person,
             are final (settled, cancelled, rejected, abandoned), are settled.
         created_at: when its first task was recorded; updated_at: its latest change (ledger clock).
@@ -72,8 +64,7 @@ class RunSummary(BaseModel):
 
     @classmethod
     def from_row(cls, row: Row[Any], *, error: str | None = None) -> RunSummary:
-        """A row of :func:`~agentlease.ledger.statements.runs_page`; ``error``: why the run failed
-        (:func:`run_failures`), if it did."""
+        """A row of :func:`~agentlease.ledger.statements.runs_page`; ``error``: why the run failed, if it did."""
         if error is not None:
             status = RunState.FAILED
         elif row.waiting:
@@ -98,9 +89,8 @@ class RunSummary(BaseModel):
 
 
 def run_failures(conn: Connection, run_ids: Sequence[str]) -> dict[str, str]:
-    """Which of ``run_ids`` failed before their first call, and why: the reason recorded on the first of
-    their steps whose tool no worker serves (:mod:`agentlease.ledger.unknown_tools`). One read of the runs'
-    tasks along ``ix_tasks_agent_run_id_created_at_ms``."""
+    """Which of ``run_ids`` failed before their first call, and why: the reason recorded on the first of their
+    steps whose tool no worker serves (:mod:`agentlease.ledger.unknown_tools`)."""
     if not run_ids:
         return {}
     query = (
@@ -172,8 +162,8 @@ def _fetch_runs(query: Select[Any], conn: Connection) -> Sequence[tuple[Row[Any]
 def run_pages(
     database: LedgerDatabase, *, waiting_only: bool = False, limit: int | None = None, page_rows: int = PAGE_ROWS
 ) -> AsyncIterator[list[RunSummary]]:
-    """Agent runs in ``agent_run_id`` order (``waiting_only``: those with a task waiting for a person), with
-    why each failed run failed (:func:`run_failures`, in the same read)."""
+    """Agent runs in ``agent_run_id`` order (``waiting_only``: those with a task waiting for a person), with why
+    each failed run failed."""
     return _pages(
         database,
         lambda after, size: runs_page(after, size, waiting_only=waiting_only),
@@ -208,11 +198,8 @@ def event_pages(
 
 
 def holder_stage(conn: Connection, task_id: str, generation: int) -> str | None:
-    """The last stage generation ``generation`` of ``task_id`` recorded (``None``: none): where its holder was.
-
-    A refused renewal names it (``agentlease_lease_renewals_total{outcome="lost"}``, the ``renew``
-    span): the task row holds the winner's stage by then. One index range of the trail.
-    """
+    """The last stage generation ``generation`` of ``task_id`` recorded (``None``: none): where its holder was
+    (a refused renewal names it; the task row holds the winner's stage by then)."""
     query = (
         select(EVENTS.c.stage)
         .where(EVENTS.c.task_id == task_id, EVENTS.c.claim_generation == generation, EVENTS.c.stage.is_not(None))
@@ -237,11 +224,7 @@ async def has_run(database: LedgerDatabase, agent_run_id: str) -> bool:
 async def has_task(database: LedgerDatabase, task_id: str) -> bool:
     """Whether the ledger holds the task ``task_id``."""
     query = lease_statements(database.dialect).select_task
-
-    def probe(conn: Connection) -> bool:
-        return conn.execute(query, {"key_task_id": task_id}).first() is not None
-
-    return await database.read(probe)
+    return await database.read(lambda conn: conn.execute(query, {"key_task_id": task_id}).first() is not None)
 
 
 __all__ = [

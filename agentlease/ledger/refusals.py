@@ -1,13 +1,6 @@
-"""Recording a refused tool call or decision: one the ledger must not apply to the task it names.
-
-A leased activity or the decision activity scheduled by a workflow for a task that is not its own
-(``docs/security.md``, "Receipts and tasks bound to their run") changes nothing of that task. The
-refusal is recorded on the task derived from the scheduling workflow's own id and the call's step:
-that task is created if absent and dead-lettered with the reason (``agentlease waiting`` lists it,
-``agentlease events`` shows why), in one transaction.
-
-A step of a run whose tool no worker serves is refused too, through :func:`end_own_task`
-(:mod:`agentlease.ledger.unknown_tools`).
+"""Recording a refused tool call or decision on a task that is not the scheduling workflow's: the refusal goes
+to the workflow's own task for the call's step, dead-lettered with the reason (``docs/security-review.md``,
+"Receipts and tasks bound to their run"). A step whose tool no worker serves ends its own task the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +13,7 @@ from sqlalchemy.engine import Connection
 
 from agentlease.clock import now_param
 from agentlease.enums import ErrorClass, EventKind, TaskStatus
+from agentlease.ledger.core import task_values
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import TASKS as _TASKS
 from agentlease.ledger.trail import write_event
@@ -35,10 +29,8 @@ async def record_refusal(
     trace: TraceLink | None = None,
     now: datetime | None = None,
 ) -> TaskRecord:
-    """Dead-letter ``own`` (the refused call's own task) with ``reason`` and record it in the trail.
-
-    A task of ``own`` that is already claimed or final keeps its status; the entry is written all the
-    same. Returns the task as it is afterwards.
+    """Dead-letter ``own`` (the refused call's own task) with ``reason`` and record it in the trail (also when it
+    is already claimed or final, which keeps its status). Returns the task as it is afterwards.
 
     Raises:
         LedgerUnavailableError: the ledger could not be reached.
@@ -81,7 +73,7 @@ async def end_own_task(
     )
 
     def end_tx(conn: Connection) -> TaskRecord:
-        conn.execute(sql.insert_task, ledger.task_values(own, now))
+        conn.execute(sql.insert_task, task_values(own, now))
         changed = conn.execute(end, now_param(now)).rowcount
         row = conn.execute(sql.select_task, {"key_task_id": own.task_id}).one()
         if changed or always_recorded:

@@ -1,10 +1,5 @@
-"""How many late holder writes the ledger refused on a task: its ``lease_lost`` entries (a renewal,
-release or park by an attempt whose lease had lapsed or been superseded, or that did not present its
-lease token) and its ``late_unapplied`` ones (a superseded attempt's settle, kept as evidence, G10).
-
-The run shows the count as ``AgentLeaseRefusedWrites`` (``docs/operator-views.md``). One indexed read
-of the task's trail (``ix_lease_events_task_id_event_id``); the runtime asks only after a refusal or
-when a later generation ends the call, never on a first generation's hot path.
+"""How many late holder writes the ledger refused on a task (its ``lease_lost`` and ``late_unapplied``
+entries): the run's ``AgentLeaseRefusedWrites`` (``docs/operator-views.md``, "Refused late writes").
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""A lease write described once, rendered for both dialects.
-
-A :class:`LeaseWrite` is what :mod:`agentlease.ledger.writes` says about one lease operation: its
-row change (one conditional statement, the guard in its ``WHERE``, the changed row in its
-``RETURNING``), the rows made from the changed row (evidence entries, :func:`evidence`; a receipt,
-:func:`receipt_from`) and what the caller reads beside it. :func:`render` turns it into:
-
-- :attr:`Rendered.statement`, PostgreSQL only: ONE statement, ``WITH changed AS (<the change>
-  RETURNING ...), made_0 AS (INSERT ... SELECT ... FROM changed) ... SELECT ... FROM changed``: one
-  round trip, in autocommit on the hot path (``LedgerDatabase.write_statement``);
-- :meth:`Rendered.run`, both dialects, inside a transaction: the same change, then each made row as
-  the same ``INSERT ... SELECT`` over the changed row read again by its key (SQLite has no
-  data-modifying CTEs).
-
-Either way a row is made for exactly the row the change changed, in the same statement or
-transaction, and a change that matched no row makes nothing and returns no row: the refusal its
-caller checks (G2).
+"""A lease write described once (:class:`LeaseWrite`), rendered for both dialects (:func:`render`): on
+PostgreSQL as ONE statement of data-modifying CTEs, in a transaction as the same change followed by the
+same ``INSERT ... SELECT`` of each made row (``docs/guarantees.md``, "One description per lease write").
 """
 
 from __future__ import annotations
@@ -68,7 +54,7 @@ RECEIPT_COLUMNS = {
     "receipt_tool": RECEIPTS.c.tool,
     "receipt_arguments_sha256": RECEIPTS.c.arguments_sha256,
 }
-"""The receipt stored for a key, as the caller of a claim or settle reads it: label -> column."""
+"""The receipt stored for a key, as a lease write's caller reads it: label -> column."""
 
 Made = Callable[[Any], Insert]
 """A row made from the changed row: ``changed`` (a CTE or the row read again, with ``.c``) -> INSERT ... SELECT."""
@@ -76,18 +62,18 @@ Made = Callable[[Any], Insert]
 
 @dataclass(frozen=True)
 class LeaseWrite:
-    """One lease operation's write, described once (rendered by :func:`render`).
+    """One lease operation's write.
 
     Attributes:
-        change: the conditional statement; RETURNING the changed row's columns that ``made`` and the
+        change: the conditional statement, RETURNING the changed row's columns that ``made`` and the
             caller read (``task_id``, ``claim_generation``, ``stage``, ``updated_at_ms`` for an entry).
         key: finds the changed row again after the change (``tasks.task_id = :held_task_id``).
         made: the rows made from the changed row, in order: evidence entries, a receipt.
         reads_receipt: the receipt stored for the changed row's key comes back beside it
             (:data:`RECEIPT_COLUMNS`, ``NULL`` s without one).
-        receipt_first: a settle's guard: the receipt (bound ``receipt``) is stored from the guarded
-            row before the change, unless one stands for the key, and ``change`` sets the task's
-            ``receipt`` to the one that stands (its columns come back as :data:`RECEIPT_COLUMNS`).
+        receipt_first: a settle's guard: the receipt (bound ``receipt``) is stored from the guarded row
+            before the change unless one stands, and ``change`` sets the task's ``receipt`` to the one
+            that stands (which comes back as :data:`RECEIPT_COLUMNS`).
     """
 
     change: Update | Insert
@@ -104,13 +90,11 @@ class Rendered:
     Attributes:
         statement: PostgreSQL: the whole write in one statement, sent alone; ``None`` on SQLite (and for a
             write that only runs inside a transaction).
-        first: a settle's receipt, stored from the guarded row unless one stands for the key;
-            RETURNING what :data:`RECEIPT_COLUMNS` says of it when this write stored it (its
-            ``stored_receipt`` is the bound ``receipt``).
+        first: a settle's receipt, stored unless one stands; RETURNING :data:`RECEIPT_COLUMNS` but
+            ``stored_receipt`` (the bound ``receipt``) when stored.
         change: the conditional statement.
         made: the made rows' ``INSERT ... SELECT`` over the changed row read again by its key.
-        result: ``SELECT`` of the receipt stored for the changed row's key (:data:`RECEIPT_COLUMNS`):
-            read when the write reads it, or a settle found one standing.
+        result: ``SELECT`` of the receipt stored for the changed row's key (:data:`RECEIPT_COLUMNS`).
     """
 
     statement: Select[Any] | None
@@ -121,11 +105,8 @@ class Rendered:
     _joined: dict[tuple[str, ...], type] = field(default_factory=dict, compare=False, repr=False)
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
-        """The write inside ``conn``'s transaction, statement by statement: its rows (none: refused).
-
-        Each row holds the change's ``RETURNING`` columns, then the receipt's (:data:`RECEIPT_COLUMNS`)
-        for a write that reads it.
-        """
+        """The write inside ``conn``'s transaction: its rows (none: refused), each the change's ``RETURNING``
+        columns, then the receipt's (:data:`RECEIPT_COLUMNS`) for a write that reads it."""
         stored = execute(conn, self.first, params) if self.first is not None else []
         rows = execute(conn, self.change, params)
         return self.finish(conn, rows, params, stored) if rows else rows
@@ -133,9 +114,8 @@ class Rendered:
     def finish(
         self, conn: Connection, rows: list[Any], params: Mapping[str, Any], stored: Sequence[Any] = ()
     ) -> list[Any]:
-        """After a change that changed its row (``rows``, its RETURNING): make the rows made from it
-        (``params`` may have gained the entry's reason) and read the receipt (none read when the write
-        stored its own: ``stored``); the rows as :meth:`run` returns them."""
+        """After a change that changed its row (``rows``): make the rows made from it and read the receipt
+        (unless the write ``stored`` its own); the rows as :meth:`run` returns them."""
         for made in self.made:
             execute(conn, made, params)
         if stored:
@@ -155,17 +135,14 @@ class Rendered:
 
 
 def render(write: LeaseWrite, dialect: str, *, alone: bool = True) -> Rendered:
-    """``write`` for ``sqlite`` or ``postgresql`` (see the module docstring).
-
-    ``alone``: the write is also sent on its own (on PostgreSQL as one statement); ``False`` for a
-    write that only ever runs inside a longer transaction (a decision, the claim of a task that exists).
-    """
+    """``write`` for ``sqlite`` or ``postgresql``; ``alone=False``: it only runs inside a longer transaction
+    (no one-statement form)."""
     changed = select(TASKS).where(write.key).subquery("changed")
     change, first, result = write.change, None, None
     if write.reads_receipt or write.receipt_first is not None:
-        result = select(*_receipt_columns(_stored)).select_from(_with_receipt(changed))
+        result = select(*receipt_columns(_stored)).select_from(_with_receipt(changed))
     if write.receipt_first is not None:
-        first = _stored_unless_one_stands(dialect, _guarded(write.receipt_first).subquery("guarded"))
+        first = _store_receipt(dialect, _guarded(write.receipt_first).subquery("guarded"), standing=False)
         stands = RECEIPTS.c.idempotency_key == TASKS.c.idempotency_key
         change = change.values(receipt=select(RECEIPTS.c.receipt).where(stands).scalar_subquery())
     statement = _one_statement(write, dialect) if alone and dialect == "postgresql" else None
@@ -176,13 +153,12 @@ def render(write: LeaseWrite, dialect: str, *, alone: bool = True) -> Rendered:
 _stored = RECEIPTS.alias("stored")
 
 
-def _receipt_columns(receipts: Any, *, without: str = "") -> list[ColumnElement[Any]]:
-    """``receipts``' columns as the caller reads them (:data:`RECEIPT_COLUMNS`), but ``without``."""
+def receipt_columns(receipts: Any, *, without: str = "") -> list[ColumnElement[Any]]:
+    """``receipts``' columns as a lease write's caller reads them (:data:`RECEIPT_COLUMNS`), but ``without``."""
     return [receipts.c[column.name].label(label) for label, column in RECEIPT_COLUMNS.items() if label != without]
 
 
 def _with_receipt(changed: Any) -> Any:
-    """The changed row joined with the receipt stored for its key, if any."""
     return changed.outerjoin(_stored, _stored.c.idempotency_key == changed.c.idempotency_key)
 
 
@@ -192,38 +168,31 @@ def _guarded(guard: ColumnElement[bool]) -> Select[Any]:
     return select(*columns, TASKS.c.arguments_sha256).where(guard).with_for_update(of=TASKS)
 
 
-def _stored_unless_one_stands(dialect: str, guarded: Any) -> Insert:
-    """Store the receipt of the guarded row unless one stands for its key (in a transaction, then read the
-    one that stands); RETURNING what the caller reads of it when stored, but the receipt it bound."""
+def _store_receipt(dialect: str, guarded: Any, *, standing: bool) -> Insert:
+    """Store the receipt of the guarded row unless one stands for its key. RETURNING, when ``standing``, the
+    one that stands (``DO UPDATE`` of the key to itself: no change, after a concurrent writer of the key);
+    otherwise, only when stored, its columns but the receipt it bound (a transaction reads a standing one)."""
     stored: Any = receipt_from(dialect, guarded, generation=guarded.c.claim_generation, at_ms=bound_now_ms(dialect))
-    return stored.on_conflict_do_nothing(index_elements=["idempotency_key"]).returning(
-        *_receipt_columns(RECEIPTS, without="stored_receipt")
+    key = ["idempotency_key"]
+    if standing:
+        upsert = stored.on_conflict_do_update(index_elements=key, set_={key[0]: stored.excluded.idempotency_key})
+        return upsert.returning(*receipt_columns(RECEIPTS))
+    return stored.on_conflict_do_nothing(index_elements=key).returning(
+        *receipt_columns(RECEIPTS, without="stored_receipt")
     )
-
-
-def _standing(dialect: str, guarded: Any) -> Insert:
-    """Store the receipt of the guarded row unless one stands for its key; RETURNING the one that stands.
-
-    ``ON CONFLICT DO UPDATE`` sets the key to itself (no change) so that the standing receipt comes
-    back, on PostgreSQL after waiting for a concurrent writer of the same key.
-    """
-    stored: Any = receipt_from(dialect, guarded, generation=guarded.c.claim_generation, at_ms=bound_now_ms(dialect))
-    return stored.on_conflict_do_update(
-        index_elements=["idempotency_key"], set_={"idempotency_key": stored.excluded.idempotency_key}
-    ).returning(*_receipt_columns(RECEIPTS))
 
 
 def _one_statement(write: LeaseWrite, dialect: str) -> Select[Any]:
     """PostgreSQL: the change, the rows made from it and what the caller reads, in one statement."""
     change, standing = write.change, None
     if write.receipt_first is not None:
-        standing = _standing(dialect, _guarded(write.receipt_first).cte("guarded")).cte("standing")
+        standing = _store_receipt(dialect, _guarded(write.receipt_first).cte("guarded"), standing=True).cte("standing")
         change = change.values(receipt=select(standing.c.stored_receipt).scalar_subquery())
     changed = change.cte("changed")
     made = [build(changed).cte(f"made_{index}") for index, build in enumerate(write.made)]
     query = select(changed)
     if write.reads_receipt:
-        query = select(changed, *_receipt_columns(_stored)).select_from(_with_receipt(changed))
+        query = select(changed, *receipt_columns(_stored)).select_from(_with_receipt(changed))
     if standing is not None:
         query = select(changed, standing).select_from(changed.join(standing, true()))
     return query.add_cte(*made)
@@ -239,10 +208,8 @@ def dialect_insert(dialect: str) -> Any:
 
 
 def receipt_from(dialect: str, source: Any, *, generation: Any, at_ms: Any) -> Insert:
-    """INSERT ... SELECT of the receipt (bound ``receipt``) for ``source``'s key, task, tool and arguments.
-
-    The caller adds its ``ON CONFLICT`` clause (the first receipt of a key stands).
-    """
+    """INSERT ... SELECT of the receipt (bound ``receipt``) for ``source``'s key, task, tool and arguments; the
+    caller adds its ``ON CONFLICT`` clause (the first receipt of a key stands)."""
     values = select(
         source.c.idempotency_key,
         source.c.task_id,
@@ -259,12 +226,9 @@ def receipt_from(dialect: str, source: Any, *, generation: Any, at_ms: Any) -> I
 def evidence(
     dialect: str, changed: Any, kind: EventKind | ColumnElement[Any], *, owner: Any, details: Any = EVENT_DETAILS
 ) -> Insert:
-    """INSERT ... SELECT of one evidence entry of the changed row.
-
-    The entry records the row's task, generation, stage and time (``updated_at_ms``), with ``kind``
-    (an :class:`~agentlease.enums.EventKind`, or SQL over the row), ``owner`` and ``details`` (SQL);
-    its reason and trace are bound (``event_reason``, ``event_trace_*``).
-    """
+    """INSERT ... SELECT of one evidence entry of the changed row: its task, generation, stage and
+    ``updated_at_ms``, with ``kind`` (an :class:`~agentlease.enums.EventKind` or SQL over the row), ``owner``
+    and ``details`` (SQL); the reason and trace are bound (``event_reason``, ``event_trace_*``)."""
     trace = [bindparam(f"event_{column}", type_=_E[column].type) for column in TRACE_COLUMNS]
     columns = ["task_id", "kind", "claim_generation", "lease_owner", "stage", "reason", "details", "at_ms"]
     return insert(EVENTS).from_select(
@@ -292,10 +256,8 @@ def authenticated_as(dialect: str) -> ColumnElement[Any]:
 
 
 def json_with(dialect: str, base: ColumnElement[Any], **fields: ColumnElement[Any] | str) -> ColumnElement[Any]:
-    """The JSON object ``base`` with ``fields`` added (replacing keys of the same name).
-
-    ``jsonb ||`` on PostgreSQL, ``json_patch`` on SQLite. A ``str`` field is a constant.
-    """
+    """The JSON object ``base`` with ``fields`` added (a ``str`` is a constant): ``jsonb ||`` on PostgreSQL,
+    ``json_patch`` on SQLite."""
     pairs: list[Any] = []
     for name, value in fields.items():
         pairs += [literal(name, String), literal(value, String) if isinstance(value, str) else value]
@@ -323,6 +285,7 @@ __all__ = [
     "event_params",
     "evidence",
     "json_with",
+    "receipt_columns",
     "receipt_from",
     "render",
 ]

@@ -1,21 +1,14 @@
-"""Retention: deleting the evidence of final tasks by age, in batches (``agentlease purge``).
+"""Retention: deleting the evidence of final tasks by age, in batches (``agentlease purge``;
+``docs/security-data.md``, "Retention and redaction").
 
-A task is purged when its status is final (settled, rejected, abandoned, cancelled) and its last
-change (``updated_at_ms``) is older than the cut-off: its evidence trail (``lease_events``), its
-task row and, unless receipts are kept, the settlement receipts it stored. Tasks that are open,
-waiting for a person or ``cancelled_effect_unknown`` are never purged, however old. Nor is the
-receipt of a run still open (one with such a task) or one whose key an open task still names (a
-key shared across runs): a retry of a settled call of that run must settle from its receipt, not
-run the tool again. Each batch is one transaction that re-checks all of this, so a task redriven
-meanwhile is left alone. Keeping
-receipts (``--keep-receipts``) keeps their idempotency keys answering: a later call with the same
-key still settles from the stored receipt instead of acting again. ``docs/security.md``
-("Retention and redaction").
+A task is purged when it is final (but ``cancelled_effect_unknown``) and its last change is older than the
+cut-off: its trail, its row and, unless receipts are kept, its receipts, but never the receipt of a run
+still open or one whose key an open task still names. Each batch re-checks all of this in its transaction.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -80,7 +73,7 @@ async def purge(
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> PurgeCounts:
-    """Delete final tasks whose last change is older than ``older_than`` (see the module docstring).
+    """Delete final tasks whose last change is older than ``older_than``, with their evidence.
 
     Args:
         ledger: the ledger.
@@ -131,12 +124,7 @@ async def purge(
         done, last = await ledger.database.write(batch)
         if last is None:
             return total
-        total = PurgeCounts(
-            total.tasks + done.tasks,
-            total.events + done.events,
-            total.receipts + done.receipts,
-            total.batches + 1,
-        )
+        total = PurgeCounts(*(a + b for a, b in zip(astuple(total), astuple(done), strict=True)))
         after = last
 
 

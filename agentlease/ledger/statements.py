@@ -1,15 +1,6 @@
-"""The ledger's statements besides its lease writes, built once per dialect with bound parameters.
-
-The lease writes themselves (claim, renew, settle, release, decisions) are described in
-:mod:`agentlease.ledger.writes`; what is here are the reads and small writes around them (a task
-created on first sight, an evidence entry, why a holder write was refused, the sweeper's reads) and
-the operator listings' keyset pages. Each statement is built once and executed with a parameter
-dict: SQLAlchemy then neither rebuilds the expression nor recomputes its cache key per call.
-
-Parameter names (bound, never chosen by SQL text): ``now_ms`` (the injected time,
-:func:`agentlease.clock.now_param`; ``None`` = database clock); ``held_*`` (the claim a holder write
-is guarded by, :func:`held`); ``key_task_id`` (the task a read is about); ``task_id`` and column
-names (values written).
+"""The ledger's statements besides its lease writes (:mod:`agentlease.ledger.writes`): the reads and small
+writes around them, built once per dialect with bound parameters, and the operator listings' keyset pages
+(``docs/operations.md``, "Operator queries").
 """
 
 from __future__ import annotations
@@ -39,7 +30,7 @@ from sqlalchemy import (
 
 from agentlease.clock import bound_now_ms
 from agentlease.enums import TaskStatus
-from agentlease.ledger.rendering import authenticated_as, dialect_insert
+from agentlease.ledger.rendering import authenticated_as, dialect_insert, receipt_columns
 from agentlease.ledger.tables import EVENTS, RECEIPTS, TASKS, WAITING_PREDICATE
 
 _T = TASKS.c
@@ -74,25 +65,22 @@ def new_task(now: ColumnElement[int]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class LeaseStatements:
-    """The prebuilt statements of one dialect (the lease writes: :func:`~agentlease.ledger.writes.lease_writes`).
+    """The prebuilt statements of one dialect; ``key_task_id`` names the task a statement is about.
 
     Attributes:
         now: the current time expression (bound ``now_ms`` or the database clock).
-        insert_task: create a task row on first sight (``ON CONFLICT DO NOTHING``).
-        current_task: the task row of ``key_task_id`` (locked ``FOR UPDATE`` on PostgreSQL).
-        refused: why a holder write touched no row: ``now_ms``, ``claim_generation``, ``status``,
-            ``lease_owner``, ``lease_token_sha256``.
-        insert_event: one evidence-trail entry (every column as a parameter).
-        select_receipt: the receipt of ``key_idempotency_key``.
+        insert_task: create a ``pending`` task row on first sight (``ON CONFLICT DO NOTHING``).
+        current_task: the row of ``key_task_id``, locked ``FOR UPDATE`` on PostgreSQL.
+        refused: why a holder write touched no row: ``now_ms`` and the task's ``claim_generation``,
+            ``status``, ``lease_owner``, ``lease_token_sha256``.
+        insert_event: one evidence-trail entry (every column a parameter).
+        select_receipt: the receipt of ``key_idempotency_key`` (:data:`~agentlease.ledger.rendering.RECEIPT_COLUMNS`).
         select_task: the row of ``key_task_id``.
-        latest_event_at: ``at_ms`` of the newest evidence entry (the ledger's latest recorded time).
-        select_now: the current time (``now_ms``) alone.
-        clock_check: ``clock_ms`` (the current time) and ``latest_ms`` (:attr:`latest_event_at`) in one
-            row: a SQLite claim's clock check (:func:`~agentlease.ledger.outages.check_claim_clock`).
-        expired_first: running tasks whose lease lapsed, oldest lapse first, ``limit`` rows.
-        expired_after: the same after the keyset cursor ``after_expires_at_ms`` / ``after_task_id``.
-        refuse_approval: an approval-gated task whose claim found no approval it may consume goes back
-            to ``awaiting_approval`` (from ``pending``); RETURNING ``updated_at_ms``.
+        select_now: the current time (``now_ms``).
+        clock_check: ``clock_ms`` (the current time) and ``latest_ms`` (the newest entry's ``at_ms``).
+        expired_first / expired_after: running tasks whose lease lapsed, oldest lapse first, ``limit`` rows
+            (after the cursor ``after_expires_at_ms`` / ``after_task_id``).
+        refuse_approval: a ``pending`` task back to ``awaiting_approval``; RETURNING ``updated_at_ms``.
     """
 
     now: ColumnElement[int]
@@ -102,12 +90,14 @@ class LeaseStatements:
     insert_event: Insert
     select_receipt: Select[Any]
     select_task: Select[Any]
-    latest_event_at: Select[Any]
     select_now: Select[Any]
     clock_check: Select[Any]
     expired_first: Select[Any]
     expired_after: Select[Any]
     refuse_approval: Update
+
+
+_REFUSAL_COLUMNS = ("claim_generation", "status", "lease_owner", "lease_token_sha256")
 
 
 def _column_of_task(column: Any) -> Any:
@@ -130,9 +120,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
     """
     now = bound_now_ms(dialect_name)
     latest_event_at = select(_E.at_ms).order_by(_E.event_id.desc()).limit(1)
-    current_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
-    if dialect_name == "postgresql":
-        current_task = current_task.with_for_update(of=TASKS)
+    select_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
     expired_first, expired_after = _expiry_reads(now)
     event_columns = {name: bindparam(name, type_=column.type) for name, column in _E.items()}
     del event_columns["event_id"], event_columns["authenticated_as"]
@@ -141,18 +129,13 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         insert_task=dialect_insert(dialect_name)(TASKS)
         .values(**new_task(now), status=TaskStatus.PENDING.value, claim_generation=0, attempts=0)
         .on_conflict_do_nothing(index_elements=["task_id"]),
-        current_task=current_task,
-        refused=select(
-            now.label("now_ms"),
-            _column_of_task(_T.claim_generation).label("claim_generation"),
-            _column_of_task(_T.status).label("status"),
-            _column_of_task(_T.lease_owner).label("lease_owner"),
-            _column_of_task(_T.lease_token_sha256).label("lease_token_sha256"),
-        ),
+        current_task=select_task.with_for_update(of=TASKS),  # SQLite renders no FOR UPDATE
+        refused=select(now.label("now_ms"), *(_column_of_task(_T[name]).label(name) for name in _REFUSAL_COLUMNS)),
         insert_event=insert(EVENTS).values({**event_columns, "authenticated_as": authenticated_as(dialect_name)}),
-        select_receipt=select(RECEIPTS).where(RECEIPTS.c.idempotency_key == bindparam("key_idempotency_key")),
-        select_task=select(TASKS).where(_T.task_id == bindparam("key_task_id")),
-        latest_event_at=latest_event_at,
+        select_receipt=select(*receipt_columns(RECEIPTS)).where(
+            RECEIPTS.c.idempotency_key == bindparam("key_idempotency_key")
+        ),
+        select_task=select_task,
         select_now=select(now.label("now_ms")),
         clock_check=select(now.label("clock_ms"), latest_event_at.scalar_subquery().label("latest_ms")),
         expired_first=expired_first,

@@ -1,11 +1,7 @@
-"""Ledger tables (SQLAlchemy Core). The migrations in ``agentlease/migrations`` make them.
+"""Ledger tables (SQLAlchemy Core, no ORM to import), made by the migrations in ``agentlease/migrations``.
 
-Core ``Table`` objects, not ORM models: the ledger reads and writes with Core statements only, and a
-command that opens the ledger does not pay for importing SQLAlchemy's ORM. Columns are read as
-``TASKS.c.status``.
-
-Times are epoch milliseconds judged on the database's clock (``_ms`` columns, see
-:mod:`agentlease.clock`). Every constraint is named through the metadata's naming convention.
+Times are epoch milliseconds on the database's clock (``_ms`` columns, :mod:`agentlease.clock`); every
+constraint is named through the metadata's naming convention.
 """
 
 from __future__ import annotations
@@ -49,7 +45,6 @@ def _trace_columns() -> list[Column[object]]:
 TASKS = Table(
     "tasks",
     metadata,
-    # One task: lifecycle, current authority and logical action identity kept apart.
     Column("task_id", String(400), primary_key=True),
     Column("agent_run_id", String(255), nullable=False),
     Column("step_id", String(128), nullable=False),
@@ -66,16 +61,12 @@ TASKS = Table(
     Column("renewal_count", Integer, nullable=False, default=0),
     Column("idempotency_key", String(256), nullable=False, index=True),
     Column("receipt", JSON, nullable=True),
-    # The SHA-256 (hex) of the current claim's lease token: every holder write presents the token
-    # (``docs/security.md``, "Lease tokens"); the token itself is never stored.
+    # The SHA-256 (hex) of the current claim's lease token (``docs/security-review.md``, "Lease tokens").
     Column("lease_token_sha256", String(64), nullable=True),
-    # The fingerprint of the call's arguments (SHA-256 of their canonical JSON): a stored receipt
-    # settles a task only for the same tool and arguments.
+    # The SHA-256 of the call's arguments' canonical JSON: a receipt settles only the same tool and arguments.
     Column("arguments_sha256", String(64), nullable=True),
-    # The approval of an approval-gated call, bound to one execution (``docs/recovery.md``,
-    # "Approvals"): when it was given (ledger clock), the tool and the arguments' fingerprint the person
-    # saw, and the claim generation that consumed it (``NULL``: not consumed yet). A claim of such a task
-    # needs an approval of its tool and arguments, younger than the tool's approval TTL, not consumed.
+    # The approval bound to one execution (``docs/decisions.md``, "Approvals"): when, of which tool and
+    # arguments, and the claim generation that consumed it (``NULL``: not yet).
     Column("approved_at_ms", BigInteger, nullable=True),
     Column("approval_tool", String(128), nullable=True),
     Column("approval_arguments_sha256", String(64), nullable=True),
@@ -131,8 +122,7 @@ RECEIPTS = Table(
     Column("claim_generation", BigInteger, nullable=False),
     Column("receipt", JSON, nullable=False),
     Column("created_at_ms", BigInteger, nullable=False),
-    # What the receipt is for: a task of another tool or other arguments with the same key is
-    # refused, not settled with it (``docs/security.md``, "Receipts and tasks bound to their run").
+    # What the receipt is for: a task of another tool or arguments with the same key is refused.
     Column("tool", String(128), nullable=True),
     Column("arguments_sha256", String(64), nullable=True),
 )
@@ -140,10 +130,8 @@ RECEIPTS = Table(
 
 
 def _decision_id_columns() -> list[Column[object]]:
-    """One signed decision's id on one task (``docs/security.md``, "Authenticated decisions"): the
-    operator's decision id (a cancel of a whole run applies one id to each of its tasks), the decision,
-    its operator, the generation it was signed for (``NULL``: not bound), and the Temporal activity that
-    used it first (a retry of that same activity is not a replay)."""
+    """One signed decision's id on one task: the decision, its operator, the generation it was signed for
+    (``NULL``: not bound), and the Temporal activity that used it (``docs/security-operations.md``)."""
     return [
         Column("decision_id", String(64), primary_key=True),
         Column("task_id", String(400), primary_key=True),
@@ -170,8 +158,7 @@ DECISION_REPLAYS = Table(
     Column("refused_at_ms", BigInteger, nullable=False),
     *_decision_id_columns(),
 )
-"""The first replay of a signed decision on a task, refused: its trail entry is written once per
-decision id, however often it is sent again. Insert-only, like :data:`DECISIONS_APPLIED`; the
+"""The first refused replay of a signed decision on a task (its trail entry is written once). Insert-only; the
 activity columns are the replaying one's."""
 
 __all__ = [

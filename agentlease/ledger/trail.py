@@ -1,7 +1,5 @@
-"""Writing the evidence trail (``lease_events``): one helper every ledger transaction uses.
-
-An entry is written in the same transaction as the change it records, so the trail and the task
-never disagree. ``docs/vocabulary.md`` lists what each :class:`~agentlease.enums.EventKind` means.
+"""Writing the evidence trail (``lease_events``), in the transaction of the change an entry records; what each
+:class:`~agentlease.enums.EventKind` means: ``docs/vocabulary.md``.
 """
 
 from __future__ import annotations
@@ -13,15 +11,14 @@ from sqlalchemy.engine import Connection
 from agentlease.enums import EventKind, Stage
 from agentlease.ledger.compiled import execute
 from agentlease.ledger.statements import LeaseStatements
-from agentlease.records import Claim, TraceLink
+from agentlease.records import TraceLink
 
 
 def write_event(conn: Connection, sql: LeaseStatements, **entry: Any) -> None:
     """Append one entry to the evidence trail, inside ``conn``'s transaction.
 
     Args:
-        conn: the connection of the transaction that makes the recorded change.
-        sql: the ledger's statements for this dialect.
+        conn / sql: the transaction's connection, and the ledger's statements for its dialect.
         **entry: the entry, as the keyword arguments of :func:`event_values`.
     """
     execute(conn, sql.insert_event, event_values(**entry))
@@ -44,10 +41,8 @@ def event_values(
     Args:
         task_id / kind / generation: what happened to which task, under which claim generation.
         at_ms: when, on the ledger's clock (epoch ms).
-        owner: the lease owner the entry is about.
-        stage: the task's stage at that moment.
-        reason: a specific, human-readable reason.
-        details: small JSON facts (who decided, the receipt, the refused write...).
+        owner / stage: the lease owner and the task's stage the entry is about.
+        reason / details: a specific, human-readable reason; small JSON facts.
         trace: the Temporal attempt that made the change.
     """
     return {
@@ -61,30 +56,3 @@ def event_values(
         "at_ms": at_ms,
         **(trace or TraceLink()).columns(),
     }
-
-
-def write_holder_event(
-    conn: Connection,
-    sql: LeaseStatements,
-    claim: Claim,
-    kind: EventKind,
-    *,
-    at_ms: int,
-    stage: Stage | str | None = None,
-    reason: str | None = None,
-    details: dict[str, Any] | None = None,
-) -> None:
-    """An evidence-trail entry written on behalf of the holder of ``claim`` (its owner and trace)."""
-    write_event(
-        conn,
-        sql,
-        task_id=claim.task_id,
-        kind=kind,
-        generation=claim.generation,
-        at_ms=at_ms,
-        owner=claim.owner,
-        stage=stage,
-        reason=reason,
-        details=details,
-        trace=claim.trace,
-    )

@@ -1,10 +1,6 @@
-"""A run that names a tool no worker serves: the record its workflow asks of the ledger before it fails.
-
-A plan run checks its steps against the worker's tool catalog before its first call. When a step names a
-tool no worker of its task queue serves, the run schedules :data:`RECORD_UNKNOWN_TOOLS` with those steps
-(:class:`UnknownTools`), then fails with ``UnknownTool``: each step is recorded on the run's own task as
-``cancelled`` by ``agentlease``, error class :data:`UNKNOWN_TOOL_ERROR`, so that the listings know the run
-(``docs/operator-views.md``).
+"""A run that names a tool no worker serves: the record its workflow asks of the ledger before it fails (each
+such step ``cancelled`` by ``agentlease``, error class :data:`UNKNOWN_TOOL_ERROR`, so that the listings know the
+run; ``docs/operator-views.md``, "A run that names a tool no worker serves").
 """
 
 from __future__ import annotations
@@ -48,10 +44,7 @@ class UnknownToolStep(BaseModel):
 
 class UnknownTools(BaseModel):
     """Input of :data:`RECORD_UNKNOWN_TOOLS`: the steps, and the tools the worker that failed the run serves.
-
-    The activity records the steps of the workflow that scheduled it only (its task ids and keys are made
-    from ``activity.info().workflow_id``), so no input can make it write another run's tasks.
-    """
+    Only the scheduling workflow's own tasks are written (their ids are made from its workflow id)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -79,13 +72,10 @@ async def record_unknown_tool(
     trace: TraceLink | None = None,
     now: datetime | None = None,
 ) -> TaskRecord:
-    """Record ``own``, a step whose tool no worker serves, as ``cancelled`` by the run (``agentlease``).
-
-    The task is created if absent; one still claimable (never run) becomes ``cancelled`` with the error
-    class :data:`UNKNOWN_TOOL_ERROR` and ``reason``, and a ``cancelled`` entry
-    (``details.by``: ``agentlease``, ``details.unknown_tool``) goes to its trail, in one transaction. A
-    task that got further keeps its status and gets no entry. Writing it again changes nothing. Returns
-    the task as it is afterwards.
+    """Record ``own``, a step whose tool no worker serves, as ``cancelled`` by the run (``agentlease``), in one
+    transaction: the task created if absent and, if still claimable, ``cancelled`` with the error class
+    :data:`UNKNOWN_TOOL_ERROR` and ``reason`` and a ``cancelled`` entry; a task that got further is left as it
+    is. Returns the task as it is afterwards.
 
     Raises:
         LedgerUnavailableError: the ledger could not be reached.

@@ -1,37 +1,16 @@
 """The lease writes: each operation's row change, guard and evidence, described once for both dialects.
 
-Each function below describes one lease operation as a :class:`~agentlease.ledger.rendering.LeaseWrite`
-(one conditional statement whose row count the caller checks, and the evidence entries made from
-the row it changed) and :func:`lease_writes` renders them for a dialect
-(:mod:`agentlease.ledger.rendering`: one statement on PostgreSQL, the same statements one after
-another in a transaction anywhere). The guarantees they hold (``docs/guarantees.md``):
-
-- G1: a claim takes a task only if it is claimable or its lease lapsed on the database's clock
-  (``now``: the bound ``now_ms`` or the database clock, :func:`~agentlease.clock.bound_now_ms`);
-- G2: every holder write is guarded by :func:`holds`;
-- G3: the generation is minted only here, ``claim_generation + 1`` (1 for a new task);
-- G6: the recorded stage never goes back (:func:`furthest_stage`), a settle keeps the receipt that
-  stands for its key;
-- G8: a decision ends any claim in its own statement.
-
-A lapsed lease's expiry has two row changes: the claim that supersedes it (:func:`claim`) and the
-sweeper's batch (:func:`agentlease.ledger.expiry.record_statement`, one conditional statement on
-both databases); both record the same ``expired`` entry (:func:`expired_entry`).
-
-Bound parameters (never chosen by SQL text): ``now_ms``; ``held_task_id``, ``held_owner``,
-``held_generation``, ``held_token_sha256`` (:func:`~agentlease.ledger.statements.held`);
-``key_task_id``; ``task_id`` and column names (values written); ``event_reason``,
-``event_details``, ``event_trace_*`` (:func:`~agentlease.ledger.rendering.event_params`);
-``lease_ttl_override_ms`` (a shorter TTL, Temporal's changed heartbeat timeout; ``None``: the
-task's own); ``claim_needs_approval``, ``claim_tool``, ``claim_arguments_sha256``,
-``claim_approval_ttl_ms`` (what an approval-gated claim must find, ``docs/recovery.md``,
-"Approvals"); ``approval_tool``, ``approval_arguments_sha256`` (what an approve binds); ``receipt``.
+Each function describes one lease operation as a :class:`~agentlease.ledger.rendering.LeaseWrite`;
+:func:`lease_writes` renders them for a dialect. The guarantees they hold, and where a lapsed lease's
+expiry is recorded: ``docs/guarantees.md``, "One description per lease write". ``now`` is the bound
+``now_ms`` or the database's clock (:func:`~agentlease.clock.bound_now_ms`); every value is a bound
+parameter, named where it is used.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from sqlalchemy import (
@@ -78,7 +57,7 @@ _T = TASKS.c
 HELD_TASK = _T.task_id == bindparam("held_task_id", type_=_T.task_id.type)
 """The task of the claim a holder write is guarded by."""
 HELD_OWNER = bindparam("held_owner", type_=_T.lease_owner.type)
-"""The owner of that claim (a holder write's entries name it, also once the write cleared it)."""
+"""The owner of that claim (its entries name it, also once the write cleared it)."""
 KEY_TASK = _T.task_id == bindparam("key_task_id", type_=_T.task_id.type)
 """The task a claim of an existing task or a decision is about."""
 
@@ -89,8 +68,8 @@ def one_of(column: Any, values: Any) -> ColumnElement[bool]:
 
 
 def holds(now: ColumnElement[int]) -> ColumnElement[bool]:
-    """The guard of every holder write (G2): the task is running under the held claim - same owner,
-    same generation, the SHA-256 of the lease token minted with it - and its lease is valid at ``now``."""
+    """The guard of every holder write (G2): the task runs under the held claim (owner, generation, the
+    SHA-256 of its lease token) and its lease is valid at ``now``."""
     return and_(
         HELD_TASK,
         _T.status == TaskStatus.RUNNING.value,
@@ -102,11 +81,8 @@ def holds(now: ColumnElement[int]) -> ColumnElement[bool]:
 
 
 def furthest_stage(new_stage: ColumnElement[Any]) -> ColumnElement[Any]:
-    """``new_stage`` if it lies beyond the recorded stage, else the recorded stage (G6).
-
-    The ledger keeps the furthest stage any attempt reached: a later attempt that starts again at
-    ``preflight`` must not erase an earlier ``commit``, whoever calls the renewal.
-    """
+    """``new_stage`` if it lies beyond the recorded stage, else the recorded stage (G6: a later attempt that
+    starts again at ``preflight`` does not erase an earlier ``commit``)."""
 
     def rank(expression: ColumnElement[Any]) -> ColumnElement[int]:
         return case({stage.value: stage.order for stage in Stage}, value=expression, else_=-1)
@@ -115,11 +91,8 @@ def furthest_stage(new_stage: ColumnElement[Any]) -> ColumnElement[Any]:
 
 
 def may_have_acted(row: Any) -> ColumnElement[bool]:
-    """SQL of :meth:`SideEffectClass.may_have_acted` over ``row``'s side-effect class and stage.
-
-    ``(side_effect_class, stage)`` among every pair for which the Python predicate holds (and a class
-    whose predicate holds with no stage recorded): the one condition, rendered from the one predicate.
-    """
+    """SQL of :meth:`SideEffectClass.may_have_acted` over ``row``'s side-effect class and stage, rendered
+    from the Python predicate."""
     pairs = [(c.value, s.value) for c in SideEffectClass for s in Stage if c.may_have_acted(s)]
     unstaged = [c.value for c in SideEffectClass if c.may_have_acted(None)]
     conditions: list[ColumnElement[bool]] = []
@@ -133,9 +106,8 @@ def may_have_acted(row: Any) -> ColumnElement[bool]:
 
 
 def approval_needed() -> ColumnElement[bool]:
-    """Whether a claim must consume an approval: the task requires one (bound ``claim_needs_approval``),
-    none was consumed, and no claim was ever granted (a task claimed before approvals were bound to one
-    execution keeps going, as it did)."""
+    """Whether a claim must consume an approval: the task requires one (bound ``claim_needs_approval``), none
+    was consumed, and no claim was ever granted (a task claimed before approvals were bound keeps going)."""
     return and_(
         bindparam("claim_needs_approval", type_=Boolean),
         _T.approval_consumed_generation.is_(None),
@@ -144,7 +116,7 @@ def approval_needed() -> ColumnElement[bool]:
 
 
 def _approval_valid(now: ColumnElement[int]) -> ColumnElement[bool]:
-    """An approval the claim may consume: of this tool, these arguments, younger than the tool's approval TTL."""
+    """An approval of this tool and these arguments, younger than the tool's approval TTL."""
     return and_(
         _T.approval_tool == bindparam("claim_tool", type_=_T.approval_tool.type),
         _T.approval_arguments_sha256 == bindparam("claim_arguments_sha256", type_=_T.approval_arguments_sha256.type),
@@ -153,7 +125,7 @@ def _approval_valid(now: ColumnElement[int]) -> ColumnElement[bool]:
 
 
 def _lease_from(now: ColumnElement[int], ttl: ColumnElement[int]) -> dict[str, Any]:
-    """The lease a claim grants: the claimer's owner, token hash and trace, from ``now`` for ``ttl``."""
+    """The lease a claim grants: its owner, token hash and trace, from ``now`` for ``ttl``."""
     return {
         "status": TaskStatus.RUNNING.value,
         "lease_owner": bindparam("lease_owner", type_=_T.lease_owner.type),
@@ -169,20 +141,21 @@ def _ttl() -> ColumnElement[int]:
     return func.coalesce(bindparam("lease_ttl_override_ms", type_=BigInteger), _T.lease_ttl_ms)
 
 
-def _claimed(dialect: str) -> Made:
-    """The ``claimed`` entry: the new generation, its owner, the lease's expiry added to the details."""
+def _with_expiry(dialect: str, kind: EventKind, owner: Any = None) -> Made:
+    """An entry of ``kind`` with the lease's new expiry added to its details; ``owner``: default the row's."""
 
     def made(changed: Any) -> Any:
         details = json_with(dialect, EVENT_DETAILS, lease_expires_at_ms=changed.c.lease_expires_at_ms)
-        return evidence(dialect, changed, EventKind.CLAIMED, owner=changed.c.lease_owner, details=details)
+        return evidence(
+            dialect, changed, kind, owner=changed.c.lease_owner if owner is None else owner, details=details
+        )
 
     return made
 
 
 def claim_new(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
-    """The claim of a task the ledger has not seen (G1, G3): its row inserted already claimed, generation 1,
-    attempt 1, ``ON CONFLICT (task_id) DO NOTHING`` (a task that exists is claimed by :func:`claim`);
-    the ``claimed`` entry; the row and the receipt stored for its key come back."""
+    """The claim of a task the ledger has not seen (G1, G3): its row inserted claimed, generation 1, attempt 1,
+    ``ON CONFLICT (task_id) DO NOTHING``; the ``claimed`` entry; the row and its key's receipt come back."""
     change = (
         dialect_insert(dialect)(TASKS)
         .values(**new_task(now), **_lease_from(now, bindparam("lease_ttl_ms")), claim_generation=1, attempts=1)
@@ -190,15 +163,14 @@ def claim_new(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         .returning(*TASKS.c)
     )
     key = _T.task_id == bindparam("task_id", type_=_T.task_id.type)
-    return LeaseWrite(change, key, made=(_claimed(dialect),), reads_receipt=True)
+    return LeaseWrite(change, key, made=(_with_expiry(dialect, EventKind.CLAIMED),), reads_receipt=True)
 
 
 def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
-    """The claim of a task that exists (G1, G3): only if it is pending or released, or running with a lease
-    that lapsed at ``now``; it mints ``claim_generation + 1``, counts the attempt, and consumes the approval
-    of an approval-gated task (refused without a valid one: :func:`approval_needed`). The caller reads the
-    row first (locked) and records the lapsed lease's ``expired`` entry (:func:`expired_entry`) before the
-    ``claimed`` one, whose reason says what the claim consumed."""
+    """The claim of a task that exists (G1, G3): only if it is claimable, or running with a lease that lapsed
+    at ``now``; it mints ``claim_generation + 1``, counts the attempt, and consumes the approval of an
+    approval-gated task (:func:`approval_needed`). The caller reads the row first (locked) and records a
+    lapsed lease's ``expired`` entry (:func:`expired_entry`) before the ``claimed`` one."""
     claimable = [status.value for status in TaskStatus if status.claimable]
     lapsed = and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now)
     consumed = case((approval_needed(), _T.claim_generation + 1), else_=_T.approval_consumed_generation)
@@ -215,13 +187,12 @@ def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         )
         .returning(*TASKS.c)
     )
-    return LeaseWrite(change, KEY_TASK, made=(_claimed(dialect),), reads_receipt=True)
+    return LeaseWrite(change, KEY_TASK, made=(_with_expiry(dialect, EventKind.CLAIMED),), reads_receipt=True)
 
 
 def renew(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
-    """The holder's renewal (G2, G5): the lease extended by its TTL (or the shorter one given), the stage
-    ``new_stage`` recorded unless an attempt reached further (G6; ``None`` keeps it); the ``renewed``
-    entry with the new expiry added to its details."""
+    """The holder's renewal (G2, G5): the lease extended by its TTL (or a shorter one), ``new_stage`` recorded
+    unless an attempt reached further (G6; ``None`` keeps it); the ``renewed`` entry with the new expiry."""
     change = (
         update(TASKS)
         .where(holds(now))
@@ -233,27 +204,19 @@ def renew(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
         )
         .returning(_T.task_id, _T.claim_generation, _T.lease_expires_at_ms, _T.updated_at_ms, _T.stage)
     )
-
-    def renewed(changed: Any) -> Any:
-        details = json_with(dialect, EVENT_DETAILS, lease_expires_at_ms=changed.c.lease_expires_at_ms)
-        return evidence(dialect, changed, EventKind.RENEWED, owner=HELD_OWNER, details=details)
-
-    return LeaseWrite(change, HELD_TASK, made=(renewed,))
+    return LeaseWrite(change, HELD_TASK, made=(_with_expiry(dialect, EventKind.RENEWED, HELD_OWNER),))
 
 
 def settle(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
-    """The holder's settle (G2, G6): the receipt stored for the key unless one stands (the first stands),
-    the task settled with the one that stands, its lease ended; the ``settled`` entry."""
+    """The holder's settle (G2, G6): the receipt stored unless one stands for the key, the task settled with
+    the one that stands, its lease ended; the ``settled`` entry."""
     change = (
         update(TASKS)
         .where(holds(now))
         .values(status=TaskStatus.SETTLED.value, stage=Stage.SETTLED.value, lease_expires_at_ms=None, updated_at_ms=now)
         .returning(_T.task_id, _T.claim_generation, _T.stage, _T.updated_at_ms, _T.renewal_count)
     )
-
-    def settled(changed: Any) -> Any:
-        return evidence(dialect, changed, EventKind.SETTLED, owner=HELD_OWNER)
-
+    settled = partial(evidence, dialect, kind=EventKind.SETTLED, owner=HELD_OWNER)
     return LeaseWrite(change, HELD_TASK, made=(settled,), receipt_first=holds(now))
 
 
@@ -283,20 +246,16 @@ def end_lease(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
 
 
 def decision(dialect: str, now: ColumnElement[int], kind: DecisionKind) -> LeaseWrite:
-    """A decision of :data:`~agentlease.decisions.table.DECISIONS` (G8): from one of the statuses it applies to,
-    to its result, ending any claim in the same statement; a settling one stores ``receipt`` for the key
-    (unless one stands); its entry, with ``effect: unknown`` when it leaves the effect unknown."""
+    """A decision of :data:`~agentlease.decisions.table.DECISIONS` (G8): from a status it applies to, to its
+    result, ending any claim; a settling one stores ``receipt`` unless one stands; its entry, with
+    ``effect: unknown`` when it leaves the effect unknown."""
     rule = DECISIONS[kind]
-    made: list[Any] = []
-    if rule.settles:
 
-        def receipt(changed: Any) -> Any:
-            stored = receipt_from(
-                dialect, changed, generation=changed.c.claim_generation, at_ms=changed.c.updated_at_ms
-            )
-            return stored.on_conflict_do_nothing(index_elements=["idempotency_key"])  # type: ignore[attr-defined]
-
-        made.append(receipt)
+    def receipt(changed: Any) -> Any:
+        stored: Any = receipt_from(
+            dialect, changed, generation=changed.c.claim_generation, at_ms=changed.c.updated_at_ms
+        )
+        return stored.on_conflict_do_nothing(index_elements=["idempotency_key"])
 
     def decided(changed: Any) -> Any:
         details: Any = EVENT_DETAILS
@@ -304,7 +263,7 @@ def decision(dialect: str, now: ColumnElement[int], kind: DecisionKind) -> Lease
             details = case((may_have_acted(changed), json_with(dialect, details, effect="unknown")), else_=details)
         return evidence(dialect, changed, rule.event, owner=null(), details=details)
 
-    return LeaseWrite(_decision_change(rule.kind, now), KEY_TASK, made=(*made, decided))
+    return LeaseWrite(_decision_change(kind, now), KEY_TASK, made=(receipt, decided) if rule.settles else (decided,))
 
 
 def _decision_change(kind: DecisionKind, now: ColumnElement[int]) -> Update:
@@ -322,12 +281,8 @@ def _decision_change(kind: DecisionKind, now: ColumnElement[int]) -> Update:
     if rule.restarts_attempts:
         values["attempts"] = 0
     if kind is DecisionKind.APPROVE:  # the approval of one execution: this tool, these arguments, now
-        values["approved_at_ms"] = now
-        values["approval_tool"] = bindparam("approval_tool", type_=_T.approval_tool.type)
-        values["approval_arguments_sha256"] = bindparam(
-            "approval_arguments_sha256", type_=_T.approval_arguments_sha256.type
-        )
-        values["approval_consumed_generation"] = None
+        bound = {name: bindparam(name, type_=_T[name].type) for name in ("approval_tool", "approval_arguments_sha256")}
+        values.update(approved_at_ms=now, approval_consumed_generation=None, **bound)
     if kind is DecisionKind.AWAIT_APPROVAL:  # asked again: an earlier approval no longer counts
         values.update(
             approved_at_ms=None, approval_tool=None, approval_arguments_sha256=None, approval_consumed_generation=None
@@ -353,12 +308,8 @@ def expired_entry(
     outcome: str,
     **details: Any,
 ) -> dict[str, Any]:
-    """The ``expired`` entry of a lease that lapsed without renewal, found by a takeover or the sweeper.
-
-    Written for the lapsed generation (its owner, stage and trace) when the row change that ends it
-    (the claim that supersedes it, the sweeper's) changed the row. ``outcome``: what became of it
-    (``superseded by generation 3 (w2)``, ``sweeper: reclaim -> released``); ``details``: more facts.
-    """
+    """The ``expired`` entry of a lapsed lease's generation (its owner, stage and trace), found by a takeover or
+    the sweeper. ``outcome``: what became of it (``; sweeper: reclaim -> released``); ``details``: more facts."""
     return event_values(
         task_id=task_id,
         kind=EventKind.EXPIRED,
@@ -374,7 +325,7 @@ def expired_entry(
 
 @dataclass(frozen=True)
 class LeaseWrites:
-    """The lease writes of one dialect, rendered (:class:`~agentlease.ledger.rendering.Rendered`).
+    """The lease writes of one dialect, rendered.
 
     Attributes:
         dialect: ``sqlite`` or ``postgresql``.

@@ -1,8 +1,5 @@
-"""Alembic environment for the ledger (async engines, SQLite and PostgreSQL).
-
-Run programmatically by :func:`agentlease.ledger.migrate.upgrade`, which hands over an open
-connection in ``config.attributes["connection"]``; otherwise an engine is made from the
-``sqlalchemy.url`` option.
+"""Alembic environment for the ledger: the connection :func:`agentlease.ledger.migrate.upgrade` hands over in
+``config.attributes["connection"]``, or else an engine made from the ``sqlalchemy.url`` option.
 """
 
 from __future__ import annotations

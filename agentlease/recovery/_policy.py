@@ -1,14 +1,6 @@
-"""The recovery policy: what happens after an attempt ended badly (pure functions, no I/O).
-
-The two tables of ``docs/recovery.md`` become one decision, taken at the start of every attempt
-from the ledger's record of the previous one, and again after a failed attempt:
-
-- stage-aware retry: preflight -> retry; external_call -> retry with the same
-  idempotency key (``unsafe`` -> reconcile); commit -> read back first; verify -> retry the
-  readback; settled -> never rerun.
-- recovery classification: read-only -> reclaim; idempotent with a stable key -> reclaim with the
-  same key; ambiguous non-idempotent side effect -> reconcile; repeated deterministic failure ->
-  dead-letter; missing or revoked credential -> block; human cancellation -> stays cancelled.
+"""The recovery policy: what happens after an attempt ended badly (pure functions, no I/O). The two tables of
+``docs/recovery.md`` (stage-aware retry, recovery classification) become one decision, taken at the start of
+every attempt from the ledger's record of the previous one (``docs/recovery.md``, "How decide() combines them").
 """
 
 from __future__ import annotations
@@ -125,11 +117,8 @@ def decide(
 
 
 def decide_after_probe(error_class: ErrorClass | None, *, real_attempts: int, max_attempts: int) -> RecoveryDecision:
-    """How an attempt goes on when the tool's readback probe found that the action did NOT happen.
-
-    The ``unsafe`` rule (G7) withheld the retry only because nobody could say whether the action
-    happened; the probe said it did not, so the rest of the policy applies: a deterministic failure or
-    the attempts spent dead-letter, anything else runs again with the same idempotency key.
+    """How an attempt goes on when the tool's readback probe found that the action did NOT happen: the rest of
+    the policy applies (G7 withheld the retry only because nobody could say), ``docs/recovery.md``.
 
     Args:
         error_class: how the previous attempt ended (``None``: its lease lapsed).
@@ -155,12 +144,8 @@ def decide_after_probe(error_class: ErrorClass | None, *, real_attempts: int, ma
 
 
 def classify(exc: BaseException) -> ErrorClass:
-    """The error class of an exception a tool raised.
-
-    ``PermanentToolError`` and invalid arguments are permanent, ``CredentialToolError`` is a
-    credential error, ``EffectInDoubtError`` in doubt, ``AmbiguousSideEffectError`` ambiguous; anything
-    else is retryable.
-    """
+    """The error class of an exception a tool raised: permanent (``PermanentToolError``, invalid arguments),
+    credential, in doubt, ambiguous, or else retryable."""
     if isinstance(exc, PermanentToolError | ValidationError):
         return ErrorClass.PERMANENT
     if isinstance(exc, CredentialToolError):

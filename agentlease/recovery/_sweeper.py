@@ -1,12 +1,6 @@
-"""The expired-lease sweeper, shaped like River's rescuer: settings validated at construction, a
-loop that only calls :meth:`ExpiredLeaseSweeper.run_once`, which returns counts.
-
-It finds running tasks whose lease lapsed on the database clock (a worker that died without
-Temporal retrying it, or a run that was terminated), records an ``expired`` event with the stage,
-and classifies each by the recovery policy (:mod:`agentlease.recovery._policy`): reclaimable tasks are
-released, an ``unsafe`` task past ``external_call`` waits for reconciliation, one out of attempts
-is dead-lettered. Its writes are conditional (:mod:`agentlease.ledger.expiry`), so a task that
-settled between its read and its write is never overwritten, and several sweepers can run at once.
+"""The expired-lease sweeper, shaped like River's rescuer: settings validated at construction, a loop that only
+calls :meth:`ExpiredLeaseSweeper.run_once`, which records each lapsed lease and moves its task as the recovery
+policy says, with conditional writes (:mod:`agentlease.ledger.expiry`; ``docs/operations.md``, "The sweeper").
 """
 
 from __future__ import annotations
@@ -85,9 +79,8 @@ class ExpiredLeaseSweeper:
     Args:
         ledger: the lease ledger.
         settings: see :class:`SweeperSettings`.
-        tool_limits: per-tool max attempts (over ``settings.max_attempts_by_tool``), read the first
-            time a lease is classified: for a caller whose tools are costly to load (the CLI's
-            sweeper imports the built-in tools, and with them Temporal's SDK, only when a lease lapsed).
+        tool_limits: per-tool max attempts (over ``settings.max_attempts_by_tool``), read the first time a
+            lease is classified (for tools costly to load).
     """
 
     def __init__(
@@ -105,11 +98,7 @@ class ExpiredLeaseSweeper:
         """Sweeps of :meth:`run` that raised (logged, then the loop went on)."""
 
     def _max_attempts(self, tool: str) -> int:
-        """The attempts limit of ``tool``; reads ``tool_limits`` on first use.
-
-        Raises:
-            ValueError: ``tool_limits`` gave a limit below 1.
-        """
+        """The attempts limit of ``tool``; reads ``tool_limits`` on first use (ValueError: a limit below 1)."""
         if self._limits is None:
             assert self._tool_limits is not None
             loaded = {**self.settings.max_attempts_by_tool, **self._tool_limits()}
@@ -130,9 +119,9 @@ class ExpiredLeaseSweeper:
         )
         return decision.action.parks_as or TaskStatus.RELEASED, decision
 
-    def _status_and_rule(self, lease: ExpiredLease) -> tuple[TaskStatus, str]:
+    def _expiry(self, lease: ExpiredLease) -> Expiry:
         status, decision = self.classify(lease)
-        return status, decision.rule
+        return Expiry(lease, status, decision.rule)
 
     async def run_once(self, *, now: datetime | None = None) -> SweepResult:
         """One sweep over every lease lapsed at ``now`` (default the database's clock), in keyset batches,
@@ -141,7 +130,7 @@ class ExpiredLeaseSweeper:
         cursor: tuple[int, str] | None = None
         while True:
             batch = await expired_leases(self._ledger, limit=self.settings.batch_size, after=cursor, now=now)
-            expiries = [Expiry(lease, *self._status_and_rule(lease)) for lease in batch]
+            expiries = [self._expiry(lease) for lease in batch]
             recorded = await record_expiries(self._ledger, expiries, now=now)
             counts["examined"] += len(batch)
             counts["skipped"] += len(batch) - len(recorded)
@@ -153,11 +142,8 @@ class ExpiredLeaseSweeper:
             cursor = batch[-1].cursor
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Sweep every ``interval`` until ``stop`` is set.
-
-        A sweep that fails (the ledger is unreachable for a moment) is logged in one line and
-        counted in :attr:`failed_sweeps`; the next one runs after the interval as usual.
-        """
+        """Sweep every ``interval`` until ``stop`` is set; a sweep that fails is logged in one line and counted
+        in :attr:`failed_sweeps`."""
         while not stop.is_set():
             try:
                 await self.run_once()

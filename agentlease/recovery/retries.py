@@ -1,15 +1,10 @@
 """How soon a tool call is tried again (``docs/recovery.md``, "How fast recovery is").
 
-Two kinds of retry, paced differently:
-
-- **An attempt that was lost** (its worker died or paused: Temporal's heartbeat timeout) is retried
-  by Temporal's retry policy. Its backoff stays short (:data:`LOST_ATTEMPT_RETRY_INITIAL`, at most
-  :data:`LOST_ATTEMPT_RETRY_MAXIMUM`): the lease already paces the takeover, because the next
-  attempt's claim is refused with ``LeaseHeld`` and ``next_retry_delay`` = the time the lease has
-  left. A long backoff would only add to every attempt a paused worker's open polls absorb.
-- **An attempt that ended with a retryable failure** the ledger recorded (a 503, a released lease)
-  says itself when to come back: ``next_retry_delay`` = :func:`failure_retry_delay` of the task's
-  real attempts, counted by the ledger (so a Temporal reset or a pause does not restart the pacing).
+- **An attempt that was lost** (its worker died or paused) is retried by Temporal's retry policy with a short
+  backoff: the lease already paces the takeover (the next claim is refused with ``LeaseHeld`` and
+  ``next_retry_delay`` = the time the lease has left).
+- **An attempt that ended with a retryable failure** the ledger recorded comes back after
+  :func:`failure_retry_delay` of the task's real attempts (a Temporal reset does not restart the pacing).
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""Choosing a lease TTL from observed behaviour: the renewal history says how long holders go quiet.
-
-A lease TTL trades recovery time against false expiry: after a crash, the next attempt can claim
-the task only once the TTL has lapsed; but a holder that goes quiet for longer than the TTL (a slow
-downstream, a long GC, a paused VM) loses its lease although it was working. Like Pub/Sub sizing
-its lease extensions from the 99th percentile of acknowledgement latency, :func:`advise` reads
-the gaps between a holder's consecutive writes (claim, renewals with their stage, settle,
-release) per tool and stage, and proposes a TTL that covers them with room to spare.
-
-It proposes nothing from too few gaps (:data:`MIN_GAPS`), and never a TTL shorter than the current
-one for a tool whose leases lapsed while their holder was alive: a holder that came back after its
-lease lapsed (a refused renewal, a late result) was paused for longer than the TTL, and a shorter TTL
-would make that happen more often.
-
-Figures are seconds on the ledger's clock. See ``docs/ttl.md``.
+"""Choosing a lease TTL from observed behaviour: :func:`advise` reads the gaps between a holder's consecutive
+writes per tool and stage, and proposes a TTL that covers them with room to spare (``agentlease advise-ttl``,
+``docs/ttl.md``). Figures are seconds on the ledger's clock.
 """
 
 from __future__ import annotations
@@ -28,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import to_ms
-from agentlease.enums import EventKind
+from agentlease.enums import EventKind, Stage
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import EVENTS, TASKS
 from agentlease.observability.metrics import stage_label
@@ -51,8 +39,7 @@ CAME_BACK = frozenset({EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED})
 result): it was alive, only quiet for longer than the TTL."""
 
 MIN_GAPS = 20
-"""No recommendation for a tool from fewer gaps between holder writes than this: the 99th percentile
-of a handful of gaps is their maximum, and a few calls say little about the next pause. Default 20."""
+"""No recommendation for a tool from fewer gaps between holder writes than this. Default 20."""
 
 RECOVERY_BACKOFF_S = 1.0
 """The first retry backoff of a tool call (``agentlease.workflow._options.RETRY_INITIAL_INTERVAL``), added to the
@@ -137,9 +124,6 @@ class TtlOption:
             claim it: the TTL plus the first retry backoff.
         pause_expiry_chance: the share of observed gaps at least as long as this TTL: how often a
             quiet spell like those seen would have cost the holder its lease.
-
-    The renewal rate is not an option's cost: a tool renews when it advances a stage or calls
-    ``renew``, whatever its TTL.
     """
 
     ttl_s: float
@@ -184,7 +168,7 @@ class ToolAdvice:
         return max(0, self.min_gaps - self.gaps.count)
 
 
-_STAGE_ORDER = ["none", "preflight", "external_call", "commit", "verify", "settled"]
+_STAGE_ORDER = ["none", *(stage.value for stage in Stage)]
 
 
 def _stage_key(stage: str) -> int:
@@ -311,14 +295,8 @@ def _option(ttl_s: float, gaps: list[float]) -> TtlOption:
 
 def _attempts(samples: Iterable[EventSample]) -> Iterator[list[EventSample]]:
     """Consecutive samples of one task and generation: one attempt's lease."""
-    current: list[EventSample] = []
-    for sample in samples:
-        if current and (sample.task_id, sample.generation) != (current[0].task_id, current[0].generation):
-            yield current
-            current = []
-        current.append(sample)
-    if current:
-        yield current
+    for _key, attempt in itertools.groupby(samples, key=lambda sample: (sample.task_id, sample.generation)):
+        yield list(attempt)
 
 
 async def read_samples(

@@ -64,8 +64,8 @@ STAGE_ORDER = (("preflight", 0), ("external_call", 1), ("commit", 2), ("verify",
 """The stages in order (G6: the recorded stage never goes back)."""
 
 _NOT_OWNER = "NOT pg_has_role(current_user, CAST({owner} AS oid), 'MEMBER')"
-"""The trigger's ``WHEN``: the writer does not own the table (nor is a superuser). The owner's oid is
-read when migrating; the guards leave the administrator alone without entering PL/pgSQL."""
+"""The trigger's ``WHEN``: the writer does not own the table (nor is a superuser; the owner's oid is read when
+migrating)."""
 
 _NOW = "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint"
 """The ledger's clock, as the lease statements read it (``agentlease.clock``)."""

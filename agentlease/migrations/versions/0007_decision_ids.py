@@ -1,14 +1,8 @@
 """signed decisions applied once: their decision ids, recorded unique per task
 
-``decisions_applied`` holds the decision id of each signed decision applied to a task (primary key
-``(decision_id, task_id)``: a cancel of a whole run applies one id to each of its tasks), with the
-decision, its operator, the generation it was signed for and the Temporal activity that applied it;
-``decision_replays`` holds the first refused replay of each, so its trail entry is written once.
-Both are insert-only for the worker role (``agentlease db grant``: INSERT and SELECT).
-
-On PostgreSQL the evidence trail's guard also ties an entry naming a signer to the step its signed
-request names: the worker role cannot copy an operator's signed decision of one step beside an entry
-of another.
+``decisions_applied`` and ``decision_replays`` (the first refused replay of each id), insert-only for the worker
+role; on PostgreSQL the trail's guard also ties an entry naming a signer to the step its signed request names
+(``docs/security-review.md``).
 
 Revision ID: 0007
 Revises: 0006
