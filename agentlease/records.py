@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 import string
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import (
@@ -415,6 +415,17 @@ class SettlementReceipt(_Frozen):
     status: str
     details: dict[str, Any] = Field(default_factory=dict)
     verified_at: AwareDatetime
+
+    @classmethod
+    def now(cls, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
+        """A receipt of what was just read back, verified now (the fields as above)."""
+        return cls(
+            external_system=external_system,
+            external_id=external_id,
+            status=status,
+            details=details,
+            verified_at=datetime.now(UTC),
+        )
 
 
 class StoredReceipt(_Frozen):

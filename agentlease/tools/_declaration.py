@@ -1,13 +1,7 @@
-"""The tool declaration: a tool's side-effect class and lease bounds beside its code.
+"""The tool declaration: a tool's side-effect class and lease bounds beside its code (``docs/writing-tools.md``).
 
-A tool is an async function ``(ctx: LeaseContext, args: ArgsModel) -> ToolResult`` declared with
-:func:`tool`, or an existing function leased as it is with :func:`agentlease.tools._wrap.leased`.
-Every tool has a lease TTL, which is the ``heartbeat_timeout`` of each attempt (G9): declaring one
-without it is refused. Both declarations check their bounds in one place, :class:`LeaseOptions`.
-
-A tool may also declare what identifies its action (``action_key``, a template over its argument
-names: ``"refund:{order_id}"``), how long an approval of one of its calls lasts (``approval_ttl``), and
-a readback probe that answers whether an action happened (``probe``, :mod:`agentlease.tools._probe`).
+:func:`tool` declares an async ``(ctx: LeaseContext, args: ArgsModel) -> ToolResult``; both it and
+:func:`agentlease.tools._wrap.leased` check their bounds in :class:`LeaseOptions`.
 """
 
 from __future__ import annotations
@@ -55,12 +49,7 @@ ToolFunction = Callable[["LeaseContext", Any], Awaitable[ToolResult]]
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A declared tool.
-
-    Made by :func:`tool` or by :func:`agentlease.leased`. A tool made by ``leased`` can also be
-    called directly, outside any lease: ``await spec(**arguments)`` runs the function it wraps with
-    its arguments validated, and nothing else (no claim, no ledger, no fencing token, no receipt);
-    for local runs, unit tests and evals.
+    """A declared tool, made by :func:`tool` or by :func:`agentlease.leased` (then callable directly: :meth:`__call__`).
 
     Attributes:
         name: the tool name, also the Temporal activity type.
@@ -73,17 +62,12 @@ class ToolSpec:
         fn: the tool's code, ``(ctx, args) -> ToolResult``, as the worker runs it in a lease.
         settings: the settings the tool reads through ``ctx.settings``; ``None``: every one but
             the worker's own (:data:`agentlease.security.secrets.WORKER_ONLY`).
-        description: what a model reads about the tool: the function's docstring (or the
-            framework tool's description). ``None``: none.
-        direct: runs the wrapped function without a lease (see :meth:`__call__`); ``None`` for a
-            ``@tool`` tool, which needs its lease context.
-        action_key: the action key template over argument names (``"refund:{order_id}"``): every
-            caller that gives no key of its own keys the call with it, scoped to the run. ``None``:
-            the default ``<run>:<step>``.
-        approval_ttl: how long an approval of a call lasts, on the ledger's clock. ``None``: the
-            worker's ``AGENTLEASE_APPROVAL_TTL``.
-        probe: the readback probe asked before an ambiguous task waits for a person
-            (:mod:`agentlease.tools._probe`); ``None``: none.
+        description: what a model reads about the tool (the function's docstring); ``None``: none.
+        direct: runs the wrapped function without a lease; ``None`` for a ``@tool`` tool.
+        action_key: the action key template over argument names (``"refund:{order_id}"``) keying a call
+            that has no key of its own, scoped to the run. ``None``: the default ``<run>:<step>``.
+        approval_ttl: how long an approval of a call lasts; ``None``: ``AGENTLEASE_APPROVAL_TTL``.
+        probe: the readback probe (``docs/action-keys-and-probes.md``); ``None``: none.
     """
 
     name: str
@@ -120,11 +104,8 @@ class ToolSpec:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        """Run the wrapped function directly, outside any lease: ``await spec(order_id="A-1")``.
-
-        No claim, no ledger, no fencing token, no idempotency key, no receipt, no approval:
-        a plain call of the function with its arguments validated by :attr:`args_model`. Inside
-        the function :func:`agentlease.lease.in_lease` is false.
+        """Run the wrapped function directly, outside any lease (no claim, no ledger, no receipt; for local runs,
+        unit tests and evals): ``await spec(order_id="A-1")``, its arguments validated by :attr:`args_model`.
 
         Returns:
             An awaitable of the function's own return value.
@@ -142,18 +123,11 @@ class ToolSpec:
 
 
 _ACTIVITY_DEFINITION = "__temporal_activity_definition"
-"""The attribute ``@activity.defn`` sets on what it decorates."""
-
 _frozen_setattr = ToolSpec.__setattr__
 
 
 def _setattr(self: Any, name: str, value: Any) -> None:
-    """Frozen, but for the activity definition ``@activity.defn`` sets when it sits above ``@leased``.
-
-    Raises:
-        dataclasses.FrozenInstanceError: any other attribute.
-        ConfigurationError: the activity is named other than the tool.
-    """
+    """Frozen, but for the activity definition ``@activity.defn`` sets when it sits above ``@leased``."""
     if name != _ACTIVITY_DEFINITION:
         _frozen_setattr(self, name, value)
         return
@@ -199,19 +173,9 @@ class DeclaredTool(Protocol):
 
 @dataclass(frozen=True)
 class LeaseOptions:
-    """A tool's side-effect class and lease bounds, checked: the one home of the rules both
-    :func:`tool` and :func:`agentlease.leased` declare with.
-
-    Attributes:
-        side_effect_class: the tool's class.
-        lease_ttl: lease TTL = heartbeat timeout of each attempt.
-        start_to_close: bound of one attempt.
-        max_attempts: real attempts before dead-lettering.
-        requires_approval: each call waits for ``approve``; ``None``: only for ``unsafe`` tools.
-        action_key: the action key template over argument names, or ``None``.
-        approval_ttl: how long an approval lasts; ``None``: the worker's default.
-        probe: the readback probe, or ``None``.
-    """
+    """A tool's side-effect class and lease bounds (the fields of :class:`ToolSpec`), checked: the one home of
+    the rules both :func:`tool` and :func:`agentlease.leased` declare with. ``requires_approval`` ``None``: only
+    for ``unsafe`` tools."""
 
     side_effect_class: SideEffectClass
     lease_ttl: timedelta
@@ -278,12 +242,12 @@ class LeaseOptions:
             not isinstance(self.approval_ttl, timedelta) or self.approval_ttl <= timedelta(0)
         ):
             raise ConfigurationError(f"tool {tool_name!r}: approval_ttl must be a positive timedelta")
-        if self.action_key is not None and not isinstance(self.action_key, str):
-            raise ConfigurationError(
-                f"tool {tool_name!r}: action_key is a template over argument names, such as "
-                "'refund:{order_id}' (the workflow makes the key from it; a function cannot travel there)"
-            )
         if self.action_key is not None:
+            if not isinstance(self.action_key, str):
+                raise ConfigurationError(
+                    f"tool {tool_name!r}: action_key is a template over argument names, such as "
+                    "'refund:{order_id}' (the workflow makes the key from it; a function cannot travel there)"
+                )
             try:
                 action_key_fields(self.action_key)
             except ValueError as exc:
@@ -359,10 +323,9 @@ def tool(
         settings: the ``AgentLeaseSettings`` fields the tool reads (``ctx.settings``); reading any
             other is an error. Default: every field but the worker's own connections and secrets
             (``docs/security-operations.md``, "Tool credentials").
-        action_key: what identifies the action, a template over argument names
-            (``"refund:{order_id}"``): a call the caller gives no key is keyed by it, scoped to the run,
-            so the same action asked again (a new tool-call id, a workflow reset) settles from the first
-            receipt. Default ``None``: ``<run>:<step>``.
+        action_key: what identifies the action, a template over argument names (``"refund:{order_id}"``),
+            keying a call that has no key, scoped to the run (``docs/action-keys-and-probes.md``). Default
+            ``None``: ``<run>:<step>``.
         approval_ttl: how long an approval of a call lasts on the ledger's clock. Default ``None``:
             the worker's ``AGENTLEASE_APPROVAL_TTL``.
         probe: ``async (ProbeQuery) -> ProbeResult``, asked whether an action happened before an
