@@ -1,8 +1,5 @@
-"""One leased MCP ``tools/call``: the attempt the worker runs for a tool declared by :func:`mcp_tools`.
-
-Its stages, what travels in ``_meta``, and how each answer of the server ends the attempt:
-``docs/mcp.md`` ("One attempt").
-"""
+"""One leased MCP ``tools/call``: the attempt the worker runs for a tool declared by :func:`mcp_tools`
+(``docs/mcp.md``, "One attempt")."""
 
 from __future__ import annotations
 
@@ -30,6 +27,7 @@ from agentlease.errors import (
     LedgerUnavailableError,
     PermanentToolError,
     RetryableToolError,
+    one_line,
 )
 from agentlease.mcp._client import MCPServer, list_tools, session
 from agentlease.mcp._convention import (
@@ -62,11 +60,6 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 @asynccontextmanager
 async def _connected(server: MCPServer) -> AsyncIterator[Client]:
     """A session of ``server``; a failure to connect is retryable (nothing was sent)."""
@@ -81,7 +74,7 @@ async def _connected(server: MCPServer) -> AsyncIterator[Client]:
             if leaf is not exc and isinstance(leaf, AgentLeaseError | asyncio.CancelledError):
                 raise leaf from None  # the attempt's own outcome, wrapped by the session's task group
             raise
-        raise RetryableToolError(f"cannot reach MCP server {server.name!r}: {_why(leaf)}") from None
+        raise RetryableToolError(f"cannot reach MCP server {server.name!r}: {one_line(leaf)}") from None
 
 
 async def _check_listed(client: Client, binding: MCPBinding) -> None:
@@ -94,11 +87,9 @@ async def _check_listed(client: Client, binding: MCPBinding) -> None:
     listed = _checked.get(binding.server)
     if listed is None:
         try:
-            tools = await list_tools(client)
+            listed = _checked[binding.server] = await list_tools(client)
         except Exception as exc:  # noqa: BLE001 - nothing was sent yet
-            raise RetryableToolError(f"tools/list of {binding.server.name!r} failed: {_why(_leaf(exc))}") from None
-        listed = {tool.name: tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in tools}
-        _checked[binding.server] = listed
+            raise RetryableToolError(f"tools/list of {binding.server.name!r} failed: {one_line(_leaf(exc))}") from None
     problems = compare(binding, listed)
     if problems:
         _checked.pop(binding.server, None)  # the server may be redeployed: list again next time
@@ -135,7 +126,7 @@ def _output(result: CallToolResult) -> dict[str, Any]:
 
 
 def _failure(exc: BaseException, binding: MCPBinding, ctx: LeaseContext) -> Exception:
-    """What an answer other than a result, or a lost connection, after sending means (the module's table)."""
+    """What an answer other than a result, or a lost connection, after sending means (``docs/mcp.md``)."""
     what = f"tools/call {binding.tool} on {binding.server.name!r}"
     if isinstance(exc, MCPError):
         refusal = refusal_of(exc.code, exc.data)
@@ -158,12 +149,11 @@ def _failure(exc: BaseException, binding: MCPBinding, ctx: LeaseContext) -> Exce
         if refusal is not None or exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
             return PermanentToolError(f"{what} refused: {exc.message}")
         return AmbiguousSideEffectError(f"{what} answered error {exc.code}: {exc.message}")
-    return AmbiguousSideEffectError(f"{what}: {_why(exc)} after sending")
+    return AmbiguousSideEffectError(f"{what}: {one_line(exc)} after sending")
 
 
 class _Waiting:
-    """Renews the lease through the attempt; once ``tools/call`` is sent, with the server's latest progress as
-    the reason."""
+    """Renews the lease through the attempt, with the server's latest progress as the reason once it is sent."""
 
     def __init__(self, ctx: LeaseContext, binding: MCPBinding) -> None:
         self.ctx = ctx
@@ -269,7 +259,7 @@ async def _read_back(client: Client, settings: dict[str, Any], key: str) -> dict
     try:
         answer = await client.call_tool(tool, {}, meta=_request_meta({IDEMPOTENCY_KEY_META: key}))
     except Exception as exc:  # noqa: BLE001 - a read: nothing to be ambiguous about
-        raise RetryableToolError(f"readback {tool} failed: {_why(_leaf(exc))}") from None
+        raise RetryableToolError(f"readback {tool} failed: {one_line(_leaf(exc))}") from None
     found = answer.structured_content if not answer.is_error else None
     if not isinstance(found, dict):
         return None
@@ -295,9 +285,7 @@ async def _in_session(ctx: LeaseContext, binding: MCPBinding, args: BaseModel, w
         await _check_listed(client, binding)
         guard = _guard_settings(client, tool)
         readback = guard is not None and binding.policy.readback is not False
-        if readback and guard is not None and ctx.recovery.read_back_first:
-            # An earlier attempt reached commit: look before sending again. Found nothing: the server gave
-            # the key back (the call failed without effect), so the call is sent again with the same key.
+        if readback and guard is not None and ctx.recovery.read_back_first:  # look before sending again
             stored = await _read_back(client, guard, ctx.idempotency_key)
             if stored is not None:
                 await ctx.advance(Stage.VERIFY, f"{tool} was applied under the key by an earlier attempt")
@@ -314,7 +302,7 @@ async def _in_session(ctx: LeaseContext, binding: MCPBinding, args: BaseModel, w
             raise
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - classified by the module's table
+        except BaseException as exc:  # noqa: BLE001 - classified (docs/mcp.md)
             leaf = _leaf(exc)
             if isinstance(leaf, asyncio.CancelledError | LeaseLostError):
                 raise leaf from None
@@ -365,8 +353,7 @@ def leased_mcp_call(binding: MCPBinding) -> Callable[[LeaseContext, Any], Awaita
 
 
 def unleased_mcp_call(binding: MCPBinding, args_model: type[BaseModel]) -> Callable[..., Awaitable[dict[str, Any]]]:
-    """The direct call of a declared MCP tool outside any lease (a local run, a test, an eval):
-    a plain ``tools/call`` without the convention's ``_meta``.
+    """The direct call of a declared MCP tool outside any lease: a plain ``tools/call`` without ``_meta``.
 
     Raises (when awaited):
         RetryableToolError: the server cannot be reached.
@@ -384,7 +371,7 @@ def unleased_mcp_call(binding: MCPBinding, args_model: type[BaseModel]) -> Calla
                     raise leaf from None
                 if isinstance(leaf, MCPError):
                     raise PermanentToolError(f"tools/call {binding.tool}: {leaf.message}") from None
-                raise AmbiguousSideEffectError(f"tools/call {binding.tool}: {_why(leaf)}") from None
+                raise AmbiguousSideEffectError(f"tools/call {binding.tool}: {one_line(leaf)}") from None
         return _output(result)
 
     return direct

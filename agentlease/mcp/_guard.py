@@ -1,17 +1,5 @@
-"""The server side: an MCP server that enforces the ``_meta`` convention, as the HTTP middleware does.
-
-:class:`LeaseGuard` is an extension of the official SDK's ``MCPServer`` (``MCPServer(...,
-extensions=[guard])``) and, for a low-level ``Server``, a middleware (``server.middleware.append(guard)``).
-For each ``tools/call`` of a guarded tool: a malformed entry, a missing key (``require_key``) or token
-(``require_fencing_token``) is refused; then the call's fence is passed and its key claimed in one
-transaction (:meth:`~agentlease.idempotency.store.IdempotencyStore.claim`); a key already held is
-replayed (done), refused ``idempotency_key_in_flight`` (try again) or ``idempotency_key_in_doubt`` (a
-person decides); otherwise the tool runs once under the rules of :mod:`agentlease.idempotency.edge`
-(``docs/edge.md``): a tool commits its effect and its key together with
-:func:`~agentlease.idempotency.edge.effect_transaction`, and :func:`current_call` tells it the key and fence.
-
-The guard also serves the read-only tool ``agentlease_was_applied``: with the key in ``_meta`` it answers
-whether that call happened (``applied`` true with its result, false, or null when it is in flight or in doubt).
+"""The server side: :class:`LeaseGuard` makes an MCP server enforce the ``_meta`` convention, as the HTTP middleware
+does, and serves the readback tool ``agentlease_was_applied`` (``docs/mcp.md``, "Server side"; ``docs/edge.md``).
 """
 
 from __future__ import annotations
@@ -57,8 +45,7 @@ IN_FLIGHT_RETRY_MS = 1000
 
 
 def caller_from_request(ctx: ServerRequestContext[Any, Any]) -> str:
-    """The default ``caller_for``: the HTTP request's credentials (``agentlease.idempotency.convention.caller_of``),
-    ``""`` without a request (stdio: the one client that started the server). Only a digest is stored."""
+    """The default ``caller_for``: the HTTP request's credentials (only a digest is stored), ``""`` over stdio."""
     headers = getattr(ctx.request, "headers", None)
     return "" if headers is None else caller_of(headers)
 
@@ -83,7 +70,8 @@ def _arguments_hash(tool: str, arguments: Mapping[str, Any] | None) -> str:
 
 
 class LeaseGuard(Extension):
-    """Enforces idempotency keys and fencing tokens on an MCP server's tools (see the module docstring).
+    """Enforces idempotency keys and fencing tokens on an MCP server's tools: an extension of the SDK's
+    ``MCPServer`` (``extensions=[guard]``) or a low-level ``Server``'s middleware (``server.middleware.append``).
 
     Args:
         store: where keys, results and fences live (the server's database); create its tables at
@@ -217,11 +205,7 @@ class LeaseGuard(Extension):
             params = CallToolRequestParams.model_validate(ctx.params or {})
         except ValidationError:
             return await call_next(ctx)  # the server answers the malformed request itself
-        if not self.guards(params.name):
-            return await call_next(ctx)
-        return await self.guard(
-            params.name, params.arguments, params.meta, self.caller_for(ctx), lambda: call_next(ctx)
-        )
+        return await self.intercept_tool_call(params, ctx, call_next)
 
     async def guard(
         self,
@@ -231,7 +215,7 @@ class LeaseGuard(Extension):
         caller: str,
         run: Callable[[], Any],
     ) -> HandlerResult:
-        """Decide one call of a guarded ``tool`` (the module docstring's order); ``run()`` runs the tool.
+        """Decide one call of a guarded ``tool`` (``docs/mcp.md``); ``run()`` runs the tool.
 
         Raises:
             MCPError: a refusal (code :data:`~agentlease.mcp._convention.REFUSAL_CODE`).

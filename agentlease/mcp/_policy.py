@@ -1,5 +1,4 @@
-"""What a declared MCP tool carries: its :class:`ToolPolicy` and the :class:`MCPBinding` the worker's
-runtime reads (shared by the declaration, :mod:`agentlease.mcp._tools`, and the call, :mod:`agentlease.mcp._call`)."""
+"""What a declared MCP tool carries: its :class:`ToolPolicy` and the :class:`MCPBinding` the worker reads."""
 
 from __future__ import annotations
 
@@ -20,11 +19,8 @@ ResourceFunction = Callable[[str, dict[str, Any]], str]
 
 @dataclass(frozen=True)
 class ToolPolicy:
-    """How agentlease leases one MCP tool (or, as ``default``, every tool of a server).
-
-    Every field left ``None`` comes from the ``default`` policy, then from the listed tool (the
-    side-effect class guessed from its annotations, its description and schema), then from the
-    agentlease defaults.
+    """How agentlease leases one MCP tool (or, as ``default``, every tool of a server). A field left ``None``
+    comes from ``default``, then from the listed tool, then from the agentlease defaults.
 
     Attributes:
         side_effect: the tool's side-effect class (``"fenced"``, ``SideEffectClass.IDEMPOTENT``...).
@@ -96,9 +92,7 @@ def binding_of(spec: ToolSpec) -> MCPBinding | None:
 
 
 def compare(binding: MCPBinding, listed: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """What is wrong with ``binding`` against the server's live list: the tool is missing, or the
-    declared schema lacks an argument the server requires. Empty: it fits.
-    """
+    """What is wrong with ``binding`` against the server's live list (missing tool, argument); empty: it fits."""
     found = listed.get(binding.tool)
     if found is None:
         return [

@@ -25,16 +25,9 @@ with workflow.unsafe.imports_passed_through():
 
 
 class LeasedCallsInterceptor(Interceptor):
-    """Installs the ``status`` query and the decision updates on every workflow of the worker from its
-    start, so that a workflow making leased calls needs no set-up line (``AgentLeasePlugin`` adds it).
-
-    Until the run's first leased call (:func:`~agentlease.workflow.leased_calls`, which installs the real
-    handlers in their place) the query answers the run ``starting`` with no task, and the updates refuse
-    (no step to decide on; a refused update leaves no history). A workflow that defines any of these
-    handlers itself, or a dynamic query or update handler, is left alone. Nothing here issues a command,
-    so histories recorded without it replay with it. A run whose leased calls were made in
-    ``@workflow.init`` is checked against the replay floor here, as it starts
-    (:meth:`~agentlease.workflow.LeasedToolCalls.check_replay_floor`).
+    """Installs the ``status`` query (the run ``starting``, no task) and refusing decision updates on every workflow
+    from its start, until its first leased call installs the real ones; a workflow with handlers of its own (or
+    dynamic ones) is left alone. Issues no command. Also checks the replay floor of calls made in ``@workflow.init``.
     """
 
     def workflow_interceptor_class(
@@ -66,7 +59,7 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
         except (asyncio.CancelledError, CancelledError):
             calls = attached_calls(workflow.instance())
             if calls is not None and not calls.state.ended:
-                await calls.stop_calls()  # its calls stop (cancelled in the ledger first) before the run ends
+                await calls.stop_calls()
             _end_attached(RunState.CANCELLED)
             raise
         except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
