@@ -7,9 +7,10 @@ Deterministic orchestration only. A workflow's first leased call makes its one :
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
@@ -43,6 +44,9 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.workflow._options import leased_activity_options
     from agentlease.workflow._status import RunView
     from agentlease.workflow._versions import BELOW_FLOOR, ReplayFloorError, at_replay_floor
+
+
+ResultT = TypeVar("ResultT")
 
 
 class LeasedCallError(ValueError):
@@ -151,6 +155,26 @@ class LeasedToolCalls:
             reason: recorded with each cancel (the decider is ``agentlease``).
         """
         await self._decisions.stop_calls(reason)
+
+    async def run_to_end(self, run: Callable[..., Awaitable[ResultT]], *args: Any, **kwargs: Any) -> ResultT:
+        """``await run(*args, **kwargs)`` (an agent run, workflow code), then end the run: ``completed`` (``cancelled``
+        when an operator cancelled it), ``failed`` when it raised, ``cancelled`` after :meth:`stop_calls` when it
+        was cancelled.
+
+        Raises:
+            Exception: whatever ``run`` raises, after the run's state is recorded.
+        """
+        try:
+            result = await run(*args, **kwargs)
+        except asyncio.CancelledError:  # the workflow (or the agent run) was cancelled: its calls stop first
+            await self.stop_calls()
+            self.end(RunState.CANCELLED)
+            raise
+        except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
+            self.end(RunState.FAILED)
+            raise
+        self.end(RunState.CANCELLED if self.cancelled else RunState.COMPLETED)
+        return result
 
     async def load_catalog(self) -> dict[str, ToolInfo]:
         """Learn the worker's tools (a local activity, recorded in history) and start running
