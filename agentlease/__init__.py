@@ -1,14 +1,8 @@
-"""agentlease: leased agent tool calls on Temporal.
+"""agentlease: leased agent tool calls on Temporal (``docs/README.md``).
 
-Claim generations as fencing tokens, idempotency keys stable across attempts, settlement receipts
-after readback, stage-aware retries and a recovery policy, human decisions, an evidence trail.
-
-What a tool author and a worker need is importable from here::
+What a tool author and a worker need is importable from here, loaded on first use::
 
     from agentlease import AgentLeasePlugin, LeaseContext, SideEffectClass, Stage, ToolResult, lease, leased, tool
-
-The names load on first use, so importing ``agentlease`` stays cheap and the package's own modules
-never import this facade (they import each other directly).
 """
 
 from __future__ import annotations

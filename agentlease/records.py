@@ -66,13 +66,10 @@ def task_id_for(agent_run_id: str, step_id: str) -> str:
 
 
 def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
-    """The default idempotency key, ``"<agent_run_id>:<step_id>"`` (G4).
+    """The default idempotency key, ``"<agent_run_id>:<step_id>"``, never Temporal's ``activity_id`` (G4).
 
-    Made from the run and the step, never from Temporal's ``activity_id`` (a per-run command
-    sequence number that changes when a run is reset or replanned). A key longer than
-    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` (a workflow id of an adapter's workflow
-    longer than a plan's run id may be) keeps its first characters and a 32-character digest of the
-    whole, so that it fits the ledger's column and two runs stay apart (``docs/limits.md``).
+    A key longer than :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its first characters and a
+    32-character digest of the whole (``docs/limits.md``).
     """
     key = f"{agent_run_id}:{step_id}"
     if len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
@@ -86,30 +83,21 @@ SHARED_KEY_PREFIX = "shared:"
 
 
 def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False) -> str:
-    """The ledger's idempotency key of a caller-chosen ``key`` (``docs/security-review.md``, "Receipts and
-    tasks bound to their run").
-
-    Scoped to the run, ``"<agent_run_id>:<key>"``, unless the caller shares it across runs
-    (``shared=True``): then ``"shared:<key>"``, which no run-scoped key equals. A run's leased
-    activity accepts only keys of its own run or shared ones. A result longer than
-    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its prefix and digests the key
-    (``sha256:<32 hex>``).
+    """The ledger's idempotency key of a caller-chosen ``key``: ``"<agent_run_id>:<key>"``, or ``"shared:<key>"``
+    shared across runs (``docs/security-review.md``, "Receipts and tasks bound to their run"). Too long for
+    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS`, the prefix stays and the key is ``sha256:<32 hex>``.
     """
     prefix = SHARED_KEY_PREFIX if shared else f"{agent_run_id}:"
     scoped = f"{prefix}{key}"
     if len(scoped) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
         return scoped
-    # Too long for the column: the prefix stays (the binding check reads it), the key is digested.
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{prefix}sha256:{digest}"
 
 
 def action_key_fields(template: str) -> list[str]:
-    """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``).
-
-    A template is text with ``{name}`` fields, each the name of one argument (``{{`` and ``}}`` write a
-    brace). No attribute, index, conversion or format spec: the key is made in workflow code from plain
-    JSON data, the same way on every replay (``docs/action-keys-and-probes.md``, "Action keys").
+    """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``):
+    plain ``{name}`` fields only (``docs/action-keys-and-probes.md``, "Action keys").
 
     Raises:
         ValueError: a malformed template, a field that is not a plain name, or one with no field at all.
@@ -133,11 +121,13 @@ def action_key_fields(template: str) -> list[str]:
     return fields
 
 
-def _key_text(value: Any) -> str:
-    """An argument's value as a key's text: a string as it is, anything else as compact canonical JSON."""
-    if isinstance(value, str):
-        return value
+def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _key_text(value: Any) -> str:
+    """An argument's value as a key's text: a string as it is, anything else as canonical JSON."""
+    return value if isinstance(value, str) else _canonical(value)
 
 
 def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
@@ -163,10 +153,8 @@ def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str,
 
 
 def arguments_fingerprint(arguments: dict[str, Any]) -> str:
-    """SHA-256 (hex) of ``arguments`` as canonical JSON (sorted keys, no spaces): what a stored receipt
-    is bound to besides its tool."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    """SHA-256 (hex) of ``arguments`` as canonical JSON: what a stored receipt is bound to besides its tool."""
+    return hashlib.sha256(_canonical(arguments).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class TraceLink(_Frozen):
@@ -300,10 +288,8 @@ class ToolInfo(_Frozen):
         start_to_close: upper bound of one attempt.
         max_attempts: real attempts before the task is dead-lettered.
         requires_approval: each call waits for an operator's ``approve`` first.
-        action_key: the tool's declared action key template (``"refund:{order_id}"``); a call the caller
-            gives no key is keyed by it (scoped to the run). ``None``: the default ``<run>:<step>``.
-        action_key_defaults: the JSON defaults of the arguments the template names, for calls that
-            leave them out.
+        action_key: the tool's declared action key template (``"refund:{order_id}"``); ``None``: ``<run>:<step>``.
+        action_key_defaults: the JSON defaults of the arguments the template names.
     """
 
     name: str
@@ -338,8 +324,7 @@ class ToolCall(_Frozen):
     share_idempotency_key: bool = False
     """The key is shared across runs (``"shared:<key>"``); otherwise it must be of the call's own run."""
     progress_key: str | None = Field(default=None, min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$", repr=False)
-    """The key the attempt proves its progress signals with (:mod:`agentlease.security.progress`); ``None`` in calls
-    of runs recorded before it. Never stored in the ledger nor logged."""
+    """The key the attempt proves its progress signals with (:mod:`agentlease.security.progress`); never stored."""
 
 
 class TaskSpec(_Frozen):
@@ -360,9 +345,8 @@ class TaskSpec(_Frozen):
     lease_ttl: timedelta
     arguments_sha256: str | None = None
     approval_ttl: timedelta | None = None
-    """Set by the leased activity for a tool that requires approval: the claim then needs an approval of
-    this tool and these arguments, given less than this long ago on the ledger's clock, not yet consumed
-    (``docs/decisions.md``, "Approvals"). ``None``: the claim needs no approval."""
+    """For a tool that requires approval: the claim needs an unconsumed approval of this call younger than this
+    on the ledger's clock (``docs/decisions.md``, "Approvals"). ``None``: it needs none."""
 
     @classmethod
     def of(
@@ -373,8 +357,7 @@ class TaskSpec(_Frozen):
         *,
         approval_ttl: timedelta | None = None,
     ) -> TaskSpec:
-        """The task of a tool call, with the tool's class and lease TTL (and, for a tool that requires
-        approval, how long an approval lasts).
+        """The task of a tool call, with the tool's class, lease TTL and approval TTL.
 
         Raises:
             pydantic.ValidationError: ``lease_ttl`` (or ``approval_ttl``) is not positive.
@@ -452,13 +435,11 @@ class Claim(_Frozen):
         previous_error_class: how the previous attempt ended, if it did.
         idempotency_key: stable across attempts.
         trace: the Temporal attempt holding the lease.
-        receipt: a settlement receipt already stored for the idempotency key (G6), read in the
-            claim's transaction, and made for the same tool and arguments.
-        receipt_refused: why a receipt stored for the key was not given (another tool or other
-            arguments used the key, like an HTTP 422); ``None`` when none was refused.
-        lease_token: the secret only this holder knows (the ledger keeps its SHA-256); every holder
-            write presents it. Never shown (``repr``, JSON dumps mask it); a claim rebuilt from
-            listings or the evidence trail has none, and its writes are refused.
+        receipt: a settlement receipt already stored for the idempotency key, same tool and arguments (G6).
+        receipt_refused: why a receipt stored for the key was not given (another tool or arguments used it).
+        lease_token: the secret only this holder knows, presented by every holder write; never shown, and
+            a claim rebuilt from listings or the trail has none (``docs/security-review.md``, "Lease tokens").
+        approval_remaining: what was left of the approval this claim consumed (``None``: none consumed).
     """
 
     task_id: str
@@ -477,7 +458,6 @@ class Claim(_Frozen):
     receipt_refused: str | None = None
     lease_token: SecretStr = Field(default=SecretStr(""), repr=False)
     approval_remaining: timedelta | None = None
-    """The approval this claim consumed had this much left before it expired (``None``: none consumed)."""
 
 
 class TaskRecord(_Frozen):
@@ -509,29 +489,15 @@ class TaskRecord(_Frozen):
     def from_row(cls, row: Any) -> TaskRecord:
         """Build a record from a ``tasks`` row (a SQLAlchemy ``Row`` or mapping)."""
         m = row._mapping if hasattr(row, "_mapping") else row
-        return cls(
-            task_id=m["task_id"],
-            agent_run_id=m["agent_run_id"],
-            step_id=m["step_id"],
-            tool=m["tool"],
-            side_effect_class=m["side_effect_class"],
-            status=m["status"],
-            stage=m["stage"],
-            lease_owner=m["lease_owner"],
-            lease_acquired_at=from_ms(m["lease_acquired_at_ms"]),
-            lease_expires_at=from_ms(m["lease_expires_at_ms"]),
-            lease_ttl=timedelta(milliseconds=m["lease_ttl_ms"]),
-            claim_generation=m["claim_generation"],
-            attempts=m["attempts"],
-            renewal_count=m["renewal_count"],
-            idempotency_key=m["idempotency_key"],
-            receipt=m["receipt"],
-            trace=TraceLink.from_mapping(m),
-            last_error=m["last_error"],
-            error_class=m["error_class"],
-            created_at=from_ms(m["created_at_ms"]),
-            updated_at=from_ms(m["updated_at_ms"]),
-        )
+        converted = {
+            "lease_acquired_at": from_ms(m["lease_acquired_at_ms"]),
+            "lease_expires_at": from_ms(m["lease_expires_at_ms"]),
+            "lease_ttl": timedelta(milliseconds=m["lease_ttl_ms"]),
+            "trace": TraceLink.from_mapping(m),
+            "created_at": from_ms(m["created_at_ms"]),
+            "updated_at": from_ms(m["updated_at_ms"]),
+        }
+        return cls(**{name: m[name] for name in cls.model_fields if name not in converted}, **converted)
 
     def as_json(self) -> dict[str, Any]:
         """The JSON form used by the CLI (``--json``)."""
@@ -557,19 +523,12 @@ class LeaseEvent(_Frozen):
     @classmethod
     def from_row(cls, row: Any) -> LeaseEvent:
         m = row._mapping if hasattr(row, "_mapping") else row
-        return cls(
-            event_id=m["event_id"],
-            task_id=m["task_id"],
-            kind=m["kind"],
-            claim_generation=m["claim_generation"],
-            lease_owner=m["lease_owner"],
-            stage=m["stage"],
-            reason=m["reason"],
-            details=m["details"],
-            trace=TraceLink.from_mapping(m),
-            at=from_ms(m["at_ms"]),
-            authenticated_as=m.get("authenticated_as"),
-        )
+        converted = {
+            "trace": TraceLink.from_mapping(m),
+            "at": from_ms(m["at_ms"]),
+            "authenticated_as": m.get("authenticated_as"),
+        }
+        return cls(**{name: m[name] for name in cls.model_fields if name not in converted}, **converted)
 
 
 SETTLED_BY_EARLIER_RECEIPT = "earlier_receipt"
@@ -610,12 +569,11 @@ class ToolOutcome(_Frozen):
     result: dict[str, Any] | None = None
     settled_by: str | None = None
     lease_owner: str | None = None
-    """The owner of the generation that ended the call (``None`` in outcomes recorded before it)."""
+    """The owner of the generation that ended the call."""
     claimed_at: AwareDatetime | None = None
     """When that generation claimed the task (ledger clock)."""
     refused_writes: int | None = None
-    """How many late holder writes the ledger refused on the task so far (``lease_lost`` and
-    ``late_unapplied`` entries), read when a later generation ended the call; ``None``: not read."""
+    """Late holder writes the ledger refused on the task so far, read when a later generation ended the call."""
 
     @classmethod
     def of(cls, record: TaskRecord) -> ToolOutcome:
@@ -660,16 +618,13 @@ class TaskView(_Frozen):
     claimed_at: AwareDatetime | None = None
     """When the generation the view names claimed the task (after a call ended: the one that ended it)."""
     refused_writes: int = 0
-    """Late holder writes the ledger refused on the task (an attempt that lost its lease), as the run
-    learnt them: from the losing attempt, or the ledger when a later generation ended the call."""
+    """Late holder writes the ledger refused on the task, as the run learnt them."""
 
 
 class LeaseProgress(_Frozen):
-    """What a leased attempt tells its own run after the ledger recorded it: a claim or a renewal.
-
-    Sent as the ``agentlease.lease_progress`` signal, rate-limited (``docs/operator-views.md``).
-    It carries no lease token: only what the ``status`` query and the search attributes show, and a
-    proof made with its call's key (:mod:`agentlease.security.progress`), which the run checks.
+    """What a leased attempt tells its own run after the ledger recorded a claim or a renewal: the
+    ``agentlease.lease_progress`` signal, proven with its call's key, never the lease token
+    (``docs/operator-views.md``).
 
     Attributes:
         step_id: the run's step.
