@@ -120,7 +120,6 @@ class LeaseLostError(AgentLeaseError):
     was settled or cancelled. The holder must stop and start no new side effect.
 
     Attributes:
-        task_id: the task.
         generation: the claim generation the caller held.
         current_generation: the generation the ledger holds now (None if unknown).
         status: the task's status in the ledger now (None if unknown).
@@ -189,7 +188,6 @@ class LeaseHeldError(AgentLeaseError):
     """A claim was refused because another lease on the task is still valid (G1).
 
     Attributes:
-        task_id: the task.
         retry_after: time until the current lease lapses on the ledger's clock.
         holder: the current ``lease_owner``.
         generation: the generation of the lease that is still valid.
@@ -210,7 +208,6 @@ class TaskClosedError(AgentLeaseError):
     """A claim was refused: the task is settled, dead-lettered, cancelled, or waits for a decision.
 
     Attributes:
-        task_id: the task.
         status: its terminal status.
     """
 
@@ -224,7 +221,6 @@ class TaskMovedError(AgentLeaseError):
     """A decision signed for one claim generation met its task at another; nothing changed.
 
     Attributes:
-        task_id: the task.
         expected: the generation the decision was signed for.
         actual: the task's generation in the ledger.
     """
@@ -244,7 +240,6 @@ class ApprovalRefusedError(TaskClosedError):
     arguments or another tool): the task went back to ``awaiting_approval``; nothing ran.
 
     Attributes:
-        task_id: the task.
         status: ``awaiting_approval``.
         why: what was wrong with the approval, as the trail records it.
         outcome: ``missing``, ``expired`` or ``mismatched`` (the metric's label).

@@ -193,8 +193,7 @@ def _refuse_duplicates(existing: list[Callable[..., Any]], ours: list[Callable[.
 
 
 def _never_started(worker: Worker) -> None:
-    """Release a worker the plugin refused to start, as ``Worker._run`` does when its own check fails (else
-    ``async with worker`` would wait forever on exit)."""
+    """Release a worker the plugin refused to start, as ``Worker._run`` does when its own check fails."""
     bridge = getattr(worker, "_bridge_worker", None)
     if bridge is not None:
         bridge.initiate_shutdown()

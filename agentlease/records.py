@@ -32,8 +32,7 @@ from agentlease.limits import MAX_STEP_ID_CHARS
 AwareDatetime = Annotated[datetime, AfterValidator(require_aware)]
 
 STEP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-"""What a step id is: 1-128 letters, digits, ``_``, ``.``, ``-``, starting with a letter or digit. No ``/``:
-a task id is ``<run>/<step>``, so a step naming ``42/mail`` would be another run's task."""
+"""1-128 letters, digits, ``_``, ``.``, ``-``, from a letter or digit; no ``/`` (a task id is ``<run>/<step>``)."""
 _STEP_ID = re.compile(STEP_ID_PATTERN)
 _NOT_STEP_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -43,11 +42,8 @@ class _Frozen(BaseModel):
 
 
 def step_id_from(text: str) -> str:
-    """A valid step id made from any text (a model's tool-call id), stable for the same text.
-
-    Characters outside ``A-Z a-z 0-9 _ . -`` become ``-``; text that had to change, or is too long,
-    keeps a 12-character digest of the original so that two different texts stay apart.
-    """
+    """A valid step id made from any text (a model's tool-call id), stable for the same text: other characters
+    become ``-``, and text that had to change (or is too long) keeps a 12-character digest of the original."""
     cleaned = _NOT_STEP_CHARS.sub("-", text).strip("-_.") or "step"
     if cleaned == text and len(text) <= MAX_STEP_ID_CHARS:
         return text
@@ -158,8 +154,7 @@ def arguments_fingerprint(arguments: dict[str, Any]) -> str:
 
 
 class TraceLink(_Frozen):
-    """Where an attempt ran in Temporal: links the evidence trail to the event history, and (with
-    tracing on) to the attempt's OpenTelemetry trace: ``trace_id``, 32 lowercase hex digits."""
+    """Where an attempt ran in Temporal (and, tracing on, its OpenTelemetry ``trace_id``, 32 lowercase hex)."""
 
     workflow_id: str | None = None
     run_id: str | None = None
@@ -195,14 +190,11 @@ class PlanStep(_Frozen):
     Attributes:
         step_id: unique within the run; letters, digits, ``_ . -``; at most 128 characters.
         tool: the registered tool name, at most 128 characters.
-        arguments: the tool's arguments (validated by the tool's own argument model); at most
-            64 KiB as JSON, 32 levels deep, no NaN, Infinity, NUL or lone surrogate
-            (``docs/limits.md``).
-        idempotency_key: optional caller-chosen key (at most 256 characters); default
-            ``"<run>:<step>"``. A caller's key is scoped to the run (``"<run>:<key>"``) unless
-            ``share_idempotency_key`` is true.
-        share_idempotency_key: share ``idempotency_key`` across runs (``"shared:<key>"``): another
-            run's call with the same key, tool and arguments finds this call's receipt. Default false.
+        arguments: the tool's arguments: at most 64 KiB as JSON, 32 levels deep, no NaN, Infinity, NUL or
+            lone surrogate (``docs/limits.md``).
+        idempotency_key: optional caller-chosen key (at most 256 characters), scoped to the run
+            (``"<run>:<key>"``); default ``"<run>:<step>"``.
+        share_idempotency_key: share ``idempotency_key`` across runs (``"shared:<key>"``). Default false.
     """
 
     step_id: str
@@ -238,14 +230,11 @@ class AgentRunPlan(_Frozen):
     """Input of ``AgentRunWorkflow``: an ordered list of tool calls.
 
     Attributes:
-        agent_run_id: the workflow id of the run, at most 127 characters, no control character;
-            ``None`` lets the CLI make one.
+        agent_run_id: the workflow id of the run, at most 127 characters; ``None`` lets the CLI make one.
         steps: executed in order; step ids must be unique; at most 1000 (with ``submit``s).
-        keep_open: when true the run waits for ``submit`` updates until a ``close`` signal (a
-            JSON boolean: ``"yes"`` is refused).
-        continue_as_new_after: steps one Temporal run executes before the agent run continues as
-            new (a fresh event history, same workflow id); default ``None``: when Temporal suggests
-            it (``docs/limits.md``).
+        keep_open: when true (a JSON boolean) the run waits for ``submit`` updates until a ``close`` signal.
+        continue_as_new_after: steps one Temporal run executes before the agent run continues as new;
+            default ``None``: when Temporal suggests it (``docs/limits.md``).
         carried: set by the run itself when it continues as new: what it had done so far.
     """
 
@@ -272,8 +261,7 @@ class AgentRunPlan(_Frozen):
 
 
 DEFAULT_START_TO_CLOSE = timedelta(minutes=5)
-"""Default bound of one attempt of a tool. Default 5 minutes."""
-
+"""Default bound of one attempt of a tool: 5 minutes."""
 DEFAULT_MAX_ATTEMPTS = 5
 """Default number of real attempts before a task is dead-lettered."""
 
@@ -282,12 +270,7 @@ class ToolInfo(_Frozen):
     """What the workflow needs to schedule a tool: its class and its lease bounds.
 
     Attributes:
-        name: tool name (the Temporal activity type).
-        side_effect_class: see :class:`SideEffectClass`.
-        lease_ttl: heartbeat timeout of each attempt; the lease TTL.
-        start_to_close: upper bound of one attempt.
-        max_attempts: real attempts before the task is dead-lettered.
-        requires_approval: each call waits for an operator's ``approve`` first.
+        name: tool name (the Temporal activity type); the other bounds as in :class:`~agentlease.tools.ToolSpec`.
         action_key: the tool's declared action key template (``"refund:{order_id}"``); ``None``: ``<run>:<step>``.
         action_key_defaults: the JSON defaults of the arguments the template names.
     """
@@ -424,16 +407,11 @@ class Claim(_Frozen):
     """A lease the ledger granted to one attempt.
 
     Attributes:
-        task_id: the task.
-        tool: the tool the task calls.
         generation: claim generation minted by the ledger; the fencing token.
         owner: ``lease_owner`` (worker identity).
         acquired_at / expires_at: on the ledger's clock.
-        lease_ttl: the lease's own recorded TTL.
         attempts: real attempts so far, this one included.
-        previous_stage: the last durable stage of the previous attempt (``None`` for a fresh task).
-        previous_error_class: how the previous attempt ended, if it did.
-        idempotency_key: stable across attempts.
+        previous_stage / previous_error_class: how far the previous attempt got, and how it ended.
         trace: the Temporal attempt holding the lease.
         receipt: a settlement receipt already stored for the idempotency key, same tool and arguments (G6).
         receipt_refused: why a receipt stored for the key was not given (another tool or arguments used it).
@@ -556,8 +534,8 @@ class ToolOutcome(_Frozen):
     """Result of one leased activity, as the workflow records it.
 
     Attributes:
-        settled_by: how a settled call settled without its tool returning in this attempt:
-            :data:`SETTLED_BY_EARLIER_RECEIPT` or :data:`SETTLED_BY_PROBE`; ``None`` when the tool ran.
+        settled_by: :data:`SETTLED_BY_EARLIER_RECEIPT` or :data:`SETTLED_BY_PROBE` for a call that settled
+            without its tool returning in this attempt; ``None`` when the tool ran.
     """
 
     task_id: str
@@ -598,8 +576,7 @@ class TaskView(_Frozen):
             or how the step ended outside the ledger (``failed``, ``skipped``).
         stage / claim_generation / lease_owner / progress: while an attempt runs, what it last
             recorded in the ledger (its :class:`LeaseProgress`); after it, how it ended.
-        settled_by: a settled call that did not run its tool to the end in this run: settled from an
-            earlier receipt of its key, or by its tool's probe (see :class:`ToolOutcome`).
+        settled_by: as in :class:`ToolOutcome`.
     """
 
     task_id: str
@@ -627,14 +604,10 @@ class LeaseProgress(_Frozen):
     (``docs/operator-views.md``).
 
     Attributes:
-        step_id: the run's step.
-        claim_generation: the generation the ledger minted for this attempt.
-        lease_owner: the attempt's worker identity.
         stage: the stage the ledger recorded (``None``: just claimed).
         reason: the renewal's reason, or ``claimed`` (at most 500 characters).
-        refused_writes: set when the attempt lost its lease: the late holder writes the ledger has
-            refused on the task so far (not a live progress; the view's stage and owner stay).
-        proof: ``HMAC-SHA256(call key, the other fields)``, hex (``None`` from workers before it).
+        refused_writes: set when the attempt lost its lease: the late writes refused on the task so far.
+        proof: ``HMAC-SHA256(call key, the other fields)``, hex.
     """
 
     step_id: str = Field(max_length=MAX_STEP_ID_CHARS)
@@ -651,8 +624,6 @@ class RefusedDecision(_Frozen):
 
     Attributes:
         decision: the decision it asked for (``approve``, ``reject``...), as sent.
-        step_id: the step it named, if any.
-        by: who sent it, if it said.
         refusal: why it was refused (the same text an update's validator gives).
     """
 
@@ -686,7 +657,7 @@ class RunStatus(_Frozen):
     refused: list[RefusedDecision] = Field(default_factory=list)
     """``decide`` signals the run refused, oldest first (the last 20)."""
     refused_count: int = 0
-    """How many ``decide`` signals the run refused in all (the trail holds summaries of them)."""
+    """How many ``decide`` signals the run refused in all."""
     refused_progress: int = 0
     """How many ``agentlease.lease_progress`` signals the run dropped for want of a valid proof."""
 

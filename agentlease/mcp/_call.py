@@ -78,12 +78,7 @@ async def _connected(server: MCPServer) -> AsyncIterator[Client]:
 
 
 async def _check_listed(client: Client, binding: MCPBinding) -> None:
-    """Once per process and server: the tool is listed with the declared arguments.
-
-    Raises:
-        PermanentToolError: it is not, or requires an argument the declaration lacks.
-        RetryableToolError: ``tools/list`` failed.
-    """
+    """Once per process and server: the tool is listed with the declared arguments."""
     listed = _checked.get(binding.server)
     if listed is None:
         try:
@@ -131,12 +126,11 @@ def _failure(exc: BaseException, binding: MCPBinding, ctx: LeaseContext) -> Exce
     if isinstance(exc, MCPError):
         refusal = refusal_of(exc.code, exc.data)
         if refusal is Refusal.STALE_TOKEN:
-            data = exc.data
             return LeaseLostError(
                 ctx.claim.task_id,
                 ctx.fencing_token,
                 operation=f"mcp {binding.tool}",
-                current_generation=data.get("current_generation"),
+                current_generation=exc.data.get("current_generation"),
             )
         if refusal is Refusal.IN_FLIGHT:
             wait_ms = exc.data.get("retry_after_ms") if isinstance(exc.data, dict) else None
@@ -196,8 +190,7 @@ class _Waiting:
 
 
 async def _while_renewing(work: Awaitable[_T], waiting: _Waiting) -> _T:
-    """Await ``work`` in this task (the SDK's cancel scopes belong to it) while another task renews;
-    a lost lease cancels the wait and raises ``LeaseLostError``."""
+    """Await ``work`` in this task while another renews; a lost lease cancels it with ``LeaseLostError``."""
     waiter = asyncio.current_task()
     assert waiter is not None
     lost: list[LeaseLostError] = []
@@ -229,30 +222,18 @@ def _request_meta(entries: dict[str, str]) -> RequestParamsMeta:
     return meta
 
 
-def _lease_expires_at(ctx: LeaseContext) -> datetime:
-    """When the lease lapses unless renewed, by this worker's estimate (the ledger's clock decides)."""
-    return datetime.now(UTC) + timedelta(seconds=max(0.0, ctx.confirmed_until - time.monotonic()))
-
-
 def _meta(ctx: LeaseContext, binding: MCPBinding, arguments: dict[str, Any]) -> dict[str, str]:
     key = ctx.idempotency_key
     resource = (
         binding.policy.resource(key, arguments) if binding.policy.resource else default_resource(binding.tool, key)
     )
-    token: int | str = ctx.fencing_token
-    if ctx.settings.fencing_key is not None:
-        token = ctx.signed_fencing_token(resource)
-    return lease_meta(key, token, resource, _lease_expires_at(ctx))
+    token = ctx.signed_fencing_token(resource) if ctx.settings.fencing_key is not None else ctx.fencing_token
+    expires_at = datetime.now(UTC) + timedelta(seconds=max(0.0, ctx.confirmed_until - time.monotonic()))  # estimate
+    return lease_meta(key, token, resource, expires_at)
 
 
 async def _read_back(client: Client, settings: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """The result a guarded server stored under ``key``, ``None`` when it has none.
-
-    Raises:
-        RetryableToolError: the readback failed (nothing was written).
-        KeyInFlightError: the call with the key is still running at the server.
-        EffectInDoubtError: the server holds the key in doubt.
-    """
+    """The result a guarded server stored under ``key``, ``None`` when it has none."""
     tool = settings.get("readback_tool")
     if not isinstance(tool, str):
         return None
@@ -353,12 +334,7 @@ def leased_mcp_call(binding: MCPBinding) -> Callable[[LeaseContext, Any], Awaita
 
 
 def unleased_mcp_call(binding: MCPBinding, args_model: type[BaseModel]) -> Callable[..., Awaitable[dict[str, Any]]]:
-    """The direct call of a declared MCP tool outside any lease: a plain ``tools/call`` without ``_meta``.
-
-    Raises (when awaited):
-        RetryableToolError: the server cannot be reached.
-        PermanentToolError, AmbiguousSideEffectError: an error answer, or the connection lost.
-    """
+    """The direct call of a declared MCP tool outside any lease: a plain ``tools/call`` without ``_meta``."""
 
     async def direct(**arguments: Any) -> dict[str, Any]:
         args = args_model.model_validate(arguments)

@@ -100,11 +100,7 @@ class MCPServer:
 
 @asynccontextmanager
 async def session(server: MCPServer) -> AsyncIterator[Client]:
-    """A connected client of ``server`` (the SDK's ``mcp.Client``), closed on exit.
-
-    Raises:
-        OSError, TimeoutError, mcp.MCPError, ...: connecting failed (the caller decides what it means).
-    """
+    """A connected client of ``server`` (the SDK's ``mcp.Client``), closed on exit."""
     if server.url is None:
         async with Client(server._stdio(), cache=None) as client:
             yield client

@@ -70,12 +70,7 @@ class Refusal(StrEnum):
 
 
 class MetaError(ValueError):
-    """A convention entry is missing or malformed.
-
-    Attributes:
-        refusal: the reason, for the refusal's ``data``.
-        key: the ``_meta`` key at fault.
-    """
+    """A convention entry (``key``) is missing or malformed, refused with ``refusal``."""
 
     def __init__(self, refusal: Refusal, key: str, detail: str) -> None:
         super().__init__(detail)
@@ -85,14 +80,7 @@ class MetaError(ValueError):
 
 @dataclass(frozen=True)
 class LeaseMeta:
-    """The convention's entries of one request, checked.
-
-    Attributes:
-        idempotency_key: the action's key, ``None`` when absent.
-        fencing_token: the token as sent (a generation or ``<generation>.<signature>``), ``None`` when absent.
-        resource: the resource the client named, ``None`` when absent.
-        lease_expires_at: the client's lease expiry, ``None`` when absent.
-    """
+    """The convention's entries of one request, checked (``None`` when absent)."""
 
     idempotency_key: str | None
     fencing_token: str | None
@@ -108,17 +96,7 @@ def default_resource(tool: str, idempotency_key: str) -> str:
 def lease_meta(
     idempotency_key: str, fencing_token: int | str, resource: str, lease_expires_at: datetime
 ) -> dict[str, str]:
-    """The convention's ``_meta`` entries of one leased ``tools/call``.
-
-    Args:
-        idempotency_key: the action's key.
-        fencing_token: the claim generation, or its signed token ``<generation>.<signature>``.
-        resource: the fenced resource the token was made for.
-        lease_expires_at: when the lease lapses unless renewed (timezone-aware).
-
-    Raises:
-        ValueError: a naive ``lease_expires_at``.
-    """
+    """The convention's ``_meta`` entries of one leased ``tools/call`` (``ValueError``: a naive expiry)."""
     if lease_expires_at.tzinfo is None:
         raise ValueError("lease_expires_at must be timezone-aware")
     expires = lease_expires_at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -148,13 +126,7 @@ _INVALID = {
 
 
 def read_lease_meta(meta: Mapping[str, Any] | None) -> LeaseMeta:
-    """The convention's entries of a request's ``_meta``, each checked by the HTTP convention's rules.
-
-    Absent entries are ``None``; whether one is required is the server's decision.
-
-    Raises:
-        MetaError: a malformed entry.
-    """
+    """The convention's entries of a request's ``_meta``, each checked (``MetaError``: a malformed one)."""
     meta = meta or {}
     found = {key: _text(meta, key) for key in _INVALID}
     for key, (header, parse) in _HEADER_OF.items():

@@ -263,11 +263,7 @@ class LeaseGuard(Extension):
         return result
 
     def _fence(self, tool: str, lease: LeaseMeta, arguments: Mapping[str, Any]) -> FencingToken | None:
-        """The call's fenced resource and generation (verified with a fencing key), ``None`` without a token.
-
-        Raises:
-            MCPError: a missing token (``require_fencing_token``), or one that does not verify.
-        """
+        """The call's fenced resource and generation (verified with a fencing key), ``None`` without a token."""
         if lease.fencing_token is None:
             if self.require_fencing_token:
                 raise _refused(Refusal.MISSING_TOKEN, f"{tool} needs io.agentlease/fencing-token in _meta")
@@ -288,11 +284,7 @@ class LeaseGuard(Extension):
 
 
 def _held(held: Held, key: str) -> CallToolResult:
-    """The answer to a call whose key another call holds: its stored result, or a refusal.
-
-    Raises:
-        MCPError: ``idempotency_key_reused``, ``idempotency_key_in_doubt`` or ``idempotency_key_in_flight``.
-    """
+    """The answer to a call whose key another call holds: its stored result, or a refusal."""
     if not held.same_request:
         raise _refused(
             Refusal.KEY_REUSED, f"{IDEMPOTENCY_KEY_META} {key!r} was used for another call (tool or arguments)"
@@ -310,8 +302,7 @@ def _held(held: Held, key: str) -> CallToolResult:
 
 
 def _stored_value(value: Any) -> StoredResponse:
-    """A tool's answer as the guard stores it: a ``CallToolResult`` as is, a mapping with ``content`` as sent,
-    anything else as the SDK would return it (JSON text, and structured content for an object)."""
+    """A tool's answer as the guard stores it (a ``CallToolResult``, as the SDK would return it)."""
     if isinstance(value, CallToolResult):
         result = value
     elif isinstance(value, Mapping) and "content" in value:

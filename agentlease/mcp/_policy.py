@@ -23,11 +23,8 @@ class ToolPolicy:
     comes from ``default``, then from the listed tool, then from the agentlease defaults.
 
     Attributes:
-        side_effect: the tool's side-effect class (``"fenced"``, ``SideEffectClass.IDEMPOTENT``...).
-        lease_ttl: lease TTL = heartbeat timeout of each attempt; required here or in ``default``.
-        start_to_close: bound of one attempt. Default 5 minutes.
-        max_attempts: real attempts before dead-lettering. Default 5.
-        requires_approval: each call waits for ``approve``. Default true for ``unsafe``.
+        side_effect, lease_ttl, start_to_close, max_attempts, requires_approval: as for :func:`agentlease.tool`
+            (``lease_ttl`` required here or in ``default``).
         args: the pydantic model of the tool's arguments, as the model sees them.
         input_schema: the tool's JSON schema instead (the ``inputSchema`` the server lists).
         description: what the model reads. Default the listed description.
@@ -64,15 +61,7 @@ class ToolPolicy:
 
 @dataclass(frozen=True)
 class MCPBinding:
-    """What the worker's runtime needs of one declared MCP tool (kept on the tool's ``fn``).
-
-    Attributes:
-        server: where the tool is.
-        tool: the tool's name at the server.
-        policy: its resolved policy.
-        input_schema: the argument schema the model sees.
-        guessed: the side-effect class was guessed from annotations (logged at the check).
-    """
+    """What the worker needs of one declared MCP tool (kept on the tool's ``fn``)."""
 
     server: MCPServer
     tool: str

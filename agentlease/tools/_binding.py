@@ -27,13 +27,7 @@ if TYPE_CHECKING:
 
 
 def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -> str | None:
-    """Why ``task`` is not a task of workflow ``workflow_id``; ``None`` when it is.
-
-    Args:
-        workflow_id: ``activity.info().workflow_id`` of the attempt (``None``: not scheduled by a workflow).
-        task: the task the call names.
-        shared_key: the caller shares the key across runs.
-    """
+    """Why ``task`` is not a task of workflow ``workflow_id`` (``None``: not scheduled by one); ``None`` when it is."""
     if workflow_id is None:
         return "a leased activity runs only when a workflow schedules it"
     if task.agent_run_id != workflow_id:
@@ -54,8 +48,7 @@ def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -
 
 
 def tool_refusal(activity_type: str, named: str) -> str | None:
-    """Why a call whose input names tool ``named`` may not run as the activity ``activity_type`` (the tool that
-    runs is the one Temporal dispatched)."""
+    """Why a call whose input names tool ``named`` may not run as the activity ``activity_type``."""
     if named != activity_type:
         return (
             f"its input names tool {named!r}, but the activity that runs is {activity_type!r} "
@@ -70,12 +63,7 @@ def as_run(task: TaskSpec, activity_type: str) -> TaskSpec:
 
 
 async def claimed_refusal(ledger: Ledger, claim: Claim, tool: str, *, requires_approval: bool) -> str | None:
-    """Why the task ``claim`` holds may not run ``tool`` now (``None``: it may): its recorded tool is another, or
-    ``tool`` requires approval and the task's trail holds no ``approved`` entry.
-
-    Raises:
-        LedgerUnavailableError: the ledger could not be read.
-    """
+    """Why the task ``claim`` holds may not run ``tool`` now: another recorded tool, or no approval."""
     if claim.tool != tool:
         return (
             f"the ledger records task {claim.task_id!r} as tool {claim.tool!r}, not {tool!r}: "

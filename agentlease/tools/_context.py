@@ -72,8 +72,7 @@ def heartbeat_timeout_of(pending: Any) -> timedelta | None:
 
 
 async def attempt_heartbeat_timeout(info: activity.Info) -> timedelta:
-    """The heartbeat timeout Temporal applies to this attempt: ``activity.info()``'s for a first attempt, else the
-    run's description's (``temporal activity update-options`` does not show in ``activity.info()``)."""
+    """The heartbeat timeout Temporal applies to this attempt (a later one reads the run's description)."""
     assert info.heartbeat_timeout is not None
     if info.attempt <= 1 and not info.heartbeat_details:
         return info.heartbeat_timeout
@@ -424,8 +423,7 @@ def _progress(
 
 
 async def report_refused_writes(claim: Claim, key: str | None, count: int) -> None:
-    """Tell the run that scheduled this attempt that the ledger has refused ``count`` late writes on its task
-    (one signal proven with ``key``, none without one; best effort within :data:`REPORT_TIMEOUT`)."""
+    """Tell the attempt's run the task's count of refused late writes (best effort, one proven signal)."""
     if key is None:
         return
     progress = _progress(claim, key, stage=None, reason="a late write was refused", refused_writes=count)

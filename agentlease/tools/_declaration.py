@@ -199,11 +199,7 @@ class LeaseOptions:
         approval_ttl: timedelta | None = None,
         probe: Probe | None = None,
     ) -> LeaseOptions:
-        """The options, with the side-effect class parsed (the bounds are checked by :meth:`spec`).
-
-        Raises:
-            ConfigurationError: an unknown side-effect class.
-        """
+        """The options, with the side-effect class parsed (``ConfigurationError``: an unknown one)."""
         try:
             side_effect_class = SideEffectClass(side_effect)
         except ValueError:
@@ -221,15 +217,7 @@ class LeaseOptions:
         )
 
     def check(self, tool_name: str) -> None:
-        """Check the bounds of tool ``tool_name``.
-
-        Raises:
-            MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
-            ConfigurationError: ``start_to_close`` below ``lease_ttl``, ``max_attempts`` below 1, an
-                ``approval_ttl`` that is not a positive ``timedelta``, an ``action_key`` that is not a
-                template string (a function cannot reach the workflow), or a ``probe`` that is not an
-                async function.
-        """
+        """Check the bounds of tool ``tool_name`` (``MissingHeartbeatTimeoutError``, ``ConfigurationError``)."""
         if not isinstance(self.lease_ttl, timedelta) or self.lease_ttl <= timedelta(0):
             raise MissingHeartbeatTimeoutError(
                 f"tool {tool_name!r} has no lease_ttl: every tool call needs a heartbeat_timeout (G9)"
@@ -265,11 +253,7 @@ class LeaseOptions:
         description: str | None,
         direct: Callable[..., Awaitable[Any]] | None = None,
     ) -> ToolSpec:
-        """The :class:`ToolSpec` of tool ``name`` with these options, once they are checked.
-
-        Raises:
-            MissingHeartbeatTimeoutError, ConfigurationError: as :meth:`check`.
-        """
+        """The :class:`ToolSpec` of tool ``name`` with these options, once they are checked."""
         self.check(name)
         if self.action_key is not None:
             unknown = [f for f in action_key_fields(self.action_key) if f not in args_model.model_fields]

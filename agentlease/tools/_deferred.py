@@ -33,11 +33,7 @@ class DeferredWrite:
 
 
 class DeferredWrites:
-    """The writes of one worker waiting for the ledger to come back (see the module docstring).
-
-    Args:
-        metrics: where the number pending is reported (``agentlease_ledger_deferred_writes``).
-    """
+    """The writes of one worker waiting for the ledger to come back."""
 
     def __init__(self, metrics: LeaseMetrics = LEASE_METRICS) -> None:
         self._metrics = metrics

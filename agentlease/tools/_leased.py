@@ -87,16 +87,7 @@ logger = logging.getLogger("agentlease.lease")
 
 
 class LeasedActivities:
-    """Builds the worker's activities over one ledger and one tool registry.
-
-    Args:
-        ledger: the lease ledger.
-        registry: the tools this worker serves.
-        identity: the ``lease_owner`` of every claim this worker makes.
-        settings: handed to tools through their :class:`LeaseContext`.
-        resources: what the tools share (database engines); default a new, empty one. The caller
-            closes it when the worker stops.
-    """
+    """Builds the worker's activities over one ledger and one tool registry (the caller closes ``resources``)."""
 
     def __init__(
         self,
@@ -162,14 +153,7 @@ class LeasedActivities:
         return activity.defn(name=spec.name)(run_tool)
 
     async def execute(self, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
-        """Run one attempt of a tool call under a ledger lease (``docs/overview.md``).
-
-        An outcome of a later generation carries the task's refused late writes (``ToolOutcome.refused_writes``).
-
-        Raises:
-            ApplicationError: every way the attempt ends short of a settle (``docs/overview.md``).
-            LedgerUnavailableError: the ledger could not be reached; what could not be written is deferred.
-        """
+        """Run one attempt of a tool call under a ledger lease (``docs/overview.md``)."""
         outcome = await self._execute(spec, call)
         if outcome.claim_generation > 1 and outcome.refused_writes is None:
             with contextlib.suppress(LedgerUnavailableError):  # the count only: the outcome stands
@@ -369,8 +353,7 @@ class LeasedActivities:
         return self._settled(claim, saved.receipt, redact(result.output))
 
     async def _call_tool(self, spec: ToolSpec, args: Any, context: LeaseContext) -> Any:
-        """Run the tool; while the downstream holds the call's key in flight, wait under the lease and run it
-        again, no real attempt spent (``docs/edge.md``)."""
+        """Run the tool; while the downstream holds its key in flight, wait under the lease and run it again."""
         waits = 0
         while True:
             try:
@@ -523,13 +506,7 @@ class LeasedActivities:
         *,
         real_attempts: int,
     ) -> ToolOutcome | RecoveryDecision:
-        """Ask the tool's probe whether the action of ``claim`` happened, under the attempt's lease.
-
-        Returns:
-            The settled outcome when it happened; otherwise the decision to go on with: for a ``reconcile``,
-            ``retry_same_key`` (or a dead letter) when it did not happen and ``decision`` with the probe's word
-            when it cannot tell; for any other decision, ``decision`` itself (``docs/action-keys-and-probes.md``).
-        """
+        """Ask the tool's probe whether the action happened: the settled outcome, or the decision to go on with."""
         assert spec.probe is not None
         ambiguous = decision.action is RecoveryAction.RECONCILE
         await self._renew(
@@ -630,8 +607,7 @@ async def _interruption() -> tuple[Interruption, dict[str, Any]]:
 
 
 async def _unknown_attempt(*, timed_out: bool = False) -> tuple[Interruption, dict[str, Any]]:
-    """Tell a reset, a timeout (of a heartbeat timeout an operator shortened, too) and a closed run apart
-    by the run's pending activity, after Temporal answered a heartbeat with NotFound or timed it out."""
+    """Tell a reset, a timeout and a closed run apart by the run's pending activity."""
     info = activity.info()
     pending = await pending_activity(info)
     if pending is None:
@@ -662,8 +638,7 @@ _PROBED_ACTIONS = frozenset(
 
 
 def _probes_first(spec: ToolSpec, stage: Stage | None, decision: RecoveryDecision, previous: ErrorClass | None) -> bool:
-    """Whether this attempt asks the tool's probe first: an earlier attempt crossed ``external_call`` and the
-    policy would ask a person or run the tool again (a person's ``reconcile --action retry`` runs as decided)."""
+    """Whether this attempt asks the tool's probe first (``docs/action-keys-and-probes.md``)."""
     return (
         spec.probe is not None
         and stage is not None

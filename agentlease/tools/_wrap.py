@@ -94,20 +94,10 @@ def leased(
             function (the tool is named after the activity); a ``pydantic_ai.Tool`` (its function,
             name and description); an ``agents.FunctionTool`` made by ``@function_tool`` (the
             function it wraps, its name and description). Omitted: a decorator.
-        side_effect: the tool's side-effect class, as the enum or its value (``"idempotent"``).
-        lease_ttl: the lease TTL, used as the activity's ``heartbeat_timeout``; required (G9).
-        start_to_close: bound of one attempt. Default 5 minutes.
-        max_attempts: real attempts before dead-lettering. Default 5.
-        requires_approval: each call waits for ``approve`` before it runs. Default: true for
-            ``unsafe`` tools, false otherwise.
         name: the tool name (also the Temporal activity type). Default the activity's, the
             framework tool's or the function's name.
-        settings: the ``AgentLeaseSettings`` fields the tool reads (``lease.context().settings``).
-            Default every field but the worker's own.
-        action_key: what identifies the action, a template over the parameters' names
-            (``"refund:{order_id}"``); see :func:`agentlease.tool`. Default ``<run>:<step>``.
-        approval_ttl: how long an approval of a call lasts. Default ``AGENTLEASE_APPROVAL_TTL``.
-        probe: the readback probe, ``async (ProbeQuery) -> ProbeResult``. Default none.
+        side_effect, lease_ttl, start_to_close, max_attempts, requires_approval, settings, action_key,
+            approval_ttl, probe: as for :func:`agentlease.tool` (``action_key`` over the parameters' names).
 
     Returns:
         The :class:`ToolSpec` (with ``fn`` given), or a decorator making one. Its argument model has
@@ -155,10 +145,7 @@ def leased(
 
 
 def output_of(value: Any) -> dict[str, Any]:
-    """What the agent reads of a leased function's return value: a :class:`ToolResult`'s output; a
-    value that is a JSON object as it is (a pydantic model or dataclass becomes one); anything else
-    as ``{"result": value}``. Values JSON cannot hold are written as their ``str``.
-    """
+    """What the agent reads of a return value: a ``ToolResult``'s output, a JSON object, or ``{"result": value}``."""
     if isinstance(value, ToolResult):
         return value.output
     jsonable = to_jsonable_python(value, fallback=str)
@@ -166,13 +153,7 @@ def output_of(value: Any) -> dict[str, Any]:
 
 
 async def run_unleased(tool: Callable[..., Awaitable[Any]], arguments: dict[str, Any]) -> dict[str, Any]:
-    """Run ``tool`` directly (``await tool(**arguments)``, no lease) and return what the agent reads
-    (:func:`output_of`): the adapters' path outside a workflow.
-
-    Raises:
-        ConfigurationError: ``tool`` is a ``@tool`` tool, which runs only as a leased activity.
-        Exception: whatever the function raises.
-    """
+    """Run ``tool`` directly, no lease, and return what the agent reads (the adapters outside a workflow)."""
     return output_of(await tool(**arguments))
 
 

@@ -26,12 +26,7 @@ class ToolsNotServedHereError(RuntimeError):
 
 
 class RunCatalog:
-    """The run's tools by name (see the module docstring).
-
-    Args:
-        run: the run's view: the run is ``running`` once its tools are known.
-        declared: the tools the workflow declares; default none, learnt with :meth:`load`.
-    """
+    """The run's tools by name, declared by the workflow or learnt from the worker."""
 
     def __init__(self, run: RunView, declared: Iterable[ToolInfo] | None) -> None:
         self._run = run
@@ -42,13 +37,7 @@ class RunCatalog:
             run.set_state(RunState.RUNNING)
 
     async def load(self, steps: Mapping[str, PlanStep]) -> dict[str, ToolInfo]:
-        """Learn the worker's tools (a local activity, recorded in history) and start running.
-
-        Raises:
-            ToolsNotServedHereError: this worker does not serve a tool of ``steps``, within
-                :data:`CATALOG_PATIENCE` of the run's start (another worker of the queue may).
-            ApplicationError: non-retryable ``UnknownTool`` after that; the workflow fails with it.
-        """
+        """Learn the worker's tools and start running; a tool this worker does not serve fails (see the module)."""
         if self.tools is None:
             self.tools = await self._describe()
         unknown = sorted({step.tool for step in steps.values()} - set(self.tools))

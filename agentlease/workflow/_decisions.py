@@ -55,16 +55,7 @@ Handler = Callable[[dict[str, Any]], Any]
 
 
 class RunDecisions:
-    """The run's decisions, each written to the ledger's evidence trail with who made it and why.
-
-    Args:
-        run: the run's view, which each decision updates.
-        steps: the run's steps, by step id (kept by the call path).
-        running: the activity of each step whose attempt runs now (kept by the call path).
-        in_flight: the steps whose attempt is under way until its outcome is recorded (kept by the call path).
-        task_of: the task (:class:`~agentlease.records.TaskSpec`) of a step, or ``None`` while its tool is not
-            in the run's catalog.
-    """
+    """The run's decisions, each written to the ledger's evidence trail with who made it and why."""
 
     def __init__(
         self,
@@ -217,8 +208,7 @@ class RunDecisions:
             raise ValueError(_NOTHING_TO_CANCEL.format(run=run.run_id))
 
     async def _cancel_calls(self, targets: list[str], request: CancelRequest, signed: dict[str, Any]) -> None:
-        """Cancel each of ``targets`` in the ledger (which ends the claim first, so the old generation
-        cannot settle: G8), then its running activity."""
+        """Cancel each of ``targets`` in the ledger first (G8), then its running activity."""
         for step_id in targets:
             await self.apply(self._steps[step_id], DecisionKind.CANCEL, request.by, request.reason, **signed)
             handle = self._running.get(step_id)
@@ -226,8 +216,7 @@ class RunDecisions:
                 handle.cancel()
 
     async def _cancel_run(self, request: CancelRequest, signed: dict[str, Any]) -> None:
-        """Cancel the whole run: its first open call (where the decision activity checks the signature), then the
-        run and every other open call. ``ApplicationError``: no call is open; ``ActivityError``: refused."""
+        """Cancel the run's first open call (its signature is checked there), then the run and every other."""
         done: list[str] = []
         tasks = self._run.tasks
         while targets := [sid for sid, view in tasks.items() if not view.status.is_terminal and sid not in done]:
@@ -238,8 +227,7 @@ class RunDecisions:
             raise ApplicationError(_NOTHING_TO_CANCEL.format(run=self._run.run_id), type=FailureType.DECISION_REFUSED)
 
     async def stop_calls(self, reason: str) -> None:
-        """Cancel every task that is not final in the ledger, then its running activity, and wait until
-        each has stopped (see :meth:`~agentlease.workflow._calls.LeasedToolCalls.stop_calls`)."""
+        """Cancel every task that is not final in the ledger, then its activity, and wait until each stopped."""
         self.cancelled = True
         tasks = self._run.tasks
         targets = [sid for sid, view in tasks.items() if not view.status.is_terminal and sid in self._steps]

@@ -36,8 +36,7 @@ _HINTS: dict[CodeType, tuple[inspect.Signature, dict[str, Any]]] = {}
 
 
 def resolved(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """``handler`` (a function or a bound method) with its signature and type hints resolved once per process
-    (by its code, which a closure made again by each run shares), not at each handler Temporal sets."""
+    """``handler`` with its signature and type hints resolved once per process (by its code), not per run."""
     function: Any = getattr(handler, "__func__", handler)
     known = _HINTS.get(function.__code__)
     if known is None:

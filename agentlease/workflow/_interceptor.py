@@ -25,10 +25,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 class LeasedCallsInterceptor(Interceptor):
-    """Installs the ``status`` query (the run ``starting``, no task) and refusing decision updates on every workflow
-    from its start, until its first leased call installs the real ones; a workflow with handlers of its own (or
-    dynamic ones) is left alone. Issues no command. Also checks the replay floor of calls made in ``@workflow.init``.
-    """
+    """Answers the ``status`` query and refuses the decision updates on every workflow until its first leased call."""
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput

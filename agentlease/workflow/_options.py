@@ -28,12 +28,7 @@ class LeasedActivityOptions:
 
 
 def leased_activity_options(tool: ToolInfo) -> LeasedActivityOptions:
-    """Temporal options of a tool call: heartbeat timeout = lease TTL (G9), retries without an attempt limit
-    (the ledger counts real attempts, ``docs/recovery.md``) on a short, bounded backoff.
-
-    Raises:
-        MissingHeartbeatTimeoutError: the tool has no positive lease TTL.
-    """
+    """Temporal options of a tool call: heartbeat timeout = lease TTL (G9), unlimited retries on a short backoff."""
     if tool.lease_ttl is None or tool.lease_ttl <= timedelta(0):
         raise MissingHeartbeatTimeoutError(
             f"tool {tool.name!r} cannot be scheduled without a heartbeat_timeout (its lease TTL)"

@@ -34,9 +34,7 @@ _RECORD_RETRY = RetryPolicy(
 
 @workflow.defn(name=AGENT_RUN_WORKFLOW, failure_exception_types=[ValidationError, RecursionError])
 class AgentRunWorkflow:
-    """Takes an :class:`~agentlease.records.AgentRunPlan` and returns the run's final
-    :class:`~agentlease.records.RunStatus`. A plan that does not validate fails the run at once
-    (``InvalidPlan``, or a ``ValidationError``/``RecursionError`` when it cannot be decoded: ``docs/limits.md``)."""
+    """Runs an :class:`~agentlease.records.AgentRunPlan`; a plan that does not validate fails the run at once."""
 
     @workflow.init
     def __init__(self, plan: AgentRunPlan | dict[str, Any]) -> None:

@@ -53,8 +53,7 @@ class ProgressProofs:
             self._secret = secret
 
     def accepted(self, payload: Any, steps: Mapping[str, TaskView]) -> LeaseProgress | None:
-        """The signal's :class:`LeaseProgress` when the run believes it; ``None`` when it is dropped
-        (counted in :attr:`refused`)."""
+        """The signal's :class:`LeaseProgress` when the run believes it; ``None`` (counted) when dropped."""
         try:
             progress = LeaseProgress.model_validate(payload)
         except ValidationError:
@@ -97,13 +96,7 @@ KEPT_REFUSALS = 20
 
 
 class RunView:
-    """The run's state and task views, and how they are shown (see the module docstring).
-
-    Args:
-        run_id: the workflow id.
-        running: the steps whose activity runs now (kept by the call path); a progress signal for any
-            other step is late and ignored.
-    """
+    """The run's state and task views, and how they are shown."""
 
     def __init__(self, run_id: str, running: Container[str]) -> None:
         self.run_id = run_id
@@ -199,8 +192,7 @@ class RunView:
         self.refused_count += 1
 
     def show(self) -> None:
-        """Upsert the search attributes whose value changed since they were last shown, in one command, and the
-        details."""
+        """Upsert the search attributes that changed since they were last shown, in one command, and the details."""
         changed = {name: value for name, value in self._wanted.items() if self._shown.get(name) != value}
         if changed:
             self._shown.update(changed)
@@ -229,8 +221,7 @@ class RunView:
         return self.status().model_dump(mode="json")
 
     def current_details(self) -> str:
-        """The run's current details text (the Temporal UI shows it on the run's page): a line per running or
-        waiting step, the last decision, the last refused signal."""
+        """The run's current details: a line per running or waiting step, the last decision and refusal."""
         lines = []
         for view in self.tasks.values():
             if view.status is TaskStatus.RUNNING:
@@ -262,8 +253,7 @@ class RunView:
         return "\n".join(lines)
 
     async def on_progress(self, payload: Any) -> None:
-        """A running attempt's :class:`~agentlease.records.LeaseProgress`: show it (a late or stale one is ignored);
-        the search attributes once per workflow task (``docs/operator-views.md``)."""
+        """Show a running attempt's progress (a late or stale one is ignored; ``docs/operator-views.md``)."""
         progress = self.proofs.accepted(payload, self.tasks)
         if progress is None:  # malformed or not proven: dropped, counted
             self.show_details()

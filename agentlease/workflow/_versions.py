@@ -33,8 +33,7 @@ BELOW_FLOOR = (
 
 
 def at_replay_floor() -> bool:
-    """Record :data:`FLOOR_MARKER` on a new run; whether the run's history holds it (false: recorded below
-    :data:`REPLAY_FLOOR`, fail with :class:`ReplayFloorError` before any command). Workflow code."""
+    """Record :data:`FLOOR_MARKER` on a new run; whether the run's history holds it (workflow code)."""
     workflow.deprecate_patch(FLOOR_MARKER)
     return workflow.patched(FLOOR_MARKER)
 
