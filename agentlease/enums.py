@@ -313,18 +313,8 @@ class Interruption(StrEnum):
 
     @property
     def error_class(self) -> ErrorClass:
-        """The error class the release records."""
-        return _ERROR_CLASS_OF_INTERRUPTION[self]
-
-
-_ERROR_CLASS_OF_INTERRUPTION = {
-    Interruption.PAUSED: ErrorClass.PAUSED,
-    Interruption.RESET: ErrorClass.RESET,
-    Interruption.SHUTDOWN: ErrorClass.SHUTDOWN,
-    Interruption.TIMED_OUT: ErrorClass.TIMED_OUT,
-    Interruption.HEARTBEAT_TIMEOUT_CHANGED: ErrorClass.HEARTBEAT_TIMEOUT_CHANGED,
-    Interruption.CANCELLED: ErrorClass.RETRYABLE,
-}
+        """The error class the release records: the one of the same name, ``retryable`` for ``cancelled``."""
+        return ErrorClass.RETRYABLE if self is Interruption.CANCELLED else ErrorClass(self.value)
 
 
 class RecoveryAction(StrEnum):

@@ -165,23 +165,15 @@ class TraceLink(_Frozen):
     @classmethod
     def from_mapping(cls, m: Any) -> TraceLink:
         """Read the ``trace_*`` columns of a ``tasks`` or ``lease_events`` row."""
-        return cls(
-            workflow_id=m["trace_workflow_id"],
-            run_id=m["trace_run_id"],
-            activity_id=m["trace_activity_id"],
-            attempt=m["trace_attempt"],
-            trace_id=m.get("trace_id"),
-        )
+        return cls(**{name: m[f"trace_{name}"] for name in _TRACE_FIELDS}, trace_id=m.get("trace_id"))
 
     def columns(self) -> dict[str, Any]:
         """The ``trace_*`` column values."""
-        return {
-            "trace_workflow_id": self.workflow_id,
-            "trace_run_id": self.run_id,
-            "trace_activity_id": self.activity_id,
-            "trace_attempt": self.attempt,
-            "trace_id": self.trace_id,
-        }
+        return {**{f"trace_{name}": getattr(self, name) for name in _TRACE_FIELDS}, "trace_id": self.trace_id}
+
+
+_TRACE_FIELDS = ("workflow_id", "run_id", "activity_id", "attempt")
+"""The :class:`TraceLink` fields stored in the ``trace_<field>`` columns."""
 
 
 class PlanStep(_Frozen):

@@ -24,7 +24,7 @@ from agentlease.mcp._policy import (
     compare,
 )
 from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
-from agentlease.tools._declaration import LeaseOptions, ToolSpec
+from agentlease.tools._declaration import LeaseOptions, ToolSpec, side_effect_class
 
 logger = logging.getLogger("agentlease.mcp")
 
@@ -129,6 +129,7 @@ def mcp_tools(
             )
         guessed = policy.side_effect is None
         side_effect = guess_side_effect(listed_tool, guarded=tool in guarded_names) if guessed else policy.side_effect
+        assert side_effect is not None
         if policy.lease_ttl is None:
             raise ConfigurationError(
                 f"MCP tool {tool!r} of {server.name!r} has no lease_ttl: set it in tools= or default="
@@ -145,8 +146,8 @@ def mcp_tools(
                     "input_schema=, or listed= (the server's tools/list answer)"
                 )
             args_model = _args_model(tool, schema)
-        options = LeaseOptions.of(
-            side_effect,  # type: ignore[arg-type]
+        options = LeaseOptions(
+            side_effect_class(side_effect),
             policy.lease_ttl,
             policy.start_to_close or DEFAULT_START_TO_CLOSE,
             policy.max_attempts or DEFAULT_MAX_ATTEMPTS,

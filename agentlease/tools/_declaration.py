@@ -171,6 +171,15 @@ class DeclaredTool(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
 
 
+def side_effect_class(value: SideEffectClass | str) -> SideEffectClass:
+    """The side-effect class named ``value``. Raises ``ConfigurationError`` for an unknown one."""
+    try:
+        return SideEffectClass(value)
+    except ValueError:
+        known = ", ".join(c.value for c in SideEffectClass)
+        raise ConfigurationError(f"unknown side_effect {value!r}; use one of {known}") from None
+
+
 @dataclass(frozen=True)
 class LeaseOptions:
     """A tool's side-effect class and lease bounds (the fields of :class:`ToolSpec`), checked: the one home of
@@ -185,36 +194,6 @@ class LeaseOptions:
     action_key: str | None = None
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
-
-    @classmethod
-    def of(
-        cls,
-        side_effect: SideEffectClass | str,
-        lease_ttl: timedelta,
-        start_to_close: timedelta,
-        max_attempts: int,
-        requires_approval: bool | None,
-        *,
-        action_key: str | None = None,
-        approval_ttl: timedelta | None = None,
-        probe: Probe | None = None,
-    ) -> LeaseOptions:
-        """The options, with the side-effect class parsed (``ConfigurationError``: an unknown one)."""
-        try:
-            side_effect_class = SideEffectClass(side_effect)
-        except ValueError:
-            known = ", ".join(c.value for c in SideEffectClass)
-            raise ConfigurationError(f"unknown side_effect {side_effect!r}; use one of {known}") from None
-        return cls(
-            side_effect_class,
-            lease_ttl,
-            start_to_close,
-            max_attempts,
-            requires_approval,
-            action_key=action_key,
-            approval_ttl=approval_ttl,
-            probe=probe,
-        )
 
     def check(self, tool_name: str) -> None:
         """Check the bounds of tool ``tool_name`` (``MissingHeartbeatTimeoutError``, ``ConfigurationError``)."""
@@ -323,8 +302,8 @@ def tool(
         ConfigurationError: an unknown side-effect class, the function is not async, its ``args``
             is not a pydantic model, or a bad ``action_key``, ``approval_ttl`` or ``probe``.
     """
-    options = LeaseOptions.of(
-        side_effect,
+    options = LeaseOptions(
+        side_effect_class(side_effect),
         lease_ttl,
         start_to_close,
         max_attempts,

@@ -23,7 +23,7 @@ from agentlease.errors import ConfigurationError
 from agentlease.lease import _entered
 from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
 from agentlease.tools._context import LeaseContext
-from agentlease.tools._declaration import LeaseOptions, ToolResult, ToolSpec
+from agentlease.tools._declaration import LeaseOptions, ToolResult, ToolSpec, side_effect_class
 from agentlease.tools._probe import Probe
 
 __all__ = ["leased", "not_leasable", "output_of", "run_unleased"]
@@ -110,8 +110,8 @@ def leased(
             ``LeaseContext``, ``*args`` or ``**kwargs``, a parameter pydantic cannot validate, a dynamic
             activity, a ``FunctionTool`` whose function is not kept, or something not callable.
     """
-    options = LeaseOptions.of(
-        side_effect,
+    options = LeaseOptions(
+        side_effect_class(side_effect),
         lease_ttl,
         start_to_close,
         max_attempts,
