@@ -53,21 +53,12 @@ class ToolSpec:
 
     Attributes:
         name: the tool name, also the Temporal activity type.
-        side_effect_class: see :class:`SideEffectClass`.
-        lease_ttl: lease TTL = heartbeat timeout of each attempt.
-        start_to_close: bound of one attempt. Default 5 minutes.
-        max_attempts: real attempts before the task is dead-lettered. Default 5.
-        requires_approval: whether each call waits for an operator's ``approve`` before it runs.
+        side_effect_class, lease_ttl, start_to_close, max_attempts, requires_approval, settings, action_key,
+            approval_ttl, probe: as declared (:func:`tool`; ``settings`` ``None``: every one but the worker's own).
         args_model: the pydantic model of the tool's arguments.
         fn: the tool's code, ``(ctx, args) -> ToolResult``, as the worker runs it in a lease.
-        settings: the settings the tool reads through ``ctx.settings``; ``None``: every one but
-            the worker's own (:data:`agentlease.security.secrets.WORKER_ONLY`).
         description: what a model reads about the tool (the function's docstring); ``None``: none.
         direct: runs the wrapped function without a lease; ``None`` for a ``@tool`` tool.
-        action_key: the action key template over argument names (``"refund:{order_id}"``) keying a call
-            that has no key of its own, scoped to the run. ``None``: the default ``<run>:<step>``.
-        approval_ttl: how long an approval of a call lasts; ``None``: ``AGENTLEASE_APPROVAL_TTL``.
-        probe: the readback probe (``docs/action-keys-and-probes.md``); ``None``: none.
     """
 
     name: str

@@ -261,13 +261,7 @@ class LeasedToolCalls:
 
         Args:
             tool: a tool of the catalog.
-            arguments: its arguments (checked by the tool's model in the activity).
-            step_id: unique within the run; with the workflow id it makes the task id and default key.
-            idempotency_key: the caller's key for the action, scoped to the run (``<workflow id>:<key>``);
-                default ``<workflow id>:<step id>``.
-            share_idempotency_key: share ``idempotency_key`` across runs (``shared:<key>``): a call of
-                another run with the same key, tool and arguments settles from this one's receipt.
-                Default false.
+            arguments, step_id, idempotency_key, share_idempotency_key: as for :func:`agentlease.workflow.call_tool`.
 
         Returns:
             How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.

@@ -269,11 +269,9 @@ class RunView:
         if sid not in self._running:
             return  # the attempt already ended: its outcome is the newer fact
         view = self.tasks[sid]
-        known = view.claim_generation or 0
-        if progress.claim_generation < known:
+        known = (view.claim_generation or 0, _stage_order(view.stage))
+        if (progress.claim_generation, _stage_order(progress.stage)) < known:  # older, or arrived out of order
             return
-        if progress.claim_generation == known and _stage_order(progress.stage) < _stage_order(view.stage):
-            return  # signals of one attempt may arrive out of order
         self.update(
             sid,
             stage=progress.stage,
