@@ -342,9 +342,9 @@ class LeaseContext:
 
     async def _heartbeat(self, details: LeaseHeartbeat) -> None:
         """Heartbeat to Temporal; under a heartbeat timeout shorter than the scheduled one, straight to it too."""
-        _heartbeat(details)
-        if not activity.in_activity():
+        if not activity.in_activity():  # unit tests of tools: nothing to heartbeat to
             return
+        activity.heartbeat(details.model_dump(mode="json"))
         info = activity.info()
         if info.heartbeat_timeout is None or self.heartbeat_timeout >= info.heartbeat_timeout:
             return
@@ -437,11 +437,6 @@ async def report_refused_writes(claim: Claim, key: str | None, count: int) -> No
         )
     except Exception as exc:  # noqa: BLE001 - the ledger holds the record; the run's count just lags
         logger.debug("refused writes of %s not signalled to its run: %s", claim.task_id, exc)
-
-
-def _heartbeat(details: LeaseHeartbeat) -> None:
-    if activity.in_activity():  # not in unit tests of tools
-        activity.heartbeat(details.model_dump(mode="json"))
 
 
 __all__ = [

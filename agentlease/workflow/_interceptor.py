@@ -39,10 +39,9 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
         if _defines_own_handlers():
             return
         workflow.set_query_handler(STATUS_QUERY, resolved(_status_before_calls))
-        for command in DECISION_UPDATES:
-            workflow.set_update_handler(
-                command, resolved(_refused_before_calls(command)), validator=_no_step_yet(command)
-            )
+        for command in DECISION_UPDATES:  # the validator refuses: the handler never runs
+            refuse = _no_step_yet(command)
+            workflow.set_update_handler(command, resolved(refuse), validator=refuse)
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         """Run the workflow; when it returns or raises, end its leased calls' state if nothing did."""
@@ -99,14 +98,6 @@ def _no_step_yet(command: str) -> Any:
         )
 
     return validator
-
-
-def _refused_before_calls(command: str) -> Any:
-    async def handler(payload: Any) -> dict[str, Any]:
-        _no_step_yet(command)(payload)
-        raise AssertionError("unreachable: the validator refuses")  # pragma: no cover
-
-    return handler
 
 
 __all__ = ["LeasedCallsInterceptor"]
