@@ -38,9 +38,7 @@ def from_ms(value: None) -> None: ...
 def from_ms(value: int | None) -> datetime | None: ...
 def from_ms(value: int | None) -> datetime | None:
     """Aware UTC datetime for epoch milliseconds; ``None`` stays ``None``."""
-    if value is None:
-        return None
-    return _EPOCH + timedelta(milliseconds=value)
+    return None if value is None else _EPOCH + timedelta(milliseconds=value)
 
 
 def duration_ms(value: timedelta) -> int:
@@ -66,9 +64,7 @@ def db_now_ms(dialect_name: str, now: datetime | None = None) -> ColumnElement[i
     Raises:
         ValueError: unsupported dialect, or a naive ``now``.
     """
-    if now is not None:
-        return literal(to_ms(now), BigInteger)
-    return _database_clock_ms(dialect_name)
+    return _database_clock_ms(dialect_name) if now is None else literal(to_ms(now), BigInteger)
 
 
 NOW_PARAM = "now_ms"

@@ -282,9 +282,7 @@ class ToolInfo(_Frozen):
         Raises:
             ValueError: an argument the template names is missing and has no default.
         """
-        if self.action_key is None:
-            return None
-        return action_key_for(self.action_key, arguments, self.action_key_defaults)
+        return None if self.action_key is None else action_key_for(self.action_key, arguments, self.action_key_defaults)
 
 
 class ToolCall(_Frozen):

@@ -93,14 +93,11 @@ async def _check_listed(client: Client, binding: MCPBinding) -> None:
 
 def _guard_settings(client: Client, tool: str) -> dict[str, Any] | None:
     """The server's ``io.agentlease/lease`` settings when it guards ``tool``, else ``None``."""
-    extensions = client.server_capabilities.extensions or {}
-    settings = extensions.get(EXTENSION)
+    settings = (client.server_capabilities.extensions or {}).get(EXTENSION)
     if not isinstance(settings, dict):
         return None
     tools = settings.get("tools")
-    if tools == "*" or (isinstance(tools, list) and tool in tools):
-        return settings
-    return None
+    return settings if tools == "*" or (isinstance(tools, list) and tool in tools) else None
 
 
 def _output(result: CallToolResult) -> dict[str, Any]:

@@ -134,9 +134,7 @@ class LeaseGuard(Extension):
 
     def guards(self, tool: str) -> bool:
         """Whether calls of ``tool`` are guarded."""
-        if tool == self.readback_tool:
-            return False
-        return self.guarded_tools is None or tool in self.guarded_tools
+        return tool != self.readback_tool and (self.guarded_tools is None or tool in self.guarded_tools)
 
     def tools(self) -> Sequence[ToolBinding]:
         """The readback tool (``Extension.tools``), unless ``readback_tool=None``."""
@@ -153,14 +151,8 @@ class LeaseGuard(Extension):
                 raise _refused(Refusal.MISSING_KEY, f"{IDEMPOTENCY_KEY_META} names the call to read back")
             return await guard.readback(meta.idempotency_key, caller=guard.caller_for(request))
 
-        binding = ToolBinding(
-            fn=was_applied,
-            kwargs={
-                "name": self.readback_tool,
-                "annotations": ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-            },
-        )
-        return (binding,)
+        hints = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+        return (ToolBinding(fn=was_applied, kwargs={"name": self.readback_tool, "annotations": hints}),)
 
     async def readback(self, idempotency_key: str, *, caller: str = "") -> dict[str, Any]:
         """What the readback tool answers for ``idempotency_key`` of ``caller``: ``{"applied": true, "status":
@@ -176,8 +168,7 @@ class LeaseGuard(Extension):
     async def was_applied(self, idempotency_key: str, *, caller: str = "") -> dict[str, Any] | None:
         """The result stored for ``idempotency_key`` of ``caller``; ``None`` if no call with the key answered
         (or its retention passed). :meth:`readback` also tells a call in flight or in doubt."""
-        found: dict[str, Any] | None = (await self.readback(idempotency_key, caller=caller))["result"]
-        return found
+        return (await self.readback(idempotency_key, caller=caller))["result"]
 
     def stored_result(self, result: Any) -> StoredResponse:
         """``result`` (a tool's return value or a ``CallToolResult``) as the answer the guard stores and replays,
