@@ -7,8 +7,9 @@ What a tool author and a worker need is importable from here, loaded on first us
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentlease._lazy import exports
 
 __version__ = "0.4.0"
 
@@ -70,17 +71,4 @@ _EXPORTS: dict[str, str] = {
 ``agentlease.recovery``, ``agentlease.mcp`` and the framework adapters."""
 
 __all__ = ["__version__", *_EXPORTS]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentlease' has no attribute {name!r}")
-    loaded = importlib.import_module(module)
-    value = loaded if module == f"{__name__}.{name}" else getattr(loaded, name)  # a module export: the module
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

@@ -5,8 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -148,11 +147,6 @@ class AgentLeasePlugin(SimplePlugin):
         return [*(existing or []), *ours]
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        async with self._open(worker):
-            await next(worker)
-
-    @asynccontextmanager
-    async def _open(self, worker: Worker) -> AsyncIterator[None]:
         try:
             try:  # before the worker polls: a run must not meet a ledger or a namespace it cannot use
                 if self._owns_ledger:
@@ -164,7 +158,7 @@ class AgentLeasePlugin(SimplePlugin):
             except (LedgerUnavailableError, ConfigurationError):
                 _never_started(worker)
                 raise
-            yield
+            await next(worker)
         finally:
             for leased in self._leased:  # writes still deferred by a ledger outage: logged, left to the sweeper
                 await leased.close()

@@ -141,12 +141,9 @@ def main(configure: Callable[[AgentLeaseSettings], AgentLeaseSettings] | None = 
     except ValidationError as exc:
         print(f"error: bad setting: {one_line(exc)}", file=sys.stderr)
         return 2
-    except ConfigurationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except AgentLeaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigurationError) else 1
     except KeyboardInterrupt:
         return 130
     return 0

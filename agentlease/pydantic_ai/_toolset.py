@@ -70,10 +70,6 @@ def _default_step_id(tool: str, tool_call_id: str) -> str:
     return f"{tool}-{tool_call_id}"
 
 
-def _description(tool: DeclaredTool) -> str | None:
-    return tool.description or inspect.getdoc(tool.args_model)
-
-
 class LeasedToolset(AbstractToolset[Any]):
     """Declared agentlease tools as a Pydantic AI toolset whose calls are leased activities (``docs/pydantic-ai.md``).
     Outside a workflow each call runs a ``leased`` tool's function directly, without a lease.
@@ -116,7 +112,7 @@ class LeasedToolset(AbstractToolset[Any]):
         self._definitions = {
             tool.name: ToolDefinition(
                 name=tool.name,
-                description=_description(tool),
+                description=tool.description or inspect.getdoc(tool.args_model),
                 parameters_json_schema=tool.args_model.model_json_schema(),
                 metadata={"agentlease": self._infos[tool.name].side_effect_class.value},
             )
