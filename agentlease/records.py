@@ -202,14 +202,9 @@ class PlanStep(_Frozen):
             raise ValueError("step_id must be 1-128 letters, digits, '_', '.', '-', starting with a letter or digit")
         return value
 
-    @field_validator("tool")
+    @field_validator("tool", "idempotency_key")
     @classmethod
-    def _check_tool(cls, value: str) -> str:
-        return limits.check_id(value)
-
-    @field_validator("idempotency_key")
-    @classmethod
-    def _check_key(cls, value: str | None) -> str | None:
+    def _check_ids(cls, value: str | None) -> str | None:
         return None if value is None else limits.check_id(value)
 
     @field_validator("arguments")

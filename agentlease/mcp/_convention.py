@@ -165,23 +165,3 @@ def refusal_of(code: int, data: Any) -> Refusal | None:
         return Refusal(str(data.get("error")))
     except ValueError:
         return None
-
-
-__all__ = [
-    "EXTENSION",
-    "FENCING_TOKEN_META",
-    "IDEMPOTENCY_KEY_META",
-    "LEASE_EXPIRES_AT_META",
-    "NAMESPACE",
-    "REFUSAL_CODE",
-    "REPLAYED_META",
-    "RESOURCE_META",
-    "LeaseMeta",
-    "MetaError",
-    "Refusal",
-    "default_resource",
-    "lease_meta",
-    "read_lease_meta",
-    "refusal_data",
-    "refusal_of",
-]

@@ -27,16 +27,6 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.tools._wrap import not_leasable, run_unleased
     from agentlease.workflow._calls import CallOutcome, leased_calls
 
-__all__ = [
-    "DeclaredTool",
-    "KeyFunction",
-    "StepIdFunction",
-    "leased_run_config",
-    "leased_tool",
-    "run_agent",
-    "tool_output",
-]
-
 StepIdFunction = Callable[[str, str], str]
 """``(tool name as the model calls it, the model's tool_call_id) -> step id``."""
 

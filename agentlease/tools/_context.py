@@ -437,13 +437,3 @@ async def report_refused_writes(claim: Claim, key: str | None, count: int) -> No
         )
     except Exception as exc:  # noqa: BLE001 - the ledger holds the record; the run's count just lags
         logger.debug("refused writes of %s not signalled to its run: %s", claim.task_id, exc)
-
-
-__all__ = [
-    "LeaseContext",
-    "LeaseHeartbeat",
-    "attempt_heartbeat_timeout",
-    "heartbeat_timeout_of",
-    "pending_activity",
-    "report_refused_writes",
-]
