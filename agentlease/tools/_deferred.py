@@ -54,12 +54,10 @@ class DeferredWrites:
 
     async def flush(self) -> int:
         """Try every pending write once now; returns how many are still pending."""
-        still: list[DeferredWrite] = []
         for item in list(self._pending):
             try:
                 await item.write()
             except LedgerUnavailableError:
-                still.append(item)
                 continue
             except LeaseLostError:
                 logger.info("recorded after the outage, refused as evidence: %s", item.what)
