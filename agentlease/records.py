@@ -137,14 +137,12 @@ def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str,
     Raises:
         ValueError: an argument the template names is missing and has no default.
     """
+    given = {**(defaults or {}), **arguments}
     values: dict[str, str] = {}
     for name in action_key_fields(template):
-        if name in arguments:
-            values[name] = _key_text(arguments[name])
-        elif defaults is not None and name in defaults:
-            values[name] = _key_text(defaults[name])
-        else:
+        if name not in given:
             raise ValueError(f"action key {template!r} needs the argument {name!r}, which the call does not give")
+        values[name] = _key_text(given[name])
     return template.format_map(values)
 
 

@@ -94,8 +94,7 @@ class AgentLeaseSettings(BaseSettings):
         "`agentlease db upgrade` once per release; a worker refuses a schema it does not expect.",
     )
     tool_modules: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Modules whose tools the worker registers, comma-separated import paths.",
+        default_factory=list, description="Modules whose tools the worker registers, comma-separated import paths."
     )
     workflow_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -189,8 +188,7 @@ class AgentLeaseSettings(BaseSettings):
         "decision is signed by a key of the operator keys).",
     )
     operator: str | None = Field(
-        default=None,
-        description="Who decides, kept in the evidence trail; with an operator key, the key's operator.",
+        default=None, description="Who decides, kept in the evidence trail; with an operator key, the key's operator."
     )
     operator_keys: str | None = Field(
         default=None,

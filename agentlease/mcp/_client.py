@@ -70,13 +70,7 @@ class MCPServer:
         return cls(name, command=command, args=tuple(args), env=env, cwd=cwd)
 
     @classmethod
-    def http(
-        cls,
-        name: str,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-    ) -> MCPServer:
+    def http(cls, name: str, url: str, *, headers: Mapping[str, str] | None = None) -> MCPServer:
         """A server reached over streamable HTTP.
 
         Args:

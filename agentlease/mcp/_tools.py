@@ -17,12 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError
 from agentlease.mcp._client import MCPServer, list_tools, session
-from agentlease.mcp._policy import (
-    MCPBinding,
-    ToolPolicy,
-    binding_of,
-    compare,
-)
+from agentlease.mcp._policy import MCPBinding, ToolPolicy, binding_of, compare
 from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
 from agentlease.tools._declaration import LeaseOptions, ToolSpec, side_effect_class
 

@@ -137,10 +137,7 @@ class LeasedToolset(AbstractToolset[Any]):
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         return {
             name: ToolsetTool(
-                toolset=self,
-                tool_def=definition,
-                max_retries=self._max_retries,
-                args_validator=self._validators[name],
+                toolset=self, tool_def=definition, max_retries=self._max_retries, args_validator=self._validators[name]
             )
             for name, definition in self._definitions.items()
         }

@@ -12,14 +12,7 @@ from sqlalchemy import select
 
 from agentlease.enums import EventKind
 from agentlease.ledger.tables import EVENTS as _EVENTS
-from agentlease.records import (
-    SHARED_KEY_PREFIX,
-    TaskSpec,
-    idempotency_key_for,
-    is_step_id,
-    step_id_from,
-    task_id_for,
-)
+from agentlease.records import SHARED_KEY_PREFIX, TaskSpec, idempotency_key_for, is_step_id, step_id_from, task_id_for
 
 if TYPE_CHECKING:
     from agentlease.ledger.store import Ledger

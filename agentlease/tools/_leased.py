@@ -660,10 +660,7 @@ def _outage(task_id: str, exc: LedgerUnavailableError) -> ApplicationError:
     logger.warning("ledger unavailable, attempt of %s ends and is retried: %s", task_id, exc)
     attempt = activity.info().attempt if activity.in_activity() else 1
     return ApplicationError(
-        str(exc),
-        type=FailureType.LEDGER_UNAVAILABLE,
-        next_retry_delay=ledger_retry_delay(attempt),
-        category=EXPECTED,
+        str(exc), type=FailureType.LEDGER_UNAVAILABLE, next_retry_delay=ledger_retry_delay(attempt), category=EXPECTED
     )
 
 

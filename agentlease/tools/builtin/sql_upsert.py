@@ -128,8 +128,7 @@ async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
         }
         statement = dialect.insert(table).values(**values)
         statement = statement.on_conflict_do_update(
-            index_elements=["record_key"],
-            set_={name: statement.excluded[name] for name in _REWRITTEN},
+            index_elements=["record_key"], set_={name: statement.excluded[name] for name in _REWRITTEN}
         )
         async with engine.connect() as conn:
             await ctx.advance(Stage.EXTERNAL_CALL, f"upserting {table.name}/{key}")
