@@ -384,9 +384,7 @@ class LeasedActivities:
                 self._ledger, own, str(exc), details={"named_task_id": task.task_id}, trace=trace
             )
             facts = _facts(record)
-        raise ApplicationError(
-            str(exc), facts, type=FailureType.DEAD_LETTERED.value, non_retryable=True, category=EXPECTED
-        )
+        raise _final(str(exc), facts, FailureType.DEAD_LETTERED)
 
     async def _settle(
         self, context: LeaseContext, receipt: SettlementReceipt, output: dict[str, Any] | None
@@ -443,13 +441,8 @@ class LeasedActivities:
         """Apply a decision that does not run the tool, then fail the attempt non-retryably (deferred in an outage)."""
         status = decision.action.parks_as
         if status is None:  # stay cancelled / never rerun: the ledger's record says how it ended
-            raise ApplicationError(
-                f"{claim.task_id}: {decision.rule}",
-                _facts(await self._ledger.get_task(claim.task_id)),
-                type=FailureType.TASK_CLOSED.value,
-                non_retryable=True,
-                category=EXPECTED,
-            ) from None
+            record = await self._ledger.get_task(claim.task_id)
+            raise _final(f"{claim.task_id}: {decision.rule}", _facts(record), FailureType.TASK_CLOSED) from None
         reason = f"{decision.rule} ({error})"
 
         def park(retried: bool = False) -> Any:
@@ -465,19 +458,16 @@ class LeasedActivities:
             self.deferred.add(f"{status.value} of {claim.task_id} (generation {claim.generation})", lambda: park(True))
             raise
         record = await self._ledger.get_task(claim.task_id)
-        failure = status.failure_type
-        assert failure is not None
-        raise ApplicationError(  # no cause: the tool's own exception would carry its unredacted message
-            f"{claim.task_id}: {reason}", _facts(record), type=failure.value, non_retryable=True, category=EXPECTED
-        ) from None
+        assert status.failure_type is not None
+        # No cause: the tool's own exception would carry its unredacted message.
+        raise _final(f"{claim.task_id}: {reason}", _facts(record), status.failure_type) from None
 
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
         record = await self._ledger.get_task(exc.task_id)
         if record.status is TaskStatus.SETTLED:
             self._metrics.duplicate_delivery(record.tool, "settled")
             return ToolOutcome.of(record).model_copy(update={"settled_by": SETTLED_BY_EARLIER_RECEIPT})
-        failure = record.status.failure_type or FailureType.TASK_CLOSED
-        raise ApplicationError(str(exc), _facts(record), type=failure.value, non_retryable=True, category=EXPECTED)
+        raise _final(str(exc), _facts(record), record.status.failure_type or FailureType.TASK_CLOSED)
 
     @staticmethod
     def _settled(
@@ -662,6 +652,11 @@ def _outage(task_id: str, exc: LedgerUnavailableError) -> ApplicationError:
     return ApplicationError(
         str(exc), type=FailureType.LEDGER_UNAVAILABLE, next_retry_delay=ledger_retry_delay(attempt), category=EXPECTED
     )
+
+
+def _final(message: str, facts: dict[str, Any], failure: FailureType) -> ApplicationError:
+    """The non-retryable failure that reports a recorded decision, with the task's facts."""
+    return ApplicationError(message, facts, type=failure.value, non_retryable=True, category=EXPECTED)
 
 
 def _facts(record: TaskRecord) -> dict[str, Any]:
