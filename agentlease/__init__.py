@@ -1,20 +1,15 @@
-"""agentlease: leased agent tool calls on Temporal.
+"""agentlease: leased agent tool calls on Temporal (``docs/README.md``).
 
-Claim generations as fencing tokens, idempotency keys stable across attempts, settlement receipts
-after readback, stage-aware retries and a recovery policy, human decisions, an evidence trail.
-
-What a tool author and a worker need is importable from here::
+What a tool author and a worker need is importable from here, loaded on first use::
 
     from agentlease import AgentLeasePlugin, LeaseContext, SideEffectClass, Stage, ToolResult, lease, leased, tool
-
-The names load on first use, so importing ``agentlease`` stays cheap and the package's own modules
-never import this facade (they import each other directly).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentlease._lazy import exports
 
 __version__ = "0.4.0"
 
@@ -76,17 +71,4 @@ _EXPORTS: dict[str, str] = {
 ``agentlease.recovery``, ``agentlease.mcp`` and the framework adapters."""
 
 __all__ = ["__version__", *_EXPORTS]
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentlease' has no attribute {name!r}")
-    loaded = importlib.import_module(module)
-    value = loaded if module == f"{__name__}.{name}" else getattr(loaded, name)  # a module export: the module
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = exports(__name__, _EXPORTS)

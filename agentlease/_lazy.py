@@ -9,7 +9,8 @@ from typing import Any
 
 
 def exports(package: str, names: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package`` that load each of ``names`` (name -> module) on use.
+    """``__getattr__`` and ``__dir__`` for ``package`` that load each of ``names`` (name -> module) on use; a name
+    whose module is ``<package>.<name>`` is that module.
 
     Raises (from ``__getattr__``):
         AttributeError: ``name`` is not one of ``names``.
@@ -20,7 +21,8 @@ def exports(package: str, names: dict[str, str]) -> tuple[Callable[[str], Any], 
         module = names.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        loaded = importlib.import_module(module)
+        value = loaded if module == f"{package}.{name}" else getattr(loaded, name)
         namespace[name] = value
         return value
 

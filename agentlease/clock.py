@@ -1,9 +1,7 @@
-"""Time on the ledger: epoch milliseconds in columns, timezone-aware datetimes in records.
+"""Time on the ledger: epoch milliseconds in columns (``_ms``), timezone-aware datetimes in records.
 
-Lease expiry is judged on the ledger database's clock (G1), never on a worker's. Columns store
-epoch milliseconds (suffix ``_ms``) so that SQLite and PostgreSQL compare and add them the same
-way; records expose timezone-aware ``datetime`` values. The one clock seam:
-every ledger query takes an optional ``now`` and otherwise uses the database's clock.
+Lease expiry is judged on the ledger database's clock (G1); every ledger query takes an optional ``now``
+(the one clock seam) and otherwise uses the database's clock.
 """
 
 from __future__ import annotations
@@ -40,9 +38,7 @@ def from_ms(value: None) -> None: ...
 def from_ms(value: int | None) -> datetime | None: ...
 def from_ms(value: int | None) -> datetime | None:
     """Aware UTC datetime for epoch milliseconds; ``None`` stays ``None``."""
-    if value is None:
-        return None
-    return _EPOCH + timedelta(milliseconds=value)
+    return None if value is None else _EPOCH + timedelta(milliseconds=value)
 
 
 def duration_ms(value: timedelta) -> int:
@@ -51,8 +47,7 @@ def duration_ms(value: timedelta) -> int:
 
 
 def _database_clock_ms(dialect_name: str) -> ColumnElement[int]:
-    if dialect_name == "sqlite":
-        # Both expressions are stable within one statement and have millisecond precision.
+    if dialect_name == "sqlite":  # both are stable within one statement, to the millisecond
         return cast(literal_column("(julianday('now') - 2440587.5) * 86400000.0"), BigInteger)
     if dialect_name == "postgresql":
         return cast(literal_column("floor(extract(epoch from statement_timestamp()) * 1000)"), BigInteger)
@@ -69,9 +64,7 @@ def db_now_ms(dialect_name: str, now: datetime | None = None) -> ColumnElement[i
     Raises:
         ValueError: unsupported dialect, or a naive ``now``.
     """
-    if now is not None:
-        return literal(to_ms(now), BigInteger)
-    return _database_clock_ms(dialect_name)
+    return _database_clock_ms(dialect_name) if now is None else literal(to_ms(now), BigInteger)
 
 
 NOW_PARAM = "now_ms"
@@ -79,9 +72,7 @@ NOW_PARAM = "now_ms"
 
 
 def bound_now_ms(dialect_name: str) -> ColumnElement[int]:
-    """The current time for statements built once: the bound ``now_ms`` if given, else the database's clock.
-
-    ``COALESCE(:now_ms, <clock>)``; bind :func:`now_param` of the call's ``now``.
+    """The current time for statements built once: ``COALESCE(:now_ms, <clock>)``; bind :func:`now_param`.
 
     Raises:
         ValueError: unsupported dialect.
@@ -90,7 +81,7 @@ def bound_now_ms(dialect_name: str) -> ColumnElement[int]:
 
 
 def now_param(now: datetime | None) -> dict[str, int | None]:
-    """The parameter of :func:`bound_now_ms`: epoch ms of an injected ``now``, or ``None`` for the database's clock.
+    """The parameter of :func:`bound_now_ms`: epoch ms of an injected ``now``, or ``None`` (the database's clock).
 
     Raises:
         ValueError: ``now`` is naive.

@@ -1,48 +1,54 @@
-"""The vocabulary of agentlease, defined once (``docs/vocabulary.md``).
+"""The vocabulary of agentlease, defined once (``docs/vocabulary.md``, ``docs/state-machine.md``).
 
-Every status, stage, class, error class, recovery action, failure type and decision is an enum
-here. Each member's docstring says what moves a task out of it, and every mapping between two of
-these vocabularies is a property of one of them, written once. ``docs/state-machine.md`` draws the
-same facts as a diagram.
+Each member's docstring says what moves a task out of it; every mapping between two vocabularies is a
+property of one of them.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Self
+
+
+class _Parsed(StrEnum):
+    @classmethod
+    def parse(cls, value: str | None) -> Self | None:
+        """The member whose value is ``value``; ``None`` for no value or one this version does not know."""
+        try:
+            return None if value is None else cls(value)
+        except ValueError:
+            return None
 
 
 class TaskStatus(StrEnum):
     """Lifecycle of one task (one tool call of an agent run) in the ledger."""
 
     PENDING = "pending"
-    """Known to the ledger, not claimed yet (or approved). Left by a claim (-> running), the run parking
-    an approval-gated call (-> awaiting_approval), or a cancel."""
+    """Not claimed yet (or approved): left by a claim, the run parking an approval-gated call, or a cancel."""
     AWAITING_APPROVAL = "awaiting_approval"
-    """Waits for a person before its side effect. Left by approve (-> pending), reject, or a cancel."""
+    """Waits for a person before its side effect: left by approve (-> pending), reject, or a cancel."""
     RUNNING = "running"
-    """An attempt holds a lease. Left by settle, release, dead-letter, park, cancel, or by a new
-    claim (or the sweeper) once the lease has lapsed on the ledger's clock."""
+    """An attempt holds a lease: left by settle, release, dead-letter, park, cancel, or a new claim (or the
+    sweeper) once the lease has lapsed on the ledger's clock."""
     RELEASED = "released"
-    """An attempt gave the task back for a retry (with an error class). Left by the next claim or a cancel."""
+    """An attempt gave the task back for a retry, with an error class: left by the next claim or a cancel."""
     BLOCKED = "blocked"
-    """A credential is missing or revoked. Left by a redrive once access is repaired, or a cancel."""
+    """A credential is missing or revoked: left by a redrive once access is repaired, or a cancel."""
     NEEDS_RECONCILIATION = "needs_reconciliation"
-    """An unsafe side effect may have happened. Left by a reconcile decision, or a cancel."""
+    """An unsafe side effect may have happened: left by a reconcile decision, or a cancel."""
     SETTLED = "settled"
-    """A settlement receipt exists. Terminal: a settled task never runs again (G6)."""
+    """A settlement receipt exists: terminal, a settled task never runs again (G6)."""
     DEAD_LETTERED = "dead_lettered"
-    """Out of circulation after a permanent error or too many real attempts, for inspection.
-    Left by a redrive (-> released) or a cancel."""
+    """Out of circulation for inspection (a permanent error, too many real attempts): left by a redrive or a cancel."""
     CANCELLED = "cancelled"
-    """An operator cancelled it. Terminal: expiry never undoes it (G8)."""
+    """An operator cancelled it: terminal, expiry never undoes it (G8)."""
     CANCELLED_EFFECT_UNKNOWN = "cancelled_effect_unknown"
-    """An operator cancelled it after its side effect may have happened (a tool that writes, its stage past
-    ``external_call``): cancelled all the same (terminal, G8), and listed by ``agentlease waiting`` until a
-    person records what happened (reconcile confirm or abandon -> cancelled)."""
+    """Cancelled (terminal, G8) after its side effect may have happened, and listed by ``agentlease waiting``
+    until a person records what happened (reconcile confirm or abandon -> cancelled)."""
     REJECTED = "rejected"
-    """An operator rejected the call before its side effect. Terminal."""
+    """An operator rejected the call before its side effect: terminal."""
     ABANDONED = "abandoned"
-    """An operator reconciled an ambiguous task by abandoning it, with a note. Terminal."""
+    """An operator abandoned an ambiguous task, with a note: terminal."""
 
     @property
     def is_terminal(self) -> bool:
@@ -56,14 +62,12 @@ class TaskStatus(StrEnum):
 
     @property
     def awaits_decision(self) -> bool:
-        """Awaiting approval, blocked, needing reconciliation or dead-lettered: no claim until a person
-        decides, and the run waits for that decision."""
+        """Awaiting approval, blocked, needing reconciliation or dead-lettered: the run waits for a person."""
         return self in _AWAITS_DECISION
 
     @property
     def waits_for_person(self) -> bool:
-        """Listed by ``agentlease waiting``: a decision is awaited, or a cancelled task's effect is
-        unknown and a person should record what happened (the run does not wait for that)."""
+        """Listed by ``agentlease waiting``: a decision is awaited, or a cancelled task's effect is unknown."""
         return self.awaits_decision or self is TaskStatus.CANCELLED_EFFECT_UNKNOWN
 
     @property
@@ -96,9 +100,9 @@ class StepEnd(StrEnum):
     """How a step of a run ended when the ledger has no status for it (the workflow reports these only)."""
 
     FAILED = "failed"
-    """The step failed in a way no decision can mend (a tool no worker serves). Final."""
+    """The step failed in a way no decision can mend (a tool no worker serves): final."""
     SKIPPED = "skipped"
-    """A later step of a run that failed; it never started. Final."""
+    """A later step of a run that failed, never started: final."""
 
     @property
     def is_terminal(self) -> bool:
@@ -124,17 +128,17 @@ class RunState(StrEnum):
     """Status of one agent run, reported by the ``status`` query and the ``AgentLeaseStatus`` search attribute."""
 
     STARTING = "starting"
-    """Learning the worker's tools. Left once it knows them (-> running) or names an unknown one (-> failed)."""
+    """Learning the worker's tools: left once it knows them (-> running) or names an unknown one (-> failed)."""
     RUNNING = "running"
-    """Working on its steps. Left when a step waits for a person, or every step is final."""
+    """Working on its steps: left when a step waits for a person, or every step is final."""
     WAITING = "waiting"
-    """A step waits for a person (see ``AgentLeaseWaitingReason``). Left by that person's decision."""
+    """A step waits for a person (``AgentLeaseWaitingReason``): left by that person's decision."""
     COMPLETED = "completed"
-    """Every step reached a final status (settled, or decided: rejected, abandoned, cancelled). Final."""
+    """Every step reached a final status (settled, or decided: rejected, abandoned, cancelled): final."""
     CANCELLED = "cancelled"
-    """An operator cancelled the whole run. Final."""
+    """An operator cancelled the whole run: final."""
     FAILED = "failed"
-    """A step failed in a way no decision can mend (an unknown tool). Final."""
+    """A step failed in a way no decision can mend (an unknown tool): final."""
 
     @property
     def ended(self) -> bool:
@@ -146,15 +150,15 @@ class Stage(StrEnum):
     """Stages of one tool call, in order (``docs/recovery.md``, "Stage-aware retry")."""
 
     PREFLIGHT = "preflight"
-    """Checking inputs; no external side effect has started. Left by ``advance(external_call)``."""
+    """Checking inputs, no external side effect started: left by ``advance(external_call)``."""
     EXTERNAL_CALL = "external_call"
-    """The request to the external system may be in flight. Left by ``advance(commit)``."""
+    """The request to the external system may be in flight: left by ``advance(commit)``."""
     COMMIT = "commit"
-    """The external target may already exist. Left by ``advance(verify)``."""
+    """The external target may already exist: left by ``advance(verify)``."""
     VERIFY = "verify"
-    """Reading the outcome back to build the receipt. Left by settling."""
+    """Reading the outcome back to build the receipt: left by settling."""
     SETTLED = "settled"
-    """The receipt is recorded. Final."""
+    """The receipt is recorded: final."""
 
     @property
     def order(self) -> int:
@@ -180,22 +184,17 @@ class SideEffectClass(StrEnum):
     FENCED = "fenced"
     """The downstream rejects writes that carry an older claim generation."""
     UNSAFE = "unsafe"
-    """Neither: a repeat may duplicate the effect. Waits for approval by default; never retried past
-    ``external_call`` without a reconciliation decision (G7)."""
+    """Neither, so a repeat may duplicate the effect: never retried past ``external_call`` without a
+    reconciliation decision (G7)."""
 
     def effect_unknown(self, stage: Stage | None) -> bool:
-        """Whether only a person can say if the side effect happened: an ``unsafe`` tool whose
-        recorded stage reached ``external_call`` (G7; a cancel then leaves ``cancelled_effect_unknown``)."""
+        """Whether only a person can say if the side effect happened: ``unsafe``, past ``external_call`` (G7)."""
         return self is SideEffectClass.UNSAFE and stage is not None and stage.crossed_external_call
 
     def may_have_acted(self, stage: Stage | None) -> bool:
-        """Whether a tool of this class whose recorded stage is ``stage`` may have acted at the downstream:
-        a tool that writes, past ``external_call``. A cancel then leaves the task ``cancelled_effect_unknown``
-        (never "not done" for an effect that may be in place, ``docs/edge.md``).
-
-        The one predicate of that condition: the ledger's cancel renders it as SQL, the pairs
-        ``(class, stage)`` for which it holds (``agentlease/ledger/writes.py``, ``may_have_acted``).
-        """
+        """Whether a tool of this class whose recorded stage is ``stage`` may have acted at the downstream: a
+        tool that writes, past ``external_call`` (a cancel then leaves ``cancelled_effect_unknown``,
+        ``docs/edge.md``); the ledger's cancel renders it as SQL (``agentlease/ledger/writes.py``)."""
         return self is not SideEffectClass.READ_ONLY and stage is not None and stage.crossed_external_call
 
 
@@ -238,23 +237,23 @@ class EventKind(StrEnum):
     """A decision sent as a signal was refused (the decision table does not allow it); nothing changed."""
     APPROVAL_REFUSED = "approval_refused"
     """A claim of an approval-gated task found no approval it may consume (none, expired, for other
-    arguments or another tool): the task went back to ``awaiting_approval``; nothing ran."""
+    arguments or another tool), so the task went back to ``awaiting_approval`` and nothing ran."""
 
 
-class ErrorClass(StrEnum):
+class ErrorClass(_Parsed):
     """How the previous attempt ended, as the ledger records it (``tasks.error_class``)."""
 
     RETRYABLE = "retryable"
-    """A transient failure (timeout, 5xx). The next attempt follows the stage table."""
+    """A transient failure (timeout, 5xx): the next attempt follows the stage table."""
     PERMANENT = "permanent"
-    """Deterministic: retrying cannot help. The task is dead-lettered."""
+    """Deterministic, so retrying cannot help: the task is dead-lettered."""
     CREDENTIAL = "credential"
-    """Missing or revoked credential. The task is blocked."""
+    """Missing or revoked credential: the task is blocked."""
     AMBIGUOUS = "ambiguous"
     """The tool could not tell whether its side effect happened."""
     IN_DOUBT = "in_doubt"
-    """The downstream holds the call's idempotency key in doubt: an earlier request started and may have
-    taken effect. The task waits for its probe or a person, whatever its class (``docs/edge.md``)."""
+    """The downstream holds the call's key in doubt (it may have taken effect): the task waits for its probe
+    or a person, whatever its class (``docs/edge.md``)."""
     SHUTDOWN = "shutdown"
     """Released because its worker shut down: a release for lack of capacity, not a real attempt."""
     EXPIRED = "expired"
@@ -272,20 +271,11 @@ class ErrorClass(StrEnum):
     TIMED_OUT = "timed_out"
     """Released because Temporal timed the attempt out while its tool still ran (it did not renew in time)."""
     LEDGER_UNAVAILABLE = "ledger_unavailable"
-    """Released because the ledger could not be reached mid-attempt: not a real attempt; the tool
-    started no new side effect once its renewal failed."""
+    """Released because the ledger could not be reached mid-attempt (no new side effect started): not a real
+    attempt."""
     HEARTBEAT_TIMEOUT_CHANGED = "heartbeat_timeout_changed"
-    """Released because Temporal timed the attempt out on a heartbeat timeout an operator changed
-    (``temporal activity update-options``) to one its heartbeats could not keep: not a real attempt; the
-    next attempt heartbeats to the changed timeout (``docs/ttl.md``)."""
-
-    @classmethod
-    def parse(cls, value: str | None) -> ErrorClass | None:
-        """The member named ``value``; ``None`` for no value or one this version does not know."""
-        try:
-            return None if value is None else cls(value)
-        except ValueError:
-            return None
+    """Released because Temporal timed the attempt out on a heartbeat timeout an operator changed to one its
+    heartbeats could not keep: not a real attempt (``docs/ttl.md``)."""
 
     @property
     def counts_as_attempt(self) -> bool:
@@ -306,37 +296,25 @@ _GIVES_ATTEMPT_BACK = frozenset(
 
 
 class Interruption(StrEnum):
-    """Why Temporal cancelled a running attempt (``activity.cancellation_details()``); recorded with the
-    release it causes (``details.cause``) and read as the error class the next attempt sees."""
+    """Why Temporal cancelled a running attempt, recorded with the release it causes (``details.cause``)."""
 
     PAUSED = "paused"
     """``temporal activity pause``: the attempt is given back; the next one starts on unpause."""
     RESET = "reset"
-    """``temporal activity reset``: the attempt is given back; the claim generation goes on growing (G3)."""
+    """``temporal activity reset``: the attempt is given back, the claim generation goes on growing (G3)."""
     SHUTDOWN = "shutdown"
     """The worker shuts down (SIGTERM past the grace): the attempt is given back."""
     TIMED_OUT = "timed_out"
     """Temporal timed the attempt out (heartbeat or start-to-close) while the tool still ran."""
     HEARTBEAT_TIMEOUT_CHANGED = "heartbeat_timeout_changed"
-    """Temporal timed the attempt out on a heartbeat timeout an operator changed to one the attempt's
-    heartbeats could not keep: the attempt is given back."""
+    """Temporal timed the attempt out on a heartbeat timeout an operator shortened: the attempt is given back."""
     CANCELLED = "cancelled"
     """Anything else: the workflow cancelled the activity, or Temporal no longer knows the attempt."""
 
     @property
     def error_class(self) -> ErrorClass:
-        """The error class the release records."""
-        return _ERROR_CLASS_OF_INTERRUPTION[self]
-
-
-_ERROR_CLASS_OF_INTERRUPTION = {
-    Interruption.PAUSED: ErrorClass.PAUSED,
-    Interruption.RESET: ErrorClass.RESET,
-    Interruption.SHUTDOWN: ErrorClass.SHUTDOWN,
-    Interruption.TIMED_OUT: ErrorClass.TIMED_OUT,
-    Interruption.HEARTBEAT_TIMEOUT_CHANGED: ErrorClass.HEARTBEAT_TIMEOUT_CHANGED,
-    Interruption.CANCELLED: ErrorClass.RETRYABLE,
-}
+        """The error class the release records: the one of the same name, ``retryable`` for ``cancelled``."""
+        return ErrorClass.RETRYABLE if self is Interruption.CANCELLED else ErrorClass(self.value)
 
 
 class RecoveryAction(StrEnum):
@@ -395,7 +373,7 @@ _PARKED_STATUS = {
 }
 
 
-class FailureType(StrEnum):
+class FailureType(_Parsed):
     """``ApplicationError.type`` values of agentlease's own failures, raised by activities and workflows."""
 
     DEAD_LETTERED = "DeadLettered"
@@ -409,19 +387,18 @@ class FailureType(StrEnum):
     NEEDS_RECONCILIATION = "NeedsReconciliation"
     """Non-retryable: an unsafe side effect may have happened; the task waits for a human decision."""
     LEASE_HELD = "LeaseHeld"
-    """Retryable: an earlier attempt's lease is still valid; ``next_retry_delay`` is the time left."""
+    """Retryable: an earlier attempt's lease is still valid, ``next_retry_delay`` the time left."""
     LEASE_LOST = "LeaseLost"
     """Retryable: this attempt's lease lapsed or was superseded (a refused settle is ``late_unapplied``)."""
     LEDGER_UNAVAILABLE = "LedgerUnavailable"
     """Retryable: the ledger could not be reached; what could not be written is recorded once it is back."""
     CLOCK_BEHIND = "ClockBehind"
-    """Retryable: a SQLite ledger refused the claim because this process's clock runs behind the
-    ledger's latest recorded time (one host, one clock: G1)."""
+    """Retryable: a SQLite ledger refused the claim because this process's clock runs behind the ledger's
+    latest recorded time (one host, one clock: G1)."""
     INTERRUPTED = "Interrupted"
-    """Retryable: Temporal paused, reset or timed out the attempt; its lease was released with the cause."""
+    """Retryable: Temporal paused, reset or timed out the attempt, and its lease was released with the cause."""
     TASK_CLOSED = "TaskClosed"
-    """Non-retryable: the task is rejected or abandoned (final), or waits for approval; no attempt may
-    run. The failure's details say its status."""
+    """Non-retryable: the task is rejected or abandoned, or waits for approval, as the failure's details say."""
     INVALID_PLAN = "InvalidPlan"
     """Non-retryable: a run's input is not a valid plan; the run fails at once with what is wrong."""
     INVALID_TOOL_CALL = "InvalidToolCall"
@@ -431,16 +408,7 @@ class FailureType(StrEnum):
     UNKNOWN_TOOL = "UnknownTool"
     """Non-retryable: a run names a tool no worker on its task queue serves."""
     LEDGER_REFUSED_VALUE = "LedgerRefusedValue"
-    """Non-retryable: the ledger database refused a value of the call (too long for its column...);
-    the step fails with the database's message instead of being retried forever."""
-
-    @classmethod
-    def parse(cls, value: str | None) -> FailureType | None:
-        """The member whose value is ``value``; ``None`` for any other failure type (a tool's own)."""
-        try:
-            return None if value is None else cls(value)
-        except ValueError:
-            return None
+    """Non-retryable: the ledger database refused a value of the call (too long for its column...)."""
 
     @property
     def status(self) -> TaskStatus | None:
@@ -469,8 +437,7 @@ _FAILURE_OF_STATUS = {status: failure for failure, status in _STATUS_OF_FAILURE.
 
 
 class ProbeAnswer(StrEnum):
-    """What a tool's readback probe says about an action whose earlier attempt may have acted
-    (``docs/action-keys-and-probes.md``, "Probes")."""
+    """What a tool's readback probe says of an action that may have happened (``docs/action-keys-and-probes.md``)."""
 
     HAPPENED = "happened"
     """The downstream shows the action: the task settles from the probe's receipt, no person involved."""
@@ -481,8 +448,7 @@ class ProbeAnswer(StrEnum):
 
 
 class DecisionKind(StrEnum):
-    """What a person (or the run, for ``await_approval``) decides about one task; the rules are in
-    :data:`agentlease.decisions.table.DECISIONS`."""
+    """What a person (or the run, for ``await_approval``) decides about one task (``decisions.table.DECISIONS``)."""
 
     AWAIT_APPROVAL = "await_approval"
     """The run parks an approval-gated call before it runs (pending -> awaiting_approval)."""
@@ -499,11 +465,11 @@ class DecisionKind(StrEnum):
     REDRIVE = "redrive"
     """Send a dead-lettered or blocked task back to work; its attempt budget restarts (-> released)."""
     CANCEL = "cancel"
-    """Cancel a task that is not final; its claim ends (-> cancelled, or cancelled_effect_unknown for an
-    unsafe task that may have sent its side effect)."""
+    """Cancel a task that is not final, ending its claim (-> cancelled, or cancelled_effect_unknown when its
+    side effect may have happened)."""
     CONFIRM_EFFECT = "confirm_effect"
-    """Reconcile a cancelled task whose effect was unknown: it happened; a receipt is written from what was
-    observed and the task stays cancelled (cancelled_effect_unknown -> cancelled)."""
+    """Reconcile a cancelled task whose effect was unknown as happened, with a receipt of what was observed
+    (cancelled_effect_unknown -> cancelled)."""
     ABANDON_EFFECT = "abandon_effect"
-    """Reconcile a cancelled task whose effect was unknown: it did not happen, with a note; it stays
-    cancelled (cancelled_effect_unknown -> cancelled)."""
+    """Reconcile a cancelled task whose effect was unknown as not happened, with a note
+    (cancelled_effect_unknown -> cancelled)."""

@@ -22,23 +22,19 @@ def describe_validation_error(exc: ValidationError) -> str:
 
 
 _ERRORS_SHOWN = 3
-"""How many validation errors one line names."""
 
 
 def _one_error(error: Any) -> str:
     where = ".".join(_location(part) for part in error["loc"])
-    message = error["msg"].removeprefix("Value error, ")  # pydantic's prefix for a validator's ValueError
-    message = " ".join(message.split())  # one line, whatever the input held
+    message = " ".join(error["msg"].removeprefix("Value error, ").split())  # one line, whatever the input held
     return f"{where}: {message}" if where else message
 
 
 _LOCATION_CHARS = 40
-"""Longest key of an input shown in an error's location; a longer one is cut, with ``...``."""
 
 
 def _location(part: object) -> str:
-    """One part of an error's location, printable: a key with a newline, a NUL or a lone surrogate is
-    shown escaped, a long one cut (the input is hostile, the error line is read by a person)."""
+    """One part of an error's location, printable: escaped if it must be, cut at :data:`_LOCATION_CHARS`."""
     text = str(part)
     shown = text[:_LOCATION_CHARS] + ("..." if len(text) > _LOCATION_CHARS else "")
     if shown.isprintable() and shown.strip() == shown and shown:
@@ -61,27 +57,21 @@ class ConfigurationError(AgentLeaseError):
 
 
 class LedgerUnavailableError(AgentLeaseError):
-    """The ledger database cannot be reached (stopped, restarting, the connection dropped), or is not
-    migrated.
+    """The ledger database cannot be reached (stopped, restarting, the connection dropped), or is not migrated.
 
-    Every ledger operation raises it for an outage, in place of the driver's own error (kept as
-    ``__cause__``). A tool sees it from ``ctx.advance`` and ``ctx.renew``: the lease could not be
-    confirmed, so the tool starts no new side effect (``ctx.ledger_unavailable``); let it propagate.
-    What the attempt could not write is recorded once the ledger is back.
+    A tool sees it from ``ctx.advance`` and ``ctx.renew``: the lease is not confirmed, so start no new side
+    effect and let it propagate (``docs/recovery.md``, "Ledger outages").
     """
 
 
 class LedgerRefusedValueError(AgentLeaseError):
-    """The ledger database refused a value of a write (too long for its column, a character it cannot
-    store): the same write would fail on every retry, so it is not an outage. The message carries the
-    database's own (``docs/limits.md``)."""
+    """The ledger database refused a value of a write (too long for its column...): not an outage, the same
+    write would fail on every retry (``docs/limits.md``)."""
 
 
 class LedgerFileChangedError(LedgerUnavailableError):
-    """The SQLite ledger file this process opened was deleted or replaced by another file: nothing is
-    read from or written to the new one (which would be an empty ledger, or someone else's) until the
-    process restarts on the restored file. Each lease operation raises it, so no lease is claimed,
-    renewed or settled meanwhile.
+    """The SQLite ledger file this process opened was deleted or replaced: no lease is claimed, renewed or
+    settled until the process restarts on the restored file (``docs/limits.md``).
 
     Attributes:
         path: the ledger file.
@@ -96,9 +86,8 @@ class LedgerFileChangedError(LedgerUnavailableError):
 
 
 class ClockBehindError(AgentLeaseError):
-    """A claim on a SQLite ledger was refused: this process's clock runs behind the ledger's latest
-    recorded time, so its idea of which leases lapsed cannot be trusted (G1 on SQLite: one host, one
-    clock).
+    """A claim on a SQLite ledger was refused: this process's clock runs behind the ledger's latest recorded
+    time (G1 on SQLite: one host, one clock).
 
     Attributes:
         task_id: the task that was to be claimed.
@@ -127,13 +116,10 @@ class TaskNotFoundError(AgentLeaseError):
 
 
 class LeaseLostError(AgentLeaseError):
-    """A guarded lease write affected zero rows (G2).
-
-    The holder's lease lapsed on the ledger's clock, was superseded by a newer claim generation,
-    or the task was settled or cancelled. The holder must stop and start no new side effect.
+    """A guarded lease write affected zero rows (G2): the holder's lease lapsed, was superseded, or the task
+    was settled or cancelled. The holder must stop and start no new side effect.
 
     Attributes:
-        task_id: the task.
         generation: the claim generation the caller held.
         current_generation: the generation the ledger holds now (None if unknown).
         status: the task's status in the ledger now (None if unknown).
@@ -161,12 +147,8 @@ class LeaseLostError(AgentLeaseError):
 
 
 class LeaseTokenMismatchError(LeaseLostError):
-    """A holder write presented no lease token, or not the one minted with its claim generation.
-
-    A claim rebuilt from what listings, the evidence trail or Temporal show (owner and generation)
-    has no token: it cannot renew, settle or end a lease (``docs/security-review.md``, "Lease tokens").
-    The refusal is recorded as ``lease_lost`` evidence.
-    """
+    """A holder write presented no lease token, or not the one minted with its claim generation (recorded as
+    ``lease_lost``; ``docs/security-review.md``, "Lease tokens")."""
 
     def __init__(self, task_id: str, generation: int, *, operation: str, status: str | None = None) -> None:
         super().__init__(task_id, generation, operation=operation, current_generation=generation, status=status)
@@ -206,7 +188,6 @@ class LeaseHeldError(AgentLeaseError):
     """A claim was refused because another lease on the task is still valid (G1).
 
     Attributes:
-        task_id: the task.
         retry_after: time until the current lease lapses on the ledger's clock.
         holder: the current ``lease_owner``.
         generation: the generation of the lease that is still valid.
@@ -227,7 +208,6 @@ class TaskClosedError(AgentLeaseError):
     """A claim was refused: the task is settled, dead-lettered, cancelled, or waits for a decision.
 
     Attributes:
-        task_id: the task.
         status: its terminal status.
     """
 
@@ -241,7 +221,6 @@ class TaskMovedError(AgentLeaseError):
     """A decision signed for one claim generation met its task at another; nothing changed.
 
     Attributes:
-        task_id: the task.
         expected: the generation the decision was signed for.
         actual: the task's generation in the ledger.
     """
@@ -257,12 +236,10 @@ class TaskMovedError(AgentLeaseError):
 
 
 class ApprovalRefusedError(TaskClosedError):
-    """The claim of an approval-gated task found no approval it may consume: none was given, it expired
-    on the ledger's clock, or it was given for other arguments or another tool. The task went back to
-    ``awaiting_approval`` (one ``approval_refused`` entry in the trail); nothing ran.
+    """The claim of an approval-gated task found no approval it may consume (none, expired, or for other
+    arguments or another tool): the task went back to ``awaiting_approval``; nothing ran.
 
     Attributes:
-        task_id: the task.
         status: ``awaiting_approval``.
         why: what was wrong with the approval, as the trail records it.
         outcome: ``missing``, ``expired`` or ``mismatched`` (the metric's label).
@@ -305,29 +282,22 @@ class PermanentToolError(ToolError):
 
 
 class CredentialToolError(ToolError):
-    """A credential is missing or revoked: the task is blocked until access is repaired (a new
-    worker will not fix authority)."""
+    """A credential is missing or revoked: the task is blocked until access is repaired."""
 
 
 class AmbiguousSideEffectError(ToolError):
-    """The tool cannot tell whether its side effect happened (a timeout after sending).
-
-    An ``idempotent`` or ``fenced`` tool is retried with the same key; an ``unsafe`` one waits for
-    a reconciliation decision.
-    """
+    """The tool cannot tell whether its side effect happened (a timeout after sending): retried with the same
+    key, or, for an ``unsafe`` tool, waits for a reconciliation decision."""
 
 
 class EffectInDoubtError(AmbiguousSideEffectError):
-    """The downstream holds the call's idempotency key in doubt: an earlier request with it started and its
-    outcome is unknown, so it may have taken effect (``docs/edge.md``). Never retried: the task waits for its
-    probe or a person (``needs_reconciliation``)."""
+    """The downstream holds the call's idempotency key in doubt (it may have taken effect, ``docs/edge.md``):
+    never retried, the task waits for its probe or a person."""
 
 
 class KeyInFlightError(RetryableToolError):
-    """The downstream is still executing an earlier request with the call's idempotency key.
-
-    Not a failure: the attempt waits ``retry_after`` under its lease and asks again, without spending a real
-    attempt or a new claim generation (``docs/edge.md``).
+    """The downstream is still executing an earlier request with the call's idempotency key: the attempt waits
+    ``retry_after`` under its lease and asks again, no real attempt spent (``docs/edge.md``).
 
     Attributes:
         retry_after: how long the downstream asked the client to wait.
@@ -380,9 +350,8 @@ def raise_for_status(response: Any, what: str = "") -> None:
 
 
 def downstream_refusal(answer: Any, what: str = "") -> KeyInFlightError | EffectInDoubtError | None:
-    """What a 409 answer of the edge convention means to a leased call: the key in flight (wait) or in doubt
-    (park); ``None`` for any other answer. ``answer`` is a response (``status_code``, ``headers``,
-    ``content``), or an exception carrying one (``httpx.HTTPStatusError``: its ``response``)."""
+    """What a 409 answer of the edge convention (a response, or an exception carrying one) means to a leased call:
+    the key in flight (wait) or in doubt (park); ``None`` for any other answer."""
     if isinstance(answer, KeyInFlightError | EffectInDoubtError):
         return answer
     response: Any = getattr(answer, "response", None) if isinstance(answer, BaseException) else answer
@@ -411,10 +380,8 @@ def _seconds(value: str | None) -> timedelta:
 
 
 class StaleFencingTokenError(AgentLeaseError):
-    """A fenced write carried a generation older than the newest one the resource accepted (G2).
-
-    Raised by the conditional fence statement (:mod:`agentlease.fencing`) inside the writer's
-    transaction, so the writer's statements in that transaction roll back with it.
+    """A fenced write carried a generation older than the newest one the resource accepted (G2), raised inside
+    the writer's transaction (:mod:`agentlease.fencing`), which rolls back with it.
 
     Attributes:
         resource_key: the fenced resource.

@@ -1,20 +1,11 @@
-"""The lease of the running tool call, reachable from inside the tool the way ``temporalio.activity`` is.
-
-A function leased with :func:`agentlease.leased` takes only its own arguments; what it needs of its
-lease it reads here::
-
-    from agentlease import lease, leased
+"""The lease of the running tool call, reachable from inside the tool the way ``temporalio.activity`` is::
 
     @leased(side_effect="fenced", lease_ttl=timedelta(seconds=10), action_key="refund:{order_id}")
     async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
         response = await http.post("/refunds", json=..., headers=lease.downstream_headers(f"refunds/{order_id}"))
-        ...
 
-Each function answers for the leased attempt the current task runs in: the worker makes its
-:class:`~agentlease.tools.LeaseContext` current around every tool call (``@tool`` tools and leased
-functions alike). Outside a leased attempt (a direct call of the tool, a local run of the agent, a
-unit test) there is no lease: :func:`in_lease` is false and every other function raises
-:class:`NotInLeaseError`.
+Outside a leased attempt :func:`in_lease` is false and every other function raises :class:`NotInLeaseError`
+(``docs/wrapping-tools.md``).
 """
 
 from __future__ import annotations
@@ -44,17 +35,15 @@ __all__ = [
 ]
 
 _current: ContextVar[LeaseContext | None] = ContextVar("agentlease_lease", default=None)
-"""The lease context of the tool call the current task runs, set by the worker around the call."""
 
 
 class NotInLeaseError(AgentLeaseError, RuntimeError):
-    """A lease function was called outside a leased attempt: a direct call of the tool, a local run of
-    the agent, a unit test. Check :func:`in_lease` first where a tool also runs without a lease."""
+    """A lease function was called outside a leased attempt (a direct call, a local run, a unit test)."""
 
 
 @contextmanager
 def _entered(ctx: LeaseContext) -> Iterator[LeaseContext]:
-    """Make ``ctx`` the current lease until the block exits (the worker's runtime, around a tool call)."""
+    """Make ``ctx`` the current lease until the block exits (the worker, around a tool call)."""
     token = _current.set(ctx)
     try:
         yield ctx
@@ -99,10 +88,8 @@ def idempotency_key() -> str:
 
 
 async def advance(stage: Stage | str, reason: str) -> None:
-    """Enter ``stage``: record it in the ledger (a guarded renewal), then heartbeat it.
-
-    A leased function starts in ``external_call`` (``read_only``: no stage), so from inside one this
-    moves on to ``commit`` or ``verify``.
+    """Enter ``stage`` (from a leased function's ``external_call``: ``commit`` or ``verify``), as
+    :meth:`~agentlease.tools.LeaseContext.advance` does.
 
     Args:
         stage: a :class:`~agentlease.enums.Stage` or its value (``"commit"``); never back, never ``settled``.
@@ -129,15 +116,14 @@ async def renew(reason: str) -> None:
 
 
 def downstream_headers(resource: str | None = None) -> dict[str, str]:
-    """The headers of a write to a downstream that follows the project's HTTP convention.
+    """The headers of a write to a downstream that follows the project's HTTP convention, as
+    :meth:`~agentlease.tools.LeaseContext.downstream_headers` makes them (``docs/edge.md``).
 
     Args:
-        resource: the fenced resource (``Fencing-Resource``); omitted: the service's default, the
-            idempotency key itself (one fence per action, ``docs/edge.md``).
+        resource: the fenced resource (``Fencing-Resource``); omitted: the idempotency key itself.
 
     Returns:
-        ``Idempotency-Key`` and ``Fencing-Token`` (signed for ``resource``, or the key, when the worker
-        has a fencing key), plus ``Fencing-Resource`` when ``resource`` is given.
+        ``Idempotency-Key`` and ``Fencing-Token`` (signed with a fencing key), and ``Fencing-Resource``.
 
     Raises:
         NotInLeaseError: not inside a leased attempt.
@@ -146,8 +132,7 @@ def downstream_headers(resource: str | None = None) -> dict[str, str]:
 
 
 def receipt(external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
-    """A settlement receipt of what the tool just read back, verified now; return it in a
-    :class:`~agentlease.tools.ToolResult` to settle with it instead of the default receipt.
+    """A settlement receipt of what the tool just read back, verified now, to return in a ``ToolResult``.
 
     Args:
         external_system: what was written (``"refunds"``, ``"sql:inventory"``).

@@ -1,14 +1,7 @@
 """Every bound on what agentlease accepts from outside: one home for each number (``docs/limits.md``).
 
-Plans, ``submit`` updates, decision payloads and the calls of the framework adapters all validate
-through the pydantic models of :mod:`agentlease.records` and :mod:`agentlease.decisions.table`, whose
-fields use the bounds and checks defined here; the CLI, the update validators and the workflow's
-own bad-plan handling therefore refuse the same input with the same message.
-
-The id lengths follow the ledger's columns (:mod:`agentlease.ledger.tables`): a run id of
-:data:`MAX_RUN_ID_CHARS` and a step id of :data:`MAX_STEP_ID_CHARS` make a default idempotency key
-``<run>:<step>`` of at most :data:`MAX_IDEMPOTENCY_KEY_CHARS` characters, and a task id
-``<run>/<step>`` that fits ``tasks.task_id``.
+Every way in validates through the models of :mod:`agentlease.records` and :mod:`agentlease.decisions.table`,
+which use these bounds and checks; the id lengths follow the ledger's columns.
 """
 
 from __future__ import annotations
@@ -67,9 +60,8 @@ MAX_NAME_CHARS = 200
 
 
 def check_text(value: str, what: str = "") -> str:
-    """``value`` unless it holds a NUL byte or a lone surrogate (neither can be stored on PostgreSQL
-    nor encoded as UTF-8). Raises ``ValueError`` naming ``what`` (a pydantic field's error names
-    the field itself)."""
+    """``value`` unless it holds a NUL byte or a lone surrogate (PostgreSQL and UTF-8 refuse both). Raises
+    ``ValueError`` naming ``what``."""
     subject = f"{what} contains" if what else "contains"
     if "\x00" in value:
         raise ValueError(f"{subject} a NUL character")
@@ -97,10 +89,8 @@ SHARED_RUN_PREFIX = "shared:"
 
 
 def check_run_id(value: str) -> str:
-    """``value`` if it can be an agent run id: at most :data:`MAX_RUN_ID_CHARS`, no control
-    character, valid Unicode, no ``/`` (a task id is ``<run>/<step>``, and the web view's paths name
-    runs), not beginning with ``shared:`` (its keys ``<run>:<step>`` would be keys shared across runs).
-    Raises ``ValueError``."""
+    """``value`` if it can be an agent run id: at most :data:`MAX_RUN_ID_CHARS`, no control character, valid
+    Unicode, no ``/`` (a task id is ``<run>/<step>``), not beginning with ``shared:``. Raises ``ValueError``."""
     check_id(value, "agent run id")
     if len(value) > MAX_RUN_ID_CHARS:
         raise ValueError(f"agent run id has {len(value)} characters, more than {MAX_RUN_ID_CHARS}")
@@ -112,9 +102,8 @@ def check_run_id(value: str) -> str:
 
 
 def check_finite_arguments(arguments: Any, tool: str) -> Any:
-    """``arguments`` (a tool's validated arguments model, or JSON-shaped data) unless a number in them
-    is NaN or infinite: pydantic turns the strings ``"inf"``, ``"Infinity"`` and ``"nan"`` into such
-    floats for a ``float`` field, which JSON refuses everywhere else.
+    """``arguments`` (a validated arguments model, or JSON-shaped data) unless a number in them is NaN or
+    infinite (pydantic turns ``"inf"`` and ``"nan"`` into such floats for a ``float`` field).
 
     Raises:
         PermanentToolError: naming the tool (the call is dead-lettered, not retried).
@@ -135,9 +124,7 @@ def check_finite_arguments(arguments: Any, tool: str) -> Any:
 
 def check_json(value: Any, what: str = "", *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
     """``value`` unless it is deeper than ``max_depth``, holds NaN, Infinity, a NUL byte or a lone
-    surrogate, or is larger than ``max_bytes`` as compact UTF-8 JSON.
-
-    Walks iteratively, so no input can exhaust the interpreter's stack.
+    surrogate, or is larger than ``max_bytes`` as compact UTF-8 JSON (walked without recursion).
 
     Raises:
         ValueError: one line naming ``what`` and the first problem found.
@@ -173,9 +160,8 @@ def refuse_constant(name: str) -> Any:
 
 
 def loads(text: str | bytes, what: str, *, max_depth: int = MAX_DEPTH + 4) -> Any:
-    """Parse JSON text from outside: NaN/Infinity refused, nesting beyond ``max_depth`` refused
-    before parsing, so that no input exhausts the stack (default :data:`MAX_DEPTH` plus the four
-    levels a plan has above a step's arguments).
+    """Parse JSON text from outside: NaN/Infinity refused, nesting beyond ``max_depth`` refused before
+    parsing (default :data:`MAX_DEPTH` plus the four levels a plan has above a step's arguments).
 
     Raises:
         ValueError: one line naming ``what``: not JSON, a NaN/Infinity, or too deep.

@@ -1,16 +1,11 @@
-"""``AgentLeasePlugin``: agentlease on any Temporal worker, beside the agent frameworks' plugins.
-
-A ``temporalio.plugin.SimplePlugin`` that does on its worker the set-up a leased agent needs: the leased
-and decision activities, the sandbox passthrough, the status query and decision updates of every
-workflow, the search attributes and the ledger's schema. What it does, in full: ``docs/agents.md``
-("The plugin").
+"""``AgentLeasePlugin``: agentlease on any Temporal worker, beside the agent frameworks' plugins
+(``docs/agents.md``, "The plugin").
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -43,8 +38,7 @@ from agentlease.workflow._plan import AgentRunWorkflow
 PLUGIN_NAME = "agentlease.AgentLeasePlugin"
 
 MAX_HEARTBEAT_THROTTLE = timedelta(seconds=1)
-"""The longest the SDK holds a heartbeat back on a worker with the plugin (a lower setting of the worker stays):
-a call renewing every second then costs Temporal one heartbeat a second, a call shorter than a second one."""
+"""The longest the SDK holds a heartbeat back on a worker with the plugin (``docs/ttl.md``)."""
 
 
 def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: bool = False) -> ToolRegistry:
@@ -64,7 +58,9 @@ def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: boo
 
 
 class AgentLeasePlugin(SimplePlugin):
-    """Registers agentlease's activities (and, when asked, ``AgentRunWorkflow``) on a worker (module docstring).
+    """Does on its worker the set-up a leased agent needs: the leased and decision activities (and, when asked,
+    ``AgentRunWorkflow``), the sandbox passthrough, every workflow's status query and decision updates, the
+    search attributes and the ledger's schema.
 
     Args:
         settings: endpoints of the built-in tools, the ledger URL, the lease owner. Default from
@@ -137,8 +133,7 @@ class AgentLeasePlugin(SimplePlugin):
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         if self._identity is None:
             self._identity = config.get("identity") or config["client"].identity
-        # A payload that does not open (a peer's malformed ciphertext) fails only its own signal or update.
-        config["client"] = worker_client(config["client"])
+        config["client"] = worker_client(config["client"])  # an unopenable payload fails only its own signal
         throttle = config.get("max_heartbeat_throttle_interval") or MAX_HEARTBEAT_THROTTLE
         config["max_heartbeat_throttle_interval"] = min(throttle, MAX_HEARTBEAT_THROTTLE)
         return super().configure_worker(config)
@@ -146,17 +141,12 @@ class AgentLeasePlugin(SimplePlugin):
     def _activities(self, existing: Any) -> list[Callable[..., Any]]:
         leased = LeasedActivities(self.ledger, self.registry, self.identity, self.settings, self.resources)
         ours = [*leased.activities(), *DecisionActivities(self.ledger, decision_verifier(self.settings)).activities()]
-        ours += UnknownToolActivities(self.ledger).activities()  # a run's steps whose tool no worker serves
+        ours += UnknownToolActivities(self.ledger).activities()
         _refuse_duplicates(list(existing or []), ours)
         self._leased.append(leased)
         return [*(existing or []), *ours]
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-        async with self._open(worker):
-            await next(worker)
-
-    @asynccontextmanager
-    async def _open(self, worker: Worker) -> AsyncIterator[None]:
         try:
             try:  # before the worker polls: a run must not meet a ledger or a namespace it cannot use
                 if self._owns_ledger:
@@ -168,7 +158,7 @@ class AgentLeasePlugin(SimplePlugin):
             except (LedgerUnavailableError, ConfigurationError):
                 _never_started(worker)
                 raise
-            yield
+            await next(worker)
         finally:
             for leased in self._leased:  # writes still deferred by a ledger outage: logged, left to the sweeper
                 await leased.close()
@@ -184,8 +174,7 @@ def _activity_name(activity: Callable[..., Any]) -> str | None:
 
 
 def _refuse_duplicates(existing: list[Callable[..., Any]], ours: list[Callable[..., Any]]) -> None:
-    """One line instead of Temporal's ``More than one activity named ...`` when a worker's own activity
-    has the name of a leased tool (the old version of a tool kept beside its leased one, say)."""
+    """One line instead of Temporal's ``More than one activity named ...`` for a leased tool's name."""
     names = {_activity_name(activity) for activity in ours}
     for activity in existing:
         name = _activity_name(activity)
@@ -198,10 +187,7 @@ def _refuse_duplicates(existing: list[Callable[..., Any]], ours: list[Callable[.
 
 
 def _never_started(worker: Worker) -> None:
-    """Release a worker the plugin refused to start, as Temporal does when its own check before polling
-    fails (``Worker._run``): its Core worker is shut down (another worker may then take its task queue)
-    and it is marked shut down, or ``async with worker`` would wait forever on exit for a shutdown that
-    only a started worker completes."""
+    """Release a worker the plugin refused to start, as ``Worker._run`` does when its own check fails."""
     bridge = getattr(worker, "_bridge_worker", None)
     if bridge is not None:
         bridge.initiate_shutdown()
@@ -211,8 +197,7 @@ def _never_started(worker: Worker) -> None:
 
 
 PASSTHROUGH_MODULES = ("agentlease",)
-"""Modules the workflow sandbox imports once, outside the sandbox: agentlease's records and decisions are
-plain data and deterministic helpers, and one copy of each class keeps pydantic's checks of them true."""
+"""Modules the workflow sandbox imports once, outside it (one copy of each class keeps pydantic's checks true)."""
 
 
 def _pass_through(runner: WorkflowRunner | None) -> WorkflowRunner:

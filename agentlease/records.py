@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 import string
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import (
@@ -32,8 +32,7 @@ from agentlease.limits import MAX_STEP_ID_CHARS
 AwareDatetime = Annotated[datetime, AfterValidator(require_aware)]
 
 STEP_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-"""What a step id is: 1-128 letters, digits, ``_``, ``.``, ``-``, starting with a letter or digit. No ``/``:
-a task id is ``<run>/<step>``, so a step naming ``42/mail`` would be another run's task."""
+"""1-128 letters, digits, ``_``, ``.``, ``-``, from a letter or digit; no ``/`` (a task id is ``<run>/<step>``)."""
 _STEP_ID = re.compile(STEP_ID_PATTERN)
 _NOT_STEP_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -43,11 +42,8 @@ class _Frozen(BaseModel):
 
 
 def step_id_from(text: str) -> str:
-    """A valid step id made from any text (a model's tool-call id), stable for the same text.
-
-    Characters outside ``A-Z a-z 0-9 _ . -`` become ``-``; text that had to change, or is too long,
-    keeps a 12-character digest of the original so that two different texts stay apart.
-    """
+    """A valid step id made from any text (a model's tool-call id), stable for the same text: other characters
+    become ``-``, and text that had to change (or is too long) keeps a 12-character digest of the original."""
     cleaned = _NOT_STEP_CHARS.sub("-", text).strip("-_.") or "step"
     if cleaned == text and len(text) <= MAX_STEP_ID_CHARS:
         return text
@@ -66,13 +62,10 @@ def task_id_for(agent_run_id: str, step_id: str) -> str:
 
 
 def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
-    """The default idempotency key, ``"<agent_run_id>:<step_id>"`` (G4).
+    """The default idempotency key, ``"<agent_run_id>:<step_id>"``, never Temporal's ``activity_id`` (G4).
 
-    Made from the run and the step, never from Temporal's ``activity_id`` (a per-run command
-    sequence number that changes when a run is reset or replanned). A key longer than
-    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` (a workflow id of an adapter's workflow
-    longer than a plan's run id may be) keeps its first characters and a 32-character digest of the
-    whole, so that it fits the ledger's column and two runs stay apart (``docs/limits.md``).
+    A key longer than :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its first characters and a
+    32-character digest of the whole (``docs/limits.md``).
     """
     key = f"{agent_run_id}:{step_id}"
     if len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
@@ -86,30 +79,21 @@ SHARED_KEY_PREFIX = "shared:"
 
 
 def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False) -> str:
-    """The ledger's idempotency key of a caller-chosen ``key`` (``docs/security-review.md``, "Receipts and
-    tasks bound to their run").
-
-    Scoped to the run, ``"<agent_run_id>:<key>"``, unless the caller shares it across runs
-    (``shared=True``): then ``"shared:<key>"``, which no run-scoped key equals. A run's leased
-    activity accepts only keys of its own run or shared ones. A result longer than
-    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its prefix and digests the key
-    (``sha256:<32 hex>``).
+    """The ledger's idempotency key of a caller-chosen ``key``: ``"<agent_run_id>:<key>"``, or ``"shared:<key>"``
+    shared across runs (``docs/security-review.md``, "Receipts and tasks bound to their run"). Too long for
+    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS`, the prefix stays and the key is ``sha256:<32 hex>``.
     """
     prefix = SHARED_KEY_PREFIX if shared else f"{agent_run_id}:"
     scoped = f"{prefix}{key}"
     if len(scoped) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
         return scoped
-    # Too long for the column: the prefix stays (the binding check reads it), the key is digested.
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{prefix}sha256:{digest}"
 
 
 def action_key_fields(template: str) -> list[str]:
-    """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``).
-
-    A template is text with ``{name}`` fields, each the name of one argument (``{{`` and ``}}`` write a
-    brace). No attribute, index, conversion or format spec: the key is made in workflow code from plain
-    JSON data, the same way on every replay (``docs/action-keys-and-probes.md``, "Action keys").
+    """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``):
+    plain ``{name}`` fields only (``docs/action-keys-and-probes.md``, "Action keys").
 
     Raises:
         ValueError: a malformed template, a field that is not a plain name, or one with no field at all.
@@ -133,11 +117,13 @@ def action_key_fields(template: str) -> list[str]:
     return fields
 
 
-def _key_text(value: Any) -> str:
-    """An argument's value as a key's text: a string as it is, anything else as compact canonical JSON."""
-    if isinstance(value, str):
-        return value
+def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _key_text(value: Any) -> str:
+    """An argument's value as a key's text: a string as it is, anything else as canonical JSON."""
+    return value if isinstance(value, str) else _canonical(value)
 
 
 def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
@@ -151,27 +137,22 @@ def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str,
     Raises:
         ValueError: an argument the template names is missing and has no default.
     """
+    given = {**(defaults or {}), **arguments}
     values: dict[str, str] = {}
     for name in action_key_fields(template):
-        if name in arguments:
-            values[name] = _key_text(arguments[name])
-        elif defaults is not None and name in defaults:
-            values[name] = _key_text(defaults[name])
-        else:
+        if name not in given:
             raise ValueError(f"action key {template!r} needs the argument {name!r}, which the call does not give")
+        values[name] = _key_text(given[name])
     return template.format_map(values)
 
 
 def arguments_fingerprint(arguments: dict[str, Any]) -> str:
-    """SHA-256 (hex) of ``arguments`` as canonical JSON (sorted keys, no spaces): what a stored receipt
-    is bound to besides its tool."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    """SHA-256 (hex) of ``arguments`` as canonical JSON: what a stored receipt is bound to besides its tool."""
+    return hashlib.sha256(_canonical(arguments).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class TraceLink(_Frozen):
-    """Where an attempt ran in Temporal: links the evidence trail to the event history, and (with
-    tracing on) to the attempt's OpenTelemetry trace: ``trace_id``, 32 lowercase hex digits."""
+    """Where an attempt ran in Temporal (and, tracing on, its OpenTelemetry ``trace_id``, 32 lowercase hex)."""
 
     workflow_id: str | None = None
     run_id: str | None = None
@@ -182,23 +163,15 @@ class TraceLink(_Frozen):
     @classmethod
     def from_mapping(cls, m: Any) -> TraceLink:
         """Read the ``trace_*`` columns of a ``tasks`` or ``lease_events`` row."""
-        return cls(
-            workflow_id=m["trace_workflow_id"],
-            run_id=m["trace_run_id"],
-            activity_id=m["trace_activity_id"],
-            attempt=m["trace_attempt"],
-            trace_id=m.get("trace_id"),
-        )
+        return cls(**{name: m[f"trace_{name}"] for name in _TRACE_FIELDS}, trace_id=m.get("trace_id"))
 
     def columns(self) -> dict[str, Any]:
         """The ``trace_*`` column values."""
-        return {
-            "trace_workflow_id": self.workflow_id,
-            "trace_run_id": self.run_id,
-            "trace_activity_id": self.activity_id,
-            "trace_attempt": self.attempt,
-            "trace_id": self.trace_id,
-        }
+        return {**{f"trace_{name}": getattr(self, name) for name in _TRACE_FIELDS}, "trace_id": self.trace_id}
+
+
+_TRACE_FIELDS = ("workflow_id", "run_id", "activity_id", "attempt")
+"""The :class:`TraceLink` fields stored in the ``trace_<field>`` columns."""
 
 
 class PlanStep(_Frozen):
@@ -207,14 +180,11 @@ class PlanStep(_Frozen):
     Attributes:
         step_id: unique within the run; letters, digits, ``_ . -``; at most 128 characters.
         tool: the registered tool name, at most 128 characters.
-        arguments: the tool's arguments (validated by the tool's own argument model); at most
-            64 KiB as JSON, 32 levels deep, no NaN, Infinity, NUL or lone surrogate
-            (``docs/limits.md``).
-        idempotency_key: optional caller-chosen key (at most 256 characters); default
-            ``"<run>:<step>"``. A caller's key is scoped to the run (``"<run>:<key>"``) unless
-            ``share_idempotency_key`` is true.
-        share_idempotency_key: share ``idempotency_key`` across runs (``"shared:<key>"``): another
-            run's call with the same key, tool and arguments finds this call's receipt. Default false.
+        arguments: the tool's arguments: at most 64 KiB as JSON, 32 levels deep, no NaN, Infinity, NUL or
+            lone surrogate (``docs/limits.md``).
+        idempotency_key: optional caller-chosen key (at most 256 characters), scoped to the run
+            (``"<run>:<key>"``); default ``"<run>:<step>"``.
+        share_idempotency_key: share ``idempotency_key`` across runs (``"shared:<key>"``). Default false.
     """
 
     step_id: str
@@ -230,14 +200,9 @@ class PlanStep(_Frozen):
             raise ValueError("step_id must be 1-128 letters, digits, '_', '.', '-', starting with a letter or digit")
         return value
 
-    @field_validator("tool")
+    @field_validator("tool", "idempotency_key")
     @classmethod
-    def _check_tool(cls, value: str) -> str:
-        return limits.check_id(value)
-
-    @field_validator("idempotency_key")
-    @classmethod
-    def _check_key(cls, value: str | None) -> str | None:
+    def _check_ids(cls, value: str | None) -> str | None:
         return None if value is None else limits.check_id(value)
 
     @field_validator("arguments")
@@ -250,14 +215,11 @@ class AgentRunPlan(_Frozen):
     """Input of ``AgentRunWorkflow``: an ordered list of tool calls.
 
     Attributes:
-        agent_run_id: the workflow id of the run, at most 127 characters, no control character;
-            ``None`` lets the CLI make one.
+        agent_run_id: the workflow id of the run, at most 127 characters; ``None`` lets the CLI make one.
         steps: executed in order; step ids must be unique; at most 1000 (with ``submit``s).
-        keep_open: when true the run waits for ``submit`` updates until a ``close`` signal (a
-            JSON boolean: ``"yes"`` is refused).
-        continue_as_new_after: steps one Temporal run executes before the agent run continues as
-            new (a fresh event history, same workflow id); default ``None``: when Temporal suggests
-            it (``docs/limits.md``).
+        keep_open: when true (a JSON boolean) the run waits for ``submit`` updates until a ``close`` signal.
+        continue_as_new_after: steps one Temporal run executes before the agent run continues as new;
+            default ``None``: when Temporal suggests it (``docs/limits.md``).
         carried: set by the run itself when it continues as new: what it had done so far.
     """
 
@@ -284,8 +246,7 @@ class AgentRunPlan(_Frozen):
 
 
 DEFAULT_START_TO_CLOSE = timedelta(minutes=5)
-"""Default bound of one attempt of a tool. Default 5 minutes."""
-
+"""Default bound of one attempt of a tool: 5 minutes."""
 DEFAULT_MAX_ATTEMPTS = 5
 """Default number of real attempts before a task is dead-lettered."""
 
@@ -294,16 +255,9 @@ class ToolInfo(_Frozen):
     """What the workflow needs to schedule a tool: its class and its lease bounds.
 
     Attributes:
-        name: tool name (the Temporal activity type).
-        side_effect_class: see :class:`SideEffectClass`.
-        lease_ttl: heartbeat timeout of each attempt; the lease TTL.
-        start_to_close: upper bound of one attempt.
-        max_attempts: real attempts before the task is dead-lettered.
-        requires_approval: each call waits for an operator's ``approve`` first.
-        action_key: the tool's declared action key template (``"refund:{order_id}"``); a call the caller
-            gives no key is keyed by it (scoped to the run). ``None``: the default ``<run>:<step>``.
-        action_key_defaults: the JSON defaults of the arguments the template names, for calls that
-            leave them out.
+        name: tool name (the Temporal activity type); the other bounds as in :class:`~agentlease.tools.ToolSpec`.
+        action_key: the tool's declared action key template (``"refund:{order_id}"``); ``None``: ``<run>:<step>``.
+        action_key_defaults: the JSON defaults of the arguments the template names.
     """
 
     name: str
@@ -321,9 +275,7 @@ class ToolInfo(_Frozen):
         Raises:
             ValueError: an argument the template names is missing and has no default.
         """
-        if self.action_key is None:
-            return None
-        return action_key_for(self.action_key, arguments, self.action_key_defaults)
+        return None if self.action_key is None else action_key_for(self.action_key, arguments, self.action_key_defaults)
 
 
 class ToolCall(_Frozen):
@@ -338,8 +290,7 @@ class ToolCall(_Frozen):
     share_idempotency_key: bool = False
     """The key is shared across runs (``"shared:<key>"``); otherwise it must be of the call's own run."""
     progress_key: str | None = Field(default=None, min_length=64, max_length=64, pattern=r"^[0-9a-f]{64}$", repr=False)
-    """The key the attempt proves its progress signals with (:mod:`agentlease.security.progress`); ``None`` in calls
-    of runs recorded before it. Never stored in the ledger nor logged."""
+    """The key the attempt proves its progress signals with (:mod:`agentlease.security.progress`); never stored."""
 
 
 class TaskSpec(_Frozen):
@@ -360,9 +311,8 @@ class TaskSpec(_Frozen):
     lease_ttl: timedelta
     arguments_sha256: str | None = None
     approval_ttl: timedelta | None = None
-    """Set by the leased activity for a tool that requires approval: the claim then needs an approval of
-    this tool and these arguments, given less than this long ago on the ledger's clock, not yet consumed
-    (``docs/decisions.md``, "Approvals"). ``None``: the claim needs no approval."""
+    """For a tool that requires approval: the claim needs an unconsumed approval of this call younger than this
+    on the ledger's clock (``docs/decisions.md``, "Approvals"). ``None``: it needs none."""
 
     @classmethod
     def of(
@@ -373,8 +323,7 @@ class TaskSpec(_Frozen):
         *,
         approval_ttl: timedelta | None = None,
     ) -> TaskSpec:
-        """The task of a tool call, with the tool's class and lease TTL (and, for a tool that requires
-        approval, how long an approval lasts).
+        """The task of a tool call, with the tool's class, lease TTL and approval TTL.
 
         Raises:
             pydantic.ValidationError: ``lease_ttl`` (or ``approval_ttl``) is not positive.
@@ -416,6 +365,17 @@ class SettlementReceipt(_Frozen):
     details: dict[str, Any] = Field(default_factory=dict)
     verified_at: AwareDatetime
 
+    @classmethod
+    def now(cls, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
+        """A receipt of what was just read back, verified now (the fields as above)."""
+        return cls(
+            external_system=external_system,
+            external_id=external_id,
+            status=status,
+            details=details,
+            verified_at=datetime.now(UTC),
+        )
+
 
 class StoredReceipt(_Frozen):
     """A settlement receipt as the ledger stores it, unique per idempotency key."""
@@ -430,24 +390,17 @@ class Claim(_Frozen):
     """A lease the ledger granted to one attempt.
 
     Attributes:
-        task_id: the task.
-        tool: the tool the task calls.
         generation: claim generation minted by the ledger; the fencing token.
         owner: ``lease_owner`` (worker identity).
         acquired_at / expires_at: on the ledger's clock.
-        lease_ttl: the lease's own recorded TTL.
         attempts: real attempts so far, this one included.
-        previous_stage: the last durable stage of the previous attempt (``None`` for a fresh task).
-        previous_error_class: how the previous attempt ended, if it did.
-        idempotency_key: stable across attempts.
+        previous_stage / previous_error_class: how far the previous attempt got, and how it ended.
         trace: the Temporal attempt holding the lease.
-        receipt: a settlement receipt already stored for the idempotency key (G6), read in the
-            claim's transaction, and made for the same tool and arguments.
-        receipt_refused: why a receipt stored for the key was not given (another tool or other
-            arguments used the key, like an HTTP 422); ``None`` when none was refused.
-        lease_token: the secret only this holder knows (the ledger keeps its SHA-256); every holder
-            write presents it. Never shown (``repr``, JSON dumps mask it); a claim rebuilt from
-            listings or the evidence trail has none, and its writes are refused.
+        receipt: a settlement receipt already stored for the idempotency key, same tool and arguments (G6).
+        receipt_refused: why a receipt stored for the key was not given (another tool or arguments used it).
+        lease_token: the secret only this holder knows, presented by every holder write; never shown, and
+            a claim rebuilt from listings or the trail has none (``docs/security-review.md``, "Lease tokens").
+        approval_remaining: what was left of the approval this claim consumed (``None``: none consumed).
     """
 
     task_id: str
@@ -466,7 +419,6 @@ class Claim(_Frozen):
     receipt_refused: str | None = None
     lease_token: SecretStr = Field(default=SecretStr(""), repr=False)
     approval_remaining: timedelta | None = None
-    """The approval this claim consumed had this much left before it expired (``None``: none consumed)."""
 
 
 class TaskRecord(_Frozen):
@@ -498,29 +450,15 @@ class TaskRecord(_Frozen):
     def from_row(cls, row: Any) -> TaskRecord:
         """Build a record from a ``tasks`` row (a SQLAlchemy ``Row`` or mapping)."""
         m = row._mapping if hasattr(row, "_mapping") else row
-        return cls(
-            task_id=m["task_id"],
-            agent_run_id=m["agent_run_id"],
-            step_id=m["step_id"],
-            tool=m["tool"],
-            side_effect_class=m["side_effect_class"],
-            status=m["status"],
-            stage=m["stage"],
-            lease_owner=m["lease_owner"],
-            lease_acquired_at=from_ms(m["lease_acquired_at_ms"]),
-            lease_expires_at=from_ms(m["lease_expires_at_ms"]),
-            lease_ttl=timedelta(milliseconds=m["lease_ttl_ms"]),
-            claim_generation=m["claim_generation"],
-            attempts=m["attempts"],
-            renewal_count=m["renewal_count"],
-            idempotency_key=m["idempotency_key"],
-            receipt=m["receipt"],
-            trace=TraceLink.from_mapping(m),
-            last_error=m["last_error"],
-            error_class=m["error_class"],
-            created_at=from_ms(m["created_at_ms"]),
-            updated_at=from_ms(m["updated_at_ms"]),
-        )
+        converted = {
+            "lease_acquired_at": from_ms(m["lease_acquired_at_ms"]),
+            "lease_expires_at": from_ms(m["lease_expires_at_ms"]),
+            "lease_ttl": timedelta(milliseconds=m["lease_ttl_ms"]),
+            "trace": TraceLink.from_mapping(m),
+            "created_at": from_ms(m["created_at_ms"]),
+            "updated_at": from_ms(m["updated_at_ms"]),
+        }
+        return cls(**{name: m[name] for name in cls.model_fields if name not in converted}, **converted)
 
     def as_json(self) -> dict[str, Any]:
         """The JSON form used by the CLI (``--json``)."""
@@ -546,19 +484,12 @@ class LeaseEvent(_Frozen):
     @classmethod
     def from_row(cls, row: Any) -> LeaseEvent:
         m = row._mapping if hasattr(row, "_mapping") else row
-        return cls(
-            event_id=m["event_id"],
-            task_id=m["task_id"],
-            kind=m["kind"],
-            claim_generation=m["claim_generation"],
-            lease_owner=m["lease_owner"],
-            stage=m["stage"],
-            reason=m["reason"],
-            details=m["details"],
-            trace=TraceLink.from_mapping(m),
-            at=from_ms(m["at_ms"]),
-            authenticated_as=m.get("authenticated_as"),
-        )
+        converted = {
+            "trace": TraceLink.from_mapping(m),
+            "at": from_ms(m["at_ms"]),
+            "authenticated_as": m.get("authenticated_as"),
+        }
+        return cls(**{name: m[name] for name in cls.model_fields if name not in converted}, **converted)
 
 
 SETTLED_BY_EARLIER_RECEIPT = "earlier_receipt"
@@ -586,8 +517,8 @@ class ToolOutcome(_Frozen):
     """Result of one leased activity, as the workflow records it.
 
     Attributes:
-        settled_by: how a settled call settled without its tool returning in this attempt:
-            :data:`SETTLED_BY_EARLIER_RECEIPT` or :data:`SETTLED_BY_PROBE`; ``None`` when the tool ran.
+        settled_by: :data:`SETTLED_BY_EARLIER_RECEIPT` or :data:`SETTLED_BY_PROBE` for a call that settled
+            without its tool returning in this attempt; ``None`` when the tool ran.
     """
 
     task_id: str
@@ -599,12 +530,11 @@ class ToolOutcome(_Frozen):
     result: dict[str, Any] | None = None
     settled_by: str | None = None
     lease_owner: str | None = None
-    """The owner of the generation that ended the call (``None`` in outcomes recorded before it)."""
+    """The owner of the generation that ended the call."""
     claimed_at: AwareDatetime | None = None
     """When that generation claimed the task (ledger clock)."""
     refused_writes: int | None = None
-    """How many late holder writes the ledger refused on the task so far (``lease_lost`` and
-    ``late_unapplied`` entries), read when a later generation ended the call; ``None``: not read."""
+    """Late holder writes the ledger refused on the task so far, read when a later generation ended the call."""
 
     @classmethod
     def of(cls, record: TaskRecord) -> ToolOutcome:
@@ -629,8 +559,7 @@ class TaskView(_Frozen):
             or how the step ended outside the ledger (``failed``, ``skipped``).
         stage / claim_generation / lease_owner / progress: while an attempt runs, what it last
             recorded in the ledger (its :class:`LeaseProgress`); after it, how it ended.
-        settled_by: a settled call that did not run its tool to the end in this run: settled from an
-            earlier receipt of its key, or by its tool's probe (see :class:`ToolOutcome`).
+        settled_by: as in :class:`ToolOutcome`.
     """
 
     task_id: str
@@ -649,26 +578,19 @@ class TaskView(_Frozen):
     claimed_at: AwareDatetime | None = None
     """When the generation the view names claimed the task (after a call ended: the one that ended it)."""
     refused_writes: int = 0
-    """Late holder writes the ledger refused on the task (an attempt that lost its lease), as the run
-    learnt them: from the losing attempt, or the ledger when a later generation ended the call."""
+    """Late holder writes the ledger refused on the task, as the run learnt them."""
 
 
 class LeaseProgress(_Frozen):
-    """What a leased attempt tells its own run after the ledger recorded it: a claim or a renewal.
-
-    Sent as the ``agentlease.lease_progress`` signal, rate-limited (``docs/operator-views.md``).
-    It carries no lease token: only what the ``status`` query and the search attributes show, and a
-    proof made with its call's key (:mod:`agentlease.security.progress`), which the run checks.
+    """What a leased attempt tells its own run after the ledger recorded a claim or a renewal: the
+    ``agentlease.lease_progress`` signal, proven with its call's key, never the lease token
+    (``docs/operator-views.md``).
 
     Attributes:
-        step_id: the run's step.
-        claim_generation: the generation the ledger minted for this attempt.
-        lease_owner: the attempt's worker identity.
         stage: the stage the ledger recorded (``None``: just claimed).
         reason: the renewal's reason, or ``claimed`` (at most 500 characters).
-        refused_writes: set when the attempt lost its lease: the late holder writes the ledger has
-            refused on the task so far (not a live progress; the view's stage and owner stay).
-        proof: ``HMAC-SHA256(call key, the other fields)``, hex (``None`` from workers before it).
+        refused_writes: set when the attempt lost its lease: the late writes refused on the task so far.
+        proof: ``HMAC-SHA256(call key, the other fields)``, hex.
     """
 
     step_id: str = Field(max_length=MAX_STEP_ID_CHARS)
@@ -685,8 +607,6 @@ class RefusedDecision(_Frozen):
 
     Attributes:
         decision: the decision it asked for (``approve``, ``reject``...), as sent.
-        step_id: the step it named, if any.
-        by: who sent it, if it said.
         refusal: why it was refused (the same text an update's validator gives).
     """
 
@@ -720,7 +640,7 @@ class RunStatus(_Frozen):
     refused: list[RefusedDecision] = Field(default_factory=list)
     """``decide`` signals the run refused, oldest first (the last 20)."""
     refused_count: int = 0
-    """How many ``decide`` signals the run refused in all (the trail holds summaries of them)."""
+    """How many ``decide`` signals the run refused in all."""
     refused_progress: int = 0
     """How many ``agentlease.lease_progress`` signals the run dropped for want of a valid proof."""
 

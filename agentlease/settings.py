@@ -1,7 +1,6 @@
-"""Settings: one ``AGENTLEASE_``-prefixed object.
+"""Settings: one ``AGENTLEASE_``-prefixed object, every CLI flag one of its variables (``docs/settings.md``).
 
-Every field can be set from the environment (``AGENTLEASE_<FIELD>``) and every CLI flag maps to
-one of these variables. Durations accept seconds (``"30"``) or ISO 8601 (``"PT30S"``).
+Durations accept seconds (``"30"``) or ISO 8601 (``"PT30S"``).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentlease.errors import ConfigurationError, describe_validation_error, one_line
@@ -60,11 +59,9 @@ def load_object(path: str, what: str, *, factory: bool = True) -> Any:
 
 
 class AgentLeaseSettings(BaseSettings):
-    """Configuration of workers and the CLI: the one home of every setting.
+    """Configuration of workers and the CLI: the one home of every setting, each read from ``AGENTLEASE_<FIELD>``.
 
-    Each field's ``description`` is its documentation: the CLI's flags (their help, variable and
-    default) and the settings table of ``docs/settings.md`` are made from these fields. Every field
-    is read from ``AGENTLEASE_<FIELD>``; durations accept seconds (``"30"``) or ISO 8601 (``"PT30S"``).
+    Each field's ``description`` is its documentation: the CLI's flags and ``docs/settings.md`` are made from them.
     """
 
     model_config = SettingsConfigDict(env_prefix="AGENTLEASE_", extra="ignore")
@@ -97,8 +94,7 @@ class AgentLeaseSettings(BaseSettings):
         "`agentlease db upgrade` once per release; a worker refuses a schema it does not expect.",
     )
     tool_modules: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Modules whose tools the worker registers, comma-separated import paths.",
+        default_factory=list, description="Modules whose tools the worker registers, comma-separated import paths."
     )
     workflow_modules: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -192,8 +188,7 @@ class AgentLeaseSettings(BaseSettings):
         "decision is signed by a key of the operator keys).",
     )
     operator: str | None = Field(
-        default=None,
-        description="Who decides, kept in the evidence trail; with an operator key, the key's operator.",
+        default=None, description="Who decides, kept in the evidence trail; with an operator key, the key's operator."
     )
     operator_keys: str | None = Field(
         default=None,
@@ -337,20 +332,15 @@ class AgentLeaseSettings(BaseSettings):
         "codec_server_origins",
         "http_allowed_hosts",
         "sql_allowed_tables",
+        "ui_allowed_hosts",
         mode="before",
     )
     @classmethod
-    def _split_modules(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("ui_allowed_hosts", mode="before")
-    @classmethod
-    def _split_hosts(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip().lower() for part in value.split(",") if part.strip()]
-        return value
+    def _split(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        parts = [part.strip() for part in value.split(",") if part.strip()]
+        return [part.lower() for part in parts] if info.field_name == "ui_allowed_hosts" else parts
 
 
 def env_var(name: str) -> str:

@@ -69,16 +69,14 @@ def build_worker(
     workflows: list[type] | None = None,
 ) -> Worker:
     """A Temporal worker serving ``AgentRunWorkflow``, ``workflows`` (default those of
-    ``settings.workflow_modules``) and every tool of ``registry`` (:func:`load_registry` includes the
-    built-in tools), through :class:`~agentlease.plugin.AgentLeasePlugin` with its opt-ins on; the
-    caller owns and closes ``ledger``. Its start registers the search attributes (or refuses, with
-    one line: see :func:`agentlease.observability.search_attributes.require_registered`)."""
+    ``settings.workflow_modules``) and every tool of ``registry``, through
+    :class:`~agentlease.plugin.AgentLeasePlugin` with its opt-ins on; the caller owns and closes ``ledger``."""
     identity = identity or settings.worker_identity or default_identity()
     plugin = AgentLeasePlugin(
         settings=settings, ledger=ledger, tools=registry, identity=identity, builtins=True, agent_run_workflow=True
     )
     return Worker(
-        client,  # the plugin makes its codec lenient: a payload that does not open fails only its own signal
+        client,
         task_queue=settings.task_queue,
         workflows=load_workflows(settings.workflow_modules) if workflows is None else workflows,
         plugins=[plugin],
@@ -96,11 +94,7 @@ async def running_worker(
     settings: AgentLeaseSettings, *, registry: ToolRegistry | None = None, identity: str | None = None
 ) -> AsyncIterator[Worker]:
     """Connect, check (or, with ``migrate_on_start``, migrate) the ledger, and run a worker until the
-    block exits (then shut it down).
-
-    With ``settings.metrics_address`` the process's lease metrics (labelled with this worker's
-    namespace and task queue) are served there meanwhile, and with ``settings.temporal_metrics``
-    Temporal's runtime metrics on the same endpoint (``docs/metrics.md``).
+    block exits, serving the metrics at ``settings.metrics_address`` meanwhile (``docs/metrics.md``).
 
     Raises:
         TemporalUnavailableError: Temporal is unreachable.
@@ -112,7 +106,7 @@ async def running_worker(
     identity = identity or settings.worker_identity or default_identity()
     runtime, forward = None, None
     if settings.metrics_address is not None and settings.temporal_metrics:
-        runtime, forward = prometheus_runtime()  # Temporal's runtime metrics, served on the same endpoint
+        runtime, forward = prometheus_runtime()
     with serving_metrics(settings.metrics_address, forward=forward):
         scoped = LeaseMetrics(namespace=settings.namespace, task_queue=settings.task_queue)
         ledger = Ledger.from_url(settings.ledger_url, pool_size=settings.ledger_pool_size, metrics=scoped)
@@ -147,12 +141,9 @@ def main(configure: Callable[[AgentLeaseSettings], AgentLeaseSettings] | None = 
     except ValidationError as exc:
         print(f"error: bad setting: {one_line(exc)}", file=sys.stderr)
         return 2
-    except ConfigurationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except AgentLeaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigurationError) else 1
     except KeyboardInterrupt:
         return 130
     return 0

@@ -1,8 +1,5 @@
-"""One leased MCP ``tools/call``: the attempt the worker runs for a tool declared by :func:`mcp_tools`.
-
-Its stages, what travels in ``_meta``, and how each answer of the server ends the attempt:
-``docs/mcp.md`` ("One attempt").
-"""
+"""One leased MCP ``tools/call``: the attempt the worker runs for a tool declared by :func:`mcp_tools`
+(``docs/mcp.md``, "One attempt")."""
 
 from __future__ import annotations
 
@@ -30,6 +27,7 @@ from agentlease.errors import (
     LedgerUnavailableError,
     PermanentToolError,
     RetryableToolError,
+    one_line,
 )
 from agentlease.mcp._client import MCPServer, list_tools, session
 from agentlease.mcp._convention import (
@@ -62,11 +60,6 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 @asynccontextmanager
 async def _connected(server: MCPServer) -> AsyncIterator[Client]:
     """A session of ``server``; a failure to connect is retryable (nothing was sent)."""
@@ -81,24 +74,17 @@ async def _connected(server: MCPServer) -> AsyncIterator[Client]:
             if leaf is not exc and isinstance(leaf, AgentLeaseError | asyncio.CancelledError):
                 raise leaf from None  # the attempt's own outcome, wrapped by the session's task group
             raise
-        raise RetryableToolError(f"cannot reach MCP server {server.name!r}: {_why(leaf)}") from None
+        raise RetryableToolError(f"cannot reach MCP server {server.name!r}: {one_line(leaf)}") from None
 
 
 async def _check_listed(client: Client, binding: MCPBinding) -> None:
-    """Once per process and server: the tool is listed with the declared arguments.
-
-    Raises:
-        PermanentToolError: it is not, or requires an argument the declaration lacks.
-        RetryableToolError: ``tools/list`` failed.
-    """
+    """Once per process and server: the tool is listed with the declared arguments."""
     listed = _checked.get(binding.server)
     if listed is None:
         try:
-            tools = await list_tools(client)
+            listed = _checked[binding.server] = await list_tools(client)
         except Exception as exc:  # noqa: BLE001 - nothing was sent yet
-            raise RetryableToolError(f"tools/list of {binding.server.name!r} failed: {_why(_leaf(exc))}") from None
-        listed = {tool.name: tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in tools}
-        _checked[binding.server] = listed
+            raise RetryableToolError(f"tools/list of {binding.server.name!r} failed: {one_line(_leaf(exc))}") from None
     problems = compare(binding, listed)
     if problems:
         _checked.pop(binding.server, None)  # the server may be redeployed: list again next time
@@ -107,14 +93,11 @@ async def _check_listed(client: Client, binding: MCPBinding) -> None:
 
 def _guard_settings(client: Client, tool: str) -> dict[str, Any] | None:
     """The server's ``io.agentlease/lease`` settings when it guards ``tool``, else ``None``."""
-    extensions = client.server_capabilities.extensions or {}
-    settings = extensions.get(EXTENSION)
+    settings = (client.server_capabilities.extensions or {}).get(EXTENSION)
     if not isinstance(settings, dict):
         return None
     tools = settings.get("tools")
-    if tools == "*" or (isinstance(tools, list) and tool in tools):
-        return settings
-    return None
+    return settings if tools == "*" or (isinstance(tools, list) and tool in tools) else None
 
 
 def _output(result: CallToolResult) -> dict[str, Any]:
@@ -135,17 +118,16 @@ def _output(result: CallToolResult) -> dict[str, Any]:
 
 
 def _failure(exc: BaseException, binding: MCPBinding, ctx: LeaseContext) -> Exception:
-    """What an answer other than a result, or a lost connection, after sending means (the module's table)."""
+    """What an answer other than a result, or a lost connection, after sending means (``docs/mcp.md``)."""
     what = f"tools/call {binding.tool} on {binding.server.name!r}"
     if isinstance(exc, MCPError):
         refusal = refusal_of(exc.code, exc.data)
         if refusal is Refusal.STALE_TOKEN:
-            data = exc.data
             return LeaseLostError(
                 ctx.claim.task_id,
                 ctx.fencing_token,
                 operation=f"mcp {binding.tool}",
-                current_generation=data.get("current_generation"),
+                current_generation=exc.data.get("current_generation"),
             )
         if refusal is Refusal.IN_FLIGHT:
             wait_ms = exc.data.get("retry_after_ms") if isinstance(exc.data, dict) else None
@@ -158,12 +140,11 @@ def _failure(exc: BaseException, binding: MCPBinding, ctx: LeaseContext) -> Exce
         if refusal is not None or exc.code in (INVALID_PARAMS, METHOD_NOT_FOUND):
             return PermanentToolError(f"{what} refused: {exc.message}")
         return AmbiguousSideEffectError(f"{what} answered error {exc.code}: {exc.message}")
-    return AmbiguousSideEffectError(f"{what}: {_why(exc)} after sending")
+    return AmbiguousSideEffectError(f"{what}: {one_line(exc)} after sending")
 
 
 class _Waiting:
-    """Renews the lease through the attempt; once ``tools/call`` is sent, with the server's latest progress as
-    the reason."""
+    """Renews the lease through the attempt, with the server's latest progress as the reason once it is sent."""
 
     def __init__(self, ctx: LeaseContext, binding: MCPBinding) -> None:
         self.ctx = ctx
@@ -206,8 +187,7 @@ class _Waiting:
 
 
 async def _while_renewing(work: Awaitable[_T], waiting: _Waiting) -> _T:
-    """Await ``work`` in this task (the SDK's cancel scopes belong to it) while another task renews;
-    a lost lease cancels the wait and raises ``LeaseLostError``."""
+    """Await ``work`` in this task while another renews; a lost lease cancels it with ``LeaseLostError``."""
     waiter = asyncio.current_task()
     assert waiter is not None
     lost: list[LeaseLostError] = []
@@ -239,37 +219,25 @@ def _request_meta(entries: dict[str, str]) -> RequestParamsMeta:
     return meta
 
 
-def _lease_expires_at(ctx: LeaseContext) -> datetime:
-    """When the lease lapses unless renewed, by this worker's estimate (the ledger's clock decides)."""
-    return datetime.now(UTC) + timedelta(seconds=max(0.0, ctx.confirmed_until - time.monotonic()))
-
-
 def _meta(ctx: LeaseContext, binding: MCPBinding, arguments: dict[str, Any]) -> dict[str, str]:
     key = ctx.idempotency_key
     resource = (
         binding.policy.resource(key, arguments) if binding.policy.resource else default_resource(binding.tool, key)
     )
-    token: int | str = ctx.fencing_token
-    if ctx.settings.fencing_key is not None:
-        token = ctx.signed_fencing_token(resource)
-    return lease_meta(key, token, resource, _lease_expires_at(ctx))
+    token = ctx.signed_fencing_token(resource) if ctx.settings.fencing_key is not None else ctx.fencing_token
+    expires_at = datetime.now(UTC) + timedelta(seconds=max(0.0, ctx.confirmed_until - time.monotonic()))  # estimate
+    return lease_meta(key, token, resource, expires_at)
 
 
 async def _read_back(client: Client, settings: dict[str, Any], key: str) -> dict[str, Any] | None:
-    """The result a guarded server stored under ``key``, ``None`` when it has none.
-
-    Raises:
-        RetryableToolError: the readback failed (nothing was written).
-        KeyInFlightError: the call with the key is still running at the server.
-        EffectInDoubtError: the server holds the key in doubt.
-    """
+    """The result a guarded server stored under ``key``, ``None`` when it has none."""
     tool = settings.get("readback_tool")
     if not isinstance(tool, str):
         return None
     try:
         answer = await client.call_tool(tool, {}, meta=_request_meta({IDEMPOTENCY_KEY_META: key}))
     except Exception as exc:  # noqa: BLE001 - a read: nothing to be ambiguous about
-        raise RetryableToolError(f"readback {tool} failed: {_why(_leaf(exc))}") from None
+        raise RetryableToolError(f"readback {tool} failed: {one_line(_leaf(exc))}") from None
     found = answer.structured_content if not answer.is_error else None
     if not isinstance(found, dict):
         return None
@@ -295,9 +263,7 @@ async def _in_session(ctx: LeaseContext, binding: MCPBinding, args: BaseModel, w
         await _check_listed(client, binding)
         guard = _guard_settings(client, tool)
         readback = guard is not None and binding.policy.readback is not False
-        if readback and guard is not None and ctx.recovery.read_back_first:
-            # An earlier attempt reached commit: look before sending again. Found nothing: the server gave
-            # the key back (the call failed without effect), so the call is sent again with the same key.
+        if readback and guard is not None and ctx.recovery.read_back_first:  # look before sending again
             stored = await _read_back(client, guard, ctx.idempotency_key)
             if stored is not None:
                 await ctx.advance(Stage.VERIFY, f"{tool} was applied under the key by an earlier attempt")
@@ -314,7 +280,7 @@ async def _in_session(ctx: LeaseContext, binding: MCPBinding, args: BaseModel, w
             raise
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - classified by the module's table
+        except BaseException as exc:  # noqa: BLE001 - classified (docs/mcp.md)
             leaf = _leaf(exc)
             if isinstance(leaf, asyncio.CancelledError | LeaseLostError):
                 raise leaf from None
@@ -365,13 +331,7 @@ def leased_mcp_call(binding: MCPBinding) -> Callable[[LeaseContext, Any], Awaita
 
 
 def unleased_mcp_call(binding: MCPBinding, args_model: type[BaseModel]) -> Callable[..., Awaitable[dict[str, Any]]]:
-    """The direct call of a declared MCP tool outside any lease (a local run, a test, an eval):
-    a plain ``tools/call`` without the convention's ``_meta``.
-
-    Raises (when awaited):
-        RetryableToolError: the server cannot be reached.
-        PermanentToolError, AmbiguousSideEffectError: an error answer, or the connection lost.
-    """
+    """The direct call of a declared MCP tool outside any lease: a plain ``tools/call`` without ``_meta``."""
 
     async def direct(**arguments: Any) -> dict[str, Any]:
         args = args_model.model_validate(arguments)
@@ -384,7 +344,7 @@ def unleased_mcp_call(binding: MCPBinding, args_model: type[BaseModel]) -> Calla
                     raise leaf from None
                 if isinstance(leaf, MCPError):
                     raise PermanentToolError(f"tools/call {binding.tool}: {leaf.message}") from None
-                raise AmbiguousSideEffectError(f"tools/call {binding.tool}: {_why(leaf)}") from None
+                raise AmbiguousSideEffectError(f"tools/call {binding.tool}: {one_line(leaf)}") from None
         return _output(result)
 
     return direct

@@ -1,9 +1,5 @@
-"""Where an MCP server is and how to reach it: :class:`MCPServer`, and the sessions opened to it.
-
-Each attempt of a leased MCP call opens its own session (:func:`session`) and closes it when the
-attempt ends: a stdio server is started per attempt, a streamable HTTP server is connected to per
-attempt. Nothing of a session outlives its attempt, so an attempt that dies takes nothing with it
-that the next attempt would find half-used.
+"""Where an MCP server is and how to reach it: :class:`MCPServer`, and the sessions opened to it (one per
+attempt of a leased call, closed with it: nothing of a session outlives its attempt).
 """
 
 from __future__ import annotations
@@ -17,17 +13,14 @@ from typing import Any
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp_types import Tool
 
 from agentlease.errors import ConfigurationError
 
 
 @dataclass(frozen=True)
 class MCPServer:
-    """An MCP server agentlease calls tools of: a command it starts (stdio) or a URL (streamable HTTP).
-
-    Make one with :meth:`stdio` or :meth:`http`. The value is plain configuration: nothing connects
-    until a tool is called, so it can be built in workflow code's imports.
+    """An MCP server agentlease calls tools of: a command it starts (stdio) or a URL (streamable HTTP). Make one
+    with :meth:`stdio` or :meth:`http`; nothing connects until a tool is called (workflow code may build one).
 
     Attributes:
         name: the server's name in tool names, receipts and messages (``crm``).
@@ -77,13 +70,7 @@ class MCPServer:
         return cls(name, command=command, args=tuple(args), env=env, cwd=cwd)
 
     @classmethod
-    def http(
-        cls,
-        name: str,
-        url: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-    ) -> MCPServer:
+    def http(cls, name: str, url: str, *, headers: Mapping[str, str] | None = None) -> MCPServer:
         """A server reached over streamable HTTP.
 
         Args:
@@ -107,11 +94,7 @@ class MCPServer:
 
 @asynccontextmanager
 async def session(server: MCPServer) -> AsyncIterator[Client]:
-    """A connected client of ``server`` (the SDK's ``mcp.Client``), closed on exit.
-
-    Raises:
-        OSError, TimeoutError, mcp.MCPError, ...: connecting failed (the caller decides what it means).
-    """
+    """A connected client of ``server`` (the SDK's ``mcp.Client``), closed on exit."""
     if server.url is None:
         async with Client(server._stdio(), cache=None) as client:
             yield client
@@ -121,13 +104,13 @@ async def session(server: MCPServer) -> AsyncIterator[Client]:
         yield client
 
 
-async def list_tools(client: Client) -> list[Tool]:
-    """Every tool the connected server lists (``tools/list``, all pages)."""
-    tools: list[Tool] = []
+async def list_tools(client: Client) -> dict[str, dict[str, Any]]:
+    """Every tool the connected server lists (``tools/list``, all pages), by name, as JSON."""
+    tools: dict[str, dict[str, Any]] = {}
     cursor: str | None = None
     while True:
         page = await client.list_tools(cursor=cursor, cache_mode="bypass")
-        tools.extend(page.tools)
+        tools.update((tool.name, tool.model_dump(mode="json", by_alias=True, exclude_none=True)) for tool in page.tools)
         cursor = page.next_cursor
         if cursor is None:
             return tools
@@ -141,8 +124,7 @@ async def list_server_tools(server: MCPServer) -> list[dict[str, Any]]:
         OSError, mcp.MCPError, ...: the server could not be reached.
     """
     async with session(server) as client:
-        tools = await list_tools(client)
-    return [tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in tools]
+        return list((await list_tools(client)).values())
 
 
 __all__ = ["MCPServer", "list_server_tools", "list_tools", "session"]

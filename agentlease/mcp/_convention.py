@@ -1,8 +1,5 @@
-"""The ``_meta`` convention of a leased MCP ``tools/call``: what travels with the request, and the refusals.
-
-Pure functions, no I/O, no ``mcp`` import: the client side (:mod:`agentlease.mcp._call`) writes the
-``io.agentlease/`` entries, the server side (:mod:`agentlease.mcp._guard`) reads them. The convention,
-for other runtimes too: ``docs/mcp.md`` ("The _meta convention").
+"""The ``_meta`` convention of a leased MCP ``tools/call`` (``docs/mcp.md``, "The _meta convention"): pure
+functions, no ``mcp`` import, shared by the client side (:mod:`agentlease.mcp._call`) and the guard.
 """
 
 from __future__ import annotations
@@ -40,10 +37,11 @@ REFUSAL_CODE = -32060
 """The JSON-RPC error code of every refusal of a guarded server (an implementation-defined server error)."""
 
 _HEADER_OF = {
-    IDEMPOTENCY_KEY_META: IDEMPOTENCY_KEY_HEADER,
-    FENCING_TOKEN_META: FENCING_TOKEN_HEADER,
-    RESOURCE_META: FENCING_RESOURCE_HEADER,
+    IDEMPOTENCY_KEY_META: (IDEMPOTENCY_KEY_HEADER, parse_idempotency_key),
+    FENCING_TOKEN_META: (FENCING_TOKEN_HEADER, raw_fencing_token),
+    RESOURCE_META: (FENCING_RESOURCE_HEADER, parse_fencing_resource),
 }
+"""The HTTP convention's header and parser of each ``_meta`` entry they share (one home for the rules)."""
 
 
 class Refusal(StrEnum):
@@ -72,12 +70,7 @@ class Refusal(StrEnum):
 
 
 class MetaError(ValueError):
-    """A convention entry is missing or malformed.
-
-    Attributes:
-        refusal: the reason, for the refusal's ``data``.
-        key: the ``_meta`` key at fault.
-    """
+    """A convention entry (``key``) is missing or malformed, refused with ``refusal``."""
 
     def __init__(self, refusal: Refusal, key: str, detail: str) -> None:
         super().__init__(detail)
@@ -87,14 +80,7 @@ class MetaError(ValueError):
 
 @dataclass(frozen=True)
 class LeaseMeta:
-    """The convention's entries of one request, checked.
-
-    Attributes:
-        idempotency_key: the action's key, ``None`` when absent.
-        fencing_token: the token as sent (a generation or ``<generation>.<signature>``), ``None`` when absent.
-        resource: the resource the client named, ``None`` when absent.
-        lease_expires_at: the client's lease expiry, ``None`` when absent.
-    """
+    """The convention's entries of one request, checked (``None`` when absent)."""
 
     idempotency_key: str | None
     fencing_token: str | None
@@ -110,17 +96,7 @@ def default_resource(tool: str, idempotency_key: str) -> str:
 def lease_meta(
     idempotency_key: str, fencing_token: int | str, resource: str, lease_expires_at: datetime
 ) -> dict[str, str]:
-    """The convention's ``_meta`` entries of one leased ``tools/call``.
-
-    Args:
-        idempotency_key: the action's key.
-        fencing_token: the claim generation, or its signed token ``<generation>.<signature>``.
-        resource: the fenced resource the token was made for.
-        lease_expires_at: when the lease lapses unless renewed (timezone-aware).
-
-    Raises:
-        ValueError: a naive ``lease_expires_at``.
-    """
+    """The convention's ``_meta`` entries of one leased ``tools/call`` (``ValueError``: a naive expiry)."""
     if lease_expires_at.tzinfo is None:
         raise ValueError("lease_expires_at must be timezone-aware")
     expires = lease_expires_at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -149,41 +125,20 @@ _INVALID = {
 }
 
 
-def _renamed(exc: HeaderError, key: str) -> MetaError:
-    """The HTTP convention's error for the header, said of the ``_meta`` key (one home for the rules)."""
-    text = str(exc)
-    header = _HEADER_OF[key]
-    return MetaError(Refusal(exc.code), key, text.replace(header, key) if header in text else f"{key}: {text}")
-
-
 def read_lease_meta(meta: Mapping[str, Any] | None) -> LeaseMeta:
-    """The convention's entries of a request's ``_meta``, each checked by the HTTP convention's rules.
-
-    Absent entries are ``None``; whether one is required is the server's decision.
-
-    Raises:
-        MetaError: a malformed entry.
-    """
+    """The convention's entries of a request's ``_meta``, each checked (``MetaError``: a malformed one)."""
     meta = meta or {}
-    key = _text(meta, IDEMPOTENCY_KEY_META)
-    token = _text(meta, FENCING_TOKEN_META)
-    resource = _text(meta, RESOURCE_META)
-    expires = _text(meta, LEASE_EXPIRES_AT_META)
-    try:
-        if key is not None:
-            key = parse_idempotency_key([key])
-    except HeaderError as exc:
-        raise _renamed(exc, IDEMPOTENCY_KEY_META) from None
-    try:
-        if token is not None:
-            token = raw_fencing_token([token])
-    except HeaderError as exc:
-        raise _renamed(exc, FENCING_TOKEN_META) from None
-    try:
-        if resource is not None:
-            resource = parse_fencing_resource([resource])
-    except HeaderError as exc:
-        raise _renamed(exc, RESOURCE_META) from None
+    found = {key: _text(meta, key) for key in _INVALID}
+    for key, (header, parse) in _HEADER_OF.items():
+        value = found[key]
+        try:
+            found[key] = None if value is None else parse([value])
+        except HeaderError as exc:
+            text = str(exc)
+            raise MetaError(
+                Refusal(exc.code), key, text.replace(header, key) if header in text else f"{key}: {text}"
+            ) from None
+    expires = found[LEASE_EXPIRES_AT_META]
     expires_at = None
     if expires is not None:
         try:
@@ -194,7 +149,7 @@ def read_lease_meta(meta: Mapping[str, Any] | None) -> LeaseMeta:
             raise MetaError(
                 Refusal.INVALID_EXPIRY, LEASE_EXPIRES_AT_META, f"{LEASE_EXPIRES_AT_META} must be an RFC 3339 time"
             )
-    return LeaseMeta(key, token, resource, expires_at)
+    return LeaseMeta(found[IDEMPOTENCY_KEY_META], found[FENCING_TOKEN_META], found[RESOURCE_META], expires_at)
 
 
 def refusal_data(refusal: Refusal, detail: str, **facts: Any) -> dict[str, Any]:
@@ -210,23 +165,3 @@ def refusal_of(code: int, data: Any) -> Refusal | None:
         return Refusal(str(data.get("error")))
     except ValueError:
         return None
-
-
-__all__ = [
-    "EXTENSION",
-    "FENCING_TOKEN_META",
-    "IDEMPOTENCY_KEY_META",
-    "LEASE_EXPIRES_AT_META",
-    "NAMESPACE",
-    "REFUSAL_CODE",
-    "REPLAYED_META",
-    "RESOURCE_META",
-    "LeaseMeta",
-    "MetaError",
-    "Refusal",
-    "default_resource",
-    "lease_meta",
-    "read_lease_meta",
-    "refusal_data",
-    "refusal_of",
-]

@@ -1,17 +1,5 @@
-"""The server side: an MCP server that enforces the ``_meta`` convention, as the HTTP middleware does.
-
-:class:`LeaseGuard` is an extension of the official SDK's ``MCPServer`` (``MCPServer(...,
-extensions=[guard])``) and, for a low-level ``Server``, a middleware (``server.middleware.append(guard)``).
-For each ``tools/call`` of a guarded tool: a malformed entry, a missing key (``require_key``) or token
-(``require_fencing_token``) is refused; then the call's fence is passed and its key claimed in one
-transaction (:meth:`~agentlease.idempotency.store.IdempotencyStore.claim`); a key already held is
-replayed (done), refused ``idempotency_key_in_flight`` (try again) or ``idempotency_key_in_doubt`` (a
-person decides); otherwise the tool runs once under the rules of :mod:`agentlease.idempotency.edge`
-(``docs/edge.md``): a tool commits its effect and its key together with
-:func:`~agentlease.idempotency.edge.effect_transaction`, and :func:`current_call` tells it the key and fence.
-
-The guard also serves the read-only tool ``agentlease_was_applied``: with the key in ``_meta`` it answers
-whether that call happened (``applied`` true with its result, false, or null when it is in flight or in doubt).
+"""The server side: :class:`LeaseGuard` makes an MCP server enforce the ``_meta`` convention, as the HTTP middleware
+does, and serves the readback tool ``agentlease_was_applied`` (``docs/mcp.md``, "Server side"; ``docs/edge.md``).
 """
 
 from __future__ import annotations
@@ -57,8 +45,7 @@ IN_FLIGHT_RETRY_MS = 1000
 
 
 def caller_from_request(ctx: ServerRequestContext[Any, Any]) -> str:
-    """The default ``caller_for``: the HTTP request's credentials (``agentlease.idempotency.convention.caller_of``),
-    ``""`` without a request (stdio: the one client that started the server). Only a digest is stored."""
+    """The default ``caller_for``: the HTTP request's credentials (only a digest is stored), ``""`` over stdio."""
     headers = getattr(ctx.request, "headers", None)
     return "" if headers is None else caller_of(headers)
 
@@ -83,7 +70,8 @@ def _arguments_hash(tool: str, arguments: Mapping[str, Any] | None) -> str:
 
 
 class LeaseGuard(Extension):
-    """Enforces idempotency keys and fencing tokens on an MCP server's tools (see the module docstring).
+    """Enforces idempotency keys and fencing tokens on an MCP server's tools: an extension of the SDK's
+    ``MCPServer`` (``extensions=[guard]``) or a low-level ``Server``'s middleware (``server.middleware.append``).
 
     Args:
         store: where keys, results and fences live (the server's database); create its tables at
@@ -146,9 +134,7 @@ class LeaseGuard(Extension):
 
     def guards(self, tool: str) -> bool:
         """Whether calls of ``tool`` are guarded."""
-        if tool == self.readback_tool:
-            return False
-        return self.guarded_tools is None or tool in self.guarded_tools
+        return tool != self.readback_tool and (self.guarded_tools is None or tool in self.guarded_tools)
 
     def tools(self) -> Sequence[ToolBinding]:
         """The readback tool (``Extension.tools``), unless ``readback_tool=None``."""
@@ -165,14 +151,8 @@ class LeaseGuard(Extension):
                 raise _refused(Refusal.MISSING_KEY, f"{IDEMPOTENCY_KEY_META} names the call to read back")
             return await guard.readback(meta.idempotency_key, caller=guard.caller_for(request))
 
-        binding = ToolBinding(
-            fn=was_applied,
-            kwargs={
-                "name": self.readback_tool,
-                "annotations": ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
-            },
-        )
-        return (binding,)
+        hints = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+        return (ToolBinding(fn=was_applied, kwargs={"name": self.readback_tool, "annotations": hints}),)
 
     async def readback(self, idempotency_key: str, *, caller: str = "") -> dict[str, Any]:
         """What the readback tool answers for ``idempotency_key`` of ``caller``: ``{"applied": true, "status":
@@ -188,8 +168,7 @@ class LeaseGuard(Extension):
     async def was_applied(self, idempotency_key: str, *, caller: str = "") -> dict[str, Any] | None:
         """The result stored for ``idempotency_key`` of ``caller``; ``None`` if no call with the key answered
         (or its retention passed). :meth:`readback` also tells a call in flight or in doubt."""
-        found: dict[str, Any] | None = (await self.readback(idempotency_key, caller=caller))["result"]
-        return found
+        return (await self.readback(idempotency_key, caller=caller))["result"]
 
     def stored_result(self, result: Any) -> StoredResponse:
         """``result`` (a tool's return value or a ``CallToolResult``) as the answer the guard stores and replays,
@@ -217,11 +196,7 @@ class LeaseGuard(Extension):
             params = CallToolRequestParams.model_validate(ctx.params or {})
         except ValidationError:
             return await call_next(ctx)  # the server answers the malformed request itself
-        if not self.guards(params.name):
-            return await call_next(ctx)
-        return await self.guard(
-            params.name, params.arguments, params.meta, self.caller_for(ctx), lambda: call_next(ctx)
-        )
+        return await self.intercept_tool_call(params, ctx, call_next)
 
     async def guard(
         self,
@@ -231,7 +206,7 @@ class LeaseGuard(Extension):
         caller: str,
         run: Callable[[], Any],
     ) -> HandlerResult:
-        """Decide one call of a guarded ``tool`` (the module docstring's order); ``run()`` runs the tool.
+        """Decide one call of a guarded ``tool`` (``docs/mcp.md``); ``run()`` runs the tool.
 
         Raises:
             MCPError: a refusal (code :data:`~agentlease.mcp._convention.REFUSAL_CODE`).
@@ -279,11 +254,7 @@ class LeaseGuard(Extension):
         return result
 
     def _fence(self, tool: str, lease: LeaseMeta, arguments: Mapping[str, Any]) -> FencingToken | None:
-        """The call's fenced resource and generation (verified with a fencing key), ``None`` without a token.
-
-        Raises:
-            MCPError: a missing token (``require_fencing_token``), or one that does not verify.
-        """
+        """The call's fenced resource and generation (verified with a fencing key), ``None`` without a token."""
         if lease.fencing_token is None:
             if self.require_fencing_token:
                 raise _refused(Refusal.MISSING_TOKEN, f"{tool} needs io.agentlease/fencing-token in _meta")
@@ -304,11 +275,7 @@ class LeaseGuard(Extension):
 
 
 def _held(held: Held, key: str) -> CallToolResult:
-    """The answer to a call whose key another call holds: its stored result, or a refusal.
-
-    Raises:
-        MCPError: ``idempotency_key_reused``, ``idempotency_key_in_doubt`` or ``idempotency_key_in_flight``.
-    """
+    """The answer to a call whose key another call holds: its stored result, or a refusal."""
     if not held.same_request:
         raise _refused(
             Refusal.KEY_REUSED, f"{IDEMPOTENCY_KEY_META} {key!r} was used for another call (tool or arguments)"
@@ -326,8 +293,7 @@ def _held(held: Held, key: str) -> CallToolResult:
 
 
 def _stored_value(value: Any) -> StoredResponse:
-    """A tool's answer as the guard stores it: a ``CallToolResult`` as is, a mapping with ``content`` as sent,
-    anything else as the SDK would return it (JSON text, and structured content for an object)."""
+    """A tool's answer as the guard stores it (a ``CallToolResult``, as the SDK would return it)."""
     if isinstance(value, CallToolResult):
         result = value
     elif isinstance(value, Mapping) and "content" in value:

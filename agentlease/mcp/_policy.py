@@ -1,5 +1,4 @@
-"""What a declared MCP tool carries: its :class:`ToolPolicy` and the :class:`MCPBinding` the worker's
-runtime reads (shared by the declaration, :mod:`agentlease.mcp._tools`, and the call, :mod:`agentlease.mcp._call`)."""
+"""What a declared MCP tool carries: its :class:`ToolPolicy` and the :class:`MCPBinding` the worker reads."""
 
 from __future__ import annotations
 
@@ -20,18 +19,12 @@ ResourceFunction = Callable[[str, dict[str, Any]], str]
 
 @dataclass(frozen=True)
 class ToolPolicy:
-    """How agentlease leases one MCP tool (or, as ``default``, every tool of a server).
-
-    Every field left ``None`` comes from the ``default`` policy, then from the listed tool (the
-    side-effect class guessed from its annotations, its description and schema), then from the
-    agentlease defaults.
+    """How agentlease leases one MCP tool (or, as ``default``, every tool of a server). A field left ``None``
+    comes from ``default``, then from the listed tool, then from the agentlease defaults.
 
     Attributes:
-        side_effect: the tool's side-effect class (``"fenced"``, ``SideEffectClass.IDEMPOTENT``...).
-        lease_ttl: lease TTL = heartbeat timeout of each attempt; required here or in ``default``.
-        start_to_close: bound of one attempt. Default 5 minutes.
-        max_attempts: real attempts before dead-lettering. Default 5.
-        requires_approval: each call waits for ``approve``. Default true for ``unsafe``.
+        side_effect, lease_ttl, start_to_close, max_attempts, requires_approval: as for :func:`agentlease.tool`
+            (``lease_ttl`` required here or in ``default``).
         args: the pydantic model of the tool's arguments, as the model sees them.
         input_schema: the tool's JSON schema instead (the ``inputSchema`` the server lists).
         description: what the model reads. Default the listed description.
@@ -68,15 +61,7 @@ class ToolPolicy:
 
 @dataclass(frozen=True)
 class MCPBinding:
-    """What the worker's runtime needs of one declared MCP tool (kept on the tool's ``fn``).
-
-    Attributes:
-        server: where the tool is.
-        tool: the tool's name at the server.
-        policy: its resolved policy.
-        input_schema: the argument schema the model sees.
-        guessed: the side-effect class was guessed from annotations (logged at the check).
-    """
+    """What the worker needs of one declared MCP tool (kept on the tool's ``fn``)."""
 
     server: MCPServer
     tool: str
@@ -96,9 +81,7 @@ def binding_of(spec: ToolSpec) -> MCPBinding | None:
 
 
 def compare(binding: MCPBinding, listed: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """What is wrong with ``binding`` against the server's live list: the tool is missing, or the
-    declared schema lacks an argument the server requires. Empty: it fits.
-    """
+    """What is wrong with ``binding`` against the server's live list (missing tool, argument); empty: it fits."""
     found = listed.get(binding.tool)
     if found is None:
         return [

@@ -1,8 +1,5 @@
-"""Declaring an MCP server's tools as agentlease tools: :class:`ToolPolicy` and :func:`mcp_tools`.
-
-The declaration is static (no I/O), so workflow code and every worker build the same tools on every
-replay; the server's ``tools/list`` enters it only as recorded (``listed=``), and a class no policy
-declares is guessed from the listed annotations, never proven. ``docs/mcp.md``.
+"""Declaring an MCP server's tools as agentlease tools: :func:`mcp_tools`, static (no I/O: the same tools on
+every replay), and :func:`check_tools` against the live server (``docs/mcp.md``).
 """
 
 from __future__ import annotations
@@ -20,23 +17,15 @@ from pydantic import BaseModel, ConfigDict
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError
 from agentlease.mcp._client import MCPServer, list_tools, session
-from agentlease.mcp._policy import (
-    MCPBinding,
-    ToolPolicy,
-    binding_of,
-    compare,
-)
+from agentlease.mcp._policy import MCPBinding, ToolPolicy, binding_of, compare
 from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
-from agentlease.tools._declaration import LeaseOptions, ToolSpec
+from agentlease.tools._declaration import LeaseOptions, ToolSpec, side_effect_class
 
 logger = logging.getLogger("agentlease.mcp")
 
 
 class _ListedArgs(BaseModel):
-    """Arguments of an MCP tool declared by schema: any JSON object, shown to the model with the schema.
-
-    The server validates the arguments; the model sees the listed (or given) JSON schema.
-    """
+    """Arguments of an MCP tool declared by schema: any JSON object (the server validates), shown with the schema."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     mcp_input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
@@ -55,7 +44,7 @@ def _args_model(tool_name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
 
 
 def guess_side_effect(listed: Mapping[str, Any] | None, *, guarded: bool = False) -> SideEffectClass:
-    """The side-effect class a listed tool's annotations suggest (the module's table); a guess, never proof.
+    """The side-effect class a listed tool's annotations suggest; a guess, never proof.
 
     Args:
         listed: the tool as ``tools/list`` gives it (``annotations`` with ``readOnlyHint``...), or ``None``.
@@ -95,12 +84,8 @@ def mcp_tools(
 ) -> list[ToolSpec]:
     """Declare an MCP server's tools as leased agentlease tools (``docs/mcp.md``). No I/O.
 
-    Each returned :class:`~agentlease.tools.ToolSpec` goes where any tool goes:
-    ``AgentLeasePlugin(tools=[...])`` on the worker, ``call_tool``, ``leased_tool`` (OpenAI Agents) and
-    ``LeasedToolset`` (Pydantic AI) in the workflow. Each call runs as a leased activity whose attempt
-    opens a session, records ``external_call`` before ``tools/call``, renews the lease while the server
-    works, and settles with a receipt; the key, the fencing token, the resource and the lease expiry
-    travel in the request's ``_meta`` (``io.agentlease/...``), never in the arguments.
+    Each returned :class:`~agentlease.tools.ToolSpec` goes where any tool goes (``AgentLeasePlugin(tools=...)``,
+    ``call_tool``, the adapters); the key, fencing token, resource and lease expiry travel in ``_meta``.
 
     Args:
         server: where the tools are (:meth:`MCPServer.stdio`, :meth:`MCPServer.http`).
@@ -139,6 +124,7 @@ def mcp_tools(
             )
         guessed = policy.side_effect is None
         side_effect = guess_side_effect(listed_tool, guarded=tool in guarded_names) if guessed else policy.side_effect
+        assert side_effect is not None
         if policy.lease_ttl is None:
             raise ConfigurationError(
                 f"MCP tool {tool!r} of {server.name!r} has no lease_ttl: set it in tools= or default="
@@ -155,8 +141,8 @@ def mcp_tools(
                     "input_schema=, or listed= (the server's tools/list answer)"
                 )
             args_model = _args_model(tool, schema)
-        options = LeaseOptions.of(
-            side_effect,  # type: ignore[arg-type]
+        options = LeaseOptions(
+            side_effect_class(side_effect),
             policy.lease_ttl,
             policy.start_to_close or DEFAULT_START_TO_CLOSE,
             policy.max_attempts or DEFAULT_MAX_ATTEMPTS,
@@ -202,10 +188,7 @@ async def check_tools(specs: Sequence[ToolSpec]) -> None:
     for server, bindings in by_server.items():
         try:
             async with session(server) as client:
-                live = {
-                    tool.name: tool.model_dump(mode="json", by_alias=True, exclude_none=True)
-                    for tool in await list_tools(client)
-                }
+                live = await list_tools(client)
         except Exception as exc:  # noqa: BLE001 - reported, one line per server
             problems.append(f"cannot list the tools of MCP server {server.name!r}: {type(exc).__name__}: {exc}")
             continue

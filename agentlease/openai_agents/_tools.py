@@ -7,7 +7,6 @@ agent and ends the run's status. Keys, approvals and what the model reads: ``doc
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -21,22 +20,12 @@ with workflow.unsafe.imports_passed_through():
     from agents.tool_context import ToolContext
     from pydantic import ValidationError
 
-    from agentlease.enums import RunState, StepEnd, TaskStatus
+    from agentlease.enums import StepEnd, TaskStatus
     from agentlease.errors import ConfigurationError, describe_validation_error
     from agentlease.records import PlanStep, settled_note
     from agentlease.tools._declaration import DeclaredTool
     from agentlease.tools._wrap import not_leasable, run_unleased
     from agentlease.workflow._calls import CallOutcome, leased_calls
-
-__all__ = [
-    "DeclaredTool",
-    "KeyFunction",
-    "StepIdFunction",
-    "leased_run_config",
-    "leased_tool",
-    "run_agent",
-    "tool_output",
-]
 
 StepIdFunction = Callable[[str, str], str]
 """``(tool name as the model calls it, the model's tool_call_id) -> step id``."""
@@ -64,11 +53,8 @@ def leased_tool(
     key: KeyFunction | None = None,
     strict: bool | None = None,
 ) -> FunctionTool:
-    """An ``agents`` function tool whose calls are leased tool calls of the running workflow.
-
-    Use it in workflow code (the agent's ``tools=[...]``); the worker must serve the tool
-    (:class:`agentlease.plugin.AgentLeasePlugin` with the tool's module). Outside a workflow
-    each call runs a ``leased`` tool's function directly, without a lease.
+    """An ``agents`` function tool whose calls are leased tool calls of the running workflow (the worker serves
+    the tool with :class:`agentlease.plugin.AgentLeasePlugin`). Outside a workflow a ``leased`` tool runs unleased.
 
     Args:
         tool: a declared tool (``@tool`` or ``leased``); its argument model is the JSON schema the
@@ -104,8 +90,7 @@ def leased_tool(
         except UserError:
             strict = False
 
-    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
-        # Annotated ToolContext: the SDK passes the tool call's own context, with its tool_call_id.
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:  # the SDK passes the call's own context
         try:
             args = tool.args_model.model_validate_json(arguments or "{}")
         except ValidationError as exc:
@@ -137,12 +122,8 @@ def leased_tool(
 
 
 def tool_output(name: str, outcome: CallOutcome) -> str:
-    """What the model reads after a leased call: the output as JSON, or one ``error:`` line.
-
-    A call that settled without an output in this run (settled earlier under the same key, or
-    confirmed by a person) reads ``{"settled": true, "receipt": {...}}``, with a ``note`` saying it
-    was not run again because the action had already settled (or that the tool's probe found it done).
-    """
+    """What the model reads after a leased call: the output as JSON, or one ``error:`` line; a call that settled
+    without an output in this run reads ``{"settled": true, "note": ..., "receipt": {...}}`` (``docs/agents.md``)."""
     view = outcome.view
     if outcome.settled:
         if outcome.output:
@@ -155,10 +136,8 @@ def tool_output(name: str, outcome: CallOutcome) -> str:
 
 
 def leased_run_config(**options: Any) -> RunConfig:
-    """A ``RunConfig`` that tells the model about a tool it made up instead of failing the run.
-
-    With the SDK's default (``tool_not_found_behavior="raise_error"``) an unknown tool name raises
-    ``ModelBehaviorError`` inside the workflow, whose task then fails on every retry.
+    """A ``RunConfig`` that tells the model about a tool it made up instead of failing the run (the SDK's
+    default raises ``ModelBehaviorError`` in the workflow, whose task then fails on every retry).
 
     Args:
         options: further ``RunConfig`` fields.
@@ -167,11 +146,8 @@ def leased_run_config(**options: Any) -> RunConfig:
 
 
 async def run_agent(agent: Agent[Any], input: str | list[TResponseInputItem], **runner_kwargs: Any) -> RunResult:
-    """``Runner.run(agent, input, ...)`` with :func:`leased_run_config`, then end the run's leased calls.
-
-    In workflow code the run's ``status`` and its ``AgentLeaseStatus`` search attribute end
-    ``completed`` (``cancelled`` when an operator cancelled the whole run or the workflow was
-    cancelled), or ``failed`` when the agent run raised. Outside a workflow it is ``Runner.run``.
+    """``Runner.run(agent, input, ...)`` with :func:`leased_run_config`, then end the run's leased calls
+    (:meth:`~agentlease.workflow.LeasedToolCalls.run_to_end`). Outside a workflow it is ``Runner.run``.
 
     Args:
         agent: the agent, its leased tools made with :func:`leased_tool`.
@@ -188,19 +164,7 @@ async def run_agent(agent: Agent[Any], input: str | list[TResponseInputItem], **
     run_config = runner_kwargs.pop("run_config", None) or leased_run_config()
     if not workflow.in_workflow():
         return await Runner.run(agent, input, run_config=run_config, **runner_kwargs)
-    calls = leased_calls()
-    try:
-        result = await Runner.run(agent, input, run_config=run_config, **runner_kwargs)
-    except asyncio.CancelledError:  # the workflow was cancelled
-        # The Runner drops its tool calls' tasks: stop them (cancelled in the ledger first) and wait.
-        await calls.stop_calls()
-        calls.end(RunState.CANCELLED)
-        raise
-    except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
-        calls.end(RunState.FAILED)
-        raise
-    calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
-    return result
+    return await leased_calls().run_to_end(Runner.run, agent, input, run_config=run_config, **runner_kwargs)
 
 
 def _first_paragraph(doc: str | None) -> str:

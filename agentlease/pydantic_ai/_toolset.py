@@ -7,7 +7,6 @@ its keys, approvals, what the model sees and cancellation: ``docs/pydantic-ai.md
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
@@ -21,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.agent import AbstractAgent, AgentRunResult
     from pydantic_ai.exceptions import ToolFailed
 
-    from agentlease.enums import RunState, TaskStatus
+    from agentlease.enums import TaskStatus
     from agentlease.errors import ConfigurationError
     from agentlease.records import ToolInfo, settled_note
     from agentlease.tools._declaration import DeclaredTool
@@ -41,11 +40,7 @@ KeyFunction = Callable[[str, dict[str, Any]], str | None]
 
 
 class _ArgsValidator:
-    """Validates a call's arguments with the tool's model, handing Pydantic AI a JSON-ready dict.
-
-    A ``ValidationError`` raised here becomes a retry prompt to the model, before anything is
-    scheduled or recorded.
-    """
+    """Validates a call's arguments with the tool's model (an error is a retry prompt to the model), as JSON."""
 
     def __init__(self, model: type[BaseModel]) -> None:
         self._adapter = TypeAdapter(model)
@@ -75,18 +70,9 @@ def _default_step_id(tool: str, tool_call_id: str) -> str:
     return f"{tool}-{tool_call_id}"
 
 
-def _description(tool: DeclaredTool) -> str | None:
-    return tool.description or inspect.getdoc(tool.args_model)
-
-
 class LeasedToolset(AbstractToolset[Any]):
-    """Declared agentlease tools as a Pydantic AI toolset whose calls are leased activities.
-
-    Give it to the agent (``Agent(model, name=..., toolsets=[LeasedToolset([...])],
-    capabilities=[TemporalDurability()])``), and register the tools on the worker with
-    ``AgentLeasePlugin``. Call :meth:`leased_calls` from the workflow's ``@workflow.init`` so that
-    the ``status`` query and the decision updates answer from the start. Outside a workflow each
-    call runs a ``leased`` tool's function directly, without a lease.
+    """Declared agentlease tools as a Pydantic AI toolset whose calls are leased activities (``docs/pydantic-ai.md``).
+    Outside a workflow each call runs a ``leased`` tool's function directly, without a lease.
 
     Args:
         tools: the declared tools (``@tool`` or ``leased``); names must be unique.
@@ -126,7 +112,7 @@ class LeasedToolset(AbstractToolset[Any]):
         self._definitions = {
             tool.name: ToolDefinition(
                 name=tool.name,
-                description=_description(tool),
+                description=tool.description or inspect.getdoc(tool.args_model),
                 parameters_json_schema=tool.args_model.model_json_schema(),
                 metadata={"agentlease": self._infos[tool.name].side_effect_class.value},
             )
@@ -151,10 +137,7 @@ class LeasedToolset(AbstractToolset[Any]):
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         return {
             name: ToolsetTool(
-                toolset=self,
-                tool_def=definition,
-                max_retries=self._max_retries,
-                args_validator=self._validators[name],
+                toolset=self, tool_def=definition, max_retries=self._max_retries, args_validator=self._validators[name]
             )
             for name, definition in self._definitions.items()
         }
@@ -162,9 +145,7 @@ class LeasedToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        """Run the call as a leased activity until it is final; see the module docstring for what the model sees.
-
-        Outside a workflow, run a ``leased`` tool's function directly (no lease) and return its output.
+        """Run the call as a leased activity until it is final (outside a workflow: unleased, its output).
 
         Raises:
             ToolFailed: the call did not settle (the model is told why).
@@ -210,29 +191,15 @@ def _not_settled(name: str, outcome: CallOutcome) -> str:
 
 
 async def run_agent(agent: AbstractAgent[Any, OutputT], *args: Any, **kwargs: Any) -> AgentRunResult[OutputT]:
-    """``agent.run(*args, **kwargs)`` from workflow code, then end the run's leased calls.
-
-    The run's ``status`` and its ``AgentLeaseStatus`` search attribute end ``completed``
-    (``cancelled`` when an operator cancelled the whole run or the workflow was cancelled), or
-    ``failed`` when the agent run raised. Outside a workflow it is ``agent.run(*args, **kwargs)``.
+    """``agent.run(*args, **kwargs)`` from workflow code, then end the run's leased calls
+    (:meth:`~agentlease.workflow.LeasedToolCalls.run_to_end`). Outside a workflow it is ``agent.run``.
 
     Raises:
         Exception: whatever the agent run raises, after the run's state is recorded as ``failed``.
     """
     if not workflow.in_workflow():
         return await agent.run(*args, **kwargs)
-    calls = leased_calls()
-    try:
-        result = await agent.run(*args, **kwargs)
-    except asyncio.CancelledError:  # the workflow (or the agent run) was cancelled
-        await calls.stop_calls()  # its calls are cancelled in the ledger first, and stopped
-        calls.end(RunState.CANCELLED)
-        raise
-    except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
-        calls.end(RunState.FAILED)
-        raise
-    calls.end(RunState.CANCELLED if calls.cancelled else RunState.COMPLETED)
-    return result
+    return await leased_calls().run_to_end(agent.run, *args, **kwargs)
 
 
 __all__ = ["DEFAULT_MAX_RETRIES", "DeclaredTool", "KeyFunction", "LeasedToolset", "StepIdFunction", "run_agent"]

@@ -1,9 +1,6 @@
-"""Binding a leased activity (and the decision activity) to the workflow that scheduled it.
-
-A call's task, run, key, heartbeat timeout and tool must derive from the activity Temporal dispatched,
-never from its input (anything else is refused and recorded on the call's own task), and the ledger
-decides whether a claimed task may run its tool (:func:`claimed_refusal`). The rules:
-``docs/security-review.md`` ("Receipts and tasks bound to their run").
+"""Binding a leased activity (and the decision activity) to the workflow that scheduled it: a call's task, run,
+key, heartbeat timeout and tool derive from the activity Temporal dispatched, never from its input
+(``docs/security-review.md``, "Receipts and tasks bound to their run").
 """
 
 from __future__ import annotations
@@ -15,14 +12,7 @@ from sqlalchemy import select
 
 from agentlease.enums import EventKind
 from agentlease.ledger.tables import EVENTS as _EVENTS
-from agentlease.records import (
-    SHARED_KEY_PREFIX,
-    TaskSpec,
-    idempotency_key_for,
-    is_step_id,
-    step_id_from,
-    task_id_for,
-)
+from agentlease.records import SHARED_KEY_PREFIX, TaskSpec, idempotency_key_for, is_step_id, step_id_from, task_id_for
 
 if TYPE_CHECKING:
     from agentlease.ledger.store import Ledger
@@ -30,13 +20,7 @@ if TYPE_CHECKING:
 
 
 def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -> str | None:
-    """Why ``task`` is not a task of workflow ``workflow_id``; ``None`` when it is.
-
-    Args:
-        workflow_id: ``activity.info().workflow_id`` of the attempt (``None``: not scheduled by a workflow).
-        task: the task the call names.
-        shared_key: the caller shares the key across runs.
-    """
+    """Why ``task`` is not a task of workflow ``workflow_id`` (``None``: not scheduled by one); ``None`` when it is."""
     if workflow_id is None:
         return "a leased activity runs only when a workflow schedules it"
     if task.agent_run_id != workflow_id:
@@ -57,12 +41,7 @@ def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -
 
 
 def tool_refusal(activity_type: str, named: str) -> str | None:
-    """Why a call whose input names tool ``named`` may not run as the activity ``activity_type``.
-
-    The tool that runs is the activity Temporal dispatched (its type is the tool's name); an input
-    naming another (``smtp_send`` scheduled with ``"tool": "http_get"``) would have the ledger record,
-    approve or settle the task as a tool that never ran.
-    """
+    """Why a call whose input names tool ``named`` may not run as the activity ``activity_type``."""
     if named != activity_type:
         return (
             f"its input names tool {named!r}, but the activity that runs is {activity_type!r} "
@@ -77,18 +56,7 @@ def as_run(task: TaskSpec, activity_type: str) -> TaskSpec:
 
 
 async def claimed_refusal(ledger: Ledger, claim: Claim, tool: str, *, requires_approval: bool) -> str | None:
-    """Why the task ``claim`` holds may not run ``tool`` now; ``None`` when it may.
-
-    Checked right after the claim, before the tool runs, against the ledger:
-
-    - the task's recorded tool is ``tool`` (a task first recorded for another tool, by a call or a
-      decision of the same step, is not this tool's);
-    - a tool that requires approval runs only when the task's trail holds an ``approved`` entry: an
-      operator's approval of this task, whoever scheduled the call.
-
-    Raises:
-        LedgerUnavailableError: the ledger could not be read.
-    """
+    """Why the task ``claim`` holds may not run ``tool`` now: another recorded tool, or no approval."""
     if claim.tool != tool:
         return (
             f"the ledger records task {claim.task_id!r} as tool {claim.tool!r}, not {tool!r}: "
@@ -123,13 +91,11 @@ def ttl_refusal(heartbeat_timeout: timedelta | None, lease_ttl: timedelta) -> st
 
 
 MAX_RECORDED_RUN_ID_CHARS = 120
-"""Longest workflow id whose refused call is recorded on its own task (longer ones do not fit the
-ledger's columns: the refusal is then only logged and raised)."""
+"""Longest workflow id whose refused call is recorded on its own task (a longer one is only logged and raised)."""
 
 
 def own_task(workflow_id: str, task: TaskSpec) -> TaskSpec | None:
-    """The task a refused call of ``workflow_id`` is recorded on: its own, from its workflow id and step;
-    ``None`` when the workflow id is too long for the ledger's columns."""
+    """The task a refused call of ``workflow_id`` is recorded on: its own (``None``: the id is too long)."""
     if len(workflow_id) > MAX_RECORDED_RUN_ID_CHARS:
         return None
     step_id = step_id_from(task.step_id)

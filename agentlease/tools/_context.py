@@ -1,32 +1,10 @@
 """The lease context a tool runs in: an attempt that has already claimed its task.
 
-``advance(stage, reason)`` writes the stage to the ledger first, then heartbeats the same details to
-Temporal (G5): heartbeat details are throttled by the SDK and the server keeps only the latest, so
-they are a copy for the Temporal UI and the next attempt, never the record.
-
-After the ledger recorded a claim or a stage, the attempt also tells its own run (the
-``agentlease.lease_progress`` signal, :class:`~agentlease.records.LeaseProgress`): the run's ``status``
-query, search attributes and current details then show the live stage, generation and owner
-(``docs/operator-views.md``). Nothing is sent before the attempt has run for
-:data:`PROGRESS_FIRST_AFTER` (a quick call sends none: its result tells the run), then the latest
-progress, and later stage changes at most one per :data:`PROGRESS_MIN_GAP` (the latest one wins);
-renewals in the same stage at most once per :data:`PROGRESS_INTERVAL`. What is still unsent when the
-attempt ends is dropped. The signal is best effort and never holds the tool up. Each carries a proof
-made with its call's key (``ToolCall.progress_key``, :mod:`agentlease.security.progress`): the run believes
-no progress signal without one. An attempt whose holder write the ledger refused (it had lost its
-lease) tells its run once, with the task's count of refused writes (:func:`report_refused_writes`).
-
-Temporal's heartbeat timeout can be changed under a running attempt (``temporal activity
-update-options --heartbeat-timeout``) and ``activity.info()`` does not show it. So, once the attempt has
-run :data:`HEARTBEAT_CHECK_INTERVAL`, a renewal first reads it from the run's description (at most one
-read per interval, waited for at most :data:`DESCRIBE_WAIT`) and records a change in the ledger with both
-values (``details.heartbeat_timeout_ms``, ``details.lease_ttl_ms``) and in the worker's log. The lease
-then follows the shorter of the two: a renewal extends it by the heartbeat timeout when that is shorter
-than the lease TTL. Temporal keeps the attempt by its heartbeats: ``AgentLeasePlugin`` has the SDK send
-each within a second (not paced by the scheduled timeout), and once a shorter timeout is known each
-renewal also heartbeats straight to Temporal (``RecordActivityTaskHeartbeat`` with the attempt's task
-token), for a timeout shorter than that second (``docs/recovery.md``, "A heartbeat timeout changed under
-a running call").
+``advance(stage, reason)`` writes the stage to the ledger first, then heartbeats a copy to Temporal (G5).
+After the ledger recorded a claim or a stage, the attempt tells its own run with a proven, rate-limited
+``agentlease.lease_progress`` signal (``docs/operator-views.md``, "How the run learns the live lease"). A
+heartbeat timeout changed under the attempt is read at renewals and the lease follows the shorter
+(``docs/ttl.md``, "A heartbeat timeout changed under a running call").
 """
 
 from __future__ import annotations
@@ -34,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -65,17 +43,13 @@ PROGRESS_FIRST_AFTER = 1.0
 _MAX_REASON_CHARS = 500
 
 HEARTBEAT_CHECK_INTERVAL = timedelta(seconds=1)
-"""Least time between two reads of Temporal's heartbeat timeout by one attempt, the first counted from its claim
-(a describe of its run, made by a renewal): a quick call reads none, one renewing at most once a second at each
-renewal."""
+"""Least time between two reads of Temporal's heartbeat timeout by one attempt (by a renewal), from its claim."""
 
 DESCRIBE_WAIT = timedelta(milliseconds=250)
-"""How long a renewal waits for its read of the heartbeat timeout, at most a tenth of the lease's TTL; a later
-answer goes with the next renewal."""
+"""How long a renewal waits for that read, at most a tenth of the lease's TTL; a later answer goes with the next."""
 
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
-"""How long an attempt waits for a describe of its run (to learn why Temporal no longer knows it, or
-the heartbeat timeout Temporal applies now)."""
+"""How long an attempt waits for a describe of its run."""
 
 
 async def pending_activity(info: activity.Info) -> Any:
@@ -94,19 +68,11 @@ def heartbeat_timeout_of(pending: Any) -> timedelta | None:
     """The heartbeat timeout Temporal applies to a pending activity (``None``: not said)."""
     if pending is None or not pending.activity_options.HasField("heartbeat_timeout"):
         return None
-    found: timedelta = pending.activity_options.heartbeat_timeout.ToTimedelta()
-    return found
+    return pending.activity_options.heartbeat_timeout.ToTimedelta()
 
 
 async def attempt_heartbeat_timeout(info: activity.Info) -> timedelta:
-    """The heartbeat timeout Temporal applies to this attempt, as its claim records it.
-
-    ``temporal activity update-options --heartbeat-timeout`` changes it on the server, but the attempt's
-    ``activity.info()`` keeps the value the workflow scheduled (server 1.32), in every later attempt too.
-    An operator changes the options of an activity that failed, was paused or reset: so an attempt that
-    follows another (a retry, or one that finds an earlier attempt's heartbeat details) reads it from the
-    run's description, one describe per such attempt; a running attempt reads it again at its renewals.
-    """
+    """The heartbeat timeout Temporal applies to this attempt (a later one reads the run's description)."""
     assert info.heartbeat_timeout is not None
     if info.attempt <= 1 and not info.heartbeat_details:
         return info.heartbeat_timeout
@@ -176,8 +142,7 @@ class LeaseContext:
         self._unavailable: LedgerUnavailableError | None = None
         self._progress_sent_at: float | None = None
         self._progress_first_at = time.monotonic() + PROGRESS_FIRST_AFTER
-        self._progress_next: tuple[Stage | None, str] | None = None
-        """The stage and reason the run has not been told yet."""
+        self._progress_next: tuple[Stage | None, str] | None = None  # the stage and reason not sent yet
         self._progress_sender: asyncio.Task[None] | None = None
         self.heartbeat_timeout = heartbeat_timeout or claim.lease_ttl
         """Temporal's heartbeat timeout for this attempt, as last read (the claim recorded it when it differed)."""
@@ -224,9 +189,8 @@ class LeaseContext:
 
     @property
     def ledger_unavailable(self) -> bool:
-        """True while the ledger cannot be reached (the last renewal failed with
-        :class:`LedgerUnavailableError`): the lease is not confirmed, start no new side effect. A later
-        renewal that succeeds confirms the lease again and clears it."""
+        """True while the last renewal failed with :class:`LedgerUnavailableError`: the lease is not confirmed,
+        start no new side effect. A later renewal that succeeds clears it."""
         return self._unavailable is not None
 
     def downstream_headers(self, resource: str | None = None) -> dict[str, str]:
@@ -255,13 +219,7 @@ class LeaseContext:
             status: what the readback observed (``"open"``, ``"present"``...).
             **details: small JSON-able facts from the readback (sizes, digests).
         """
-        return SettlementReceipt(
-            external_system=external_system,
-            external_id=external_id,
-            status=status,
-            details=details,
-            verified_at=datetime.now(UTC),
-        )
+        return SettlementReceipt.now(external_system, external_id, status, **details)
 
     async def advance(self, stage: Stage, reason: str) -> None:
         """Enter ``stage``: record it in the ledger (a guarded renewal), then heartbeat it.
@@ -298,8 +256,7 @@ class LeaseContext:
         await self._renew(reason, None)
 
     def _timeout_changed(self) -> tuple[str, dict[str, Any]]:
-        """A heartbeat timeout read since the last renewal that differs from the one known: the reason's
-        suffix and the details the renewal records (empty when nothing changed)."""
+        """A changed heartbeat timeout read since the last renewal: the reason's suffix and the renewal's details."""
         check, self._timeout_check = self._timeout_check, None
         if check is None or not check.done() or check.cancelled() or check.exception() is not None:
             self._timeout_check = check if check is not None and not check.done() else None
@@ -326,8 +283,7 @@ class LeaseContext:
         return note, facts
 
     async def _read_timeout(self) -> None:
-        """Read Temporal's heartbeat timeout when a read is due (module docstring), waiting for it at most
-        :data:`DESCRIBE_WAIT`; a read still under way is left to answer the next renewal."""
+        """Read Temporal's heartbeat timeout when a read is due; one still under way answers the next renewal."""
         now = time.monotonic()
         if self._timeout_check is not None or now < self._next_timeout_check or not activity.in_activity():
             return
@@ -385,11 +341,10 @@ class LeaseContext:
         )
 
     async def _heartbeat(self, details: LeaseHeartbeat) -> None:
-        """Heartbeat the renewal to Temporal; past a heartbeat timeout shorter than the scheduled one,
-        straight to Temporal as well, so the attempt keeps even one shorter than the SDK's pace."""
-        _heartbeat(details)
-        if not activity.in_activity():
+        """Heartbeat to Temporal; under a heartbeat timeout shorter than the scheduled one, straight to it too."""
+        if not activity.in_activity():  # unit tests of tools: nothing to heartbeat to
             return
+        activity.heartbeat(details.model_dump(mode="json"))
         info = activity.info()
         if info.heartbeat_timeout is None or self.heartbeat_timeout >= info.heartbeat_timeout:
             return
@@ -401,10 +356,7 @@ class LeaseContext:
             logger.debug("direct heartbeat of %s not recorded: %s", self.claim.task_id, exc)
 
     def _tell_run(self, stage: Stage | None, reason: str) -> None:
-        """Signal the attempt's own run what the ledger just recorded (best effort, in the background).
-
-        The signal is built and proven only when it is sent: an attempt that ends before its first signal
-        is due (most of them) builds none."""
+        """Signal the attempt's own run what the ledger just recorded (best effort, built only when sent)."""
         self._progress_next = (stage, reason)
         if (self._progress_sender is None or self._progress_sender.done()) and activity.in_activity():
             self._progress_sender = asyncio.ensure_future(self._send_progress())
@@ -435,8 +387,7 @@ class LeaseContext:
                 return
 
     def end_progress(self) -> None:
-        """The attempt ended: drop the progress not sent yet (the activity's result tells the run), and any
-        read of the heartbeat timeout still under way."""
+        """The attempt ended: drop the progress not sent yet and any read of the heartbeat timeout under way."""
         self._progress_next = None
         if self._progress_sender is not None and not self._progress_sender.done():
             self._progress_sender.cancel()
@@ -453,8 +404,7 @@ REPORT_TIMEOUT = timedelta(seconds=5)
 def _progress(
     claim: Claim, key: str | None, *, stage: Stage | None, reason: str, refused_writes: int | None = None
 ) -> LeaseProgress | None:
-    """The progress of ``claim`` for the run that scheduled it, proven with its call's ``key`` (``None``: not
-    in an activity, or the task is not a step of the scheduling run)."""
+    """The progress of ``claim`` for the run that scheduled it, proven with ``key``; ``None`` outside one."""
     if not activity.in_activity():
         return None
     info = activity.info()
@@ -473,11 +423,7 @@ def _progress(
 
 
 async def report_refused_writes(claim: Claim, key: str | None, count: int) -> None:
-    """Tell the run that scheduled this attempt that the ledger has refused ``count`` late writes on its task
-    (one signal, proven with the call's ``key``; nothing without a key: a run recorded before ignores it).
-
-    Best effort, within :data:`REPORT_TIMEOUT`: the run may have ended (the ledger keeps the record).
-    """
+    """Tell the attempt's run the task's count of refused late writes (best effort, one proven signal)."""
     if key is None:
         return
     progress = _progress(claim, key, stage=None, reason="a late write was refused", refused_writes=count)
@@ -491,19 +437,3 @@ async def report_refused_writes(claim: Claim, key: str | None, count: int) -> No
         )
     except Exception as exc:  # noqa: BLE001 - the ledger holds the record; the run's count just lags
         logger.debug("refused writes of %s not signalled to its run: %s", claim.task_id, exc)
-
-
-def _heartbeat(details: LeaseHeartbeat) -> None:
-    # Outside an activity (unit tests of tools) there is nothing to heartbeat to.
-    if activity.in_activity():
-        activity.heartbeat(details.model_dump(mode="json"))
-
-
-__all__ = [
-    "LeaseContext",
-    "LeaseHeartbeat",
-    "attempt_heartbeat_timeout",
-    "heartbeat_timeout_of",
-    "pending_activity",
-    "report_refused_writes",
-]

@@ -1,13 +1,7 @@
-"""The tool declaration: a tool's side-effect class and lease bounds beside its code.
+"""The tool declaration: a tool's side-effect class and lease bounds beside its code (``docs/writing-tools.md``).
 
-A tool is an async function ``(ctx: LeaseContext, args: ArgsModel) -> ToolResult`` declared with
-:func:`tool`, or an existing function leased as it is with :func:`agentlease.tools._wrap.leased`.
-Every tool has a lease TTL, which is the ``heartbeat_timeout`` of each attempt (G9): declaring one
-without it is refused. Both declarations check their bounds in one place, :class:`LeaseOptions`.
-
-A tool may also declare what identifies its action (``action_key``, a template over its argument
-names: ``"refund:{order_id}"``), how long an approval of one of its calls lasts (``approval_ttl``), and
-a readback probe that answers whether an action happened (``probe``, :mod:`agentlease.tools._probe`).
+:func:`tool` declares an async ``(ctx: LeaseContext, args: ArgsModel) -> ToolResult``; both it and
+:func:`agentlease.tools._wrap.leased` check their bounds in :class:`LeaseOptions`.
 """
 
 from __future__ import annotations
@@ -55,35 +49,16 @@ ToolFunction = Callable[["LeaseContext", Any], Awaitable[ToolResult]]
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A declared tool.
-
-    Made by :func:`tool` or by :func:`agentlease.leased`. A tool made by ``leased`` can also be
-    called directly, outside any lease: ``await spec(**arguments)`` runs the function it wraps with
-    its arguments validated, and nothing else (no claim, no ledger, no fencing token, no receipt);
-    for local runs, unit tests and evals.
+    """A declared tool, made by :func:`tool` or by :func:`agentlease.leased` (then callable directly: :meth:`__call__`).
 
     Attributes:
         name: the tool name, also the Temporal activity type.
-        side_effect_class: see :class:`SideEffectClass`.
-        lease_ttl: lease TTL = heartbeat timeout of each attempt.
-        start_to_close: bound of one attempt. Default 5 minutes.
-        max_attempts: real attempts before the task is dead-lettered. Default 5.
-        requires_approval: whether each call waits for an operator's ``approve`` before it runs.
+        side_effect_class, lease_ttl, start_to_close, max_attempts, requires_approval, settings, action_key,
+            approval_ttl, probe: as declared (:func:`tool`; ``settings`` ``None``: every one but the worker's own).
         args_model: the pydantic model of the tool's arguments.
         fn: the tool's code, ``(ctx, args) -> ToolResult``, as the worker runs it in a lease.
-        settings: the settings the tool reads through ``ctx.settings``; ``None``: every one but
-            the worker's own (:data:`agentlease.security.secrets.WORKER_ONLY`).
-        description: what a model reads about the tool: the function's docstring (or the
-            framework tool's description). ``None``: none.
-        direct: runs the wrapped function without a lease (see :meth:`__call__`); ``None`` for a
-            ``@tool`` tool, which needs its lease context.
-        action_key: the action key template over argument names (``"refund:{order_id}"``): every
-            caller that gives no key of its own keys the call with it, scoped to the run. ``None``:
-            the default ``<run>:<step>``.
-        approval_ttl: how long an approval of a call lasts, on the ledger's clock. ``None``: the
-            worker's ``AGENTLEASE_APPROVAL_TTL``.
-        probe: the readback probe asked before an ambiguous task waits for a person
-            (:mod:`agentlease.tools._probe`); ``None``: none.
+        description: what a model reads about the tool (the function's docstring); ``None``: none.
+        direct: runs the wrapped function without a lease; ``None`` for a ``@tool`` tool.
     """
 
     name: str
@@ -120,11 +95,8 @@ class ToolSpec:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        """Run the wrapped function directly, outside any lease: ``await spec(order_id="A-1")``.
-
-        No claim, no ledger, no fencing token, no idempotency key, no receipt, no approval:
-        a plain call of the function with its arguments validated by :attr:`args_model`. Inside
-        the function :func:`agentlease.lease.in_lease` is false.
+        """Run the wrapped function directly, outside any lease (no claim, no ledger, no receipt; for local runs,
+        unit tests and evals): ``await spec(order_id="A-1")``, its arguments validated by :attr:`args_model`.
 
         Returns:
             An awaitable of the function's own return value.
@@ -142,18 +114,11 @@ class ToolSpec:
 
 
 _ACTIVITY_DEFINITION = "__temporal_activity_definition"
-"""The attribute ``@activity.defn`` sets on what it decorates."""
-
 _frozen_setattr = ToolSpec.__setattr__
 
 
 def _setattr(self: Any, name: str, value: Any) -> None:
-    """Frozen, but for the activity definition ``@activity.defn`` sets when it sits above ``@leased``.
-
-    Raises:
-        dataclasses.FrozenInstanceError: any other attribute.
-        ConfigurationError: the activity is named other than the tool.
-    """
+    """Frozen, but for the activity definition ``@activity.defn`` sets when it sits above ``@leased``."""
     if name != _ACTIVITY_DEFINITION:
         _frozen_setattr(self, name, value)
         return
@@ -197,21 +162,20 @@ class DeclaredTool(Protocol):
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]: ...
 
 
+def side_effect_class(value: SideEffectClass | str) -> SideEffectClass:
+    """The side-effect class named ``value``. Raises ``ConfigurationError`` for an unknown one."""
+    try:
+        return SideEffectClass(value)
+    except ValueError:
+        known = ", ".join(c.value for c in SideEffectClass)
+        raise ConfigurationError(f"unknown side_effect {value!r}; use one of {known}") from None
+
+
 @dataclass(frozen=True)
 class LeaseOptions:
-    """A tool's side-effect class and lease bounds, checked: the one home of the rules both
-    :func:`tool` and :func:`agentlease.leased` declare with.
-
-    Attributes:
-        side_effect_class: the tool's class.
-        lease_ttl: lease TTL = heartbeat timeout of each attempt.
-        start_to_close: bound of one attempt.
-        max_attempts: real attempts before dead-lettering.
-        requires_approval: each call waits for ``approve``; ``None``: only for ``unsafe`` tools.
-        action_key: the action key template over argument names, or ``None``.
-        approval_ttl: how long an approval lasts; ``None``: the worker's default.
-        probe: the readback probe, or ``None``.
-    """
+    """A tool's side-effect class and lease bounds (the fields of :class:`ToolSpec`), checked: the one home of
+    the rules both :func:`tool` and :func:`agentlease.leased` declare with. ``requires_approval`` ``None``: only
+    for ``unsafe`` tools."""
 
     side_effect_class: SideEffectClass
     lease_ttl: timedelta
@@ -222,50 +186,8 @@ class LeaseOptions:
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
 
-    @classmethod
-    def of(
-        cls,
-        side_effect: SideEffectClass | str,
-        lease_ttl: timedelta,
-        start_to_close: timedelta,
-        max_attempts: int,
-        requires_approval: bool | None,
-        *,
-        action_key: str | None = None,
-        approval_ttl: timedelta | None = None,
-        probe: Probe | None = None,
-    ) -> LeaseOptions:
-        """The options, with the side-effect class parsed (the bounds are checked by :meth:`spec`).
-
-        Raises:
-            ConfigurationError: an unknown side-effect class.
-        """
-        try:
-            side_effect_class = SideEffectClass(side_effect)
-        except ValueError:
-            known = ", ".join(c.value for c in SideEffectClass)
-            raise ConfigurationError(f"unknown side_effect {side_effect!r}; use one of {known}") from None
-        return cls(
-            side_effect_class,
-            lease_ttl,
-            start_to_close,
-            max_attempts,
-            requires_approval,
-            action_key=action_key,
-            approval_ttl=approval_ttl,
-            probe=probe,
-        )
-
     def check(self, tool_name: str) -> None:
-        """Check the bounds of tool ``tool_name``.
-
-        Raises:
-            MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
-            ConfigurationError: ``start_to_close`` below ``lease_ttl``, ``max_attempts`` below 1, an
-                ``approval_ttl`` that is not a positive ``timedelta``, an ``action_key`` that is not a
-                template string (a function cannot reach the workflow), or a ``probe`` that is not an
-                async function.
-        """
+        """Check the bounds of tool ``tool_name`` (``MissingHeartbeatTimeoutError``, ``ConfigurationError``)."""
         if not isinstance(self.lease_ttl, timedelta) or self.lease_ttl <= timedelta(0):
             raise MissingHeartbeatTimeoutError(
                 f"tool {tool_name!r} has no lease_ttl: every tool call needs a heartbeat_timeout (G9)"
@@ -278,12 +200,12 @@ class LeaseOptions:
             not isinstance(self.approval_ttl, timedelta) or self.approval_ttl <= timedelta(0)
         ):
             raise ConfigurationError(f"tool {tool_name!r}: approval_ttl must be a positive timedelta")
-        if self.action_key is not None and not isinstance(self.action_key, str):
-            raise ConfigurationError(
-                f"tool {tool_name!r}: action_key is a template over argument names, such as "
-                "'refund:{order_id}' (the workflow makes the key from it; a function cannot travel there)"
-            )
         if self.action_key is not None:
+            if not isinstance(self.action_key, str):
+                raise ConfigurationError(
+                    f"tool {tool_name!r}: action_key is a template over argument names, such as "
+                    "'refund:{order_id}' (the workflow makes the key from it; a function cannot travel there)"
+                )
             try:
                 action_key_fields(self.action_key)
             except ValueError as exc:
@@ -301,11 +223,7 @@ class LeaseOptions:
         description: str | None,
         direct: Callable[..., Awaitable[Any]] | None = None,
     ) -> ToolSpec:
-        """The :class:`ToolSpec` of tool ``name`` with these options, once they are checked.
-
-        Raises:
-            MissingHeartbeatTimeoutError, ConfigurationError: as :meth:`check`.
-        """
+        """The :class:`ToolSpec` of tool ``name`` with these options, once they are checked."""
         self.check(name)
         if self.action_key is not None:
             unknown = [f for f in action_key_fields(self.action_key) if f not in args_model.model_fields]
@@ -359,10 +277,9 @@ def tool(
         settings: the ``AgentLeaseSettings`` fields the tool reads (``ctx.settings``); reading any
             other is an error. Default: every field but the worker's own connections and secrets
             (``docs/security-operations.md``, "Tool credentials").
-        action_key: what identifies the action, a template over argument names
-            (``"refund:{order_id}"``): a call the caller gives no key is keyed by it, scoped to the run,
-            so the same action asked again (a new tool-call id, a workflow reset) settles from the first
-            receipt. Default ``None``: ``<run>:<step>``.
+        action_key: what identifies the action, a template over argument names (``"refund:{order_id}"``),
+            keying a call that has no key, scoped to the run (``docs/action-keys-and-probes.md``). Default
+            ``None``: ``<run>:<step>``.
         approval_ttl: how long an approval of a call lasts on the ledger's clock. Default ``None``:
             the worker's ``AGENTLEASE_APPROVAL_TTL``.
         probe: ``async (ProbeQuery) -> ProbeResult``, asked whether an action happened before an
@@ -376,8 +293,8 @@ def tool(
         ConfigurationError: an unknown side-effect class, the function is not async, its ``args``
             is not a pydantic model, or a bad ``action_key``, ``approval_ttl`` or ``probe``.
     """
-    options = LeaseOptions.of(
-        side_effect,
+    options = LeaseOptions(
+        side_effect_class(side_effect),
         lease_ttl,
         start_to_close,
         max_attempts,

@@ -1,18 +1,7 @@
-"""Ledger writes a worker could not make during an outage, recorded as soon as the ledger is back.
+"""Ledger writes a worker could not make during an outage, retried in the background until the ledger is back.
 
-When a settle, a release or a park fails with :class:`LedgerUnavailableError`, the attempt ends (its
-lease cannot be confirmed), but what it had to say is not dropped: :class:`DeferredWrites` keeps the
-write and tries it again in the background, with a growing pause, until the ledger answers. Every
-write is a guarded holder write judged by the ledger when it finally runs:
-
-- the lease is still valid (the outage was shorter than it): the write applies, as if on time;
-- the lease lapsed or was superseded meanwhile: it is refused and recorded as evidence
-  (``lease_lost``, or ``late_unapplied`` for a settle) and the task is left to its next attempt or to
-  the sweeper, which classify it by its recorded stage.
-
-A write retried after an outage whose first try did commit is recognised by the ledger and not
-recorded twice (:meth:`~agentlease.ledger.store.Ledger.settle`). What is still pending when the worker
-stops is logged in one line and left to the sweeper.
+Each is a guarded holder write: applied if the lease still holds, else refused and recorded as evidence
+(``docs/recovery.md``, "Ledger outages"). What is still pending when the worker stops is left to the sweeper.
 """
 
 from __future__ import annotations
@@ -44,11 +33,7 @@ class DeferredWrite:
 
 
 class DeferredWrites:
-    """The writes of one worker waiting for the ledger to come back (see the module docstring).
-
-    Args:
-        metrics: where the number pending is reported (``agentlease_ledger_deferred_writes``).
-    """
+    """The writes of one worker waiting for the ledger to come back."""
 
     def __init__(self, metrics: LeaseMetrics = LEASE_METRICS) -> None:
         self._metrics = metrics
@@ -69,12 +54,10 @@ class DeferredWrites:
 
     async def flush(self) -> int:
         """Try every pending write once now; returns how many are still pending."""
-        still: list[DeferredWrite] = []
         for item in list(self._pending):
             try:
                 await item.write()
             except LedgerUnavailableError:
-                still.append(item)
                 continue
             except LeaseLostError:
                 logger.info("recorded after the outage, refused as evidence: %s", item.what)

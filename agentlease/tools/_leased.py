@@ -1,15 +1,8 @@
-"""Leased activities: each tool call claims its task in the ledger before the tool runs.
+"""Leased activities: one per tool, each attempt claims its task in the ledger before the tool runs.
 
-One Temporal activity per tool (activity type = tool name), taking one typed input
-(:class:`ToolCall`) and returning a :class:`ToolOutcome`. At the start of every attempt the
-recovery policy (:mod:`agentlease.recovery._policy`) decides from the ledger's record of the previous
-attempt; after a failure it decides again. What each way an attempt ends records in the ledger and
-shows to Temporal: ``docs/overview.md``, "How an attempt ends, in the ledger and in Temporal".
-
-Every outcome but a tool's own failure is a decision already recorded in the ledger or a known
-condition of the platform, not a fault of the worker: it is raised in Temporal's ``BENIGN`` error
-category, which the SDK logs at DEBUG instead of a WARNING with a traceback and leaves out of its
-failure metrics; agentlease logs it in one line (``agentlease.lease``) when a person should know.
+What each way an attempt ends records in the ledger and shows to Temporal: ``docs/overview.md``, "How an
+attempt ends, in the ledger and in Temporal". Every outcome but a tool's own failure is raised in Temporal's
+``BENIGN`` category (a recorded decision or a known condition, not a fault) and logged here in one line.
 """
 
 from __future__ import annotations
@@ -35,7 +28,6 @@ from agentlease.errors import (
     LeaseLostError,
     LedgerRefusedValueError,
     LedgerUnavailableError,
-    MissingHeartbeatTimeoutError,
     TaskClosedError,
     downstream_refusal,
     one_line,
@@ -80,7 +72,7 @@ from agentlease.tools._registry import ToolRegistry
 from agentlease.tools._resources import ToolResources
 
 EXPECTED = ApplicationErrorCategory.BENIGN
-"""Category of the failures that report a recorded decision or a known condition, not a fault (see the table)."""
+"""Category of the failures that report a recorded decision or a known condition, not a fault."""
 
 SETTLE_RETRY = timedelta(milliseconds=250)
 """Pause between tries of a settle the ledger did not answer, while the lease may still be valid."""
@@ -95,16 +87,7 @@ logger = logging.getLogger("agentlease.lease")
 
 
 class LeasedActivities:
-    """Builds the worker's activities over one ledger and one tool registry.
-
-    Args:
-        ledger: the lease ledger.
-        registry: the tools this worker serves.
-        identity: the ``lease_owner`` of every claim this worker makes.
-        settings: handed to tools through their :class:`LeaseContext`.
-        resources: what the tools share (database engines); default a new, empty one. The caller
-            closes it when the worker stops.
-    """
+    """Builds the worker's activities over one ledger and one tool registry (the caller closes ``resources``)."""
 
     def __init__(
         self,
@@ -121,12 +104,10 @@ class LeasedActivities:
         self._resources = resources or ToolResources()
         self._secrets = secret_provider(settings)
         self._settings_by_tool: dict[str, ToolSettings] = {}
-        """Each tool's :class:`ToolSettings`, made on its first call: the values are the worker's, not the call's."""
         self._metrics = ledger.metrics
         self.deferred = DeferredWrites(self._metrics)
         """Writes an outage kept from the ledger, recorded once it is back."""
-        self._refused_releases: set[tuple[str, int]] = set()
-        """Claims (task id, generation) of attempts under way whose release the ledger refused."""
+        self._refused_releases: set[tuple[str, int]] = set()  # (task id, generation) of attempts under way
 
     async def close(self) -> None:
         """Stop retrying deferred writes (what is left is logged, and left to the sweeper)."""
@@ -134,34 +115,18 @@ class LeasedActivities:
 
     def activities(self) -> list[Any]:
         """The activity callables to register on a Temporal worker."""
-        return [
-            self._describe_tools_activity(),
-            self._describe_run_activity(),
-            _progress_secret,
-            *(self._tool_activity(spec) for spec in self._registry.specs()),
-        ]
-
-    def _catalog(self) -> list[dict[str, Any]]:
-        """The worker's tool catalog as JSON: what ``agentlease.describe_tools`` and ``describe_run`` answer."""
-        return [info.model_dump(mode="json") for info in self._registry.catalog()]
-
-    def _describe_tools_activity(self) -> Any:
-        catalog = self._catalog
+        registry = self._registry
 
         @activity.defn(name=DESCRIBE_TOOLS)
         async def describe_tools() -> list[dict[str, Any]]:
-            return catalog()
-
-        return describe_tools
-
-    def _describe_run_activity(self) -> Any:
-        catalog = self._catalog
+            return [info.model_dump(mode="json") for info in registry.catalog()]
 
         @activity.defn(name=DESCRIBE_RUN)
         async def describe_run() -> dict[str, Any]:
-            return {"tools": catalog(), "progress_secret": mint_secret()}
+            return {"tools": await describe_tools(), "progress_secret": mint_secret()}
 
-        return describe_run
+        tools = [self._tool_activity(spec) for spec in registry.specs()]
+        return [describe_tools, describe_run, _progress_secret, *tools]
 
     def _tool_settings(self, spec: ToolSpec) -> ToolSettings:
         """The settings ``spec``'s tool may read, made once per tool and worker."""
@@ -172,8 +137,7 @@ class LeasedActivities:
 
     def _tool_activity(self, spec: ToolSpec) -> Any:
         async def run_tool(payload: dict[str, Any]) -> dict[str, Any]:
-            # JSON in and out, validated here: the activity works under any payload converter (the
-            # frameworks' own included) and refuses a malformed call in one line.
+            # JSON in and out: the activity works under any payload converter, a malformed call refused in one line.
             call = activity_input(
                 ToolCall, payload, f"malformed tool call for {spec.name}", FailureType.INVALID_TOOL_CALL
             )
@@ -189,16 +153,7 @@ class LeasedActivities:
         return activity.defn(name=spec.name)(run_tool)
 
     async def execute(self, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
-        """Run one attempt of a tool call under a ledger lease (see the module table).
-
-        An outcome of a later generation (a takeover) carries the task's refused late writes, read from
-        the ledger (``ToolOutcome.refused_writes``).
-
-        Raises:
-            ApplicationError: every way the attempt ends short of a settle (the module table).
-            LedgerUnavailableError: the ledger could not be reached (the activity reports it as
-                ``LedgerUnavailable``); what could not be written is deferred.
-        """
+        """Run one attempt of a tool call under a ledger lease (``docs/overview.md``)."""
         outcome = await self._execute(spec, call)
         if outcome.claim_generation > 1 and outcome.refused_writes is None:
             with contextlib.suppress(LedgerUnavailableError):  # the count only: the outcome stands
@@ -210,14 +165,12 @@ class LeasedActivities:
     async def _execute(self, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
         info = activity.info()
         if info.heartbeat_timeout is None or info.heartbeat_timeout <= timedelta(0):
-            message = str(
-                MissingHeartbeatTimeoutError(
-                    f"tool call {call.task_id!r} was scheduled without a heartbeat_timeout; "
-                    "its lease would have no TTL (G9)"
-                )
+            raise ApplicationError(
+                f"tool call {call.task_id!r} was scheduled without a heartbeat_timeout; its lease would have no TTL"
+                " (G9)",
+                type=FailureType.MISSING_HEARTBEAT_TIMEOUT,
+                non_retryable=True,
             )
-            raise ApplicationError(message, type=FailureType.MISSING_HEARTBEAT_TIMEOUT, non_retryable=True)
-        # An approval-gated tool's claim must consume an approval of this call, younger than this (docs/recovery.md).
         approval_ttl = (spec.approval_ttl or self._settings.approval_ttl) if spec.requires_approval else None
         task_spec = as_run(
             TaskSpec.of(call, spec.side_effect_class, spec.lease_ttl, approval_ttl=approval_ttl), info.activity_type
@@ -279,7 +232,6 @@ class LeasedActivities:
             )
 
         if why := await claimed_refusal(self._ledger, claim, spec.name, requires_approval=spec.requires_approval):
-            # The ledger decides: the task's tool, and its approval (docs/security.md).
             await self._park(
                 claim, RecoveryDecision(RecoveryAction.DEAD_LETTER, "refused by the ledger"), ErrorClass.PERMANENT, why
             )
@@ -291,22 +243,20 @@ class LeasedActivities:
                 ErrorClass.PERMANENT,
                 claim.receipt_refused,
             )
-        stored = claim.receipt
+        stored, previous = claim.receipt, ErrorClass.parse(claim.previous_error_class)
         decision = decide(
             spec.side_effect_class,
             claim.previous_stage,
             receipt_present=stored is not None,
-            error_class=ErrorClass.parse(claim.previous_error_class),
+            error_class=previous,
             real_attempts=claim.attempts - 1,
             max_attempts=spec.max_attempts,
         )
-        if decision.action is RecoveryAction.NEVER_RERUN and stored is not None:
-            # G6: an earlier attempt (or a task with the same key) already proved the outcome.
+        if decision.action is RecoveryAction.NEVER_RERUN and stored is not None:  # G6
             self._metrics.duplicate_delivery(spec.name, "settled")
             await asyncio.shield(self._ledger.settle(claim, stored.receipt))
             return self._settled(claim, stored.receipt, None, settled_by=SETTLED_BY_EARLIER_RECEIPT)
-        if _probes_first(spec, claim.previous_stage, decision, ErrorClass.parse(claim.previous_error_class)):
-            # An earlier attempt may have acted: ask the downstream before a person is asked (or a retry runs).
+        if _probes_first(spec, claim.previous_stage, decision, previous):
             probed = await self._probe(
                 spec, call, claim, decision, claim.previous_stage, real_attempts=claim.attempts - 1
             )
@@ -314,8 +264,7 @@ class LeasedActivities:
                 return probed
             decision = probed
         if not decision.action.runs_tool:
-            previous = ErrorClass.parse(claim.previous_error_class) or ErrorClass.EXPIRED
-            await self._park(claim, decision, previous, "before this attempt ran")
+            await self._park(claim, decision, previous or ErrorClass.EXPIRED, "before this attempt ran")
 
         context = LeaseContext(
             ledger=self._ledger,
@@ -341,8 +290,7 @@ class LeasedActivities:
             context.end_progress()
 
     async def _report_refused(self, claim: Claim, progress_key: str | None) -> None:
-        """The ledger refused a write of this attempt (it lost its lease): tell its run the task's count of
-        refused writes, if the run is still open (best effort; the ledger keeps the record)."""
+        """Tell the run of an attempt that lost its lease the task's count of refused writes (best effort)."""
         if progress_key is None:
             return
         try:
@@ -358,18 +306,12 @@ class LeasedActivities:
             result = await self._call_tool(spec, args, context)
         except LeaseLostError as exc:
             raise _lease_lost(exc) from None
-        except LedgerUnavailableError as exc:
-            # The tool stopped at a renewal the ledger did not answer: it started no new side effect.
+        except LedgerUnavailableError as exc:  # at a renewal: the tool started no new side effect
             await self._release(claim, ErrorClass.LEDGER_UNAVAILABLE, one_line(exc))
             raise
         except asyncio.CancelledError:
             cause = await self._interrupted(claim, "while the tool ran")
-            if cause in (
-                Interruption.PAUSED,
-                Interruption.RESET,
-                Interruption.TIMED_OUT,
-                Interruption.HEARTBEAT_TIMEOUT_CHANGED,
-            ):
+            if cause not in (Interruption.SHUTDOWN, Interruption.CANCELLED):
                 raise ApplicationError(
                     f"{claim.task_id}: attempt {cause.value} in Temporal; lease released ({cause.error_class.value})",
                     type=FailureType.INTERRUPTED,
@@ -388,19 +330,13 @@ class LeasedActivities:
                 max_attempts=spec.max_attempts,
             )
             if after.action is RecoveryAction.RECONCILE and spec.probe is not None:
-                # Before a person is asked: did the action happen? (not happened: released, and the next
-                # attempt, which probes again, runs it with the same key)
+                # Did the action happen? Not happened: released, and the next attempt runs it with the same key.
                 probed = await self._probe(
                     spec, call, claim, after, context.stage or claim.previous_stage, real_attempts=claim.attempts
                 )
                 if isinstance(probed, ToolOutcome):
                     return probed
-                after = probed if not probed.action.runs_tool else after
-                if probed.action.runs_tool:
-                    await self._release(claim, error_class, error)
-                    raise ApplicationError(
-                        error, type=error_class.value, next_retry_delay=failure_retry_delay(claim.attempts)
-                    ) from None
+                after = probed
             if not after.action.runs_tool:
                 await self._park(claim, after, error_class, error)
             await self._release(claim, error_class, error)
@@ -408,25 +344,16 @@ class LeasedActivities:
                 error, type=error_class.value, next_retry_delay=failure_retry_delay(claim.attempts)
             ) from None
 
-        try:
-            # Shielded: a cancellation delivered now (this attempt was superseded) must not abandon the
-            # settle, whose refusal is the late_unapplied evidence (G10).
+        try:  # shielded: a cancel now (superseded) must not abandon the settle, whose refusal is evidence (G10)
             saved = await asyncio.shield(self._settle(context, result.receipt, result.output))
-        except LeaseLostError as exc:
-            # G10: recorded as late_unapplied by the ledger; never reported as success.
+        except LeaseLostError as exc:  # recorded as late_unapplied, never reported as success (G10)
             raise _lease_lost(exc, late=True) from None
         if context.committed_at is not None:
             self._metrics.settlement_latency(spec.name, time.perf_counter() - context.committed_at)
         return self._settled(claim, saved.receipt, redact(result.output))
 
     async def _call_tool(self, spec: ToolSpec, args: Any, context: LeaseContext) -> Any:
-        """Run the tool in its lease context; while the downstream answers that the call's key is in flight
-        (an earlier request with it still executes), wait under the lease and run it again: the same claim,
-        generation and key, no real attempt spent (``docs/edge.md``).
-
-        Raises:
-            LeaseLostError, LedgerUnavailableError: a renewal while waiting was refused or not answered.
-        """
+        """Run the tool; while the downstream holds its key in flight, wait under the lease and run it again."""
         waits = 0
         while True:
             try:
@@ -447,8 +374,7 @@ class LeasedActivities:
             context.stage = None  # the tool starts over; the ledger keeps the furthest stage it recorded
 
     async def _refuse_binding(self, task: TaskSpec, workflow_id: str | None, why: str, trace: TraceLink) -> NoReturn:
-        """Refuse a call whose task, key or TTL is not its workflow's: nothing of the task it names changes;
-        the refusal is recorded on its own task (dead-lettered); the attempt fails non-retryably."""
+        """Refuse a call whose task, key or TTL is not its workflow's, recorded on its own task (dead-lettered)."""
         exc = BindingRefusedError(task.task_id, workflow_id, why)
         logger.warning("%s", exc)
         facts: dict[str, Any] = {"status": TaskStatus.DEAD_LETTERED.value}
@@ -458,20 +384,12 @@ class LeasedActivities:
                 self._ledger, own, str(exc), details={"named_task_id": task.task_id}, trace=trace
             )
             facts = _facts(record)
-        raise ApplicationError(
-            str(exc), facts, type=FailureType.DEAD_LETTERED.value, non_retryable=True, category=EXPECTED
-        )
+        raise _final(str(exc), facts, FailureType.DEAD_LETTERED)
 
     async def _settle(
         self, context: LeaseContext, receipt: SettlementReceipt, output: dict[str, Any] | None
     ) -> StoredReceipt:
-        """Settle; while the ledger does not answer, try again as long as the lease may still be valid,
-        then defer the settle (recorded, applied or refused, once the ledger is back) and raise.
-
-        Raises:
-            LeaseLostError: the settle was refused (``late_unapplied``).
-            LedgerUnavailableError: the ledger did not answer before the lease would have lapsed.
-        """
+        """Settle, retried while the ledger does not answer and the lease may be valid, then deferred."""
         claim = context.claim
         retried = False
         while True:
@@ -488,8 +406,7 @@ class LeasedActivities:
                 await asyncio.sleep(SETTLE_RETRY.total_seconds())
 
     async def _interrupted(self, claim: Claim, when: str) -> Interruption:
-        """Release the lease of an attempt Temporal cancelled, with the cause; a pause, a reset or a
-        worker shutdown gives the attempt back."""
+        """Release the lease of an attempt Temporal cancelled, with the cause."""
         cause, facts = await _interruption()
         error = f"attempt cancelled {when} ({cause.value})"
         if cause is Interruption.HEARTBEAT_TIMEOUT_CHANGED:
@@ -512,35 +429,20 @@ class LeasedActivities:
         def release(retried: bool = False) -> Any:
             return self._ledger.release(claim, error_class=error_class, error=error, details=details, retried=retried)
 
-        try:
-            # Shielded: Temporal's cancellation of an attempt that timed out (a paused worker resumed) must not
-            # abandon the release half-way, or the trail would miss the attempt's end.
+        try:  # shielded: a cancel must not abandon the release half-way (the trail would miss the attempt's end)
             await asyncio.shield(release())
-        except LeaseLostError:
-            # Already recorded as lease_lost evidence; the newer holder decides (the run is told, see execute).
+        except LeaseLostError:  # recorded as lease_lost; the newer holder decides (the run is told, see execute)
             self._refused_releases.add((claim.task_id, claim.generation))
         except LedgerUnavailableError:
             what = f"release of {claim.task_id} (generation {claim.generation}, {error_class.value})"
             self.deferred.add(what, lambda: release(True))
 
     async def _park(self, claim: Claim, decision: RecoveryDecision, error_class: ErrorClass, error: str) -> NoReturn:
-        """Apply a decision that does not run the tool, then fail the attempt non-retryably.
-
-        Raises:
-            ApplicationError: the parked failure (``DeadLettered``, ``Blocked``, ``NeedsReconciliation``,
-                ``TaskClosed``), or a retryable ``LeaseLost``.
-            LedgerUnavailableError: the park could not be written; it is deferred, and the next attempt
-                (or the sweeper) decides again from the same record.
-        """
+        """Apply a decision that does not run the tool, then fail the attempt non-retryably (deferred in an outage)."""
         status = decision.action.parks_as
         if status is None:  # stay cancelled / never rerun: the ledger's record says how it ended
-            raise ApplicationError(
-                f"{claim.task_id}: {decision.rule}",
-                _facts(await self._ledger.get_task(claim.task_id)),
-                type=FailureType.TASK_CLOSED.value,
-                non_retryable=True,
-                category=EXPECTED,
-            ) from None
+            record = await self._ledger.get_task(claim.task_id)
+            raise _final(f"{claim.task_id}: {decision.rule}", _facts(record), FailureType.TASK_CLOSED) from None
         reason = f"{decision.rule} ({error})"
 
         def park(retried: bool = False) -> Any:
@@ -556,19 +458,16 @@ class LeasedActivities:
             self.deferred.add(f"{status.value} of {claim.task_id} (generation {claim.generation})", lambda: park(True))
             raise
         record = await self._ledger.get_task(claim.task_id)
-        failure = status.failure_type
-        assert failure is not None
-        raise ApplicationError(  # no cause: the tool's own exception would carry its unredacted message
-            f"{claim.task_id}: {reason}", _facts(record), type=failure.value, non_retryable=True, category=EXPECTED
-        ) from None
+        assert status.failure_type is not None
+        # No cause: the tool's own exception would carry its unredacted message.
+        raise _final(f"{claim.task_id}: {reason}", _facts(record), status.failure_type) from None
 
     async def _closed_outcome(self, exc: TaskClosedError) -> ToolOutcome:
         record = await self._ledger.get_task(exc.task_id)
         if record.status is TaskStatus.SETTLED:
             self._metrics.duplicate_delivery(record.tool, "settled")
             return ToolOutcome.of(record).model_copy(update={"settled_by": SETTLED_BY_EARLIER_RECEIPT})
-        failure = record.status.failure_type or FailureType.TASK_CLOSED
-        raise ApplicationError(str(exc), _facts(record), type=failure.value, non_retryable=True, category=EXPECTED)
+        raise _final(str(exc), _facts(record), record.status.failure_type or FailureType.TASK_CLOSED)
 
     @staticmethod
     def _settled(
@@ -597,29 +496,14 @@ class LeasedActivities:
         *,
         real_attempts: int,
     ) -> ToolOutcome | RecoveryDecision:
-        """Ask the tool's probe whether the action of ``claim`` happened, under the attempt's lease.
-
-        Returns:
-            The settled outcome when it happened (the trail says the probe reconciled it, with the
-            evidence); otherwise the decision to go on with: for a task that would wait for a person
-            (``decision`` is ``reconcile``), ``retry_same_key`` (or a dead letter, the attempts spent)
-            when it did not happen, and ``decision`` with the probe's word in its rule when it cannot
-            tell; for any other task, ``decision`` itself (its retry goes ahead).
-
-        Raises:
-            ApplicationError: a retryable ``LeaseLost`` when the lease was lost meanwhile.
-            LedgerUnavailableError: the ledger could not be reached.
-        """
+        """Ask the tool's probe whether the action happened: the settled outcome, or the decision to go on with."""
         assert spec.probe is not None
         ambiguous = decision.action is RecoveryAction.RECONCILE
-        try:
-            await self._ledger.renew(
-                claim,
-                reason=f"probe: asking the downstream whether the action {claim.idempotency_key} happened "
-                f"(an earlier attempt reached {stage.value if stage else 'no stage'})",
-            )
-        except LeaseLostError as exc:
-            raise _lease_lost(exc) from None
+        await self._renew(
+            claim,
+            f"probe: asking the downstream whether the action {claim.idempotency_key} happened "
+            f"(an earlier attempt reached {stage.value if stage else 'no stage'})",
+        )
         result = await self._ask(spec, call, claim, stage, real_attempts)
         self._metrics.probe(spec.name, result.answer.value if "failed" not in result.evidence else "failed")
         evidence = {"probe": result.answer.value, **result.evidence}
@@ -642,25 +526,26 @@ class LeasedActivities:
                 self._metrics.ambiguity_resolved(spec.name, "probe", "not_happened")
             goes_on = after if ambiguous else decision
             note = f"probe: the action did not happen ({result.summary()}); {goes_on.rule}"
-            try:
-                await self._ledger.renew(claim, reason=note, details={"probe": evidence})
-            except LeaseLostError as exc:
-                raise _lease_lost(exc) from None
+            await self._renew(claim, note, {"probe": evidence})
             return goes_on
         why = f"the probe could not tell: {result.summary()}"
         if not ambiguous:
-            try:
-                await self._ledger.renew(claim, reason=f"probe: {why}; {decision.rule}", details={"probe": evidence})
-            except LeaseLostError as exc:
-                raise _lease_lost(exc) from None
+            await self._renew(claim, f"probe: {why}; {decision.rule}", {"probe": evidence})
             return decision
         return RecoveryDecision(decision.action, f"{decision.rule} ({why})")
+
+    async def _renew(self, claim: Claim, reason: str, details: dict[str, Any] | None = None) -> None:
+        try:
+            await self._ledger.renew(claim, reason=reason, details=details)
+        except LeaseLostError as exc:
+            raise _lease_lost(exc) from None
 
     async def _ask(
         self, spec: ToolSpec, call: ToolCall, claim: Claim, stage: Stage | None, real_attempts: int
     ) -> ProbeResult:
         """The probe's answer; ``cannot_tell`` when its arguments do not validate, it raises or it is too slow."""
         assert spec.probe is not None
+        limit_s = claim.lease_ttl.total_seconds() * PROBE_SHARE_OF_TTL
         try:
             args = spec.args_model.model_validate(call.arguments)
             query = ProbeQuery(
@@ -675,31 +560,28 @@ class LeasedActivities:
                 earlier=await self._ledger.events(claim.task_id),
                 settings=self._tool_settings(spec),
             )
-            limit = claim.lease_ttl.total_seconds() * PROBE_SHARE_OF_TTL
-            result = await asyncio.wait_for(spec.probe(query), limit)
+            result = await asyncio.wait_for(spec.probe(query), limit_s)
         except LedgerUnavailableError:
             raise
         except TimeoutError:
-            limit_s = claim.lease_ttl.total_seconds() * PROBE_SHARE_OF_TTL
             return ProbeResult.cannot_tell(f"the probe did not answer within {limit_s:g}s", failed=True)
         except Exception as exc:  # noqa: BLE001 - a probe that fails cannot tell; a person decides
             return ProbeResult.cannot_tell(f"the probe failed: {redact(one_line(exc))}", failed=True)
         if not isinstance(result, ProbeResult):
-            got = type(result).__name__
-            return ProbeResult.cannot_tell(f"the probe returned {got}, not a ProbeResult", failed=True)
+            return ProbeResult.cannot_tell(
+                f"the probe returned {type(result).__name__}, not a ProbeResult", failed=True
+            )
         return result
 
 
 @activity.defn(name=PROGRESS_SECRET)
 async def _progress_secret() -> str:
-    """A run's progress secret (:mod:`agentlease.security.progress`): a local activity, so the workflow's own
-    randomness, seeded from its run id, is not what guards its live view."""
+    """A run's progress secret (:mod:`agentlease.security.progress`), minted outside the workflow's randomness."""
     return mint_secret()
 
 
 async def _interruption() -> tuple[Interruption, dict[str, Any]]:
-    """Why Temporal cancelled the running attempt, from ``activity.cancellation_details()``, and the facts
-    the release records with it (``cause``; a changed heartbeat timeout's values)."""
+    """Why Temporal cancelled the running attempt, and the facts its release records."""
     details = activity.cancellation_details()
     if activity.is_worker_shutdown() or (details is not None and details.worker_shutdown):
         return Interruption.SHUTDOWN, {}
@@ -715,12 +597,7 @@ async def _interruption() -> tuple[Interruption, dict[str, Any]]:
 
 
 async def _unknown_attempt(*, timed_out: bool = False) -> tuple[Interruption, dict[str, Any]]:
-    """Temporal answered a heartbeat with NotFound (or timed the attempt out): a reset restarted the
-    activity's attempts (the server says so with NotFound rather than a reset flag while the attempt
-    runs), a timeout started the next attempt, or the run closed. The run's pending activity tells them
-    apart, and whether the timeout was an operator's heartbeat timeout shorter than the attempt's
-    heartbeats could keep (``temporal activity update-options``): then the attempt is given back, never
-    counted towards a dead letter as an ordinary failure."""
+    """Tell a reset, a timeout and a closed run apart by the run's pending activity."""
     info = activity.info()
     pending = await pending_activity(info)
     if pending is None:
@@ -751,9 +628,7 @@ _PROBED_ACTIONS = frozenset(
 
 
 def _probes_first(spec: ToolSpec, stage: Stage | None, decision: RecoveryDecision, previous: ErrorClass | None) -> bool:
-    """Whether this attempt asks the tool's probe before anything else: it has one, an earlier attempt
-    crossed ``external_call``, and the policy would ask a person or run the tool again (a person's
-    ``reconcile --action retry`` is a decision already made: it runs as decided)."""
+    """Whether this attempt asks the tool's probe first (``docs/action-keys-and-probes.md``)."""
     return (
         spec.probe is not None
         and stage is not None
@@ -764,23 +639,24 @@ def _probes_first(spec: ToolSpec, stage: Stage | None, decision: RecoveryDecisio
 
 
 def _lease_lost(exc: LeaseLostError, *, late: bool = False) -> ApplicationError:
-    """The retryable ``LeaseLost`` failure of an attempt whose lease another holds, logged in one line:
-    an expected outcome (the guards held), not a fault."""
+    """The retryable ``LeaseLost`` failure, logged in one line: the guards held, not a fault."""
     kept = "its result recorded as late_unapplied" if late else "the newer holder decides"
     logger.info("%s; %s", exc, kept)
     return ApplicationError(str(exc), type=FailureType.LEASE_LOST, category=EXPECTED)
 
 
 def _outage(task_id: str, exc: LedgerUnavailableError) -> ApplicationError:
-    """The retryable ``LedgerUnavailable`` failure, logged in one line, paced by Temporal's attempt."""
+    """The retryable ``LedgerUnavailable`` failure, logged in one line."""
     logger.warning("ledger unavailable, attempt of %s ends and is retried: %s", task_id, exc)
     attempt = activity.info().attempt if activity.in_activity() else 1
     return ApplicationError(
-        str(exc),
-        type=FailureType.LEDGER_UNAVAILABLE,
-        next_retry_delay=ledger_retry_delay(attempt),
-        category=EXPECTED,
+        str(exc), type=FailureType.LEDGER_UNAVAILABLE, next_retry_delay=ledger_retry_delay(attempt), category=EXPECTED
     )
+
+
+def _final(message: str, facts: dict[str, Any], failure: FailureType) -> ApplicationError:
+    """The non-retryable failure that reports a recorded decision, with the task's facts."""
+    return ApplicationError(message, facts, type=failure.value, non_retryable=True, category=EXPECTED)
 
 
 def _facts(record: TaskRecord) -> dict[str, Any]:

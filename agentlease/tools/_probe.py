@@ -1,27 +1,13 @@
 """Readback probes: a tool's own answer to "did the action with this key happen?" (automatic reconciliation).
 
-A tool may declare a probe (``tool(..., probe=...)``, ``leased(..., probe=...)``): an async function
-``(ProbeQuery) -> ProbeResult`` that asks the downstream whether the action of an idempotency key
-happened, with what the ledger knows of the earlier attempts. Before an ambiguous task would wait for
-a person (an ``unsafe`` attempt that may have crossed ``external_call``, G7), the leased attempt runs
-the probe under its lease (:mod:`agentlease.tools._leased`):
-
-- :meth:`ProbeResult.happened` (with a receipt): the task settles from that receipt; the trail says it
-  was reconciled by the probe, with the evidence;
-- :meth:`ProbeResult.not_happened`: the tool runs again with the same idempotency key;
-- :meth:`ProbeResult.cannot_tell`, a probe that raises or outlasts its time: parked for a person, as
-  without a probe.
-
-For a tool of another class whose earlier attempt crossed ``external_call`` the probe runs first too:
-a ``happened`` settles without running the tool again; any other answer lets the recovery policy's
-retry go ahead. ``docs/action-keys-and-probes.md`` ("Probes") shows how to write one.
+A tool declares one with ``probe=``; the leased attempt asks it, under its lease, before an ambiguous task
+waits for a person or a retry runs (``docs/action-keys-and-probes.md``, "Probes").
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -63,13 +49,7 @@ class ProbeQuery:
 
     def receipt(self, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
         """A settlement receipt of what the probe just read back, verified now."""
-        return SettlementReceipt(
-            external_system=external_system,
-            external_id=external_id,
-            status=status,
-            details=details,
-            verified_at=datetime.now(UTC),
-        )
+        return SettlementReceipt.now(external_system, external_id, status, **details)
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,8 @@
-"""Leasing a tool you already have, as it is: :func:`leased`.
+"""Leasing a tool you already have, as it is: :func:`leased` (``docs/wrapping-tools.md``).
 
-``leased`` takes a function with typed parameters (async or not), an ``@activity.defn`` function, a
-Pydantic AI ``Tool`` or an OpenAI Agents ``FunctionTool``, and declares it a tool: the argument model
-is built from the function's signature, the description is its docstring, and the worker runs it
-through an adapter ``(ctx, args) -> ToolResult`` (:func:`_adapter`) that
-
-1. makes the lease current (:mod:`agentlease.lease`), so the function reads its fencing token,
-   idempotency key and headers from there;
-2. records ``external_call`` before calling it, unless the tool is ``read_only``: a wrapped function
-   may start its side effect at once, so an attempt that dies in it is never taken for one that did
-   nothing (an ``unsafe`` tool then waits for reconciliation, G7);
-3. calls it with the validated arguments;
-4. settles with the :class:`ToolResult` it returned, or else with the default receipt
-   ``(<tool name>, <idempotency key>, "returned")`` and its return value as the output
-   (:func:`output_of`).
+The worker runs the function in its lease (:mod:`agentlease.lease` answers inside it), records
+``external_call`` first unless it is ``read_only`` (it may act at once, G7), and settles with the
+:class:`ToolResult` it returned or the default receipt ``(<tool name>, <idempotency key>, "returned")``.
 """
 
 from __future__ import annotations
@@ -34,7 +23,7 @@ from agentlease.errors import ConfigurationError
 from agentlease.lease import _entered
 from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
 from agentlease.tools._context import LeaseContext
-from agentlease.tools._declaration import LeaseOptions, ToolResult, ToolSpec
+from agentlease.tools._declaration import LeaseOptions, ToolResult, ToolSpec, side_effect_class
 from agentlease.tools._probe import Probe
 
 __all__ = ["leased", "not_leasable", "output_of", "run_unleased"]
@@ -43,12 +32,7 @@ DEFAULT_STATUS = "returned"
 """The status of the default receipt: the function returned (nothing was read back)."""
 
 _ARGS_CONFIG = ConfigDict(extra="forbid", protected_namespaces=())
-"""The argument model refuses arguments the function does not take."""
-
-_CONTEXT_TYPES = (
-    ("pydantic_ai", "RunContext"),
-    ("agents", "RunContextWrapper"),
-)
+_CONTEXT_TYPES = (("pydantic_ai", "RunContext"), ("agents", "RunContextWrapper"))
 """Framework context types a leased function cannot take: no framework runs it to pass one."""
 
 
@@ -110,36 +94,24 @@ def leased(
             function (the tool is named after the activity); a ``pydantic_ai.Tool`` (its function,
             name and description); an ``agents.FunctionTool`` made by ``@function_tool`` (the
             function it wraps, its name and description). Omitted: a decorator.
-        side_effect: the tool's side-effect class, as the enum or its value (``"idempotent"``).
-        lease_ttl: the lease TTL, used as the activity's ``heartbeat_timeout``; required (G9).
-        start_to_close: bound of one attempt. Default 5 minutes.
-        max_attempts: real attempts before dead-lettering. Default 5.
-        requires_approval: each call waits for ``approve`` before it runs. Default: true for
-            ``unsafe`` tools, false otherwise.
         name: the tool name (also the Temporal activity type). Default the activity's, the
             framework tool's or the function's name.
-        settings: the ``AgentLeaseSettings`` fields the tool reads (``lease.context().settings``).
-            Default every field but the worker's own.
-        action_key: what identifies the action, a template over the parameters' names
-            (``"refund:{order_id}"``); see :func:`agentlease.tool`. Default ``<run>:<step>``.
-        approval_ttl: how long an approval of a call lasts. Default ``AGENTLEASE_APPROVAL_TTL``.
-        probe: the readback probe, ``async (ProbeQuery) -> ProbeResult``. Default none.
+        side_effect, lease_ttl, start_to_close, max_attempts, requires_approval, settings, action_key,
+            approval_ttl, probe: as for :func:`agentlease.tool` (``action_key`` over the parameters' names).
 
     Returns:
         The :class:`ToolSpec` (with ``fn`` given), or a decorator making one. Its argument model has
-        one field per parameter (annotation and default as declared; extra arguments refused), and
-        ``await spec(**arguments)`` runs the function directly, without a lease.
+        one field per parameter (extra arguments refused); ``await spec(**arguments)`` runs it unleased.
 
     Raises:
         MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
-        ConfigurationError: an unknown side-effect class, bad bounds, a bad ``action_key`` (a
-            template over the parameters' names, never a function), ``approval_ttl`` or ``probe``, or
-            a function that cannot be leased as it is: one taking a framework context or a
-            ``LeaseContext``, ``*args`` or ``**kwargs``, a parameter pydantic cannot validate, a dynamic activity, a
-            ``FunctionTool`` whose function is not kept, or something not callable.
+        ConfigurationError: an unknown side-effect class, bad bounds, a bad ``action_key``, ``approval_ttl``
+            or ``probe``, or a function that cannot be leased as it is: one taking a framework context or a
+            ``LeaseContext``, ``*args`` or ``**kwargs``, a parameter pydantic cannot validate, a dynamic
+            activity, a ``FunctionTool`` whose function is not kept, or something not callable.
     """
-    options = LeaseOptions.of(
-        side_effect,
+    options = LeaseOptions(
+        side_effect_class(side_effect),
         lease_ttl,
         start_to_close,
         max_attempts,
@@ -173,10 +145,7 @@ def leased(
 
 
 def output_of(value: Any) -> dict[str, Any]:
-    """What the agent reads of a leased function's return value: a :class:`ToolResult`'s output; a
-    value that is a JSON object as it is (a pydantic model or dataclass becomes one); anything else
-    as ``{"result": value}``. Values JSON cannot hold are written as their ``str``.
-    """
+    """What the agent reads of a return value: a ``ToolResult``'s output, a JSON object, or ``{"result": value}``."""
     if isinstance(value, ToolResult):
         return value.output
     jsonable = to_jsonable_python(value, fallback=str)
@@ -184,22 +153,12 @@ def output_of(value: Any) -> dict[str, Any]:
 
 
 async def run_unleased(tool: Callable[..., Awaitable[Any]], arguments: dict[str, Any]) -> dict[str, Any]:
-    """Run ``tool`` directly (``await tool(**arguments)``, no lease) and return what the agent reads
-    (:func:`output_of`): the adapters' path outside a workflow.
-
-    Raises:
-        ConfigurationError: ``tool`` is a ``@tool`` tool, which runs only as a leased activity.
-        Exception: whatever the function raises.
-    """
+    """Run ``tool`` directly, no lease, and return what the agent reads (the adapters outside a workflow)."""
     return output_of(await tool(**arguments))
 
 
 def _source(target: Any) -> tuple[Callable[..., Any], str, str | None]:
-    """``(function, default tool name, description)`` of what is to be leased.
-
-    Raises:
-        ConfigurationError: it cannot be leased as it is.
-    """
+    """``(function, default tool name, description)`` of what is to be leased (else ``ConfigurationError``)."""
     if isinstance(target, ToolSpec):
         raise ConfigurationError(f"tool {target.name!r} is already declared; lease the function itself once")
     if _is_mcp(target):
@@ -255,11 +214,7 @@ def not_leasable(target: Any, where: str) -> str:
 def _signature(
     function: Callable[..., Any], tool_name: str
 ) -> tuple[type[BaseModel], Callable[[BaseModel], Awaitable[Any]]]:
-    """The argument model built from ``function``'s signature, and the call of ``function`` with one.
-
-    Raises:
-        ConfigurationError: the function cannot be leased as it is (see :func:`leased`).
-    """
+    """The argument model built from ``function``'s signature, and the call of ``function`` with one."""
     try:
         signature = inspect.signature(function)
         hints = get_type_hints(function, include_extras=True)
@@ -298,11 +253,7 @@ def _signature(
 
 
 def _refuse_context(annotation: Any, tool_name: str, param: str) -> None:
-    """Refuse a parameter only a framework (or the ``@tool`` runtime) could pass.
-
-    Raises:
-        ConfigurationError: ``annotation`` is a framework's run context or a ``LeaseContext``.
-    """
+    """Refuse a parameter only a framework (or the ``@tool`` runtime) could pass."""
     kind = get_origin(annotation) or annotation
     if not isinstance(kind, type):
         return
@@ -324,7 +275,7 @@ def _refuse_context(annotation: Any, tool_name: str, param: str) -> None:
 def _adapter(
     tool_name: str, side_effect_class: SideEffectClass, call: Callable[[BaseModel], Awaitable[Any]]
 ) -> Callable[[LeaseContext, Any], Awaitable[ToolResult]]:
-    """The ``(ctx, args) -> ToolResult`` the worker runs in a lease (see the module docstring)."""
+    """The ``(ctx, args) -> ToolResult`` the worker runs in a lease."""
     starts_effect = side_effect_class is not SideEffectClass.READ_ONLY
 
     async def run(ctx: LeaseContext, args: Any) -> ToolResult:

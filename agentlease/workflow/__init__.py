@@ -13,13 +13,8 @@ Import it in workflow code, passed through the sandbox::
             done = await call_tool(mytools.open_ticket, {"title": ticket}, step_id="open")
             return "opened" if done.settled else f"not opened: {done.view.status.value}"
 
-Each call is a task ``<workflow id>/<step id>`` whose idempotency key is ``<workflow id>:<step id>``
-unless you give one; it runs as the tool's leased activity, and waits when a person must decide
-(approval, reconciliation, blocked, dead-lettered). Operators decide with ``agentlease approve |
-reject | reconcile | redrive | cancel`` or the same Temporal updates as for ``AgentRunWorkflow``;
-``agentlease waiting`` lists the calls that wait. Register the activities on the worker with
-:class:`agentlease.plugin.AgentLeasePlugin`; it also makes every workflow answer the ``status`` query
-and the decision updates from its start, so the workflow needs no set-up line of its own.
+Each call runs as the tool's leased activity and waits when a person must decide (``docs/decisions.md``);
+the worker needs :class:`agentlease.plugin.AgentLeasePlugin` (``docs/agents.md``, "The plugin").
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """Leased tool calls from inside any workflow: the call path (scheduling, attempts, failures, action keys).
 
-Deterministic orchestration only. A workflow's first leased call makes its one
-:class:`LeasedToolCalls` (:func:`leased_calls`); that installs, on the running workflow, what an
-operator talks to: the ``status`` query, the search attributes and current details, and the
-``agentlease.lease_progress`` signal (:mod:`agentlease.workflow._status`); the decision updates
-``approve``, ``reject``, ``redrive``, ``reconcile``, ``cancel`` and the ``decide`` signal
-(:mod:`agentlease.workflow._decisions`). ``docs/operator-views.md`` describes what an operator sees where.
-On a worker with :class:`~agentlease.plugin.AgentLeasePlugin` the query and the updates answer from the
-start of every workflow, before its first leased call (:mod:`agentlease.workflow._interceptor`).
-
-Each call (:meth:`LeasedToolCalls.call`) is a task ``<workflow id>/<step id>`` with the idempotency
-key ``<workflow id>:<step id>`` unless the caller gives one (G4); a caller's key is scoped to the run,
-``<workflow id>:<key>``, unless the caller shares it across runs (``share_idempotency_key``,
-``docs/security.md``). It runs as the tool's leased activity with heartbeat timeout = lease TTL (G9)
-until the task is final; when the task needs a person (approval, reconciliation, blocked,
-dead-lettered) the call waits for that person's decision.
+Deterministic orchestration only. A workflow's first leased call makes its one :class:`LeasedToolCalls`
+(:func:`leased_calls`), which installs what an operator talks to: the view (:mod:`agentlease.workflow._status`,
+``docs/operator-views.md``) and the decisions (:mod:`agentlease.workflow._decisions`, ``docs/decisions.md``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
@@ -57,10 +46,12 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.workflow._versions import BELOW_FLOOR, ReplayFloorError, at_replay_floor
 
 
+ResultT = TypeVar("ResultT")
+
+
 class LeasedCallError(ValueError):
-    """A leased call the run cannot make: its step id is already used, its tool is unknown, or it is
-    beyond the limits of ``docs/limits.md``. ``AgentLeasePlugin`` declares it a workflow failure: a run
-    that lets it propagate fails with this one line instead of retrying its workflow task forever."""
+    """A leased call the run cannot make: its step id is already used, its tool is unknown, or it is beyond
+    the limits of ``docs/limits.md``. ``AgentLeasePlugin`` makes it fail the run instead of its workflow task."""
 
 
 @dataclass(frozen=True)
@@ -81,11 +72,7 @@ class CallOutcome:
 
 
 class LeasedToolCalls:
-    """The leased tool calls of the running workflow (see the module docstring).
-
-    Make exactly one per workflow run, from workflow code. What the run shows is kept by its
-    :class:`~agentlease.workflow._status.RunView`, the decisions taken on it by its
-    :class:`~agentlease.workflow._decisions.RunDecisions`.
+    """The leased tool calls of the running workflow: exactly one per run, from workflow code (:func:`leased_calls`).
 
     Args:
         catalog: the tools this workflow may call, by name; default learnt from the worker with
@@ -96,10 +83,8 @@ class LeasedToolCalls:
         self.run_id = workflow.info().workflow_id
         self._steps: dict[str, PlanStep] = {}
         self._running: dict[str, workflow.ActivityHandle[dict[str, Any]]] = {}
-        self._keys_in_use: dict[str, str] = {}
-        """Idempotency key -> the step that runs under it now (a second call of the key waits)."""
-        self._in_flight: set[str] = set()
-        """Steps whose attempt is under way, until its outcome (a cancel included) is recorded."""
+        self._keys_in_use: dict[str, str] = {}  # key -> the step that runs under it now (a second call waits)
+        self._in_flight: set[str] = set()  # steps whose attempt is under way, until its outcome is recorded
         self._below_floor = not at_replay_floor()  # the run's first command: the floor's marker
         if workflow.instance() is not None:  # in @workflow.init, the interceptor checks (see check_replay_floor)
             self.check_replay_floor()
@@ -113,18 +98,14 @@ class LeasedToolCalls:
         self._catalog = RunCatalog(self._run, catalog)
 
     def check_replay_floor(self) -> None:
-        """Refuse a history recorded below the replay floor (:mod:`agentlease.workflow._versions`).
-
-        Checked when the calls are made, or, for calls made in ``@workflow.init`` (where a failure would
-        leave the SDK's run coroutine unawaited), by ``AgentLeasePlugin``'s interceptor as the run starts.
+        """Refuse a history recorded below the replay floor (:mod:`agentlease.workflow._versions`), when the calls are
+        made or (made in ``@workflow.init``) by ``AgentLeasePlugin``'s interceptor as the run starts.
 
         Raises:
             ReplayFloorError: the run's history was recorded by agentlease below the floor.
         """
         if self._below_floor:
             raise ReplayFloorError(BELOW_FLOOR)
-
-    # -- the run's state ---------------------------------------------------------------------------
 
     @property
     def closed(self) -> bool:
@@ -159,30 +140,41 @@ class LeasedToolCalls:
     def show_search_attributes(self) -> None:
         """Upsert the search attributes whose value changed since they were last shown, in one command.
 
-        The calls do this whenever they wait (for an activity, for a person), when :meth:`call`
-        returns and when the run ends: the changes of one workflow task (a step's end, the next
-        step's start) are shown once, with the values visibility would have ended with anyway. A
-        workflow that waits on something of its own between calls may call it first.
+        The calls do this whenever they wait, when :meth:`call` returns and when the run ends; a workflow
+        that waits on something of its own between calls may call it first.
         """
         self._run.show()
 
     async def stop_calls(self, reason: str = "its workflow was cancelled") -> None:
-        """Stop the run's leased calls because its workflow (or its agent run) was cancelled: what
-        ``agentlease cancel RUN`` does, from workflow code, before the cancellation is let through.
-
-        Every task that is not final is cancelled in the ledger first (the claim ends there, G8: a
-        writing call that may have reached its downstream becomes ``cancelled_effect_unknown``, listed by
-        ``agentlease waiting``), then each running activity is cancelled, and this waits until each has stopped.
-        An agent framework's runner may drop a tool call's task when it is cancelled; this is what
-        keeps the run from ending while the call goes on. The adapters' ``run_agent`` call it; a
-        workflow of its own calls it where it catches ``asyncio.CancelledError``.
+        """Stop the run's leased calls because its workflow (or agent run) was cancelled, before the cancellation
+        is let through: each task that is not final is cancelled in the ledger first (G8), then its running
+        activity, and this waits until each has stopped (``docs/decisions.md``, "When a run's workflow is
+        cancelled"). Call it where a workflow of your own catches ``asyncio.CancelledError``.
 
         Args:
             reason: recorded with each cancel (the decider is ``agentlease``).
         """
         await self._decisions.stop_calls(reason)
 
-    # -- the catalog -------------------------------------------------------------------------------
+    async def run_to_end(self, run: Callable[..., Awaitable[ResultT]], *args: Any, **kwargs: Any) -> ResultT:
+        """``await run(*args, **kwargs)`` (an agent run, workflow code), then end the run: ``completed`` (``cancelled``
+        when an operator cancelled it), ``failed`` when it raised, ``cancelled`` after :meth:`stop_calls` when it
+        was cancelled.
+
+        Raises:
+            Exception: whatever ``run`` raises, after the run's state is recorded.
+        """
+        try:
+            result = await run(*args, **kwargs)
+        except asyncio.CancelledError:  # the workflow (or the agent run) was cancelled: its calls stop first
+            await self.stop_calls()
+            self.end(RunState.CANCELLED)
+            raise
+        except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
+            self.end(RunState.FAILED)
+            raise
+        self.end(RunState.CANCELLED if self.cancelled else RunState.COMPLETED)
+        return result
 
     async def load_catalog(self) -> dict[str, ToolInfo]:
         """Learn the worker's tools (a local activity, recorded in history) and start running
@@ -196,8 +188,6 @@ class LeasedToolCalls:
     def known_tools(self) -> list[str] | None:
         """The tools this run may call, once known."""
         return None if self._catalog.tools is None else sorted(self._catalog.tools)
-
-    # -- steps -------------------------------------------------------------------------------------
 
     def add(self, step: PlanStep) -> TaskView:
         """Register a step (``pending``) without running it; its task and key are fixed here (G4)."""
@@ -271,21 +261,14 @@ class LeasedToolCalls:
 
         Args:
             tool: a tool of the catalog.
-            arguments: its arguments (checked by the tool's model in the activity).
-            step_id: unique within the run; with the workflow id it makes the task id and default key.
-            idempotency_key: the caller's key for the action, scoped to the run (``<workflow id>:<key>``);
-                default ``<workflow id>:<step id>``.
-            share_idempotency_key: share ``idempotency_key`` across runs (``shared:<key>``): a call of
-                another run with the same key, tool and arguments settles from this one's receipt.
-                Default false.
+            arguments, step_id, idempotency_key, share_idempotency_key: as for :func:`agentlease.workflow.call_tool`.
 
         Returns:
             How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.
 
         Raises:
             LeasedCallError: (a ``ValueError``) ``step_id`` is already used in this run, ``tool`` is
-                unknown, or the step is beyond the limits of ``docs/limits.md`` (its arguments' size or
-                depth, a NaN, a NUL, the workflow id's length).
+                unknown, or the step is beyond the limits of ``docs/limits.md``.
         """
         if step_id in self._run.tasks:
             raise LeasedCallError(f"step id {step_id!r} is already used in run {self.run_id}")
@@ -311,12 +294,8 @@ class LeasedToolCalls:
         return outcome
 
     async def run_step(self, step_id: str) -> CallOutcome:
-        """Run a registered step until it is final (see :meth:`call`).
-
-        A step whose tool declares an action key and that has no key of its own is keyed by it first
-        (:meth:`_action_key`); while another step of the run runs under the same key, it waits for that
-        one to end, then runs (and settles from that one's receipt when it settled).
-        """
+        """Run a registered step until it is final (see :meth:`call`), keyed by its tool's action key if it has no
+        key; while another step runs under the same key, it waits for that one to end."""
         step = self._steps[step_id]
         if self._run.tasks[step_id].status.is_terminal:
             return CallOutcome(self._run.tasks[step_id])  # cancelled before it started
@@ -339,8 +318,7 @@ class LeasedToolCalls:
                 del self._keys_in_use[key]
 
     def _action_key(self, step_id: str, info: ToolInfo) -> TaskView | None:
-        """Key a step that has no key of its own with its tool's declared action key (scoped to the run,
-        or shared when the step says so); the failed view when its arguments cannot make the key."""
+        """Key a step that has no key with its tool's action key; the failed view when its arguments cannot."""
         step = self._steps[step_id]
         if step.idempotency_key is not None or info.action_key is None:
             return None
@@ -383,43 +361,38 @@ class LeasedToolCalls:
 
     async def _attempt(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
         """Execute the leased activity once (Temporal retries inside)."""
-        self._in_flight.add(step.step_id)
-        try:
-            return await self._attempt_once(step, info)
-        finally:
-            self._in_flight.discard(step.step_id)
-
-    async def _attempt_once(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
         sid = step.step_id
-        self._run.update(sid, status=TaskStatus.RUNNING)
-        options = leased_activity_options(info)
-        call = self._tool_call(step, progress_key=await self._run.proofs.call_key(sid))
-        handle = workflow.start_activity(
-            step.tool,
-            call.model_dump(mode="json"),
-            heartbeat_timeout=options.heartbeat_timeout,
-            start_to_close_timeout=options.start_to_close_timeout,
-            retry_policy=options.retry_policy,
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            result_type=dict,
-            summary=f"{sid}: {step.tool}",
-        )
-        self._running[sid] = handle
-        # Shown with the attempt's first progress signal (after PROGRESS_FIRST_AFTER) or the call's end:
-        # a quick call costs its run one upsert, not one at its start and another at its end.
-        self._run.show_details()
+        self._in_flight.add(sid)
         try:
-            outcome = ToolOutcome.model_validate(await handle)
-        except ActivityError as err:
-            self._running.pop(sid, None)
-            if isinstance(err.cause, CancelledError) and not self._run.tasks[sid].status.is_cancelled:
-                await self._decisions.cancelled_with_the_run(step)
-            return CallOutcome(self._failed(sid, err))
+            self._run.update(sid, status=TaskStatus.RUNNING)
+            options = leased_activity_options(info)
+            call = self._tool_call(step, progress_key=await self._run.proofs.call_key(sid))
+            handle = workflow.start_activity(
+                step.tool,
+                call.model_dump(mode="json"),
+                heartbeat_timeout=options.heartbeat_timeout,
+                start_to_close_timeout=options.start_to_close_timeout,
+                retry_policy=options.retry_policy,
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                result_type=dict,
+                summary=f"{sid}: {step.tool}",
+            )
+            self._running[sid] = handle
+            self._run.show_details()  # the search attributes follow its first progress signal or its end
+            try:
+                outcome = ToolOutcome.model_validate(await handle)
+            except ActivityError as err:
+                self._running.pop(sid, None)
+                if isinstance(err.cause, CancelledError) and not self._run.tasks[sid].status.is_cancelled:
+                    await self._decisions.cancelled_with_the_run(step)
+                return CallOutcome(self._failed(sid, err))
+            finally:
+                self._running.pop(sid, None)
+            if self._run.tasks[sid].status.is_cancelled:
+                return CallOutcome(self._run.tasks[sid])
+            return CallOutcome(self._run.attempt_ended(sid, outcome), outcome.result)
         finally:
-            self._running.pop(sid, None)
-        if self._run.tasks[sid].status.is_cancelled:
-            return CallOutcome(self._run.tasks[sid])
-        return CallOutcome(self._run.attempt_ended(sid, outcome), outcome.result)
+            self._in_flight.discard(sid)
 
     def _failed(self, step_id: str, err: ActivityError) -> TaskView:
         """The view of a step whose attempt failed: the status its failure reports."""
@@ -447,8 +420,7 @@ class LeasedToolCalls:
         )
 
     def _tool_call(self, step: PlanStep, *, progress_key: str | None = None) -> ToolCall:
-        """The leased activity's input for ``step``: its task, arguments and idempotency key (G4), and the
-        key its progress signals are proven with (a scheduled call's only)."""
+        """The leased activity's input for ``step`` (G4), with the key its progress signals are proven with."""
         view = self._run.tasks[step.step_id]
         return ToolCall(
             task_id=view.task_id,
@@ -473,11 +445,8 @@ _INSTANCE_ATTRIBUTE = "__agentlease_calls__"
 def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
     """The running workflow's :class:`LeasedToolCalls`, made (and its handlers installed) on first use.
 
-    Call it from workflow code. Call it early for the ``status`` query and the decision updates to
-    answer before the first tool call: in ``@workflow.init``, where the workflow object does not
-    exist yet, keep the result in an attribute (``self.calls = leased_calls()``); later calls find it
-    there. (State lives on the workflow object only: a run replayed in the same process, after a
-    cache eviction, builds its own.)
+    Call it from workflow code; in ``@workflow.init``, where the workflow object does not exist yet, keep the
+    result in an attribute (``self.calls = leased_calls()``), where later calls find it.
 
     Args:
         catalog: tools to make callable (adapters pass their tools' infos); more can be added later.

@@ -17,54 +17,33 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.workflow._status import RunView
 
 CATALOG_PATIENCE = timedelta(seconds=30)
-"""How long after its start a run waits for a worker that serves its tools (see :meth:`RunCatalog.load`).
-Default 30s."""
+"""How long after its start a run waits for a worker that serves its tools. Default 30s."""
 _DESCRIBE_TIMEOUT = timedelta(seconds=30)
 
 
 class ToolsNotServedHereError(RuntimeError):
-    """This worker does not serve a tool of the run: the workflow task fails (Temporal retries it,
-    on any worker of the queue); nothing is recorded in the run's history."""
+    """This worker does not serve a tool of the run: the workflow task fails, unrecorded, and is retried."""
 
 
 class RunCatalog:
-    """The run's tools by name (see the module docstring).
-
-    Args:
-        run: the run's view: the run is ``running`` once its tools are known.
-        declared: the tools the workflow declares; default none, learnt with :meth:`load`.
-    """
+    """The run's tools by name, declared by the workflow or learnt from the worker."""
 
     def __init__(self, run: RunView, declared: Iterable[ToolInfo] | None) -> None:
         self._run = run
         self.tools: dict[str, ToolInfo] | None = None if declared is None else {i.name: i for i in declared}
         """The tools known so far, by name; ``None`` until the workflow declares one or :meth:`load` ran."""
-        self._learnt = False
-        """The worker's catalog was learnt, not only the tools the workflow declared."""
+        self._learnt = False  # the worker's catalog was learnt, not only the declared tools
         if self.tools is not None:
             run.set_state(RunState.RUNNING)
 
     async def load(self, steps: Mapping[str, PlanStep]) -> dict[str, ToolInfo]:
-        """Learn the worker's tools (a local activity, recorded in history) and start running.
-
-        A worker that does not serve a tool of the run's ``steps`` (those added meanwhile included) fails
-        only this workflow task (:class:`ToolsNotServedHereError`, nothing recorded), for up to :data:`CATALOG_PATIENCE`
-        after the run started, so that a worker of the queue that serves them takes the run up.
-
-        Raises:
-            ToolsNotServedHereError: as said, within :data:`CATALOG_PATIENCE`.
-            ApplicationError: non-retryable ``UnknownTool`` when a step names a tool the worker
-                does not serve after that; the workflow fails with it.
-        """
+        """Learn the worker's tools and start running; a tool this worker does not serve fails (see the module)."""
         if self.tools is None:
             self.tools = await self._describe()
         unknown = sorted({step.tool for step in steps.values()} - set(self.tools))
         patient = bool(unknown) and workflow.now() - workflow.info().workflow_start_time < CATALOG_PATIENCE
-        # Never in a replay: a workflow task that completed while the catalog was on its way (to answer a
-        # query) replays it, and failing there would fail every task of the run.
+        # Never in a replay: a task that completed while the catalog was on its way replays it.
         if patient and not workflow.unsafe.is_replaying():
-            # Not recorded: the workflow task fails, and the next one (on another worker of the
-            # queue, perhaps) learns that worker's tools.
             raise ToolsNotServedHereError(
                 f"this worker does not serve tool(s) {', '.join(unknown)} of run {self._run.run_id}; the run waits "
                 f"up to {CATALOG_PATIENCE.total_seconds():g}s for a worker of its task queue that does"
@@ -82,9 +61,7 @@ class RunCatalog:
         return self.tools
 
     async def find(self, tool: str, steps: Mapping[str, PlanStep]) -> ToolInfo | None:
-        """``tool``'s info, or ``None`` when neither the workflow nor the worker has it: the catalog is
-        loaded first (:meth:`load`), and a tool the workflow did not declare is looked for once among
-        the worker's (beside the declared ones)."""
+        """``tool``'s info, or ``None`` when neither the workflow nor the worker (asked once) has it."""
         catalog = self.tools if self.tools is not None else await self.load(steps)
         if tool not in catalog and not self._learnt:
             catalog.update({name: info for name, info in (await self._describe()).items() if name not in catalog})

@@ -1,11 +1,5 @@
 """The decisions of a run with leased calls: the decision updates and the ``decide`` signal, their refusals,
-and cancelling and stopping calls.
-
-Deterministic workflow code, used by :class:`~agentlease.workflow._calls.LeasedToolCalls`. Every decision
-is written to the ledger's evidence trail (``agentlease.apply_decision``) with who made it and why; the
-validators refuse what the decision table (:data:`~agentlease.decisions.table.DECISIONS`) does not allow, so a
-refused update leaves no history. A refused ``decide`` signal is counted, shown by ``status`` and written
-to the trail as one summary at most once a minute (``docs/security.md``).
+and cancelling and stopping calls (deterministic workflow code; ``docs/decisions.md``).
 """
 
 from __future__ import annotations
@@ -61,16 +55,7 @@ Handler = Callable[[dict[str, Any]], Any]
 
 
 class RunDecisions:
-    """The run's decisions (see the module docstring).
-
-    Args:
-        run: the run's view, which each decision updates.
-        steps: the run's steps, by step id (kept by the call path).
-        running: the activity of each step whose attempt runs now (kept by the call path).
-        in_flight: the steps whose attempt is under way until its outcome is recorded (kept by the call path).
-        task_of: the task (:class:`~agentlease.records.TaskSpec`) of a step, or ``None`` while its tool is not
-            in the run's catalog.
-    """
+    """The run's decisions, each written to the ledger's evidence trail with who made it and why."""
 
     def __init__(
         self,
@@ -87,10 +72,8 @@ class RunDecisions:
         self._running = running
         self._in_flight = in_flight
         self._task_of = task_of
-        self._cancelling: set[str] = set()
-        """Steps the run is cancelling in the ledger because its workflow (or agent run) was cancelled."""
-        self._unrecorded: list[RefusedDecision] = []
-        """Refused signals not yet in a trail summary (the first one's time in :attr:`_unrecorded_since`)."""
+        self._cancelling: set[str] = set()  # steps cancelled in the ledger because the run was cancelled
+        self._unrecorded: list[RefusedDecision] = []  # refused signals not yet in a trail summary
         self._unrecorded_since: Any = None
         self._unrecorded_total = 0
         self._recorded_summaries = 0
@@ -103,8 +86,6 @@ class RunDecisions:
         self.updates["reconcile"] = (self._reconcile, self._validate_reconcile)
         self.updates["cancel"] = (self._cancel, self._validate_cancel)
         assert tuple(self.updates) == DECISION_UPDATES
-
-    # -- writing a decision ----------------------------------------------------------------------
 
     async def apply(self, step: PlanStep, kind: DecisionKind, by: str, reason: str, **extra: Any) -> TaskView:
         """Write a decision to the ledger (evidence: who and why), then show its result."""
@@ -126,8 +107,6 @@ class RunDecisions:
         shown = TaskStatus.PENDING if outcome.status is TaskStatus.RELEASED else outcome.status
         if by != RUN_DECIDER or kind is not DecisionKind.AWAIT_APPROVAL:
             self._run.decided(_decision_text(step.step_id, kind))
-        # A person ended the call without a receipt: the view says who and why (the run's status,
-        # and what an agent framework's model is told).
         return self._run.update(
             step.step_id,
             status=shown,
@@ -143,8 +122,6 @@ class RunDecisions:
         self._run.refresh_waiting()
         self._run.show()
         return self._run.status_query()
-
-    # -- the decision updates --------------------------------------------------------------------
 
     def _require(self, step_id: str, kind: DecisionKind) -> None:
         """Refuse a decision the step's status does not allow (decision table)."""
@@ -209,14 +186,10 @@ class RunDecisions:
             )
         return kind
 
-    # -- cancel and stop -------------------------------------------------------------------------
-
     async def _cancel(self, payload: dict[str, Any]) -> dict[str, Any]:
         request = parse_payload(CancelRequest, payload, "cancel")
         signed = signed_decision("cancel", request)
-        # Answered at once with the run as it is now: the cancel is in the ledger, and a running attempt
-        # stops at its next renewal (refused), however long its lease; waiting for it to acknowledge
-        # could outlast the caller's time limit.
+        # Answered at once: the cancel is in the ledger, and a running attempt stops at its next renewal.
         if request.step_id is not None:
             await self._cancel_calls([request.step_id], request, signed)
         else:
@@ -235,8 +208,7 @@ class RunDecisions:
             raise ValueError(_NOTHING_TO_CANCEL.format(run=run.run_id))
 
     async def _cancel_calls(self, targets: list[str], request: CancelRequest, signed: dict[str, Any]) -> None:
-        """Cancel each of ``targets`` in the ledger (which ends the claim first, so the old generation
-        cannot settle: G8), then its running activity."""
+        """Cancel each of ``targets`` in the ledger first (G8), then its running activity."""
         for step_id in targets:
             await self.apply(self._steps[step_id], DecisionKind.CANCEL, request.by, request.reason, **signed)
             handle = self._running.get(step_id)
@@ -244,15 +216,7 @@ class RunDecisions:
                 handle.cancel()
 
     async def _cancel_run(self, request: CancelRequest, signed: dict[str, Any]) -> None:
-        """Cancel the whole run: its first open call, where the ledger's decision activity checks the
-        cancel's signature; only then the run (no call starts any more) and every other open call,
-        those that started meanwhile included.
-
-        Raises:
-            ApplicationError: no call is open: nothing would check the cancel (the update is refused).
-            ActivityError: the first call's cancel was refused (unsigned, badly signed, replayed): the
-                run goes on as it was.
-        """
+        """Cancel the run's first open call (its signature is checked there), then the run and every other."""
         done: list[str] = []
         tasks = self._run.tasks
         while targets := [sid for sid, view in tasks.items() if not view.status.is_terminal and sid not in done]:
@@ -263,8 +227,7 @@ class RunDecisions:
             raise ApplicationError(_NOTHING_TO_CANCEL.format(run=self._run.run_id), type=FailureType.DECISION_REFUSED)
 
     async def stop_calls(self, reason: str) -> None:
-        """Cancel every task that is not final in the ledger, then its running activity, and wait until
-        each has stopped (see :meth:`~agentlease.workflow._calls.LeasedToolCalls.stop_calls`)."""
+        """Cancel every task that is not final in the ledger, then its activity, and wait until each stopped."""
         self.cancelled = True
         tasks = self._run.tasks
         targets = [sid for sid, view in tasks.items() if not view.status.is_terminal and sid in self._steps]
@@ -278,8 +241,7 @@ class RunDecisions:
         self._run.refresh_waiting()
 
     async def cancelled_with_the_run(self, step: PlanStep) -> None:
-        """The call's activity was cancelled with its workflow or agent run, not by an operator (whose
-        cancel the ledger holds first): cancel its task in the ledger too (see :meth:`stop_calls`)."""
+        """The call's activity was cancelled with its workflow or agent run: cancel its task in the ledger too."""
         sid = step.step_id
         if sid in self._cancelling:
             await workflow.wait_condition(lambda: sid not in self._cancelling)
@@ -296,8 +258,6 @@ class RunDecisions:
             workflow.logger.info("cancel of step %s with its run not applied: %s", sid, exc.cause or exc)
         finally:
             self._cancelling.discard(sid)
-
-    # -- the decide signal and its refusals ------------------------------------------------------
 
     async def on_decide(self, payload: Any) -> None:
         """The ``decide`` signal: the decision update of the same name, or a recorded refusal."""
@@ -330,8 +290,7 @@ class RunDecisions:
         )
         self._run.refused_signal(refused)
         workflow.logger.warning("refused %s signal for step %s: %s", refused.decision, step_id, refusal)
-        # Counted, and written to the trail as one summary at most once a minute (or with the run's
-        # next decision): a flood of refused signals costs no activity, and no trail entry, each.
+        # Written to the trail as one summary at most once a minute (or with the run's next decision).
         if step_id in self._steps:
             if not self._unrecorded:
                 self._unrecorded_since = workflow.now()
@@ -342,8 +301,7 @@ class RunDecisions:
         self._run.show_details()
 
     async def _flush_refusals(self) -> None:
-        """Write the refused signals not yet recorded as one ``decision_refused`` summary on the step the
-        last one named ("N refused since ..."); past :data:`_MAX_RECORDED_REFUSALS` summaries only counted."""
+        """Write the refused signals not yet recorded as one ``decision_refused`` summary on the last one's step."""
         pending, total, since = self._unrecorded, self._unrecorded_total, self._unrecorded_since
         self._unrecorded, self._unrecorded_total, self._unrecorded_since = [], 0, None
         self._last_flush = workflow.now()
@@ -372,16 +330,14 @@ class RunDecisions:
 
 
 def _decision_text(step_id: str, kind: DecisionKind) -> str:
-    """``publish: approved`` (at most 250 characters): search attributes carry no free text; who and why
-    are in the evidence trail."""
+    """``publish: approved`` (at most 250 characters; who and why are in the evidence trail)."""
     rule = DECISIONS[kind]
     verb = rule.event.value if rule.action is None else f"{rule.event.value} ({rule.action})"
     return f"{step_id}: {verb}"[:_MAX_DECISION_CHARS]
 
 
 def _ended_by(status: TaskStatus, by: str, reason: str) -> str | None:
-    """A decision that ended a task without settling it, as its view's ``error``: who and why
-    (``"rejected by alice: wrong recipient"``); ``None`` for any other decision."""
+    """A decision that ended a task without settling it, as its view's ``error``: ``"rejected by alice: why"``."""
     if status.is_terminal and status is not TaskStatus.SETTLED:
         done = "cancelled" if status.is_cancelled else status.value  # the status says whether its effect is known
         return f"{done} by {by}: {reason}"

@@ -21,10 +21,7 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
-    """A handler's payload as ``model``, or a ``ValueError`` naming what is wrong (a refused update).
-
-    Handlers take plain JSON so that they work under any payload converter, and validate here.
-    """
+    """A handler's payload (plain JSON, for any payload converter) as ``model``, else a one-line ``ValueError``."""
     if isinstance(payload, model):
         return payload
     if (why := undecodable(payload)) is not None:  # a worker's codec could not open it (agentlease.security.codec)
@@ -36,16 +33,10 @@ def parse_payload(model: type[ModelT], payload: Any, what: str) -> ModelT:
 
 
 _HINTS: dict[CodeType, tuple[inspect.Signature, dict[str, Any]]] = {}
-"""Resolved signatures and type hints of handler functions, by their code (see :func:`resolved`)."""
 
 
 def resolved(handler: Callable[..., Any]) -> Callable[..., Any]:
-    """``handler`` (a function or a bound method) with its signature and type hints resolved once per process.
-
-    Temporal reads both each time a run sets a handler, to decode its arguments, and the handlers' annotations
-    are strings (evaluated anew each time): every run sets up to 14 handlers. The values are the ones Temporal
-    would compute; a closure made again by each run shares its code, hence its entry.
-    """
+    """``handler`` with its signature and type hints resolved once per process (by its code), not per run."""
     function: Any = getattr(handler, "__func__", handler)
     known = _HINTS.get(function.__code__)
     if known is None:

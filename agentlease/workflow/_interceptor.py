@@ -25,17 +25,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 class LeasedCallsInterceptor(Interceptor):
-    """Installs the ``status`` query and the decision updates on every workflow of the worker from its
-    start, so that a workflow making leased calls needs no set-up line (``AgentLeasePlugin`` adds it).
-
-    Until the run's first leased call (:func:`~agentlease.workflow.leased_calls`, which installs the real
-    handlers in their place) the query answers the run ``starting`` with no task, and the updates refuse
-    (no step to decide on; a refused update leaves no history). A workflow that defines any of these
-    handlers itself, or a dynamic query or update handler, is left alone. Nothing here issues a command,
-    so histories recorded without it replay with it. A run whose leased calls were made in
-    ``@workflow.init`` is checked against the replay floor here, as it starts
-    (:meth:`~agentlease.workflow.LeasedToolCalls.check_replay_floor`).
-    """
+    """Answers the ``status`` query and refuses the decision updates on every workflow until its first leased call."""
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
@@ -49,10 +39,9 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
         if _defines_own_handlers():
             return
         workflow.set_query_handler(STATUS_QUERY, resolved(_status_before_calls))
-        for command in DECISION_UPDATES:
-            workflow.set_update_handler(
-                command, resolved(_refused_before_calls(command)), validator=_no_step_yet(command)
-            )
+        for command in DECISION_UPDATES:  # the validator refuses: the handler never runs
+            refuse = _no_step_yet(command)
+            workflow.set_update_handler(command, resolved(refuse), validator=refuse)
 
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         """Run the workflow; when it returns or raises, end its leased calls' state if nothing did."""
@@ -66,7 +55,7 @@ class _LeasedCallsInbound(WorkflowInboundInterceptor):
         except (asyncio.CancelledError, CancelledError):
             calls = attached_calls(workflow.instance())
             if calls is not None and not calls.state.ended:
-                await calls.stop_calls()  # its calls stop (cancelled in the ledger first) before the run ends
+                await calls.stop_calls()
             _end_attached(RunState.CANCELLED)
             raise
         except Exception:  # not GeneratorExit nor an eviction: the run did not end, its coroutine was closed
@@ -109,14 +98,6 @@ def _no_step_yet(command: str) -> Any:
         )
 
     return validator
-
-
-def _refused_before_calls(command: str) -> Any:
-    async def handler(payload: Any) -> dict[str, Any]:
-        _no_step_yet(command)(payload)
-        raise AssertionError("unreachable: the validator refuses")  # pragma: no cover
-
-    return handler
 
 
 __all__ = ["LeasedCallsInterceptor"]

@@ -28,16 +28,7 @@ class LeasedActivityOptions:
 
 
 def leased_activity_options(tool: ToolInfo) -> LeasedActivityOptions:
-    """Temporal options of a tool call: heartbeat timeout = lease TTL (G9).
-
-    Temporal retries without an attempt limit: the ledger counts real attempts (refused claims
-    while a lease is still held are not attempts) and dead-letters after ``tool.max_attempts``.
-    The policy's own backoff is short and bounded (:mod:`agentlease.recovery.retries`): it only paces an
-    attempt that was lost; a failure the ledger recorded sets ``next_retry_delay`` itself.
-
-    Raises:
-        MissingHeartbeatTimeoutError: the tool has no positive lease TTL.
-    """
+    """Temporal options of a tool call: heartbeat timeout = lease TTL (G9), unlimited retries on a short backoff."""
     if tool.lease_ttl is None or tool.lease_ttl <= timedelta(0):
         raise MissingHeartbeatTimeoutError(
             f"tool {tool.name!r} cannot be scheduled without a heartbeat_timeout (its lease TTL)"

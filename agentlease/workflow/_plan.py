@@ -1,16 +1,7 @@
-"""``AgentRunWorkflow``: an agent run made from a plan, whose tool calls are leased activities.
+"""``AgentRunWorkflow``: an agent run made from a plan, its steps run in order as leased calls (``docs/plans.md``).
 
-Deterministic orchestration only. The run learns the worker's tools once, then runs its steps in
-order through :class:`~agentlease.workflow._calls.LeasedToolCalls`, which also answers the ``status``
-query and takes the operators' decisions (``approve``, ``reject``, ``reconcile``, ``redrive``,
-``cancel``). A step that needs a person holds the run in ``waiting``; the later steps start once
-that step is final.
-
-Besides what :class:`LeasedToolCalls` installs, a plan run takes:
-
-- update ``submit`` (:class:`~agentlease.records.PlanStep`) -> :class:`~agentlease.records.TaskView`:
-  rejects an unknown tool, a duplicate step id or a closed run;
-- signal ``close``: no more steps; the run ends after its last task.
+Besides what :class:`~agentlease.workflow._calls.LeasedToolCalls` installs, it takes the update ``submit``
+(a :class:`~agentlease.records.PlanStep`, answered with its view) and the signal ``close`` (no more steps).
 """
 
 from __future__ import annotations
@@ -35,9 +26,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 _RECORD_TIMEOUT = timedelta(seconds=30)
-_RECORD_PATIENCE = timedelta(minutes=2)
-"""How long a failing run tries to record its unknown tools (a ledger outage, a worker without the
-activity) before it fails all the same, unrecorded."""
+_RECORD_PATIENCE = timedelta(minutes=2)  # how long a failing run tries to record its unknown tools
 _RECORD_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=10), non_retryable_error_types=[FailureType.UNKNOWN_TOOL.value]
 )
@@ -45,12 +34,7 @@ _RECORD_RETRY = RetryPolicy(
 
 @workflow.defn(name=AGENT_RUN_WORKFLOW, failure_exception_types=[ValidationError, RecursionError])
 class AgentRunWorkflow:
-    """Takes an :class:`~agentlease.records.AgentRunPlan` and returns the run's final
-    :class:`~agentlease.records.RunStatus`. A plan that does not validate (a hand-written
-    ``temporal workflow start --input``) fails the run at once with what is wrong: an
-    ``InvalidPlan`` error, or a ``ValidationError``/``RecursionError`` when the input cannot even
-    be decoded (nested deeper than the data converter decodes); never a workflow task retried
-    forever (``docs/limits.md``)."""
+    """Runs an :class:`~agentlease.records.AgentRunPlan`; a plan that does not validate fails the run at once."""
 
     @workflow.init
     def __init__(self, plan: AgentRunPlan | dict[str, Any]) -> None:
@@ -122,9 +106,7 @@ class AgentRunWorkflow:
         return calls.status()
 
     async def _record_unknown_tools(self) -> None:
-        """Record the steps whose tool no worker serves in the ledger (``agentlease.record_unknown_tools``, so
-        that ``agentlease runs`` and ``tasks`` show the run failed), before the run fails; a run that cannot
-        (within :data:`_RECORD_PATIENCE`) fails all the same."""
+        """Record the steps whose tool no worker serves in the ledger before the run fails (best effort)."""
         calls = self._calls
         known = calls.known_tools() or []
         try:
@@ -152,8 +134,7 @@ class AgentRunWorkflow:
             workflow.logger.warning("the run's unknown tools were not recorded in the ledger: %s", exc.cause or exc)
 
     def _history_is_full(self, ran: int) -> bool:
-        """Whether to continue as new now, between steps: after the plan's ``continue_as_new_after``
-        steps in this Temporal run, or when Temporal suggests it (the history grows large)."""
+        """Whether to continue as new now: after ``continue_as_new_after`` steps, or when Temporal suggests it."""
         limit = self._plan.continue_as_new_after
         return (limit is not None and ran >= limit) or workflow.info().is_continue_as_new_suggested()
 

@@ -1,10 +1,5 @@
-"""The run as its operators see it: its state, each task's view, the search attributes and current details
-that show them, the ``status`` query, and the ``agentlease.lease_progress`` signal that keeps the live view.
-
-Deterministic workflow code, used by :class:`~agentlease.workflow._calls.LeasedToolCalls` (the call path
-and the decisions write here; nothing here schedules anything but the progress secret's local activity).
-A progress signal is shown only when its proof verifies (:class:`ProgressProofs`, ``docs/security-input.md``);
-``docs/operator-views.md`` describes what an operator sees where.
+"""The run as its operators see it: its state, each task's view, the search attributes and current details,
+the ``status`` query, and the proven ``agentlease.lease_progress`` signal (``docs/operator-views.md``).
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ _SECRET_TIMEOUT = timedelta(seconds=10)
 
 
 class ProgressProofs:
-    """The run's progress secret (minted once, by a local activity, when its first call is scheduled),
-    and the count of progress signals it dropped."""
+    """The run's progress secret (minted once, by a local activity), and the count of signals it dropped."""
 
     def __init__(self) -> None:
         self.refused = 0
@@ -54,23 +48,21 @@ class ProgressProofs:
         return self._secret is None
 
     def learn(self, secret: str) -> None:
-        """Take ``secret``, minted with the run's catalog (``agentlease.describe_run``), unless the run already
-        has one: a secret, once a call's key came from it, never changes."""
+        """Take ``secret``, minted with the run's catalog, unless the run already has one (it never changes)."""
         if self.wanted:
             self._secret = secret
 
     def accepted(self, payload: Any, steps: Mapping[str, TaskView]) -> LeaseProgress | None:
-        """The signal's :class:`LeaseProgress` when the run believes it; ``None`` when it is dropped
-        (counted in :attr:`refused`)."""
+        """The signal's :class:`LeaseProgress` when the run believes it; ``None`` (counted) when dropped."""
         try:
             progress = LeaseProgress.model_validate(payload)
         except ValidationError:
+            progress = None
+        secret = self._secret
+        if progress is None or secret is None or progress.step_id not in steps:
             self._refuse()
             return None
-        if self._secret is None or progress.step_id not in steps:
-            self._refuse()
-            return None
-        if not proven(step_key(self._secret, progress.step_id), progress):
+        if not proven(step_key(secret, progress.step_id), progress):
             self._refuse()
             return None
         return progress
@@ -104,18 +96,11 @@ KEPT_REFUSALS = 20
 
 
 class RunView:
-    """The run's state and task views, and how they are shown (see the module docstring).
-
-    Args:
-        run_id: the workflow id.
-        running: the steps whose activity runs now (kept by the call path); a progress signal for any
-            other step is late and ignored.
-    """
+    """The run's state and task views, and how they are shown."""
 
     def __init__(self, run_id: str, running: Container[str]) -> None:
         self.run_id = run_id
-        self.state = RunState.STARTING
-        """Set with :meth:`set_state`."""
+        self.state = RunState.STARTING  # set with set_state
         self.closed = False
         """The run takes no more calls (shown by the ``status`` query)."""
         self.tasks: dict[str, TaskView] = {}
@@ -124,16 +109,11 @@ class RunView:
         self.refused: list[RefusedDecision] = []
         """The last :data:`KEPT_REFUSALS` refused ``decide`` signals (:meth:`refused_signal`)."""
         self.refused_count = 0
-        """Refused ``decide`` signals of this run, all told."""
         self.proofs = ProgressProofs()
-        """Which progress signals the run believes, and how many it dropped."""
         self._running = running
         self._shown: dict[str, Any] = {}
         self._wanted: dict[str, Any] = {}
-        self._highest_generation = 0
-        """The highest claim generation any call of the run reached (``AgentLeaseGeneration``)."""
-
-    # -- state and views -------------------------------------------------------------------------
+        self._highest_generation = 0  # AgentLeaseGeneration
 
     def update(self, step_id: str, **changes: Any) -> TaskView:
         """Change a step's view; returns the new view."""
@@ -174,9 +154,7 @@ class RunView:
         self._wanted[sa.CURRENT_OWNER.name] = ""
 
     def attempt_ended(self, step_id: str, outcome: ToolOutcome) -> TaskView:
-        """Show how a step's attempt ended: its status, stage and receipt, and the owner and claim time of
-        the generation that ended it (not the last progress signal's, a paused loser's); the run's highest
-        generation goes on."""
+        """Show how a step's attempt ended, with the owner and claim time of the generation that ended it."""
         self.set_state(self.state, stage=outcome.stage)
         self._highest_generation = max(self._highest_generation, outcome.claim_generation)
         self._wanted[sa.CURRENT_GENERATION.name] = self._highest_generation
@@ -197,8 +175,7 @@ class RunView:
         )
 
     def learn_refused_writes(self, step_id: str, count: int) -> None:
-        """The task's refused late writes are at least ``count`` (the ledger's count when it was read;
-        reports may arrive in any order); the run's sum is ``AgentLeaseRefusedWrites``."""
+        """The task's refused late writes are at least ``count`` (reports arrive in any order)."""
         if count <= self.tasks[step_id].refused_writes:
             return
         self.update(step_id, refused_writes=count)
@@ -214,11 +191,8 @@ class RunView:
         self.refused = [*self.refused, refused][-KEPT_REFUSALS:]
         self.refused_count += 1
 
-    # -- how the run is shown --------------------------------------------------------------------
-
     def show(self) -> None:
-        """Upsert the search attributes whose value changed since they were last shown, in one command
-        (see :meth:`~agentlease.workflow._calls.LeasedToolCalls.show_search_attributes`), and the details."""
+        """Upsert the search attributes that changed since they were last shown, in one command, and the details."""
         changed = {name: value for name, value in self._wanted.items() if self._shown.get(name) != value}
         if changed:
             self._shown.update(changed)
@@ -247,9 +221,7 @@ class RunView:
         return self.status().model_dump(mode="json")
 
     def current_details(self) -> str:
-        """The run's current details text (the Temporal UI shows it on the run's page), one line each:
-        every running step (``publish: external_call, generation 2, renewing: uploading 3 of 5 images
-        (worker-b)``), every step waiting for a person, the last decision and the last refused signal."""
+        """The run's current details: a line per running or waiting step, the last decision and refusal."""
         lines = []
         for view in self.tasks.values():
             if view.status is TaskStatus.RUNNING:
@@ -280,15 +252,8 @@ class RunView:
             lines.append(dropped)
         return "\n".join(lines)
 
-    # -- the progress signal ---------------------------------------------------------------------
-
     async def on_progress(self, payload: Any) -> None:
-        """A running attempt's :class:`~agentlease.records.LeaseProgress`: show it (a late or stale one is
-        ignored).
-
-        The ``status`` query and the current details change at once; the search attributes once per
-        workflow task (the signals of one task are upserted together), only when the stage, the
-        generation or the owner changed (a renewal's reason alone is not upserted)."""
+        """Show a running attempt's progress (a late or stale one is ignored; ``docs/operator-views.md``)."""
         progress = self.proofs.accepted(payload, self.tasks)
         if progress is None:  # malformed or not proven: dropped, counted
             self.show_details()
@@ -304,11 +269,9 @@ class RunView:
         if sid not in self._running:
             return  # the attempt already ended: its outcome is the newer fact
         view = self.tasks[sid]
-        known = view.claim_generation or 0
-        if progress.claim_generation < known:
+        known = (view.claim_generation or 0, _stage_order(view.stage))
+        if (progress.claim_generation, _stage_order(progress.stage)) < known:  # older, or arrived out of order
             return
-        if progress.claim_generation == known and _stage_order(progress.stage) < _stage_order(view.stage):
-            return  # signals of one attempt may arrive out of order
         self.update(
             sid,
             stage=progress.stage,

@@ -1,12 +1,5 @@
-"""The replay floor of agentlease's workflow code, and every patch id still live above it.
-
-Release 0.4 replays only histories recorded by 0.4 or later (runs of 0.1-0.3 are drained before workers
-are upgraded), so every run takes the newest behaviour and no old branch is kept. Each run records
-:data:`FLOOR_MARKER` when it makes its leased calls' state (:func:`at_replay_floor`): ``deprecate_patch``
-writes it on every new run (no ``patch_activation_callback`` declines it, and a later release may stop
-asking for it without failing these histories); ``patched``, asked next for the same id, answers from the
-SDK's memo of that call: false only on a replay of a history without the marker, whose workflow task then
-fails with :class:`ReplayFloorError`, one line naming the floor (``docs/operator-views.md``, "Replay floor").
+"""The replay floor of agentlease's workflow code, and every patch id still live above it
+(``docs/deployment.md``, "Upgrading workers: the replay floor").
 
 A later change of workflow behaviour asks ``workflow.patched`` for an id listed in :data:`PATCHES` with the
 release that introduced it, until a release raises the floor above it and deletes its old branch.
@@ -30,8 +23,7 @@ PATCHES: dict[str, str] = {FLOOR_MARKER: "0.4.0"}
 
 
 class ReplayFloorError(AgentLeaseError, workflow.NondeterminismError):
-    """A history recorded below :data:`REPLAY_FLOOR`: its workflow task fails (as a non-determinism error
-    does) until a worker of the release that recorded it takes the run."""
+    """A history recorded below :data:`REPLAY_FLOOR`: its workflow task fails, as a non-determinism error does."""
 
 
 BELOW_FLOOR = (
@@ -41,9 +33,7 @@ BELOW_FLOOR = (
 
 
 def at_replay_floor() -> bool:
-    """Record :data:`FLOOR_MARKER` on a new run; whether the run's history holds it (false: the history was
-    recorded by a release below :data:`REPLAY_FLOOR`, and the run must fail its workflow task with
-    :class:`ReplayFloorError` before it issues a command). Call it from workflow code."""
+    """Record :data:`FLOOR_MARKER` on a new run; whether the run's history holds it (workflow code)."""
     workflow.deprecate_patch(FLOOR_MARKER)
     return workflow.patched(FLOOR_MARKER)
 

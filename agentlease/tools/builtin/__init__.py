@@ -18,6 +18,4 @@ from agentlease.tools.builtin.sql_upsert import sql_upsert
 __all__ = ["TOOLS", "http_get", "http_publish", "smtp_send", "sql_upsert"]
 
 TOOLS = (http_get, http_publish, smtp_send, sql_upsert)
-"""Every built-in tool. The registry reads this tuple, not the package's attributes: when a workflow
-imports ``agentlease.tools.builtin.http_get`` through Temporal's sandbox, the sandbox sets the package's
-``http_get`` attribute to the submodule."""
+"""Every built-in tool (read this, not the package's attributes, which the sandbox may set to the submodules)."""

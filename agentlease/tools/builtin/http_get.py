@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import httpx
 from pydantic import BaseModel, Field
 
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import ConfigurationError, PermanentToolError, RetryableToolError
-from agentlease.records import SettlementReceipt
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
 
@@ -131,12 +130,6 @@ async def http_get(ctx: LeaseContext, args: HttpGetArgs) -> ToolResult:
     await ctx.advance(Stage.VERIFY, f"read {len(response.content)} bytes, sha256 {digest[:12]}")
     facts = {"status_code": response.status_code, "bytes": len(response.content), "sha256": digest}
     return ToolResult(
-        receipt=SettlementReceipt(
-            external_system="http",
-            external_id=url,
-            status="fetched",
-            details=facts,
-            verified_at=datetime.now(UTC),
-        ),
+        receipt=ctx.receipt("http", url, "fetched", **facts),
         output={"url": url, **facts, "preview": response.text[:PREVIEW_CHARS]},
     )

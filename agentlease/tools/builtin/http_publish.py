@@ -8,7 +8,7 @@ looks the key up. Its stages and the answers that stop it: ``docs/plans.md`` ("B
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -16,9 +16,7 @@ from pydantic import BaseModel, Field
 
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import AmbiguousSideEffectError, PermanentToolError, RetryableToolError, ToolError
-from agentlease.idempotency.convention import (
-    REPLAYED_HEADER,
-)
+from agentlease.idempotency.convention import REPLAYED_HEADER
 from agentlease.records import SettlementReceipt
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
@@ -71,19 +69,16 @@ def _check_ours(post: dict[str, Any], key: str, args: HttpPublishArgs) -> dict[s
 
 
 def _receipt(post: dict[str, Any], publication: dict[str, Any], base_url: str) -> SettlementReceipt:
-    return SettlementReceipt(
-        external_system="publish",
-        external_id=str(post["id"]),
-        status="published",
-        details={
-            "url": f"{base_url.rstrip('/')}/posts/{post['id']}",
-            "slug": post["slug"],
-            "publication_id": publication["id"],
-            "idempotency_key": publication["idempotency_key"],
-            "generation": publication["generation"],
-            "body_sha256": hashlib.sha256(publication["body"].encode()).hexdigest(),
-        },
-        verified_at=datetime.now(UTC),
+    return SettlementReceipt.now(
+        "publish",
+        str(post["id"]),
+        "published",
+        url=f"{base_url.rstrip('/')}/posts/{post['id']}",
+        slug=post["slug"],
+        publication_id=publication["id"],
+        idempotency_key=publication["idempotency_key"],
+        generation=publication["generation"],
+        body_sha256=hashlib.sha256(publication["body"].encode()).hexdigest(),
     )
 
 

@@ -11,7 +11,7 @@ import asyncio
 import hashlib
 import re
 import smtplib
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from email.message import EmailMessage
 from email.utils import formatdate
 
@@ -19,7 +19,6 @@ from pydantic import BaseModel, Field
 
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import AmbiguousSideEffectError, PermanentToolError, RetryableToolError
-from agentlease.records import SettlementReceipt
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
 from agentlease.tools._probe import ProbeQuery, ProbeResult
@@ -199,18 +198,13 @@ async def smtp_send(ctx: LeaseContext, args: SmtpSendArgs) -> ToolResult:
     reply = await asyncio.to_thread(_deliver, smtp, message)
     await ctx.advance(Stage.COMMIT, f"server accepted {message['Message-ID']}: {reply}")
     await ctx.advance(Stage.VERIFY, "SMTP has no readback: the receipt records the server's reply")
-    return ToolResult(
-        receipt=SettlementReceipt(
-            external_system="smtp",
-            external_id=message["Message-ID"],
-            status="accepted",
-            details={
-                "server": f"{host}:{port}",
-                "reply": reply,
-                "recipients": args.to,
-                "idempotency_key": ctx.idempotency_key,
-            },
-            verified_at=datetime.now(UTC),
-        ),
-        output={"message_id": message["Message-ID"], "reply": reply},
+    receipt = ctx.receipt(
+        "smtp",
+        message["Message-ID"],
+        "accepted",
+        server=f"{host}:{port}",
+        reply=reply,
+        recipients=args.to,
+        idempotency_key=ctx.idempotency_key,
     )
+    return ToolResult(receipt=receipt, output={"message_id": message["Message-ID"], "reply": reply})

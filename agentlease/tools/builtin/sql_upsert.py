@@ -1,11 +1,7 @@
 """``sql_upsert``: an idempotent write into a real SQL table, keyed by a deterministic record key.
 
-The target table has the shape of :func:`records_table`. A write replaces the whole row under
-its record key, including ``idempotency_key`` and ``claim_generation``: the row, and the receipt
-read back from it, name the writer that wrote it last. A retry whose previous attempt reached
-``commit`` or ``verify`` (``ctx.recovery`` is ``read_back_first`` or ``retry_readback``) reads
-back first and settles from what it finds, without writing again (G6), when the row is this
-key's write.
+A write replaces the whole row (:func:`records_table`), naming its writer; a retry past ``commit`` reads back
+first and settles from this key's row without writing again (G6; ``docs/plans.md``, "Built-in tools").
 """
 
 from __future__ import annotations
@@ -132,8 +128,7 @@ async def sql_upsert(ctx: LeaseContext, args: SqlUpsertArgs) -> ToolResult:
         }
         statement = dialect.insert(table).values(**values)
         statement = statement.on_conflict_do_update(
-            index_elements=["record_key"],
-            set_={name: statement.excluded[name] for name in _REWRITTEN},
+            index_elements=["record_key"], set_={name: statement.excluded[name] for name in _REWRITTEN}
         )
         async with engine.connect() as conn:
             await ctx.advance(Stage.EXTERNAL_CALL, f"upserting {table.name}/{key}")
