@@ -422,9 +422,10 @@ async def edge_matrix(opts: argparse.Namespace, address: str, work: Path, out: A
                 results = await run_cells(address, url, where, wanted)
         print(f"\n## The edge's crash-point matrix, {dialect} ledger and downstreams\n", file=out)
         print(grid(results, dialect), file=out)
-        if opts.keep:  # every cell in a row, with the late requests the downstream refused
-            print("\n" + table(results), file=out)
-        failed = [cell.id for cell, outcome in results.items() if isinstance(outcome, str) or outcome.problems()]
+        broken = {c: o for c, o in results.items() if isinstance(o, str) or o.problems()}
+        if opts.keep or broken:  # every cell (or every failed one) in a row, with the refused late requests
+            print("\n" + table(results if opts.keep else broken), file=out)
+        failed = [cell.id for cell in broken]
         print(
             f"\n{len(results) - len(failed)} of {len(results)} cells at one effect with an agreeing ledger "
             f"({time.monotonic() - began:.0f}s){'; failed: ' + ', '.join(failed) if failed else ''}",
