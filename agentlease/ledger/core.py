@@ -28,12 +28,8 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a guarded write touched no row.
-
-    Attributes:
-        current_generation / status: the task's, as the ledger has them.
-        token_refused: owner and generation were the ledger's, the lease token was not (a rebuilt claim).
-    """
+    """Why a guarded write touched no row: the task's generation and status, and ``token_refused`` when only
+    the lease token was not the ledger's (a rebuilt claim)."""
 
     current_generation: int | None
     status: str | None
@@ -78,11 +74,8 @@ def redacted(receipt: SettlementReceipt) -> tuple[SettlementReceipt, dict[str, A
 
 
 class LedgerCore:
-    """The database, statements, lease writes and metrics of one :class:`~agentlease.ledger.store.Ledger`.
-
-    Args:
-        database / metrics: where the transactions run (owned by the ledger), where each operation reports.
-    """
+    """The database (owned by the ledger), statements, lease writes and metrics of one
+    :class:`~agentlease.ledger.store.Ledger`."""
 
     def __init__(self, database: LedgerDatabase, metrics: LeaseMetrics) -> None:
         self.db = database
@@ -91,11 +84,8 @@ class LedgerCore:
         self.metrics = metrics
 
     async def write(self, operation: str, tool: str, transaction: Transaction[R], *, one: bool = False) -> R:
-        """One write transaction (``one``: its change is one statement, :meth:`LedgerDatabase.write_one`).
-
-        Raises:
-            LedgerUnavailableError: counted (``agentlease_ledger_unavailable_total``); the write may have committed.
-        """
+        """One write transaction (``one``: its change is one statement, :meth:`LedgerDatabase.write_one`); a
+        ``LedgerUnavailableError`` is counted (``agentlease_ledger_unavailable_total``) and raised."""
         try:
             return await (self.db.write_one if one else self.db.write)(transaction)
         except LedgerUnavailableError:
@@ -140,14 +130,7 @@ class LedgerCore:
         return {**held(claim.task_id, claim.owner, claim.generation, token), **now_param(now)}
 
     def refused(
-        self,
-        conn: Connection,
-        claim: Claim,
-        *,
-        operation: str,
-        kind: EventKind,
-        now: datetime | None,
-        details: dict[str, Any] | None = None,
+        self, conn: Connection, claim: Claim, operation: str, kind: EventKind, now: datetime | None, details: Any
     ) -> Refusal:
         """Record a refused holder write (a ``lease_lost`` or ``late_unapplied`` entry) and say why it was refused."""
         guard = self.held(claim, now)
@@ -162,7 +145,7 @@ class LedgerCore:
                 f"{operation} refused: the claim of generation {claim.generation} did not present the lease token "
                 "the ledger minted with it (a claim rebuilt from listings or the trail cannot write)"
             )
-        facts = {"operation": operation, **({"lease_token": "refused"} if token_refused else {}), **(details or {})}
+        facts = {"operation": operation, **({"lease_token": "refused"} if token_refused else {}), **details}
         write_event(
             conn,
             self.sql,
@@ -179,12 +162,8 @@ class LedgerCore:
 
     @staticmethod
     def granted(claim: Claim, operation: str, outcome: R | Refusal) -> R:
-        """The outcome of a holder write; a refusal (already recorded) raises.
-
-        Raises:
-            LeaseTokenMismatchError: (a ``LeaseLostError``) the claim did not present its lease token.
-            LeaseLostError: the write was refused (G2).
-        """
+        """The outcome of a holder write; a refusal (already recorded) raises ``LeaseLostError`` (G2), or its
+        subclass ``LeaseTokenMismatchError`` when the claim did not present its lease token."""
         if isinstance(outcome, Refusal) and outcome.token_refused:
             raise LeaseTokenMismatchError(claim.task_id, claim.generation, operation=operation, status=outcome.status)
         if isinstance(outcome, Refusal):

@@ -1,16 +1,7 @@
-"""Where ledger transactions run: one synchronous function per transaction, one hop per call.
-
-- **SQLite**: a synchronous ``sqlite3`` engine used by one dedicated thread, which keeps its connection and
-  runs the process's transactions in turn (``BEGIN IMMEDIATE`` for writes, a plain ``BEGIN`` for reads);
-  why one hop per transaction: ``bench/README.md``.
-- **PostgreSQL**: the async engine (asyncpg) and ``AsyncConnection.run_sync``; a lease write that is one
-  statement goes straight to asyncpg (:meth:`LedgerDatabase.write_statement`, ``docs/operations.md``).
-
-A caller cancelled while its transaction runs on the SQLite thread gets ``CancelledError`` at once, but
-the transaction still runs to its end there (one still queued is skipped): unlike on PostgreSQL, the
-change may be made without the caller learning of it. A queued transaction waits at most the busy
-timeout in all: one that reaches the thread after its deadline fails at once with "database is locked".
-"""
+"""Where ledger transactions run, one synchronous function per transaction: on SQLite one dedicated thread
+running them in turn (``bench/README.md``), on PostgreSQL the async engine's ``run_sync``. A caller cancelled
+while its transaction runs on the SQLite thread is told at once, but the transaction still runs to its end
+(one still queued is skipped); one queued longer than the busy timeout fails with "database is locked"."""
 
 from __future__ import annotations
 
@@ -55,49 +46,29 @@ Transaction = Callable[[Connection], T]
 
 
 class LedgerDatabase(Protocol):
-    """Runs ledger transactions on SQLite or PostgreSQL.
-
-    Attributes:
-        dialect: ``sqlite`` or ``postgresql``.
-        url: the database URL with its password masked, for messages.
-    """
+    """Runs ledger transactions on SQLite or PostgreSQL (``dialect``); ``url`` has its password masked.
+    Each method raises ``LedgerUnavailableError`` when the database could not be reached or answer (a write's
+    outcome is then unknown: it may have committed)."""
 
     dialect: str
     url: str
 
     async def write(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction`` in a write transaction; commit if it returns, roll back if it raises.
-
-        Raises:
-            LedgerUnavailableError: the database could not be reached or answer; the outcome of the
-                transaction is unknown (it may have committed).
-        """
+        """Run ``transaction`` in a write transaction; commit if it returns, roll back if it raises."""
         ...
 
     async def read(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction`` on one consistent snapshot without taking SQLite's write lock.
-
-        Raises:
-            LedgerUnavailableError: the database could not be reached or answer.
-        """
+        """Run ``transaction`` on one consistent snapshot without taking SQLite's write lock."""
         ...
 
     async def write_one(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction``, whose change is ONE statement: on PostgreSQL in autocommit (each statement
-        commits on its own), on SQLite as :meth:`write`.
-
-        Raises:
-            LedgerUnavailableError: as :meth:`write`.
-        """
+        """Run ``transaction``, whose change is ONE statement: on PostgreSQL in autocommit, on SQLite as
+        :meth:`write`."""
         ...
 
     async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-        """Run ONE prebuilt lease statement alone; its rows. On PostgreSQL it goes straight to asyncpg in
-        autocommit (:func:`~agentlease.ledger.compiled.fetch_alone`); on SQLite as :meth:`write_one`.
-
-        Raises:
-            LedgerUnavailableError: as :meth:`write`.
-        """
+        """Run ONE prebuilt lease statement alone; its rows. On PostgreSQL straight to asyncpg in autocommit
+        (:func:`~agentlease.ledger.compiled.fetch_alone`); on SQLite as :meth:`write_one`."""
         ...
 
     async def dispose(self) -> None:
@@ -135,8 +106,7 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
 @contextmanager
 def unavailable_as_error(url: str) -> Iterator[None]:
     """Raise :class:`LedgerUnavailableError` (one line) for an error that says the ledger could not be reached
-    or answer (:func:`~agentlease.ledger.engine.is_unavailable`; a write may have committed), and
-    :class:`LedgerRefusedValueError` for a value the database refuses; anything else propagates unchanged."""
+    or answer, :class:`LedgerRefusedValueError` for a value it refuses; anything else propagates unchanged."""
     try:
         yield
     except _driver_errors() as exc:
@@ -148,17 +118,13 @@ def unavailable_as_error(url: str) -> Iterator[None]:
         raise LedgerUnavailableError(f"ledger {url} unavailable: {cause}") from exc
 
 
-_DELIVER_AFTER = 16
-"""At most this many finished transactions wait for one wake-up of the event loop."""
-
-_DELIVER_WITHIN_S = 0.001
-"""And none waits longer than this before the next transaction starts (which may wait for a lock)."""
+_DELIVER_AFTER = 16  # at most this many finished transactions wait for one wake-up of the event loop
+_DELIVER_WITHIN_S = 0.001  # and none longer than this before the next one starts (which may wait for a lock)
 
 
 class _LedgerThread:
     """The SQLite ledger's thread: runs queued calls in order, handing finished ones back to their loops
-    together while more are queued (one wake-up for several); skips a call cancelled before it started.
-    Not a daemon: stopped by :meth:`stop` or at interpreter exit, after the calls queued before."""
+    together (one wake-up for several). Not a daemon: stopped by :meth:`stop` or at interpreter exit."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
@@ -236,13 +202,9 @@ threading._register_atexit(_stop_at_exit)  # type: ignore[attr-defined]  # as co
 
 
 class SQLiteThreadDatabase:
-    """A SQLite ledger used from one dedicated thread: one hop per transaction.
-
-    Args:
-        engine: from :func:`~agentlease.ledger.engine.create_sqlite_thread_engine`; owned.
-        url: for messages.
-        busy_timeout_ms: the engine's busy timeout; also the most a transaction waits in the queue.
-    """
+    """A SQLite ledger used from one dedicated thread, on ``engine``
+    (:func:`~agentlease.ledger.engine.create_sqlite_thread_engine`; owned); ``busy_timeout_ms``: the engine's,
+    also the most a transaction waits in the queue."""
 
     dialect = "sqlite"
 
@@ -313,15 +275,14 @@ class SQLiteThreadDatabase:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         deadline = time.monotonic() + self._wait_s
         self._thread.submit(future, functools.partial(self._run, read_only, transaction, deadline))
-        return await future
+        with unavailable_as_error(self.url):
+            return await future
 
     async def write(self, transaction: Transaction[T]) -> T:
-        with unavailable_as_error(self.url):
-            return await self._hop(False, transaction)
+        return await self._hop(False, transaction)
 
     async def read(self, transaction: Transaction[T]) -> T:
-        with unavailable_as_error(self.url):
-            return await self._hop(True, transaction)
+        return await self._hop(True, transaction)
 
     write_one = write
 
@@ -342,11 +303,8 @@ class SQLiteThreadDatabase:
 
 
 class AsyncEngineDatabase:
-    """The PostgreSQL ledger's database: each transaction runs via ``run_sync``, each statement awaited.
-
-    Args:
-        engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.
-    """
+    """The PostgreSQL ledger's database, on ``engine`` (:func:`~agentlease.ledger.engine.create_pg_ledger_engine`;
+    owned): each transaction runs via ``run_sync``."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine

@@ -1,6 +1,5 @@
-"""Decisions applied to a task (:func:`agentlease.ledger.writes.decision`, G8), and a refused decision's entry;
-``Ledger.decide`` and ``Ledger.record_refused_decision`` document the calls.
-"""
+"""Decisions applied to a task (G8), and a refused decision's entry: ``Ledger.decide`` and
+``Ledger.record_refused_decision``."""
 
 from __future__ import annotations
 
@@ -43,11 +42,7 @@ async def decide(
     expected_generation: int | None,
     now: datetime | None,
 ) -> TaskRecord:
-    """``Ledger.decide``: the task after the decision.
-
-    Raises:
-        TaskMovedError / TaskNotFoundError / TaskClosedError / ValueError: see ``Ledger.decide``.
-    """
+    """``Ledger.decide``: the task after the decision; raises as ``Ledger.decide`` documents."""
     rule = DECISIONS[kind]
     if rule.settles != (receipt is not None):
         raise ValueError(f"{kind.value} {'needs' if rule.settles else 'takes no'} settlement receipt")

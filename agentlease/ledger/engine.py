@@ -1,7 +1,5 @@
-"""Database engines, for the ledger and for a downstream: URLs, SQLite's file and pragmas, the async engine a
-downstream (or a tool) uses, the ledger's own engines (``docs/operations.md``), and how a driver's error
-reads (an outage, a refused value, a missing schema).
-"""
+"""Database engines for the ledger (``docs/operations.md``) and for a downstream: URLs, SQLite's file and
+pragmas, and how a driver's error reads (an outage, a refused value, a missing schema)."""
 
 from __future__ import annotations
 
@@ -74,11 +72,7 @@ def display_url(url: str) -> str:
 
 
 def sqlite_path(url: str, *, name: str = "database") -> Path | None:
-    """The file of a SQLite URL; ``None`` for PostgreSQL.
-
-    Raises:
-        ConfigurationError: bad URL (see :func:`async_url`).
-    """
+    """The file of a SQLite URL; ``None`` for PostgreSQL. Raises ``ConfigurationError`` as :func:`async_url`."""
     normalised = async_url(url, name=name)
     if not normalised.startswith("sqlite"):
         return None
@@ -95,8 +89,8 @@ def is_missing_schema(exc: BaseException) -> bool:
 
 
 def asyncpg_errors(*names: str) -> tuple[type[BaseException], ...]:
-    """asyncpg's error classes of these names (``"PostgresError"``, ...), for ``except`` or ``isinstance``;
-    ``()`` while asyncpg was never imported (then none of its errors can have been raised)."""
+    """asyncpg's error classes of these names (``"PostgresError"``, ...); ``()`` while asyncpg was never imported
+    (then none of its errors can have been raised)."""
     if "asyncpg" not in sys.modules:
         return ()
     import asyncpg  # already imported: a dictionary look-up (waits if another thread is importing it)
@@ -116,7 +110,7 @@ _UNREACHABLE_PG = (
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether a database error says the database could not be reached or answer (stopped, restarting, the
-    connection dropped, SQLite's write lock held too long); a missing schema is not an outage."""
+    connection dropped, SQLite's write lock held too long); not a missing schema."""
     if is_missing_schema(exc):
         return False
     if (isinstance(exc, DBAPIError) and exc.connection_invalidated) or isinstance(exc, InterfaceError):
@@ -131,8 +125,8 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 def is_refused_value(exc: BaseException) -> bool:
-    """Whether a database error refuses a value a statement carried (too long, not encodable, out of range) or
-    the write to this role (no privilege, a row guard): retrying the same statement fails the same way."""
+    """Whether a database error refuses a value (too long, not encodable, out of range) or the write to this
+    role (no privilege, a row guard): retrying the same statement fails the same way."""
     from sqlalchemy.exc import DataError
 
     if isinstance(exc, DataError):
@@ -146,11 +140,7 @@ _SQLITE_OUTAGES = ("database is locked", "unable to open database file", "disk I
 
 
 def create_sqlite_directory(path: Path, *, name: str = "database") -> None:
-    """Create the directory of a SQLite database file.
-
-    Raises:
-        LedgerUnavailableError: it cannot be created.
-    """
+    """Create the directory of a SQLite database file. Raises ``LedgerUnavailableError`` if it cannot."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -160,8 +150,8 @@ def create_sqlite_directory(path: Path, *, name: str = "database") -> None:
 
 
 def sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
-    """WAL mode, the busy timeout and ``synchronous=NORMAL`` on a new SQLite connection; the engine emits
-    ``BEGIN`` itself."""
+    """WAL mode, the busy timeout and ``synchronous=NORMAL`` on a new SQLite connection (``BEGIN`` left to the
+    engine)."""
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -205,19 +195,15 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
 
 
 PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 1_000
-"""PostgreSQL ends a ledger session left idle inside a transaction this long (a paused worker's row lock
-would block takeovers). Default 1s."""
+"""PostgreSQL ends a ledger session idle inside a transaction this long (a paused worker's row lock would block
+takeovers). Default 1s."""
 
-READ_ONLY_OPTION = "agentlease_read_only"
-"""Execution option (bool) of SQLite connections whose transactions only read: plain ``BEGIN``."""
+READ_ONLY_OPTION = "agentlease_read_only"  # execution option of SQLite reads: a plain ``BEGIN``
 
 
 def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
-    """Create the synchronous SQLite engine of a ledger, for use by one thread at a time.
-
-    Args:
-        url: a ``sqlite:///PATH`` URL (any SQLite driver name is replaced by ``pysqlite``).
-        busy_timeout_ms: how long a writer waits for another process's write lock. Default 30s.
+    """The synchronous SQLite engine of a ledger at ``url`` (``sqlite:///PATH``), for one thread at a time;
+    ``busy_timeout_ms``: how long a writer waits for another process's write lock (default 30s).
 
     Raises:
         ConfigurationError: bad URL, or not SQLite.
@@ -266,17 +252,9 @@ PG_POOL_TIMEOUT_S = 30.0
 
 
 def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> AsyncEngine:
-    """Create the async engine of a PostgreSQL ledger: at most ``pool_size`` connections, no overflow (a burst
-    waits up to :data:`PG_POOL_TIMEOUT_S`), pinged before use only after :data:`PG_PING_AFTER_IDLE_S` idle
-    (``docs/operations.md``, "PostgreSQL connections").
-
-    Args:
-        url: ``postgresql://USER:PASS@HOST:PORT/DB`` (see :func:`agentlease.ledger.engine.async_url`).
-        pool_size: connections at most. Default :data:`PG_POOL_SIZE` (10).
-
-    Raises:
-        ConfigurationError: bad URL, not PostgreSQL, or ``pool_size`` below 1.
-    """
+    """The async engine of a PostgreSQL ledger at ``url``: at most ``pool_size`` connections (default 10), no
+    overflow, pinged before use only after :data:`PG_PING_AFTER_IDLE_S` idle (``docs/operations.md``,
+    "PostgreSQL connections"). Raises ``ConfigurationError``: bad URL, not PostgreSQL, ``pool_size`` below 1."""
     if sqlite_path(url, name="ledger") is not None:
         raise ConfigurationError(f"not a PostgreSQL URL: {display_url(url)!r}")
     if pool_size < 1:

@@ -1,10 +1,5 @@
-"""Retention: deleting the evidence of final tasks by age, in batches (``agentlease purge``;
-``docs/security-data.md``, "Retention and redaction").
-
-A task is purged when it is final (but ``cancelled_effect_unknown``) and its last change is older than the
-cut-off: its trail, its row and, unless receipts are kept, its receipts, but never the receipt of a run
-still open or one whose key an open task still names. Each batch re-checks all of this in its transaction.
-"""
+"""Retention: deleting final tasks older than a cut-off with their evidence, in batches that each re-check it
+(``agentlease purge``; ``docs/security-data.md``, "Retention and redaction")."""
 
 from __future__ import annotations
 
@@ -33,12 +28,7 @@ _FINAL = sorted(s.value for s in TaskStatus if s.is_terminal and s is not TaskSt
 
 @dataclass(frozen=True)
 class PurgeCounts:
-    """What a purge deleted (or, in a dry run, would delete).
-
-    Attributes:
-        tasks / events / receipts: rows of each table.
-        batches: transactions it took (0 in a dry run).
-    """
+    """The rows of each table a purge deleted (or, in a dry run, would delete), and the transactions it took."""
 
     tasks: int = 0
     events: int = 0
@@ -73,17 +63,12 @@ async def purge(
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> PurgeCounts:
-    """Delete final tasks whose last change is older than ``older_than``, with their evidence.
+    """Delete final tasks whose last change is older than ``older_than`` (ledger clock), with their evidence.
 
     Args:
-        ledger: the ledger.
-        older_than: the age, on the ledger's clock, a final task must have. Must be positive.
         keep_receipts: keep the purged tasks' receipts (their keys stay deduplicated). Default false.
         dry_run: count only. Default false.
         batch_size: tasks per transaction (keyset batches by task id). Default 500.
-
-    Returns:
-        the counts.
 
     Raises:
         ValueError: ``older_than`` not positive, or ``batch_size`` not from 1 to :data:`MAX_BATCH_SIZE`.
@@ -147,11 +132,7 @@ MAX_AGE_S = 1000 * 365 * 86400
 
 
 def parse_age(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a duration, at most :data:`MAX_AGE_S`.
-
-    Raises:
-        ValueError: anything else, not positive, or longer.
-    """
+    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a duration, at most :data:`MAX_AGE_S`; else ``ValueError``."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     number, unit = text.strip()[:-1], text.strip()[-1:].lower()
     if unit not in units or not (number.isascii() and number.isdigit()) or not number.strip("0"):
