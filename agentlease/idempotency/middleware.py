@@ -1,9 +1,5 @@
-"""ASGI middleware enforcing idempotency keys and fencing tokens at a downstream service: the HTTP convention,
-its answers in the order they are decided, and why (``docs/edge.md``, "Over HTTP: the headers"). The handler
-reads its call as ``request.state.idempotency`` (also ``request.state.idempotency_key`` and
-``request.state.fencing``) and commits its effect with its key in
-:func:`~agentlease.idempotency.edge.effect_transaction`.
-"""
+"""ASGI middleware enforcing idempotency keys and fencing tokens at a downstream service (``docs/edge.md``, "Over
+HTTP: the headers"); a handler reads its call as ``request.state.idempotency``."""
 
 from __future__ import annotations
 
@@ -23,7 +19,7 @@ except ImportError as _import_error:  # pragma: no cover - depends on the instal
     ) from _import_error
 
 from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
-from agentlease.fencing import FencingToken, verify_fencing_token
+from agentlease.fencing import FencingToken, token_generation
 from agentlease.idempotency.convention import (
     FENCING_RESOURCE_HEADER,
     FENCING_TOKEN_HEADER,
@@ -36,7 +32,6 @@ from agentlease.idempotency.convention import (
     HeaderError,
     caller_of,
     parse_fencing_resource,
-    parse_fencing_token,
     parse_idempotency_key,
     raw_fencing_token,
     request_hash,
@@ -59,8 +54,8 @@ BODY_TIMEOUT_S = 30.0
 
 
 def caller_from_credentials(connection: HTTPConnection) -> str:
-    """The default ``caller_for``: the request's credentials (:func:`~agentlease.idempotency.convention.caller_of`).
-    The middleware stores only a digest of it."""
+    """The default ``caller_for``: the request's credentials (:func:`~agentlease.idempotency.convention.caller_of`),
+    stored only as a digest."""
     return caller_of(connection.headers)
 
 
@@ -77,8 +72,8 @@ def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse
 
 
 def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
-    """The convention's 409 ``stale_fencing_token`` answer. A handler whose own fence check refused its write
-    returns it (or lets the error propagate); its call counts as not applied and its key is given back."""
+    """The convention's 409 ``stale_fencing_token`` answer, for a handler whose own fence check refused its write
+    (or it lets the error propagate); its call counts as not applied and its key is given back."""
     call = current_call()
     if call is not None:
         call.not_applied()
@@ -93,8 +88,7 @@ def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
 
 
 async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes | None:
-    """The whole request body, or ``None`` if the client disconnected first; raises :class:`_TooLarge` past
-    ``limit`` bytes, :class:`_TooSlow` after ``timeout_s`` seconds."""
+    """The whole request body (``None``: the client disconnected first); :class:`_TooLarge`, :class:`_TooSlow`."""
     chunks: list[bytes] = []
     size = 0
     try:
@@ -166,13 +160,13 @@ def _held(held: Held, key: str) -> Response:
 
 
 def _verdict(messages: list[Message]) -> tuple[Verdict, StoredResponse]:
-    """The handler's response: an answer below 500, a failure from 500 (the key is held in doubt)."""
+    """The handler's response: an answer below 500, a failure from 500."""
     response = _captured(messages)
     return (Verdict.ANSWERED if response.status < 500 else Verdict.FAILED), response
 
 
 def _stored_response(response: Response) -> StoredResponse:
-    """A response given to :meth:`~agentlease.idempotency.edge.EffectTransaction.done`, as it is stored."""
+    """A response given to ``EffectTransaction.done``, as it is stored."""
     return StoredResponse(response.status_code, _kept(response.raw_headers), bytes(response.body))
 
 
@@ -236,12 +230,8 @@ class IdempotencyMiddleware:
             resource = parse_fencing_resource([self.resource_for(HTTPConnection(scope))]) or ""
         else:
             resource = named or key
-        if self.fencing_key is None:
-            generation = parse_fencing_token([raw.partition(".")[0]])
-            assert generation is not None
-            return FencingToken(resource, generation)
         try:
-            return FencingToken(resource, verify_fencing_token(self.fencing_key, resource, raw))
+            return FencingToken(resource, token_generation(resource, raw, self.fencing_key))
         except InvalidFencingTokenError as exc:
             raise HeaderError(FENCING_TOKEN_HEADER, "invalid_fencing_token", str(exc)) from None
 

@@ -70,11 +70,7 @@ class _Claimer:
         return {"key_task_id": self.spec.task_id, **now_param(self.now)}
 
     def _minted(self) -> dict[str, Any]:
-        return {
-            "lease_owner": self.owner,
-            "lease_token_sha256": token_sha256(self.lease_token),
-            **self.trace.columns(),
-        }
+        return {"lease_owner": self.owner, "lease_token_sha256": token_sha256(self.lease_token), **self.trace.columns()}
 
     def new_task(self) -> dict[str, Any]:
         """The parameters of :func:`~agentlease.ledger.writes.claim_new`, its entry's among them."""
@@ -208,8 +204,7 @@ async def _claim_once(core: LedgerCore, claimer: _Claimer) -> Claimed:
 def _claim_tx(
     core: LedgerCore, claimer: _Claimer, new_task: dict[str, Any] | None, params: dict[str, Any], conn: Connection
 ) -> _Granted | ApprovalRefusedError:
-    """The granted claim, or the approval refusal it recorded (raised once committed); ``new_task``: a first
-    claim to try here (SQLite)."""
+    """The granted claim, or the approval refusal it recorded; ``new_task``: a first claim to try (SQLite)."""
     spec = claimer.spec
     check_claim_clock(conn, core.sql, core.db.dialect, spec.task_id, claimer.now)
     if new_task is not None:  # a task the ledger has not seen: created claimed (generation 1)
@@ -259,6 +254,3 @@ def _refused(core: LedgerCore, claimer: _Claimer, conn: Connection, before: Any)
         holder=before.lease_owner,
         generation=before.claim_generation,
     )
-
-
-__all__ = ["LEASE_TOKEN_BYTES", "claim", "receipt_mismatch"]

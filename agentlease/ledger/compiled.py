@@ -104,7 +104,11 @@ def _compiled(statement: ClauseElement, dialect: Dialect) -> Compiled:
 def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
     """Run a prebuilt ``statement`` (compiled once; named ``bindparam`` s or constants, no expanding ``IN``
     lists) with ``params`` on ``conn``: on SQLite with ``sqlite3``, in autocommit with asyncpg's ``fetch``, else
-    through SQLAlchemy. Returns its rows; raises the driver's error wrapped (``DBAPIError``)."""
+    through SQLAlchemy. Returns its rows.
+
+    Raises:
+        DBAPIError: the driver's error, wrapped.
+    """
     dialect = conn.dialect
     compiled = _compiled(statement, dialect)
     if dialect.name == "sqlite":
@@ -136,8 +140,12 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
 
 async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
     """Run a prebuilt ``statement`` alone on a pooled connection of the PostgreSQL ``engine``, straight to
-    asyncpg's ``fetch`` (autocommit, no greenlet); errors as :func:`execute`. A connection whose statement
-    failed other than by the server's answer is invalidated, never reused."""
+    asyncpg's ``fetch`` (autocommit, no greenlet). A connection whose statement failed other than by the
+    server's answer is invalidated, never reused.
+
+    Raises:
+        DBAPIError: the driver's error, wrapped (as :func:`execute` does).
+    """
     compiled = _compiled(statement, engine.dialect)
     args = compiled.args(params)
     raw = await engine.raw_connection()
@@ -155,6 +163,3 @@ async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Map
         raise
     raw.close()
     return compiled.rows(rows)
-
-
-__all__ = ["Compiled", "execute", "fetch_alone", "row_type"]

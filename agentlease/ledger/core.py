@@ -28,8 +28,12 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a guarded write touched no row: the task's generation and status, and ``token_refused`` when only
-    the lease token was not the ledger's (a rebuilt claim)."""
+    """Why a guarded write touched no row.
+
+    Attributes:
+        current_generation / status: the task's, as the ledger has them.
+        token_refused: owner and generation were the ledger's, the lease token was not (a rebuilt claim).
+    """
 
     current_generation: int | None
     status: str | None
@@ -74,8 +78,11 @@ def redacted(receipt: SettlementReceipt) -> tuple[SettlementReceipt, dict[str, A
 
 
 class LedgerCore:
-    """The database (owned by the ledger), statements, lease writes and metrics of one
-    :class:`~agentlease.ledger.store.Ledger`."""
+    """The database, statements, lease writes and metrics of one :class:`~agentlease.ledger.store.Ledger`.
+
+    Args:
+        database / metrics: where the transactions run (owned by the ledger), where each operation reports.
+    """
 
     def __init__(self, database: LedgerDatabase, metrics: LeaseMetrics) -> None:
         self.db = database
@@ -84,8 +91,11 @@ class LedgerCore:
         self.metrics = metrics
 
     async def write(self, operation: str, tool: str, transaction: Transaction[R], *, one: bool = False) -> R:
-        """One write transaction (``one``: its change is one statement, :meth:`LedgerDatabase.write_one`); a
-        ``LedgerUnavailableError`` is counted (``agentlease_ledger_unavailable_total``) and raised."""
+        """One write transaction (``one``: its change is one statement, :meth:`LedgerDatabase.write_one`).
+
+        Raises:
+            LedgerUnavailableError: counted (``agentlease_ledger_unavailable_total``); the write may have committed.
+        """
         try:
             return await (self.db.write_one if one else self.db.write)(transaction)
         except LedgerUnavailableError:
@@ -162,8 +172,12 @@ class LedgerCore:
 
     @staticmethod
     def granted(claim: Claim, operation: str, outcome: R | Refusal) -> R:
-        """The outcome of a holder write; a refusal (already recorded) raises ``LeaseLostError`` (G2), or its
-        subclass ``LeaseTokenMismatchError`` when the claim did not present its lease token."""
+        """The outcome of a holder write; a refusal (already recorded) raises.
+
+        Raises:
+            LeaseTokenMismatchError: (a ``LeaseLostError``) the claim did not present its lease token.
+            LeaseLostError: the write was refused (G2).
+        """
         if isinstance(outcome, Refusal) and outcome.token_refused:
             raise LeaseTokenMismatchError(claim.task_id, claim.generation, operation=operation, status=outcome.status)
         if isinstance(outcome, Refusal):
@@ -191,6 +205,3 @@ class LedgerCore:
         """The receipt stored for the key, if any."""
         rows = execute(conn, self.sql.select_receipt, {"key_idempotency_key": idempotency_key})
         return stored_receipt(rows[0], idempotency_key) if rows else None
-
-
-__all__ = ["LedgerCore", "Refusal", "redacted", "stored_receipt", "task_values"]

@@ -46,29 +46,48 @@ Transaction = Callable[[Connection], T]
 
 
 class LedgerDatabase(Protocol):
-    """Runs ledger transactions on SQLite or PostgreSQL (``dialect``); ``url`` has its password masked.
-    Each method raises ``LedgerUnavailableError`` when the database could not be reached or answer (a write's
-    outcome is then unknown: it may have committed)."""
+    """Runs ledger transactions on SQLite or PostgreSQL.
+
+    Attributes:
+        dialect: ``sqlite`` or ``postgresql``.
+        url: the database URL with its password masked, for messages.
+    """
 
     dialect: str
     url: str
 
     async def write(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction`` in a write transaction; commit if it returns, roll back if it raises."""
+        """Run ``transaction`` in a write transaction; commit if it returns, roll back if it raises.
+
+        Raises:
+            LedgerUnavailableError: the database could not be reached or answer; it may have committed.
+        """
         ...
 
     async def read(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction`` on one consistent snapshot without taking SQLite's write lock."""
+        """Run ``transaction`` on one consistent snapshot without taking SQLite's write lock.
+
+        Raises:
+            LedgerUnavailableError: the database could not be reached or answer.
+        """
         ...
 
     async def write_one(self, transaction: Transaction[T]) -> T:
         """Run ``transaction``, whose change is ONE statement: on PostgreSQL in autocommit, on SQLite as
-        :meth:`write`."""
+        :meth:`write`.
+
+        Raises:
+            LedgerUnavailableError: as :meth:`write`.
+        """
         ...
 
     async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
         """Run ONE prebuilt lease statement alone; its rows. On PostgreSQL straight to asyncpg in autocommit
-        (:func:`~agentlease.ledger.compiled.fetch_alone`); on SQLite as :meth:`write_one`."""
+        (:func:`~agentlease.ledger.compiled.fetch_alone`); on SQLite as :meth:`write_one`.
+
+        Raises:
+            LedgerUnavailableError: as :meth:`write`.
+        """
         ...
 
     async def dispose(self) -> None:
@@ -123,8 +142,7 @@ _DELIVER_WITHIN_S = 0.001  # and none longer than this before the next one start
 
 
 class _LedgerThread:
-    """The SQLite ledger's thread: runs queued calls in order, handing finished ones back to their loops
-    together (one wake-up for several). Not a daemon: stopped by :meth:`stop` or at interpreter exit."""
+    """The SQLite ledger's thread, running queued calls in order; stopped by :meth:`stop` or at exit."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
@@ -202,9 +220,12 @@ threading._register_atexit(_stop_at_exit)  # type: ignore[attr-defined]  # as co
 
 
 class SQLiteThreadDatabase:
-    """A SQLite ledger used from one dedicated thread, on ``engine``
-    (:func:`~agentlease.ledger.engine.create_sqlite_thread_engine`; owned); ``busy_timeout_ms``: the engine's,
-    also the most a transaction waits in the queue."""
+    """A SQLite ledger used from one dedicated thread: one hop per transaction.
+
+    Args:
+        engine / url: from :func:`~agentlease.ledger.engine.create_sqlite_thread_engine` (owned); for messages.
+        busy_timeout_ms: the engine's busy timeout; also the most a transaction waits in the queue.
+    """
 
     dialect = "sqlite"
 
@@ -303,8 +324,11 @@ class SQLiteThreadDatabase:
 
 
 class AsyncEngineDatabase:
-    """The PostgreSQL ledger's database, on ``engine`` (:func:`~agentlease.ledger.engine.create_pg_ledger_engine`;
-    owned): each transaction runs via ``run_sync``."""
+    """The PostgreSQL ledger's database: each transaction runs via ``run_sync``.
+
+    Args:
+        engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.
+    """
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -334,13 +358,3 @@ class AsyncEngineDatabase:
 
     async def dispose(self) -> None:
         await self._engine.dispose()
-
-
-__all__ = [
-    "AsyncEngineDatabase",
-    "LedgerDatabase",
-    "SQLiteThreadDatabase",
-    "Transaction",
-    "open_database",
-    "unavailable_as_error",
-]

@@ -42,7 +42,11 @@ async def decide(
     expected_generation: int | None,
     now: datetime | None,
 ) -> TaskRecord:
-    """``Ledger.decide``: the task after the decision; raises as ``Ledger.decide`` documents."""
+    """``Ledger.decide``: the task after the decision.
+
+    Raises:
+        TaskMovedError / TaskNotFoundError / TaskClosedError / ValueError: see ``Ledger.decide``.
+    """
     rule = DECISIONS[kind]
     if rule.settles != (receipt is not None):
         raise ValueError(f"{kind.value} {'needs' if rule.settles else 'takes no'} settlement receipt")
@@ -96,6 +100,3 @@ async def record_refused_decision(
         )
 
     await core.write("record_refusal", spec.tool, refuse_tx)
-
-
-__all__ = ["RESOLVED_BY_PERSON", "decide", "record_refused_decision"]

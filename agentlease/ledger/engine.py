@@ -72,7 +72,11 @@ def display_url(url: str) -> str:
 
 
 def sqlite_path(url: str, *, name: str = "database") -> Path | None:
-    """The file of a SQLite URL; ``None`` for PostgreSQL. Raises ``ConfigurationError`` as :func:`async_url`."""
+    """The file of a SQLite URL; ``None`` for PostgreSQL.
+
+    Raises:
+        ConfigurationError: bad URL (see :func:`async_url`).
+    """
     normalised = async_url(url, name=name)
     if not normalised.startswith("sqlite"):
         return None
@@ -140,7 +144,11 @@ _SQLITE_OUTAGES = ("database is locked", "unable to open database file", "disk I
 
 
 def create_sqlite_directory(path: Path, *, name: str = "database") -> None:
-    """Create the directory of a SQLite database file. Raises ``LedgerUnavailableError`` if it cannot."""
+    """Create the directory of a SQLite database file.
+
+    Raises:
+        LedgerUnavailableError: it cannot be created.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -202,8 +210,11 @@ READ_ONLY_OPTION = "agentlease_read_only"  # execution option of SQLite reads: a
 
 
 def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
-    """The synchronous SQLite engine of a ledger at ``url`` (``sqlite:///PATH``), for one thread at a time;
-    ``busy_timeout_ms``: how long a writer waits for another process's write lock (default 30s).
+    """Create the synchronous SQLite engine of a ledger, for use by one thread at a time.
+
+    Args:
+        url: a ``sqlite:///PATH`` URL (any SQLite driver name is replaced by ``pysqlite``).
+        busy_timeout_ms: how long a writer waits for another process's write lock. Default 30s.
 
     Raises:
         ConfigurationError: bad URL, or not SQLite.
@@ -252,9 +263,16 @@ PG_POOL_TIMEOUT_S = 30.0
 
 
 def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> AsyncEngine:
-    """The async engine of a PostgreSQL ledger at ``url``: at most ``pool_size`` connections (default 10), no
-    overflow, pinged before use only after :data:`PG_PING_AFTER_IDLE_S` idle (``docs/operations.md``,
-    "PostgreSQL connections"). Raises ``ConfigurationError``: bad URL, not PostgreSQL, ``pool_size`` below 1."""
+    """Create the async engine of a PostgreSQL ledger: no overflow (a burst waits up to :data:`PG_POOL_TIMEOUT_S`),
+    pinged only after :data:`PG_PING_AFTER_IDLE_S` idle (``docs/operations.md``, "PostgreSQL connections").
+
+    Args:
+        url: ``postgresql://USER:PASS@HOST:PORT/DB`` (see :func:`async_url`).
+        pool_size: connections at most. Default :data:`PG_POOL_SIZE` (10).
+
+    Raises:
+        ConfigurationError: bad URL, not PostgreSQL, or ``pool_size`` below 1.
+    """
     if sqlite_path(url, name="ledger") is not None:
         raise ConfigurationError(f"not a PostgreSQL URL: {display_url(url)!r}")
     if pool_size < 1:

@@ -43,9 +43,15 @@ SWEEPER_STATUSES = frozenset({TaskStatus.RELEASED, TaskStatus.NEEDS_RECONCILIATI
 
 @dataclass(frozen=True)
 class ExpiredLease:
-    """A running task whose lease lapsed on the ledger's clock, as the sweeper read it: the claim
-    ``generation`` and ``owner`` whose lease lapsed at ``expires_at_ms`` (epoch ms, ledger clock), the last
-    durable ``stage``, whether a receipt exists for its key, the Temporal attempt (``trace``) that held it."""
+    """A running task whose lease lapsed on the ledger's clock, as the sweeper read it.
+
+    Attributes:
+        task_id / tool / side_effect_class / stage: the task and its last durable stage.
+        generation / owner: the claim generation whose lease lapsed, and its ``lease_owner``.
+        expires_at_ms: when it lapsed (epoch ms, ledger clock); also the keyset cursor.
+        attempts / has_receipt: attempts so far; whether a receipt exists for its idempotency key.
+        trace: the Temporal attempt that held it.
+    """
 
     task_id: str
     tool: str
@@ -81,8 +87,11 @@ class ExpiredLease:
 async def expired_leases(
     ledger: Ledger, *, limit: int, after: tuple[int, str] | None = None, now: datetime | None = None
 ) -> list[ExpiredLease]:
-    """Up to ``limit`` running tasks whose lease lapsed, oldest lapse first, after the cursor ``after`` (the
-    last lease of the previous batch), in one short read transaction."""
+    """Running tasks whose lease lapsed, oldest lapse first, in keyset batches (one short read transaction).
+
+    Args:
+        limit / after: batch size; the cursor of the last lease of the previous batch.
+    """
     params: dict[str, Any] = {"limit": limit, **now_param(now)}
     query = ledger.statements.expired_first
     if after is not None:
@@ -101,9 +110,13 @@ async def expired_leases(
 
 @dataclass(frozen=True)
 class Expiry:
-    """What the sweeper records for one lapsed ``lease``: its ``status`` (``released``,
-    ``needs_reconciliation`` or ``dead_lettered``; else ``ValueError``) and the policy rule (``decision``)
-    that chose it, kept in the evidence trail."""
+    """What the sweeper records for one lapsed lease.
+
+    Attributes:
+        lease: as read by :func:`expired_leases`.
+        status: ``released`` (reclaimable), ``needs_reconciliation`` or ``dead_lettered``.
+        decision: the policy rule that chose ``status``, kept in the evidence trail.
+    """
 
     lease: ExpiredLease
     status: TaskStatus
@@ -171,7 +184,11 @@ def _batch(dialect_name: str) -> FromClause:
 def record_statement(dialect_name: str) -> Update:
     """The sweeper's write of a batch of lapsed leases (:func:`batch_params`): ONE ``UPDATE ... FROM <batch>``
     moving a task only if it is still the lease read (on PostgreSQL skipping rows another sweeper locked),
-    RETURNING ``task_id`` and ``updated_at_ms``. Raises ``ValueError`` for an unsupported dialect."""
+    RETURNING ``task_id`` and ``updated_at_ms``.
+
+    Raises:
+        ValueError: unsupported dialect.
+    """
     now = bound_now_ms(dialect_name)
     batch = _batch(dialect_name)
     unchanged: ColumnElement[bool] = and_(
@@ -220,7 +237,11 @@ def batch_params(dialect_name: str, rows: Sequence[dict[str, Any]]) -> dict[str,
 async def record_expiries(ledger: Ledger, expiries: Sequence[Expiry], *, now: datetime | None = None) -> set[str]:
     """Record a batch of lapsed leases in one transaction: :func:`record_statement`, then the ``expired``
     entries of exactly the tasks it moved. Returns their ids; the others were claimed again, settled,
-    cancelled or recorded by another sweeper meanwhile (nothing is written for them)."""
+    cancelled or recorded by another sweeper meanwhile (nothing is written for them).
+
+    Args:
+        expiries: leases as read by :func:`expired_leases`, each with the status it moves to.
+    """
     if not expiries:
         return set()
     by_task = {expiry.lease.task_id: expiry for expiry in expiries}
@@ -246,27 +267,12 @@ async def record_expiries(ledger: Ledger, expiries: Sequence[Expiry], *, now: da
 
 
 async def record_expiry(
-    ledger: Ledger,
-    lease: ExpiredLease,
-    *,
-    status: TaskStatus,
-    decision: str,
-    now: datetime | None = None,
+    ledger: Ledger, lease: ExpiredLease, *, status: TaskStatus, decision: str, now: datetime | None = None
 ) -> bool:
     """Record that ``lease`` expired and move its task to ``status``, if nothing changed since it was read (a
-    batch of one, :func:`record_expiries`): whether it did. Raises ``ValueError`` for a status the sweeper
-    may not set."""
+    batch of one, :func:`record_expiries`): whether it did.
+
+    Raises:
+        ValueError: ``status`` is not one the sweeper may set.
+    """
     return bool(await record_expiries(ledger, [Expiry(lease, status, decision)], now=now))
-
-
-__all__ = [
-    "BATCH_COLUMNS",
-    "SWEEPER_STATUSES",
-    "ExpiredLease",
-    "Expiry",
-    "batch_params",
-    "expired_leases",
-    "record_expiries",
-    "record_expiry",
-    "record_statement",
-]

@@ -59,7 +59,7 @@ async def renew(
 
     outcome = await core.write_lease("renew", claim.tool, core.writes.renew, params, granted=renewed, refused=refused)
     lost = isinstance(outcome, Refusal)
-    shown = (held_in[-1] if held_in else None) if lost else outcome[1]
+    shown = (held_in[-1] if held_in else None) if isinstance(outcome, Refusal) else outcome[1]
     annotate_stage(shown)
     core.metrics.renewal(claim.tool, shown, renewed=not lost)
     return core.granted(claim, "renew", outcome)[0]
@@ -154,6 +154,3 @@ async def end_lease(
     )
     annotate_stage(core.granted(claim, operation, outcome))
     core.metrics.lease_end(claim.tool, status, known)
-
-
-__all__ = ["end_lease", "renew", "settle"]

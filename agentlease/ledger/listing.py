@@ -221,18 +221,3 @@ async def has_task(database: LedgerDatabase, task_id: str) -> bool:
     """Whether the ledger holds the task ``task_id``."""
     query = lease_statements(database.dialect).select_task
     return await database.read(lambda conn: conn.execute(query, {"key_task_id": task_id}).first() is not None)
-
-
-__all__ = [
-    "RunSummary",
-    "TaskFilter",
-    "collect",
-    "event_pages",
-    "failed_before_calls",
-    "has_run",
-    "has_task",
-    "holder_stage",
-    "run_failures",
-    "run_pages",
-    "task_pages",
-]

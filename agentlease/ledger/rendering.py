@@ -73,10 +73,15 @@ class LeaseWrite:
 
 @dataclass(frozen=True)
 class Rendered:
-    """A :class:`LeaseWrite` as a dialect runs it: on PostgreSQL ``statement``, the whole write sent alone
-    (``None`` on SQLite, and for a write that only runs inside a transaction); otherwise ``first`` (a settle's
-    receipt, stored unless one stands), ``change``, ``made`` (over the changed row read again by its key) and
-    ``result`` (the receipt stored for its key, :data:`RECEIPT_COLUMNS`)."""
+    """A :class:`LeaseWrite` as a dialect runs it.
+
+    Attributes:
+        statement: PostgreSQL: the whole write sent alone; ``None`` on SQLite and for a write inside a transaction.
+        first: a settle's receipt, stored unless one stands (RETURNING :data:`RECEIPT_COLUMNS`).
+        change: the conditional statement.
+        made: the made rows' ``INSERT ... SELECT`` over the changed row read again by its key.
+        result: ``SELECT`` of the receipt stored for the changed row's key (:data:`RECEIPT_COLUMNS`).
+    """
 
     statement: Select[Any] | None
     first: Insert | None
@@ -150,9 +155,8 @@ def _guarded(guard: ColumnElement[bool]) -> Select[Any]:
 
 
 def _store_receipt(dialect: str, guarded: Any, *, standing: bool) -> Insert:
-    """Store the guarded row's receipt unless one stands. RETURNING, when ``standing``, the one that stands
-    (``DO UPDATE`` of the key to itself, after a concurrent writer); otherwise, if stored, its columns but the
-    receipt."""
+    """Store the guarded row's receipt unless one stands; RETURNING the standing one (``DO UPDATE`` of the key to
+    itself) when ``standing``, else, if stored, its columns but the receipt."""
     stored: Any = receipt_from(dialect, guarded, generation=guarded.c.claim_generation, at_ms=bound_now_ms(dialect))
     key = ["idempotency_key"]
     if standing:
@@ -192,13 +196,7 @@ def receipt_from(dialect: str, source: Any, *, generation: Any, at_ms: Any) -> I
     """INSERT ... SELECT of the bound ``receipt`` for ``source``'s key, task, tool and arguments; the caller adds
     its ``ON CONFLICT`` clause (the first receipt of a key stands)."""
     values = select(
-        source.c.idempotency_key,
-        source.c.task_id,
-        generation,
-        RECEIPT,
-        at_ms,
-        source.c.tool,
-        source.c.arguments_sha256,
+        source.c.idempotency_key, source.c.task_id, generation, RECEIPT, at_ms, source.c.tool, source.c.arguments_sha256
     ).where(true())  # SQLite: an upsert's SELECT needs a WHERE, or its ON reads as a join's
     columns = ["idempotency_key", "task_id", "claim_generation", "receipt", "created_at_ms", "tool", "arguments_sha256"]
     return dialect_insert(dialect)(RECEIPTS).from_select(columns, values)
@@ -250,21 +248,3 @@ def event_params(reason: str, details: dict[str, Any] | None, trace: TraceLink) 
     """The bound parameters of the entry a lease write makes: its reason, details and trace."""
     columns = {f"event_{name}": value for name, value in trace.columns().items()}
     return {"event_reason": reason, "event_details": details, **columns}
-
-
-__all__ = [
-    "EVENT_DETAILS",
-    "RECEIPT_COLUMNS",
-    "TRACE_COLUMNS",
-    "LeaseWrite",
-    "Made",
-    "Rendered",
-    "authenticated_as",
-    "dialect_insert",
-    "event_params",
-    "evidence",
-    "json_with",
-    "receipt_columns",
-    "receipt_from",
-    "render",
-]

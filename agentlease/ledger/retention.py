@@ -28,7 +28,11 @@ _FINAL = sorted(s.value for s in TaskStatus if s.is_terminal and s is not TaskSt
 
 @dataclass(frozen=True)
 class PurgeCounts:
-    """The rows of each table a purge deleted (or, in a dry run, would delete), and the transactions it took."""
+    """What a purge deleted (or, in a dry run, would delete).
+
+    Attributes:
+        tasks / events / receipts / batches: rows of each table; transactions it took (0 in a dry run).
+    """
 
     tasks: int = 0
     events: int = 0
@@ -47,9 +51,7 @@ def _old(cutoff_ms: int) -> Any:
 def _unclaimed_receipt() -> Any:
     """A receipt no open task needs: its own run has no open task, and no open task names its key."""
     run_open = exists().where(
-        _OWNER.c.task_id == _R.c.task_id,
-        _OTHER.c.agent_run_id == _OWNER.c.agent_run_id,
-        _OTHER.c.status.not_in(_FINAL),
+        _OWNER.c.task_id == _R.c.task_id, _OTHER.c.agent_run_id == _OWNER.c.agent_run_id, _OTHER.c.status.not_in(_FINAL)
     )
     key_open = exists().where(_OTHER.c.idempotency_key == _R.c.idempotency_key, _OTHER.c.status.not_in(_FINAL))
     return ~run_open & ~key_open
@@ -132,7 +134,11 @@ MAX_AGE_S = 1000 * 365 * 86400
 
 
 def parse_age(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a duration, at most :data:`MAX_AGE_S`; else ``ValueError``."""
+    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` as a duration, at most :data:`MAX_AGE_S`.
+
+    Raises:
+        ValueError: anything else, not positive, or longer.
+    """
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     number, unit = text.strip()[:-1], text.strip()[-1:].lower()
     if unit not in units or not (number.isascii() and number.isdigit()) or not number.strip("0"):
@@ -140,6 +146,3 @@ def parse_age(text: str) -> timedelta:
     if len(number) > 15 or int(number) * units[unit] > MAX_AGE_S:
         raise ValueError(f"bad age {text!r}: at most {MAX_AGE_S // (365 * 86400)} years")
     return timedelta(seconds=int(number) * units[unit])
-
-
-__all__ = ["DEFAULT_BATCH_SIZE", "MAX_AGE_S", "MAX_BATCH_SIZE", "PurgeCounts", "parse_age", "purge"]

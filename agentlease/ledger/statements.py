@@ -107,7 +107,11 @@ def _expiry_reads(now: ColumnElement[int]) -> tuple[Select[Any], Select[Any]]:
 
 @cache
 def lease_statements(dialect_name: str) -> LeaseStatements:
-    """The statements for ``sqlite`` or ``postgresql``, built on first use. Raises ``ValueError`` for another."""
+    """The statements for ``sqlite`` or ``postgresql``, built on first use.
+
+    Raises:
+        ValueError: unsupported dialect.
+    """
     now = bound_now_ms(dialect_name)
     latest_event_at = select(_E.at_ms).order_by(_E.event_id.desc()).limit(1)
     select_task = select(TASKS).where(_T.task_id == bindparam("key_task_id"))
@@ -145,9 +149,13 @@ _WAITING = text(WAITING_PREDICATE)  # literal SQL: the planner matches it with t
 
 @dataclass(frozen=True)
 class TaskFilter:
-    """Which tasks an operator listing reads, oldest first: only those of ``agent_run_id``, in one of
-    ``statuses`` (empty: any), ``waiting`` for a person, created at or after ``since_ms`` (epoch ms, ledger
-    clock); each ``None``/empty/false: no such filter."""
+    """Which tasks an operator listing reads, oldest first.
+
+    Attributes:
+        agent_run_id / statuses: only this agent run's tasks; only tasks in one of these statuses (empty: any).
+        waiting: only tasks waiting for a person (``TaskStatus.waits_for_person``).
+        since_ms: only tasks created at or after this time (epoch ms, ledger clock).
+    """
 
     agent_run_id: str | None = None
     statuses: frozenset[TaskStatus] = frozenset()

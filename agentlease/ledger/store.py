@@ -18,15 +18,7 @@ from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pag
 from agentlease.ledger.statements import LeaseStatements
 from agentlease.observability.metrics import LEASE_METRICS, LeaseMetrics
 from agentlease.observability.tracing import traced
-from agentlease.records import (
-    Claim,
-    LeaseEvent,
-    SettlementReceipt,
-    StoredReceipt,
-    TaskRecord,
-    TaskSpec,
-    TraceLink,
-)
+from agentlease.records import Claim, LeaseEvent, SettlementReceipt, StoredReceipt, TaskRecord, TaskSpec, TraceLink
 
 
 class Ledger:
@@ -264,9 +256,13 @@ class Ledger:
     async def record_refused_decision(
         self, spec: TaskSpec, *, decision: str, by: str | None, refusal: str, now: datetime | None = None
     ) -> None:
-        """Write a refused decision signal (for ``decision``, as sent, by ``by`` if it said) to the trail of the
-        task ``spec`` names (``decision_refused``, with the ``refusal``); nothing else changes. A task the ledger
-        has not seen yet is created first (``docs/decisions.md``, "Deciding by signal")."""
+        """Write a refused decision signal to the task's trail (``decision_refused``); nothing else changes. A
+        task the ledger has not seen yet is created first (``docs/decisions.md``, "Deciding by signal").
+
+        Args:
+            spec / decision / by / refusal: the task the signal named, the decision as sent, who sent it (if
+                it said), why it was refused.
+        """
         await decide.record_refused_decision(self._core, spec, decision=decision, by=by, refusal=refusal, now=now)
 
     async def get_task(self, task_id: str) -> TaskRecord:

@@ -139,28 +139,11 @@ def _decision_id_columns() -> list[Column[object]]:
 
 
 DECISIONS_APPLIED = Table(
-    "decisions_applied",
-    metadata,
-    Column("applied_at_ms", BigInteger, nullable=False),
-    *_decision_id_columns(),
+    "decisions_applied", metadata, Column("applied_at_ms", BigInteger, nullable=False), *_decision_id_columns()
 )
 """A signed decision applied to a task: its decision id, once. Insert-only (worker role: INSERT, SELECT)."""
 
 DECISION_REPLAYS = Table(
-    "decision_replays",
-    metadata,
-    Column("refused_at_ms", BigInteger, nullable=False),
-    *_decision_id_columns(),
+    "decision_replays", metadata, Column("refused_at_ms", BigInteger, nullable=False), *_decision_id_columns()
 )
 """The first refused replay of a signed decision on a task (its trail entry is written once). Insert-only."""
-
-__all__ = [
-    "DECISIONS_APPLIED",
-    "DECISION_REPLAYS",
-    "EVENTS",
-    "NAMING_CONVENTION",
-    "RECEIPTS",
-    "TASKS",
-    "WAITING_PREDICATE",
-    "metadata",
-]

@@ -313,7 +313,12 @@ def expired_entry(
 
 @dataclass(frozen=True)
 class LeaseWrites:
-    """The lease writes of one dialect (``sqlite`` or ``postgresql``), rendered; each as the function named so."""
+    """The lease writes of one dialect, rendered.
+
+    Attributes:
+        dialect: ``sqlite`` or ``postgresql``.
+        claim_new / claim / renew / settle / end_lease: see the functions of the same names.
+    """
 
     dialect: str
     claim_new: Rendered
@@ -329,7 +334,11 @@ class LeaseWrites:
 
 @cache
 def lease_writes(dialect: str) -> LeaseWrites:
-    """The lease writes for ``sqlite`` or ``postgresql``, built on first use. Raises ``ValueError`` for another."""
+    """The lease writes for ``sqlite`` or ``postgresql``, built and rendered on first use.
+
+    Raises:
+        ValueError: unsupported dialect.
+    """
     now = bound_now_ms(dialect)
     return LeaseWrites(
         dialect=dialect,
@@ -344,21 +353,3 @@ def lease_writes(dialect: str) -> LeaseWrites:
 @cache
 def _rendered_decision(dialect: str, kind: DecisionKind) -> Rendered:
     return render(decision(dialect, bound_now_ms(dialect), kind), dialect, alone=False)
-
-
-__all__ = [
-    "LeaseWrites",
-    "approval_needed",
-    "claim",
-    "claim_new",
-    "decision",
-    "end_lease",
-    "expired_entry",
-    "furthest_stage",
-    "holds",
-    "lease_writes",
-    "may_have_acted",
-    "one_of",
-    "renew",
-    "settle",
-]
