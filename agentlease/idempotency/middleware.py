@@ -174,20 +174,15 @@ class IdempotencyMiddleware:
     """Pure ASGI middleware: idempotency keys and fencing tokens for mutating requests (``docs/edge.md``).
 
     Args:
-        app: the wrapped ASGI app.
-        store: where keys, responses and fences live (the service's database).
-        resource_for: names the fenced resource of a request (the client's ``Fencing-Resource`` is then
-            ignored). Default ``None``: the resource the client names, else the idempotency key.
+        app / store: the wrapped ASGI app; where keys, answers and fences live (the service's database).
+        resource_for: names a request's fenced resource, over the client's. Default: the client's, else the key.
         require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``. Default ``False``.
-        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only signed tokens that verify for
-            the request's resource pass. Default ``None``: bare generations are taken.
+        fencing_key: ``AGENTLEASE_FENCING_KEY``: only tokens it signed for the resource pass. Default ``None``.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_credentials`.
-        commits_with_key: every handler behind the middleware commits its effect with its key (in
-            ``effect_transaction`` only): a key whose holder vanished is free again once its lock timed out,
-            instead of held in doubt. Default ``False``.
+        commits_with_key: every handler commits its effect with its key (``effect_transaction``): a key whose
+            holder vanished is free again once its lock timed out, not held in doubt. Default ``False``.
         max_body_bytes: the largest body read; larger is 413. Default :data:`MAX_BODY_BYTES`.
-        body_timeout_s: seconds the body may take to arrive; slower is 408 ``request_timeout``. Default
-            :data:`BODY_TIMEOUT_S` (slow headers are the server's to cut off: ``agentlease.cli.serving``).
+        body_timeout_s: seconds the body may take to arrive; slower is 408. Default :data:`BODY_TIMEOUT_S`.
         clock: returns the current time (aware) for every statement. Default ``None``: the database's clock.
     """
 

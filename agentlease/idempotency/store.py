@@ -162,8 +162,7 @@ class IdempotencyStore:
     Args:
         engine: the downstream's async engine (see :func:`create_async_database_engine`); the store owns it.
         retention: how long a key's answer or doubt is kept. Default 24h.
-        lock_timeout: how long an in-flight key blocks other requests before its holder counts as gone.
-            Default 60s.
+        lock_timeout: how long an in-flight key blocks others before its holder counts as gone. Default 60s.
 
     Raises:
         ValueError: a retention or lock timeout that is not a positive ``timedelta``.
@@ -226,8 +225,7 @@ class IdempotencyStore:
         key, else put in doubt.
 
         Args:
-            key: the stored key (scoped to its caller).
-            request_hash: see :func:`~agentlease.idempotency.convention.request_hash`.
+            key / request_hash: the stored key (scoped to its caller); :func:`~.convention.request_hash`.
             fence: the request's fenced resource and generation, if it carries one.
             commits_with_key: the handler commits its effect with its key (:meth:`promise_effect_in_transaction`).
             now: injected time; default the database's clock.

@@ -103,10 +103,9 @@ def open_database(
 
     Args:
         url: see :func:`agentlease.ledger.engine.async_url`.
-        pool_size: PostgreSQL connections at most (no overflow). Default
-            :data:`~agentlease.ledger.engine.PG_POOL_SIZE` (10). SQLite uses one connection.
-        sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue
-            included (ms). Default :data:`~agentlease.ledger.engine.SQLITE_BUSY_TIMEOUT_MS`.
+        pool_size: PostgreSQL connections at most (no overflow). Default 10. SQLite uses one connection.
+        sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue included.
+            Default 30,000 ms.
 
     Raises:
         ConfigurationError: bad URL.

@@ -40,8 +40,7 @@ def async_url(url: str, *, name: str = "database") -> str:
         name: what the URL names, for messages (``"ledger"``). Default ``"database"``.
 
     Raises:
-        ConfigurationError: not a URL, a database other than SQLite or PostgreSQL, or SQLite
-            without a file path.
+        ConfigurationError: not a URL, a database other than SQLite or PostgreSQL, or SQLite without a file.
     """
     try:
         parsed = make_url(url)
@@ -173,8 +172,7 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
 
     Args:
         url: see :func:`async_url`.
-        pool_size: PostgreSQL connection pool size (as many again may overflow). Default 5.
-            A SQLite engine keeps one connection: ``BEGIN IMMEDIATE`` lets one writer in at a time.
+        pool_size: PostgreSQL connection pool size (as many again may overflow). Default 5; SQLite keeps one.
 
     Raises:
         ConfigurationError: bad URL.
