@@ -27,8 +27,7 @@ MAX_GENERATION = 2**63 - 1
 MAX_RESOURCE_KEY_LENGTH = 400
 """Longest resource key, in characters."""
 
-metadata = MetaData(naming_convention=NAMING_CONVENTION)
-"""The downstream-owned metadata holding :data:`fences`."""
+metadata = MetaData(naming_convention=NAMING_CONVENTION)  # the downstream's, holding fences
 
 fences = Table(
     "fences",
@@ -93,8 +92,7 @@ def sign_fencing_token(fencing_key: bytes, resource_key: str, generation: int) -
 
     Args:
         fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``), at least 16 bytes.
-        resource_key: the fenced resource the downstream will name, 1 to 400 characters.
-        generation: the claim generation.
+        resource_key / generation: the fenced resource the downstream will name (1 to 400 characters); the claim's.
 
     Raises:
         ValueError: a short key, a bad resource key or generation.
@@ -188,11 +186,10 @@ async def advance_fence(
 
     Args:
         conn: a connection inside the caller's transaction (``engine.begin()``).
-        resource_key: the fenced resource, 1 to 400 characters.
-        generation: the writer's claim generation, or its signed token ``<generation>.<signature>``.
+        resource_key / generation: the fenced resource (1 to 400 characters); the writer's claim generation, or
+            its signed token ``<generation>.<signature>``.
         now: injected time for ``updated_at_ms``; default the database's clock.
-        fencing_key: the shared fencing key: only a signed token that verifies for ``resource_key``
-            is accepted. Default ``None``: the generation is taken as sent.
+        fencing_key: only a signed token that verifies for ``resource_key`` passes. Default ``None``: taken as sent.
 
     Raises:
         StaleFencingTokenError: the resource has accepted a newer generation.

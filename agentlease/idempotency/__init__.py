@@ -1,8 +1,5 @@
-"""Idempotency keys and fencing tokens at downstream services (``docs/edge.md``): the HTTP convention
-(:mod:`.convention`), the ASGI middleware (:mod:`.middleware`, extra ``agentlease[middleware]``), the rules a
-guarded call follows (:mod:`.edge`, shared with the MCP guard) and the key store (:mod:`.store`). The names load
-on first use, so a worker's lease path never imports the middleware's web framework.
-"""
+"""Idempotency keys and fencing tokens at downstream services (``docs/edge.md``); the ASGI middleware needs the
+extra ``agentlease[middleware]``. Names load on first use: a worker never imports the web framework."""
 
 from __future__ import annotations
 

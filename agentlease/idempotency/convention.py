@@ -1,7 +1,5 @@
-"""The HTTP convention between agentlease tools and downstream services: its headers (``docs/edge.md``, "Over
-HTTP: the headers"), their parsing and the request hash. Pure functions, no I/O;
-:mod:`agentlease.idempotency.middleware` enforces them.
-"""
+"""The HTTP convention between agentlease tools and downstream services: its headers, their parsing and the
+request hash, without I/O (``docs/edge.md``, "Over HTTP: the headers")."""
 
 from __future__ import annotations
 
@@ -16,12 +14,11 @@ FENCING_TOKEN_HEADER = "Fencing-Token"
 FENCING_RESOURCE_HEADER = "Fencing-Resource"
 REPLAYED_HEADER = "Idempotent-Replayed"
 
+# The ``error`` of a 409: the key's request still executes (ask again after ``Retry-After``), its outcome is
+# unknown (not retried), or the resource has accepted a newer generation.
 IN_FLIGHT = "idempotency_key_in_flight"
-"""The ``error`` of a 409: a request with the key is still executing; ask again after ``Retry-After``."""
 IN_DOUBT = "idempotency_key_in_doubt"
-"""The ``error`` of a 409: a request with the key started and its outcome is unknown; not retried."""
 STALE = "stale_fencing_token"
-"""The ``error`` of a 409: the resource has accepted a newer generation."""
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 """Methods that need an ``Idempotency-Key``; every other method passes through untouched."""
@@ -38,8 +35,7 @@ def downstream_headers(idempotency_key: str, generation: int, resource: str | No
     """The convention's request headers for one write of a leased tool call.
 
     Args:
-        idempotency_key: the task's idempotency key (``Idempotency-Key``).
-        generation: the claim generation, the fencing token (``Fencing-Token``).
+        idempotency_key / generation: the task's key; the claim generation, the fencing token.
         resource: the fenced resource (``Fencing-Resource``); omitted: the service names it.
 
     Returns:
@@ -55,8 +51,7 @@ class HeaderError(ValueError):
     """A convention header is missing or malformed; the middleware answers 400.
 
     Attributes:
-        header: the header's name.
-        code: a short machine-readable reason (``missing_idempotency_key``, ``invalid_fencing_token``, ...).
+        header / code: the header's name; a short reason (``missing_idempotency_key``, ...).
     """
 
     def __init__(self, header: str, code: str, detail: str) -> None:
@@ -73,13 +68,8 @@ def _single(values: list[str], header: str) -> str | None:
 
 
 def parse_idempotency_key(values: list[str]) -> str:
-    """The idempotency key from the values of every ``Idempotency-Key`` header of a request.
-
-    Args:
-        values: the header's values, in order (none when it is absent).
-
-    Returns:
-        The key: bare, or unquoted from a structured-field string.
+    """The idempotency key (bare, or unquoted from a structured-field string) from the ``values`` of every
+    ``Idempotency-Key`` header of a request, in order.
 
     Raises:
         HeaderError: absent, repeated, empty, longer than 255 characters, or not printable ASCII.
@@ -178,9 +168,8 @@ def scoped_key(caller: str, key: str) -> str:
 
 
 def request_hash(method: str, path: str, query: bytes, body: bytes) -> str:
-    """SHA-256 (hex) identifying a request's arguments: method, path, query string and body bytes, each
-    length-prefixed (the fencing headers are not part of it: a newer attempt of the same action matches).
-    Two requests with one key but another hash are a misuse of the key (422)."""
+    """SHA-256 (hex) of a request's method, path, query string and body, each length-prefixed (not the fencing
+    headers: a newer attempt matches). One key with another hash is a misuse of the key (422)."""
     digest = hashlib.sha256()
     for part in (method.upper().encode("ascii"), path.encode("utf-8"), query, body):
         digest.update(len(part).to_bytes(8, "big"))

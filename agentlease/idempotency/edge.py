@@ -1,8 +1,5 @@
-"""One keyed call at a downstream's edge: the rules the MCP guard and the HTTP middleware share. A guard admits
-a request (:meth:`~agentlease.idempotency.store.IdempotencyStore.claim`), then runs its handler with
-:func:`run_guarded`, shielded from its client's disconnect, which ends the key as ``docs/edge.md`` ("A key's
-life") says: done with the effect or the answer, given back for no effect, otherwise held in doubt.
-"""
+"""One keyed call at a downstream's edge, as the MCP guard and the HTTP middleware run it: its handler shielded
+from its client's disconnect, its key ended as ``docs/edge.md`` ("A key's life") says."""
 
 from __future__ import annotations
 
@@ -116,11 +113,9 @@ def _same_database(a: AsyncEngine, b: AsyncEngine) -> bool:
 
 @asynccontextmanager
 async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransaction]:
-    """A transaction whose commit is the call's effect AND its key becoming done, or neither.
-
-    Inside a guarded call the fence is checked first and the key stored done at the end of the block with the
-    answer given to :meth:`EffectTransaction.done`; an exception in the block rolls everything back and gives
-    the key back. Outside a guarded call it is a plain transaction.
+    """A transaction whose commit is the call's effect AND its key becoming done with the answer given to
+    :meth:`EffectTransaction.done`, or neither (the fence is checked first; an exception in the block gives the
+    key back). Outside a guarded call, a plain transaction.
 
     Args:
         engine: the database of the effect, which must be the guard's (its ``IdempotencyStore``'s).
@@ -175,15 +170,11 @@ async def run_guarded(
     """Run a claimed call's handler, shielded from its client's disconnect, and end its key (``docs/edge.md``).
 
     Args:
-        call: the claimed call (its store and claim set).
-        handler: runs the handler once.
+        call / handler: the claimed call (its store and claim set); runs the handler once.
         verdict: what the handler's result says, and the answer to store.
 
     Returns:
-        The handler's result.
-
-    Raises:
-        BaseException: whatever the handler raised, after the key was settled.
+        The handler's result; whatever the handler raised is raised after the key was settled.
     """
     store, claim = call._store, call._claim
     assert store is not None and claim is not None
@@ -212,14 +203,3 @@ async def _settle(store: IdempotencyStore, claim: Claimed, call: GuardedCall, an
         await store.complete(claim, answer, now=call._now())
     else:
         await store.hold_in_doubt(claim, now=call._now())
-
-
-__all__ = [
-    "EffectTransaction",
-    "GuardedCall",
-    "Verdict",
-    "current_call",
-    "effect_transaction",
-    "run_guarded",
-    "serving",
-]

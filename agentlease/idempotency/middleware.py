@@ -1,9 +1,5 @@
-"""ASGI middleware enforcing idempotency keys and fencing tokens at a downstream service: the HTTP convention,
-its answers in the order they are decided, and why (``docs/edge.md``, "Over HTTP: the headers"). The handler
-reads its call as ``request.state.idempotency`` (also ``request.state.idempotency_key`` and
-``request.state.fencing``) and commits its effect with its key in
-:func:`~agentlease.idempotency.edge.effect_transaction`.
-"""
+"""ASGI middleware enforcing idempotency keys and fencing tokens at a downstream service (``docs/edge.md``, "Over
+HTTP: the headers"); a handler reads its call as ``request.state.idempotency``."""
 
 from __future__ import annotations
 
@@ -23,7 +19,7 @@ except ImportError as _import_error:  # pragma: no cover - depends on the instal
     ) from _import_error
 
 from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
-from agentlease.fencing import FencingToken, verify_fencing_token
+from agentlease.fencing import FencingToken, token_generation
 from agentlease.idempotency.convention import (
     FENCING_RESOURCE_HEADER,
     FENCING_TOKEN_HEADER,
@@ -36,7 +32,6 @@ from agentlease.idempotency.convention import (
     HeaderError,
     caller_of,
     parse_fencing_resource,
-    parse_fencing_token,
     parse_idempotency_key,
     raw_fencing_token,
     request_hash,
@@ -59,8 +54,8 @@ BODY_TIMEOUT_S = 30.0
 
 
 def caller_from_credentials(connection: HTTPConnection) -> str:
-    """The default ``caller_for``: the request's credentials (:func:`~agentlease.idempotency.convention.caller_of`).
-    The middleware stores only a digest of it."""
+    """The default ``caller_for``: the request's credentials (:func:`~agentlease.idempotency.convention.caller_of`),
+    stored only as a digest."""
     return caller_of(connection.headers)
 
 
@@ -77,8 +72,8 @@ def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse
 
 
 def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
-    """The convention's 409 ``stale_fencing_token`` answer. A handler whose own fence check refused its write
-    returns it (or lets the error propagate); its call counts as not applied and its key is given back."""
+    """The convention's 409 ``stale_fencing_token`` answer, for a handler whose own fence check refused its write
+    (or it lets the error propagate); its call counts as not applied and its key is given back."""
     call = current_call()
     if call is not None:
         call.not_applied()
@@ -93,8 +88,7 @@ def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
 
 
 async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes | None:
-    """The whole request body, or ``None`` if the client disconnected first; raises :class:`_TooLarge` past
-    ``limit`` bytes, :class:`_TooSlow` after ``timeout_s`` seconds."""
+    """The whole request body (``None``: the client disconnected first); :class:`_TooLarge`, :class:`_TooSlow`."""
     chunks: list[bytes] = []
     size = 0
     try:
@@ -166,13 +160,13 @@ def _held(held: Held, key: str) -> Response:
 
 
 def _verdict(messages: list[Message]) -> tuple[Verdict, StoredResponse]:
-    """The handler's response: an answer below 500, a failure from 500 (the key is held in doubt)."""
+    """The handler's response: an answer below 500, a failure from 500."""
     response = _captured(messages)
     return (Verdict.ANSWERED if response.status < 500 else Verdict.FAILED), response
 
 
 def _stored_response(response: Response) -> StoredResponse:
-    """A response given to :meth:`~agentlease.idempotency.edge.EffectTransaction.done`, as it is stored."""
+    """A response given to ``EffectTransaction.done``, as it is stored."""
     return StoredResponse(response.status_code, _kept(response.raw_headers), bytes(response.body))
 
 
@@ -180,20 +174,15 @@ class IdempotencyMiddleware:
     """Pure ASGI middleware: idempotency keys and fencing tokens for mutating requests (``docs/edge.md``).
 
     Args:
-        app: the wrapped ASGI app.
-        store: where keys, responses and fences live (the service's database).
-        resource_for: names the fenced resource of a request (the client's ``Fencing-Resource`` is then
-            ignored). Default ``None``: the resource the client names, else the idempotency key.
+        app / store: the wrapped ASGI app; where keys, answers and fences live (the service's database).
+        resource_for: names a request's fenced resource, over the client's. Default: the client's, else the key.
         require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``. Default ``False``.
-        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only signed tokens that verify for
-            the request's resource pass. Default ``None``: bare generations are taken.
+        fencing_key: ``AGENTLEASE_FENCING_KEY``: only tokens it signed for the resource pass. Default ``None``.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_credentials`.
-        commits_with_key: every handler behind the middleware commits its effect with its key (in
-            ``effect_transaction`` only): a key whose holder vanished is free again once its lock timed out,
-            instead of held in doubt. Default ``False``.
+        commits_with_key: every handler commits its effect with its key (``effect_transaction``): a key whose
+            holder vanished is free again once its lock timed out, not held in doubt. Default ``False``.
         max_body_bytes: the largest body read; larger is 413. Default :data:`MAX_BODY_BYTES`.
-        body_timeout_s: seconds the body may take to arrive; slower is 408 ``request_timeout``. Default
-            :data:`BODY_TIMEOUT_S` (slow headers are the server's to cut off: ``agentlease.cli.serving``).
+        body_timeout_s: seconds the body may take to arrive; slower is 408. Default :data:`BODY_TIMEOUT_S`.
         clock: returns the current time (aware) for every statement. Default ``None``: the database's clock.
     """
 
@@ -236,12 +225,8 @@ class IdempotencyMiddleware:
             resource = parse_fencing_resource([self.resource_for(HTTPConnection(scope))]) or ""
         else:
             resource = named or key
-        if self.fencing_key is None:
-            generation = parse_fencing_token([raw.partition(".")[0]])
-            assert generation is not None
-            return FencingToken(resource, generation)
         try:
-            return FencingToken(resource, verify_fencing_token(self.fencing_key, resource, raw))
+            return FencingToken(resource, token_generation(resource, raw, self.fencing_key))
         except InvalidFencingTokenError as exc:
             raise HeaderError(FENCING_TOKEN_HEADER, "invalid_fencing_token", str(exc)) from None
 

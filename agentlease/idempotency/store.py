@@ -1,6 +1,5 @@
-"""Idempotency keys, their answers and their fences in the downstream's database (SQLite or PostgreSQL): the
-table ``idempotency_keys`` beside the fences of :mod:`agentlease.fencing`, one row per key (``docs/edge.md``).
-"""
+"""Idempotency keys and their answers in the downstream's database (SQLite or PostgreSQL): ``idempotency_keys``,
+one row per key, beside the fences of :mod:`agentlease.fencing` (``docs/edge.md``)."""
 
 from __future__ import annotations
 
@@ -47,18 +46,14 @@ DEFAULT_LOCK_TIMEOUT = timedelta(seconds=60)
 
 
 class KeyStatus(StrEnum):
-    """State of one idempotency key at the downstream (``docs/edge.md``)."""
+    """State of one idempotency key at the downstream; how each is left: ``docs/edge.md``, "A key's life"."""
 
     IN_FLIGHT = "in_flight"
-    """A handler holds the key. Left by its answer (-> done), by a handler that had no effect (row
-    deleted), by a failure it cannot vouch for (-> in_doubt), or once the lock timed out: a handler whose
-    effect commits with its key is taken over (it had no effect), any other's key goes in doubt."""
+    """A handler holds the key."""
     DONE = "done"
-    """The effect's answer is stored and replayed. Left only when the retention has passed."""
+    """The effect's answer is stored and replayed, until the retention has passed."""
     IN_DOUBT = "in_doubt"
-    """The handler started and its outcome is unknown: the key is never given back. Left by the
-    handler's late answer (-> done), by :meth:`IdempotencyStore.resolve` (the service's owner), or
-    when the retention has passed."""
+    """The handler started and its outcome is unknown: the key is never given back by itself."""
 
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
@@ -80,9 +75,7 @@ idempotency_keys = Table(
     CheckConstraint("status IN ('in_flight', 'done', 'in_doubt')", name="status"),
     Index("ix_idempotency_keys_expires_at_ms", "expires_at_ms"),
 )
-"""One row per key: request hash, status, the holder's lock, whether the holder's effect commits with the
-key (``effect_in_transaction``), the stored answer, and one expiry (epoch ms): the lock's end while
-``in_flight``, the retention's end once ``done`` or ``in_doubt``."""
+"""One row per key; ``expires_at_ms``: the lock's end while ``in_flight``, else the retention's end."""
 
 _KEPT_BEFORE_0_4 = tuple(column.name for column in idempotency_keys.c if column.name != "effect_in_transaction")
 
@@ -106,9 +99,7 @@ class StoredResponse:
     """An answer kept for replay.
 
     Attributes:
-        status: HTTP status code (an MCP result is kept with 200).
-        headers: ``(name, value)`` pairs as the handler sent them (latin-1 text).
-        body: the body bytes.
+        status / headers / body: HTTP status (an MCP result: 200), ``(name, value)`` pairs (latin-1), bytes.
     """
 
     status: int
@@ -121,8 +112,7 @@ class Claimed:
     """This request holds the key; run the handler, then complete, release or hold the key in doubt.
 
     Attributes:
-        key: the stored key.
-        lock_id: proof of this claim, checked by every later write of the key.
+        key / lock_id: the stored key; proof of this claim, checked by every later write of the key.
     """
 
     key: str
@@ -134,9 +124,8 @@ class Held:
     """Another request holds the key, has answered it, or left it in doubt.
 
     Attributes:
-        status: the key's status.
+        status / response: the key's status; the stored answer when ``done``.
         same_request: whether the holder's request hash equals this request's.
-        response: the stored answer when ``done``.
     """
 
     status: KeyStatus
@@ -151,7 +140,6 @@ def _positive(name: str, value: timedelta) -> timedelta:
 
 
 def _answer(response: StoredResponse) -> dict[str, Any]:
-    """The columns of a stored answer."""
     headers = [list(pair) for pair in response.headers]
     return {"response_status": response.status, "response_headers": headers, "response_body": response.body}
 
@@ -174,8 +162,7 @@ class IdempotencyStore:
     Args:
         engine: the downstream's async engine (see :func:`create_async_database_engine`); the store owns it.
         retention: how long a key's answer or doubt is kept. Default 24h.
-        lock_timeout: how long an in-flight key blocks other requests before its holder counts as gone.
-            Default 60s.
+        lock_timeout: how long an in-flight key blocks others before its holder counts as gone. Default 60s.
 
     Raises:
         ValueError: a retention or lock timeout that is not a positive ``timedelta``.
@@ -211,7 +198,7 @@ class IdempotencyStore:
 
     async def create_tables(self) -> None:
         """Create ``idempotency_keys`` and ``fences`` if they do not exist (safe to run again); a key table of
-        agentlease 0.3 or earlier is rebuilt in the new shape, its rows kept."""
+        agentlease 0.3 or earlier is rebuilt, its rows kept."""
         await create_fence_table(self._engine)
         async with self._engine.begin() as conn:
             await conn.run_sync(_create_or_upgrade)
@@ -234,13 +221,11 @@ class IdempotencyStore:
         now: datetime | None = None,
     ) -> Claimed | Held:
         """Pass the fence (moved first, whatever the key's state), then claim ``key`` for one execution, in one
-        transaction: taken where no row exists, its retention has passed, or an in-flight holder whose effect
-        commits with its key timed out; an in-flight key whose holder timed out without that promise is put
-        in doubt instead.
+        transaction; an in-flight key whose holder timed out is taken over if its effect commits with its
+        key, else put in doubt.
 
         Args:
-            key: the stored key (scoped to its caller).
-            request_hash: see :func:`~agentlease.idempotency.convention.request_hash`.
+            key / request_hash: the stored key (scoped to its caller); :func:`~.convention.request_hash`.
             fence: the request's fenced resource and generation, if it carries one.
             commits_with_key: the handler commits its effect with its key (:meth:`promise_effect_in_transaction`).
             now: injected time; default the database's clock.
@@ -336,8 +321,8 @@ class IdempotencyStore:
             raise KeyTakenOverError(claim.key)
 
     async def promise_effect_in_transaction(self, claim: Claimed) -> None:
-        """Record that ``claim``'s effect commits with its key: should its holder vanish before the commit, a
-        later request may take the key over once the lock times out.
+        """Record that ``claim``'s effect commits with its key: should its holder vanish, a later request may
+        take the key over once the lock times out.
 
         Raises:
             KeyTakenOverError: the key was taken over already; the holder must not act.
@@ -376,13 +361,11 @@ class IdempotencyStore:
         return Held(status, True, _response_of(row) if status is KeyStatus.DONE else None)
 
     async def resolve(self, key: str, *, applied: bool, response: StoredResponse | None = None) -> bool:
-        """The service owner's word on a key in doubt: it took effect (``applied``, with the answer to
-        replay) or it did not (the key is given back and the next request with it runs).
+        """The service owner's word on a key in doubt: it took effect, or it did not (the key is given back).
 
         Args:
-            key: the stored key (:func:`~agentlease.idempotency.middleware.scoped_key` of caller and key).
-            applied: whether the effect happened.
-            response: the answer to replay when ``applied`` (an MCP guard's: ``LeaseGuard.stored_result``).
+            key: the stored key (:func:`~agentlease.idempotency.convention.scoped_key` of caller and key).
+            applied / response: whether the effect happened; the answer to replay when it did.
 
         Returns:
             ``False`` when the key is not in doubt (nothing changed).
@@ -405,7 +388,7 @@ class IdempotencyStore:
 
 
 def _create_or_upgrade(conn: Connection) -> None:
-    """Create the key table, or rebuild one made before ``effect_in_transaction`` and ``in_doubt``, its rows kept."""
+    """Create the key table, or rebuild one of agentlease 0.3 or earlier, its rows kept."""
     inspector = inspect(conn)
     if inspector.has_table(idempotency_keys.name) and "effect_in_transaction" not in {
         column["name"] for column in inspector.get_columns(idempotency_keys.name)

@@ -1,7 +1,4 @@
-"""Approvals bound to one execution, around the claim that checks and consumes them
-(:func:`agentlease.ledger.writes.approval_needed`; ``docs/decisions.md``, "Approvals"): why a refused claim
-was refused, the task back to ``awaiting_approval``, what a granted claim consumed.
-"""
+"""Approvals bound to one execution, around the claim that consumes them (``docs/decisions.md``, "Approvals")."""
 
 from __future__ import annotations
 
@@ -37,8 +34,7 @@ def approval_remaining(granted: Any, spec: TaskSpec) -> timedelta | None:
 
 
 def approval_refusal(before: Any, spec: TaskSpec, now_ms: int) -> ApprovalRefusedError | None:
-    """Why the claim of approval-gated ``spec`` may consume no approval (the row ``before`` it, at
-    ``now_ms``); ``None`` when it needs none or has a valid one (the claim was refused for its lease)."""
+    """Why the claim of approval-gated ``spec`` may consume no approval (``None``: it needs none or has one)."""
     if before.approval_consumed_generation is not None or before.claim_generation != 0:
         return None
     assert spec.approval_ttl is not None
@@ -78,8 +74,8 @@ def refuse_approval(
     refusal: ApprovalRefusedError,
     now: datetime | None,
 ) -> ApprovalRefusedError:
-    """Send an approval-gated task whose claim found no approval back to ``awaiting_approval`` with one
-    ``approval_refused`` entry; the refusal, raised once the claim's transaction commits."""
+    """Send the task back to ``awaiting_approval`` with an ``approval_refused`` entry; the refusal, raised once
+    the claim's transaction commits."""
     rows = execute(conn, sql.refuse_approval, {"key_task_id": spec.task_id, **now_param(now)})
     if not rows:  # not pending (a task claimed before approvals were bound)
         return refusal

@@ -1,7 +1,4 @@
-"""The claim: a task taken for one attempt, minting its next claim generation (G1, G3, G6), through
-:func:`agentlease.ledger.writes.claim_new` or :func:`~agentlease.ledger.writes.claim`; ``Ledger.claim``
-documents the call.
-"""
+"""The claim (``Ledger.claim``): a task taken for one attempt, minting its next claim generation (G1, G3, G6)."""
 
 from __future__ import annotations
 
@@ -73,11 +70,7 @@ class _Claimer:
         return {"key_task_id": self.spec.task_id, **now_param(self.now)}
 
     def _minted(self) -> dict[str, Any]:
-        return {
-            "lease_owner": self.owner,
-            "lease_token_sha256": token_sha256(self.lease_token),
-            **self.trace.columns(),
-        }
+        return {"lease_owner": self.owner, "lease_token_sha256": token_sha256(self.lease_token), **self.trace.columns()}
 
     def new_task(self) -> dict[str, Any]:
         """The parameters of :func:`~agentlease.ledger.writes.claim_new`, its entry's among them."""
@@ -102,9 +95,8 @@ class _Claimer:
     def note(
         self, attempts: int, lease_ttl_ms: int, consumed: Any = None, consumed_by: int | None = None
     ) -> tuple[str, dict[str, Any]]:
-        """The ``claimed`` entry's reason and details: the attempt, the approval it consumed (the row before the
-        claim: ``consumed``) or the generation that consumed it (``consumed_by``), a heartbeat timeout that is
-        not the lease's TTL."""
+        """The ``claimed`` entry's reason and details: the attempt, the approval consumed (``consumed``: the row
+        before) or the generation that did (``consumed_by``), a heartbeat timeout other than the lease's TTL."""
         reason = f"attempt {attempts}"
         details: dict[str, Any] = {}
         if consumed is not None:
@@ -212,8 +204,7 @@ async def _claim_once(core: LedgerCore, claimer: _Claimer) -> Claimed:
 def _claim_tx(
     core: LedgerCore, claimer: _Claimer, new_task: dict[str, Any] | None, params: dict[str, Any], conn: Connection
 ) -> _Granted | ApprovalRefusedError:
-    """The granted claim, or the approval refusal it recorded (raised once committed). ``new_task``: the
-    parameters of a first claim to try here (SQLite); ``params``: those of the claim of the task that exists."""
+    """The granted claim, or the approval refusal it recorded; ``new_task``: a first claim to try (SQLite)."""
     spec = claimer.spec
     check_claim_clock(conn, core.sql, core.db.dialect, spec.task_id, claimer.now)
     if new_task is not None:  # a task the ledger has not seen: created claimed (generation 1)
@@ -251,8 +242,7 @@ def _claim_tx(
 
 
 def _refused(core: LedgerCore, claimer: _Claimer, conn: Connection, before: Any) -> ApprovalRefusedError:
-    """A refused claim: an approval-gated task without a valid approval goes back to ``awaiting_approval``
-    (returned, raised after the commit); otherwise raises ``LeaseHeldError`` with the time left."""
+    """An approval refusal (recorded; raised after the commit), else raises ``LeaseHeldError`` with the time left."""
     # Measured now, not at ``before``: on PostgreSQL that read may have waited for the row lock.
     refused_at_ms = conn.execute(core.sql.select_now, claimer.key).scalar_one()
     refusal = approval_refusal(before, claimer.spec, refused_at_ms) if claimer.gated else None
@@ -264,6 +254,3 @@ def _refused(core: LedgerCore, claimer: _Claimer, conn: Connection, before: Any)
         holder=before.lease_owner,
         generation=before.claim_generation,
     )
-
-
-__all__ = ["LEASE_TOKEN_BYTES", "claim", "receipt_mismatch"]

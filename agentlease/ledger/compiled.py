@@ -1,11 +1,6 @@
-"""Running the ledger's hot statements on the driver connection: compiled once, executed without SQLAlchemy's
-per-call machinery (which costs more CPU than the statement itself: ``bench/README.md``).
-
-:func:`execute` runs a prebuilt statement on SQLite with ``sqlite3``, on a PostgreSQL connection in
-autocommit with asyncpg's ``fetch``, and otherwise through SQLAlchemy. The SQL is what SQLAlchemy renders;
-driver errors are wrapped as :class:`~sqlalchemy.exc.DBAPIError` and a failed PostgreSQL connection is
-invalidated, as SQLAlchemy's own execution would.
-"""
+"""The ledger's hot statements run on the driver connection: rendered and compiled once by SQLAlchemy, executed
+without its per-call machinery (``bench/README.md``); driver errors are wrapped and a failed PostgreSQL
+connection invalidated, as SQLAlchemy's own execution would."""
 
 from __future__ import annotations
 
@@ -86,8 +81,6 @@ def row_type(names: list[str]) -> type:
     base = collections.namedtuple("LedgerRow", names)  # type: ignore[misc]
 
     class LedgerRow(base):
-        """A result row: attributes by column name, and ``_mapping`` as SQLAlchemy's rows have."""
-
         __slots__ = ()
 
         @property
@@ -109,8 +102,9 @@ def _compiled(statement: ClauseElement, dialect: Dialect) -> Compiled:
 
 
 def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-    """Run a prebuilt ``statement`` (compiled once for the life of the process; named ``bindparam`` s or
-    constants, no expanding ``IN`` lists) with ``params`` on ``conn``. Returns its rows.
+    """Run a prebuilt ``statement`` (compiled once; named ``bindparam`` s or constants, no expanding ``IN``
+    lists) with ``params`` on ``conn``: on SQLite with ``sqlite3``, in autocommit with asyncpg's ``fetch``, else
+    through SQLAlchemy. Returns its rows.
 
     Raises:
         DBAPIError: the driver's error, wrapped.
@@ -146,8 +140,8 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
 
 async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
     """Run a prebuilt ``statement`` alone on a pooled connection of the PostgreSQL ``engine``, straight to
-    asyncpg's ``fetch`` (autocommit, no SQLAlchemy ``Connection``, no greenlet). A connection whose
-    statement failed other than by the server's answer is invalidated, never reused.
+    asyncpg's ``fetch`` (autocommit, no greenlet). A connection whose statement failed other than by the
+    server's answer is invalidated, never reused.
 
     Raises:
         DBAPIError: the driver's error, wrapped (as :func:`execute` does).
@@ -169,6 +163,3 @@ async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Map
         raise
     raw.close()
     return compiled.rows(rows)
-
-
-__all__ = ["Compiled", "execute", "fetch_alone", "row_type"]

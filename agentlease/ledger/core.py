@@ -140,14 +140,7 @@ class LedgerCore:
         return {**held(claim.task_id, claim.owner, claim.generation, token), **now_param(now)}
 
     def refused(
-        self,
-        conn: Connection,
-        claim: Claim,
-        *,
-        operation: str,
-        kind: EventKind,
-        now: datetime | None,
-        details: dict[str, Any] | None = None,
+        self, conn: Connection, claim: Claim, operation: str, kind: EventKind, now: datetime | None, details: Any
     ) -> Refusal:
         """Record a refused holder write (a ``lease_lost`` or ``late_unapplied`` entry) and say why it was refused."""
         guard = self.held(claim, now)
@@ -162,7 +155,7 @@ class LedgerCore:
                 f"{operation} refused: the claim of generation {claim.generation} did not present the lease token "
                 "the ledger minted with it (a claim rebuilt from listings or the trail cannot write)"
             )
-        facts = {"operation": operation, **({"lease_token": "refused"} if token_refused else {}), **(details or {})}
+        facts = {"operation": operation, **({"lease_token": "refused"} if token_refused else {}), **details}
         write_event(
             conn,
             self.sql,
@@ -212,6 +205,3 @@ class LedgerCore:
         """The receipt stored for the key, if any."""
         rows = execute(conn, self.sql.select_receipt, {"key_idempotency_key": idempotency_key})
         return stored_receipt(rows[0], idempotency_key) if rows else None
-
-
-__all__ = ["LedgerCore", "Refusal", "redacted", "stored_receipt", "task_values"]

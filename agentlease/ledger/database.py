@@ -1,16 +1,7 @@
-"""Where ledger transactions run: one synchronous function per transaction, one hop per call.
-
-- **SQLite**: a synchronous ``sqlite3`` engine used by one dedicated thread, which keeps its connection and
-  runs the process's transactions in turn (``BEGIN IMMEDIATE`` for writes, a plain ``BEGIN`` for reads);
-  why one hop per transaction: ``bench/README.md``.
-- **PostgreSQL**: the async engine (asyncpg) and ``AsyncConnection.run_sync``; a lease write that is one
-  statement goes straight to asyncpg (:meth:`LedgerDatabase.write_statement`, ``docs/operations.md``).
-
-A caller cancelled while its transaction runs on the SQLite thread gets ``CancelledError`` at once, but
-the transaction still runs to its end there (one still queued is skipped): unlike on PostgreSQL, the
-change may be made without the caller learning of it. A queued transaction waits at most the busy
-timeout in all: one that reaches the thread after its deadline fails at once with "database is locked".
-"""
+"""Where ledger transactions run, one synchronous function per transaction: on SQLite one dedicated thread
+running them in turn (``bench/README.md``), on PostgreSQL the async engine's ``run_sync``. A caller cancelled
+while its transaction runs on the SQLite thread is told at once, but the transaction still runs to its end
+(one still queued is skipped); one queued longer than the busy timeout fails with "database is locked"."""
 
 from __future__ import annotations
 
@@ -69,8 +60,7 @@ class LedgerDatabase(Protocol):
         """Run ``transaction`` in a write transaction; commit if it returns, roll back if it raises.
 
         Raises:
-            LedgerUnavailableError: the database could not be reached or answer; the outcome of the
-                transaction is unknown (it may have committed).
+            LedgerUnavailableError: the database could not be reached or answer; it may have committed.
         """
         ...
 
@@ -83,8 +73,8 @@ class LedgerDatabase(Protocol):
         ...
 
     async def write_one(self, transaction: Transaction[T]) -> T:
-        """Run ``transaction``, whose change is ONE statement: on PostgreSQL in autocommit (each statement
-        commits on its own), on SQLite as :meth:`write`.
+        """Run ``transaction``, whose change is ONE statement: on PostgreSQL in autocommit, on SQLite as
+        :meth:`write`.
 
         Raises:
             LedgerUnavailableError: as :meth:`write`.
@@ -92,8 +82,8 @@ class LedgerDatabase(Protocol):
         ...
 
     async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-        """Run ONE prebuilt lease statement alone; its rows. On PostgreSQL it goes straight to asyncpg in
-        autocommit (:func:`~agentlease.ledger.compiled.fetch_alone`); on SQLite as :meth:`write_one`.
+        """Run ONE prebuilt lease statement alone; its rows. On PostgreSQL straight to asyncpg in autocommit
+        (:func:`~agentlease.ledger.compiled.fetch_alone`); on SQLite as :meth:`write_one`.
 
         Raises:
             LedgerUnavailableError: as :meth:`write`.
@@ -113,10 +103,9 @@ def open_database(
 
     Args:
         url: see :func:`agentlease.ledger.engine.async_url`.
-        pool_size: PostgreSQL connections at most (no overflow). Default
-            :data:`~agentlease.ledger.engine.PG_POOL_SIZE` (10). SQLite uses one connection.
-        sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue
-            included (ms). Default :data:`~agentlease.ledger.engine.SQLITE_BUSY_TIMEOUT_MS`.
+        pool_size: PostgreSQL connections at most (no overflow). Default 10. SQLite uses one connection.
+        sqlite_busy_timeout_ms: how long a SQLite transaction may wait for the write lock, queue included.
+            Default 30,000 ms.
 
     Raises:
         ConfigurationError: bad URL.
@@ -135,8 +124,7 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
 @contextmanager
 def unavailable_as_error(url: str) -> Iterator[None]:
     """Raise :class:`LedgerUnavailableError` (one line) for an error that says the ledger could not be reached
-    or answer (:func:`~agentlease.ledger.engine.is_unavailable`; a write may have committed), and
-    :class:`LedgerRefusedValueError` for a value the database refuses; anything else propagates unchanged."""
+    or answer, :class:`LedgerRefusedValueError` for a value it refuses; anything else propagates unchanged."""
     try:
         yield
     except _driver_errors() as exc:
@@ -148,17 +136,12 @@ def unavailable_as_error(url: str) -> Iterator[None]:
         raise LedgerUnavailableError(f"ledger {url} unavailable: {cause}") from exc
 
 
-_DELIVER_AFTER = 16
-"""At most this many finished transactions wait for one wake-up of the event loop."""
-
-_DELIVER_WITHIN_S = 0.001
-"""And none waits longer than this before the next transaction starts (which may wait for a lock)."""
+_DELIVER_AFTER = 16  # at most this many finished transactions wait for one wake-up of the event loop
+_DELIVER_WITHIN_S = 0.001  # and none longer than this before the next one starts (which may wait for a lock)
 
 
 class _LedgerThread:
-    """The SQLite ledger's thread: runs queued calls in order, handing finished ones back to their loops
-    together while more are queued (one wake-up for several); skips a call cancelled before it started.
-    Not a daemon: stopped by :meth:`stop` or at interpreter exit, after the calls queued before."""
+    """The SQLite ledger's thread, running queued calls in order; stopped by :meth:`stop` or at exit."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[asyncio.Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
@@ -239,8 +222,7 @@ class SQLiteThreadDatabase:
     """A SQLite ledger used from one dedicated thread: one hop per transaction.
 
     Args:
-        engine: from :func:`~agentlease.ledger.engine.create_sqlite_thread_engine`; owned.
-        url: for messages.
+        engine / url: from :func:`~agentlease.ledger.engine.create_sqlite_thread_engine` (owned); for messages.
         busy_timeout_ms: the engine's busy timeout; also the most a transaction waits in the queue.
     """
 
@@ -313,15 +295,14 @@ class SQLiteThreadDatabase:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         deadline = time.monotonic() + self._wait_s
         self._thread.submit(future, functools.partial(self._run, read_only, transaction, deadline))
-        return await future
+        with unavailable_as_error(self.url):
+            return await future
 
     async def write(self, transaction: Transaction[T]) -> T:
-        with unavailable_as_error(self.url):
-            return await self._hop(False, transaction)
+        return await self._hop(False, transaction)
 
     async def read(self, transaction: Transaction[T]) -> T:
-        with unavailable_as_error(self.url):
-            return await self._hop(True, transaction)
+        return await self._hop(True, transaction)
 
     write_one = write
 
@@ -342,7 +323,7 @@ class SQLiteThreadDatabase:
 
 
 class AsyncEngineDatabase:
-    """The PostgreSQL ledger's database: each transaction runs via ``run_sync``, each statement awaited.
+    """The PostgreSQL ledger's database: each transaction runs via ``run_sync``.
 
     Args:
         engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.
@@ -376,13 +357,3 @@ class AsyncEngineDatabase:
 
     async def dispose(self) -> None:
         await self._engine.dispose()
-
-
-__all__ = [
-    "AsyncEngineDatabase",
-    "LedgerDatabase",
-    "SQLiteThreadDatabase",
-    "Transaction",
-    "open_database",
-    "unavailable_as_error",
-]

@@ -1,6 +1,5 @@
-"""Decisions applied to a task (:func:`agentlease.ledger.writes.decision`, G8), and a refused decision's entry;
-``Ledger.decide`` and ``Ledger.record_refused_decision`` document the calls.
-"""
+"""Decisions applied to a task (G8), and a refused decision's entry: ``Ledger.decide`` and
+``Ledger.record_refused_decision``."""
 
 from __future__ import annotations
 
@@ -101,6 +100,3 @@ async def record_refused_decision(
         )
 
     await core.write("record_refusal", spec.tool, refuse_tx)
-
-
-__all__ = ["RESOLVED_BY_PERSON", "decide", "record_refused_decision"]

@@ -1,10 +1,5 @@
-"""Signed decisions applied once: their decision ids in the ledger (migration 0007).
-
-The decision activity records a signed decision's id in ``decisions_applied`` with the Temporal activity
-that first used it: the same id sent again elsewhere is a replay, refused (recorded once in
-``decision_replays`` and the task's trail); a retry of that same activity is not
-(``docs/security-operations.md``, "Authenticated decisions").
-"""
+"""Signed decisions applied once: each decision id recorded with the Temporal activity that first used it; the
+same id sent again elsewhere is a replay, refused and recorded once (``docs/security-operations.md``)."""
 
 from __future__ import annotations
 
@@ -29,8 +24,8 @@ class DecisionUse:
     """One use of a signed decision's id on one task.
 
     Attributes:
-        decision_id / task_id: the decision id and the task it was applied to.
-        kind / operator / generation: the decision, who signed it, the generation it was signed for.
+        decision_id / task_id / kind / operator: the id, its task, the decision and who signed it.
+        generation: the generation it was signed for (``None``: not bound).
         workflow_id / run_id / activity_id: the Temporal activity that used it (``None``: outside one).
         at_ms: when, on the ledger's clock.
     """
@@ -46,18 +41,13 @@ class DecisionUse:
     at_ms: int = 0
 
     def same_activity(self, other: DecisionUse) -> bool:
-        """Whether ``other`` is this use again: the same scheduled activity (a Temporal retry). A use
-        outside any activity is never the same as another."""
+        """Whether ``other`` is this use again: the same scheduled activity (a Temporal retry; never outside one)."""
         if self.activity_id is None or self.run_id is None:
             return False
-        return (self.workflow_id, self.run_id, self.activity_id) == (
-            other.workflow_id,
-            other.run_id,
-            other.activity_id,
-        )
+        return (self.workflow_id, self.run_id, self.activity_id) == (other.workflow_id, other.run_id, other.activity_id)
 
     def described(self) -> str:
-        """When and by which activity it was used, for a refusal's message."""
+        """When and by which activity it was used, for a refusal."""
         at = from_ms(self.at_ms).isoformat() if self.at_ms else "earlier"
         where = f" by activity {self.activity_id} of run {self.run_id}" if self.activity_id else ""
         return f"at {at}{where}"
@@ -84,8 +74,7 @@ class Recorded:
     """What :func:`record_decision_id` found.
 
     Attributes:
-        earlier: the use of the same decision id on the task recorded before (``None``: none, recorded now
-            unless ``moved``); a retry of the same activity when :meth:`DecisionUse.same_activity`.
+        earlier: the use of the id on the task recorded before (``None``: none, recorded now unless ``moved``).
         generation: the task's claim generation in the ledger (0 for a task it has not seen yet).
         moved: the decision was signed for another generation than ``generation``: nothing recorded.
     """
@@ -96,9 +85,8 @@ class Recorded:
 
 
 async def record_decision_id(ledger: Ledger, use: DecisionUse) -> Recorded:
-    """Record, in one transaction, that ``use``'s decision id is applied to its task: unless the id is
-    recorded there already (a retry, or a replay), or the task's generation is not the one the decision
-    was signed for (``use.generation``; ``None``: not bound).
+    """Record in one transaction that ``use``'s decision id is applied to its task, unless it is already (a
+    retry, or a replay) or the task is not at ``use.generation`` (``None``: not bound).
 
     Raises:
         LedgerUnavailableError: the ledger could not be reached.
@@ -133,10 +121,7 @@ async def record_replay(
     trace: TraceLink | None = None,
 ) -> bool:
     """Record a refused replay of a signed decision in the task's trail (``decision_refused``), once per
-    decision id and task: a replay sent again, or the replaying activity retried, writes nothing more.
-
-    Returns:
-        whether the entry was written now.
+    decision id and task: whether the entry was written now.
 
     Raises:
         LedgerUnavailableError: the ledger could not be reached.
@@ -173,6 +158,3 @@ async def record_replay(
         return True
 
     return await ledger.database.write(replay_tx)
-
-
-__all__ = ["DecisionUse", "Recorded", "record_decision_id", "record_replay"]

@@ -1,7 +1,5 @@
-"""Database engines, for the ledger and for a downstream: URLs, SQLite's file and pragmas, the async engine a
-downstream (or a tool) uses, the ledger's own engines (``docs/operations.md``), and how a driver's error
-reads (an outage, a refused value, a missing schema).
-"""
+"""Database engines for the ledger (``docs/operations.md``) and for a downstream: URLs, SQLite's file and
+pragmas, and how a driver's error reads (an outage, a refused value, a missing schema)."""
 
 from __future__ import annotations
 
@@ -42,8 +40,7 @@ def async_url(url: str, *, name: str = "database") -> str:
         name: what the URL names, for messages (``"ledger"``). Default ``"database"``.
 
     Raises:
-        ConfigurationError: not a URL, a database other than SQLite or PostgreSQL, or SQLite
-            without a file path.
+        ConfigurationError: not a URL, a database other than SQLite or PostgreSQL, or SQLite without a file.
     """
     try:
         parsed = make_url(url)
@@ -95,8 +92,8 @@ def is_missing_schema(exc: BaseException) -> bool:
 
 
 def asyncpg_errors(*names: str) -> tuple[type[BaseException], ...]:
-    """asyncpg's error classes of these names (``"PostgresError"``, ...), for ``except`` or ``isinstance``;
-    ``()`` while asyncpg was never imported (then none of its errors can have been raised)."""
+    """asyncpg's error classes of these names (``"PostgresError"``, ...); ``()`` while asyncpg was never imported
+    (then none of its errors can have been raised)."""
     if "asyncpg" not in sys.modules:
         return ()
     import asyncpg  # already imported: a dictionary look-up (waits if another thread is importing it)
@@ -116,7 +113,7 @@ _UNREACHABLE_PG = (
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether a database error says the database could not be reached or answer (stopped, restarting, the
-    connection dropped, SQLite's write lock held too long); a missing schema is not an outage."""
+    connection dropped, SQLite's write lock held too long); not a missing schema."""
     if is_missing_schema(exc):
         return False
     if (isinstance(exc, DBAPIError) and exc.connection_invalidated) or isinstance(exc, InterfaceError):
@@ -131,8 +128,8 @@ def is_unavailable(exc: BaseException) -> bool:
 
 
 def is_refused_value(exc: BaseException) -> bool:
-    """Whether a database error refuses a value a statement carried (too long, not encodable, out of range) or
-    the write to this role (no privilege, a row guard): retrying the same statement fails the same way."""
+    """Whether a database error refuses a value (too long, not encodable, out of range) or the write to this
+    role (no privilege, a row guard): retrying the same statement fails the same way."""
     from sqlalchemy.exc import DataError
 
     if isinstance(exc, DataError):
@@ -160,8 +157,8 @@ def create_sqlite_directory(path: Path, *, name: str = "database") -> None:
 
 
 def sqlite_pragmas(dbapi_connection: Any, busy_timeout_ms: int) -> None:
-    """WAL mode, the busy timeout and ``synchronous=NORMAL`` on a new SQLite connection; the engine emits
-    ``BEGIN`` itself."""
+    """WAL mode, the busy timeout and ``synchronous=NORMAL`` on a new SQLite connection (``BEGIN`` left to the
+    engine)."""
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -175,8 +172,7 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
 
     Args:
         url: see :func:`async_url`.
-        pool_size: PostgreSQL connection pool size (as many again may overflow). Default 5.
-            A SQLite engine keeps one connection: ``BEGIN IMMEDIATE`` lets one writer in at a time.
+        pool_size: PostgreSQL connection pool size (as many again may overflow). Default 5; SQLite keeps one.
 
     Raises:
         ConfigurationError: bad URL.
@@ -205,11 +201,10 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
 
 
 PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 1_000
-"""PostgreSQL ends a ledger session left idle inside a transaction this long (a paused worker's row lock
-would block takeovers). Default 1s."""
+"""PostgreSQL ends a ledger session idle inside a transaction this long (a paused worker's row lock would block
+takeovers). Default 1s."""
 
-READ_ONLY_OPTION = "agentlease_read_only"
-"""Execution option (bool) of SQLite connections whose transactions only read: plain ``BEGIN``."""
+READ_ONLY_OPTION = "agentlease_read_only"  # execution option of SQLite reads: a plain ``BEGIN``
 
 
 def create_sqlite_thread_engine(url: str, *, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> Engine:
@@ -266,12 +261,11 @@ PG_POOL_TIMEOUT_S = 30.0
 
 
 def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> AsyncEngine:
-    """Create the async engine of a PostgreSQL ledger: at most ``pool_size`` connections, no overflow (a burst
-    waits up to :data:`PG_POOL_TIMEOUT_S`), pinged before use only after :data:`PG_PING_AFTER_IDLE_S` idle
-    (``docs/operations.md``, "PostgreSQL connections").
+    """Create the async engine of a PostgreSQL ledger: no overflow (a burst waits up to :data:`PG_POOL_TIMEOUT_S`),
+    pinged only after :data:`PG_PING_AFTER_IDLE_S` idle (``docs/operations.md``, "PostgreSQL connections").
 
     Args:
-        url: ``postgresql://USER:PASS@HOST:PORT/DB`` (see :func:`agentlease.ledger.engine.async_url`).
+        url: ``postgresql://USER:PASS@HOST:PORT/DB`` (see :func:`async_url`).
         pool_size: connections at most. Default :data:`PG_POOL_SIZE` (10).
 
     Raises:

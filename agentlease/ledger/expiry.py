@@ -1,8 +1,5 @@
-"""Ledger queries of the expired-lease sweeper (:mod:`agentlease.recovery._sweeper`): a keyset page of lapsed
-leases, and a batch of them recorded by one conditional statement (``docs/operations.md``, "The sweeper").
-The write is conditional on the generation and the lapse it read, so a task claimed again and settled in
-between keeps its settlement (the River rescuer fix, PR #1373).
-"""
+"""The expired-lease sweeper's ledger queries: keyset pages of lapsed leases, each batch recorded by one
+statement conditional on the lease it read (as River's rescuer fix; ``docs/operations.md``, "The sweeper")."""
 
 from __future__ import annotations
 
@@ -50,11 +47,9 @@ class ExpiredLease:
 
     Attributes:
         task_id / tool / side_effect_class / stage: the task and its last durable stage.
-        generation: the claim generation whose lease lapsed.
-        owner: its ``lease_owner``.
+        generation / owner: the claim generation whose lease lapsed, and its ``lease_owner``.
         expires_at_ms: when it lapsed (epoch ms, ledger clock); also the keyset cursor.
-        attempts: attempts so far.
-        has_receipt: whether a settlement receipt exists for its idempotency key.
+        attempts / has_receipt: attempts so far; whether a receipt exists for its idempotency key.
         trace: the Temporal attempt that held it.
     """
 
@@ -71,12 +66,10 @@ class ExpiredLease:
 
     @property
     def cursor(self) -> tuple[int, str]:
-        """The keyset cursor of the next batch."""
         return (self.expires_at_ms, self.task_id)
 
     @classmethod
     def from_row(cls, row: Row[Any], has_receipt: bool) -> ExpiredLease:
-        """The lease of a ``tasks`` row read by :func:`expired_leases`."""
         return cls(
             task_id=row.task_id,
             tool=row.tool,
@@ -97,9 +90,7 @@ async def expired_leases(
     """Running tasks whose lease lapsed, oldest lapse first, in keyset batches (one short read transaction).
 
     Args:
-        limit: batch size.
-        after: the cursor of the last lease of the previous batch.
-        now: injected time; default the database's clock.
+        limit / after: batch size; the cursor of the last lease of the previous batch.
     """
     params: dict[str, Any] = {"limit": limit, **now_param(now)}
     query = ledger.statements.expired_first
@@ -166,19 +157,13 @@ class Expiry:
 
 _T = TASKS.c
 
-BATCH_COLUMNS = ("task_id", "claim_generation", "lease_expires_at_ms", "status", "last_error")
-"""The fields of one lapsed lease in the batch of :func:`record_statement`: the lease as read, and what to write."""
-
-BATCH_PARAM = "expired_batch"
-"""The parameter of :func:`record_statement` holding the batch: a JSON array of objects (:data:`BATCH_COLUMNS`)."""
-
-BATCH_IDS_PARAM = "expired_task_ids"
-"""PostgreSQL only: the batch's task ids as an array, for the ``SKIP LOCKED`` lookup."""
+BATCH_COLUMNS = ("task_id", "claim_generation", "lease_expires_at_ms", "status", "last_error")  # per lease
+BATCH_PARAM = "expired_batch"  # the batch: a JSON array of objects of BATCH_COLUMNS
+BATCH_IDS_PARAM = "expired_task_ids"  # PostgreSQL: the batch's task ids, for the SKIP LOCKED lookup
 
 
 def _batch(dialect_name: str) -> FromClause:
-    """The batch as a table ``expired`` (:data:`BATCH_COLUMNS`), unpacked from ONE JSON parameter (one
-    compiled statement serves every batch)."""
+    """The batch as a table ``expired``, unpacked from ONE JSON parameter (one statement serves every batch)."""
     types = {name: _T[name].type for name in BATCH_COLUMNS}
     batch = bindparam(BATCH_PARAM, type_=Text)
     if dialect_name == "postgresql":
@@ -197,10 +182,9 @@ def _batch(dialect_name: str) -> FromClause:
 
 @functools.cache
 def record_statement(dialect_name: str) -> Update:
-    """The sweeper's write of a batch of lapsed leases (:func:`batch_params`): ONE conditional ``UPDATE ... FROM
-    <batch>``, built once. A task moves to its ``status`` only if it is still the lease the sweeper read (same
-    generation and expiry, running, lapsed at ``now_ms``); on PostgreSQL rows another sweeper has locked are
-    skipped (``SKIP LOCKED``). RETURNING ``task_id`` and ``updated_at_ms`` of each task it recorded.
+    """The sweeper's write of a batch of lapsed leases (:func:`batch_params`): ONE ``UPDATE ... FROM <batch>``
+    moving a task only if it is still the lease read (on PostgreSQL skipping rows another sweeper locked),
+    RETURNING ``task_id`` and ``updated_at_ms``.
 
     Raises:
         ValueError: unsupported dialect.
@@ -252,15 +236,11 @@ def batch_params(dialect_name: str, rows: Sequence[dict[str, Any]]) -> dict[str,
 
 async def record_expiries(ledger: Ledger, expiries: Sequence[Expiry], *, now: datetime | None = None) -> set[str]:
     """Record a batch of lapsed leases in one transaction: :func:`record_statement`, then the ``expired``
-    entries of exactly the tasks it moved.
+    entries of exactly the tasks it moved. Returns their ids; the others were claimed again, settled,
+    cancelled or recorded by another sweeper meanwhile (nothing is written for them).
 
     Args:
         expiries: leases as read by :func:`expired_leases`, each with the status it moves to.
-        now: injected time; default the database's clock.
-
-    Returns:
-        The ids of the tasks this call recorded; the others were claimed again, settled,
-        cancelled or recorded by another sweeper meanwhile (nothing is written for them).
     """
     if not expiries:
         return set()
@@ -287,34 +267,12 @@ async def record_expiries(ledger: Ledger, expiries: Sequence[Expiry], *, now: da
 
 
 async def record_expiry(
-    ledger: Ledger,
-    lease: ExpiredLease,
-    *,
-    status: TaskStatus,
-    decision: str,
-    now: datetime | None = None,
+    ledger: Ledger, lease: ExpiredLease, *, status: TaskStatus, decision: str, now: datetime | None = None
 ) -> bool:
-    """Record that ``lease`` expired and move its task to ``status``, if nothing changed since it was read
-    (a batch of one, :func:`record_expiries`).
-
-    Returns:
-        True if this call recorded the expiry; False if the task was claimed again, settled,
-        cancelled or recorded by another sweeper meanwhile (nothing is written then).
+    """Record that ``lease`` expired and move its task to ``status``, if nothing changed since it was read (a
+    batch of one, :func:`record_expiries`): whether it did.
 
     Raises:
         ValueError: ``status`` is not one the sweeper may set.
     """
     return bool(await record_expiries(ledger, [Expiry(lease, status, decision)], now=now))
-
-
-__all__ = [
-    "BATCH_COLUMNS",
-    "SWEEPER_STATUSES",
-    "ExpiredLease",
-    "Expiry",
-    "batch_params",
-    "expired_leases",
-    "record_expiries",
-    "record_expiry",
-    "record_statement",
-]

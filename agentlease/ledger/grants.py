@@ -1,8 +1,5 @@
-"""Least-privilege PostgreSQL roles for the ledger (worker, operator, reader): what ``agentlease db grant``
-prints or applies (``docs/security-operations.md``, "Database roles"). Each grant starts from ``REVOKE ALL``,
-so applying it again leaves exactly these privileges; the row guards of migration 0006 say which values a
-role may write (``docs/security-review.md``).
-"""
+"""Least-privilege PostgreSQL roles for the ledger (worker, operator, reader) that ``agentlease db grant``
+prints or applies, each from ``REVOKE ALL`` (``docs/security-operations.md``, "Database roles")."""
 
 from __future__ import annotations
 
@@ -15,11 +12,8 @@ from agentlease.errors import ConfigurationError
 from agentlease.ledger.database import LedgerDatabase
 from agentlease.ledger.tables import TASKS
 
-DECISION_ID_TABLES = ("decisions_applied", "decision_replays")
-"""The signed decisions' ids (migration 0007): insert-only for the worker role."""
-
+DECISION_ID_TABLES = ("decisions_applied", "decision_replays")  # insert-only for the worker role
 LEDGER_TABLES = ("tasks", "lease_events", "receipts", *DECISION_ID_TABLES, "alembic_version")
-"""The ledger's tables (Alembic's version table among them)."""
 
 TASK_IDENTITY = frozenset(
     {"task_id", "agent_run_id", "step_id", "tool", "side_effect_class", "idempotency_key", "arguments_sha256"}
@@ -27,11 +21,8 @@ TASK_IDENTITY = frozenset(
 )
 """What a task is: set when the row is created, never updated by any role but the owner."""
 
-LEASE_COLUMNS = tuple(c.name for c in TASKS.c if c.name not in TASK_IDENTITY)
-"""The columns of ``tasks`` the worker and operator roles may UPDATE: every other one."""
-
-GUARD_TRIGGERS = ("agentlease_tasks_guard", "agentlease_receipts_guard", "agentlease_events_guard")
-"""The row guards of migration 0006 (PostgreSQL)."""
+LEASE_COLUMNS = tuple(c.name for c in TASKS.c if c.name not in TASK_IDENTITY)  # the worker and operator may UPDATE
+GUARD_TRIGGERS = ("agentlease_tasks_guard", "agentlease_receipts_guard", "agentlease_events_guard")  # migration 0006
 
 
 def quote_identifier(name: str) -> str:
@@ -105,8 +96,8 @@ def grant_statements(roles: LedgerRoles, *, schema: str = "public") -> list[str]
 
 
 async def require_writable(database: LedgerDatabase) -> None:
-    """Check, before a worker polls, that its ledger role may do lease operations (PostgreSQL): a worker
-    connected as the reader role refuses to start, in one line, instead of failing every claim.
+    """Check, before a worker polls, that its PostgreSQL role may do lease operations (one line at start,
+    not a failure of every claim).
 
     Raises:
         ConfigurationError: the role lacks INSERT or UPDATE on ``tasks`` or INSERT on the trail or receipts.
@@ -129,8 +120,8 @@ async def require_writable(database: LedgerDatabase) -> None:
         )
 
 
+# How many of GUARD_TRIGGERS the database has (bind ``names``).
 GUARDS_PRESENT = "SELECT count(DISTINCT tgname) FROM pg_trigger WHERE tgname = ANY(:names) AND NOT tgisinternal"
-"""How many of :data:`GUARD_TRIGGERS` the database has (bind ``names``)."""
 
 WRITE_PRIVILEGES = (
     "SELECT has_table_privilege(CAST(:tasks AS text), 'INSERT') "
@@ -138,20 +129,4 @@ WRITE_PRIVILEGES = (
     "AND has_table_privilege(CAST(:events AS text), 'INSERT') "
     "AND has_table_privilege(CAST(:receipts AS text), 'INSERT') "
     "AND has_table_privilege(CAST(:decisions AS text), 'INSERT')"
-)
-"""Whether the session's role may do lease operations (bind the four table names)."""
-
-
-__all__ = [
-    "DECISION_ID_TABLES",
-    "GUARDS_PRESENT",
-    "GUARD_TRIGGERS",
-    "LEASE_COLUMNS",
-    "LEDGER_TABLES",
-    "TASK_IDENTITY",
-    "WRITE_PRIVILEGES",
-    "LedgerRoles",
-    "grant_statements",
-    "quote_identifier",
-    "require_writable",
-]
+)  # whether the session's role may do lease operations (bind the four table names)

@@ -1,8 +1,5 @@
-"""The holder's writes: renew, settle, and the lease ends (release, dead-letter, park) (G2, G5, G6, G10).
-
-Each is one lease write guarded by the held claim; one that changed no row is recorded as refused
-(``lease_lost``, or ``late_unapplied`` for a settle) and raised. ``Ledger`` documents the calls.
-"""
+"""The holder's writes: renew, settle, and the lease ends (release, dead-letter, park) (G2, G5, G6, G10), each
+guarded by the held claim; a refused one is recorded (``lease_lost``, ``late_unapplied``) and raised."""
 
 from __future__ import annotations
 
@@ -57,14 +54,8 @@ async def renew(
 
     def refused(conn: Connection) -> _Renewed:
         held_in.append(stage.value if stage else holder_stage(conn, claim.task_id, claim.generation))
-        return core.refused(
-            conn,
-            claim,
-            operation="renew",
-            kind=EventKind.LEASE_LOST,
-            now=now,
-            details={"stage": None if stage is None else stage.value, "renew_reason": reason},
-        )
+        facts = {"stage": None if stage is None else stage.value, "renew_reason": reason}
+        return core.refused(conn, claim, "renew", EventKind.LEASE_LOST, now, facts)
 
     outcome = await core.write_lease("renew", claim.tool, core.writes.renew, params, granted=renewed, refused=refused)
     lost = isinstance(outcome, Refusal)
@@ -112,14 +103,8 @@ async def settle(
         own = own_settle(conn, core.sql, claim, receipt_json, stored_now)
         if own is not None:  # the first try committed, its answer lost in the outage
             return own
-        return core.refused(
-            conn,
-            claim,
-            operation="settle",
-            kind=EventKind.LATE_UNAPPLIED,
-            now=now,
-            details={"receipt": receipt_json, "result": result},
-        )
+        facts = {"receipt": receipt_json, "result": result}
+        return core.refused(conn, claim, "settle", EventKind.LATE_UNAPPLIED, now, facts)
 
     outcome = await core.write_lease("settle", claim.tool, core.writes.settle, params, granted=settled, refused=refused)
     renewals = None if isinstance(outcome, Refusal) else outcome[1]
@@ -161,20 +146,11 @@ async def end_lease(
     def refused(conn: Connection) -> Refusal | str | None:
         if retried and own_lease_end(conn, core.sql, claim, status, known, error):
             return None  # the first try committed, its answer lost in the outage
-        return core.refused(
-            conn,
-            claim,
-            operation=operation,
-            kind=EventKind.LEASE_LOST,
-            now=now,
-            details={"error_class": known.value, "error": error},
-        )
+        facts = {"error_class": known.value, "error": error}
+        return core.refused(conn, claim, operation, EventKind.LEASE_LOST, now, facts)
 
     outcome = await core.write_lease(
         operation, claim.tool, core.writes.end_lease, params, granted=ended, refused=refused
     )
     annotate_stage(core.granted(claim, operation, outcome))
     core.metrics.lease_end(claim.tool, status, known)
-
-
-__all__ = ["end_lease", "renew", "settle"]

@@ -1,8 +1,5 @@
-"""Operator listings of the ledger, read in keyset pages: tasks, agent runs, the evidence trail.
-
-Each page is one indexed query (:mod:`agentlease.ledger.statements`) in its own short read transaction;
-its records are built after it ended, so memory stays at one page (``docs/operations.md``, "Operator queries").
-"""
+"""Operator listings of the ledger (tasks, agent runs, the evidence trail) read in keyset pages, each one
+indexed query in its own short read transaction (``docs/operations.md``, "Operator queries")."""
 
 from __future__ import annotations
 
@@ -38,15 +35,14 @@ C = TypeVar("C")
 
 
 class RunSummary(BaseModel):
-    """One agent run as the ledger sees it: its tasks' counts (``agentlease runs``).
+    """One agent run as the ledger sees it (``agentlease runs``).
 
     Attributes:
-        agent_run_id: the run (workflow) id.
         status: ``failed`` (a step names a tool no worker serves), ``waiting`` (a task waits for a person),
             ``running`` (a task is not final yet) or ``completed``; the workflow's own state is ``agentlease status``.
         tasks / waiting / final / settled: how many of its tasks the ledger holds, wait for a person,
             are final (settled, cancelled, rejected, abandoned), are settled.
-        created_at: when its first task was recorded; updated_at: its latest change (ledger clock).
+        created_at / updated_at: its first task's recording, its latest change (ledger clock).
         error: why a ``failed`` run failed (one line); ``None`` otherwise.
     """
 
@@ -64,7 +60,7 @@ class RunSummary(BaseModel):
 
     @classmethod
     def from_row(cls, row: Row[Any], *, error: str | None = None) -> RunSummary:
-        """A row of :func:`~agentlease.ledger.statements.runs_page`; ``error``: why the run failed, if it did."""
+        """A row of :func:`~agentlease.ledger.statements.runs_page`."""
         if error is not None:
             status = RunState.FAILED
         elif row.waiting:
@@ -89,8 +85,8 @@ class RunSummary(BaseModel):
 
 
 def run_failures(conn: Connection, run_ids: Sequence[str]) -> dict[str, str]:
-    """Which of ``run_ids`` failed before their first call, and why: the reason recorded on the first of their
-    steps whose tool no worker serves (:mod:`agentlease.ledger.unknown_tools`)."""
+    """Which of ``run_ids`` failed before their first call, and why (their first step whose tool no worker
+    serves)."""
     if not run_ids:
         return {}
     query = (
@@ -124,7 +120,7 @@ async def _pages(
     after: C | None = None,
     fetch: Callable[[Select[Any], Connection], Sequence[Any]] = _fetch,
 ) -> AsyncIterator[list[T]]:
-    """Pages of records: each page read in its own transaction, its records built after it ended."""
+    """Pages of records, each read in its own transaction and built after it ended."""
     left = limit
     while left is None or left > 0:
         size = page_rows if left is None else min(page_rows, left)
@@ -198,8 +194,8 @@ def event_pages(
 
 
 def holder_stage(conn: Connection, task_id: str, generation: int) -> str | None:
-    """The last stage generation ``generation`` of ``task_id`` recorded (``None``: none): where its holder was
-    (a refused renewal names it; the task row holds the winner's stage by then)."""
+    """The last stage generation ``generation`` of ``task_id`` recorded (``None``: none); a refused renewal
+    names it (the task row holds the winner's stage by then)."""
     query = (
         select(EVENTS.c.stage)
         .where(EVENTS.c.task_id == task_id, EVENTS.c.claim_generation == generation, EVENTS.c.stage.is_not(None))
@@ -225,18 +221,3 @@ async def has_task(database: LedgerDatabase, task_id: str) -> bool:
     """Whether the ledger holds the task ``task_id``."""
     query = lease_statements(database.dialect).select_task
     return await database.read(lambda conn: conn.execute(query, {"key_task_id": task_id}).first() is not None)
-
-
-__all__ = [
-    "RunSummary",
-    "TaskFilter",
-    "collect",
-    "event_pages",
-    "failed_before_calls",
-    "has_run",
-    "has_task",
-    "holder_stage",
-    "run_failures",
-    "run_pages",
-    "task_pages",
-]

@@ -25,9 +25,8 @@ def alembic_config(url: str | None = None) -> Config:
     return config
 
 
-PG_MIGRATION_LOCK = 0x61676C73  # "agls"
-"""PostgreSQL advisory lock key held while migrating: workers that start together on a fresh
-database migrate one after the other instead of racing to create the same tables."""
+# PostgreSQL advisory lock ("agls") held while migrating: workers starting together migrate one after the other.
+PG_MIGRATION_LOCK = 0x61676C73
 
 
 def _upgrade(connection: Connection, revision: str) -> None:
@@ -47,16 +46,11 @@ def _upgrade(connection: Connection, revision: str) -> None:
 
 
 async def upgrade(database: LedgerDatabase, revision: str = "head") -> None:
-    """Bring the ledger schema to ``revision`` (default the newest), in one transaction. Safe to run
-    again, and from several processes at once. Also checks that the ledger can be written.
-
-    Args:
-        database: the ledger's database (``Ledger.database``).
-        revision: an Alembic revision. Default ``head``.
+    """Bring the ledger schema (``Ledger.database``) to the Alembic ``revision`` (default ``head``) in one
+    transaction; safe to run again, and from several processes at once.
 
     Raises:
-        LedgerUnavailableError: the database cannot be reached, refused the migration, is at a
-            schema newer than this version knows, or (SQLite) cannot be written.
+        LedgerUnavailableError: unreachable, refused the migration, at a newer schema, or (SQLite) read-only.
     """
     try:
         await database.write(lambda connection: _upgrade(connection, revision))
@@ -81,8 +75,7 @@ async def require_current(database: LedgerDatabase) -> None:
     """Check that the ledger's schema is the one this version expects, without changing it.
 
     Raises:
-        LedgerUnavailableError: the database cannot be reached, or its schema is missing, older or
-            newer than this version's; the message says what to run.
+        LedgerUnavailableError: unreachable, or the schema is missing, older or newer; it says what to run.
     """
 
     def current(connection: Connection) -> str | None:

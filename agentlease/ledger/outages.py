@@ -1,7 +1,5 @@
-"""What the ledger does when it cannot trust what it was told: an answer lost in an outage (a retried write
-recognises its own committed write: :func:`own_settle`, :func:`own_lease_end`; ``docs/recovery.md``, "Ledger
-outages"), a SQLite clock that runs behind (:func:`check_claim_clock`; ``docs/guarantees.md``, G1).
-"""
+"""A retried write recognising its own write, committed before an outage (``docs/recovery.md``, "Ledger
+outages"), and a SQLite clock that runs behind (``docs/guarantees.md``, G1)."""
 
 from __future__ import annotations
 
@@ -60,6 +58,3 @@ def own_lease_end(
     """Whether ``claim``'s own release or park (this status, class and error) committed."""
     task = _own_task(conn, sql, claim, status, None)
     return task is not None and (task.error_class, task.last_error) == (error_class.value, error)
-
-
-__all__ = ["CLOCK_TOLERANCE", "check_claim_clock", "own_lease_end", "own_settle"]

@@ -1,7 +1,5 @@
-"""Recording a refused tool call or decision on a task that is not the scheduling workflow's: the refusal goes
-to the workflow's own task for the call's step, dead-lettered with the reason (``docs/security-review.md``,
-"Receipts and tasks bound to their run"). A step whose tool no worker serves ends its own task the same way.
-"""
+"""A refused call on a task not the scheduling workflow's: recorded on the workflow's own task for the step,
+dead-lettered (``docs/security-review.md``, "Receipts and tasks bound to their run")."""
 
 from __future__ import annotations
 
@@ -29,8 +27,8 @@ async def record_refusal(
     trace: TraceLink | None = None,
     now: datetime | None = None,
 ) -> TaskRecord:
-    """Dead-letter ``own`` (the refused call's own task) with ``reason`` and record it in the trail (also when it
-    is already claimed or final, which keeps its status). Returns the task as it is afterwards.
+    """Dead-letter ``own`` (the refused call's own task) with ``reason`` and record it in the trail (also when
+    claimed or final, which keeps its status); returns the task.
 
     Raises:
         LedgerUnavailableError: the ledger could not be reached.
@@ -92,6 +90,3 @@ async def end_own_task(
         return TaskRecord.from_row(row)
 
     return await ledger.database.write(end_tx)
-
-
-__all__ = ["end_own_task", "record_refusal"]

@@ -1,6 +1,5 @@
-"""How many late holder writes the ledger refused on a task (its ``lease_lost`` and ``late_unapplied``
-entries): the run's ``AgentLeaseRefusedWrites`` (``docs/operator-views.md``, "Refused late writes").
-"""
+"""How many late holder writes the ledger refused on a task: ``AgentLeaseRefusedWrites``
+(``docs/operator-views.md``, "Refused late writes")."""
 
 from __future__ import annotations
 
@@ -32,6 +31,3 @@ async def refused_writes(ledger: Ledger, task_id: str) -> int:
         return int(conn.execute(_COUNT, {"task_id": task_id}).scalar_one())
 
     return await ledger.database.read(count_tx)
-
-
-__all__ = ["REFUSED_KINDS", "refused_writes"]

@@ -1,7 +1,5 @@
-"""A lease write described once (:class:`LeaseWrite`), rendered for both dialects (:func:`render`): on
-PostgreSQL as ONE statement of data-modifying CTEs, in a transaction as the same change followed by the
-same ``INSERT ... SELECT`` of each made row (``docs/guarantees.md``, "One description per lease write").
-"""
+"""A lease write described once (:class:`LeaseWrite`), rendered for both dialects (:func:`render`;
+``docs/guarantees.md``, "One description per lease write")."""
 
 from __future__ import annotations
 
@@ -35,17 +33,10 @@ from agentlease.ledger.tables import EVENTS, RECEIPTS, TASKS
 from agentlease.records import TraceLink
 
 _E = EVENTS.c
-TRACE_COLUMNS = tuple(TraceLink().columns())
-"""The trace columns of a task row and of an evidence entry (links into Temporal)."""
-
-EVENT_REASON = bindparam("event_reason", type_=_E.reason.type)
-"""The reason of the entry a lease write makes (every entry has one, given by the caller)."""
-
-EVENT_DETAILS = bindparam("event_details", type_=_E.details.type)
-"""The details of the entry a lease write makes (a JSON object; the write may add to it in SQL)."""
-
-RECEIPT = bindparam("receipt", type_=RECEIPTS.c.receipt.type)
-"""The receipt a settle or a confirm stores (a JSON object)."""
+TRACE_COLUMNS = tuple(TraceLink().columns())  # of a task row and of an evidence entry
+EVENT_REASON = bindparam("event_reason", type_=_E.reason.type)  # the reason of the entry a lease write makes
+EVENT_DETAILS = bindparam("event_details", type_=_E.details.type)  # its details (JSON; SQL may add to them)
+RECEIPT = bindparam("receipt", type_=RECEIPTS.c.receipt.type)  # the receipt a settle or a confirm stores
 
 RECEIPT_COLUMNS = {
     "receipt_task_id": RECEIPTS.c.task_id,
@@ -65,15 +56,12 @@ class LeaseWrite:
     """One lease operation's write.
 
     Attributes:
-        change: the conditional statement, RETURNING the changed row's columns that ``made`` and the
-            caller read (``task_id``, ``claim_generation``, ``stage``, ``updated_at_ms`` for an entry).
+        change: the conditional statement, RETURNING the changed row's columns ``made`` and the caller read.
         key: finds the changed row again after the change (``tasks.task_id = :held_task_id``).
         made: the rows made from the changed row, in order: evidence entries, a receipt.
-        reads_receipt: the receipt stored for the changed row's key comes back beside it
-            (:data:`RECEIPT_COLUMNS`, ``NULL`` s without one).
-        receipt_first: a settle's guard: the receipt (bound ``receipt``) is stored from the guarded row
-            before the change unless one stands, and ``change`` sets the task's ``receipt`` to the one
-            that stands (which comes back as :data:`RECEIPT_COLUMNS`).
+        reads_receipt: the receipt stored for the changed row's key comes back beside it (:data:`RECEIPT_COLUMNS`).
+        receipt_first: a settle's guard: the bound ``receipt`` is stored from the guarded row first unless one
+            stands, and ``change`` sets the task's ``receipt`` to the one that stands (returned).
     """
 
     change: Update | Insert
@@ -88,10 +76,8 @@ class Rendered:
     """A :class:`LeaseWrite` as a dialect runs it.
 
     Attributes:
-        statement: PostgreSQL: the whole write in one statement, sent alone; ``None`` on SQLite (and for a
-            write that only runs inside a transaction).
-        first: a settle's receipt, stored unless one stands; RETURNING :data:`RECEIPT_COLUMNS` but
-            ``stored_receipt`` (the bound ``receipt``) when stored.
+        statement: PostgreSQL: the whole write sent alone; ``None`` on SQLite and for a write inside a transaction.
+        first: a settle's receipt, stored unless one stands (RETURNING :data:`RECEIPT_COLUMNS`).
         change: the conditional statement.
         made: the made rows' ``INSERT ... SELECT`` over the changed row read again by its key.
         result: ``SELECT`` of the receipt stored for the changed row's key (:data:`RECEIPT_COLUMNS`).
@@ -105,8 +91,8 @@ class Rendered:
     _joined: dict[tuple[str, ...], type] = field(default_factory=dict, compare=False, repr=False)
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
-        """The write inside ``conn``'s transaction: its rows (none: refused), each the change's ``RETURNING``
-        columns, then the receipt's (:data:`RECEIPT_COLUMNS`) for a write that reads it."""
+        """The write inside ``conn``'s transaction: its rows (none: refused), the change's ``RETURNING`` columns
+        and the receipt's (:data:`RECEIPT_COLUMNS`) for a write that reads it."""
         stored = execute(conn, self.first, params) if self.first is not None else []
         rows = execute(conn, self.change, params)
         return self.finish(conn, rows, params, stored) if rows else rows
@@ -115,7 +101,7 @@ class Rendered:
         self, conn: Connection, rows: list[Any], params: Mapping[str, Any], stored: Sequence[Any] = ()
     ) -> list[Any]:
         """After a change that changed its row (``rows``): make the rows made from it and read the receipt
-        (unless the write ``stored`` its own); the rows as :meth:`run` returns them."""
+        (unless the write ``stored`` its own); returns as :meth:`run`."""
         for made in self.made:
             execute(conn, made, params)
         if stored:
@@ -169,9 +155,8 @@ def _guarded(guard: ColumnElement[bool]) -> Select[Any]:
 
 
 def _store_receipt(dialect: str, guarded: Any, *, standing: bool) -> Insert:
-    """Store the receipt of the guarded row unless one stands for its key. RETURNING, when ``standing``, the
-    one that stands (``DO UPDATE`` of the key to itself: no change, after a concurrent writer of the key);
-    otherwise, only when stored, its columns but the receipt it bound (a transaction reads a standing one)."""
+    """Store the guarded row's receipt unless one stands; RETURNING the standing one (``DO UPDATE`` of the key to
+    itself) when ``standing``, else, if stored, its columns but the receipt."""
     stored: Any = receipt_from(dialect, guarded, generation=guarded.c.claim_generation, at_ms=bound_now_ms(dialect))
     key = ["idempotency_key"]
     if standing:
@@ -208,16 +193,10 @@ def dialect_insert(dialect: str) -> Any:
 
 
 def receipt_from(dialect: str, source: Any, *, generation: Any, at_ms: Any) -> Insert:
-    """INSERT ... SELECT of the receipt (bound ``receipt``) for ``source``'s key, task, tool and arguments; the
-    caller adds its ``ON CONFLICT`` clause (the first receipt of a key stands)."""
+    """INSERT ... SELECT of the bound ``receipt`` for ``source``'s key, task, tool and arguments; the caller adds
+    its ``ON CONFLICT`` clause (the first receipt of a key stands)."""
     values = select(
-        source.c.idempotency_key,
-        source.c.task_id,
-        generation,
-        RECEIPT,
-        at_ms,
-        source.c.tool,
-        source.c.arguments_sha256,
+        source.c.idempotency_key, source.c.task_id, generation, RECEIPT, at_ms, source.c.tool, source.c.arguments_sha256
     ).where(true())  # SQLite: an upsert's SELECT needs a WHERE, or its ON reads as a join's
     columns = ["idempotency_key", "task_id", "claim_generation", "receipt", "created_at_ms", "tool", "arguments_sha256"]
     return dialect_insert(dialect)(RECEIPTS).from_select(columns, values)
@@ -226,9 +205,8 @@ def receipt_from(dialect: str, source: Any, *, generation: Any, at_ms: Any) -> I
 def evidence(
     dialect: str, changed: Any, kind: EventKind | ColumnElement[Any], *, owner: Any, details: Any = EVENT_DETAILS
 ) -> Insert:
-    """INSERT ... SELECT of one evidence entry of the changed row: its task, generation, stage and
-    ``updated_at_ms``, with ``kind`` (an :class:`~agentlease.enums.EventKind` or SQL over the row), ``owner``
-    and ``details`` (SQL); the reason and trace are bound (``event_reason``, ``event_trace_*``)."""
+    """INSERT ... SELECT of one evidence entry of the changed row, with ``kind`` (an
+    :class:`~agentlease.enums.EventKind` or SQL), ``owner`` and ``details`` (SQL); reason and trace are bound."""
     trace = [bindparam(f"event_{column}", type_=_E[column].type) for column in TRACE_COLUMNS]
     columns = ["task_id", "kind", "claim_generation", "lease_owner", "stage", "reason", "details", "at_ms"]
     return insert(EVENTS).from_select(
@@ -256,8 +234,7 @@ def authenticated_as(dialect: str) -> ColumnElement[Any]:
 
 
 def json_with(dialect: str, base: ColumnElement[Any], **fields: ColumnElement[Any] | str) -> ColumnElement[Any]:
-    """The JSON object ``base`` with ``fields`` added (a ``str`` is a constant): ``jsonb ||`` on PostgreSQL,
-    ``json_patch`` on SQLite."""
+    """The JSON object ``base`` with ``fields`` added (a ``str`` is a constant)."""
     pairs: list[Any] = []
     for name, value in fields.items():
         pairs += [literal(name, String), literal(value, String) if isinstance(value, str) else value]
@@ -271,21 +248,3 @@ def event_params(reason: str, details: dict[str, Any] | None, trace: TraceLink) 
     """The bound parameters of the entry a lease write makes: its reason, details and trace."""
     columns = {f"event_{name}": value for name, value in trace.columns().items()}
     return {"event_reason": reason, "event_details": details, **columns}
-
-
-__all__ = [
-    "EVENT_DETAILS",
-    "RECEIPT_COLUMNS",
-    "TRACE_COLUMNS",
-    "LeaseWrite",
-    "Made",
-    "Rendered",
-    "authenticated_as",
-    "dialect_insert",
-    "event_params",
-    "evidence",
-    "json_with",
-    "receipt_columns",
-    "receipt_from",
-    "render",
-]

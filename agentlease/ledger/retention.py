@@ -1,10 +1,5 @@
-"""Retention: deleting the evidence of final tasks by age, in batches (``agentlease purge``;
-``docs/security-data.md``, "Retention and redaction").
-
-A task is purged when it is final (but ``cancelled_effect_unknown``) and its last change is older than the
-cut-off: its trail, its row and, unless receipts are kept, its receipts, but never the receipt of a run
-still open or one whose key an open task still names. Each batch re-checks all of this in its transaction.
-"""
+"""Retention: deleting final tasks older than a cut-off with their evidence, in batches that each re-check it
+(``agentlease purge``; ``docs/security-data.md``, "Retention and redaction")."""
 
 from __future__ import annotations
 
@@ -36,8 +31,7 @@ class PurgeCounts:
     """What a purge deleted (or, in a dry run, would delete).
 
     Attributes:
-        tasks / events / receipts: rows of each table.
-        batches: transactions it took (0 in a dry run).
+        tasks / events / receipts / batches: rows of each table; transactions it took (0 in a dry run).
     """
 
     tasks: int = 0
@@ -57,9 +51,7 @@ def _old(cutoff_ms: int) -> Any:
 def _unclaimed_receipt() -> Any:
     """A receipt no open task needs: its own run has no open task, and no open task names its key."""
     run_open = exists().where(
-        _OWNER.c.task_id == _R.c.task_id,
-        _OTHER.c.agent_run_id == _OWNER.c.agent_run_id,
-        _OTHER.c.status.not_in(_FINAL),
+        _OWNER.c.task_id == _R.c.task_id, _OTHER.c.agent_run_id == _OWNER.c.agent_run_id, _OTHER.c.status.not_in(_FINAL)
     )
     key_open = exists().where(_OTHER.c.idempotency_key == _R.c.idempotency_key, _OTHER.c.status.not_in(_FINAL))
     return ~run_open & ~key_open
@@ -73,17 +65,12 @@ async def purge(
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> PurgeCounts:
-    """Delete final tasks whose last change is older than ``older_than``, with their evidence.
+    """Delete final tasks whose last change is older than ``older_than`` (ledger clock), with their evidence.
 
     Args:
-        ledger: the ledger.
-        older_than: the age, on the ledger's clock, a final task must have. Must be positive.
         keep_receipts: keep the purged tasks' receipts (their keys stay deduplicated). Default false.
         dry_run: count only. Default false.
         batch_size: tasks per transaction (keyset batches by task id). Default 500.
-
-    Returns:
-        the counts.
 
     Raises:
         ValueError: ``older_than`` not positive, or ``batch_size`` not from 1 to :data:`MAX_BATCH_SIZE`.
@@ -159,6 +146,3 @@ def parse_age(text: str) -> timedelta:
     if len(number) > 15 or int(number) * units[unit] > MAX_AGE_S:
         raise ValueError(f"bad age {text!r}: at most {MAX_AGE_S // (365 * 86400)} years")
     return timedelta(seconds=int(number) * units[unit])
-
-
-__all__ = ["DEFAULT_BATCH_SIZE", "MAX_AGE_S", "MAX_BATCH_SIZE", "PurgeCounts", "parse_age", "purge"]

@@ -1,7 +1,5 @@
-"""The ledger's statements besides its lease writes (:mod:`agentlease.ledger.writes`): the reads and small
-writes around them, built once per dialect with bound parameters, and the operator listings' keyset pages
-(``docs/operations.md``, "Operator queries").
-"""
+"""The ledger's statements besides its lease writes, built once per dialect, and the operator listings' keyset
+pages (``docs/operations.md``, "Operator queries")."""
 
 from __future__ import annotations
 
@@ -43,7 +41,7 @@ def token_sha256(token: str) -> str:
 
 
 def held(claim_task_id: str, owner: str, generation: int, token_sha256: str = "") -> dict[str, Any]:
-    """The guard parameters of a holder write for the claim (task, owner, generation, lease token hash)."""
+    """The guard parameters of a holder write for the claim."""
     return {
         "held_task_id": claim_task_id,
         "held_owner": owner,
@@ -70,16 +68,12 @@ class LeaseStatements:
     Attributes:
         now: the current time expression (bound ``now_ms`` or the database clock).
         insert_task: create a ``pending`` task row on first sight (``ON CONFLICT DO NOTHING``).
-        current_task: the row of ``key_task_id``, locked ``FOR UPDATE`` on PostgreSQL.
-        refused: why a holder write touched no row: ``now_ms`` and the task's ``claim_generation``,
-            ``status``, ``lease_owner``, ``lease_token_sha256``.
+        current_task / select_task: the row of ``key_task_id``, the first locked ``FOR UPDATE`` on PostgreSQL.
+        refused: why a holder write touched no row: ``now_ms`` and the task's lease columns.
         insert_event: one evidence-trail entry (every column a parameter).
         select_receipt: the receipt of ``key_idempotency_key`` (:data:`~agentlease.ledger.rendering.RECEIPT_COLUMNS`).
-        select_task: the row of ``key_task_id``.
-        select_now: the current time (``now_ms``).
-        clock_check: ``clock_ms`` (the current time) and ``latest_ms`` (the newest entry's ``at_ms``).
-        expired_first / expired_after: running tasks whose lease lapsed, oldest lapse first, ``limit`` rows
-            (after the cursor ``after_expires_at_ms`` / ``after_task_id``).
+        select_now / clock_check: ``now_ms``; ``clock_ms`` and ``latest_ms`` (the newest entry's ``at_ms``).
+        expired_first / expired_after: up to ``limit`` lapsed leases, oldest first (after a cursor).
         refuse_approval: a ``pending`` task back to ``awaiting_approval``; RETURNING ``updated_at_ms``.
     """
 
@@ -150,8 +144,7 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
 PAGE_ROWS = 500
 """Rows one page of an operator listing reads, each page its own short read transaction."""
 
-_WAITING = text(WAITING_PREDICATE)
-"""The waiting statuses as literal SQL: the planner matches it with the partial index's predicate."""
+_WAITING = text(WAITING_PREDICATE)  # literal SQL: the planner matches it with the partial index's predicate
 
 
 @dataclass(frozen=True)
@@ -159,8 +152,7 @@ class TaskFilter:
     """Which tasks an operator listing reads, oldest first.
 
     Attributes:
-        agent_run_id: only this agent run's tasks.
-        statuses: only tasks in one of these statuses (empty: any).
+        agent_run_id / statuses: only this agent run's tasks; only tasks in one of these statuses (empty: any).
         waiting: only tasks waiting for a person (``TaskStatus.waits_for_person``).
         since_ms: only tasks created at or after this time (epoch ms, ledger clock).
     """
@@ -172,11 +164,8 @@ class TaskFilter:
 
 
 def tasks_page(which: TaskFilter, after: tuple[int, str] | None, limit: int) -> Select[Any]:
-    """One keyset page of tasks in ``(created_at_ms, task_id)`` order, after the cursor ``after``.
-
-    Each filter has an index whose order is the page's order (``ix_tasks_*_created_at_ms``), so a
-    page reads ``limit`` index entries, however many tasks the ledger holds.
-    """
+    """One keyset page of tasks in ``(created_at_ms, task_id)`` order, after the cursor ``after``: ``limit``
+    entries of an index in the page's order (``ix_tasks_*_created_at_ms``), however many tasks there are."""
     query = select(TASKS).order_by(_T.created_at_ms, _T.task_id).limit(limit)
     if which.agent_run_id is not None:
         query = query.where(_T.agent_run_id == which.agent_run_id)
@@ -199,12 +188,9 @@ def run_exists(agent_run_id: str) -> Select[Any]:
 def events_page(
     dialect_name: str, *, task_id: str | None, agent_run_id: str | None, after: int | None, limit: int
 ) -> Select[Any]:
-    """One keyset page of the evidence trail in ``event_id`` order, for one task, one run, or all.
-
-    A run's page reads at most ``limit`` entries per task of the run from
-    ``ix_lease_events_task_id_event_id`` (on PostgreSQL a ``LATERAL`` join per task), then the
-    first ``limit`` of them: never a scan of the whole trail in ``event_id`` order.
-    """
+    """One keyset page of the evidence trail in ``event_id`` order, for one task, one run, or all. A run's page
+    reads at most ``limit`` entries per task of the run (on PostgreSQL a ``LATERAL`` join per task), never a
+    scan of the whole trail."""
     cursor = [] if after is None else [_E.event_id > after]
     if agent_run_id is not None and task_id is None and dialect_name == "postgresql":
         per_task = (
@@ -229,18 +215,11 @@ def events_page(
     return query
 
 
-RUN_TOTALS = ("tasks", "waiting", "final", "settled")
-"""The per-run counts of :func:`runs_page`."""
-
-
 def runs_page(after: str | None, limit: int, *, waiting_only: bool = False) -> Select[Any]:
-    """One keyset page of agent runs (grouped tasks) in ``agent_run_id`` order.
-
-    Grouped along ``ix_tasks_agent_run_id_created_at_ms``: a page reads the tasks of about
-    ``limit`` runs. Columns: ``agent_run_id``, the counts of :data:`RUN_TOTALS`, ``created_at_ms``
-    (first task) and ``updated_at_ms`` (latest change). ``waiting_only``: runs with a task waiting
-    for a person (found through the waiting tasks' partial index).
-    """
+    """One keyset page of agent runs in ``agent_run_id`` order, grouped along an index (a page reads the tasks
+    of about ``limit`` runs): ``agent_run_id``, the counts ``tasks``, ``waiting``, ``final``, ``settled``,
+    ``created_at_ms`` (first task), ``updated_at_ms`` (latest change). ``waiting_only``: runs with a task
+    waiting for a person."""
     terminal = [s.value for s in TaskStatus if s.is_terminal]
     query = (
         select(

@@ -1,9 +1,5 @@
-"""The lease ledger: every lease write is one conditional statement judged on the database's clock.
-
-:class:`Ledger` is the public face; each lease write is described once in :mod:`agentlease.ledger.writes`
-and run by the module of its job (:mod:`~agentlease.ledger.claims`, :mod:`~agentlease.ledger.holder`,
-:mod:`~agentlease.ledger.decide`). The guarantees it holds (G1-G3, G6, G8, G10): ``docs/guarantees.md``.
-"""
+"""The lease ledger (:class:`Ledger`): every lease write is one conditional statement judged on the database's
+clock, described once in :mod:`agentlease.ledger.writes`; its guarantees: ``docs/guarantees.md``."""
 
 from __future__ import annotations
 
@@ -22,21 +18,12 @@ from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pag
 from agentlease.ledger.statements import LeaseStatements
 from agentlease.observability.metrics import LEASE_METRICS, LeaseMetrics
 from agentlease.observability.tracing import traced
-from agentlease.records import (
-    Claim,
-    LeaseEvent,
-    SettlementReceipt,
-    StoredReceipt,
-    TaskRecord,
-    TaskSpec,
-    TraceLink,
-)
+from agentlease.records import Claim, LeaseEvent, SettlementReceipt, StoredReceipt, TaskRecord, TaskSpec, TraceLink
 
 
 class Ledger:
-    """Lease operations on the ``tasks``, ``lease_events`` and ``receipts`` tables.
-
-    Each method takes an optional ``now`` (aware datetime) for tests; otherwise the database's clock decides.
+    """Lease operations on the ``tasks``, ``lease_events`` and ``receipts`` tables. Each method takes an
+    optional ``now`` (aware datetime) for tests; otherwise the database's clock decides.
 
     Args:
         database: from :func:`open_database`; the ledger owns it.
@@ -85,21 +72,15 @@ class Ledger:
         heartbeat_timeout: timedelta | None = None,
         now: datetime | None = None,
     ) -> Claim:
-        """Claim a task for one attempt, minting the next claim generation (G1, G3).
-
-        The task row is created on first sight from ``spec``. A task whose ``spec`` carries an
-        ``approval_ttl`` is claimed only with an approval it may consume (``docs/decisions.md``, "Approvals").
+        """Claim a task for one attempt, minting the next claim generation (G1, G3): the granted :class:`Claim`,
+        with the previous attempt's last durable stage. The task row is created on first sight from ``spec``;
+        one whose ``spec`` has an ``approval_ttl`` needs an approval to consume (``docs/decisions.md``).
 
         Args:
-            spec: the task's identity, tool, class, idempotency key and lease TTL.
-            owner: the worker identity that will hold the lease.
+            spec / owner: the task (identity, tool, class, key, lease TTL); the worker that will hold the lease.
             trace: the Temporal attempt this claim belongs to.
             heartbeat_timeout: the attempt's Temporal heartbeat timeout; the ``claimed`` entry records it
                 when it differs from the lease's TTL (``docs/ttl.md``).
-            now: injected time; default the database's clock.
-
-        Returns:
-            The granted :class:`Claim`, with the previous attempt's last durable stage.
 
         Raises:
             LeaseHeldError: another lease is valid; ``retry_after`` is the time until it lapses.
@@ -121,20 +102,14 @@ class Ledger:
         ttl: timedelta | None = None,
         now: datetime | None = None,
     ) -> datetime:
-        """Extend the lease by its own TTL, recording the stage first and a specific reason (G2, G5).
-
-        The recorded stage never goes back (G6), whoever renews.
+        """Extend the lease held by ``claim`` by its own TTL, recording the stage first and a specific reason
+        (G2, G5); the recorded stage never goes back (G6). Returns the new expiry (aware, ledger clock).
 
         Args:
-            claim: the lease held.
             reason: what the holder is doing ("committed draft, verifying readback"); not blank.
             stage: the stage the holder is entering; ``None`` keeps the current one; never ``settled``.
             details: facts for the ``renewed`` entry (a probe's evidence, a changed heartbeat timeout).
             ttl: extend by this instead of the lease's own TTL when shorter (``docs/ttl.md``); default the lease's.
-            now: injected time; default the database's clock.
-
-        Returns:
-            The new expiry (aware, ledger clock).
 
         Raises:
             LeaseLostError: the lease lapsed, was superseded, or the task was cancelled or settled (recorded).
@@ -154,19 +129,14 @@ class Ledger:
         reconciled: dict[str, Any] | None = None,
         now: datetime | None = None,
     ) -> StoredReceipt:
-        """Settle the task with a receipt made after readback (G2, G6, G10); the first receipt of a key stands.
+        """Settle the task of ``claim`` with ``receipt``, made after readback (G2, G6, G10); the first receipt of a
+        key stands, and is returned.
 
         Args:
-            claim: the lease held.
-            receipt: the settlement receipt.
             result: the tool's result, kept as evidence if the settle is refused.
             retried: this call repeats one that raised :class:`LedgerUnavailableError`: its own committed settle
                 is recognised and returned. Default false: a second settle is refused like any stale write.
             reconciled: the evidence of the tool's probe that found the action done (``details.evidence``).
-            now: injected time; default the database's clock.
-
-        Returns:
-            The stored receipt for the task's idempotency key.
 
         Raises:
             LeaseLostError: the holder no longer holds the lease; the result is recorded as ``late_unapplied``.
@@ -187,18 +157,14 @@ class Ledger:
         retried: bool = False,
         now: datetime | None = None,
     ) -> None:
-        """Give the task back for a retry, recording why; the last durable stage is kept.
-
-        A release whose class does not count as an attempt (``shutdown``) gives its attempt back
-        (``docs/recovery.md``, "Real attempts and capacity releases").
+        """Give the task of ``claim`` back for a retry, recording why; the last durable stage is kept. A class
+        that does not count as an attempt (``shutdown``) gives the attempt back (``docs/recovery.md``).
 
         Args:
-            claim: the lease held.
             error_class: how the attempt ended (``retryable``, ``shutdown``, ``paused``...).
             error: one line describing the failure.
             details: facts for the ``released`` entry (``cause``: why Temporal cancelled the attempt).
             retried: this call repeats one that raised :class:`LedgerUnavailableError` (its own write is recognised).
-            now: injected time; default the database's clock.
 
         Raises:
             LeaseLostError: the holder no longer holds the lease (recorded as ``lease_lost``).
@@ -211,12 +177,7 @@ class Ledger:
 
     @traced("dead_letter")
     async def dead_letter(
-        self,
-        claim: Claim,
-        *,
-        error_class: ErrorClass | str,
-        error: str,
-        now: datetime | None = None,
+        self, claim: Claim, *, error_class: ErrorClass | str, error: str, now: datetime | None = None
     ) -> None:
         """Move the task out of circulation for inspection, until a redrive or a cancel.
 
@@ -236,9 +197,8 @@ class Ledger:
         retried: bool = False,
         now: datetime | None = None,
     ) -> None:
-        """Park the task until a person decides: ``blocked``, ``needs_reconciliation`` or ``dead_lettered``.
-
-        No claim is granted while it waits. ``retried``: as for :meth:`release`.
+        """Park the task until a person decides: ``blocked``, ``needs_reconciliation`` or ``dead_lettered``;
+        no claim is granted while it waits. ``retried``: as for :meth:`release`.
 
         Raises:
             ValueError: ``status`` is not one a holder may park a task in.
@@ -263,22 +223,16 @@ class Ledger:
         expected_generation: int | None = None,
         now: datetime | None = None,
     ) -> TaskRecord:
-        """Apply a decision of the decision table (:data:`~agentlease.decisions.table.DECISIONS`), ending any
-        claim in the same statement (G8); ``docs/decisions.md``.
+        """Apply the decision ``kind`` of :data:`~agentlease.decisions.table.DECISIONS` to ``task_id``, ending
+        any claim in the same statement (G8; ``docs/decisions.md``). Returns the task after the decision.
 
         Args:
-            task_id: the task.
-            kind: the decision.
             by / reason: who decided, and why.
             details: facts for the evidence trail.
             receipt: the settlement receipt a settling decision writes; required for those, refused otherwise.
             spec: the task's identity, to create it if absent.
             expected_generation: the generation a signed decision was made for: the task must still be at it
                 (checked under the row's lock). Default ``None``: not bound.
-            now: injected time; default the database's clock.
-
-        Returns:
-            The task after the decision.
 
         Raises:
             TaskMovedError: the task is at another generation than ``expected_generation``; nothing changed.
@@ -302,15 +256,12 @@ class Ledger:
     async def record_refused_decision(
         self, spec: TaskSpec, *, decision: str, by: str | None, refusal: str, now: datetime | None = None
     ) -> None:
-        """Write a refused decision signal to the task's evidence trail (``decision_refused``); nothing else
-        changes. A task the ledger has not seen yet is created first (``docs/decisions.md``, "Deciding by signal").
+        """Write a refused decision signal to the task's trail (``decision_refused``); nothing else changes. A
+        task the ledger has not seen yet is created first (``docs/decisions.md``, "Deciding by signal").
 
         Args:
-            spec: the task the signal named.
-            decision: the decision it asked for, as sent.
-            by: who sent it, if it said.
-            refusal: why it was refused.
-            now: injected time; default the database's clock.
+            spec / decision / by / refusal: the task the signal named, the decision as sent, who sent it (if
+                it said), why it was refused.
         """
         await decide.record_refused_decision(self._core, spec, decision=decision, by=by, refusal=refusal, now=now)
 

@@ -1,8 +1,5 @@
-"""Ledger tables (SQLAlchemy Core, no ORM to import), made by the migrations in ``agentlease/migrations``.
-
-Times are epoch milliseconds on the database's clock (``_ms`` columns, :mod:`agentlease.clock`); every
-constraint is named through the metadata's naming convention.
-"""
+"""Ledger tables (SQLAlchemy Core), made by the migrations in ``agentlease/migrations``. Times (``_ms``) are
+epoch milliseconds on the database's clock; every constraint is named by the naming convention."""
 
 from __future__ import annotations
 
@@ -16,8 +13,7 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-metadata = MetaData(naming_convention=NAMING_CONVENTION)
-"""The ledger's tables (the migrations' ``target_metadata``)."""
+metadata = MetaData(naming_convention=NAMING_CONVENTION)  # the migrations' target_metadata
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY.
 _EventId = BigInteger().with_variant(Integer(), "sqlite")
@@ -31,8 +27,7 @@ WAITING_PREDICATE = (
 
 
 def _trace_columns() -> list[Column[object]]:
-    """Links into Temporal: workflow id / run id / activity id / attempt of the writing attempt, and
-    the OpenTelemetry trace id (32 hex digits) of that attempt when tracing is on (``docs/tracing.md``)."""
+    """The writing attempt's Temporal ids and its OpenTelemetry trace id when tracing is on (``docs/tracing.md``)."""
     return [
         Column("trace_workflow_id", String(255), nullable=True),
         Column("trace_run_id", String(64), nullable=True),
@@ -130,8 +125,7 @@ RECEIPTS = Table(
 
 
 def _decision_id_columns() -> list[Column[object]]:
-    """One signed decision's id on one task: the decision, its operator, the generation it was signed for
-    (``NULL``: not bound), and the Temporal activity that used it (``docs/security-operations.md``)."""
+    """One signed decision's id on one task, its operator, generation (``NULL``: not bound) and activity."""
     return [
         Column("decision_id", String(64), primary_key=True),
         Column("task_id", String(400), primary_key=True),
@@ -145,29 +139,11 @@ def _decision_id_columns() -> list[Column[object]]:
 
 
 DECISIONS_APPLIED = Table(
-    "decisions_applied",
-    metadata,
-    Column("applied_at_ms", BigInteger, nullable=False),
-    *_decision_id_columns(),
+    "decisions_applied", metadata, Column("applied_at_ms", BigInteger, nullable=False), *_decision_id_columns()
 )
 """A signed decision applied to a task: its decision id, once. Insert-only (worker role: INSERT, SELECT)."""
 
 DECISION_REPLAYS = Table(
-    "decision_replays",
-    metadata,
-    Column("refused_at_ms", BigInteger, nullable=False),
-    *_decision_id_columns(),
+    "decision_replays", metadata, Column("refused_at_ms", BigInteger, nullable=False), *_decision_id_columns()
 )
-"""The first refused replay of a signed decision on a task (its trail entry is written once). Insert-only; the
-activity columns are the replaying one's."""
-
-__all__ = [
-    "DECISIONS_APPLIED",
-    "DECISION_REPLAYS",
-    "EVENTS",
-    "NAMING_CONVENTION",
-    "RECEIPTS",
-    "TASKS",
-    "WAITING_PREDICATE",
-    "metadata",
-]
+"""The first refused replay of a signed decision on a task (its trail entry is written once). Insert-only."""

@@ -1,6 +1,4 @@
-"""Writing the evidence trail (``lease_events``), in the transaction of the change an entry records; what each
-:class:`~agentlease.enums.EventKind` means: ``docs/vocabulary.md``.
-"""
+"""Writing the evidence trail in the transaction of the change an entry records (kinds: ``docs/vocabulary.md``)."""
 
 from __future__ import annotations
 

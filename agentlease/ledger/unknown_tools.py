@@ -1,7 +1,5 @@
-"""A run that names a tool no worker serves: the record its workflow asks of the ledger before it fails (each
-such step ``cancelled`` by ``agentlease``, error class :data:`UNKNOWN_TOOL_ERROR`, so that the listings know the
-run; ``docs/operator-views.md``, "A run that names a tool no worker serves").
-"""
+"""A run that names a tool no worker serves: each such step recorded ``cancelled`` before the run fails, so that
+the listings know it (``docs/operator-views.md``, "A run that names a tool no worker serves")."""
 
 from __future__ import annotations
 
@@ -28,9 +26,7 @@ logger = logging.getLogger("agentlease.lease")
 RECORD_UNKNOWN_TOOLS = "agentlease.record_unknown_tools"
 """Activity that records the steps of a failing run whose tool no worker serves."""
 
-
-_MAX_NAMED_TOOLS = 20
-"""How many of the served tools a reason lists."""
+_MAX_NAMED_TOOLS = 20  # how many of the served tools a reason lists
 
 
 class UnknownToolStep(BaseModel):
@@ -43,8 +39,8 @@ class UnknownToolStep(BaseModel):
 
 
 class UnknownTools(BaseModel):
-    """Input of :data:`RECORD_UNKNOWN_TOOLS`: the steps, and the tools the worker that failed the run serves.
-    Only the scheduling workflow's own tasks are written (their ids are made from its workflow id)."""
+    """Input of :data:`RECORD_UNKNOWN_TOOLS`: the steps, and the tools the worker that failed the run serves
+    (only the scheduling workflow's own tasks are written)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -72,10 +68,9 @@ async def record_unknown_tool(
     trace: TraceLink | None = None,
     now: datetime | None = None,
 ) -> TaskRecord:
-    """Record ``own``, a step whose tool no worker serves, as ``cancelled`` by the run (``agentlease``), in one
-    transaction: the task created if absent and, if still claimable, ``cancelled`` with the error class
-    :data:`UNKNOWN_TOOL_ERROR` and ``reason`` and a ``cancelled`` entry; a task that got further is left as it
-    is. Returns the task as it is afterwards.
+    """Record ``own``, a step whose tool no worker serves, as ``cancelled`` by the run if still claimable (error
+    class :data:`UNKNOWN_TOOL_ERROR`, ``reason``, a ``cancelled`` entry), in one transaction; returns the task
+    afterwards.
 
     Raises:
         LedgerUnavailableError: the ledger could not be reached.
@@ -141,15 +136,3 @@ class UnknownToolActivities:
                     ) from None
 
         return [record_unknown_tools]
-
-
-__all__ = [
-    "RECORDED_LEASE_TTL",
-    "RECORD_UNKNOWN_TOOLS",
-    "RUN_DECIDER",
-    "UNKNOWN_TOOL_ERROR",
-    "UnknownToolActivities",
-    "UnknownToolStep",
-    "UnknownTools",
-    "record_unknown_tool",
-]

@@ -1,11 +1,6 @@
-"""The lease writes: each operation's row change, guard and evidence, described once for both dialects.
-
-Each function describes one lease operation as a :class:`~agentlease.ledger.rendering.LeaseWrite`;
-:func:`lease_writes` renders them for a dialect. The guarantees they hold, and where a lapsed lease's
-expiry is recorded: ``docs/guarantees.md``, "One description per lease write". ``now`` is the bound
-``now_ms`` or the database's clock (:func:`~agentlease.clock.bound_now_ms`); every value is a bound
-parameter, named where it is used.
-"""
+"""The lease writes, each described once as a :class:`~agentlease.ledger.rendering.LeaseWrite` and rendered
+for a dialect by :func:`lease_writes` (``docs/guarantees.md``, "One description per lease write"). ``now`` is
+:func:`~agentlease.clock.bound_now_ms`; every value is a bound parameter, named where it is used."""
 
 from __future__ import annotations
 
@@ -54,12 +49,9 @@ from agentlease.records import TraceLink
 
 _T = TASKS.c
 
-HELD_TASK = _T.task_id == bindparam("held_task_id", type_=_T.task_id.type)
-"""The task of the claim a holder write is guarded by."""
-HELD_OWNER = bindparam("held_owner", type_=_T.lease_owner.type)
-"""The owner of that claim (its entries name it, also once the write cleared it)."""
-KEY_TASK = _T.task_id == bindparam("key_task_id", type_=_T.task_id.type)
-"""The task a claim of an existing task or a decision is about."""
+HELD_TASK = _T.task_id == bindparam("held_task_id", type_=_T.task_id.type)  # the held claim's task
+HELD_OWNER = bindparam("held_owner", type_=_T.lease_owner.type)  # its owner (named also once a write cleared it)
+KEY_TASK = _T.task_id == bindparam("key_task_id", type_=_T.task_id.type)  # a claim's or a decision's task
 
 
 def one_of(column: Any, values: Any) -> ColumnElement[bool]:
@@ -91,8 +83,7 @@ def furthest_stage(new_stage: ColumnElement[Any]) -> ColumnElement[Any]:
 
 
 def may_have_acted(row: Any) -> ColumnElement[bool]:
-    """SQL of :meth:`SideEffectClass.may_have_acted` over ``row``'s side-effect class and stage, rendered
-    from the Python predicate."""
+    """SQL of :meth:`SideEffectClass.may_have_acted` over ``row``'s side-effect class and stage."""
     pairs = [(c.value, s.value) for c in SideEffectClass for s in Stage if c.may_have_acted(s)]
     unstaged = [c.value for c in SideEffectClass if c.may_have_acted(None)]
     conditions: list[ColumnElement[bool]] = []
@@ -106,8 +97,8 @@ def may_have_acted(row: Any) -> ColumnElement[bool]:
 
 
 def approval_needed() -> ColumnElement[bool]:
-    """Whether a claim must consume an approval: the task requires one (bound ``claim_needs_approval``), none
-    was consumed, and no claim was ever granted (a task claimed before approvals were bound keeps going)."""
+    """Whether a claim must consume an approval: one is required (``claim_needs_approval``), none was consumed,
+    and no claim was ever granted (a task claimed before approvals were bound keeps going)."""
     return and_(
         bindparam("claim_needs_approval", type_=Boolean),
         _T.approval_consumed_generation.is_(None),
@@ -125,7 +116,7 @@ def _approval_valid(now: ColumnElement[int]) -> ColumnElement[bool]:
 
 
 def _lease_from(now: ColumnElement[int], ttl: ColumnElement[int]) -> dict[str, Any]:
-    """The lease a claim grants: its owner, token hash and trace, from ``now`` for ``ttl``."""
+    """The lease a claim grants, from ``now`` for ``ttl``."""
     return {
         "status": TaskStatus.RUNNING.value,
         "lease_owner": bindparam("lease_owner", type_=_T.lease_owner.type),
@@ -137,12 +128,12 @@ def _lease_from(now: ColumnElement[int], ttl: ColumnElement[int]) -> dict[str, A
 
 
 def _ttl() -> ColumnElement[int]:
-    """The task's lease TTL, or a shorter one the call gives (bound ``lease_ttl_override_ms``)."""
+    """The task's lease TTL, or a shorter one the call gives (``lease_ttl_override_ms``)."""
     return func.coalesce(bindparam("lease_ttl_override_ms", type_=BigInteger), _T.lease_ttl_ms)
 
 
 def _with_expiry(dialect: str, kind: EventKind, owner: Any = None) -> Made:
-    """An entry of ``kind`` with the lease's new expiry added to its details; ``owner``: default the row's."""
+    """An entry of ``kind`` with the lease's new expiry in its details; ``owner``: default the row's."""
 
     def made(changed: Any) -> Any:
         details = json_with(dialect, EVENT_DETAILS, lease_expires_at_ms=changed.c.lease_expires_at_ms)
@@ -154,8 +145,8 @@ def _with_expiry(dialect: str, kind: EventKind, owner: Any = None) -> Made:
 
 
 def claim_new(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
-    """The claim of a task the ledger has not seen (G1, G3): its row inserted claimed, generation 1, attempt 1,
-    ``ON CONFLICT (task_id) DO NOTHING``; the ``claimed`` entry; the row and its key's receipt come back."""
+    """The claim of a task the ledger has not seen (G1, G3): its row inserted claimed (generation 1, attempt 1)
+    unless it exists; the ``claimed`` entry; the row and its key's receipt come back."""
     change = (
         dialect_insert(dialect)(TASKS)
         .values(**new_task(now), **_lease_from(now, bindparam("lease_ttl_ms")), claim_generation=1, attempts=1)
@@ -167,10 +158,9 @@ def claim_new(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
 
 
 def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
-    """The claim of a task that exists (G1, G3): only if it is claimable, or running with a lease that lapsed
-    at ``now``; it mints ``claim_generation + 1``, counts the attempt, and consumes the approval of an
-    approval-gated task (:func:`approval_needed`). The caller reads the row first (locked) and records a
-    lapsed lease's ``expired`` entry (:func:`expired_entry`) before the ``claimed`` one."""
+    """The claim of a task that exists (G1, G3) if claimable or its lease lapsed at ``now``: the next generation,
+    an attempt counted, an approval consumed (:func:`approval_needed`). The caller reads the row first (locked)
+    and records a lapsed lease's ``expired`` entry (:func:`expired_entry`) before the ``claimed`` one."""
     claimable = [status.value for status in TaskStatus if status.claimable]
     lapsed = and_(_T.status == TaskStatus.RUNNING.value, _T.lease_expires_at_ms <= now)
     consumed = case((approval_needed(), _T.claim_generation + 1), else_=_T.approval_consumed_generation)
@@ -192,7 +182,7 @@ def claim(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
 
 def renew(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
     """The holder's renewal (G2, G5): the lease extended by its TTL (or a shorter one), ``new_stage`` recorded
-    unless an attempt reached further (G6; ``None`` keeps it); the ``renewed`` entry with the new expiry."""
+    unless an attempt reached further (G6); the ``renewed`` entry with the new expiry."""
     change = (
         update(TASKS)
         .where(holds(now))
@@ -221,9 +211,8 @@ def settle(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
 
 
 def end_lease(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
-    """The holder's release, dead-letter or park (G2): the task moves to ``status`` with ``error_class``
-    and ``last_error``, its lease ended, the attempt given back when ``attempts_returned`` is 1; an
-    entry of the kind named like the status."""
+    """The holder's release, dead-letter or park (G2): to ``status`` with ``error_class`` and ``last_error``,
+    the lease ended, the attempt given back when ``attempts_returned`` is 1; an entry named like the status."""
     change = (
         update(TASKS)
         .where(holds(now))
@@ -246,9 +235,8 @@ def end_lease(dialect: str, now: ColumnElement[int]) -> LeaseWrite:
 
 
 def decision(dialect: str, now: ColumnElement[int], kind: DecisionKind) -> LeaseWrite:
-    """A decision of :data:`~agentlease.decisions.table.DECISIONS` (G8): from a status it applies to, to its
-    result, ending any claim; a settling one stores ``receipt`` unless one stands; its entry, with
-    ``effect: unknown`` when it leaves the effect unknown."""
+    """A decision of :data:`~agentlease.decisions.table.DECISIONS` (G8), ending any claim; a settling one stores
+    ``receipt`` unless one stands; its entry (``effect: unknown`` when it leaves the effect unknown)."""
     rule = DECISIONS[kind]
 
     def receipt(changed: Any) -> Any:
@@ -308,8 +296,8 @@ def expired_entry(
     outcome: str,
     **details: Any,
 ) -> dict[str, Any]:
-    """The ``expired`` entry of a lapsed lease's generation (its owner, stage and trace), found by a takeover or
-    the sweeper. ``outcome``: what became of it (``; sweeper: reclaim -> released``); ``details``: more facts."""
+    """The ``expired`` entry of a lapsed lease's generation, found ``by`` a takeover or the sweeper; ``outcome``:
+    what became of it (``; sweeper: reclaim -> released``); ``details``: more facts."""
     return event_values(
         task_id=task_id,
         kind=EventKind.EXPIRED,
@@ -365,21 +353,3 @@ def lease_writes(dialect: str) -> LeaseWrites:
 @cache
 def _rendered_decision(dialect: str, kind: DecisionKind) -> Rendered:
     return render(decision(dialect, bound_now_ms(dialect), kind), dialect, alone=False)
-
-
-__all__ = [
-    "LeaseWrites",
-    "approval_needed",
-    "claim",
-    "claim_new",
-    "decision",
-    "end_lease",
-    "expired_entry",
-    "furthest_stage",
-    "holds",
-    "lease_writes",
-    "may_have_acted",
-    "one_of",
-    "renew",
-    "settle",
-]
