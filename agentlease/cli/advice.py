@@ -64,11 +64,7 @@ def tradeoff_lines(advice: ToolAdvice) -> list[str]:
 
 
 def show_advice(advice: list[ToolAdvice], out: Console, *, as_json: bool) -> None:
-    """Print the advice (tables, or JSON), every tool's, with or without a recommendation.
-
-    Raises:
-        AgentLeaseError: no tool has the history a recommendation needs (after printing what there is).
-    """
+    """Print every tool's advice (tables, or JSON); then AgentLeaseError if no tool has a recommendation."""
     if as_json:
         from agentlease.cli.render import to_json
 

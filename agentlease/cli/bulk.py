@@ -25,11 +25,7 @@ async def select_tasks(
     ledger: Ledger, kind: DecisionKind, agent_run_id: str | None, statuses: frozenset[TaskStatus], tool: str | None
 ) -> list[TaskRecord]:
     """The tasks a bulk ``kind`` decides: those matching the filters, in a status ``kind`` applies to.
-
-    Raises:
-        ConfigurationError: a ``--status`` the decision does not apply to.
-        AgentLeaseError: no task matches.
-    """
+    ConfigurationError: a ``--status`` it does not apply to; AgentLeaseError: no task matches."""
     rule = DECISIONS[kind]
     wrong = sorted(s.value for s in statuses - rule.applies_to)
     if wrong:
@@ -50,12 +46,8 @@ async def select_tasks(
 
 
 def confirm_bulk(chosen: list[TaskRecord], kind: DecisionKind, *, yes: bool, out: Console, err: Console) -> None:
-    """Show the chosen tasks and ask before deciding them (``yes``: don't ask).
-
-    Raises:
-        ConfigurationError: no terminal to ask on, and no ``--yes``.
-        AgentLeaseError: the question was answered no.
-    """
+    """Show the chosen tasks and ask before deciding them (``yes``: don't). ConfigurationError: no terminal to
+    ask on; AgentLeaseError: answered no."""
     if yes:
         return
     out.print(tasks_table(chosen, title=f"tasks to {kind.value}"))

@@ -45,11 +45,8 @@ async def send_decision(
     *,
     generation: int | None = None,
 ) -> RunStatus:
-    """Send a decision update to a run and wait for its answer, each step within the decision timeout.
-
-    With ``AGENTLEASE_OPERATOR_KEY`` the decision is signed with a new decision id and the step's claim
-    generation: ``generation`` when given, else as the ledger holds it now (a cancel of the whole run
-    names none).
+    """Send a decision update to a run and wait for its answer, each step within the decision timeout; with
+    ``AGENTLEASE_OPERATOR_KEY`` signed for ``generation`` (default the ledger's now; a run's cancel: none).
 
     Raises:
         ConfigurationError: the run refused it (its validator); AgentLeaseError: no answer in time.
@@ -106,12 +103,8 @@ async def send_decision(
 
 
 async def seen_generation(settings: AgentLeaseSettings, agent_run_id: str, step_id: str) -> int | None:
-    """The claim generation of the run's step as the ledger holds it, which a signed decision names
-    (``None``: the ledger has no such task yet).
-
-    Raises:
-        LedgerUnavailableError: the ledger cannot be read (a signed decision needs it).
-    """
+    """The claim generation of the run's step in the ledger (``None``: no such task yet), for a signed decision.
+    LedgerUnavailableError: the ledger cannot be read."""
     from agentlease.errors import LedgerUnavailableError, TaskNotFoundError
     from agentlease.records import task_id_for
 

@@ -1,8 +1,5 @@
-"""The CLI's listings of the ledger: ``tasks``, ``runs``, ``waiting`` and ``events`` (with ``--follow``).
-
-Each reads keyset pages and streams what it prints (a JSON array a record at a time, or a table of one
-bounded page and how to see more): nothing loads the whole ledger (``docs/operations.md``).
-"""
+"""The CLI's listings of the ledger (``tasks``, ``runs``, ``waiting``, ``events``): keyset pages, streamed as
+JSON or shown as one bounded table page; nothing loads the whole ledger (``docs/operations.md``)."""
 
 from __future__ import annotations
 
@@ -56,11 +53,8 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def parse_since(text: str, *, now: datetime | None = None) -> datetime:
-    """``--since``: a time ago (``90s``, ``15m``, ``2h``, ``7d``) or an ISO 8601 time with its zone.
-
-    Raises:
-        ConfigurationError: anything else (a time without a zone included).
-    """
+    """``--since``: a time ago (``90s``, ``15m``, ``2h``, ``7d``) or an ISO 8601 time with its zone; else
+    ConfigurationError."""
     text = text.strip()
     relative = _RELATIVE.fullmatch(text)
     if relative:
@@ -92,22 +86,14 @@ def _parse_each(values: list[str] | None, kind: type[E], flag: str) -> frozenset
 
 
 def parse_statuses(values: list[str] | None) -> frozenset[TaskStatus]:
-    """``--status`` values (repeatable, or comma-separated) as task statuses.
-
-    Raises:
-        ConfigurationError: a value that is no task status.
-    """
+    """``--status`` values (repeatable, or comma-separated) as task statuses; ConfigurationError for another."""
     return _parse_each(values, TaskStatus, "--status")
 
 
 @dataclass(frozen=True)
 class EventFilter:
-    """``events --kind/--generation``: which entries of the trail to show.
-
-    Attributes:
-        kinds: only entries of these kinds; empty: every kind.
-        generation: only entries of this claim generation; ``None``: every generation.
-    """
+    """``events --kind/--generation``: only entries of ``kinds`` (empty: every kind) and of ``generation``
+    (``None``: every one)."""
 
     kinds: frozenset[EventKind] = frozenset()
     generation: int | None = None
@@ -128,11 +114,7 @@ class EventFilter:
 
 
 def parse_kinds(values: list[str] | None) -> frozenset[EventKind]:
-    """``--kind`` values (repeatable, or comma-separated) as evidence-trail entry kinds.
-
-    Raises:
-        ConfigurationError: a value that is no entry kind.
-    """
+    """``--kind`` values (repeatable, or comma-separated) as entry kinds; ConfigurationError for another."""
     return _parse_each(values, EventKind, "--kind")
 
 
@@ -212,12 +194,8 @@ async def _show(
 async def list_tasks(
     ledger: Ledger, which: TaskFilter, *, limit: int | None, as_json: bool, out: Console, title: str = "tasks"
 ) -> None:
-    """``agentlease tasks``: the tasks ``which`` selects, oldest first; a table is followed by one line per
-    step of a run that failed before its first call (a tool no worker serves), saying why.
-
-    Raises:
-        AgentLeaseError: ``which`` names an agent run the ledger has no task of.
-    """
+    """``agentlease tasks``: the tasks ``which`` selects, oldest first, then why each step of a failed run failed
+    before its first call. AgentLeaseError: ``which`` names a run the ledger has no task of."""
     first, pages = await _first_page(task_pages(ledger.database, which, limit=_wanted(limit, as_json)))
     if not first and which.agent_run_id is not None:
         await require_subject(ledger, None, which.agent_run_id)
@@ -259,12 +237,8 @@ async def list_waiting(ledger: Ledger, *, limit: int | None, as_json: bool, out:
 async def list_runs(
     ledger: Ledger, *, waiting_only: bool, state: RunState | None, limit: int | None, as_json: bool, out: Console
 ) -> None:
-    """``agentlease runs``: agent runs with their tasks' counts, in run id order; ``state`` keeps one state.
-    A table is followed by one line per failed run saying why it failed.
-
-    A state other than ``waiting`` is kept page by page (each page still one short read), since
-    a run's state depends on all its tasks.
-    """
+    """``agentlease runs``: agent runs with their tasks' counts, in run id order, then why each failed run failed;
+    ``state`` keeps one state, page by page (a run's state depends on all its tasks)."""
     wanted = _wanted(limit, as_json)
     pages = run_pages(ledger.database, waiting_only=waiting_only, limit=None if state else wanted)
     if state is not None:
@@ -285,12 +259,8 @@ async def list_events(
     out: Console,
     which: EventFilter | None = None,
 ) -> None:
-    """``agentlease events``: the evidence trail of one task or one run, in order; ``which``: only some
-    of its entries (read through the trail, kept as they come).
-
-    Raises:
-        AgentLeaseError: the ledger has no such task or run.
-    """
+    """``agentlease events``: the trail of one task or run, in order, only the entries ``which`` keeps.
+    AgentLeaseError: the ledger has no such task or run."""
     which = which or EventFilter()
     wanted = _wanted(limit, as_json)
     pages = event_pages(ledger.database, task_id=task_id, agent_run_id=agent_run_id, limit=None if which else wanted)
@@ -322,14 +292,8 @@ async def follow_events(
     interval_s: float = FOLLOW_INTERVAL_S,
     which: EventFilter | None = None,
 ) -> None:
-    """``agentlease events --follow``: the trail so far, then each new entry as it is written, until ``stop``.
-
-    Each poll reads at most one page after the last entry shown (an indexed keyset read), so
-    following costs the same on a ledger of any size. JSON output is JSON lines.
-
-    Raises:
-        AgentLeaseError: the ledger has no such task or run.
-    """
+    """``agentlease events --follow``: the trail so far, then each new entry (JSON lines with ``as_json``) until
+    ``stop``, each poll one keyset page after the last entry. AgentLeaseError: no such task or run."""
     await require_subject(ledger, task_id, agent_run_id)
     if not as_json:
         out.print("  ".join(EVENT_COLUMNS), markup=False)

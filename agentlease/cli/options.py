@@ -27,13 +27,8 @@ SECURE = "Transport, payloads and signed decisions"
 
 @dataclass(frozen=True)
 class Flag:
-    """One setting as a command's flag.
-
-    Attributes:
-        setting: the field of :class:`AgentLeaseSettings`.
-        name: the flag's spelling; default ``--<setting>`` with dashes (``--x/--no-x`` for a bool).
-        panel: the ``--help`` panel it shows in; default the command's options.
-    """
+    """One ``setting`` (a field of :class:`AgentLeaseSettings`) as a command's flag, spelt ``name`` (default
+    ``--<setting>`` with dashes, ``--x/--no-x`` for a bool), in the ``--help`` ``panel`` (default the options)."""
 
     setting: str
     name: str | None = None
@@ -120,14 +115,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def setting_flags(*flags: Flag) -> Callable[[F], F]:
-    """Give a command (with a ``ctx: typer.Context`` parameter) a flag for each of ``flags``.
-
-    The flags given (or their variables) are applied to the command's settings, ``ctx.obj``,
-    validated like the rest, before the command runs; the command's own parameters are untouched.
-
-    Raises:
-        ConfigurationError: at run time, a flag's value does not validate.
-    """
+    """Give a command (with a ``ctx: typer.Context`` parameter) a flag for each of ``flags``, applied to its
+    settings (``ctx.obj``) before it runs. ConfigurationError at run time: a flag's value does not validate."""
 
     def decorate(func: F) -> F:
         hints = typing.get_type_hints(func, include_extras=True)

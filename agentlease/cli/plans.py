@@ -29,14 +29,8 @@ def _read_bounded(path: Path, size: int) -> bytes:
 
 
 def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
-    """Read and check a plan file: size, JSON shape, unique step ids, known tools, valid arguments.
-
-    At most :data:`~agentlease.limits.MAX_PLAN_BYTES` are read (``run /dev/zero`` ends at once);
-    NaN, Infinity and nesting deeper than the limits allow are refused (``docs/limits.md``).
-
-    Raises:
-        ConfigurationError: with one line saying what is wrong and where.
-    """
+    """Read and check a plan file: size (at most :data:`~agentlease.limits.MAX_PLAN_BYTES` read), JSON shape
+    (``docs/limits.md``), unique step ids, known tools, valid arguments. ConfigurationError: what and where."""
     try:
         raw = _read_bounded(path, limits.MAX_PLAN_BYTES + 1)
     except OSError as exc:
@@ -73,11 +67,7 @@ def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
 
 
 def with_run_id(plan: AgentRunPlan, agent_run_id: str) -> AgentRunPlan:
-    """``plan`` with its run id set to ``agent_run_id`` (``run --run-id``), checked like a plan's own.
-
-    Raises:
-        ConfigurationError: the run id is too long or holds a character an id may not.
-    """
+    """``plan`` with its run id set to ``agent_run_id`` (``run --run-id``); ConfigurationError for a bad id."""
     try:
         return AgentRunPlan.model_validate({**plan.model_dump(), "agent_run_id": agent_run_id})
     except ValidationError as exc:

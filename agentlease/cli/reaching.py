@@ -20,11 +20,8 @@ from agentlease.settings import AgentLeaseSettings
 
 
 async def query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatus:
-    """The run's ``status`` query, asked again while no worker answers it, for at most ``limit`` seconds.
-
-    Right after the worker that ran the run's last workflow task dies, Temporal sends queries to that
-    worker's (sticky) queue until it notices; a second try a moment later reaches another worker.
-    """
+    """The run's ``status`` query, asked again while no worker answers it, for at most ``limit`` seconds (after
+    its worker dies, Temporal sends queries to its sticky queue until it notices)."""
     from temporalio.service import RPCStatusCode
 
     unanswered = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE)
@@ -53,13 +50,8 @@ async def query_within(handle: Any, agent_run_id: str, limit: float) -> RunStatu
 
 
 async def ended_run_status(client: Any, agent_run_id: str, limit: float) -> RunStatus:
-    """A completed run's status, for any workflow that made leased calls: its result when that is a
-    :class:`RunStatus` (``AgentRunWorkflow``), else its ``status`` query, which a worker answers by
-    replaying the run (a framework agent's result is its own output).
-
-    Raises:
-        AgentLeaseError: one line: the workflow answers no status query, or no worker answered it.
-    """
+    """A completed run's status: its result when a :class:`RunStatus`, else its ``status`` query (a framework
+    agent's result is its own output). AgentLeaseError: no status query answered."""
     from pydantic import ValidationError
 
     handle = client.get_workflow_handle(agent_run_id)
@@ -76,12 +68,8 @@ async def ended_run_status(client: Any, agent_run_id: str, limit: float) -> RunS
 async def reconciled_in_ledger(
     ledger: Ledger, settings: AgentLeaseSettings, agent_run_id: str, request: ReconcileRequest
 ) -> TaskRecord | None:
-    """Reconcile a cancelled task whose effect was unknown directly in the ledger, when its run has ended
-    (the run has nothing left to decide on it); ``None`` when the decision goes through the run.
-
-    Raises:
-        ConfigurationError: the decision table has no such reconcile for the task's status.
-    """
+    """Reconcile a cancelled task of unknown effect in the ledger when its run has ended; ``None`` when the
+    decision goes through the run. ConfigurationError: no such reconcile for the task's status."""
     from temporalio.exceptions import ApplicationError
 
     from agentlease.decisions._activity import apply

@@ -138,12 +138,8 @@ async def result_of(result: Any, agent_run_id: str) -> RunStatus:
 
 
 async def with_heartbeats(client: Any, description: Any, current: RunStatus) -> RunStatus:
-    """``current`` with the stage and generation of its running tasks from their latest heartbeat.
-
-    The workflow learns a task's stage and generation when its attempt ends; meanwhile Temporal
-    keeps the attempt's latest heartbeat details (a :class:`LeaseHeartbeat`, a throttled copy of
-    what the ledger recorded), as its UI shows them.
-    """
+    """``current`` with the stage and generation of its running tasks from their latest heartbeat details (a
+    throttled copy of what the ledger recorded), where the run's own view is behind."""
     from agentlease.records import RunStatus
 
     latest: dict[str, dict[str, Any]] = {}

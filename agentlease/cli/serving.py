@@ -1,6 +1,5 @@
-"""Serving a web app from a command (``agentlease ui``, ``agentlease codec-server``) until a signal, holding a
-client only so long (:data:`HEADER_TIMEOUT`, :data:`KEEP_ALIVE`, :data:`MAX_CONNECTIONS`;
-``docs/security-operations.md``, "The web view")."""
+"""Serving a web app from a command (``agentlease ui``, ``agentlease codec-server``) until a signal, with bounded
+clients (``docs/security-operations.md``, "The web view")."""
 
 from __future__ import annotations
 
@@ -28,11 +27,7 @@ MAX_CONNECTIONS = 100
 
 @contextmanager
 def bound(host: str, port: int) -> Iterator[socket.socket]:
-    """A listening socket on ``host:port``, bound before anything else starts, closed on exit.
-
-    Raises:
-        AgentLeaseError: the address cannot be bound (in use, not this host's), in one line.
-    """
+    """A listening socket on ``host:port``, closed on exit; AgentLeaseError when it cannot be bound."""
     try:
         sock = socket.create_server((host, port))
     except OSError as exc:
@@ -119,11 +114,8 @@ def timed_protocol(header_timeout: timedelta) -> type[asyncio.Protocol]:
 
 
 def serve_ui(settings: AgentLeaseSettings, announce: Callable[[str], None]) -> None:
-    """``agentlease ui``: the read-only web view on ``ui_host:ui_port`` until a signal.
-
-    Loopback by default; any other address needs ``AGENTLEASE_UI_TOKEN`` and is said in one line
-    (``announce``) when serving starts. Every request's ``Host`` must name the view
-    (:mod:`agentlease.ui.guard`).
+    """``agentlease ui``: the read-only web view on ``ui_host:ui_port`` until a signal, ``announce``-ing where;
+    beyond loopback only with ``AGENTLEASE_UI_TOKEN``.
 
     Raises:
         ConfigurationError: an address beyond loopback without a token.

@@ -43,11 +43,7 @@ EXTRAS = {"ui": ("starlette", "uvicorn"), "demo": ("starlette", "uvicorn", "aios
 
 
 def require_extra(extra: str, command: str) -> None:
-    """Refuse ``command`` in one line when a package of ``extra`` is not installed.
-
-    Raises:
-        ConfigurationError: ``agentlease ui needs the 'ui' extra: pip install 'agentlease[ui]'``.
-    """
+    """Refuse ``command`` (ConfigurationError, one line) when a package of ``extra`` is not installed."""
     for module in EXTRAS[extra]:
         try:
             found = importlib.util.find_spec(module) is not None
@@ -93,11 +89,7 @@ async def ledger(settings: AgentLeaseSettings, *, must_exist: bool = True) -> As
 
 
 def in_ledger(settings: AgentLeaseSettings, use: Callable[[Any], Awaitable[T]], *, must_exist: bool = True) -> T:
-    """Run ``use`` on the configured ledger (:func:`ledger`, closed after) and return what it returns.
-
-    Raises:
-        LedgerUnavailableError: see :func:`ledger`.
-    """
+    """Run ``use`` on the configured ledger (:func:`ledger`, closed after) and return what it returns."""
 
     async def run() -> T:
         async with ledger(settings, must_exist=must_exist) as opened:

@@ -1,8 +1,6 @@
-"""The real downstream systems the demo and the tests talk to, each with its own database under the data dir
-(where effects are counted): a file server (``http_get``), a SQL target (``sql_upsert``), the publishing
-service of :mod:`agentlease.demo.publishing` (``http_publish``) and the SMTP server of :mod:`agentlease.demo.mail`
-(``smtp_send``). ``docs/plans.md`` ("Built-in tools").
-"""
+"""The real downstream systems of the demo and the tests, each with its own database under the data dir: files
+(``http_get``), a SQL target (``sql_upsert``), publishing (``http_publish``) and SMTP (``smtp_send``).
+``docs/plans.md`` ("Built-in tools")."""
 
 from __future__ import annotations
 
@@ -32,17 +30,8 @@ TARGET_TABLES = ("inventory",)
 
 @dataclass(frozen=True)
 class Downstream:
-    """Where the running downstream systems are.
-
-    Attributes:
-        http_base_url: base URL of the file server (files under ``/files/``).
-        sql_target_url: database URL of the SQL target.
-        publish_base_url: base URL of the publishing service.
-        smtp_host: host of the SMTP server.
-        smtp_port: port of the SMTP server.
-        publish_database_url: the publishing service's database (its ``publications``).
-        mail_database_url: the SMTP server's database (its ``messages``).
-    """
+    """Where the running downstream systems are (the file server's files under ``/files/``), and the databases
+    of the publishing service and the SMTP server."""
 
     http_base_url: str
     sql_target_url: str
@@ -68,9 +57,8 @@ async def prepare_sql_target(url: str, tables: tuple[str, ...] = TARGET_TABLES) 
 
 @asynccontextmanager
 async def running_downstream(data_dir: Path, *, fencing_key: bytes | None = None) -> AsyncIterator[Downstream]:
-    """Start the file server, the publishing service and the SMTP server, and prepare the SQL
-    target; every database is a SQLite file under ``data_dir``. ``fencing_key``: the publishing
-    service accepts only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``)."""
+    """Start the downstream systems, each a SQLite file under ``data_dir``; with ``fencing_key`` publishing
+    accepts only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     sql_target_url = f"sqlite:///{(data_dir / 'target.db').resolve()}"
     await prepare_sql_target(sql_target_url)

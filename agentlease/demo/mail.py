@@ -1,10 +1,6 @@
-"""A real SMTP server: the downstream of ``smtp_send``, the classic ``unsafe`` side effect.
-
-It records every message in a SQLite table ``messages`` (so tests count deliveries at the downstream:
-:func:`received_messages`), answers ``250 OK: queued as <id>``, and can be asked whether it took a message:
-``XLOOKUP <Message-ID>`` (advertised in its ``EHLO`` reply), ``250 found: queued as <id> at <ms>`` or
-``550 not found``, which ``smtp_send``'s readback probe asks. ``docs/plans.md`` ("Built-in tools").
-"""
+"""A real SMTP server, the downstream of ``smtp_send``: records every message in a table ``messages``, answers
+``250 OK: queued as <id>``, and answers ``XLOOKUP <Message-ID>`` (``250 found: ...`` or ``550 not found``) for
+``smtp_send``'s readback probe. ``docs/plans.md`` ("Built-in tools")."""
 
 from __future__ import annotations
 
@@ -52,18 +48,8 @@ messages = Table(
 
 @dataclass(frozen=True)
 class ReceivedMessage:
-    """A message as the server recorded it.
-
-    Attributes:
-        id: the row id, named in the 250 reply.
-        message_id: the ``Message-ID`` header.
-        mail_from: the envelope sender.
-        rcpt_to: the envelope recipients.
-        subject: the ``Subject`` header.
-        idempotency_key: the ``X-Idempotency-Key`` header.
-        size_bytes: size of the message data.
-        received_at_ms: when it was accepted (epoch ms, the database's clock).
-    """
+    """A message as the server recorded it: ``id`` (named in the 250 reply), headers, envelope, size, and
+    ``received_at_ms`` (epoch ms, the database's clock)."""
 
     id: int
     message_id: str | None
@@ -85,12 +71,8 @@ def database_url(data_dir: Path) -> str:
 
 
 class RecordingHandler:
-    """aiosmtpd handler: records every message in ``messages``, then answers 250.
-
-    Attributes:
-        answers_lookups: whether the server answers ``XLOOKUP`` (a server that does not answers
-            ``502``, as one without the extension would). Default true.
-    """
+    """aiosmtpd handler: records every message in ``messages``, then answers 250; ``answers_lookups`` false
+    answers ``XLOOKUP`` with ``502``, as a server without the extension would."""
 
     answers_lookups = True
 
@@ -166,15 +148,8 @@ async def received_messages(url: str) -> list[ReceivedMessage]:
 async def running_mail(
     url: str, *, handler: type[RecordingHandler] = RecordingHandler
 ) -> AsyncIterator[tuple[str, int]]:
-    """Serve the recording SMTP server on a loopback port until the block exits.
-
-    Args:
-        url: the database of ``messages`` (created if absent).
-        handler: the handler class (a test's may hold its replies).
-
-    Yields:
-        ``(host, port)`` of the server.
-    """
+    """Serve the recording SMTP server on a loopback port, recording into ``url`` with ``handler`` (a test's may
+    hold its replies), until the block exits; yields ``(host, port)``."""
     engine = create_async_database_engine(url, pool_size=1)
     try:
         await create_tables(engine)

@@ -1,9 +1,5 @@
-"""A real publishing service: the fenced and idempotent downstream of ``http_publish``.
-
-A Starlette app with its own database, every write guarded by
-:class:`~agentlease.idempotency.IdempotencyMiddleware`. Its endpoints, its posts and its fenced resource:
-``docs/plans.md`` ("The example publishing service").
-"""
+"""A real publishing service, the fenced and idempotent downstream of ``http_publish``: a Starlette app, every
+write guarded by ``IdempotencyMiddleware``. ``docs/plans.md`` ("The example publishing service")."""
 
 from __future__ import annotations
 
@@ -117,13 +113,8 @@ AfterWrite = Callable[[int], Awaitable[None]]
 
 
 class PublishingService:
-    """The handlers, over the service's engine.
-
-    Args:
-        engine: the service's database (shared with its :class:`IdempotencyStore`).
-        after_write: awaited once a write committed, before the answer (tests: a writer that dies after
-            the effect and before it learns of it). Default none.
-    """
+    """The handlers, over the service's ``engine`` (shared with its :class:`IdempotencyStore`), awaiting
+    ``after_write`` (if given) once a write committed, before the answer."""
 
     def __init__(self, engine: AsyncEngine, *, after_write: AfterWrite | None = None) -> None:
         self.engine = engine
@@ -197,12 +188,8 @@ class PublishingService:
 def publishing_app(
     store: IdempotencyStore, *, fencing_key: bytes | None = None, after_write: AfterWrite | None = None
 ) -> Starlette:
-    """The service's ASGI app; its handlers use ``store``'s engine.
-
-    ``fencing_key``: accept only fencing tokens signed with it (``AGENTLEASE_FENCING_KEY``,
-    ``docs/security-downstream.md``); default ``None``, bare generations. ``after_write``: see
-    :class:`PublishingService`.
-    """
+    """The service's ASGI app over ``store``'s engine, accepting only fencing tokens signed with ``fencing_key``
+    (default ``None``: bare generations; ``docs/security-downstream.md``)."""
     service = PublishingService(store.engine, after_write=after_write)
     return Starlette(
         routes=[
@@ -239,10 +226,7 @@ async def count_publications(url: str, idempotency_key: str | None = None) -> in
 async def running_publishing(
     url: str, *, fencing_key: bytes | None = None, after_write: AfterWrite | None = None
 ) -> AsyncIterator[str]:
-    """Create the service's tables in ``url`` and serve it on a loopback port; yields its base URL.
-
-    ``fencing_key``, ``after_write``: see :func:`publishing_app`.
-    """
+    """Create the service's tables in ``url`` and serve it on a loopback port; yields its base URL."""
     store = IdempotencyStore.from_url(url)
     try:
         await store.create_tables()

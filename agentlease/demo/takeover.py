@@ -1,11 +1,7 @@
-"""``takeover_write``: the fenced call ``agentlease demo`` pauses mid-flight to show what a lease does
-(``docs/operator-views.md``, "The demo's story").
-
-It writes the row ``runbooks/<record key>`` of the example SQL target and its fence in one transaction, and logs
-each write that lands in ``runbook_writes`` (:func:`landed_writes`). Generation 1 holds before its write,
-renewing, until superseded; then it plays a paused worker that does not know it: it writes anyway (the fence
-refuses) and returns a result (kept as ``late_unapplied``). A real tool stops at the first refused renewal.
-"""
+"""``takeover_write``: the fenced call ``agentlease demo`` pauses mid-flight (``docs/operator-views.md``). It writes
+``runbooks/<record key>`` and its fence in one transaction, logging each landed write in ``runbook_writes``.
+Generation 1 holds until superseded, then plays a paused worker: it writes anyway (the fence refuses) and
+returns a result (kept as ``late_unapplied``). A real tool stops at the first refused renewal."""
 
 from __future__ import annotations
 
@@ -86,13 +82,8 @@ async def landed_writes(url: str, record_key: str) -> list[str]:
 
 
 class TakeoverArgs(BaseModel):
-    """Arguments of ``takeover_write``.
-
-    Attributes:
-        record_key: the row to write (1 to 200 characters).
-        row: its JSON payload.
-        hold_s: how long generation 1 holds before its write if nobody takes over, in seconds. Default 60.
-    """
+    """Arguments of ``takeover_write``: the row to write and how long generation 1 holds before its write if
+    nobody takes over (seconds, default 60)."""
 
     record_key: str = Field(min_length=1, max_length=200)
     row: dict[str, Any]

@@ -1,10 +1,6 @@
-"""The write of ``takeover_write`` as a plain Temporal activity, with no lease, fencing token or ledger: the
-first half of ``agentlease demo``'s story (``docs/operator-views.md``, "The demo's story"). Attempt 1 holds just
-before its write until Temporal cancels it, then writes all the same; nothing refuses that write.
-
-``python -m agentlease.demo.unleased ADDRESS TASK_QUEUE IDENTITY`` is the worker the demo pauses: the activity
-only, one at a time (no open poll could take the retry meanwhile), until SIGTERM.
-"""
+"""``takeover_write``'s write as a plain Temporal activity, no lease: the first half of the demo's story
+(``docs/operator-views.md``). ``python -m agentlease.demo.unleased ADDRESS TASK_QUEUE IDENTITY`` is the worker
+the demo pauses: the activity only, one at a time (no open poll takes the retry), until SIGTERM."""
 
 from __future__ import annotations
 
@@ -31,15 +27,8 @@ WORKFLOW = "demo.PlainWrite"
 
 @dataclass(frozen=True)
 class PlainWrite:
-    """What to write, and where.
-
-    Attributes:
-        record_key: the row of ``runbooks``.
-        row: its JSON payload.
-        sql_target_url: the example SQL target (``AGENTLEASE_SQL_TARGET_URL`` of the demo stack).
-        activity_queue: the task queue of the activity's workers.
-        hold_s: how long attempt 1 holds before its write if Temporal never cancels it, in seconds.
-    """
+    """What to write (``row`` at ``record_key`` of ``runbooks``), where, on which queue; attempt 1 holds
+    ``hold_s`` seconds before its write unless Temporal cancels it first."""
 
     record_key: str
     row: dict[str, Any]
@@ -79,11 +68,7 @@ async def _write(args: PlainWrite, attempt: int, identity: str) -> str:
 
 
 class PlainWriter:
-    """The activity, as one worker serves it (its identity goes into the write log).
-
-    Args:
-        identity: the worker's identity.
-    """
+    """The activity, as one worker serves it (its ``identity`` goes into the write log)."""
 
     def __init__(self, identity: str) -> None:
         self.identity = identity

@@ -1,17 +1,12 @@
-"""The lease metrics' Prometheus families (``docs/metrics.md``), registered in the process's registry.
-
-Imported on first use by :mod:`agentlease.observability.metrics` (a command that records no metric never imports
-``prometheus_client``); read them as ``agentlease.observability.metrics.LEASE_CLAIMS`` and so on.
-"""
+"""The lease metrics' Prometheus families (``docs/metrics.md``), imported on first use by
+:mod:`agentlease.observability.metrics` and read there (``metrics.LEASE_CLAIMS``...)."""
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
 SCOPE = ("namespace", "task_queue")
-"""The labels every lease metric starts with: the Temporal namespace and task queue of the worker that
-recorded it, as Temporal's own runtime metrics label theirs (empty outside a worker: the CLI, the
-sweeper)."""
+"""The labels every lease metric starts with: the recording worker's namespace and task queue (empty outside one)."""
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _COUNT_BUCKETS = (0, 1, 2, 3, 5, 10, 20, 50, 100, 500)

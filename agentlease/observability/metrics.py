@@ -1,10 +1,6 @@
-"""Lease metrics for operators (Prometheus): what to watch when leases matter.
-
-The ledger records claims, renewals, settles, releases, parking and expiries as it writes them; the
-leased activity records what only the worker sees. A worker serves them, and Temporal's runtime
-metrics beside them, at ``AGENTLEASE_METRICS_ADDRESS`` (:class:`MetricsServer`). Each metric, its labels
-and what to alert on: ``docs/metrics.md``.
-"""
+"""Lease metrics (Prometheus), recorded by the ledger and the leased activity, served with Temporal's runtime
+metrics at ``AGENTLEASE_METRICS_ADDRESS`` (:class:`MetricsServer`). Each metric and what to alert on:
+``docs/metrics.md``."""
 
 from __future__ import annotations
 
@@ -24,8 +20,7 @@ NONE = "none"
 
 
 def _families() -> Any:
-    """:mod:`agentlease.observability._metric_families`, imported on first use."""
-    from agentlease.observability import _metric_families
+    from agentlease.observability import _metric_families  # imported on first use
 
     return _metric_families
 
@@ -45,14 +40,8 @@ def stage_label(stage: object) -> str:
 
 
 class LeaseMetrics:
-    """What the ledger and the leased activity report: one call per operation.
-
-    The ledger holds one (default :data:`LEASE_METRICS`, unscoped); a worker's ledger holds one
-    scoped to the worker's namespace and task queue.
-
-    Args:
-        namespace / task_queue: the values of the :data:`SCOPE` labels. Default empty.
-    """
+    """What the ledger and the leased activity report, one call per operation, with ``namespace`` and
+    ``task_queue`` as the :data:`SCOPE` labels (default empty: :data:`LEASE_METRICS`; a worker's are scoped)."""
 
     def __init__(self, *, namespace: str = "", task_queue: str = "") -> None:
         self._scope = (namespace, task_queue)
@@ -69,13 +58,8 @@ class LeaseMetrics:
         superseded: bool = False,
         traced: bool = True,
     ) -> None:
-        """A claim asked of the ledger: ``granted``, ``held`` or ``closed``.
-
-        Args:
-            seconds: how long a granted claim took.
-            superseded / superseded_stage: it took over a lapsed lease, last seen in that stage.
-            traced: the claim carries a Temporal trace link.
-        """
+        """A claim asked of the ledger: ``granted`` (in ``seconds``; ``superseded``: over a lapsed lease last
+        seen in ``superseded_stage``; ``traced``: with a Temporal trace link), ``held`` or ``closed``."""
         _families().LEASE_CLAIMS.labels(*self._scope, tool, outcome).inc()
         if outcome != "granted":
             return
@@ -129,8 +113,7 @@ class LeaseMetrics:
         _families().LEDGER_DEFERRED_WRITES.labels(*self._scope).set(pending)
 
     def ambiguity_resolved(self, tool: str, by: str, outcome: str) -> None:
-        """An ambiguous task resolved ``by`` a ``probe`` or a ``person``: ``happened``, ``not_happened``,
-        ``abandoned``."""
+        """An ambiguous task resolved ``by`` ``probe`` or ``person``: ``happened``, ``not_happened``, ``abandoned``."""
         _families().AMBIGUITIES_RESOLVED.labels(*self._scope, tool or NONE, by, outcome).inc()
 
     def probe(self, tool: str, answer: str) -> None:
@@ -138,8 +121,7 @@ class LeaseMetrics:
         _families().PROBES.labels(*self._scope, tool, answer).inc()
 
     def approval(self, tool: str, outcome: str, *, remaining_s: float | None = None) -> None:
-        """A claim met an approval: ``consumed`` (with the seconds it had left), ``expired``, ``mismatched``,
-        ``missing``."""
+        """A claim met an approval: ``consumed`` (seconds left), ``expired``, ``mismatched``, ``missing``."""
         _families().APPROVALS.labels(*self._scope, tool, outcome).inc()
         if remaining_s is not None:
             _families().APPROVAL_REMAINING.labels(*self._scope, tool).observe(remaining_s)
@@ -154,15 +136,9 @@ LEASE_METRICS = LeaseMetrics()
 
 
 class MetricsServer:
-    """The Prometheus exposition endpoint of one process (``GET /metrics``), on its own thread.
-
-    Args:
-        address: ``HOST:PORT``; port 0 picks a free one (see :attr:`port`).
-        registry: what to expose. Default the process's registry, which holds the lease metrics.
-
-    Raises:
-        ConfigurationError: bad address, or it cannot be bound (in use, not local...).
-    """
+    """The ``GET /metrics`` endpoint of one process on ``address`` (``HOST:PORT``; port 0: a free one, see
+    :attr:`port`), on its own thread, exposing ``registry`` (default the process's, with the lease metrics).
+    ConfigurationError: bad address, or it cannot be bound."""
 
     def __init__(self, address: str, registry: CollectorRegistry | None = None) -> None:
         from prometheus_client import REGISTRY, start_http_server
@@ -185,11 +161,8 @@ class MetricsServer:
 
 
 class ForwardedMetrics:
-    """A collector that re-exports the samples of another Prometheus endpoint (Temporal's runtime metrics).
-
-    Each scrape of the endpoint that serves it reads ``url`` once (timeout ``timeout_s``, default 2s);
-    an endpoint that does not answer adds nothing to that scrape.
-    """
+    """A collector re-exporting the endpoint ``url`` (Temporal's runtime metrics), read once per scrape within
+    ``timeout_s`` (2s); one that does not answer adds nothing."""
 
     def __init__(self, url: str, *, timeout_s: float = 2.0) -> None:
         self.url = url
@@ -228,16 +201,8 @@ class _Chain:
 
 @contextmanager
 def serving_metrics(address: str | None, *, forward: str | None = None) -> Iterator[MetricsServer | None]:
-    """Serve the lease metrics on ``address`` for the duration of the block; ``None``: not served.
-
-    Args:
-        address: ``HOST:PORT``, or ``None``.
-        forward: the URL of another Prometheus endpoint (Temporal's runtime metrics, see
-            :func:`agentlease.runtime.temporal.prometheus_runtime`) whose samples the same endpoint serves too.
-
-    Raises:
-        ConfigurationError: see :class:`MetricsServer`.
-    """
+    """Serve the lease metrics on ``address`` (``HOST:PORT``; ``None``: not served) during the block, with the
+    samples of the endpoint ``forward`` (Temporal's runtime metrics). ConfigurationError: see :class:`MetricsServer`."""
     if address is None:
         yield None
         return

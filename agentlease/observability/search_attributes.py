@@ -1,8 +1,5 @@
-"""Search attributes of agent runs, so operators find the work that waits for them in the Temporal UI
-(``AgentLeaseWaitingReason != ""``) and with ``temporal workflow list --query``. A worker registers the missing
-ones at start (:func:`require_registered`), or refuses to start naming the command that creates them
-(:func:`create_command`). What each shows: ``docs/operator-views.md`` ("Search attributes").
-"""
+"""Search attributes of agent runs, so operators find waiting work in the Temporal UI (``AgentLeaseWaitingReason
+!= ""``); a worker registers the missing ones (:func:`require_registered`). ``docs/operator-views.md``."""
 
 from __future__ import annotations
 
@@ -36,18 +33,11 @@ LAST_DECISION = SearchAttributeKey.for_keyword("AgentLeaseDecision")
 """The run's last operator decision: ``<step>: <approved|rejected|...> by <who>: <why>`` (at most 250 characters)."""
 
 REFUSED_WRITES = SearchAttributeKey.for_int("AgentLeaseRefusedWrites")
-"""How many late holder writes the ledger refused on the run's tasks (an attempt that had lost its lease:
-``lease_lost`` and ``late_unapplied`` entries), as the run learnt them while it was open; unset until one."""
+"""How many late holder writes the ledger refused on the run's tasks, as the run learnt them; unset until one."""
 
 ALL = (
-    RUN_STATUS,
-    WAITING_REASON,
-    CURRENT_TOOL,
-    CURRENT_STAGE,
-    CURRENT_GENERATION,
-    CURRENT_OWNER,
-    LAST_DECISION,
-    REFUSED_WRITES,
+    *(RUN_STATUS, WAITING_REASON, CURRENT_TOOL, CURRENT_STAGE),
+    *(CURRENT_GENERATION, CURRENT_OWNER, LAST_DECISION, REFUSED_WRITES),
 )
 BY_NAME = {key.name: key for key in ALL}
 
@@ -74,22 +64,15 @@ def create_command(namespace: str, names: Iterable[str] | None = None) -> str:
 
 
 async def missing_on(client: Client, namespace: str) -> list[str]:
-    """The attributes ``namespace`` lacks, by name.
-
-    Raises:
-        RPCError: the server does not let this client list them.
-    """
+    """The attributes ``namespace`` lacks, by name; RPCError when this client may not list them."""
     existing = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
     return sorted({key.name for key in ALL} - set(existing.custom_attributes))
 
 
 async def require_registered(client: Client, namespace: str, *, register: bool = True) -> None:
-    """Make sure every attribute exists on ``namespace`` before a worker polls: without them each
-    workflow task of a run fails with ``BadSearchAttributes`` and the run hangs.
-
-    Args:
-        register: add the missing ones (a dev server, a namespace the worker administers); when
-            false, only check, and trust the operator when the server does not let the worker list them.
+    """Make sure every attribute exists on ``namespace`` before a worker polls (else every workflow task fails
+    with ``BadSearchAttributes``): ``register`` adds the missing ones; false only checks, trusting the
+    operator when the worker may not list them.
 
     Raises:
         ConfigurationError: one line naming the missing attributes and the command that creates them.

@@ -1,9 +1,5 @@
-"""OpenTelemetry tracing of ledger operations, inside Temporal's activity spans (``docs/tracing.md``).
-
-Off by default (``AGENTLEASE_TRACING``). While on, each ledger operation is a span ``agentlease.ledger.<operation>``
-with the attributes of :data:`ATTRIBUTES` (never the lease token), and the attempt's trace id is stored in the
-ledger. While off, nothing here imports OpenTelemetry and a ledger call costs one module global's check.
-"""
+"""OpenTelemetry spans of ledger operations, inside Temporal's activity spans (``AGENTLEASE_TRACING``, off by
+default; while off nothing imports OpenTelemetry and a ledger call costs one global's check). ``docs/tracing.md``."""
 
 from __future__ import annotations
 
@@ -50,11 +46,7 @@ def enabled() -> bool:
 
 
 def enable(tracer: Any = None) -> None:
-    """Trace ledger operations with ``tracer`` (default one from the global tracer provider).
-
-    Raises:
-        ConfigurationError: OpenTelemetry is not installed.
-    """
+    """Trace ledger operations with ``tracer`` (default the global provider's); ConfigurationError without OTel."""
     global _tracer
     try:
         from opentelemetry import trace
@@ -70,15 +62,9 @@ def disable() -> None:
 
 
 def configure_tracing() -> None:
-    """Turn tracing on for this process: a tracer provider from the ``OTEL_*`` variables, then :func:`enable`.
-
-    A process that already set a tracer provider keeps it; otherwise an SDK provider exporting over OTLP is
-    installed (spans are still made, for trace ids in the ledger, without the OTLP exporter package).
-    ``OTEL_SDK_DISABLED=true`` installs nothing and leaves tracing off.
-
-    Raises:
-        ConfigurationError: OpenTelemetry's SDK is not installed.
-    """
+    """Turn tracing on: unless a tracer provider is set, an SDK one from the ``OTEL_*`` variables exporting over
+    OTLP (if installed), then :func:`enable`; ``OTEL_SDK_DISABLED=true`` leaves it off.
+    ConfigurationError: OpenTelemetry's SDK is not installed."""
     global _provider
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return
@@ -119,8 +105,7 @@ def temporal_interceptors() -> list[Any]:
 
 
 def current_trace_id() -> str | None:
-    """The trace id of the current span (32 lowercase hex digits); ``None`` while tracing is off or
-    outside any span."""
+    """The current span's trace id (32 lowercase hex digits); ``None`` while off or outside any span."""
     if _tracer is None:
         return None
     from opentelemetry import trace
@@ -135,7 +120,12 @@ def annotate_stage(stage: Any) -> None:
         return
     from opentelemetry import trace
 
-    trace.get_current_span().set_attribute(ATTRIBUTES["stage"], str(getattr(stage, "value", stage)))
+    trace.get_current_span().set_attribute(ATTRIBUTES["stage"], _text(stage))
+
+
+def _text(value: Any) -> str:
+    """An enum's value, or anything else, as text."""
+    return str(getattr(value, "value", value))
 
 
 def _facts(value: Any) -> dict[str, Any]:
@@ -154,18 +144,13 @@ def _facts(value: Any) -> dict[str, Any]:
                 break
     stage = getattr(value, "stage", None) or getattr(value, "previous_stage", None)
     if stage is not None:
-        facts[ATTRIBUTES["stage"]] = str(getattr(stage, "value", stage))
+        facts[ATTRIBUTES["stage"]] = _text(stage)
     return facts
 
 
 def traced(operation: str) -> Callable[[F], F]:
-    """Make a :class:`~agentlease.ledger.store.Ledger` method a span ``agentlease.ledger.<operation>``.
-
-    The span's attributes come from the method's first argument (a claim, a task spec, or a task
-    id), its ``stage`` / ``status`` / second positional argument (a decision kind) and its result
-    (a claim or task record: the generation and stage the ledger answered). While tracing is off
-    the method is awaited directly.
-    """
+    """Make a ``Ledger`` method a span ``agentlease.ledger.<operation>``, its attributes from the first argument
+    (claim, task spec or task id), ``stage``, a decision kind and the result; awaited directly while off."""
 
     def decorate(method: F) -> F:
         @functools.wraps(method)
@@ -177,10 +162,10 @@ def traced(operation: str) -> Callable[[F], F]:
             attributes = {ATTRIBUTES["task_id"]: subject} if isinstance(subject, str) else _facts(subject)
             stage = "settled" if operation == "settle" else kwargs.get("stage")
             if stage is not None:
-                attributes[ATTRIBUTES["stage"]] = str(getattr(stage, "value", stage))
+                attributes[ATTRIBUTES["stage"]] = _text(stage)
             attributes.setdefault(ATTRIBUTES["stage"], NO_STAGE)  # until the ledger says (annotate_stage)
             if operation == "decide" and len(args) > 1:
-                attributes[ATTRIBUTES["decision"]] = str(getattr(args[1], "value", args[1]))
+                attributes[ATTRIBUTES["decision"]] = _text(args[1])
             with tracer.start_as_current_span(SPAN_PREFIX + operation, attributes=attributes) as span:
                 result = await method(self, *args, **kwargs)
                 answered = _facts(result)

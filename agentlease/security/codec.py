@@ -1,9 +1,6 @@
-"""Payload encryption: a Temporal payload codec with AES-GCM keys that rotate (``AGENTLEASE_CODEC_KEYS``).
-
-Every payload leaves the process sealed under the first key, the key's id in its metadata; it decodes with
-whichever configured key that id names, and payloads never encrypted pass through. The rules, rotation and the
-codec server: ``docs/security-data.md`` ("Transport and payload encryption").
-"""
+"""A Temporal payload codec with rotating AES-GCM keys (``AGENTLEASE_CODEC_KEYS``): sealed under the first key,
+its id in the metadata, opened by whichever key that id names. ``docs/security-data.md`` ("Transport and payload
+encryption")."""
 
 from __future__ import annotations
 
@@ -47,11 +44,7 @@ def _marker(why: str) -> Payload:
 
 
 class UnknownCodecKeyError(AgentLeaseError):
-    """A payload was sealed with a key that is not configured (or it does not open with it).
-
-    Attributes:
-        key_id: the key id the payload names.
-    """
+    """A payload was sealed with a key (``key_id``) that is not configured, or does not open with it."""
 
     def __init__(self, key_id: str, known: Sequence[str], *, configured: bool = False) -> None:
         listed = ", ".join(known) or "none"
@@ -64,8 +57,7 @@ class UnknownCodecKeyError(AgentLeaseError):
 
 
 class MalformedPayloadError(AgentLeaseError):
-    """A payload marked encrypted that is not one: too short to hold a nonce and a tag, or no Temporal
-    payload inside. Nothing in it can be decrypted, with any key."""
+    """A payload marked encrypted that is not one: shorter than a nonce and a tag, or no Temporal payload inside."""
 
 
 class CodecKeysMissingError(AgentLeaseError):
@@ -73,9 +65,8 @@ class CodecKeysMissingError(AgentLeaseError):
 
 
 class KeysMissingCodec(PayloadCodec):
-    """The codec of a process without ``AGENTLEASE_CODEC_KEYS``: payloads pass as they are, and an
-    encrypted one is refused in one line naming the setting (not the SDK's ``KeyError: Unknown payload
-    encoding binary/encrypted`` and its traceback)."""
+    """The codec of a process without ``AGENTLEASE_CODEC_KEYS``: payloads pass, and an encrypted one is refused
+    in one line naming the setting (not the SDK's ``KeyError`` and traceback)."""
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return list(payloads)
@@ -95,8 +86,7 @@ def parse_keys(text: str) -> list[tuple[str, bytes]]:
     """``ID:BASE64KEY,...`` as ``(id, key)`` pairs, the encrypting key first.
 
     Raises:
-        ConfigurationError: an entry is not ``ID:BASE64KEY``, a key is not 16, 24 or 32 bytes of
-            base64, or an id repeats.
+        ConfigurationError: a malformed entry, a key not 16, 24 or 32 bytes of base64, or an id repeated.
     """
     keys: list[tuple[str, bytes]] = []
     for entry in (part.strip() for part in text.split(",")):
@@ -124,25 +114,15 @@ def parse_keys(text: str) -> list[tuple[str, bytes]]:
 
 
 def new_key_entry(key_id: str) -> str:
-    """A fresh ``ID:BASE64KEY`` entry (a random 32-byte key) for ``AGENTLEASE_CODEC_KEYS``.
-
-    Raises:
-        ConfigurationError: a bad id.
-    """
+    """A fresh ``ID:BASE64KEY`` entry (a random 32-byte key); ConfigurationError for a bad id."""
     if not _KEY_ID_PATTERN.fullmatch(key_id):
         raise ConfigurationError(f"bad key id {key_id!r}: use 1 to 64 letters, digits, '.', '_', '-'")
     return f"{key_id}:{base64.b64encode(AESGCM.generate_key(bit_length=256)).decode()}"
 
 
 class EncryptionCodec(PayloadCodec):
-    """AES-GCM payload codec with rotating keys (see the module docstring).
-
-    Args:
-        keys: ``(id, key)`` pairs; the first encrypts, every one decrypts.
-
-    Raises:
-        ConfigurationError: no key given.
-    """
+    """AES-GCM payload codec with rotating ``keys``, ``(id, key)`` pairs: the first encrypts, every one decrypts.
+    ConfigurationError when no key is given."""
 
     def __init__(self, keys: Sequence[tuple[str, bytes]], *, lenient: bool = False) -> None:
         if not keys:
@@ -154,10 +134,8 @@ class EncryptionCodec(PayloadCodec):
         """Decode a payload that does not open to a marker instead of raising (a worker's codec)."""
 
     def lenient(self) -> EncryptionCodec:
-        """The same keys, decoding a payload that does not open (malformed, too short, an unknown key) to
-        ``{"__agentlease_undecodable__": why}`` instead of raising: a worker's codec, so that one hostile
-        signal, update or start input fails only itself (:func:`undecodable`) and never every workflow
-        task of the run. Clients (the CLI, the codec server) keep the strict codec."""
+        """The same keys, decoding a payload that does not open to ``{UNDECODABLE: why}`` instead of raising: a
+        worker's, so one hostile input fails only itself, not every workflow task of the run."""
         return EncryptionCodec(self._pairs, lenient=True)
 
     @classmethod
@@ -192,11 +170,10 @@ class EncryptionCodec(PayloadCodec):
         return Payload(metadata={"encoding": ENCODING, KEY_ID: key_id.encode()}, data=nonce + sealed)
 
     def open(self, payload: Payload) -> Payload:
-        """``payload`` decrypted; a payload that is not encrypted is returned as it is.
+        """``payload`` decrypted (returned as it is when not encrypted).
 
         Raises:
-            UnknownCodecKeyError: it names a key that is not configured, or does not open with it.
-            MalformedPayloadError: it is too short to be sealed, or holds no Temporal payload.
+            UnknownCodecKeyError, MalformedPayloadError: see each.
         """
         if payload.metadata.get("encoding") != ENCODING:
             return payload

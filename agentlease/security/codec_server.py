@@ -1,10 +1,6 @@
-"""The codec server: decrypted payloads for the Temporal UI and the ``temporal`` CLI, for those allowed.
-
-``POST /decode`` and ``POST /encode`` take and return Temporal's codec-server JSON (a ``Payloads`` message in
-protobuf JSON), behind CORS for the configured origins and an optional bearer token; a body is read within
-:data:`MAX_BODY_BYTES` and :data:`BODY_TIMEOUT`. The setup: ``docs/security-data.md`` ("Transport and payload
-encryption").
-"""
+"""The codec server: ``POST /decode`` and ``/encode`` of Temporal's codec-server JSON for the Temporal UI and CLI,
+behind CORS and an optional bearer token, bodies within :data:`MAX_BODY_BYTES` and :data:`BODY_TIMEOUT`.
+``docs/security-data.md`` ("Transport and payload encryption")."""
 
 from __future__ import annotations
 
@@ -40,11 +36,8 @@ class _BodyRefused(Exception):
 
 
 async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES, timeout: timedelta = BODY_TIMEOUT) -> bytes:
-    """The request's body, read chunk by chunk: never more than ``limit`` bytes kept, never longer than ``timeout``.
-
-    Raises:
-        _BodyRefused: 413 over the limit, 408 too slow, 400 the client went away.
-    """
+    """The request's body, never more than ``limit`` bytes kept nor longer than ``timeout``; else _BodyRefused
+    (413 over the limit, 408 too slow, 400 the client went away)."""
     length = request.headers.get("content-length", "")
     if length.isascii() and length.isdigit() and int(length) > limit:
         raise _BodyRefused(413, f"body over {limit} bytes")
@@ -71,14 +64,8 @@ def codec_app(
     origins: Sequence[str] = (),
     body_timeout: timedelta = BODY_TIMEOUT,
 ) -> Starlette:
-    """The codec server's ASGI app.
-
-    Args:
-        codec: the codec (the workers' own, :func:`agentlease.runtime.temporal.payload_codec`).
-        token: the bearer token a request must carry; ``None``: none required.
-        origins: browser origins allowed by CORS (the Temporal UI's, ``http://localhost:8233``).
-        body_timeout: how long a request's body may take to arrive. Default :data:`BODY_TIMEOUT`.
-    """
+    """The codec server's ASGI app for ``codec`` (the workers' own), requiring ``token`` as a bearer token unless
+    ``None``, allowing CORS from ``origins`` (e.g. ``http://localhost:8233``) and bodies within ``body_timeout``."""
 
     def allowed(request: Request) -> bool:
         if token is None:

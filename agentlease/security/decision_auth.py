@@ -1,9 +1,6 @@
-"""Authenticated decisions: operator decisions signed with an operator's Ed25519 key.
-
-The CLI signs (:class:`OperatorKey`); the decision activity verifies on the worker, where the keys are
-(:class:`DecisionVerifier`), and a signed decision applies once, to the generation it was signed for
-(:class:`DecisionReplayedError`). The modes and rules: ``docs/security-operations.md`` ("Authenticated decisions").
-"""
+"""Operator decisions signed with an operator's Ed25519 key: the CLI signs (:class:`OperatorKey`), the worker
+verifies (:class:`DecisionVerifier`); a signed decision applies once, to the generation it was signed for.
+``docs/security-operations.md`` ("Authenticated decisions")."""
 
 from __future__ import annotations
 
@@ -39,19 +36,9 @@ DECISION_ID_PATTERN = r"^[A-Za-z0-9_-]{16,64}$"
 
 
 class DecisionProof(BaseModel):
-    """An operator's signature of one decision request.
-
-    Attributes:
-        operator: the operator whose key signed it (the key file's name).
-        signed_at: when it was signed (timezone-aware).
-        signature: the Ed25519 signature of :func:`signed_message`, base64.
-        decision_id: a random id of this one decision, signed with it: the ledger records it once,
-            so the same proof applies once (``None`` only in proofs made before decision ids, which
-            the workers refuse).
-        generation: the task's claim generation the operator saw when signing; the decision is
-            refused once the ledger's task is at another generation. ``None``: not bound to one (a
-            cancel of a whole run).
-    """
+    """An operator's signature of one decision request: ``operator`` (the key file's name), ``signed_at``,
+    ``signature`` (Ed25519 of :func:`signed_message`, base64), ``decision_id`` (random, applied once; ``None``
+    only in old proofs, refused) and ``generation`` (the task's claim generation seen; ``None``: not bound)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -63,8 +50,7 @@ class DecisionProof(BaseModel):
 
 
 class SignedDecision(BaseModel):
-    """What the workflow hands the decision activity of a signed request: the update's name and
-    the request as the workflow received it (its ``proof`` included)."""
+    """A signed request as the workflow received it (``proof`` included), and its update's name."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -91,9 +77,7 @@ class DecisionRefusedError(AgentLeaseError):
 
 
 class DecisionReplayedError(DecisionRefusedError):
-    """A signed decision whose decision id the ledger already holds, sent again (by another update, a
-    copy from the history, another workflow): refused, non-retryably; nothing changes and the tool
-    is not run again. The refusal is recorded once per decision id in the task's trail."""
+    """A signed decision whose decision id the ledger already holds: refused non-retryably, nothing changes."""
 
     def __init__(self, decision_id: str, kind: str, task_id: str, applied: str) -> None:
         self.decision_id = decision_id
@@ -113,11 +97,8 @@ def signed_message(
     decision_id: str | None = None,
     generation: int | None = None,
 ) -> bytes:
-    """The bytes an operator signs: canonical JSON of the run, command, request (without its
-    proof), operator, time, decision id and the task's generation the operator saw.
-
-    A proof without a decision id (made before decision ids) is the message without the last two, so
-    the entries it wrote verify still (:func:`verify_recorded_signature`)."""
+    """The bytes an operator signs: canonical JSON of the run, command, request (without its proof), operator,
+    time, decision id and generation (the last two absent for an old proof, so its entries still verify)."""
     body: dict[str, Any] = {
         "agentlease-decision": 1,
         "run": agent_run_id,
@@ -132,7 +113,6 @@ def signed_message(
 
 
 def _signed_by(key: Ed25519PublicKey, agent_run_id: str, signed: SignedDecision, proof: DecisionProof) -> bool:
-    """Whether ``proof``'s signature of ``signed`` (for ``agent_run_id``) verifies with ``key``."""
     from cryptography.exceptions import InvalidSignature
 
     at = proof.signed_at.isoformat()
@@ -150,10 +130,7 @@ def _signed_by(key: Ed25519PublicKey, agent_run_id: str, signed: SignedDecision,
 
 
 def new_operator_keys(name: str, directory: Path) -> tuple[Path, Path]:
-    """Write ``NAME.key`` (private, mode 0600) and ``NAME.pub`` into ``directory``.
-
-    Returns:
-        the private and public key files.
+    """Write ``NAME.key`` (private, mode 0600) and ``NAME.pub`` into ``directory``; returns both paths.
 
     Raises:
         ConfigurationError: a bad name, a file that already exists, or a directory not writable.
@@ -211,11 +188,8 @@ def _key_file(path: Path, setting: str, kind: str, operator: str | None = None) 
 
 
 class OperatorKey:
-    """An operator's private key, loaded from the file ``agentlease keys new-operator`` wrote.
-
-    Raises:
-        ConfigurationError: the file cannot be read or holds no Ed25519 operator key.
-    """
+    """An operator's private key, from a file of ``agentlease keys new-operator``; ConfigurationError when the
+    file cannot be read or holds no Ed25519 operator key."""
 
     def __init__(self, path: Path) -> None:
         self.operator, self._key = _key_file(path, "AGENTLEASE_OPERATOR_KEY", "private")
@@ -230,12 +204,8 @@ class OperatorKey:
         generation: int | None = None,
         decision_id: str | None = None,
     ) -> DecisionProof:
-        """The proof of ``request`` (the update payload, as JSON) for ``command`` on ``agent_run_id``.
-
-        Args:
-            generation: the task's claim generation the operator saw (``None``: not bound to one).
-            decision_id: the decision's id; default a new random one (32 hex digits).
-        """
+        """The proof of ``request`` (the update payload, as JSON) for ``command`` on ``agent_run_id``, bound to
+        ``generation`` (``None``: to none); ``decision_id`` defaults to a new random one (32 hex digits)."""
         signed_at = (now or datetime.now(UTC)).isoformat()
         decision_id = decision_id or uuid.uuid4().hex
         message = signed_message(agent_run_id, command, request, self.operator, signed_at, decision_id, generation)
@@ -250,9 +220,8 @@ class OperatorKey:
 
 
 def load_public_keys(text: str | None) -> dict[str, Ed25519PublicKey]:
-    """``AGENTLEASE_OPERATOR_KEYS`` (``NAME=FILE_OR_BASE64,...``) as public keys by operator name.
-
-    A file is a ``.pub`` written by ``agentlease keys new-operator``; base64 is the raw 32-byte key.
+    """``AGENTLEASE_OPERATOR_KEYS`` (``NAME=FILE_OR_BASE64,...``: a ``.pub`` of ``agentlease keys new-operator``
+    or the raw 32-byte key in base64) as public keys by operator name.
 
     Raises:
         ConfigurationError: a malformed entry, an unreadable file, or a file of another operator.
@@ -295,12 +264,8 @@ def public_key_text(key: Ed25519PublicKey) -> str:
 
 
 class DecisionVerifier:
-    """The workers' check of operator decisions (see the module docstring).
-
-    Args:
-        mode: ``open`` or ``authenticated``.
-        keys: operator public keys by name.
-        max_age: how old a proof may be when the decision is first scheduled. Default 15m.
+    """The workers' check of operator decisions, in ``mode`` ``open`` or ``authenticated``, with operator public
+    ``keys`` by name; a proof may be ``max_age`` old (default 15m) when the decision is first scheduled.
 
     Raises:
         ConfigurationError: ``authenticated`` without any key, or an unknown mode.
@@ -325,18 +290,9 @@ class DecisionVerifier:
     def verify(
         self, agent_run_id: str, signed: SignedDecision | None, *, expect: Mapping[str, Any], at: datetime
     ) -> str | None:
-        """Check one operator decision.
-
-        Args:
-            agent_run_id: the run the decision is applied to.
-            signed: the request and its command, as the workflow received them; ``None``: unsigned.
-            expect: what the decision does (``command``, ``step_id``, ``by``, ``reason`` and, for
-                reconcile, ``action``, ``external_id``, ``observed``): the request must say the same.
-            at: when the decision was first scheduled (a proof older than ``max_age`` then is stale).
-
-        Returns:
-            the verified operator's name; ``None`` for an unsigned decision in open mode (or one
-            signed by an operator this worker has no key of).
+        """Check one decision applied to ``agent_run_id``: ``signed`` (``None``: unsigned) must say what ``expect``
+        says (command, step_id, by, reason, ...), signed within ``max_age`` of ``at`` (when first scheduled).
+        Returns the verified operator; ``None`` in open mode for an unsigned decision or an unknown operator.
 
         Raises:
             DecisionRefusedError: why the decision is refused.
@@ -384,28 +340,16 @@ class DecisionVerifier:
 
 
 def decision_verifier(settings: AgentLeaseSettings) -> DecisionVerifier:
-    """The verifier of ``settings`` (``decision_mode``, ``operator_keys``, ``decision_max_age``).
-
-    Raises:
-        ConfigurationError: see :class:`DecisionVerifier` and :func:`load_public_keys`.
-    """
+    """The verifier of ``settings``; ConfigurationError as :class:`DecisionVerifier` and :func:`load_public_keys`."""
     return DecisionVerifier(settings.decision_mode, load_public_keys(settings.operator_keys), settings.decision_max_age)
 
 
 def verify_recorded_signature(
     agent_run_id: str, details: Mapping[str, Any], keys: Mapping[str, Ed25519PublicKey]
 ) -> bool:
-    """Whether an evidence entry's ``signed_by`` is proven by the signed decision recorded beside it
-    (``details["signed"]``, written by the decision activity): the operator's key verifies it for
-    ``agent_run_id``. An entry written with the ledger's credentials alone, naming an operator, fails.
-    The signature only: :func:`agentlease.decisions.table.verify_recorded` also ties it to the entry's step
-    and kind (a proof copied beside another entry fails there).
-
-    Args:
-        agent_run_id: the run of the entry's task.
-        details: the entry's details.
-        keys: operator public keys by name (:func:`load_public_keys`).
-    """
+    """Whether an evidence entry's ``signed_by`` is proven by the signed decision in its ``details["signed"]``,
+    by the operator's key in ``keys``, for ``agent_run_id`` (an entry naming an operator without one fails). The
+    signature only: :func:`agentlease.decisions.table.verify_recorded` also ties it to the entry's step and kind."""
     try:
         signed = SignedDecision.model_validate(details.get("signed"))
         proof = DecisionProof.model_validate(signed.request.get("proof"))
@@ -418,8 +362,7 @@ def verify_recorded_signature(
 
 
 def signed_decision(command: str, request: BaseModel) -> dict[str, Any]:
-    """The ``signed`` field of the decision activity's input for a request the workflow received:
-    ``{}`` when the request carries no proof (nothing changes for unsigned decisions)."""
+    """The ``signed`` field of the decision activity's input; ``{}`` for a request without a proof."""
     if getattr(request, "proof", None) is None:
         return {}
     return {"signed": SignedDecision(command=command, request=request.model_dump(mode="json"))}

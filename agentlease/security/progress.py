@@ -1,9 +1,5 @@
-"""Proof that a lease progress signal comes from an attempt its run scheduled.
-
-The run mints a secret in a local activity; each leased call carries its step's key (an HMAC of the
-secret), and each progress signal an HMAC of its fields under that key. Why, and what it relies on:
-``docs/security-input.md`` ("Lease progress").
-"""
+"""Proof that a lease progress signal comes from an attempt its run scheduled: an HMAC of its fields under the
+step's key, itself an HMAC of the run's secret. ``docs/security-input.md`` ("Lease progress")."""
 
 from __future__ import annotations
 
@@ -33,23 +29,20 @@ def step_key(secret: str, step_id: str) -> str:
     return hmac.new(secret.encode("ascii"), _KEY_LABEL + step_id.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def _message(progress: LeaseProgress) -> bytes:
+def _proof(key: str, progress: LeaseProgress) -> str:
     fields = progress.model_dump(mode="json", exclude={"proof"})
-    return _PROOF_LABEL + json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    message = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return hmac.new(key.encode("ascii"), _PROOF_LABEL + message, hashlib.sha256).hexdigest()
 
 
 def prove(key: str, progress: LeaseProgress) -> LeaseProgress:
     """``progress`` with its proof: ``HMAC-SHA256(key, its fields)``, hex."""
-    proof = hmac.new(key.encode("ascii"), _message(progress), hashlib.sha256).hexdigest()
-    return progress.model_copy(update={"proof": proof})
+    return progress.model_copy(update={"proof": _proof(key, progress)})
 
 
 def proven(key: str, progress: LeaseProgress) -> bool:
     """Whether ``progress`` carries the proof ``key`` makes for its fields."""
-    if progress.proof is None:
-        return False
-    expected = hmac.new(key.encode("ascii"), _message(progress), hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, progress.proof)
+    return progress.proof is not None and hmac.compare_digest(_proof(key, progress), progress.proof)
 
 
 __all__ = ["PROGRESS_SECRET", "mint_secret", "prove", "proven", "step_key"]

@@ -1,9 +1,5 @@
-"""Redaction: secrets removed from everything agentlease keeps or sends on, before it does.
-
-One pass (:func:`redact`) for every way out, by key in JSON-shaped data (:func:`secret_key`) and by
-shape in every string (:func:`redact_text`); ``AGENTLEASE_REDACTOR`` sets a deployment's own text rule.
-The rules, and every way out they cover: ``docs/security-data.md`` ("Retention and redaction").
-"""
+"""Secrets removed from everything agentlease keeps or sends on (:func:`redact`): by key in JSON-shaped data and
+by shape in strings; ``AGENTLEASE_REDACTOR`` sets a deployment's own text rule. ``docs/security-data.md``."""
 
 from __future__ import annotations
 
@@ -70,15 +66,12 @@ Redactor = Callable[[str], str]
 
 
 def secret_key(key: str) -> bool:
-    """Whether the value under ``key`` (a JSON object's key) is a secret: see the module docstring.
-
-    Keys compare case-insensitively, with ``-``, ``.`` and spaces as ``_`` (``X-Api-Key`` is ``x_api_key``).
-    """
+    """Whether the value under ``key`` is a secret; case-insensitive, ``-``, ``.``, space as ``_`` (``X-Api-Key``)."""
     return bool(_SECRET_KEY.search(re.sub(r"[-. ]", "_", key.lower())))
 
 
 def redact_text(text: str) -> str:
-    """``text`` with the secrets the module docstring lists masked by ``***``."""
+    """``text`` with the secrets :data:`_RULES` find masked by ``***``."""
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text
@@ -88,13 +81,8 @@ def redact_text(text: str) -> str:
 
 
 def redact_value(value: Any, redactor: Redactor = redact_text) -> Any:
-    """``value`` with every secret in it masked: strings by ``redactor``, and the whole value under a
-    key that names a secret (:func:`secret_key`), at any depth.
-
-    Args:
-        value: a string, or JSON-shaped data (dicts, lists, numbers, booleans, ``None``).
-        redactor: the text redactor. Default :func:`redact_text`.
-    """
+    """``value`` (a string or JSON-shaped data) with every secret masked, at any depth: strings by ``redactor``
+    (default :func:`redact_text`), and the whole value under a key that names a secret (:func:`secret_key`)."""
     if isinstance(value, str):
         return redactor(value)
     if isinstance(value, dict):
@@ -118,12 +106,8 @@ _configured: Redactor = redact_text
 
 
 def configure(redactor: Redactor | None) -> None:
-    """Set the process's redactor (a worker does it from ``AGENTLEASE_REDACTOR``); ``None``: the default.
-
-    Raises:
-        ConfigurationError: ``redactor`` is not a function from text to text (tried once on a probe
-            text), so a worker refuses to start in one line instead of failing every attempt.
-    """
+    """Set the process's redactor (``AGENTLEASE_REDACTOR``); ``None``: the default. ConfigurationError: it is
+    not a function from text to text (tried once on a probe text)."""
     global _configured
     if redactor is not None:
         from agentlease.errors import ConfigurationError

@@ -1,9 +1,6 @@
-"""What a tool may know: a narrowed view of the worker's settings, and secrets scoped to the tool.
-
-``ctx.settings`` (:class:`ToolSettings`) holds only the settings the tool may read; ``ctx.secrets``
-(:class:`ToolSecrets`) asks the worker's :class:`SecretProvider` for the tool's own secrets.
-``docs/security-operations.md`` ("Tool credentials").
-"""
+"""What a tool may know: ``ctx.settings`` (:class:`ToolSettings`, the settings it may read) and ``ctx.secrets``
+(:class:`ToolSecrets`, its own secrets from the worker's :class:`SecretProvider`). ``docs/security-operations.md``
+("Tool credentials")."""
 
 from __future__ import annotations
 
@@ -28,13 +25,7 @@ WORKER_ONLY = frozenset(
 
 
 class SettingNotAllowedError(PermanentToolError, AttributeError):
-    """A tool read a setting it did not declare, or one of the worker's own (:data:`WORKER_ONLY`):
-    a permanent tool error (the task is dead-lettered with this reason).
-
-    Attributes:
-        tool: the tool.
-        setting: the setting it read.
-    """
+    """A ``tool`` read a ``setting`` it did not declare, or one of :data:`WORKER_ONLY`: a permanent tool error."""
 
     def __init__(self, tool: str, setting: str, declared: Iterable[str] | None) -> None:
         if declared is None:
@@ -47,12 +38,7 @@ class SettingNotAllowedError(PermanentToolError, AttributeError):
 
 
 class MissingSecretError(CredentialToolError):
-    """The secret provider has no such secret for this tool: a credential error (the task is blocked
-    until the secret is provided, then redriven).
-
-    Attributes:
-        tool / name: whose secret, and which.
-    """
+    """The provider has no secret ``name`` of ``tool``: a credential error (blocked until provided, redriven)."""
 
     def __init__(self, tool: str, name: str, where: str) -> None:
         super().__init__(f"tool {tool!r} has no secret {name!r} ({where})")
@@ -61,15 +47,8 @@ class MissingSecretError(CredentialToolError):
 
 
 class ToolSettings:
-    """The settings one tool may read: attributes of :class:`~agentlease.settings.AgentLeaseSettings`.
-
-    Only those values are copied in; the worker's settings object is not kept.
-
-    Args:
-        settings: the worker's settings.
-        tool: the tool's name.
-        declared: the settings the tool declared; ``None``: every one but :data:`WORKER_ONLY`.
-    """
+    """The settings ``tool`` may read (those it ``declared``; ``None``: all but :data:`WORKER_ONLY`), copied from
+    the worker's ``settings``, which are not kept."""
 
     __slots__ = ("_declared", "_tool", "_values")
 
@@ -96,11 +75,8 @@ class ToolSettings:
 
 @runtime_checkable
 class SecretProvider(Protocol):
-    """Where tools' secrets come from (a vault, the environment).
-
-    ``get(tool, name)`` returns the secret ``name`` of ``tool``, or ``None`` when there is none.
-    It may block briefly (it is called from the tool's attempt); keep it fast or cache.
-    """
+    """Where tools' secrets come from: ``get(tool, name)``, the secret or ``None``; called from the tool's
+    attempt, so keep it fast or cache."""
 
     def get(self, tool: str, name: str) -> str | None: ...
 
@@ -114,14 +90,9 @@ class SecretNameError(PermanentToolError, ValueError):
 
 
 class EnvSecretProvider:
-    """Secrets from the environment: ``AGENTLEASE_SECRET_<TOOL>__<NAME>`` (upper case, every
-    character other than a letter or digit as ``_``, and two underscores between the tool and the
-    name). A name holds no ``__`` and neither begins nor ends with ``_`` (:data:`SECRET_NAME`), so
-    the last ``__`` of a variable parts it: no two (tool, name) pairs share a variable.
-
-    Args:
-        environ: the environment; default ``os.environ``.
-    """
+    """Secrets from ``environ`` (default ``os.environ``): ``AGENTLEASE_SECRET_<TOOL>__<NAME>``, upper case, any
+    other character than a letter or digit as ``_``. A name (:data:`SECRET_NAME`) holds no ``__`` nor edge ``_``,
+    so no two (tool, name) pairs share a variable."""
 
     PREFIX = "AGENTLEASE_SECRET_"
 
@@ -130,11 +101,7 @@ class EnvSecretProvider:
 
     @classmethod
     def variable(cls, tool: str, name: str) -> str:
-        """The variable holding ``tool``'s secret ``name``.
-
-        Raises:
-            SecretNameError: ``name`` is not a secret's name (:data:`SECRET_NAME`).
-        """
+        """The variable holding ``tool``'s secret ``name``; SecretNameError if not a :data:`SECRET_NAME`."""
         if not SECRET_NAME.fullmatch(name):
             raise SecretNameError(
                 f"tool {tool!r} asked for secret {name!r}: a secret's name is letters and digits joined by "
@@ -147,12 +114,7 @@ class EnvSecretProvider:
 
 
 class ToolSecrets:
-    """One tool's secrets: :meth:`get` asks the provider for this tool's own, never another's.
-
-    Args:
-        provider: the worker's secret provider.
-        tool: the tool's name.
-    """
+    """One tool's secrets: :meth:`get` asks the worker's ``provider`` for ``tool``'s own, never another's."""
 
     __slots__ = ("_provider", "_tool")
 
@@ -161,11 +123,7 @@ class ToolSecrets:
         self._tool = tool
 
     def get(self, name: str) -> str:
-        """The tool's secret ``name``.
-
-        Raises:
-            MissingSecretError: the provider has none.
-        """
+        """The tool's secret ``name``; MissingSecretError when the provider has none."""
         value = self._provider.get(self._tool, name)
         if value is None:
             where = (
@@ -181,11 +139,8 @@ class ToolSecrets:
 
 
 def secret_provider(settings: AgentLeaseSettings) -> SecretProvider:
-    """The provider of ``settings.secret_provider`` (``module:attribute``), default the environment's.
-
-    Raises:
-        ConfigurationError: it cannot be loaded or has no ``get(tool, name)``.
-    """
+    """The provider of ``settings.secret_provider`` (``module:attribute``), default the environment's;
+    ConfigurationError when it cannot be loaded or has no ``get(tool, name)``."""
     if not settings.secret_provider:
         return EnvSecretProvider()
     from agentlease.settings import load_object

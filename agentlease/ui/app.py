@@ -1,8 +1,6 @@
-"""``agentlease ui``: a read-only web view of the ledger (Starlette): the runs, a run's tasks and each task's
-lease timeline (:mod:`agentlease.ui.timeline`), and their JSON under ``/api``. Every route is a bounded ``GET``
-(``?after=``, ``?limit=``); who may read it is :mod:`agentlease.ui.guard`'s. What it shows and how it is guarded:
-``docs/operator-views.md`` ("The web view's front door"), ``docs/security-operations.md`` ("The web view").
-"""
+"""``agentlease ui``: a read-only web view of the ledger (runs, a run's tasks, each task's lease timeline, their
+JSON under ``/api``), every route a bounded ``GET`` (``?after=``, ``?limit=``). ``docs/operator-views.md``,
+``docs/security-operations.md`` ("The web view")."""
 
 from __future__ import annotations
 
@@ -160,11 +158,9 @@ def _limit(request: Request, default: int) -> int:
 
 def _event_cursor(request: Request) -> int | None:
     raw = request.query_params.get("after")
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+    if raw is not None and (not (raw.isascii() and raw.isdigit()) or len(raw) > 19):
         raise BadQuery("after is the event id of the last entry of the previous page")
-    return int(raw)
+    return None if raw is None else int(raw)
 
 
 def _task_cursor(request: Request) -> TaskCursor | None:
@@ -203,14 +199,9 @@ def ui_app(
     token: str | None = None,
     allowed_hosts: Iterable[str] = LOOPBACK_NAMES,
 ) -> Starlette:
-    """The web view over ``ledger`` (the caller owns and closes it).
-
-    Args:
-        temporal_ui: the Temporal UI's address (``http://127.0.0.1:8233``), for links; none: no links.
-        namespace: the runs' Temporal namespace, for those links.
-        token: the operator token every request must carry (:mod:`agentlease.ui.guard`); ``None``: none.
-        allowed_hosts: the ``Host`` names it answers to. Default loopback's.
-    """
+    """The web view over ``ledger`` (the caller closes it), linking to the Temporal UI at ``temporal_ui``
+    (``None``: no links) in ``namespace``, answering ``allowed_hosts`` (default loopback's) and requiring
+    ``token`` on every request unless ``None`` (:mod:`agentlease.ui.guard`)."""
 
     async def run_tasks(run_id: str, after: TaskCursor | None, limit: int) -> list[TaskRecord]:
         query = tasks_page(TaskFilter(agent_run_id=run_id), after, limit)

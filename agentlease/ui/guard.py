@@ -1,6 +1,5 @@
 """Who may read the web view: the ``Host`` check (DNS rebinding), the operator token, and the security headers
-of every answer (a CSP with no script). The rules: ``docs/security-operations.md`` ("The web view").
-"""
+of every answer (a CSP with no script). ``docs/security-operations.md`` ("The web view")."""
 
 from __future__ import annotations
 
@@ -76,13 +75,8 @@ def token_matches(authorization: str, token: str) -> bool:
 
 
 class UiGuard:
-    """Pure ASGI middleware: the ``Host`` check, then the token, then the security headers on every answer.
-
-    Args:
-        app: the view.
-        allowed_hosts: the ``Host`` names answered (:func:`host_names`).
-        token: the operator token every request must carry; ``None``: none (loopback only).
-    """
+    """Pure ASGI middleware around ``app``: the ``Host`` must be one of ``allowed_hosts`` (:func:`host_names`), then
+    the ``token`` (``None``: none, loopback only), then the security headers on every answer."""
 
     def __init__(self, app: ASGIApp, *, allowed_hosts: Iterable[str], token: str | None = None) -> None:
         self.app = app

@@ -1,7 +1,5 @@
-"""A task's lease timeline as a self-contained HTML page (server-side SVG, no script): one lane per claim
-generation, drawn from the evidence trail only; what the web view serves and ``agentlease events --html``
-writes (``docs/operator-views.md``).
-"""
+"""A task's lease timeline as a self-contained HTML page (server-side SVG, no script), one lane per claim
+generation, drawn from the evidence trail only (``docs/operator-views.md``)."""
 
 from __future__ import annotations
 
@@ -15,31 +13,13 @@ from agentlease.enums import EventKind
 from agentlease.records import LeaseEvent, TaskRecord
 from agentlease.security.redaction import redact
 
-PEOPLE = frozenset(
-    {
-        EventKind.AWAITING_APPROVAL,
-        EventKind.APPROVED,
-        EventKind.REJECTED,
-        EventKind.RECONCILED,
-        EventKind.REDRIVEN,
-        EventKind.CANCELLED,
-    }
-)
+PEOPLE = frozenset(map(EventKind, ("awaiting_approval", "approved", "rejected", "reconciled", "redriven", "cancelled")))
 """Entries that record a decision (a person's, or the run parking a call for one): the top lane."""
 
 REFUSED = frozenset({EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED})
 """Entries that record a holder write the ledger refused."""
 
-ENDS = frozenset(
-    {
-        EventKind.SETTLED,
-        EventKind.RELEASED,
-        EventKind.DEAD_LETTERED,
-        EventKind.BLOCKED,
-        EventKind.NEEDS_RECONCILIATION,
-        EventKind.EXPIRED,
-    }
-)
+ENDS = frozenset(map(EventKind, ("settled", "released", "dead_lettered", "blocked", "needs_reconciliation", "expired")))
 """Entries that end a generation's lease."""
 
 _WIDTH = 960
@@ -157,9 +137,8 @@ class _Label:
 
 
 def _place_labels(events: Sequence[LeaseEvent], x: Callable[[datetime], float], flip_at: float) -> list[_Label]:
-    """The marker labels, each on the first row of its lane and side (refused writes above, the rest below)
-    where it overlaps no label placed before; a label that repeats a text already at that place is left out
-    (its marker keeps its title)."""
+    """The marker labels, each on the first row of its lane and side (refused writes above) where it overlaps no
+    label placed before; one repeating a text already there is left out."""
     placed: dict[tuple[str, bool, int], list[tuple[float, float, str]]] = {}
     labels = []
     for event in events:
@@ -191,9 +170,8 @@ def _tick(offset_s: float, span_s: float) -> str:
 
 
 def timeline_svg(events: Sequence[LeaseEvent]) -> str:
-    """The SVG: a time axis, a lane per generation with its stage spans (renewals folded in), a labelled
-    marker per claim, end, refused write and decision (title = details). Labels of markers close in time
-    go on rows of their own, and the lanes make room for them."""
+    """The SVG: a time axis, a lane per generation with its stage spans (renewals folded in), a labelled marker
+    per claim, end, refused write and decision (title = details)."""
     names = lanes(events)
     if not events:
         return '<p class="muted">No entries in the evidence trail.</p>'
@@ -358,9 +336,8 @@ def _decisions(events: Sequence[LeaseEvent]) -> str:
 
 
 def last_holder(task: TaskRecord, events: Sequence[LeaseEvent]) -> tuple[str | None, datetime | None]:
-    """Who held the task's latest generation and when it claimed: the task row while it is held, else the
-    trail's claim of that generation (a release, a dead-letter or a park clears the row's owner and claim
-    time; the settle of a generation keeps them). ``(None, None)``: never claimed, or not in ``events``."""
+    """Who held the task's latest generation and when it claimed: the task row while held, else the trail's
+    claim of that generation (a release or park clears the row's). ``(None, None)``: never claimed or not seen."""
     if task.lease_owner:
         return task.lease_owner, task.lease_acquired_at
     claims = [e for e in events if e.kind is EventKind.CLAIMED and e.claim_generation == task.claim_generation]
@@ -370,8 +347,7 @@ def last_holder(task: TaskRecord, events: Sequence[LeaseEvent]) -> tuple[str | N
 
 
 def holder_line(task: TaskRecord, events: Sequence[LeaseEvent] = ()) -> str:
-    """Who holds the task, since when, until when, at which generation (or who held it last, from the
-    row or, once the row let go of it, from ``events``: the trail)."""
+    """Who holds the task, since and until when, at which generation (or who held it last: :func:`last_holder`)."""
     holder, claimed_at = last_holder(task, events)
     owner = html.escape(holder or "-")
     since = _when(claimed_at) if claimed_at else "-"
@@ -409,18 +385,9 @@ def timeline_page(
     stylesheet: str | None = None,
     refresh_s: int | None = None,
 ) -> str:
-    """The whole page for one task (self-contained: inline style, no script, no external file).
-
-    Args:
-        task: the task's record.
-        events: its evidence trail, oldest first (one page of it, for the web view).
-        temporal_ui: the Temporal UI's workflow page of the run, if known.
-        back: a link back to the run's page.
-        next_page: a link to the trail's next page, when there is more.
-        first_page: a link to the trail's first page, when this is a later one.
-        stylesheet: link this stylesheet instead of inlining the style (the web view's CSP).
-        refresh_s: reload the page every this many seconds (a task still under way).
-    """
+    """The whole page for ``task`` and ``events`` (its trail, oldest first; a page of it): self-contained unless
+    ``stylesheet`` is linked instead, reloading every ``refresh_s`` if given, with links to the Temporal UI, the
+    run (``back``) and the trail's ``next_page`` and ``first_page`` when given."""
     links = []
     if back:
         links.append(f'<a href="{html.escape(back)}">the run</a>')
@@ -457,11 +424,8 @@ def _shown(event: LeaseEvent) -> LeaseEvent:
 
 
 def task_section(task: TaskRecord, events: Sequence[LeaseEvent], *, links: Sequence[str] = ()) -> str:
-    """The body of one task's timeline: its facts, the timeline, its receipt and its evidence trail.
-
-    What it shows passes through the redactor once more (:mod:`agentlease.security.redaction`): the ledger
-    stores redacted text, and rows written before a rule existed are masked here too.
-    """
+    """The body of one task's timeline: facts, timeline, receipt, evidence trail; redacted once more (rows
+    written before a rule existed are masked here too)."""
     events = [_shown(event) for event in events]
     receipt = None if task.receipt is None else type(task.receipt).model_validate(redact(task.receipt.model_dump()))
     receipt_html = '<p class="muted">No settlement receipt.</p>'

@@ -1,10 +1,5 @@
-"""``post_note``: the example agents' own tool, a fenced write to the demo's publishing service.
-
-The tool of the README's "Writing a tool", as an agent's tool: it publishes a note (a post) once per
-idempotency key, carrying the claim generation as ``Fencing-Token``, so that the service refuses
-the write of an attempt whose lease was superseded. It reads back by key before writing, so a retry
-of an attempt that got its write through settles from what the service shows.
-"""
+"""``post_note``: the example agents' own tool, a fenced write to the demo's publishing service (the README's
+"Writing a tool"): read back by key, then written with the claim generation as ``Fencing-Token``."""
 
 from __future__ import annotations
 
@@ -21,13 +16,7 @@ from agentlease.tools.builtin.http_publish import MAX_TITLE_CHARS, SLUG_PATTERN,
 
 
 class Note(BaseModel):
-    """A note to publish.
-
-    Attributes:
-        slug: the note's address: lower-case letters, digits and ``-``.
-        title: its title.
-        body: its text.
-    """
+    """A note to publish: its ``slug`` (its address), ``title`` and ``body``."""
 
     slug: str = Field(pattern=SLUG_PATTERN, description="lower-case letters, digits and '-', e.g. restock-a-1002")
     title: str = Field(min_length=1, max_length=MAX_TITLE_CHARS)

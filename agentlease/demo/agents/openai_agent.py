@@ -1,9 +1,5 @@
-"""A restock assistant on the OpenAI Agents SDK whose tool calls are leased.
-
-Four leased tools against the demo's downstream systems, a scripted model (no API key), and a worker:
-``python -m agentlease.demo.agents.openai_agent``. Workflow code: anything with side effects is imported
-through ``imports_passed_through``. What it does and how to run it on a real model: ``docs/agents.md``.
-"""
+"""A restock assistant on the OpenAI Agents SDK whose four tool calls are leased, with a scripted model (no API
+key) and a worker (``python -m agentlease.demo.agents.openai_agent``). ``docs/agents.md``."""
 
 from __future__ import annotations
 
@@ -50,13 +46,8 @@ INSTRUCTIONS = (
 
 
 class AgentRequest(BaseModel):
-    """Input of an agent run.
-
-    Attributes:
-        prompt: what the agent is asked to do (for the scripted model: :func:`scripted_prompt`).
-        model: the model name a real provider resolves; ignored by the scripted model.
-        max_turns: model calls the run may make. Default 10.
-    """
+    """Input of an agent run: the ``prompt`` (for the scripted model: :func:`scripted_prompt`), the ``model`` a
+    real provider resolves, and the ``max_turns`` of model calls (default 10)."""
 
     prompt: str = Field(min_length=1)
     model: str | None = None
@@ -64,14 +55,8 @@ class AgentRequest(BaseModel):
 
 
 async def run_agent(request: AgentRequest | dict[str, Any], tools: Sequence[Tool], *, name: str) -> str:
-    """Run one agent with ``tools`` for ``request`` in the current workflow; its final answer.
-
-    The run's state (the ``AgentLeaseStatus`` search attribute, the ``status`` query) ends
-    ``completed``, ``cancelled`` (an operator cancelled the whole run) or ``failed``.
-
-    Raises:
-        ApplicationError: non-retryable ``InvalidPlan`` for a request that does not validate.
-    """
+    """Run one agent with ``tools`` for ``request`` in the current workflow; its final answer. The run's state
+    ends ``completed``, ``cancelled`` or ``failed``. ApplicationError: non-retryable ``InvalidPlan``."""
     calls = leased_calls()
     try:
         parsed = parse_payload(AgentRequest, request, "agent request")
@@ -126,12 +111,8 @@ def _field(item: Any, name: str) -> Any:
 
 
 class ScriptedModel(Model):
-    """A model that follows the script in the prompt (:func:`scripted_prompt`) and needs no API key.
-
-    Stateless: each response is worked out from the input alone (how many tool outputs it already
-    holds), so one worker serves many runs, and a retried model activity answers the same. Call
-    ids are ``call_<turn>_<n>``. The final answer names the task and each tool's output.
-    """
+    """A model that follows the script in the prompt (:func:`scripted_prompt`), needing no API key; stateless
+    (worked out from the tool outputs the input holds), so a retried model activity answers the same."""
 
     async def get_response(
         self,
@@ -176,12 +157,7 @@ class ScriptedModel(Model):
 
 
 def scripted_model_plugin() -> OpenAIAgentsPlugin:
-    """The OpenAI Agents SDK's Temporal plugin serving the scripted model (give it to the client).
-
-    For a real model (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``) leave out the provider::
-
-        OpenAIAgentsPlugin(model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=60)))
-    """
+    """The OpenAI Agents SDK's Temporal plugin serving the scripted model (for a real one leave out the provider)."""
     return OpenAIAgentsPlugin(
         model_params=ModelActivityParameters(start_to_close_timeout=MODEL_ACTIVITY_TIMEOUT),
         model_provider=TestModelProvider(ScriptedModel()),
@@ -192,20 +168,15 @@ def scripted_model_plugin() -> OpenAIAgentsPlugin:
 
 
 def agent_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
-    """``settings`` plus what this example needs: the scripted model's plugin (client and worker),
-    this module's workflow and the ``post_note`` tool. Connect with them too
-    (:func:`agentlease.runtime.temporal.connect`): the plugin brings the converter the SDK requires."""
+    """``settings`` plus the scripted model's plugin, this module's workflow and the ``post_note`` tool; connect
+    with them too (the plugin brings the converter the SDK requires)."""
     return with_example(settings, plugin=f"{MODULE}:scripted_model_plugin", workflows=MODULE, tools=notes.__name__)
 
 
 @asynccontextmanager
 async def running_agent_worker(settings: AgentLeaseSettings, *, identity: str | None = None) -> AsyncIterator[Worker]:
-    """A worker serving :class:`RestockAgent`, ``AgentRunWorkflow`` and the tools, until the block exits.
-
-    Raises:
-        TemporalUnavailableError, LedgerUnavailableError, ConfigurationError: as
-            :func:`agentlease.worker.running_worker`.
-    """
+    """A worker serving :class:`RestockAgent`, ``AgentRunWorkflow`` and the tools, until the block exits; raises
+    as :func:`agentlease.worker.running_worker`."""
     async with agentlease_worker.running_worker(agent_settings(settings), identity=identity) as running:
         yield running
 

@@ -1,9 +1,5 @@
-"""A restock agent on Pydantic AI, running durably on Temporal, whose tool calls are leased.
-
-Three leased tools (one of its own, fenced), a scripted model (no API key), and a worker:
-``python -m agentlease.demo.agents.pydantic_ai_agent``. What it does, how to start a run and how to use
-a real model: ``docs/agents.md``.
-"""
+"""A restock agent on Pydantic AI, durable on Temporal, whose three tool calls are leased, with a scripted model
+(no API key) and a worker (``python -m agentlease.demo.agents.pydantic_ai_agent``). ``docs/agents.md``."""
 
 from __future__ import annotations
 
@@ -64,12 +60,7 @@ class LowStock(BaseModel):
 
 
 class RestockReport(BaseModel):
-    """Arguments of ``publish_restock_report``.
-
-    Attributes:
-        slug: the report's slug on the publishing service.
-        items: the items below target, each with the quantity to reorder.
-    """
+    """Arguments of ``publish_restock_report``: the report's ``slug``, and the ``items`` below target."""
 
     slug: str = Field(pattern=SLUG_PATTERN)
     items: list[LowStock] = Field(min_length=1, max_length=100)
@@ -166,7 +157,7 @@ def _answer(returns: dict[str, list[ToolReturnPart]]) -> str:
 
 
 MODEL = FunctionModel(restock_script, model_name="scripted-restock")
-"""The scripted model; see the module docstring for the two lines that switch to a real one."""
+"""The scripted model; ``docs/agents.md`` shows how to switch to a real one."""
 
 TOOLSET = LeasedToolset([http_get, sql_upsert, publish_restock_report])
 
@@ -184,11 +175,8 @@ restock_agent = Agent(
 
 @workflow.defn(name=WORKFLOW)
 class RestockAgentWorkflow(PydanticAIWorkflow):
-    """One run of the restock agent: takes the prompt, returns the agent's final answer.
-
-    Its tool calls are leased tasks ``<workflow id>/<tool>-<tool call id>``; the run answers the
-    ``status`` query and takes the operators' decisions like a plan run.
-    """
+    """One run of the restock agent: the prompt in, the final answer out; its tool calls are leased tasks
+    ``<workflow id>/<tool>-<tool call id>``, decided like a plan run's."""
 
     __pydantic_ai_agents__ = [restock_agent]  # noqa: RUF012  (read by PydanticAIPlugin)
 
@@ -217,27 +205,15 @@ def agent_settings(settings: AgentLeaseSettings) -> AgentLeaseSettings:
 async def run_scripted_agent(
     client: Client, task_queue: str, *, prompt: str = DEFAULT_PROMPT, run_id: str | None = None
 ) -> str:
-    """Start one run of the restock agent on ``task_queue`` and return its final answer.
-
-    A worker serving :func:`agent_settings` must poll ``task_queue``; ``client`` may use any
-    payload converter (the answer is a string).
-
-    Args:
-        client: a Temporal client.
-        task_queue: the workers' task queue.
-        prompt: what the agent is asked. Default :data:`DEFAULT_PROMPT`.
-        run_id: the workflow id (the agent run id); default ``restock-agent-<random>``.
-
-    Raises:
-        temporalio.client.WorkflowFailureError: the run failed or was cancelled.
-    """
+    """Run the restock agent for ``prompt`` on ``task_queue`` (polled by a worker of :func:`agent_settings`) as
+    ``run_id`` (default ``restock-agent-<random>``); its final answer. WorkflowFailureError: failed or cancelled."""
     return await client.execute_workflow(
         WORKFLOW, prompt, id=run_id or f"restock-agent-{uuid.uuid4().hex[:12]}", task_queue=task_queue, result_type=str
     )
 
 
 def main() -> int:
-    """``python -m agentlease.demo.agents.pydantic_ai_agent``: a worker for this agent (see the module docstring)."""
+    """``python -m agentlease.demo.agents.pydantic_ai_agent``: a worker for this agent."""
     return worker_main(configure=agent_settings)
 
 

@@ -1,6 +1,5 @@
-"""The demo's agents: the example agents on the OpenAI Agents SDK and on Pydantic AI, with scripted
-models (no API key), each on a worker and task queue of its own (the two frameworks bring different
-payload converters), against the demo's real downstream systems."""
+"""The demo's example agents (OpenAI Agents SDK, Pydantic AI) with scripted models, each on a worker and task
+queue of its own (the two frameworks bring different payload converters)."""
 
 from __future__ import annotations
 
@@ -19,15 +18,8 @@ from agentlease.worker import running_worker
 
 @dataclass(frozen=True)
 class DemoAgent:
-    """One example agent the demo runs.
-
-    Attributes:
-        framework: shown in the demo's output.
-        configure: adds the agent's plugin, workflow and tools to the worker's settings.
-        start: starts one scripted run on a task queue; returns its handle.
-        module: the framework's top-level module: without it the demo skips this agent.
-        extra: the agentlease extra that installs the framework.
-    """
+    """One example agent the demo runs: ``configure`` adds its plugin, workflow and tools to the settings,
+    ``start`` starts one scripted run; skipped without ``module`` (installed by the ``extra``)."""
 
     framework: str
     configure: Callable[[AgentLeaseSettings], AgentLeaseSettings]

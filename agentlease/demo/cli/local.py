@@ -48,17 +48,9 @@ from agentlease.workflow._plan import AgentRunWorkflow
 async def run_demo(
     settings: AgentLeaseSettings, plans_dir: Path, out: Console, err: Console, *, timeout_s: float
 ) -> bool:
-    """Start the stack and tell the demo's story (:mod:`agentlease.demo.cli.takeover`): a worker paused in
-    the middle of a write, without a lease (two writes land) and with agentlease (one lands, the late
-    one is refused). Beside it, every plan in ``plans_dir`` and each example agent run, summarised in
-    a few lines. Then a side-by-side table, where to look, and stop.
-
-    Returns:
-        True when every task of every run settled.
-
-    Raises:
-        AgentLeaseError: the stack could not start, or the runs did not finish within ``timeout_s``.
-    """
+    """Start the stack and tell the demo's story (:mod:`agentlease.demo.cli.takeover`), beside every plan in
+    ``plans_dir`` and each example agent run; then a side-by-side table, where to look, and stop. True when
+    every task settled. AgentLeaseError: the stack did not start, or runs did not end within ``timeout_s``."""
     registry = load_registry(settings.tool_modules)
     plans = {path.stem: load_plan(path, registry) for path in sorted(plans_dir.glob("*.json"))}
     if not plans:
@@ -276,11 +268,7 @@ async def _approving(handle: WorkflowHandle[Any, Any], approved: list[str]) -> A
 
 
 async def run_dev(settings: AgentLeaseSettings, err: Console, *, port: int, ui_port: int, worker: bool = True) -> None:
-    """Run the stack in the foreground until SIGINT, SIGTERM or SIGHUP; then stop all of it.
-
-    With ``worker`` (the default) a worker runs in this process too and takes tool calls from the
-    stack's task queue beside any worker started from another shell; the banner says so.
-    """
+    """Run the stack (with a ``worker`` in this process unless false) until SIGINT, SIGTERM or SIGHUP."""
     stop = stop_event()
     if worker:
         settings = settings.model_copy(update={"worker_identity": settings.worker_identity or default_identity()})

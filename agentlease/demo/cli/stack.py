@@ -1,7 +1,5 @@
-"""The embedded default stack of ``agentlease demo`` and ``agentlease dev``: a Temporal dev server (its own output
-in ``temporal-server.log`` of the data dir), a SQLite ledger at the newest schema, the example downstream systems
-and an in-process worker.
-"""
+"""The embedded default stack of ``agentlease demo`` and ``agentlease dev``: a Temporal dev server, a SQLite
+ledger at the newest schema, the example downstream systems and an in-process worker."""
 
 from __future__ import annotations
 
@@ -24,14 +22,8 @@ from agentlease.worker import running_worker
 
 @dataclass(frozen=True)
 class LocalStack:
-    """A running embedded stack.
-
-    Attributes:
-        env: the Temporal dev server environment (its ``client`` is connected).
-        settings: the settings the stack's worker uses; give them to further workers and the CLI.
-        ui_url: the Temporal UI.
-        server_log: where the dev server's output goes.
-    """
+    """A running embedded stack: the dev server ``env`` (its ``client`` connected), the ``settings`` its worker
+    uses (for further workers and the CLI), the Temporal UI and the dev server's log."""
 
     env: WorkflowEnvironment
     settings: AgentLeaseSettings
@@ -62,11 +54,8 @@ def _stdout_to(path: Path) -> Iterator[None]:
 async def local_stack(
     base: AgentLeaseSettings, *, port: int | None = None, ui_port: int | None = None, worker: bool = True
 ) -> AsyncIterator[LocalStack]:
-    """Start the dev server, the example downstream systems and (unless ``worker`` is false) one worker.
-
-    The ledger is ``base.ledger_url`` unless that is the default relative path, in which case it
-    lives in ``base.data_dir``.
-    """
+    """Start the dev server, the example downstream systems and (unless ``worker`` is false) one worker; the
+    ledger is ``base.ledger_url``, or in ``base.data_dir`` when that is the default relative path."""
     data_dir = base.data_dir.resolve()
     if ui_port is None:
         with bind_loopback() as probe:

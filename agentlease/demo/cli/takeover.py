@@ -1,9 +1,5 @@
-"""The demo's story, run live and narrated: a worker paused in the middle of a write, without and with a lease.
-
-:func:`run_unleased` (a plain Temporal activity: two writes land) and :func:`run_takeover` (a fenced,
-leased tool: one lands), narrated from what Temporal, the ledger and the downstream recorded.
-``docs/operator-views.md`` ("The demo's story").
-"""
+"""The demo's story, narrated live: a worker paused mid-write, without a lease (:func:`run_unleased`: two writes
+land) and with one (:func:`run_takeover`: one lands). ``docs/operator-views.md`` ("The demo's story")."""
 
 from __future__ import annotations
 
@@ -48,14 +44,8 @@ _T = TypeVar("_T")
 
 @dataclass
 class Takeover:
-    """What the leased half showed.
-
-    Attributes:
-        run_id / task_id: its agent run and task.
-        generation: the generation that settled (2 when the takeover happened).
-        refused: what the ledger and the downstream refused of generation 1, one line each.
-        writes: who wrote the row, one entry per write that landed at the downstream.
-    """
+    """What the leased half showed: the ``generation`` that settled (2 after a takeover), what was ``refused`` of
+    generation 1 (a line each) and who ``writes`` the row (one entry per write landed)."""
 
     run_id: str
     task_id: str
@@ -71,13 +61,7 @@ class Takeover:
 
 @dataclass
 class Unleased:
-    """What the plain half showed.
-
-    Attributes:
-        run_id: its workflow.
-        record_key: the row it wrote.
-        writes: who wrote the row, one entry per write that landed at the downstream.
-    """
+    """What the plain half showed: its workflow, the row, and who ``writes`` it (one entry per write landed)."""
 
     run_id: str
     record_key: str
@@ -85,13 +69,7 @@ class Unleased:
 
 
 class PausedWorker:
-    """A worker process the demo starts, pauses (SIGSTOP) and resumes (SIGCONT), then stops.
-
-    Args:
-        argv: the program and its arguments.
-        env: its environment.
-        log: where its output goes.
-    """
+    """A worker process (``argv``, ``env``, output to ``log``) the demo starts, pauses (SIGSTOP), resumes, stops."""
 
     def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
         self.argv, self.env, self.log_path = argv, env, log
@@ -197,18 +175,8 @@ def _leased_queue(settings: AgentLeaseSettings) -> str:
 async def run_unleased(
     settings: AgentLeaseSettings, client: Client, paused: PausedWorker, batch: str, err: Console
 ) -> Unleased:
-    """The first half (see the module docstring), narrated on ``err``.
-
-    Args:
-        settings: the demo stack's settings (its Temporal and SQL target).
-        client: a client of the stack's Temporal.
-        paused: the started :func:`plain_worker`; stopped here.
-        batch: the demo's batch id (run id ``demo-plain-<batch>``).
-        err: where the narration goes.
-
-    Raises:
-        AgentLeaseError: a phase did not happen within :data:`WAIT_S`.
-    """
+    """The first half, narrated on ``err``: run ``demo-plain-<batch>`` with the started :func:`plain_worker`
+    ``paused`` (stopped here). AgentLeaseError: a phase did not happen within :data:`WAIT_S`."""
     assert settings.sql_target_url is not None
     queue = _plain_queue(settings, batch)
     shown = Unleased(run_id=f"demo-plain-{batch}", record_key=plain_record_key(batch))
@@ -273,22 +241,9 @@ async def run_takeover(
     err: Console,
     worker: Callable[[AgentLeaseSettings], contextlib.AbstractAsyncContextManager[Any]],
 ) -> Takeover:
-    """The second half (see the module docstring), narrated on ``err``.
-
-    Args:
-        settings: the demo stack's settings (its ledger, Temporal and SQL target).
-        client: a client of the stack's Temporal.
-        paused: the started :func:`leased_worker`; stopped here.
-        batch: the demo's batch id (run id ``demo-takeover-<batch>``).
-        err: where the narration goes.
-        worker: starts an in-process worker on the given settings (``agentlease.worker.running_worker``).
-
-    Returns:
-        What it showed; the run has settled or failed by then.
-
-    Raises:
-        AgentLeaseError: a phase did not happen within :data:`WAIT_S`.
-    """
+    """The second half, narrated on ``err``: run ``demo-takeover-<batch>`` with the started :func:`leased_worker`
+    ``paused`` (stopped here), taken over by an in-process ``worker``; returns once the run ended.
+    AgentLeaseError: a phase did not happen within :data:`WAIT_S`."""
     queue = _leased_queue(settings)
     run_id = f"demo-takeover-{batch}"
     task_id = task_id_for(run_id, STEP_ID)
