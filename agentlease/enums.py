@@ -1,8 +1,5 @@
-"""The vocabulary of agentlease, defined once (``docs/vocabulary.md``, ``docs/state-machine.md``).
-
-Each member's docstring says what moves a task out of it; every mapping between two vocabularies is a
-property of one of them.
-"""
+"""The vocabulary of agentlease, defined once (``docs/vocabulary.md``, ``docs/state-machine.md``); every mapping
+between two vocabularies is a property of one of them."""
 
 from __future__ import annotations
 
@@ -104,19 +101,17 @@ class StepEnd(StrEnum):
     SKIPPED = "skipped"
     """A later step of a run that failed, never started: final."""
 
+    # Like TaskStatus's: nothing moves a failed or skipped step, no decision applies, a cancel is a ledger status.
     @property
     def is_terminal(self) -> bool:
-        """Always true: nothing moves a failed or skipped step."""
         return True
 
     @property
     def awaits_decision(self) -> bool:
-        """Always false: no decision applies."""
         return False
 
     @property
     def is_cancelled(self) -> bool:
-        """Always false: an operator's cancel is a ledger status."""
         return False
 
 
@@ -192,9 +187,8 @@ class SideEffectClass(StrEnum):
         return self is SideEffectClass.UNSAFE and stage is not None and stage.crossed_external_call
 
     def may_have_acted(self, stage: Stage | None) -> bool:
-        """Whether a tool of this class whose recorded stage is ``stage`` may have acted at the downstream: a
-        tool that writes, past ``external_call`` (a cancel then leaves ``cancelled_effect_unknown``,
-        ``docs/edge.md``); the ledger's cancel renders it as SQL (``agentlease/ledger/writes.py``)."""
+        """Whether a tool of this class at recorded ``stage`` may have acted at the downstream: it writes, past
+        ``external_call`` (a cancel then leaves ``cancelled_effect_unknown``; the ledger's cancel renders it as SQL)."""
         return self is not SideEffectClass.READ_ONLY and stage is not None and stage.crossed_external_call
 
 
@@ -279,8 +273,7 @@ class ErrorClass(_Parsed):
 
     @property
     def counts_as_attempt(self) -> bool:
-        """Whether a release with this class used up one of the tool's real attempts (a shutdown, a
-        Temporal pause or reset and a ledger outage give theirs back)."""
+        """Whether a release with this class used up one of the tool's real attempts (not one below)."""
         return self not in _GIVES_ATTEMPT_BACK
 
 

@@ -70,12 +70,8 @@ class LedgerRefusedValueError(AgentLeaseError):
 
 
 class LedgerFileChangedError(LedgerUnavailableError):
-    """The SQLite ledger file this process opened was deleted or replaced: no lease is claimed, renewed or
-    settled until the process restarts on the restored file (``docs/limits.md``).
-
-    Attributes:
-        path: the ledger file.
-    """
+    """The SQLite ledger file (``path``) this process opened was deleted or replaced: no lease is claimed, renewed
+    or settled until the process restarts on the restored file (``docs/limits.md``)."""
 
     def __init__(self, path: str, what: str) -> None:
         super().__init__(
@@ -86,13 +82,8 @@ class LedgerFileChangedError(LedgerUnavailableError):
 
 
 class ClockBehindError(AgentLeaseError):
-    """A claim on a SQLite ledger was refused: this process's clock runs behind the ledger's latest recorded
-    time (G1 on SQLite: one host, one clock).
-
-    Attributes:
-        task_id: the task that was to be claimed.
-        behind: how far behind the newest evidence entry this process's clock is.
-    """
+    """A claim of ``task_id`` on a SQLite ledger was refused: this process's clock runs ``behind`` (a timedelta)
+    the ledger's latest recorded time (G1 on SQLite: one host, one clock)."""
 
     def __init__(self, task_id: str, behind: timedelta) -> None:
         super().__init__(
@@ -104,11 +95,7 @@ class ClockBehindError(AgentLeaseError):
 
 
 class TaskNotFoundError(AgentLeaseError):
-    """No task with this id is known to the ledger.
-
-    Attributes:
-        task_id: the id that was looked up.
-    """
+    """No task with this id (``task_id``) is known to the ledger."""
 
     def __init__(self, task_id: str) -> None:
         super().__init__(f"no task {task_id!r} in the ledger")
@@ -120,9 +107,8 @@ class LeaseLostError(AgentLeaseError):
     was settled or cancelled. The holder must stop and start no new side effect.
 
     Attributes:
-        generation: the claim generation the caller held.
-        current_generation: the generation the ledger holds now (None if unknown).
-        status: the task's status in the ledger now (None if unknown).
+        task_id, generation: the task and the claim generation the caller held.
+        current_generation / status: the task's generation and status in the ledger now (``None``: unknown).
         operation: which write was refused (``renew``, ``settle``, ``release``, ``dead_letter``).
     """
 
@@ -159,12 +145,8 @@ class LeaseTokenMismatchError(LeaseLostError):
 
 
 class BindingRefusedError(AgentLeaseError):
-    """A tool call or decision named a task, key or lease TTL that is not its own workflow's.
-
-    Attributes:
-        task_id: the task id the call named.
-        workflow_id: the workflow that scheduled it.
-    """
+    """A tool call or decision named a task (``task_id``), key or lease TTL that is not its own workflow's
+    (``workflow_id``, the one that scheduled it)."""
 
     def __init__(self, task_id: str, workflow_id: str | None, why: str) -> None:
         super().__init__(f"refused tool call for task {task_id!r} from workflow {workflow_id!r}: {why}")
@@ -173,11 +155,7 @@ class BindingRefusedError(AgentLeaseError):
 
 
 class InvalidFencingTokenError(AgentLeaseError):
-    """A fencing token is missing, malformed, or not signed by the ledger's fencing key for its resource.
-
-    Attributes:
-        resource_key: the fenced resource.
-    """
+    """A fencing token is missing, malformed, or not signed by the fencing key for its resource (``resource_key``)."""
 
     def __init__(self, resource_key: str, why: str) -> None:
         super().__init__(f"fencing token refused for {resource_key!r}: {why}")
@@ -185,13 +163,8 @@ class InvalidFencingTokenError(AgentLeaseError):
 
 
 class LeaseHeldError(AgentLeaseError):
-    """A claim was refused because another lease on the task is still valid (G1).
-
-    Attributes:
-        retry_after: time until the current lease lapses on the ledger's clock.
-        holder: the current ``lease_owner``.
-        generation: the generation of the lease that is still valid.
-    """
+    """A claim was refused because another lease on the task is still valid (G1): ``retry_after``, time until it
+    lapses on the ledger's clock; ``holder``, its ``lease_owner``; ``generation``, its generation."""
 
     def __init__(self, task_id: str, retry_after: timedelta, holder: str | None, generation: int) -> None:
         super().__init__(
@@ -205,11 +178,7 @@ class LeaseHeldError(AgentLeaseError):
 
 
 class TaskClosedError(AgentLeaseError):
-    """A claim was refused: the task is settled, dead-lettered, cancelled, or waits for a decision.
-
-    Attributes:
-        status: its terminal status.
-    """
+    """A claim was refused: the task is settled, dead-lettered, cancelled, or waits for a decision (``status``)."""
 
     def __init__(self, task_id: str, status: str) -> None:
         super().__init__(f"task {task_id!r} is {status}; no attempt may claim it")
@@ -218,12 +187,8 @@ class TaskClosedError(AgentLeaseError):
 
 
 class TaskMovedError(AgentLeaseError):
-    """A decision signed for one claim generation met its task at another; nothing changed.
-
-    Attributes:
-        expected: the generation the decision was signed for.
-        actual: the task's generation in the ledger.
-    """
+    """A decision signed for one claim generation (``expected``) met its task at another (``actual``); nothing
+    changed."""
 
     def __init__(self, task_id: str, expected: int, actual: int) -> None:
         super().__init__(
@@ -237,13 +202,9 @@ class TaskMovedError(AgentLeaseError):
 
 class ApprovalRefusedError(TaskClosedError):
     """The claim of an approval-gated task found no approval it may consume (none, expired, or for other
-    arguments or another tool): the task went back to ``awaiting_approval``; nothing ran.
-
-    Attributes:
-        status: ``awaiting_approval``.
-        why: what was wrong with the approval, as the trail records it.
-        outcome: ``missing``, ``expired`` or ``mismatched`` (the metric's label).
-    """
+    arguments or another tool): the task went back to ``awaiting_approval`` (``status``); nothing ran. ``why``:
+    what was wrong with the approval, as the trail records it; ``outcome``: ``missing``, ``expired`` or
+    ``mismatched`` (the metric's label)."""
 
     def __init__(self, task_id: str, why: str, outcome: str) -> None:
         AgentLeaseError.__init__(self, f"task {task_id!r}: {why}")
@@ -258,11 +219,7 @@ class MissingHeartbeatTimeoutError(ConfigurationError):
 
 
 class UnknownToolError(ConfigurationError):
-    """A plan or an update names a tool that no worker registered.
-
-    Attributes:
-        tool: the unknown name.
-    """
+    """A plan or an update names a tool (``tool``) that no worker registered."""
 
     def __init__(self, tool: str, known: list[str]) -> None:
         super().__init__(f"unknown tool {tool!r}; known tools: {', '.join(sorted(known)) or 'none'}")
@@ -297,11 +254,8 @@ class EffectInDoubtError(AmbiguousSideEffectError):
 
 class KeyInFlightError(RetryableToolError):
     """The downstream is still executing an earlier request with the call's idempotency key: the attempt waits
-    ``retry_after`` under its lease and asks again, no real attempt spent (``docs/edge.md``).
-
-    Attributes:
-        retry_after: how long the downstream asked the client to wait.
-    """
+    ``retry_after`` (what the downstream asked) under its lease and asks again, no real attempt spent
+    (``docs/edge.md``)."""
 
     def __init__(self, message: str, retry_after: timedelta = timedelta(seconds=1)) -> None:
         super().__init__(message)
@@ -381,13 +335,8 @@ def _seconds(value: str | None) -> timedelta:
 
 class StaleFencingTokenError(AgentLeaseError):
     """A fenced write carried a generation older than the newest one the resource accepted (G2), raised inside
-    the writer's transaction (:mod:`agentlease.fencing`), which rolls back with it.
-
-    Attributes:
-        resource_key: the fenced resource.
-        generation: the claim generation the writer carried.
-        current_generation: the newest generation the resource had accepted (None if unknown).
-    """
+    the writer's transaction (:mod:`agentlease.fencing`), which rolls back with it. Attributes: ``resource_key``,
+    ``generation`` (the writer's) and ``current_generation`` (the newest accepted; ``None`` if unknown)."""
 
     def __init__(self, resource_key: str, generation: int, current_generation: int | None) -> None:
         super().__init__(

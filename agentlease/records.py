@@ -127,16 +127,8 @@ def _key_text(value: Any) -> str:
 
 
 def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
-    """The action key ``template`` makes from a call's ``arguments`` (deterministic: workflow code).
-
-    Args:
-        template: the tool's declared action key (:func:`action_key_fields`).
-        arguments: the call's arguments as JSON data (validated ones in the adapters).
-        defaults: the JSON defaults of the template's fields, for arguments the call leaves out.
-
-    Raises:
-        ValueError: an argument the template names is missing and has no default.
-    """
+    """The action key ``template`` (:func:`action_key_fields`) makes from a call's JSON ``arguments``, ``defaults``
+    filling those it leaves out (deterministic: workflow code). ``ValueError``: a named argument is missing."""
     given = {**(defaults or {}), **arguments}
     values: dict[str, str] = {}
     for name in action_key_fields(template):
@@ -162,16 +154,13 @@ class TraceLink(_Frozen):
 
     @classmethod
     def from_mapping(cls, m: Any) -> TraceLink:
-        """Read the ``trace_*`` columns of a ``tasks`` or ``lease_events`` row."""
         return cls(**{name: m[f"trace_{name}"] for name in _TRACE_FIELDS}, trace_id=m.get("trace_id"))
 
     def columns(self) -> dict[str, Any]:
-        """The ``trace_*`` column values."""
         return {**{f"trace_{name}": getattr(self, name) for name in _TRACE_FIELDS}, "trace_id": self.trace_id}
 
 
-_TRACE_FIELDS = ("workflow_id", "run_id", "activity_id", "attempt")
-"""The :class:`TraceLink` fields stored in the ``trace_<field>`` columns."""
+_TRACE_FIELDS = ("workflow_id", "run_id", "activity_id", "attempt")  # stored in the trace_<field> columns
 
 
 class PlanStep(_Frozen):
@@ -294,13 +283,8 @@ class ToolCall(_Frozen):
 
 
 class TaskSpec(_Frozen):
-    """What the ledger records when it first sees a task.
-
-    Attributes:
-        arguments_sha256: :func:`arguments_fingerprint` of the call's arguments; a stored receipt
-            settles the task only when its tool and fingerprint match. ``None``: not known (the
-            receipt's tool alone is compared).
-    """
+    """What the ledger records when it first sees a task. A stored receipt settles it only when its tool and
+    ``arguments_sha256`` (:func:`arguments_fingerprint`; ``None``: not known, the tool alone counts) match."""
 
     task_id: str
     agent_run_id: str
@@ -323,11 +307,7 @@ class TaskSpec(_Frozen):
         *,
         approval_ttl: timedelta | None = None,
     ) -> TaskSpec:
-        """The task of a tool call, with the tool's class, lease TTL and approval TTL.
-
-        Raises:
-            pydantic.ValidationError: ``lease_ttl`` (or ``approval_ttl``) is not positive.
-        """
+        """The task of a tool call (``pydantic.ValidationError``: a TTL that is not positive)."""
         return cls(
             task_id=call.task_id,
             agent_run_id=call.agent_run_id,
@@ -349,15 +329,9 @@ class TaskSpec(_Frozen):
 
 
 class SettlementReceipt(_Frozen):
-    """Proof, made after reading the external state back, that an outcome is durable.
-
-    Attributes:
-        external_system: what was written (``"http"``, ``"sql:inventory"``...).
-        external_id: the target's own id for the outcome.
-        status: what the readback observed (``"fetched"``, ``"present"``...).
-        details: small JSON-able facts from the readback (sizes, digests).
-        verified_at: when the readback happened (aware).
-    """
+    """Proof, made after reading the external state back, that an outcome is durable: ``external_system`` what was
+    written (``"sql:inventory"``), ``external_id`` the target's own id for the outcome, ``status`` what the
+    readback observed (``"present"``), ``details`` small JSON-able facts, ``verified_at`` when (aware)."""
 
     external_system: str
     external_id: str
@@ -367,7 +341,7 @@ class SettlementReceipt(_Frozen):
 
     @classmethod
     def now(cls, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
-        """A receipt of what was just read back, verified now (the fields as above)."""
+        """A receipt of what was just read back, verified now."""
         return cls(
             external_system=external_system,
             external_id=external_id,
@@ -447,8 +421,7 @@ class TaskRecord(_Frozen):
     updated_at: AwareDatetime
 
     @classmethod
-    def from_row(cls, row: Any) -> TaskRecord:
-        """Build a record from a ``tasks`` row (a SQLAlchemy ``Row`` or mapping)."""
+    def from_row(cls, row: Any) -> TaskRecord:  # a SQLAlchemy Row or a mapping
         m = row._mapping if hasattr(row, "_mapping") else row
         converted = {
             "lease_acquired_at": from_ms(m["lease_acquired_at_ms"]),
@@ -603,12 +576,8 @@ class LeaseProgress(_Frozen):
 
 
 class RefusedDecision(_Frozen):
-    """A ``decide`` signal the run refused, as the ``status`` query shows it.
-
-    Attributes:
-        decision: the decision it asked for (``approve``, ``reject``...), as sent.
-        refusal: why it was refused (the same text an update's validator gives).
-    """
+    """A ``decide`` signal the run refused, as the ``status`` query shows it: the ``decision`` as sent, and the
+    ``refusal`` (the text an update's validator gives)."""
 
     decision: str
     step_id: str | None = None
@@ -617,12 +586,8 @@ class RefusedDecision(_Frozen):
 
 
 class RunCarry(_Frozen):
-    """What an agent run carries into its next Temporal run when it continues as new.
-
-    Attributes:
-        views: every step's view so far, in order (the ``status`` query shows them all).
-        next_step: index in ``views`` of the first step not run yet.
-    """
+    """What an agent run carries into its next Temporal run when it continues as new: every step's ``views`` so
+    far, in order, and ``next_step``, the index of the first one not run yet."""
 
     views: list[TaskView] = Field(max_length=limits.MAX_STEPS_PER_RUN)
     next_step: int = Field(ge=0)

@@ -44,12 +44,8 @@ def _args_model(tool_name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
 
 
 def guess_side_effect(listed: Mapping[str, Any] | None, *, guarded: bool = False) -> SideEffectClass:
-    """The side-effect class a listed tool's annotations suggest; a guess, never proof.
-
-    Args:
-        listed: the tool as ``tools/list`` gives it (``annotations`` with ``readOnlyHint``...), or ``None``.
-        guarded: the server guards the tool (``io.agentlease/lease``).
-    """
+    """The side-effect class a tool's ``tools/list`` annotations suggest (``guarded``: the server guards it); a
+    guess, never proof."""
     hints = (listed or {}).get("annotations") or {}
     if hints.get("readOnlyHint") is True:
         return SideEffectClass.READ_ONLY
@@ -82,10 +78,8 @@ def mcp_tools(
     guarded: Sequence[str] | None = None,
     prefix: str = "",
 ) -> list[ToolSpec]:
-    """Declare an MCP server's tools as leased agentlease tools (``docs/mcp.md``). No I/O.
-
-    Each returned :class:`~agentlease.tools.ToolSpec` goes where any tool goes (``AgentLeasePlugin(tools=...)``,
-    ``call_tool``, the adapters); the key, fencing token, resource and lease expiry travel in ``_meta``.
+    """Declare an MCP server's tools as leased agentlease tools, which go where any tool goes (``docs/mcp.md``).
+    No I/O.
 
     Args:
         server: where the tools are (:meth:`MCPServer.stdio`, :meth:`MCPServer.http`).
@@ -170,15 +164,9 @@ def mcp_tools(
 
 
 async def check_tools(specs: Sequence[ToolSpec]) -> None:
-    """Check declared MCP tools against each server's live ``tools/list`` (call it when the worker starts).
-
-    Logs a side-effect class guessed from annotations, and a declared class that the listed
-    annotations contradict (hints only: the declaration wins).
-
-    Raises:
-        ConfigurationError: a server lists no such tool, or requires an argument the declaration
-            lacks; a server cannot be reached (one line per problem).
-    """
+    """Check declared MCP tools against each server's live ``tools/list`` (when the worker starts), logging a
+    guessed side-effect class and one the annotations contradict (the declaration wins). ``ConfigurationError``:
+    a server lists no such tool, requires an argument the declaration lacks, or cannot be reached."""
     by_server: dict[MCPServer, list[MCPBinding]] = {}
     for spec in specs:
         binding = binding_of(spec)

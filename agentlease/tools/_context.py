@@ -1,10 +1,7 @@
 """The lease context a tool runs in: an attempt that has already claimed its task.
 
-``advance(stage, reason)`` writes the stage to the ledger first, then heartbeats a copy to Temporal (G5).
-After the ledger recorded a claim or a stage, the attempt tells its own run with a proven, rate-limited
-``agentlease.lease_progress`` signal (``docs/operator-views.md``, "How the run learns the live lease"). A
-heartbeat timeout changed under the attempt is read at renewals and the lease follows the shorter
-(``docs/ttl.md``, "A heartbeat timeout changed under a running call").
+Stages go to the ledger first, then to Temporal's heartbeat (G5), then to the run as a proven, rate-limited
+progress signal (``docs/operator-views.md``); a changed heartbeat timeout is read at renewals (``docs/ttl.md``).
 """
 
 from __future__ import annotations
@@ -194,42 +191,25 @@ class LeaseContext:
         return self._unavailable is not None
 
     def downstream_headers(self, resource: str | None = None) -> dict[str, str]:
-        """The headers of a write to a downstream that follows the project's HTTP convention.
-
-        Args:
-            resource: the fenced resource (``Fencing-Resource``); omitted: the service's default, the
-                idempotency key itself (one fence per action, ``docs/edge.md``).
-
-        Returns:
-            ``Idempotency-Key`` (the task's key) and ``Fencing-Token`` (the claim generation; signed
-            for ``resource``, or the key, when the worker has a fencing key), plus ``Fencing-Resource``
-            when ``resource`` is given.
-        """
+        """The headers of a write to a downstream that follows the project's HTTP convention (``docs/edge.md``):
+        ``Idempotency-Key`` and ``Fencing-Token`` (the claim generation, signed for ``resource`` or else the key
+        when the worker has a fencing key), plus ``Fencing-Resource`` when ``resource`` is given (omitted: the
+        downstream's default, the idempotency key itself: one fence per action)."""
         headers = downstream_headers(self.idempotency_key, self.fencing_token, resource)
         if self.settings.fencing_key is not None:
             headers[FENCING_TOKEN_HEADER] = self.signed_fencing_token(resource or self.idempotency_key)
         return headers
 
     def receipt(self, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
-        """A settlement receipt of what the tool just read back, verified now.
-
-        Args:
-            external_system: what was written (``"tracker"``, ``"sql:inventory"``...).
-            external_id: the target's own id of the outcome.
-            status: what the readback observed (``"open"``, ``"present"``...).
-            **details: small JSON-able facts from the readback (sizes, digests).
-        """
+        """A settlement receipt of what the tool just read back, verified now: ``external_system`` what was
+        written (``"sql:inventory"``), ``external_id`` the target's own id of the outcome, ``status`` what the
+        readback observed (``"present"``), ``details`` small JSON-able facts (sizes, digests)."""
         return SettlementReceipt.now(external_system, external_id, status, **details)
 
     async def advance(self, stage: Stage, reason: str) -> None:
-        """Enter ``stage``: record it in the ledger (a guarded renewal), then heartbeat it.
-
-        The ledger's stage never goes below the furthest stage an earlier attempt reached, so a
-        read-back attempt that starts again at ``preflight`` cannot erase ``commit`` (G6).
-
-        Args:
-            stage: the next stage; it may repeat the current one but never go back.
-            reason: what the tool is about to do, specifically ("publishing draft 42").
+        """Enter ``stage`` (it may repeat the current one, never go back) with a specific ``reason`` ("publishing
+        draft 42"): record it in the ledger (a guarded renewal), then heartbeat it. The ledger's stage never goes
+        below the furthest stage an earlier attempt reached, so a read-back cannot erase ``commit`` (G6).
 
         Raises:
             LeaseLostError: the lease lapsed or was superseded; stop and start no new side effect.

@@ -31,12 +31,8 @@ if TYPE_CHECKING:
 
 
 class ToolResult(BaseModel):
-    """What a tool returns: the receipt made after readback, and a small JSON-able output.
-
-    Attributes:
-        receipt: the settlement receipt; a tool settles only through it.
-        output: result data for the agent (kept small: it travels through Temporal history).
-    """
+    """What a tool returns: the settlement ``receipt`` made after readback (a tool settles only through it), and a
+    small JSON-able ``output`` for the agent (it travels through Temporal history)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -77,8 +73,7 @@ class ToolSpec:
     probe: Probe | None = None
 
     @property
-    def __name__(self) -> str:
-        """The tool name (what ``@activity.defn`` names an activity after)."""
+    def __name__(self) -> str:  # what @activity.defn names an activity after
         return self.name
 
     def info(self) -> ToolInfo:
@@ -95,16 +90,9 @@ class ToolSpec:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        """Run the wrapped function directly, outside any lease (no claim, no ledger, no receipt; for local runs,
-        unit tests and evals): ``await spec(order_id="A-1")``, its arguments validated by :attr:`args_model`.
-
-        Returns:
-            An awaitable of the function's own return value.
-
-        Raises:
-            ConfigurationError: a ``@tool`` tool, which runs only as a leased activity.
-            TypeError, pydantic.ValidationError: arguments that do not fit the function (when awaited).
-        """
+        """Run the wrapped function directly, outside any lease (local runs, unit tests, evals):
+        ``await spec(order_id="A-1")`` returns its own value, arguments validated by :attr:`args_model`
+        (``TypeError``, ``ValidationError``). ``ConfigurationError``: a ``@tool`` tool, which runs only leased."""
         if self.direct is None:
             raise ConfigurationError(
                 f"tool {self.name!r} takes (ctx, args) and runs only as a leased activity; "
