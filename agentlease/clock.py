@@ -1,7 +1,5 @@
-"""Time on the ledger: epoch milliseconds in columns (``_ms``), timezone-aware datetimes in records.
-
-Lease expiry is judged on the ledger database's clock (G1); every ledger query takes an optional ``now``
-(the one clock seam) and otherwise uses the database's clock.
+"""Time on the ledger: epoch milliseconds in columns (``_ms``), aware datetimes in records. Lease expiry is judged
+on the database's clock (G1); every ledger query takes an optional ``now``, the one clock seam.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Errors raised by agentlease: one root, :class:`AgentLeaseError`, facts as attributes.
-
-Tools raise the :class:`ToolError` subclasses to say how an attempt ended; the recovery policy
-(``docs/recovery.md``) reads that class. :func:`raise_for_status` maps an HTTP status to one.
+"""Errors raised by agentlease: one root, :class:`AgentLeaseError`, facts as attributes. Tools raise the
+:class:`ToolError` subclasses to say how an attempt ended (``docs/recovery.md``).
 """
 
 from __future__ import annotations
@@ -57,11 +55,8 @@ class ConfigurationError(AgentLeaseError):
 
 
 class LedgerUnavailableError(AgentLeaseError):
-    """The ledger database cannot be reached (stopped, restarting, the connection dropped), or is not migrated.
-
-    A tool sees it from ``ctx.advance`` and ``ctx.renew``: the lease is not confirmed, so start no new side
-    effect and let it propagate (``docs/recovery.md``, "Ledger outages").
-    """
+    """The ledger database cannot be reached (stopped, restarting, the connection dropped), or is not migrated. From
+    ``ctx.advance`` and ``ctx.renew``: the lease is not confirmed; start no new side effect, let it propagate."""
 
 
 class LedgerRefusedValueError(AgentLeaseError):
@@ -104,12 +99,9 @@ class TaskNotFoundError(AgentLeaseError):
 
 class LeaseLostError(AgentLeaseError):
     """A guarded lease write affected zero rows (G2): the holder's lease lapsed, was superseded, or the task
-    was settled or cancelled. The holder must stop and start no new side effect.
-
-    Attributes:
-        task_id, generation: the task and the claim generation the caller held.
-        current_generation / status: the task's generation and status in the ledger now (``None``: unknown).
-        operation: which write was refused (``renew``, ``settle``, ``release``, ``dead_letter``).
+    was settled or cancelled. The holder must stop and start no new side effect. Attributes: ``task_id``,
+    ``generation`` (the caller's), ``current_generation`` and ``status`` (the ledger's now; ``None``: unknown),
+    ``operation`` (the refused write: ``renew``, ``settle``, ``release``, ``dead_letter``).
     """
 
     def __init__(
@@ -279,12 +271,7 @@ def raise_for_status(response: Any, what: str = "") -> None:
     any other 4xx                               :class:`PermanentToolError`: dead-lettered
     ==========================================  ===========================================================
 
-    Args:
-        response: the answer, or its status code.
-        what: the request, for the message ("POST /tickets"). Default: the response's method and URL.
-
-    Raises:
-        CredentialToolError, KeyInFlightError, EffectInDoubtError, RetryableToolError, PermanentToolError.
+    ``what`` names the request in the message ("POST /tickets"); default the response's method and URL.
     """
     status_code = response if isinstance(response, int) else int(response.status_code)
     if status_code < 400:

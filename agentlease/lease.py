@@ -1,11 +1,6 @@
-"""The lease of the running tool call, reachable from inside the tool the way ``temporalio.activity`` is::
-
-    @leased(side_effect="fenced", lease_ttl=timedelta(seconds=10), action_key="refund:{order_id}")
-    async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
-        response = await http.post("/refunds", json=..., headers=lease.downstream_headers(f"refunds/{order_id}"))
-
-Outside a leased attempt :func:`in_lease` is false and every other function raises :class:`NotInLeaseError`
-(``docs/wrapping-tools.md``).
+"""The lease of the running tool call, reachable from inside the tool the way ``temporalio.activity`` is
+(``headers=lease.downstream_headers(f"refunds/{order_id}")``). Outside a leased attempt :func:`in_lease` is
+false and every other function raises :class:`NotInLeaseError` (``docs/wrapping-tools.md``).
 """
 
 from __future__ import annotations

@@ -60,8 +60,7 @@ class AgentLeasePlugin(SimplePlugin):
     search attributes and the ledger's schema.
 
     Args:
-        settings: default from the ``AGENTLEASE_*`` environment.
-        ledger: a ledger the caller owns and closes; default one opened from ``settings.ledger_url``.
+        settings / ledger: default from the ``AGENTLEASE_*`` environment; a ledger given is the caller's to close.
         tools: tool modules (import paths or modules) or declared tools, besides the built-ins, or
             a ready :class:`~agentlease.tools._registry.ToolRegistry`. Default ``settings.tool_modules``.
         builtins: serve the built-in tools too. Default false (``agentlease worker`` serves them).

@@ -62,11 +62,8 @@ def task_id_for(agent_run_id: str, step_id: str) -> str:
 
 
 def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
-    """The default idempotency key, ``"<agent_run_id>:<step_id>"``, never Temporal's ``activity_id`` (G4).
-
-    A key longer than :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its first characters and a
-    32-character digest of the whole (``docs/limits.md``).
-    """
+    """The default idempotency key, ``"<agent_run_id>:<step_id>"``, never Temporal's ``activity_id`` (G4); a longer
+    one than :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its start and a 32-character digest."""
     key = f"{agent_run_id}:{step_id}"
     if len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
         return key
@@ -93,11 +90,8 @@ def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False)
 
 def action_key_fields(template: str) -> list[str]:
     """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``):
-    plain ``{name}`` fields only (``docs/action-keys-and-probes.md``, "Action keys").
-
-    Raises:
-        ValueError: a malformed template, a field that is not a plain name, or one with no field at all.
-    """
+    plain ``{name}`` fields only (``docs/action-keys-and-probes.md``); ``ValueError``: a malformed template, a field
+    that is not a plain name, or no field at all."""
     fields: list[str] = []
     try:
         parsed = list(string.Formatter().parse(template))
@@ -207,8 +201,7 @@ class AgentRunPlan(_Frozen):
         agent_run_id: the workflow id of the run, at most 127 characters; ``None`` lets the CLI make one.
         steps: executed in order; step ids must be unique; at most 1000 (with ``submit``s).
         keep_open: when true (a JSON boolean) the run waits for ``submit`` updates until a ``close`` signal.
-        continue_as_new_after: steps one Temporal run executes before the agent run continues as new;
-            default ``None``: when Temporal suggests it (``docs/limits.md``).
+        continue_as_new_after: steps per Temporal run; default ``None``: when Temporal suggests it.
         carried: set by the run itself when it continues as new: what it had done so far.
     """
 
@@ -241,13 +234,8 @@ DEFAULT_MAX_ATTEMPTS = 5
 
 
 class ToolInfo(_Frozen):
-    """What the workflow needs to schedule a tool: its class and its lease bounds.
-
-    Attributes:
-        name: tool name (the Temporal activity type); the other bounds as in :class:`~agentlease.tools.ToolSpec`.
-        action_key: the tool's declared action key template (``"refund:{order_id}"``); ``None``: ``<run>:<step>``.
-        action_key_defaults: the JSON defaults of the arguments the template names.
-    """
+    """What the workflow needs to schedule a tool: its class and lease bounds (as :class:`~agentlease.tools.ToolSpec`),
+    its ``action_key`` template (``None``: ``<run>:<step>``) and the JSON defaults of the arguments it names."""
 
     name: str
     side_effect_class: SideEffectClass
@@ -259,11 +247,8 @@ class ToolInfo(_Frozen):
     action_key_defaults: dict[str, Any] = Field(default_factory=dict)
 
     def key_for(self, arguments: dict[str, Any]) -> str | None:
-        """The action key of a call with ``arguments`` (``None``: the tool declares none).
-
-        Raises:
-            ValueError: an argument the template names is missing and has no default.
-        """
+        """The action key of a call with ``arguments`` (``None``: the tool declares none; ``ValueError``: an
+        argument the template names is missing and has no default)."""
         return None if self.action_key is None else action_key_for(self.action_key, arguments, self.action_key_defaults)
 
 
@@ -365,11 +350,8 @@ class Claim(_Frozen):
 
     Attributes:
         generation: claim generation minted by the ledger; the fencing token.
-        owner: ``lease_owner`` (worker identity).
-        acquired_at / expires_at: on the ledger's clock.
-        attempts: real attempts so far, this one included.
+        acquired_at / expires_at: on the ledger's clock; ``attempts``: real attempts so far, this one included.
         previous_stage / previous_error_class: how far the previous attempt got, and how it ended.
-        trace: the Temporal attempt holding the lease.
         receipt: a settlement receipt already stored for the idempotency key, same tool and arguments (G6).
         receipt_refused: why a receipt stored for the key was not given (another tool or arguments used it).
         lease_token: the secret only this holder knows, presented by every holder write; never shown, and
@@ -487,12 +469,8 @@ def settled_note(settled_by: str | None, idempotency_key: str) -> str | None:
 
 
 class ToolOutcome(_Frozen):
-    """Result of one leased activity, as the workflow records it.
-
-    Attributes:
-        settled_by: :data:`SETTLED_BY_EARLIER_RECEIPT` or :data:`SETTLED_BY_PROBE` for a call that settled
-            without its tool returning in this attempt; ``None`` when the tool ran.
-    """
+    """Result of one leased activity, as the workflow records it. ``settled_by``: :data:`SETTLED_BY_EARLIER_RECEIPT`
+    or :data:`SETTLED_BY_PROBE` for a call that settled without its tool returning; ``None`` when the tool ran."""
 
     task_id: str
     status: TaskStatus
@@ -525,15 +503,9 @@ class ToolOutcome(_Frozen):
 
 
 class TaskView(_Frozen):
-    """One task as the ``status`` query of a run reports it.
-
-    Attributes:
-        status: the ledger's status as the run last learnt it (``released`` shows as ``pending``),
-            or how the step ended outside the ledger (``failed``, ``skipped``).
-        stage / claim_generation / lease_owner / progress: while an attempt runs, what it last
-            recorded in the ledger (its :class:`LeaseProgress`); after it, how it ended.
-        settled_by: as in :class:`ToolOutcome`.
-    """
+    """One task as the ``status`` query of a run reports it: ``status`` as the run last learnt it, or how the step
+    ended outside the ledger (``failed``, ``skipped``); ``stage`` / ``claim_generation`` / ``lease_owner`` /
+    ``progress``: what a running attempt last recorded (its :class:`LeaseProgress`), after it how it ended."""
 
     task_id: str
     step_id: str
@@ -560,8 +532,7 @@ class LeaseProgress(_Frozen):
     (``docs/operator-views.md``).
 
     Attributes:
-        stage: the stage the ledger recorded (``None``: just claimed).
-        reason: the renewal's reason, or ``claimed`` (at most 500 characters).
+        reason: the renewal's reason, or ``claimed`` (at most 500 characters), beside the recorded ``stage``.
         refused_writes: set when the attempt lost its lease: the late writes refused on the task so far.
         proof: ``HMAC-SHA256(call key, the other fields)``, hex.
     """

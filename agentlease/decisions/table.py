@@ -1,6 +1,5 @@
-"""Operator decisions: the one decision table (:data:`DECISIONS`, ``docs/decisions.md``), which the ledger
-applies, the workflows' update validators check and ``agentlease waiting`` offers, and the payloads that carry
-a decision (who made it, ``by``, and why, ``reason``, both in the evidence trail).
+"""Operator decisions: the one decision table (:data:`DECISIONS`, ``docs/decisions.md``), which the ledger applies,
+the update validators check and ``agentlease waiting`` offers, and the payloads that carry a decision.
 """
 
 from __future__ import annotations

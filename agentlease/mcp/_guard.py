@@ -200,11 +200,8 @@ class LeaseGuard(Extension):
         caller: str,
         run: Callable[[], Any],
     ) -> HandlerResult:
-        """Decide one call of a guarded ``tool`` (``docs/mcp.md``); ``run()`` runs the tool.
-
-        Raises:
-            MCPError: a refusal (code :data:`~agentlease.mcp._convention.REFUSAL_CODE`).
-        """
+        """Decide one call of a guarded ``tool`` (``docs/mcp.md``); ``run()`` runs the tool. A refusal raises
+        ``MCPError`` (code :data:`~agentlease.mcp._convention.REFUSAL_CODE`)."""
         try:
             lease = read_lease_meta(meta)
         except MetaError as exc:

@@ -25,8 +25,8 @@ class ToolPolicy:
     Attributes:
         side_effect, lease_ttl, start_to_close, max_attempts, requires_approval: as for :func:`agentlease.tool`
             (``lease_ttl`` required here or in ``default``).
-        args: the pydantic model of the tool's arguments, as the model sees them.
-        input_schema / description: the tool's JSON schema instead; what the model reads. Default the listed ones.
+        args / input_schema / description: the arguments' pydantic model, or their JSON schema; what the model
+            reads. Default the listed ones.
         name: the agentlease tool name (activity type). Default ``<prefix><mcp tool name>``.
         resource: a :data:`ResourceFunction`. Default ``mcp/<tool>/<key>``.
         renew_every: how often the lease is renewed while the server works. Default a third of the TTL.

@@ -82,22 +82,17 @@ def mcp_tools(
     No I/O.
 
     Args:
-        server: where the tools are (:meth:`MCPServer.stdio`, :meth:`MCPServer.http`).
         default: the policy of every tool, under each tool's own.
         tools: per tool name at the server, its policy. With ``listed``, every listed tool is declared
-            (those not named here with ``default``); without it, exactly the named ones.
+            (those not named here with ``default``); without it, exactly the named ones, in that order.
         listed: the server's ``tools/list`` answer, recorded (a list of tool objects, or the path of a
             JSON file holding it or ``{"tools": [...]}``), from :func:`~agentlease.mcp.list_server_tools`.
         guarded: the tools the server guards (``io.agentlease/lease``), for the side-effect guess.
         prefix: put before each tool's name to make the agentlease tool name (``crm_``).
 
-    Returns:
-        One tool per declared MCP tool, in the order named (then listed).
-
     Raises:
-        ConfigurationError: a tool without a side-effect class (declared, or guessed from ``listed``),
-            without a lease TTL, or without an argument schema (``args``, ``input_schema`` or ``listed``);
-            two tools with one name; unreadable ``listed``.
+        ConfigurationError: a tool without a side-effect class (declared, or guessed from ``listed``), lease
+            TTL or argument schema; two tools with one name; unreadable ``listed``.
         MissingHeartbeatTimeoutError: a lease TTL that is not positive.
     """
     from agentlease.mcp._call import leased_mcp_call, unleased_mcp_call

@@ -306,11 +306,8 @@ async def read_samples(
 
 
 def since_argument(text: str, now: datetime) -> datetime:
-    """``--since``: an ISO time, or a duration back from ``now`` (``90s``, ``30m``, ``12h``, ``7d``).
-
-    Raises:
-        ValueError: neither.
-    """
+    """``--since``: an ISO time, or a duration back from ``now`` (``90s``, ``30m``, ``12h``, ``7d``); else
+    ``ValueError``."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
         try:

@@ -93,20 +93,16 @@ class LeaseContext:
 
     Attributes:
         claim: the lease this attempt holds (task id, generation, owner, expiry, attempts).
-        side_effect_class: the tool's class.
         previous_receipt: a receipt already stored for this idempotency key, if any.
-        settings: the settings this tool may read (:class:`~agentlease.security.secrets.ToolSettings`:
-            those it declared, or every one but the worker's own; never the ledger URL).
-        secrets: this tool's own secrets (:class:`~agentlease.security.secrets.ToolSecrets`):
-            ``ctx.secrets.get("api_token")``.
+        settings: the settings this tool may read (those it declared, or every one but the worker's own).
+        secrets: this tool's own secrets: ``ctx.secrets.get("api_token")``.
         resources: what the worker's tools share (database engines by URL).
-        recovery: the recovery decision for this attempt; ``recovery.read_back_first`` is true when
-            an earlier attempt reached ``commit`` and the tool must read back before it writes.
+        recovery: the recovery decision; ``recovery.read_back_first``: an earlier attempt reached ``commit``,
+            read back before writing.
         stage: the last stage this attempt recorded (``None`` before the first ``advance``).
-        committed_at: when this attempt entered ``commit`` (``time.perf_counter()`` seconds),
-            for the settlement latency metric; ``None`` if it did not.
-        confirmed_until: until when (``time.monotonic()`` seconds) the last confirmed renewal (or
-            the claim) keeps the lease, by this worker's estimate; the ledger's clock decides.
+        committed_at: when it entered ``commit`` (``time.perf_counter()``), for the settlement latency metric.
+        confirmed_until: until when (``time.monotonic()``) the last confirmed renewal or the claim keeps the
+            lease, by this worker's estimate; the ledger's clock decides.
     """
 
     def __init__(
@@ -153,12 +149,8 @@ class LeaseContext:
         return self.claim.generation
 
     def signed_fencing_token(self, resource: str) -> str:
-        """The fencing token for ``resource`` as a downstream with the fencing key verifies it:
-        ``<generation>.<signature>`` (``docs/security.md``, "Fencing tokens a downstream can verify").
-
-        Raises:
-            ValueError: the worker has no fencing key (``AGENTLEASE_FENCING_KEY``), or a bad resource.
-        """
+        """The fencing token ``<generation>.<signature>`` for ``resource``, as a downstream with the fencing key
+        verifies it (``docs/security.md``); ``ValueError``: no ``AGENTLEASE_FENCING_KEY``, or a bad resource."""
         if self.settings.fencing_key is None:
             raise ValueError("no fencing key is configured (AGENTLEASE_FENCING_KEY)")
         key = self.settings.fencing_key.get_secret_value().encode("utf-8")
@@ -227,12 +219,8 @@ class LeaseContext:
         self.stage = stage
 
     async def renew(self, reason: str) -> None:
-        """Extend the lease in the current stage with a specific reason ("18 of 24 documents").
-
-        Raises:
-            LeaseLostError: the lease lapsed or was superseded.
-            LedgerUnavailableError: the ledger could not be reached; the lease is not confirmed.
-        """
+        """Extend the lease in the current stage with a specific reason ("18 of 24 documents"); raises as
+        :meth:`advance` does (``LeaseLostError``, ``LedgerUnavailableError``: the lease is not confirmed)."""
         await self._renew(reason, None)
 
     def _timeout_changed(self) -> tuple[str, dict[str, Any]]:

@@ -77,14 +77,9 @@ def leased(
     approval_ttl: timedelta | None = None,
     probe: Probe | None = None,
 ) -> ToolSpec | Callable[[Any], ToolSpec]:
-    """Lease an existing tool as it is (``docs/wrapping-tools.md``).
-
-    As a decorator, above or below ``@activity.defn``::
-
-        @leased(side_effect="fenced", lease_ttl=timedelta(seconds=10))
-        async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]: ...
-
-    or called on what you have: ``refund = leased(issue_refund, side_effect="idempotent", lease_ttl=...)``.
+    """Lease an existing tool as it is (``docs/wrapping-tools.md``): as a decorator, above or below
+    ``@activity.defn`` (``@leased(side_effect="fenced", lease_ttl=timedelta(seconds=10))``), or called on what
+    you have (``refund = leased(issue_refund, side_effect="idempotent", lease_ttl=...)``).
 
     Args:
         fn: a function with typed parameters (async, or sync: run in a thread); an ``@activity.defn``
