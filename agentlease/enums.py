@@ -265,8 +265,7 @@ class ErrorClass(_Parsed):
     TIMED_OUT = "timed_out"
     """Released because Temporal timed the attempt out while its tool still ran (it did not renew in time)."""
     LEDGER_UNAVAILABLE = "ledger_unavailable"
-    """Released because the ledger could not be reached mid-attempt (no new side effect started): not a real
-    attempt."""
+    """Released because the ledger could not be reached mid-attempt (no new side effect started): not a real attempt."""
     HEARTBEAT_TIMEOUT_CHANGED = "heartbeat_timeout_changed"
     """Released because Temporal timed the attempt out on a heartbeat timeout an operator changed to one its
     heartbeats could not keep: not a real attempt (``docs/ttl.md``)."""
@@ -386,8 +385,7 @@ class FailureType(_Parsed):
     LEDGER_UNAVAILABLE = "LedgerUnavailable"
     """Retryable: the ledger could not be reached; what could not be written is recorded once it is back."""
     CLOCK_BEHIND = "ClockBehind"
-    """Retryable: a SQLite ledger refused the claim because this process's clock runs behind the ledger's
-    latest recorded time (one host, one clock: G1)."""
+    """Retryable: a SQLite ledger refused the claim: this process's clock runs behind its latest time (G1)."""
     INTERRUPTED = "Interrupted"
     """Retryable: Temporal paused, reset or timed out the attempt, and its lease was released with the cause."""
     TASK_CLOSED = "TaskClosed"

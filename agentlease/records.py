@@ -354,8 +354,8 @@ class Claim(_Frozen):
         previous_stage / previous_error_class: how far the previous attempt got, and how it ended.
         receipt: a settlement receipt already stored for the idempotency key, same tool and arguments (G6).
         receipt_refused: why a receipt stored for the key was not given (another tool or arguments used it).
-        lease_token: the secret only this holder knows, presented by every holder write; never shown, and
-            a claim rebuilt from listings or the trail has none (``docs/security-review.md``, "Lease tokens").
+        lease_token: the holder's secret for its writes; never shown, none in a claim rebuilt from listings or the
+            trail (``docs/security-review.md``, "Lease tokens").
         approval_remaining: what was left of the approval this claim consumed (``None``: none consumed).
     """
 
