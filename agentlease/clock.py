@@ -1,7 +1,5 @@
-"""Time on the ledger: epoch milliseconds in columns (``_ms``), timezone-aware datetimes in records.
-
-Lease expiry is judged on the ledger database's clock (G1); every ledger query takes an optional ``now``
-(the one clock seam) and otherwise uses the database's clock.
+"""Time on the ledger: epoch milliseconds in columns (``_ms``), aware datetimes in records. Lease expiry is judged
+on the database's clock (G1); every ledger query takes an optional ``now``, the one clock seam.
 """
 
 from __future__ import annotations
@@ -15,11 +13,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def require_aware(value: datetime) -> datetime:
-    """Return ``value`` unchanged if it is timezone-aware.
-
-    Raises:
-        ValueError: ``value`` is naive; agentlease never guesses a time zone.
-    """
+    """``value`` unchanged if it is timezone-aware; ``ValueError`` if naive (agentlease never guesses a zone)."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"naive datetime {value!r} rejected: pass a timezone-aware datetime")
     return value
@@ -55,35 +49,19 @@ def _database_clock_ms(dialect_name: str) -> ColumnElement[int]:
 
 
 def db_now_ms(dialect_name: str, now: datetime | None = None) -> ColumnElement[int]:
-    """SQL expression for the current time in epoch milliseconds.
-
-    Args:
-        dialect_name: ``sqlite`` or ``postgresql``.
-        now: injected time (tests); when ``None`` the database's clock is used.
-
-    Raises:
-        ValueError: unsupported dialect, or a naive ``now``.
-    """
+    """SQL expression for the current time in epoch milliseconds on ``sqlite`` or ``postgresql``: the injected
+    ``now`` (tests), else the database's clock (``ValueError``: another dialect, or a naive ``now``)."""
     return _database_clock_ms(dialect_name) if now is None else literal(to_ms(now), BigInteger)
 
 
-NOW_PARAM = "now_ms"
-"""Name of the bound parameter of :func:`bound_now_ms`."""
+NOW_PARAM = "now_ms"  # the bound parameter of bound_now_ms
 
 
 def bound_now_ms(dialect_name: str) -> ColumnElement[int]:
-    """The current time for statements built once: ``COALESCE(:now_ms, <clock>)``; bind :func:`now_param`.
-
-    Raises:
-        ValueError: unsupported dialect.
-    """
+    """The current time for statements built once: ``COALESCE(:now_ms, <clock>)``; bind :func:`now_param`."""
     return func.coalesce(bindparam(NOW_PARAM, type_=BigInteger), _database_clock_ms(dialect_name))
 
 
 def now_param(now: datetime | None) -> dict[str, int | None]:
-    """The parameter of :func:`bound_now_ms`: epoch ms of an injected ``now``, or ``None`` (the database's clock).
-
-    Raises:
-        ValueError: ``now`` is naive.
-    """
+    """The parameter of :func:`bound_now_ms`: epoch ms of an injected ``now`` (not naive), or ``None``."""
     return {NOW_PARAM: None if now is None else to_ms(now)}

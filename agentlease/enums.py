@@ -1,8 +1,5 @@
-"""The vocabulary of agentlease, defined once (``docs/vocabulary.md``, ``docs/state-machine.md``).
-
-Each member's docstring says what moves a task out of it; every mapping between two vocabularies is a
-property of one of them.
-"""
+"""The vocabulary of agentlease, defined once (``docs/vocabulary.md``, ``docs/state-machine.md``); every mapping
+between two vocabularies is a property of one of them."""
 
 from __future__ import annotations
 
@@ -104,19 +101,17 @@ class StepEnd(StrEnum):
     SKIPPED = "skipped"
     """A later step of a run that failed, never started: final."""
 
+    # Like TaskStatus's: nothing moves a failed or skipped step, no decision applies, a cancel is a ledger status.
     @property
     def is_terminal(self) -> bool:
-        """Always true: nothing moves a failed or skipped step."""
         return True
 
     @property
     def awaits_decision(self) -> bool:
-        """Always false: no decision applies."""
         return False
 
     @property
     def is_cancelled(self) -> bool:
-        """Always false: an operator's cancel is a ledger status."""
         return False
 
 
@@ -192,9 +187,8 @@ class SideEffectClass(StrEnum):
         return self is SideEffectClass.UNSAFE and stage is not None and stage.crossed_external_call
 
     def may_have_acted(self, stage: Stage | None) -> bool:
-        """Whether a tool of this class whose recorded stage is ``stage`` may have acted at the downstream: a
-        tool that writes, past ``external_call`` (a cancel then leaves ``cancelled_effect_unknown``,
-        ``docs/edge.md``); the ledger's cancel renders it as SQL (``agentlease/ledger/writes.py``)."""
+        """Whether a tool of this class at recorded ``stage`` may have acted at the downstream: it writes, past
+        ``external_call`` (a cancel then leaves ``cancelled_effect_unknown``; the ledger's cancel renders it as SQL)."""
         return self is not SideEffectClass.READ_ONLY and stage is not None and stage.crossed_external_call
 
 
@@ -271,16 +265,14 @@ class ErrorClass(_Parsed):
     TIMED_OUT = "timed_out"
     """Released because Temporal timed the attempt out while its tool still ran (it did not renew in time)."""
     LEDGER_UNAVAILABLE = "ledger_unavailable"
-    """Released because the ledger could not be reached mid-attempt (no new side effect started): not a real
-    attempt."""
+    """Released because the ledger could not be reached mid-attempt (no new side effect started): not a real attempt."""
     HEARTBEAT_TIMEOUT_CHANGED = "heartbeat_timeout_changed"
     """Released because Temporal timed the attempt out on a heartbeat timeout an operator changed to one its
     heartbeats could not keep: not a real attempt (``docs/ttl.md``)."""
 
     @property
     def counts_as_attempt(self) -> bool:
-        """Whether a release with this class used up one of the tool's real attempts (a shutdown, a
-        Temporal pause or reset and a ledger outage give theirs back)."""
+        """Whether a release with this class used up one of the tool's real attempts (not one below)."""
         return self not in _GIVES_ATTEMPT_BACK
 
 
@@ -393,8 +385,7 @@ class FailureType(_Parsed):
     LEDGER_UNAVAILABLE = "LedgerUnavailable"
     """Retryable: the ledger could not be reached; what could not be written is recorded once it is back."""
     CLOCK_BEHIND = "ClockBehind"
-    """Retryable: a SQLite ledger refused the claim because this process's clock runs behind the ledger's
-    latest recorded time (one host, one clock: G1)."""
+    """Retryable: a SQLite ledger refused the claim: this process's clock runs behind its latest time (G1)."""
     INTERRUPTED = "Interrupted"
     """Retryable: Temporal paused, reset or timed out the attempt, and its lease was released with the cause."""
     TASK_CLOSED = "TaskClosed"

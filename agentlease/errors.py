@@ -1,7 +1,5 @@
-"""Errors raised by agentlease: one root, :class:`AgentLeaseError`, facts as attributes.
-
-Tools raise the :class:`ToolError` subclasses to say how an attempt ended; the recovery policy
-(``docs/recovery.md``) reads that class. :func:`raise_for_status` maps an HTTP status to one.
+"""Errors raised by agentlease: one root, :class:`AgentLeaseError`, facts as attributes. Tools raise the
+:class:`ToolError` subclasses to say how an attempt ended (``docs/recovery.md``).
 """
 
 from __future__ import annotations
@@ -57,11 +55,8 @@ class ConfigurationError(AgentLeaseError):
 
 
 class LedgerUnavailableError(AgentLeaseError):
-    """The ledger database cannot be reached (stopped, restarting, the connection dropped), or is not migrated.
-
-    A tool sees it from ``ctx.advance`` and ``ctx.renew``: the lease is not confirmed, so start no new side
-    effect and let it propagate (``docs/recovery.md``, "Ledger outages").
-    """
+    """The ledger database cannot be reached (stopped, restarting, the connection dropped), or is not migrated. From
+    ``ctx.advance`` and ``ctx.renew``: the lease is not confirmed; start no new side effect, let it propagate."""
 
 
 class LedgerRefusedValueError(AgentLeaseError):
@@ -70,12 +65,8 @@ class LedgerRefusedValueError(AgentLeaseError):
 
 
 class LedgerFileChangedError(LedgerUnavailableError):
-    """The SQLite ledger file this process opened was deleted or replaced: no lease is claimed, renewed or
-    settled until the process restarts on the restored file (``docs/limits.md``).
-
-    Attributes:
-        path: the ledger file.
-    """
+    """The SQLite ledger file (``path``) this process opened was deleted or replaced: no lease is claimed, renewed
+    or settled until the process restarts on the restored file (``docs/limits.md``)."""
 
     def __init__(self, path: str, what: str) -> None:
         super().__init__(
@@ -86,13 +77,8 @@ class LedgerFileChangedError(LedgerUnavailableError):
 
 
 class ClockBehindError(AgentLeaseError):
-    """A claim on a SQLite ledger was refused: this process's clock runs behind the ledger's latest recorded
-    time (G1 on SQLite: one host, one clock).
-
-    Attributes:
-        task_id: the task that was to be claimed.
-        behind: how far behind the newest evidence entry this process's clock is.
-    """
+    """A claim of ``task_id`` on a SQLite ledger was refused: this process's clock runs ``behind`` (a timedelta)
+    the ledger's latest recorded time (G1 on SQLite: one host, one clock)."""
 
     def __init__(self, task_id: str, behind: timedelta) -> None:
         super().__init__(
@@ -104,11 +90,7 @@ class ClockBehindError(AgentLeaseError):
 
 
 class TaskNotFoundError(AgentLeaseError):
-    """No task with this id is known to the ledger.
-
-    Attributes:
-        task_id: the id that was looked up.
-    """
+    """No task with this id (``task_id``) is known to the ledger."""
 
     def __init__(self, task_id: str) -> None:
         super().__init__(f"no task {task_id!r} in the ledger")
@@ -117,13 +99,9 @@ class TaskNotFoundError(AgentLeaseError):
 
 class LeaseLostError(AgentLeaseError):
     """A guarded lease write affected zero rows (G2): the holder's lease lapsed, was superseded, or the task
-    was settled or cancelled. The holder must stop and start no new side effect.
-
-    Attributes:
-        generation: the claim generation the caller held.
-        current_generation: the generation the ledger holds now (None if unknown).
-        status: the task's status in the ledger now (None if unknown).
-        operation: which write was refused (``renew``, ``settle``, ``release``, ``dead_letter``).
+    was settled or cancelled. The holder must stop and start no new side effect. Attributes: ``task_id``,
+    ``generation`` (the caller's), ``current_generation`` and ``status`` (the ledger's now; ``None``: unknown),
+    ``operation`` (the refused write: ``renew``, ``settle``, ``release``, ``dead_letter``).
     """
 
     def __init__(
@@ -159,12 +137,8 @@ class LeaseTokenMismatchError(LeaseLostError):
 
 
 class BindingRefusedError(AgentLeaseError):
-    """A tool call or decision named a task, key or lease TTL that is not its own workflow's.
-
-    Attributes:
-        task_id: the task id the call named.
-        workflow_id: the workflow that scheduled it.
-    """
+    """A tool call or decision named a task (``task_id``), key or lease TTL that is not its own workflow's
+    (``workflow_id``, the one that scheduled it)."""
 
     def __init__(self, task_id: str, workflow_id: str | None, why: str) -> None:
         super().__init__(f"refused tool call for task {task_id!r} from workflow {workflow_id!r}: {why}")
@@ -173,11 +147,7 @@ class BindingRefusedError(AgentLeaseError):
 
 
 class InvalidFencingTokenError(AgentLeaseError):
-    """A fencing token is missing, malformed, or not signed by the ledger's fencing key for its resource.
-
-    Attributes:
-        resource_key: the fenced resource.
-    """
+    """A fencing token is missing, malformed, or not signed by the fencing key for its resource (``resource_key``)."""
 
     def __init__(self, resource_key: str, why: str) -> None:
         super().__init__(f"fencing token refused for {resource_key!r}: {why}")
@@ -185,13 +155,8 @@ class InvalidFencingTokenError(AgentLeaseError):
 
 
 class LeaseHeldError(AgentLeaseError):
-    """A claim was refused because another lease on the task is still valid (G1).
-
-    Attributes:
-        retry_after: time until the current lease lapses on the ledger's clock.
-        holder: the current ``lease_owner``.
-        generation: the generation of the lease that is still valid.
-    """
+    """A claim was refused because another lease on the task is still valid (G1): ``retry_after``, time until it
+    lapses on the ledger's clock; ``holder``, its ``lease_owner``; ``generation``, its generation."""
 
     def __init__(self, task_id: str, retry_after: timedelta, holder: str | None, generation: int) -> None:
         super().__init__(
@@ -205,11 +170,7 @@ class LeaseHeldError(AgentLeaseError):
 
 
 class TaskClosedError(AgentLeaseError):
-    """A claim was refused: the task is settled, dead-lettered, cancelled, or waits for a decision.
-
-    Attributes:
-        status: its terminal status.
-    """
+    """A claim was refused: the task is settled, dead-lettered, cancelled, or waits for a decision (``status``)."""
 
     def __init__(self, task_id: str, status: str) -> None:
         super().__init__(f"task {task_id!r} is {status}; no attempt may claim it")
@@ -218,12 +179,8 @@ class TaskClosedError(AgentLeaseError):
 
 
 class TaskMovedError(AgentLeaseError):
-    """A decision signed for one claim generation met its task at another; nothing changed.
-
-    Attributes:
-        expected: the generation the decision was signed for.
-        actual: the task's generation in the ledger.
-    """
+    """A decision signed for one claim generation (``expected``) met its task at another (``actual``); nothing
+    changed."""
 
     def __init__(self, task_id: str, expected: int, actual: int) -> None:
         super().__init__(
@@ -237,13 +194,9 @@ class TaskMovedError(AgentLeaseError):
 
 class ApprovalRefusedError(TaskClosedError):
     """The claim of an approval-gated task found no approval it may consume (none, expired, or for other
-    arguments or another tool): the task went back to ``awaiting_approval``; nothing ran.
-
-    Attributes:
-        status: ``awaiting_approval``.
-        why: what was wrong with the approval, as the trail records it.
-        outcome: ``missing``, ``expired`` or ``mismatched`` (the metric's label).
-    """
+    arguments or another tool): the task went back to ``awaiting_approval`` (``status``); nothing ran. ``why``:
+    what was wrong with the approval, as the trail records it; ``outcome``: ``missing``, ``expired`` or
+    ``mismatched`` (the metric's label)."""
 
     def __init__(self, task_id: str, why: str, outcome: str) -> None:
         AgentLeaseError.__init__(self, f"task {task_id!r}: {why}")
@@ -258,11 +211,7 @@ class MissingHeartbeatTimeoutError(ConfigurationError):
 
 
 class UnknownToolError(ConfigurationError):
-    """A plan or an update names a tool that no worker registered.
-
-    Attributes:
-        tool: the unknown name.
-    """
+    """A plan or an update names a tool (``tool``) that no worker registered."""
 
     def __init__(self, tool: str, known: list[str]) -> None:
         super().__init__(f"unknown tool {tool!r}; known tools: {', '.join(sorted(known)) or 'none'}")
@@ -297,11 +246,8 @@ class EffectInDoubtError(AmbiguousSideEffectError):
 
 class KeyInFlightError(RetryableToolError):
     """The downstream is still executing an earlier request with the call's idempotency key: the attempt waits
-    ``retry_after`` under its lease and asks again, no real attempt spent (``docs/edge.md``).
-
-    Attributes:
-        retry_after: how long the downstream asked the client to wait.
-    """
+    ``retry_after`` (what the downstream asked) under its lease and asks again, no real attempt spent
+    (``docs/edge.md``)."""
 
     def __init__(self, message: str, retry_after: timedelta = timedelta(seconds=1)) -> None:
         super().__init__(message)
@@ -325,12 +271,7 @@ def raise_for_status(response: Any, what: str = "") -> None:
     any other 4xx                               :class:`PermanentToolError`: dead-lettered
     ==========================================  ===========================================================
 
-    Args:
-        response: the answer, or its status code.
-        what: the request, for the message ("POST /tickets"). Default: the response's method and URL.
-
-    Raises:
-        CredentialToolError, KeyInFlightError, EffectInDoubtError, RetryableToolError, PermanentToolError.
+    ``what`` names the request in the message ("POST /tickets"); default the response's method and URL.
     """
     status_code = response if isinstance(response, int) else int(response.status_code)
     if status_code < 400:
@@ -381,13 +322,8 @@ def _seconds(value: str | None) -> timedelta:
 
 class StaleFencingTokenError(AgentLeaseError):
     """A fenced write carried a generation older than the newest one the resource accepted (G2), raised inside
-    the writer's transaction (:mod:`agentlease.fencing`), which rolls back with it.
-
-    Attributes:
-        resource_key: the fenced resource.
-        generation: the claim generation the writer carried.
-        current_generation: the newest generation the resource had accepted (None if unknown).
-    """
+    the writer's transaction (:mod:`agentlease.fencing`), which rolls back with it. Attributes: ``resource_key``,
+    ``generation`` (the writer's) and ``current_generation`` (the newest accepted; ``None`` if unknown)."""
 
     def __init__(self, resource_key: str, generation: int, current_generation: int | None) -> None:
         super().__init__(

@@ -1,7 +1,5 @@
-"""Every bound on what agentlease accepts from outside: one home for each number (``docs/limits.md``).
-
-Every way in validates through the models of :mod:`agentlease.records` and :mod:`agentlease.decisions.table`,
-which use these bounds and checks; the id lengths follow the ledger's columns.
+"""Every bound on what agentlease accepts from outside: one home for each number (``docs/limits.md``); the id
+lengths follow the ledger's columns.
 """
 
 from __future__ import annotations
@@ -71,11 +69,7 @@ def check_text(value: str, what: str = "") -> str:
 
 
 def check_id(value: str, what: str = "") -> str:
-    """``value`` unless it is empty, holds a control character or is not valid Unicode.
-
-    Raises:
-        ValueError: naming ``what``.
-    """
+    """``value`` unless it is empty, holds a control character or is not valid Unicode (``ValueError``)."""
     check_text(value, what)
     if not value:
         raise ValueError(f"{what or 'an id'} must not be empty")
@@ -102,12 +96,8 @@ def check_run_id(value: str) -> str:
 
 
 def check_finite_arguments(arguments: Any, tool: str) -> Any:
-    """``arguments`` (a validated arguments model, or JSON-shaped data) unless a number in them is NaN or
-    infinite (pydantic turns ``"inf"`` and ``"nan"`` into such floats for a ``float`` field).
-
-    Raises:
-        PermanentToolError: naming the tool (the call is dead-lettered, not retried).
-    """
+    """``arguments`` (a validated model, or JSON-shaped data) unless a number in them is NaN or infinite, as
+    pydantic makes ``"inf"`` for a ``float`` field (``PermanentToolError``: dead-lettered, not retried)."""
     from agentlease.errors import PermanentToolError
 
     stack = [arguments.model_dump() if hasattr(arguments, "model_dump") else arguments]
@@ -123,12 +113,8 @@ def check_finite_arguments(arguments: Any, tool: str) -> Any:
 
 
 def check_json(value: Any, what: str = "", *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
-    """``value`` unless it is deeper than ``max_depth``, holds NaN, Infinity, a NUL byte or a lone
-    surrogate, or is larger than ``max_bytes`` as compact UTF-8 JSON (walked without recursion).
-
-    Raises:
-        ValueError: one line naming ``what`` and the first problem found.
-    """
+    """``value`` unless it is deeper than ``max_depth``, holds NaN, Infinity, a NUL byte or a lone surrogate, or
+    is larger than ``max_bytes`` as compact UTF-8 JSON (``ValueError``: one line, the first problem)."""
     subject = f"{what} " if what else ""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
@@ -160,12 +146,8 @@ def refuse_constant(name: str) -> Any:
 
 
 def loads(text: str | bytes, what: str, *, max_depth: int = MAX_DEPTH + 4) -> Any:
-    """Parse JSON text from outside: NaN/Infinity refused, nesting beyond ``max_depth`` refused before
-    parsing (default :data:`MAX_DEPTH` plus the four levels a plan has above a step's arguments).
-
-    Raises:
-        ValueError: one line naming ``what``: not JSON, a NaN/Infinity, or too deep.
-    """
+    """Parse JSON text from outside (``ValueError``, one line naming ``what``): NaN/Infinity refused, nesting beyond
+    ``max_depth`` refused before parsing (default :data:`MAX_DEPTH` plus a plan's four levels above arguments)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
     _check_text_depth(text, what, max_depth)

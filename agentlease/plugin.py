@@ -42,11 +42,8 @@ MAX_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 
 
 def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: bool = False) -> ToolRegistry:
-    """``tools`` (module names, modules, or declared tools), and the built-in tools with ``builtins``.
-
-    Raises:
-        ConfigurationError: a module cannot be imported, or two tools share a name.
-    """
+    """``tools`` (module names, modules, or declared tools), and the built-in tools with ``builtins``
+    (``ConfigurationError``: a module cannot be imported, or two tools share a name)."""
     items = list(tools)
     registry = load_registry([item for item in items if isinstance(item, str)], builtins=builtins)
     for item in items:
@@ -63,28 +60,19 @@ class AgentLeasePlugin(SimplePlugin):
     search attributes and the ledger's schema.
 
     Args:
-        settings: endpoints of the built-in tools, the ledger URL, the lease owner. Default from
-            the ``AGENTLEASE_*`` environment.
-        ledger: a ledger the caller owns and closes; default one opened from ``settings.ledger_url``
-            for the worker's lifetime.
+        settings / ledger: default from the ``AGENTLEASE_*`` environment; a ledger given is the caller's to close.
         tools: tool modules (import paths or modules) or declared tools, besides the built-ins, or
             a ready :class:`~agentlease.tools._registry.ToolRegistry`. Default ``settings.tool_modules``.
-        builtins: serve the built-in tools too (``http_get``, ``sql_upsert``, ``http_publish``,
-            ``smtp_send``). Default false (``agentlease worker`` serves them).
-        identity: the lease owner of this worker's claims; default ``settings.worker_identity``,
-            else the worker's Temporal identity.
-        agent_run_workflow: register ``AgentRunWorkflow`` too (runs made from plans, ``agentlease
-            run``). Default false (``agentlease worker`` registers it).
-        register_search_attributes: add the search attributes agentlease's runs upsert to the
-            namespace when the worker starts, if missing. When false (a namespace the worker may not
-            administer, Temporal Cloud) the worker only checks they exist. Default true.
+        builtins: serve the built-in tools too. Default false (``agentlease worker`` serves them).
+        identity: the lease owner of its claims; default ``settings.worker_identity``, else the worker's.
+        agent_run_workflow: register ``AgentRunWorkflow`` too. Default false (``agentlease worker`` does).
+        register_search_attributes: add missing search attributes to the namespace at start; false (Temporal
+            Cloud) only checks they exist. Default true.
 
     Raises:
-        ConfigurationError: a tool module cannot be imported, two tools share a name, or a bad URL;
-            from ``Worker(...)``: an activity of the worker has the name of a leased tool; from
-            ``worker.run()`` / ``async with worker``: the search attributes are missing and cannot be
-            registered.
-        LedgerUnavailableError: from ``worker.run()`` / ``async with worker``: the ledger it opened
+        ConfigurationError: a tool module cannot be imported, two tools share a name, or a bad URL; from
+            ``Worker(...)``: a worker activity has a leased tool's name; at start: missing search attributes.
+        LedgerUnavailableError: at start (``worker.run()``, ``async with worker``): the ledger it opened
             cannot be reached or is not at this version's schema.
     """
 

@@ -62,11 +62,8 @@ def task_id_for(agent_run_id: str, step_id: str) -> str:
 
 
 def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
-    """The default idempotency key, ``"<agent_run_id>:<step_id>"``, never Temporal's ``activity_id`` (G4).
-
-    A key longer than :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its first characters and a
-    32-character digest of the whole (``docs/limits.md``).
-    """
+    """The default idempotency key, ``"<agent_run_id>:<step_id>"``, never Temporal's ``activity_id`` (G4); a longer
+    one than :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its start and a 32-character digest."""
     key = f"{agent_run_id}:{step_id}"
     if len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
         return key
@@ -93,11 +90,8 @@ def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False)
 
 def action_key_fields(template: str) -> list[str]:
     """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``):
-    plain ``{name}`` fields only (``docs/action-keys-and-probes.md``, "Action keys").
-
-    Raises:
-        ValueError: a malformed template, a field that is not a plain name, or one with no field at all.
-    """
+    plain ``{name}`` fields only (``docs/action-keys-and-probes.md``); ``ValueError``: a malformed template, a field
+    that is not a plain name, or no field at all."""
     fields: list[str] = []
     try:
         parsed = list(string.Formatter().parse(template))
@@ -127,16 +121,8 @@ def _key_text(value: Any) -> str:
 
 
 def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
-    """The action key ``template`` makes from a call's ``arguments`` (deterministic: workflow code).
-
-    Args:
-        template: the tool's declared action key (:func:`action_key_fields`).
-        arguments: the call's arguments as JSON data (validated ones in the adapters).
-        defaults: the JSON defaults of the template's fields, for arguments the call leaves out.
-
-    Raises:
-        ValueError: an argument the template names is missing and has no default.
-    """
+    """The action key ``template`` (:func:`action_key_fields`) makes from a call's JSON ``arguments``, ``defaults``
+    filling those it leaves out (deterministic: workflow code). ``ValueError``: a named argument is missing."""
     given = {**(defaults or {}), **arguments}
     values: dict[str, str] = {}
     for name in action_key_fields(template):
@@ -162,16 +148,13 @@ class TraceLink(_Frozen):
 
     @classmethod
     def from_mapping(cls, m: Any) -> TraceLink:
-        """Read the ``trace_*`` columns of a ``tasks`` or ``lease_events`` row."""
         return cls(**{name: m[f"trace_{name}"] for name in _TRACE_FIELDS}, trace_id=m.get("trace_id"))
 
     def columns(self) -> dict[str, Any]:
-        """The ``trace_*`` column values."""
         return {**{f"trace_{name}": getattr(self, name) for name in _TRACE_FIELDS}, "trace_id": self.trace_id}
 
 
-_TRACE_FIELDS = ("workflow_id", "run_id", "activity_id", "attempt")
-"""The :class:`TraceLink` fields stored in the ``trace_<field>`` columns."""
+_TRACE_FIELDS = ("workflow_id", "run_id", "activity_id", "attempt")  # stored in the trace_<field> columns
 
 
 class PlanStep(_Frozen):
@@ -218,8 +201,7 @@ class AgentRunPlan(_Frozen):
         agent_run_id: the workflow id of the run, at most 127 characters; ``None`` lets the CLI make one.
         steps: executed in order; step ids must be unique; at most 1000 (with ``submit``s).
         keep_open: when true (a JSON boolean) the run waits for ``submit`` updates until a ``close`` signal.
-        continue_as_new_after: steps one Temporal run executes before the agent run continues as new;
-            default ``None``: when Temporal suggests it (``docs/limits.md``).
+        continue_as_new_after: steps per Temporal run; default ``None``: when Temporal suggests it.
         carried: set by the run itself when it continues as new: what it had done so far.
     """
 
@@ -252,13 +234,8 @@ DEFAULT_MAX_ATTEMPTS = 5
 
 
 class ToolInfo(_Frozen):
-    """What the workflow needs to schedule a tool: its class and its lease bounds.
-
-    Attributes:
-        name: tool name (the Temporal activity type); the other bounds as in :class:`~agentlease.tools.ToolSpec`.
-        action_key: the tool's declared action key template (``"refund:{order_id}"``); ``None``: ``<run>:<step>``.
-        action_key_defaults: the JSON defaults of the arguments the template names.
-    """
+    """What the workflow needs to schedule a tool: its class and lease bounds (as :class:`~agentlease.tools.ToolSpec`),
+    its ``action_key`` template (``None``: ``<run>:<step>``) and the JSON defaults of the arguments it names."""
 
     name: str
     side_effect_class: SideEffectClass
@@ -270,11 +247,8 @@ class ToolInfo(_Frozen):
     action_key_defaults: dict[str, Any] = Field(default_factory=dict)
 
     def key_for(self, arguments: dict[str, Any]) -> str | None:
-        """The action key of a call with ``arguments`` (``None``: the tool declares none).
-
-        Raises:
-            ValueError: an argument the template names is missing and has no default.
-        """
+        """The action key of a call with ``arguments`` (``None``: the tool declares none; ``ValueError``: an
+        argument the template names is missing and has no default)."""
         return None if self.action_key is None else action_key_for(self.action_key, arguments, self.action_key_defaults)
 
 
@@ -294,13 +268,8 @@ class ToolCall(_Frozen):
 
 
 class TaskSpec(_Frozen):
-    """What the ledger records when it first sees a task.
-
-    Attributes:
-        arguments_sha256: :func:`arguments_fingerprint` of the call's arguments; a stored receipt
-            settles the task only when its tool and fingerprint match. ``None``: not known (the
-            receipt's tool alone is compared).
-    """
+    """What the ledger records when it first sees a task. A stored receipt settles it only when its tool and
+    ``arguments_sha256`` (:func:`arguments_fingerprint`; ``None``: not known, the tool alone counts) match."""
 
     task_id: str
     agent_run_id: str
@@ -323,11 +292,7 @@ class TaskSpec(_Frozen):
         *,
         approval_ttl: timedelta | None = None,
     ) -> TaskSpec:
-        """The task of a tool call, with the tool's class, lease TTL and approval TTL.
-
-        Raises:
-            pydantic.ValidationError: ``lease_ttl`` (or ``approval_ttl``) is not positive.
-        """
+        """The task of a tool call (``pydantic.ValidationError``: a TTL that is not positive)."""
         return cls(
             task_id=call.task_id,
             agent_run_id=call.agent_run_id,
@@ -349,15 +314,9 @@ class TaskSpec(_Frozen):
 
 
 class SettlementReceipt(_Frozen):
-    """Proof, made after reading the external state back, that an outcome is durable.
-
-    Attributes:
-        external_system: what was written (``"http"``, ``"sql:inventory"``...).
-        external_id: the target's own id for the outcome.
-        status: what the readback observed (``"fetched"``, ``"present"``...).
-        details: small JSON-able facts from the readback (sizes, digests).
-        verified_at: when the readback happened (aware).
-    """
+    """Proof, made after reading the external state back, that an outcome is durable: ``external_system`` what was
+    written (``"sql:inventory"``), ``external_id`` the target's own id for the outcome, ``status`` what the
+    readback observed (``"present"``), ``details`` small JSON-able facts, ``verified_at`` when (aware)."""
 
     external_system: str
     external_id: str
@@ -367,7 +326,7 @@ class SettlementReceipt(_Frozen):
 
     @classmethod
     def now(cls, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
-        """A receipt of what was just read back, verified now (the fields as above)."""
+        """A receipt of what was just read back, verified now."""
         return cls(
             external_system=external_system,
             external_id=external_id,
@@ -391,15 +350,12 @@ class Claim(_Frozen):
 
     Attributes:
         generation: claim generation minted by the ledger; the fencing token.
-        owner: ``lease_owner`` (worker identity).
-        acquired_at / expires_at: on the ledger's clock.
-        attempts: real attempts so far, this one included.
+        acquired_at / expires_at: on the ledger's clock; ``attempts``: real attempts so far, this one included.
         previous_stage / previous_error_class: how far the previous attempt got, and how it ended.
-        trace: the Temporal attempt holding the lease.
         receipt: a settlement receipt already stored for the idempotency key, same tool and arguments (G6).
         receipt_refused: why a receipt stored for the key was not given (another tool or arguments used it).
-        lease_token: the secret only this holder knows, presented by every holder write; never shown, and
-            a claim rebuilt from listings or the trail has none (``docs/security-review.md``, "Lease tokens").
+        lease_token: the holder's secret for its writes; never shown, none in a claim rebuilt from listings or the
+            trail (``docs/security-review.md``, "Lease tokens").
         approval_remaining: what was left of the approval this claim consumed (``None``: none consumed).
     """
 
@@ -447,8 +403,7 @@ class TaskRecord(_Frozen):
     updated_at: AwareDatetime
 
     @classmethod
-    def from_row(cls, row: Any) -> TaskRecord:
-        """Build a record from a ``tasks`` row (a SQLAlchemy ``Row`` or mapping)."""
+    def from_row(cls, row: Any) -> TaskRecord:  # a SQLAlchemy Row or a mapping
         m = row._mapping if hasattr(row, "_mapping") else row
         converted = {
             "lease_acquired_at": from_ms(m["lease_acquired_at_ms"]),
@@ -514,12 +469,8 @@ def settled_note(settled_by: str | None, idempotency_key: str) -> str | None:
 
 
 class ToolOutcome(_Frozen):
-    """Result of one leased activity, as the workflow records it.
-
-    Attributes:
-        settled_by: :data:`SETTLED_BY_EARLIER_RECEIPT` or :data:`SETTLED_BY_PROBE` for a call that settled
-            without its tool returning in this attempt; ``None`` when the tool ran.
-    """
+    """Result of one leased activity, as the workflow records it. ``settled_by``: :data:`SETTLED_BY_EARLIER_RECEIPT`
+    or :data:`SETTLED_BY_PROBE` for a call that settled without its tool returning; ``None`` when the tool ran."""
 
     task_id: str
     status: TaskStatus
@@ -552,15 +503,9 @@ class ToolOutcome(_Frozen):
 
 
 class TaskView(_Frozen):
-    """One task as the ``status`` query of a run reports it.
-
-    Attributes:
-        status: the ledger's status as the run last learnt it (``released`` shows as ``pending``),
-            or how the step ended outside the ledger (``failed``, ``skipped``).
-        stage / claim_generation / lease_owner / progress: while an attempt runs, what it last
-            recorded in the ledger (its :class:`LeaseProgress`); after it, how it ended.
-        settled_by: as in :class:`ToolOutcome`.
-    """
+    """One task as the ``status`` query of a run reports it: ``status`` as the run last learnt it, or how the step
+    ended outside the ledger (``failed``, ``skipped``); ``stage`` / ``claim_generation`` / ``lease_owner`` /
+    ``progress``: what a running attempt last recorded (its :class:`LeaseProgress`), after it how it ended."""
 
     task_id: str
     step_id: str
@@ -587,8 +532,7 @@ class LeaseProgress(_Frozen):
     (``docs/operator-views.md``).
 
     Attributes:
-        stage: the stage the ledger recorded (``None``: just claimed).
-        reason: the renewal's reason, or ``claimed`` (at most 500 characters).
+        reason: the renewal's reason, or ``claimed`` (at most 500 characters), beside the recorded ``stage``.
         refused_writes: set when the attempt lost its lease: the late writes refused on the task so far.
         proof: ``HMAC-SHA256(call key, the other fields)``, hex.
     """
@@ -603,12 +547,8 @@ class LeaseProgress(_Frozen):
 
 
 class RefusedDecision(_Frozen):
-    """A ``decide`` signal the run refused, as the ``status`` query shows it.
-
-    Attributes:
-        decision: the decision it asked for (``approve``, ``reject``...), as sent.
-        refusal: why it was refused (the same text an update's validator gives).
-    """
+    """A ``decide`` signal the run refused, as the ``status`` query shows it: the ``decision`` as sent, and the
+    ``refusal`` (the text an update's validator gives)."""
 
     decision: str
     step_id: str | None = None
@@ -617,12 +557,8 @@ class RefusedDecision(_Frozen):
 
 
 class RunCarry(_Frozen):
-    """What an agent run carries into its next Temporal run when it continues as new.
-
-    Attributes:
-        views: every step's view so far, in order (the ``status`` query shows them all).
-        next_step: index in ``views`` of the first step not run yet.
-    """
+    """What an agent run carries into its next Temporal run when it continues as new: every step's ``views`` so
+    far, in order, and ``next_step``, the index of the first one not run yet."""
 
     views: list[TaskView] = Field(max_length=limits.MAX_STEPS_PER_RUN)
     next_step: int = Field(ge=0)

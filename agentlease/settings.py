@@ -21,11 +21,7 @@ from agentlease.limits import MAX_NAME_CHARS, MAX_TASK_QUEUE_CHARS
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``:PORT``, meaning all interfaces) as ``(host, port)``.
-
-    Raises:
-        ConfigurationError: not ``HOST:PORT`` with a port in 0..65535.
-    """
+    """``HOST:PORT`` (or ``:PORT``, all interfaces) as ``(host, port)``; ``ConfigurationError`` if not."""
     host, sep, port = address.rpartition(":")
     if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ConfigurationError(f"bad metrics address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
@@ -33,12 +29,8 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 def load_object(path: str, what: str, *, factory: bool = True) -> Any:
-    """The object named ``module:attribute``; a function there is called (a factory, no arguments)
-    unless ``factory`` is false (the object is the function itself: a redactor).
-
-    Raises:
-        ConfigurationError: not ``module:attribute``, or it cannot be imported.
-    """
+    """The object named ``module:attribute``; a function there is called (a factory, no arguments) unless
+    ``factory`` is false (a redactor). ``ConfigurationError``: not ``module:attribute``, or it cannot be loaded."""
     module_name, sep, attribute = path.partition(":")
     if not sep or not module_name or not attribute:
         raise ConfigurationError(f"bad {what} {path!r}: expected module:attribute")
@@ -369,11 +361,8 @@ def default_identity() -> str:
 
 
 def with_overrides(settings: AgentLeaseSettings, overrides: dict[str, Any]) -> AgentLeaseSettings:
-    """``settings`` with a command's own options (``None``: not given), validated like the rest.
-
-    Raises:
-        ConfigurationError: an option's value does not validate.
-    """
+    """``settings`` with a command's own options (``None``: not given), validated like the rest
+    (``ConfigurationError``)."""
     given = {k: v for k, v in overrides.items() if v is not None}
     if not given:
         return settings

@@ -1,8 +1,5 @@
-"""The agentlease worker: connects to Temporal and the ledger, registers the workflow and the tools.
-
-Run it with ``agentlease worker`` or ``python worker.py``; it reads ``AGENTLEASE_*`` settings. On
-SIGTERM, SIGINT or SIGHUP it stops polling, lets running tools finish within
-``AGENTLEASE_SHUTDOWN_GRACE``, and releases what remains with error class ``shutdown``.
+"""The agentlease worker (``agentlease worker`` or ``python worker.py``): on SIGTERM, SIGINT or SIGHUP it stops
+polling, lets running tools finish within ``AGENTLEASE_SHUTDOWN_GRACE`` and releases the rest (``shutdown``).
 """
 
 from __future__ import annotations
@@ -32,11 +29,8 @@ logger = logging.getLogger("agentlease.worker")
 
 
 def load_workflows(module_names: list[str]) -> list[type]:
-    """The ``@workflow.defn`` classes defined at the top level of the named modules.
-
-    Raises:
-        ConfigurationError: a module cannot be imported, or defines no workflow.
-    """
+    """The ``@workflow.defn`` classes defined at the top level of the named modules (``ConfigurationError``: a
+    module cannot be imported, or defines no workflow)."""
     found: list[type] = []
     for name in module_names:
         try:
@@ -129,12 +123,8 @@ async def serve(settings: AgentLeaseSettings, *, ready: asyncio.Event | None = N
 
 
 def main(configure: Callable[[AgentLeaseSettings], AgentLeaseSettings] | None = None) -> int:
-    """``python worker.py``: serve with the ``AGENTLEASE_*`` settings; one line on stderr if it cannot.
-
-    Args:
-        configure: changes the settings read from the environment before the worker starts (an
-            example agent adds its workflow, its tools and its model's plugin).
-    """
+    """``python worker.py``: serve with the ``AGENTLEASE_*`` settings, changed by ``configure`` if given (an
+    example adds its workflow, tools and plugin); one line on stderr if it cannot."""
     try:
         settings = AgentLeaseSettings()
         asyncio.run(serve(configure(settings) if configure is not None else settings))

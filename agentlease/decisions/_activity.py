@@ -1,8 +1,5 @@
-"""The ledger side of operator decisions: ``agentlease.apply_decision`` and ``agentlease.record_refusal``.
-
-Each decision is one row of the decision table, applied by :meth:`Ledger.decide` after the worker checks
-its binding to the scheduling workflow and its operator signature. The decision table:
-``docs/decisions.md``; signatures and replays: ``docs/security-operations.md`` ("Authenticated decisions").
+"""The ledger side of operator decisions: ``agentlease.apply_decision`` (after the binding and the signature are
+checked: ``docs/decisions.md``, ``docs/security-operations.md``) and ``agentlease.record_refusal``.
 """
 
 from __future__ import annotations
@@ -36,12 +33,7 @@ logger = logging.getLogger("agentlease.lease")
 
 
 class DecisionActivities:
-    """Registers ``agentlease.apply_decision`` over one ledger.
-
-    Args:
-        ledger: the ledger decisions are written to.
-        verifier: the check of operator signatures; default the open mode with no keys.
-    """
+    """Registers ``agentlease.apply_decision`` over one ledger (``verifier`` default: the open mode, no keys)."""
 
     def __init__(self, ledger: Ledger, verifier: DecisionVerifier | None = None) -> None:
         self._ledger = ledger
@@ -141,11 +133,8 @@ def _confirmed_receipt(decision: LedgerDecision) -> SettlementReceipt:
 
 def authenticate(verifier: DecisionVerifier, decision: LedgerDecision) -> str | None:
     """The operator whose signature ``decision`` carries, checked (``None``: unsigned, open mode, or the run's
-    own decisions: parking a call for approval, cancelling with its cancelled workflow).
-
-    Raises:
-        DecisionRefusedError: see :meth:`DecisionVerifier.verify`.
-    """
+    own decisions: parking a call for approval, cancelling with its cancelled workflow); ``DecisionRefusedError``
+    as :meth:`DecisionVerifier.verify` raises it."""
     if decision.kind is DecisionKind.AWAIT_APPROVAL or (decision.kind is DecisionKind.CANCEL and decision.run_own):
         return None
     rule = DECISIONS[decision.kind]
@@ -164,18 +153,12 @@ def authenticate(verifier: DecisionVerifier, decision: LedgerDecision) -> str | 
 
 
 async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | None = None) -> ToolOutcome:
-    """Apply one decision to the ledger.
-
-    Args:
-        ledger: the ledger.
-        decision: the decision.
-        signed_by: the operator whose signature was verified, recorded in the evidence trail.
+    """Apply one decision to the ledger, ``signed_by`` (the verified operator) recorded in the evidence trail.
 
     Raises:
-        ApplicationError: non-retryable ``DecisionRefused`` when the ledger's task is not in a
-            status the decision applies to (say, the sweeper or another operator got there first),
-            when a signed decision's id was applied already by another activity (a replay, recorded
-            once in the trail), or when it was signed for a generation the task has left.
+        ApplicationError: non-retryable ``DecisionRefused``: the task is not in a status the decision applies
+            to (the sweeper or another operator got there first), a signed decision's id was applied already by
+            another activity (a replay, recorded once), or it was signed for a generation the task has left.
     """
     rule = DECISIONS[decision.kind]
     decision_id = decision.decision_id if signed_by else None

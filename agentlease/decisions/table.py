@@ -1,6 +1,5 @@
-"""Operator decisions: the one decision table (:data:`DECISIONS`, ``docs/decisions.md``), which the ledger
-applies, the workflows' update validators check and ``agentlease waiting`` offers, and the payloads that carry
-a decision (who made it, ``by``, and why, ``reason``, both in the evidence trail).
+"""Operator decisions: the one decision table (:data:`DECISIONS`, ``docs/decisions.md``), which the ledger applies,
+the update validators check and ``agentlease waiting`` offers, and the payloads that carry a decision.
 """
 
 from __future__ import annotations
@@ -29,19 +28,15 @@ class DecisionRule:
     """One row of the decision table.
 
     Attributes:
-        kind: the decision.
-        command: the workflow update and ``agentlease`` command that makes it; ``None`` for
-            ``await_approval``, which the run itself makes.
-        applies_to: the ledger statuses it applies to; any other is refused.
-        to: the status it leaves the task in.
-        event: the evidence-trail entry it writes.
+        command: the workflow update and ``agentlease`` command that makes it (``None``: the run makes it).
+        applies_to / to / event: the ledger statuses it applies to (any other is refused), the status it leaves,
+            the evidence-trail entry it writes.
         error_class: recorded with it, read by the next attempt's recovery policy (``None``: cleared).
         restarts_attempts: the task's real-attempt count goes back to 0.
-        settles: it writes a settlement receipt from what the operator observed (the task's stage
-            becomes ``settled`` only when ``to`` is ``settled``).
+        settles: it writes a receipt from what the operator observed (stage ``settled`` only if ``to`` is).
         action: the ``--action`` of ``agentlease reconcile`` that makes it (``None`` for other commands).
-        to_if_effect_unknown: the status it leaves instead when the task's side effect may have
-            happened and only a person can say (:meth:`SideEffectClass.may_have_acted`).
+        to_if_effect_unknown: the status it leaves instead when the side effect may have happened
+            (:meth:`SideEffectClass.may_have_acted`).
     """
 
     kind: DecisionKind
@@ -215,15 +210,11 @@ class DecisionRequest(_Request):
     """Payload of ``approve``, ``reject`` and ``redrive`` of one step.
 
     Attributes:
-        step_id: the step decided on.
-        by: who decides (operator name), 1 to 200 characters.
-        reason: why, 1 to 2000 characters.
-        proof: the operator's signature (:mod:`agentlease.security.decision_auth`); required in the
-            authenticated decision mode.
+        by / reason: who decides (1 to 200 characters) and why (1 to 2000).
+        proof: the operator's signature (:mod:`agentlease.security.decision_auth`); required when authenticated.
         arguments_sha256: with ``approve``: the fingerprint of the arguments the person saw
-            (:func:`~agentlease.records.arguments_fingerprint`); the run refuses the approval when the
-            step's arguments are not those. Omitted: the step's arguments as the run holds them. Either
-            way the approval is bound to that fingerprint and the ledger checks it at the claim.
+            (:func:`~agentlease.records.arguments_fingerprint`), refused when the step's are other; omitted: the
+            step's as the run holds them. The approval is bound to it; the ledger checks it at the claim.
     """
 
     step_id: str = _StepRef
@@ -234,17 +225,9 @@ class DecisionRequest(_Request):
 
 
 class ReconcileRequest(DecisionRequest):
-    """Payload of ``reconcile`` of a step that needs a decision.
-
-    Attributes:
-        action: ``confirm`` (the side effect happened: a receipt is written from ``external_id``
-            and ``observed``), ``retry`` (once more, with the same idempotency key), or
-            ``abandon`` (it stays undone; ``reason`` is the note).
-        external_id: required with ``confirm``: the external system's id of the outcome (at most
-            1024 characters).
-        observed: with ``confirm``: what the operator saw (JSON object, at most 16 KiB and 32
-            levels; ``docs/limits.md``).
-    """
+    """Payload of ``reconcile`` of a step: ``action`` ``confirm`` (it happened: a receipt is written from
+    ``external_id``, required, at most 1024 characters, and ``observed``, a JSON object of at most 16 KiB and 32
+    levels), ``retry`` (once more, same key) or ``abandon`` (it stays undone; ``reason`` is the note)."""
 
     action: Literal["confirm", "retry", "abandon"]
     external_id: str | None = Field(default=None, min_length=1, max_length=limits.MAX_EXTERNAL_ID_CHARS)
@@ -281,17 +264,14 @@ class CancelRequest(_Request):
 
 
 class LedgerDecision(_Request):
-    """Input of the ``agentlease.apply_decision`` activity: a decision on one task.
+    """Input of the ``agentlease.apply_decision`` activity: a decision (:data:`DECISIONS`) on one task.
 
     Attributes:
-        kind: the decision (see :data:`DECISIONS`).
         task: the task's identity, to create it in the ledger if it is not there yet.
-        by / reason: who decided, and why.
-        external_id / observed: what a ``confirm`` writes into its receipt.
-        signed: the operator's signed request, checked by the activity (``None``: unsigned). Its proof
-            carries the decision's id (:attr:`decision_id`) and the generation the operator saw.
-        run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow: set by workflow
-            code only, so it needs no operator's signature. Default false.
+        signed: the operator's signed request, checked by the activity (``None``: unsigned); its proof
+            carries the decision's id and the generation the operator saw.
+        run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow (workflow code
+            only, so no signature needed). Default false.
     """
 
     kind: DecisionKind
@@ -316,14 +296,8 @@ class LedgerDecision(_Request):
 
 
 class LedgerRefusal(BaseModel):
-    """A refused ``decide`` signal, as the ``agentlease.record_refusal`` activity takes it.
-
-    Attributes:
-        task: the task the signal named.
-        decision: the decision it asked for, as sent (at most 50 characters).
-        by: who sent it, if it said.
-        refusal: why the run refused it.
-    """
+    """A refused ``decide`` signal (its ``task``, the ``decision`` as sent, ``by`` if it said, and the run's
+    ``refusal``), as the ``agentlease.record_refusal`` activity takes it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -343,13 +317,8 @@ def verify_recorded(
 ) -> bool:
     """Whether an evidence entry of step ``step_id`` and kind ``kind`` is an operator's signed decision: the
     signature beside it verifies for ``agent_run_id``, the signed request names this step (or none: a whole-run
-    cancel), and its command makes an entry of this kind (``docs/security-review.md``).
-
-    Args:
-        agent_run_id / step_id: the run and the step of the entry's task.
-        details: the entry's details.
-        keys: operator public keys by name (:func:`~agentlease.security.decision_auth.load_public_keys`).
-        kind: the entry's kind.
+    cancel), and its command makes an entry of this kind (``docs/security-review.md``). ``keys``: operator public
+    keys by name (:func:`~agentlease.security.decision_auth.load_public_keys`).
     """
     signed = details.get("signed")
     request = signed.get("request") if isinstance(signed, Mapping) else None

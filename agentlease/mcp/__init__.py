@@ -1,8 +1,5 @@
-"""Leased MCP tool calls (extra ``agentlease[mcp]``): the client side and the server side.
-
-Client side: :func:`mcp_tools` declares an MCP server's tools as agentlease tools, whose calls carry the
-key, fencing token, resource and lease expiry in ``_meta``. Server side: :class:`LeaseGuard` makes an MCP
-server enforce them (``docs/edge.md``). ``docs/mcp.md``.
+"""Leased MCP tool calls (extra ``agentlease[mcp]``, ``docs/mcp.md``): :func:`mcp_tools` declares a server's tools,
+whose calls carry key, fencing token, resource and lease expiry in ``_meta``; :class:`LeaseGuard` enforces them.
 """
 
 from __future__ import annotations

@@ -21,15 +21,7 @@ from agentlease.errors import ConfigurationError
 class MCPServer:
     """An MCP server agentlease calls tools of: a command it starts (stdio) or a URL (streamable HTTP). Make one
     with :meth:`stdio` or :meth:`http`; nothing connects until a tool is called (workflow code may build one).
-
-    Attributes:
-        name: the server's name in tool names, receipts and messages (``crm``).
-        command: the executable of a stdio server.
-        args: its arguments.
-        env: extra environment variables of the stdio server.
-        cwd: its working directory.
-        url: the endpoint of a streamable HTTP server (``http://crm.internal:8000/mcp``).
-        headers: HTTP headers sent with every request (credentials: the server scopes keys by them).
+    ``name`` is the server's name in tool names, receipts and messages (``crm``).
     """
 
     name: str
@@ -58,26 +50,14 @@ class MCPServer:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> MCPServer:
-        """A server the worker starts as a subprocess and talks to over its stdin and stdout.
-
-        Args:
-            name: the server's name (``crm``).
-            command: the executable; ``"python"`` is this interpreter.
-            args: its arguments (``["-m", "crm_server"]``).
-            env: extra environment variables (merged over the SDK's safe default environment).
-            cwd: its working directory. Default the worker's.
-        """
+        """A server the worker starts as a subprocess and talks to over stdio: ``command`` (``"python"`` is this
+        interpreter) with ``args``, ``env`` merged over the SDK's safe default environment, in ``cwd``."""
         return cls(name, command=command, args=tuple(args), env=env, cwd=cwd)
 
     @classmethod
     def http(cls, name: str, url: str, *, headers: Mapping[str, str] | None = None) -> MCPServer:
-        """A server reached over streamable HTTP.
-
-        Args:
-            name: the server's name (``crm``).
-            url: its endpoint (``http://crm.internal:8000/mcp``).
-            headers: sent with every request (``Authorization``).
-        """
+        """A server reached over streamable HTTP at ``url``, ``headers`` sent with every request (credentials: the
+        server scopes keys by them)."""
         return cls(name, url=url, headers=headers)
 
     @property

@@ -74,24 +74,18 @@ class LeaseGuard(Extension):
     ``MCPServer`` (``extensions=[guard]``) or a low-level ``Server``'s middleware (``server.middleware.append``).
 
     Args:
-        store: where keys, results and fences live (the server's database); create its tables at
-            startup with ``await store.create_tables()``.
+        store: where keys, results and fences live; create its tables with ``await store.create_tables()``.
         tools: the guarded tools. Default ``None``: every tool but the readback tool.
-        require_key: refuse a call of a guarded tool without ``io.agentlease/idempotency-key``.
-            Default true; false lets such calls through unguarded.
+        require_key: refuse a guarded call without ``io.agentlease/idempotency-key`` (false: let it through
+            unguarded). Default true.
         require_fencing_token: refuse a call without ``io.agentlease/fencing-token``. Default false.
-        fencing_key: the shared fencing key (``AGENTLEASE_FENCING_KEY``): only tokens signed for the
-            resource pass. Default ``None``: generations are taken as sent.
-        resource_for: names the fenced resource of a call, ``(tool, idempotency key, arguments) -> str``.
-            Default ``None``: the resource the client names (``io.agentlease/resource``, which a signed token
-            must have been made for), else :func:`~agentlease.mcp._convention.default_resource`
-            (``mcp/<tool>/<key>``): one fence per action.
+        fencing_key: only tokens signed for the resource with it pass. Default ``None``: generations as sent.
+        resource_for: ``(tool, idempotency key, arguments) -> resource``. Default: the resource the client names
+            (``io.agentlease/resource``), else ``mcp/<tool>/<key>``: one fence per action.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_request`.
-        commits_with_key: the tools whose effect commits with their key (in ``effect_transaction``, and
-            nowhere else): should such a call's server stop before that commit, its key is free again once
-            the store's lock timed out, instead of held in doubt. Default: none.
-        readback_tool: the name of the readback tool the guard serves; ``None``: none. Default
-            ``agentlease_was_applied``.
+        commits_with_key: tools whose effect commits with their key (in ``effect_transaction`` only): stopped
+            before that commit, the key is free again once the store's lock timed out, not in doubt.
+        readback_tool: the readback tool's name (``None``: none). Default ``agentlease_was_applied``.
         clock: the current time (aware) for every statement; default ``None``, the database's clock.
     """
 
@@ -206,11 +200,8 @@ class LeaseGuard(Extension):
         caller: str,
         run: Callable[[], Any],
     ) -> HandlerResult:
-        """Decide one call of a guarded ``tool`` (``docs/mcp.md``); ``run()`` runs the tool.
-
-        Raises:
-            MCPError: a refusal (code :data:`~agentlease.mcp._convention.REFUSAL_CODE`).
-        """
+        """Decide one call of a guarded ``tool`` (``docs/mcp.md``); ``run()`` runs the tool. A refusal raises
+        ``MCPError`` (code :data:`~agentlease.mcp._convention.REFUSAL_CODE`)."""
         try:
             lease = read_lease_meta(meta)
         except MetaError as exc:

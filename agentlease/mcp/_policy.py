@@ -25,12 +25,10 @@ class ToolPolicy:
     Attributes:
         side_effect, lease_ttl, start_to_close, max_attempts, requires_approval: as for :func:`agentlease.tool`
             (``lease_ttl`` required here or in ``default``).
-        args: the pydantic model of the tool's arguments, as the model sees them.
-        input_schema: the tool's JSON schema instead (the ``inputSchema`` the server lists).
-        description: what the model reads. Default the listed description.
+        args / input_schema / description: the arguments' pydantic model, or their JSON schema; what the model
+            reads. Default the listed ones.
         name: the agentlease tool name (activity type). Default ``<prefix><mcp tool name>``.
-        resource: ``(idempotency key, arguments) -> resource`` the fencing token is made for; the
-            server must name the same resource. Default ``mcp/<tool>/<key>``.
+        resource: a :data:`ResourceFunction`. Default ``mcp/<tool>/<key>``.
         renew_every: how often the lease is renewed while the server works. Default a third of the TTL.
         readback: read a guarded server's stored result back (``agentlease_was_applied``) before
             settling and before a retry writes again. Default: when the server advertises the guard.

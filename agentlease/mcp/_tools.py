@@ -44,12 +44,8 @@ def _args_model(tool_name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
 
 
 def guess_side_effect(listed: Mapping[str, Any] | None, *, guarded: bool = False) -> SideEffectClass:
-    """The side-effect class a listed tool's annotations suggest; a guess, never proof.
-
-    Args:
-        listed: the tool as ``tools/list`` gives it (``annotations`` with ``readOnlyHint``...), or ``None``.
-        guarded: the server guards the tool (``io.agentlease/lease``).
-    """
+    """The side-effect class a tool's ``tools/list`` annotations suggest (``guarded``: the server guards it); a
+    guess, never proof."""
     hints = (listed or {}).get("annotations") or {}
     if hints.get("readOnlyHint") is True:
         return SideEffectClass.READ_ONLY
@@ -82,28 +78,21 @@ def mcp_tools(
     guarded: Sequence[str] | None = None,
     prefix: str = "",
 ) -> list[ToolSpec]:
-    """Declare an MCP server's tools as leased agentlease tools (``docs/mcp.md``). No I/O.
-
-    Each returned :class:`~agentlease.tools.ToolSpec` goes where any tool goes (``AgentLeasePlugin(tools=...)``,
-    ``call_tool``, the adapters); the key, fencing token, resource and lease expiry travel in ``_meta``.
+    """Declare an MCP server's tools as leased agentlease tools, which go where any tool goes (``docs/mcp.md``).
+    No I/O.
 
     Args:
-        server: where the tools are (:meth:`MCPServer.stdio`, :meth:`MCPServer.http`).
         default: the policy of every tool, under each tool's own.
         tools: per tool name at the server, its policy. With ``listed``, every listed tool is declared
-            (those not named here with ``default``); without it, exactly the named ones.
+            (those not named here with ``default``); without it, exactly the named ones, in that order.
         listed: the server's ``tools/list`` answer, recorded (a list of tool objects, or the path of a
             JSON file holding it or ``{"tools": [...]}``), from :func:`~agentlease.mcp.list_server_tools`.
         guarded: the tools the server guards (``io.agentlease/lease``), for the side-effect guess.
         prefix: put before each tool's name to make the agentlease tool name (``crm_``).
 
-    Returns:
-        One tool per declared MCP tool, in the order named (then listed).
-
     Raises:
-        ConfigurationError: a tool without a side-effect class (declared, or guessed from ``listed``),
-            without a lease TTL, or without an argument schema (``args``, ``input_schema`` or ``listed``);
-            two tools with one name; unreadable ``listed``.
+        ConfigurationError: a tool without a side-effect class (declared, or guessed from ``listed``), lease
+            TTL or argument schema; two tools with one name; unreadable ``listed``.
         MissingHeartbeatTimeoutError: a lease TTL that is not positive.
     """
     from agentlease.mcp._call import leased_mcp_call, unleased_mcp_call
@@ -170,15 +159,9 @@ def mcp_tools(
 
 
 async def check_tools(specs: Sequence[ToolSpec]) -> None:
-    """Check declared MCP tools against each server's live ``tools/list`` (call it when the worker starts).
-
-    Logs a side-effect class guessed from annotations, and a declared class that the listed
-    annotations contradict (hints only: the declaration wins).
-
-    Raises:
-        ConfigurationError: a server lists no such tool, or requires an argument the declaration
-            lacks; a server cannot be reached (one line per problem).
-    """
+    """Check declared MCP tools against each server's live ``tools/list`` (when the worker starts), logging a
+    guessed side-effect class and one the annotations contradict (the declaration wins). ``ConfigurationError``:
+    a server lists no such tool, requires an argument the declaration lacks, or cannot be reached."""
     by_server: dict[MCPServer, list[MCPBinding]] = {}
     for spec in specs:
         binding = binding_of(spec)

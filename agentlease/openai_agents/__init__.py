@@ -1,8 +1,6 @@
-"""Leased tool calls for agents on the OpenAI Agents SDK (extra ``agentlease[openai-agents]``).
-
-In the agent's workflow, ``leased_tool(mytools.open_ticket)`` for each tool and ``await run_agent(agent,
-prompt)``; on the worker, :class:`agentlease.plugin.AgentLeasePlugin` with the tools. A whole example and
-what the model reads back: ``docs/agents.md``.
+"""Leased tool calls for agents on the OpenAI Agents SDK (extra ``agentlease[openai-agents]``): ``leased_tool``
+for each tool and ``await run_agent(agent, prompt)`` in the workflow, ``AgentLeasePlugin`` on the worker
+(``docs/agents.md``).
 """
 
 from __future__ import annotations

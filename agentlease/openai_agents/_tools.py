@@ -1,8 +1,5 @@
-"""Leased tools for the OpenAI Agents SDK on Temporal (workflow code).
-
-:func:`leased_tool` turns a declared agentlease tool (``@tool`` or ``leased``) into an ``agents``
-:class:`~agents.FunctionTool` whose calls run as the tool's leased activity; :func:`run_agent` runs the
-agent and ends the run's status. Keys, approvals and what the model reads: ``docs/agents.md``.
+"""Leased tools for the OpenAI Agents SDK on Temporal (workflow code): :func:`leased_tool` and :func:`run_agent`.
+Keys, approvals and what the model reads: ``docs/agents.md``.
 """
 
 from __future__ import annotations
@@ -57,23 +54,18 @@ def leased_tool(
     the tool with :class:`agentlease.plugin.AgentLeasePlugin`). Outside a workflow a ``leased`` tool runs unleased.
 
     Args:
-        tool: a declared tool (``@tool`` or ``leased``); its argument model is the JSON schema the
-            model sees.
-        name: the name the model calls it by. Default the tool's name.
-        description: what the model reads about it. Default the first paragraph of the tool's
-            description (the wrapped function's docstring).
-        step_id: makes the step id from ``(name, tool_call_id)``; it must be unique in the run and
-            the same on replay. Default ``<name>-<tool_call_id>``, with ``-2``, ``-3``... appended
-            when a later turn repeats a call id.
-        key: makes the idempotency key from the validated arguments; overrides the tool's declared
-            ``action_key``. Default the declared action key, else ``<workflow id>:<step id>``.
-        strict: give the model a strict JSON schema. Default: strict when the argument model allows
-            it (a free-form ``dict`` field does not).
+        tool: a declared tool; its argument model is the JSON schema the model sees.
+        name / description: what the model calls it and reads. Default the tool's name and the first
+            paragraph of its description.
+        step_id: ``(name, tool_call_id) -> step id``, unique in the run and the same on replay. Default
+            ``<name>-<tool_call_id>``, ``-2``, ``-3``... appended when a later turn repeats a call id.
+        key: ``(validated arguments) -> idempotency key``, over the tool's ``action_key``. Default the
+            declared action key, else ``<workflow id>:<step id>``.
+        strict: a strict JSON schema. Default: when the argument model allows it (a free ``dict`` does not).
 
     Returns:
-        The tool. Its invocation returns the settled output as JSON text, or one line starting with
-        ``error:`` (bad arguments, rejected, abandoned, cancelled, failed). Outside a workflow it
-        returns the function's output as JSON text, and what the function raises propagates.
+        The tool: its invocation returns the settled output as JSON text, or one ``error:`` line (bad
+        arguments, rejected, abandoned, cancelled, failed); outside a workflow, the function's output.
 
     Raises:
         ConfigurationError: ``tool`` is not a declared tool (an MCP server, say: ``docs/mcp.md``).
@@ -136,12 +128,8 @@ def tool_output(name: str, outcome: CallOutcome) -> str:
 
 
 def leased_run_config(**options: Any) -> RunConfig:
-    """A ``RunConfig`` that tells the model about a tool it made up instead of failing the run (the SDK's
-    default raises ``ModelBehaviorError`` in the workflow, whose task then fails on every retry).
-
-    Args:
-        options: further ``RunConfig`` fields.
-    """
+    """A ``RunConfig`` (with further ``options``) that tells the model about a tool it made up instead of failing
+    the run (the SDK's default raises ``ModelBehaviorError``, whose workflow task then fails on every retry)."""
     return RunConfig(**{"tool_not_found_behavior": "return_error_to_model", **options})
 
 
@@ -149,17 +137,8 @@ async def run_agent(agent: Agent[Any], input: str | list[TResponseInputItem], **
     """``Runner.run(agent, input, ...)`` with :func:`leased_run_config`, then end the run's leased calls
     (:meth:`~agentlease.workflow.LeasedToolCalls.run_to_end`). Outside a workflow it is ``Runner.run``.
 
-    Args:
-        agent: the agent, its leased tools made with :func:`leased_tool`.
-        input: the prompt, or the input items.
-        **runner_kwargs: further ``Runner.run`` arguments (``max_turns``, ``context``...). A
-            ``run_config`` given here is used as it is. Default :func:`leased_run_config`.
-
-    Returns:
-        The SDK's ``RunResult`` (``result.final_output``).
-
-    Raises:
-        Exception: whatever ``Runner.run`` raises, after the run's state is recorded as ``failed``.
+    ``runner_kwargs``: further ``Runner.run`` arguments (a ``run_config`` given is used as it is). Whatever
+    ``Runner.run`` raises propagates, after the run's state is recorded as ``failed``.
     """
     run_config = runner_kwargs.pop("run_config", None) or leased_run_config()
     if not workflow.in_workflow():

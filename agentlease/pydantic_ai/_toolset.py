@@ -1,8 +1,5 @@
-"""Leased tool calls for a Pydantic AI agent that runs durably on Temporal (``TemporalDurability``).
-
-Workflow code: :class:`LeasedToolset` is a toolset of declared agentlease tools whose calls run as the
-tools' leased activities through :class:`~agentlease.workflow._calls.LeasedToolCalls`. How a call runs,
-its keys, approvals, what the model sees and cancellation: ``docs/pydantic-ai.md``.
+"""Leased tool calls for a Pydantic AI agent that runs durably on Temporal (``TemporalDurability``), workflow code:
+:class:`LeasedToolset` and :func:`run_agent` (``docs/pydantic-ai.md``).
 """
 
 from __future__ import annotations
@@ -75,13 +72,11 @@ class LeasedToolset(AbstractToolset[Any]):
     Outside a workflow each call runs a ``leased`` tool's function directly, without a lease.
 
     Args:
-        tools: the declared tools (``@tool`` or ``leased``); names must be unique.
+        tools: the declared tools; names must be unique.
         id: the toolset's id among the agent's toolsets. Default ``"agentlease"``.
-        step_id: ``(tool, tool_call_id) -> text`` a call's step id is made from; default
-            ``"<tool>-<tool_call_id>"``. It must be deterministic (it runs in workflow code).
-        key: ``(tool, arguments) -> idempotency key or None``; overrides the tool's declared
-            ``action_key``. Default ``None`` for every call: the declared action key, else
-            ``<workflow id>:<step id>``. Deterministic too.
+        step_id: a :data:`StepIdFunction`, deterministic (workflow code). Default ``"<tool>-<tool_call_id>"``.
+        key: a :data:`KeyFunction` over the tool's declared ``action_key``, deterministic. Default ``None``: the
+            declared action key, else ``<workflow id>:<step id>``.
         max_retries: how often the model may correct bad arguments. Default 1.
 
     Raises:
@@ -145,12 +140,8 @@ class LeasedToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        """Run the call as a leased activity until it is final (outside a workflow: unleased, its output).
-
-        Raises:
-            ToolFailed: the call did not settle (the model is told why).
-            ConfigurationError: outside a workflow, a ``@tool`` tool (it runs only as a leased activity).
-        """
+        """Run the call as a leased activity until it is final (outside a workflow: unleased, its output;
+        ``ConfigurationError`` for a ``@tool`` tool). ``ToolFailed``: it did not settle (the model is told why)."""
         if not workflow.in_workflow():  # a local run, a unit test, an eval: a plain call, no lease
             return await run_unleased(self._tools[name], tool_args)
         calls = self.leased_calls()
@@ -192,11 +183,8 @@ def _not_settled(name: str, outcome: CallOutcome) -> str:
 
 async def run_agent(agent: AbstractAgent[Any, OutputT], *args: Any, **kwargs: Any) -> AgentRunResult[OutputT]:
     """``agent.run(*args, **kwargs)`` from workflow code, then end the run's leased calls
-    (:meth:`~agentlease.workflow.LeasedToolCalls.run_to_end`). Outside a workflow it is ``agent.run``.
-
-    Raises:
-        Exception: whatever the agent run raises, after the run's state is recorded as ``failed``.
-    """
+    (:meth:`~agentlease.workflow.LeasedToolCalls.run_to_end`: what it raises propagates, the run ``failed``).
+    Outside a workflow it is ``agent.run``."""
     if not workflow.in_workflow():
         return await agent.run(*args, **kwargs)
     return await leased_calls().run_to_end(agent.run, *args, **kwargs)

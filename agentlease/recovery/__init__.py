@@ -1,8 +1,5 @@
-"""Recovery: the stage-aware retry and recovery tables, and the sweeper that ends lapsed leases.
-
-The policy (:func:`decide`, :func:`classify`) is what each attempt consults before it runs a tool
-(``docs/recovery.md``); :class:`ExpiredLeaseSweeper` releases the leases whose holders died, in keyset
-batches of conditional updates (``agentlease sweep``).
+"""Recovery: the policy each attempt consults before it runs a tool (:func:`decide`, ``docs/recovery.md``), and
+:class:`ExpiredLeaseSweeper`, which ends the leases whose holders died (``agentlease sweep``).
 """
 
 from __future__ import annotations

@@ -20,12 +20,7 @@ from agentlease.errors import (
 
 @dataclass(frozen=True)
 class RecoveryDecision:
-    """A decision and the rule it came from.
-
-    Attributes:
-        action: what to do.
-        rule: the table row that decided, quoted for the evidence trail.
-    """
+    """A decision (``action``) and the ``rule``, the table row that decided, quoted for the evidence trail."""
 
     action: RecoveryAction
     rule: str
@@ -45,20 +40,15 @@ def decide(
     real_attempts: int,
     max_attempts: int,
 ) -> RecoveryDecision:
-    """Decide how the next attempt proceeds.
+    """Decide how the next attempt proceeds. Never retries an ``unsafe`` tool whose previous attempt may have
+    crossed ``external_call`` (G7); never reruns a settled task (G6).
 
     Args:
-        side_effect_class: the tool's class.
         last_stage: the last durable stage of the previous attempt (``None``: never started).
         receipt_present: a settlement receipt exists for the idempotency key.
-        error_class: how the previous attempt ended (``None``: it did not end cleanly, e.g. its
-            lease lapsed, or there was no previous attempt).
+        error_class: how the previous attempt ended (``None``: not cleanly, its lease lapsed, or none ran).
         real_attempts: attempts that really ran the tool before this one (capacity releases excluded).
-        max_attempts: the tool's limit of real attempts. Must be at least 1.
-
-    Returns:
-        The decision. Never retries an ``unsafe`` tool whose previous attempt may have crossed
-        ``external_call`` (G7); never reruns a settled task (G6).
+        max_attempts: the tool's limit of real attempts.
 
     Raises:
         ValueError: ``max_attempts`` < 1 or ``real_attempts`` < 0.
@@ -87,11 +77,7 @@ def decide(
     if error_class is ErrorClass.PERMANENT:
         return RecoveryDecision(RecoveryAction.DEAD_LETTER, "deterministic failure: dead-letter for inspection")
     if real_attempts >= max_attempts:
-        if (
-            side_effect_class is not SideEffectClass.READ_ONLY
-            and last_stage is not None
-            and (last_stage.crossed_external_call)
-        ):
+        if side_effect_class.may_have_acted(last_stage):
             return RecoveryDecision(
                 RecoveryAction.RECONCILE,
                 f"repeated failure after the call may have reached the downstream: {real_attempts} real attempts "
@@ -118,13 +104,8 @@ def decide(
 
 def decide_after_probe(error_class: ErrorClass | None, *, real_attempts: int, max_attempts: int) -> RecoveryDecision:
     """How an attempt goes on when the tool's readback probe found that the action did NOT happen: the rest of
-    the policy applies (G7 withheld the retry only because nobody could say), ``docs/recovery.md``.
-
-    Args:
-        error_class: how the previous attempt ended (``None``: its lease lapsed).
-        real_attempts: attempts that ran the tool before the one that goes on.
-        max_attempts: the tool's limit of real attempts.
-    """
+    the policy applies (G7 withheld the retry only because nobody could say), ``docs/recovery.md``. The arguments
+    as for :func:`decide`."""
     if error_class is ErrorClass.IN_DOUBT:
         return RecoveryDecision(
             RecoveryAction.RECONCILE,

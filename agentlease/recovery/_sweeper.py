@@ -6,6 +6,7 @@ policy says, with conditional writes (:mod:`agentlease.ledger.expiry`; ``docs/op
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,17 +24,12 @@ logger = logging.getLogger("agentlease.sweeper")
 
 @dataclass(frozen=True)
 class SweeperSettings:
-    """Settings of the sweeper.
+    """Settings of the sweeper (``ValueError``: a non-positive interval, batch size or limit).
 
     Attributes:
         interval: pause between two sweeps. Default 5s.
         batch_size: leases read per keyset batch, each recorded by one statement. Default 500.
-        default_max_attempts: real attempts before dead-lettering a tool not named in
-            ``max_attempts_by_tool``. Default 5 (the tool declaration's default).
-        max_attempts_by_tool: per-tool limits, usually from the worker's tool registry.
-
-    Raises:
-        ValueError: a non-positive interval, batch size or limit.
+        default_max_attempts: real attempts of a tool not in ``max_attempts_by_tool`` (per-tool limits). Default 5.
     """
 
     interval: timedelta = timedelta(seconds=5)
@@ -52,15 +48,8 @@ class SweeperSettings:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """Counts of one :meth:`ExpiredLeaseSweeper.run_once`.
-
-    Attributes:
-        examined: expired leases read.
-        released: recorded and released for another attempt.
-        needs_reconciliation: recorded and parked for a human decision.
-        dead_lettered: recorded and dead-lettered.
-        skipped: changed meanwhile (claimed again, settled, or recorded by another sweeper).
-    """
+    """Counts of one :meth:`ExpiredLeaseSweeper.run_once`: expired leases ``examined``, recorded and ``released``,
+    parked (``needs_reconciliation``) or ``dead_lettered``, and ``skipped`` (changed meanwhile)."""
 
     examined: int = 0
     released: int = 0
@@ -74,14 +63,8 @@ class SweepResult:
 
 
 class ExpiredLeaseSweeper:
-    """Records and classifies lapsed leases.
-
-    Args:
-        ledger: the lease ledger.
-        settings: see :class:`SweeperSettings`.
-        tool_limits: per-tool max attempts (over ``settings.max_attempts_by_tool``), read the first time a
-            lease is classified (for tools costly to load).
-    """
+    """Records and classifies lapsed leases. ``tool_limits``: per-tool max attempts (over the settings'), read the
+    first time a lease is classified (for tools costly to load)."""
 
     def __init__(
         self,
@@ -152,7 +135,5 @@ class ExpiredLeaseSweeper:
                 logger.warning(
                     "sweep failed, next one in %gs: %s", self.settings.interval.total_seconds(), one_line(exc)
                 )
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.settings.interval.total_seconds())
-            except TimeoutError:
-                pass

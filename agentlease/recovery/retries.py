@@ -1,10 +1,6 @@
-"""How soon a tool call is tried again (``docs/recovery.md``, "How fast recovery is").
-
-- **An attempt that was lost** (its worker died or paused) is retried by Temporal's retry policy with a short
-  backoff: the lease already paces the takeover (the next claim is refused with ``LeaseHeld`` and
-  ``next_retry_delay`` = the time the lease has left).
-- **An attempt that ended with a retryable failure** the ledger recorded comes back after
-  :func:`failure_retry_delay` of the task's real attempts (a Temporal reset does not restart the pacing).
+"""How soon a tool call is tried again (``docs/recovery.md``, "How fast recovery is"): a lost attempt by Temporal's
+retry policy, paced by the lease (``LeaseHeld``); a recorded retryable failure after :func:`failure_retry_delay`
+of the task's real attempts (a Temporal reset does not restart the pacing).
 """
 
 from __future__ import annotations
@@ -29,11 +25,8 @@ MIN_RETRY_DELAY = timedelta(milliseconds=20)
 
 
 def failure_retry_delay(real_attempts: int) -> timedelta:
-    """``next_retry_delay`` after a retryable failure: 1 s, 2 s, 4 s... doubling per real attempt, at most 30 s.
-
-    Args:
-        real_attempts: the task's real attempts so far, the failed one included (at least 1).
-    """
+    """``next_retry_delay`` after a retryable failure: 1 s, 2 s, 4 s... doubling per real attempt so far (the failed
+    one included), at most 30 s."""
     return _doubling(FAILURE_RETRY_INITIAL, real_attempts, FAILURE_RETRY_MAXIMUM)
 
 

@@ -35,15 +35,13 @@ HOLDER_WRITES = frozenset(
 """Entries a lease holder writes itself: the points between which it was quiet."""
 
 CAME_BACK = frozenset({EventKind.LEASE_LOST, EventKind.LATE_UNAPPLIED})
-"""Entries of a holder that wrote after its lease lapsed (a refused renewal or release, a late
-result): it was alive, only quiet for longer than the TTL."""
+"""Entries of a holder that wrote after its lease lapsed: it was alive, only quiet for longer than the TTL."""
 
 MIN_GAPS = 20
 """No recommendation for a tool from fewer gaps between holder writes than this. Default 20."""
 
 RECOVERY_BACKOFF_S = 1.0
-"""The first retry backoff of a tool call (``agentlease.workflow._options.RETRY_INITIAL_INTERVAL``), added to the
-TTL in the recovery estimate. Default 1s."""
+"""The first retry backoff of a tool call (``RETRY_INITIAL_INTERVAL``), added to the TTL in the recovery estimate."""
 
 HEADROOM = 2.0
 """The recommended TTL is at least this many times the 99th-percentile gap. Default 2."""
@@ -95,17 +93,10 @@ class Spread:
 
 @dataclass(frozen=True)
 class StageAdvice:
-    """What holders of one tool did in one stage.
-
-    Attributes:
-        stage: the stage the holder was in during the gap (``none``: before its first stage).
-        gaps: quiet time between consecutive holder writes (the last ending at a holder's refused
-            write after its lease lapsed).
-        durations: time from entering the stage to entering the next one (or ending the attempt).
-        expiries: leases that lapsed in this stage.
-        lapsed_alive: of those, leases whose holder wrote again after the lapse (a refused renewal
-            or a late result): it was alive and only quiet for longer than the TTL.
-    """
+    """What holders of one tool did in one ``stage`` (``none``: before the first): ``gaps``, quiet time between
+    consecutive holder writes (the last ending at a refused write after the lapse); ``durations``, from entering
+    the stage to the next (or the attempt's end); ``expiries``, leases that lapsed in it; ``lapsed_alive``, those
+    whose holder wrote again after the lapse (:data:`CAME_BACK`)."""
 
     stage: str
     gaps: Spread
@@ -116,15 +107,9 @@ class StageAdvice:
 
 @dataclass(frozen=True)
 class TtlOption:
-    """One TTL and what it costs.
-
-    Attributes:
-        ttl_s: the TTL.
-        recovery_after_crash_s: how long a crashed holder's task waits before another attempt can
-            claim it: the TTL plus the first retry backoff.
-        pause_expiry_chance: the share of observed gaps at least as long as this TTL: how often a
-            quiet spell like those seen would have cost the holder its lease.
-    """
+    """One TTL and what it costs: ``recovery_after_crash_s``, how long a crashed holder's task waits for another
+    attempt (the TTL plus the first retry backoff); ``pause_expiry_chance``, the share of observed gaps at least
+    as long as the TTL (how often a quiet spell like those would have cost the lease)."""
 
     ttl_s: float
     recovery_after_crash_s: float
@@ -136,18 +121,12 @@ class ToolAdvice:
     """The advice for one tool.
 
     Attributes:
-        tool: the tool.
         current_ttl_s: its lease TTL as recorded on its tasks (the most common one).
-        leases: attempts (claims) seen: the gaps come from these.
-        gaps: quiet time between holder writes over all stages; ``gaps.count`` is the sample count.
-        stages: per stage, in stage order.
-        lapsed_alive: leases that lapsed while their holder was alive (see :class:`StageAdvice`).
+        leases: attempts (claims) seen; ``gaps`` over all stages (``gaps.count``: the samples), ``stages`` each.
         recommended_ttl_s: ``max(HEADROOM x p99 gap, MAX_GAP_HEADROOM x longest gap, MIN_TTL_S)``,
             rounded up to a whole second, and never below the current TTL when ``lapsed_alive``;
             ``None`` with fewer than ``min_gaps`` gaps.
-        min_gaps: the gaps a recommendation needs (:data:`MIN_GAPS`).
-        options: the current and the recommended TTL, side by side (the current one alone without
-            a recommendation).
+        options: the current and the recommended TTL, side by side.
         warnings: one line each; empty when the TTL has room.
     """
 
@@ -176,16 +155,8 @@ def _stage_key(stage: str) -> int:
 
 
 def advise(samples: Iterable[EventSample], *, min_gaps: int = MIN_GAPS) -> list[ToolAdvice]:
-    """The advice per tool from evidence entries ordered by task, generation and time.
-
-    Args:
-        samples: entries of the evidence trail, in the order of :func:`read_samples` (task,
-            generation, event); other orders give wrong gaps.
-        min_gaps: gaps a tool needs for a recommendation. Default :data:`MIN_GAPS`.
-
-    Returns:
-        One :class:`ToolAdvice` per tool that has at least one holder write, sorted by tool.
-    """
+    """One :class:`ToolAdvice` per tool with a holder write, sorted by tool, from ``samples`` in the order of
+    :func:`read_samples` (task, generation, event; other orders give wrong gaps); ``min_gaps`` per recommendation."""
     gaps: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     durations: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     expiries: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -302,13 +273,8 @@ def _attempts(samples: Iterable[EventSample]) -> Iterator[list[EventSample]]:
 async def read_samples(
     ledger: Ledger, *, tool: str | None = None, since: datetime | None = None, batch: int = 5_000
 ) -> list[EventSample]:
-    """The evidence entries the advisor reads, ordered by task, generation and event.
-
-    Args:
-        tool: only this tool's tasks.
-        since: only entries at or after this time (aware).
-        batch: rows fetched per round trip. Default 5,000.
-    """
+    """The evidence entries the advisor reads (of ``tool``, at or after ``since``), ordered by task, generation
+    and event, ``batch`` rows a round trip."""
     query = (
         select(
             TASKS.c.tool,
@@ -340,11 +306,8 @@ async def read_samples(
 
 
 def since_argument(text: str, now: datetime) -> datetime:
-    """``--since``: an ISO time, or a duration back from ``now`` (``90s``, ``30m``, ``12h``, ``7d``).
-
-    Raises:
-        ValueError: neither.
-    """
+    """``--since``: an ISO time, or a duration back from ``now`` (``90s``, ``30m``, ``12h``, ``7d``); else
+    ``ValueError``."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
         try:

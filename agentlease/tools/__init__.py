@@ -1,8 +1,5 @@
-"""Declaring tools and serving them: the activity side of agentlease.
-
-A tool is declared with :func:`tool` (``(ctx, args: Model) -> ToolResult``) or an existing function
-is leased as it is with :func:`leased`; a worker serves the tools of a :class:`ToolRegistry`
-(``docs/writing-tools.md``). The built-in tools are in :mod:`agentlease.tools.builtin`.
+"""Declaring tools (:func:`tool`, or :func:`leased` for an existing function) and serving them from a
+:class:`ToolRegistry`: the activity side of agentlease (``docs/writing-tools.md``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The lease context a tool runs in: an attempt that has already claimed its task.
 
-``advance(stage, reason)`` writes the stage to the ledger first, then heartbeats a copy to Temporal (G5).
-After the ledger recorded a claim or a stage, the attempt tells its own run with a proven, rate-limited
-``agentlease.lease_progress`` signal (``docs/operator-views.md``, "How the run learns the live lease"). A
-heartbeat timeout changed under the attempt is read at renewals and the lease follows the shorter
-(``docs/ttl.md``, "A heartbeat timeout changed under a running call").
+Stages go to the ledger first, then to Temporal's heartbeat (G5), then to the run as a proven, rate-limited
+progress signal (``docs/operator-views.md``); a changed heartbeat timeout is read at renewals (``docs/ttl.md``).
 """
 
 from __future__ import annotations
@@ -96,20 +93,16 @@ class LeaseContext:
 
     Attributes:
         claim: the lease this attempt holds (task id, generation, owner, expiry, attempts).
-        side_effect_class: the tool's class.
         previous_receipt: a receipt already stored for this idempotency key, if any.
-        settings: the settings this tool may read (:class:`~agentlease.security.secrets.ToolSettings`:
-            those it declared, or every one but the worker's own; never the ledger URL).
-        secrets: this tool's own secrets (:class:`~agentlease.security.secrets.ToolSecrets`):
-            ``ctx.secrets.get("api_token")``.
+        settings: the settings this tool may read (those it declared, or every one but the worker's own).
+        secrets: this tool's own secrets: ``ctx.secrets.get("api_token")``.
         resources: what the worker's tools share (database engines by URL).
-        recovery: the recovery decision for this attempt; ``recovery.read_back_first`` is true when
-            an earlier attempt reached ``commit`` and the tool must read back before it writes.
+        recovery: the recovery decision; ``recovery.read_back_first``: an earlier attempt reached ``commit``,
+            read back before writing.
         stage: the last stage this attempt recorded (``None`` before the first ``advance``).
-        committed_at: when this attempt entered ``commit`` (``time.perf_counter()`` seconds),
-            for the settlement latency metric; ``None`` if it did not.
-        confirmed_until: until when (``time.monotonic()`` seconds) the last confirmed renewal (or
-            the claim) keeps the lease, by this worker's estimate; the ledger's clock decides.
+        committed_at: when it entered ``commit`` (``time.perf_counter()``), for the settlement latency metric.
+        confirmed_until: until when (``time.monotonic()``) the last confirmed renewal or the claim keeps the
+            lease, by this worker's estimate; the ledger's clock decides.
     """
 
     def __init__(
@@ -156,12 +149,8 @@ class LeaseContext:
         return self.claim.generation
 
     def signed_fencing_token(self, resource: str) -> str:
-        """The fencing token for ``resource`` as a downstream with the fencing key verifies it:
-        ``<generation>.<signature>`` (``docs/security.md``, "Fencing tokens a downstream can verify").
-
-        Raises:
-            ValueError: the worker has no fencing key (``AGENTLEASE_FENCING_KEY``), or a bad resource.
-        """
+        """The fencing token ``<generation>.<signature>`` for ``resource``, as a downstream with the fencing key
+        verifies it (``docs/security.md``); ``ValueError``: no ``AGENTLEASE_FENCING_KEY``, or a bad resource."""
         if self.settings.fencing_key is None:
             raise ValueError("no fencing key is configured (AGENTLEASE_FENCING_KEY)")
         key = self.settings.fencing_key.get_secret_value().encode("utf-8")
@@ -194,42 +183,25 @@ class LeaseContext:
         return self._unavailable is not None
 
     def downstream_headers(self, resource: str | None = None) -> dict[str, str]:
-        """The headers of a write to a downstream that follows the project's HTTP convention.
-
-        Args:
-            resource: the fenced resource (``Fencing-Resource``); omitted: the service's default, the
-                idempotency key itself (one fence per action, ``docs/edge.md``).
-
-        Returns:
-            ``Idempotency-Key`` (the task's key) and ``Fencing-Token`` (the claim generation; signed
-            for ``resource``, or the key, when the worker has a fencing key), plus ``Fencing-Resource``
-            when ``resource`` is given.
-        """
+        """The headers of a write to a downstream that follows the project's HTTP convention (``docs/edge.md``):
+        ``Idempotency-Key`` and ``Fencing-Token`` (the claim generation, signed for ``resource`` or else the key
+        when the worker has a fencing key), plus ``Fencing-Resource`` when ``resource`` is given (omitted: the
+        downstream's default, the idempotency key itself: one fence per action)."""
         headers = downstream_headers(self.idempotency_key, self.fencing_token, resource)
         if self.settings.fencing_key is not None:
             headers[FENCING_TOKEN_HEADER] = self.signed_fencing_token(resource or self.idempotency_key)
         return headers
 
     def receipt(self, external_system: str, external_id: str, status: str, **details: Any) -> SettlementReceipt:
-        """A settlement receipt of what the tool just read back, verified now.
-
-        Args:
-            external_system: what was written (``"tracker"``, ``"sql:inventory"``...).
-            external_id: the target's own id of the outcome.
-            status: what the readback observed (``"open"``, ``"present"``...).
-            **details: small JSON-able facts from the readback (sizes, digests).
-        """
+        """A settlement receipt of what the tool just read back, verified now: ``external_system`` what was
+        written (``"sql:inventory"``), ``external_id`` the target's own id of the outcome, ``status`` what the
+        readback observed (``"present"``), ``details`` small JSON-able facts (sizes, digests)."""
         return SettlementReceipt.now(external_system, external_id, status, **details)
 
     async def advance(self, stage: Stage, reason: str) -> None:
-        """Enter ``stage``: record it in the ledger (a guarded renewal), then heartbeat it.
-
-        The ledger's stage never goes below the furthest stage an earlier attempt reached, so a
-        read-back attempt that starts again at ``preflight`` cannot erase ``commit`` (G6).
-
-        Args:
-            stage: the next stage; it may repeat the current one but never go back.
-            reason: what the tool is about to do, specifically ("publishing draft 42").
+        """Enter ``stage`` (it may repeat the current one, never go back) with a specific ``reason`` ("publishing
+        draft 42"): record it in the ledger (a guarded renewal), then heartbeat it. The ledger's stage never goes
+        below the furthest stage an earlier attempt reached, so a read-back cannot erase ``commit`` (G6).
 
         Raises:
             LeaseLostError: the lease lapsed or was superseded; stop and start no new side effect.
@@ -247,12 +219,8 @@ class LeaseContext:
         self.stage = stage
 
     async def renew(self, reason: str) -> None:
-        """Extend the lease in the current stage with a specific reason ("18 of 24 documents").
-
-        Raises:
-            LeaseLostError: the lease lapsed or was superseded.
-            LedgerUnavailableError: the ledger could not be reached; the lease is not confirmed.
-        """
+        """Extend the lease in the current stage with a specific reason ("18 of 24 documents"); raises as
+        :meth:`advance` does (``LeaseLostError``, ``LedgerUnavailableError``: the lease is not confirmed)."""
         await self._renew(reason, None)
 
     def _timeout_changed(self) -> tuple[str, dict[str, Any]]:

@@ -1,7 +1,5 @@
-"""The tool declaration: a tool's side-effect class and lease bounds beside its code (``docs/writing-tools.md``).
-
-:func:`tool` declares an async ``(ctx: LeaseContext, args: ArgsModel) -> ToolResult``; both it and
-:func:`agentlease.tools._wrap.leased` check their bounds in :class:`LeaseOptions`.
+"""The tool declaration: a tool's side-effect class and lease bounds beside its code (``docs/writing-tools.md``),
+checked in :class:`LeaseOptions` for both :func:`tool` and :func:`agentlease.tools._wrap.leased`.
 """
 
 from __future__ import annotations
@@ -31,12 +29,8 @@ if TYPE_CHECKING:
 
 
 class ToolResult(BaseModel):
-    """What a tool returns: the receipt made after readback, and a small JSON-able output.
-
-    Attributes:
-        receipt: the settlement receipt; a tool settles only through it.
-        output: result data for the agent (kept small: it travels through Temporal history).
-    """
+    """What a tool returns: the settlement ``receipt`` made after readback (a tool settles only through it), and a
+    small JSON-able ``output`` for the agent (it travels through Temporal history)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -52,10 +46,7 @@ class ToolSpec:
     """A declared tool, made by :func:`tool` or by :func:`agentlease.leased` (then callable directly: :meth:`__call__`).
 
     Attributes:
-        name: the tool name, also the Temporal activity type.
-        side_effect_class, lease_ttl, start_to_close, max_attempts, requires_approval, settings, action_key,
-            approval_ttl, probe: as declared (:func:`tool`; ``settings`` ``None``: every one but the worker's own).
-        args_model: the pydantic model of the tool's arguments.
+        name: the tool name, also the Temporal activity type; the bounds as declared (:func:`tool`).
         fn: the tool's code, ``(ctx, args) -> ToolResult``, as the worker runs it in a lease.
         description: what a model reads about the tool (the function's docstring); ``None``: none.
         direct: runs the wrapped function without a lease; ``None`` for a ``@tool`` tool.
@@ -77,8 +68,7 @@ class ToolSpec:
     probe: Probe | None = None
 
     @property
-    def __name__(self) -> str:
-        """The tool name (what ``@activity.defn`` names an activity after)."""
+    def __name__(self) -> str:  # what @activity.defn names an activity after
         return self.name
 
     def info(self) -> ToolInfo:
@@ -95,16 +85,9 @@ class ToolSpec:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        """Run the wrapped function directly, outside any lease (no claim, no ledger, no receipt; for local runs,
-        unit tests and evals): ``await spec(order_id="A-1")``, its arguments validated by :attr:`args_model`.
-
-        Returns:
-            An awaitable of the function's own return value.
-
-        Raises:
-            ConfigurationError: a ``@tool`` tool, which runs only as a leased activity.
-            TypeError, pydantic.ValidationError: arguments that do not fit the function (when awaited).
-        """
+        """Run the wrapped function directly, outside any lease (local runs, unit tests, evals):
+        ``await spec(order_id="A-1")`` returns its own value, arguments validated by :attr:`args_model`
+        (``TypeError``, ``ValidationError``). ``ConfigurationError``: a ``@tool`` tool, which runs only leased."""
         if self.direct is None:
             raise ConfigurationError(
                 f"tool {self.name!r} takes (ctx, args) and runs only as a leased activity; "
@@ -271,19 +254,15 @@ def tool(
         lease_ttl: the lease TTL, used as the activity's ``heartbeat_timeout``; required (G9).
         start_to_close: bound of one attempt. Default 5 minutes.
         max_attempts: real attempts before dead-lettering. Default 5.
-        requires_approval: each call waits for ``approve`` before its side effect. Default: true
-            for ``unsafe`` tools, false otherwise.
+        requires_approval: each call waits for ``approve`` before its side effect. Default: for ``unsafe`` tools.
         name: tool name; default the function's name.
-        settings: the ``AgentLeaseSettings`` fields the tool reads (``ctx.settings``); reading any
-            other is an error. Default: every field but the worker's own connections and secrets
-            (``docs/security-operations.md``, "Tool credentials").
-        action_key: what identifies the action, a template over argument names (``"refund:{order_id}"``),
-            keying a call that has no key, scoped to the run (``docs/action-keys-and-probes.md``). Default
-            ``None``: ``<run>:<step>``.
-        approval_ttl: how long an approval of a call lasts on the ledger's clock. Default ``None``:
-            the worker's ``AGENTLEASE_APPROVAL_TTL``.
-        probe: ``async (ProbeQuery) -> ProbeResult``, asked whether an action happened before an
-            ambiguous task waits for a person (``docs/action-keys-and-probes.md``, "Probes"). Default none.
+        settings: the ``AgentLeaseSettings`` fields the tool may read (``ctx.settings``). Default: every field but
+            the worker's own connections and secrets (``docs/security-operations.md``, "Tool credentials").
+        action_key: a template over argument names (``"refund:{order_id}"``) keying a call that has no key,
+            scoped to the run (``docs/action-keys-and-probes.md``). Default ``None``: ``<run>:<step>``.
+        approval_ttl: how long an approval lasts on the ledger's clock. Default ``AGENTLEASE_APPROVAL_TTL``.
+        probe: ``async (ProbeQuery) -> ProbeResult``, asked whether an action happened before an ambiguous task
+            waits for a person (``docs/action-keys-and-probes.md``, "Probes"). Default none.
 
     Returns:
         A decorator turning ``async def fn(ctx, args: Model) -> ToolResult`` into a :class:`ToolSpec`.

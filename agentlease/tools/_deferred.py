@@ -1,7 +1,5 @@
-"""Ledger writes a worker could not make during an outage, retried in the background until the ledger is back.
-
-Each is a guarded holder write: applied if the lease still holds, else refused and recorded as evidence
-(``docs/recovery.md``, "Ledger outages"). What is still pending when the worker stops is left to the sweeper.
+"""Ledger writes a worker could not make during an outage (guarded holder writes), retried in the background until
+the ledger is back; what is pending when the worker stops is left to the sweeper (``docs/recovery.md``).
 """
 
 from __future__ import annotations

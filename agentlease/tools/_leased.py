@@ -1,8 +1,5 @@
-"""Leased activities: one per tool, each attempt claims its task in the ledger before the tool runs.
-
-What each way an attempt ends records in the ledger and shows to Temporal: ``docs/overview.md``, "How an
-attempt ends, in the ledger and in Temporal". Every outcome but a tool's own failure is raised in Temporal's
-``BENIGN`` category (a recorded decision or a known condition, not a fault) and logged here in one line.
+"""Leased activities: one per tool, each attempt claims its task in the ledger before the tool runs
+(``docs/overview.md``, "How an attempt ends"); every outcome but a tool's own failure is raised ``BENIGN``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Readback probes: a tool's own answer to "did the action with this key happen?" (automatic reconciliation).
-
-A tool declares one with ``probe=``; the leased attempt asks it, under its lease, before an ambiguous task
-waits for a person or a retry runs (``docs/action-keys-and-probes.md``, "Probes").
+"""Readback probes: a tool's own answer to "did the action with this key happen?", asked under the lease before an
+ambiguous task waits for a person or a retry runs (``docs/action-keys-and-probes.md``, "Probes").
 """
 
 from __future__ import annotations
@@ -24,15 +22,12 @@ class ProbeQuery:
     """What a probe is asked: whether the action of ``idempotency_key`` happened at the downstream.
 
     Attributes:
-        tool: the tool's name.
-        task_id: the task (``<run>/<step>``).
-        idempotency_key: the action's key, the one every attempt sent.
         arguments: the call's validated arguments (an instance of the tool's argument model).
         previous_stage: the furthest stage an earlier attempt recorded (``external_call`` or later).
         previous_error_class: how the previous attempt ended, if it did (``None``: its lease lapsed).
         real_attempts: attempts that ran the tool before this one.
         fencing_token: the claim generation of the attempt that probes.
-        earlier: the task's evidence trail so far, oldest first (claims, stages, releases...).
+        earlier: the task's evidence trail so far, oldest first.
         settings: the settings the tool may read (the downstream's address...).
     """
 
@@ -54,13 +49,8 @@ class ProbeQuery:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """A probe's answer. Make it with :meth:`happened`, :meth:`not_happened` or :meth:`cannot_tell`.
-
-    Attributes:
-        answer: see :class:`~agentlease.enums.ProbeAnswer`.
-        receipt: with ``happened``: the receipt the task settles from (made from the readback).
-        evidence: small JSON-able facts the probe saw, kept in the evidence trail.
-    """
+    """A probe's answer. Make it with :meth:`happened`, :meth:`not_happened` or :meth:`cannot_tell`; ``evidence``:
+    small JSON-able facts the probe saw, kept in the evidence trail."""
 
     answer: ProbeAnswer
     receipt: SettlementReceipt | None = None

@@ -51,11 +51,8 @@ class ToolRegistry:
 
 
 def load_registry(module_names: Iterable[str] = (), *, builtins: bool = True) -> ToolRegistry:
-    """The built-in tools plus the tools of the named modules (``AGENTLEASE_TOOL_MODULES``).
-
-    Raises:
-        ConfigurationError: a module cannot be imported, or two tools share a name.
-    """
+    """The built-in tools plus the tools of the named modules (``ConfigurationError``: a module cannot be
+    imported, or two tools share a name)."""
     registry = ToolRegistry(builtin.TOOLS if builtins else ())
     for module_name in module_names:
         try:

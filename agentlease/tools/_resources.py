@@ -8,22 +8,15 @@ from agentlease.ledger.engine import create_async_database_engine
 
 
 class ToolResources:
-    """Connections a worker's tools reuse across calls instead of opening one per call.
-
-    Args:
-        pool_size: connection pool size of each PostgreSQL engine. Default 2.
-    """
+    """Connections a worker's tools reuse across calls (``pool_size`` per PostgreSQL engine, default 2)."""
 
     def __init__(self, *, pool_size: int = 2) -> None:
         self._pool_size = pool_size
         self._engines: dict[str, AsyncEngine] = {}
 
     def sql_engine(self, url: str) -> AsyncEngine:
-        """The worker's engine for ``url`` (``sqlite:///PATH`` or ``postgresql://...``), made on first use.
-
-        Raises:
-            ConfigurationError: a bad URL.
-        """
+        """The worker's engine for ``url`` (``sqlite:///PATH`` or ``postgresql://...``), made on first use
+        (``ConfigurationError``: a bad URL)."""
         engine = self._engines.get(url)
         if engine is None:
             engine = self._engines[url] = create_async_database_engine(url, pool_size=self._pool_size)

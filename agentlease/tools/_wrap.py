@@ -1,8 +1,5 @@
-"""Leasing a tool you already have, as it is: :func:`leased` (``docs/wrapping-tools.md``).
-
-The worker runs the function in its lease (:mod:`agentlease.lease` answers inside it), records
-``external_call`` first unless it is ``read_only`` (it may act at once, G7), and settles with the
-:class:`ToolResult` it returned or the default receipt ``(<tool name>, <idempotency key>, "returned")``.
+"""Leasing a tool you already have, as it is: :func:`leased` (``docs/wrapping-tools.md``); the worker records
+``external_call`` first unless it is ``read_only`` (it may act at once, G7).
 """
 
 from __future__ import annotations
@@ -80,35 +77,27 @@ def leased(
     approval_ttl: timedelta | None = None,
     probe: Probe | None = None,
 ) -> ToolSpec | Callable[[Any], ToolSpec]:
-    """Lease an existing tool as it is (``docs/wrapping-tools.md``).
-
-    As a decorator, above or below ``@activity.defn``::
-
-        @leased(side_effect="fenced", lease_ttl=timedelta(seconds=10))
-        async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]: ...
-
-    or called on what you have: ``refund = leased(issue_refund, side_effect="idempotent", lease_ttl=...)``.
+    """Lease an existing tool as it is (``docs/wrapping-tools.md``): as a decorator, above or below
+    ``@activity.defn`` (``@leased(side_effect="fenced", lease_ttl=timedelta(seconds=10))``), or called on what
+    you have (``refund = leased(issue_refund, side_effect="idempotent", lease_ttl=...)``).
 
     Args:
         fn: a function with typed parameters (async, or sync: run in a thread); an ``@activity.defn``
-            function (the tool is named after the activity); a ``pydantic_ai.Tool`` (its function,
-            name and description); an ``agents.FunctionTool`` made by ``@function_tool`` (the
-            function it wraps, its name and description). Omitted: a decorator.
-        name: the tool name (also the Temporal activity type). Default the activity's, the
-            framework tool's or the function's name.
+            function; a ``pydantic_ai.Tool`` or an ``agents.FunctionTool`` (its function, name and
+            description). Omitted: a decorator.
+        name: the tool name. Default the activity's, the framework tool's or the function's name.
         side_effect, lease_ttl, start_to_close, max_attempts, requires_approval, settings, action_key,
             approval_ttl, probe: as for :func:`agentlease.tool` (``action_key`` over the parameters' names).
 
     Returns:
-        The :class:`ToolSpec` (with ``fn`` given), or a decorator making one. Its argument model has
-        one field per parameter (extra arguments refused); ``await spec(**arguments)`` runs it unleased.
+        The :class:`ToolSpec` (its argument model one field per parameter, extra ones refused; the function
+        returns a ``ToolResult``, or else settles with the receipt ``(<tool>, <key>, "returned")``).
 
     Raises:
-        MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
-        ConfigurationError: an unknown side-effect class, bad bounds, a bad ``action_key``, ``approval_ttl``
-            or ``probe``, or a function that cannot be leased as it is: one taking a framework context or a
-            ``LeaseContext``, ``*args`` or ``**kwargs``, a parameter pydantic cannot validate, a dynamic
-            activity, a ``FunctionTool`` whose function is not kept, or something not callable.
+        MissingHeartbeatTimeoutError, ConfigurationError: as for :func:`agentlease.tool`, or a function that
+            cannot be leased as it is: taking a framework context or a ``LeaseContext``, ``*args`` or
+            ``**kwargs``, a parameter pydantic cannot validate, a dynamic activity, a ``FunctionTool`` whose
+            function is not kept, or something not callable.
     """
     options = LeaseOptions(
         side_effect_class(side_effect),

@@ -1,6 +1,4 @@
-"""Leased tool calls from your own workflow: the workflow-side API.
-
-Import it in workflow code, passed through the sandbox::
+"""Leased tool calls from your own workflow, imported passed through the sandbox::
 
     with workflow.unsafe.imports_passed_through():
         from agentlease.workflow import call_tool
@@ -13,8 +11,7 @@ Import it in workflow code, passed through the sandbox::
             done = await call_tool(mytools.open_ticket, {"title": ticket}, step_id="open")
             return "opened" if done.settled else f"not opened: {done.view.status.value}"
 
-Each call runs as the tool's leased activity and waits when a person must decide (``docs/decisions.md``);
-the worker needs :class:`agentlease.plugin.AgentLeasePlugin` (``docs/agents.md``, "The plugin").
+The worker needs :class:`agentlease.plugin.AgentLeasePlugin` (``docs/agents.md``, "The plugin").
 """
 
 from __future__ import annotations
@@ -36,21 +33,18 @@ async def call_tool(
     idempotency_key: str | None = None,
     share_idempotency_key: bool = False,
 ) -> CallOutcome:
-    """Run one leased tool call from workflow code until its task is final.
+    """Run one leased tool call from workflow code until its task is final (waiting when a person must decide,
+    ``docs/decisions.md``); returns how it ended (:class:`~agentlease.workflow._calls.CallOutcome`).
 
     Args:
-        tool: a declared tool (``@tool``), its :class:`~agentlease.records.ToolInfo`, or the name
-            of a tool the worker serves (its catalog is then learnt once per run).
+        tool: a declared tool, its :class:`~agentlease.records.ToolInfo`, or the name of a tool the worker
+            serves (its catalog then learnt once per run).
         arguments: the tool's arguments, checked by its argument model in the activity.
         step_id: unique within the run; 1-128 letters, digits, ``_ . -``.
         idempotency_key: the action's key, scoped to the run (``<workflow id>:<key>``); default
             ``<workflow id>:<step id>``.
-        share_idempotency_key: share the key across runs (``shared:<key>``), deliberately: another
-            run's call with the same key, tool and arguments settles from this call's receipt
-            (``docs/security.md``). Default false.
-
-    Returns:
-        How the call ended (see :class:`~agentlease.workflow._calls.CallOutcome`).
+        share_idempotency_key: share the key across runs (``shared:<key>``): another run's call with the same
+            key, tool and arguments settles from this call's receipt (``docs/security.md``). Default false.
 
     Raises:
         LeasedCallError: ``step_id`` is already used in this run, ``tool`` is unknown, or the call is

@@ -1,8 +1,7 @@
 """Leased tool calls from inside any workflow: the call path (scheduling, attempts, failures, action keys).
 
-Deterministic orchestration only. A workflow's first leased call makes its one :class:`LeasedToolCalls`
-(:func:`leased_calls`), which installs what an operator talks to: the view (:mod:`agentlease.workflow._status`,
-``docs/operator-views.md``) and the decisions (:mod:`agentlease.workflow._decisions`, ``docs/decisions.md``).
+Deterministic orchestration only. A workflow's first leased call makes its one :class:`LeasedToolCalls`, which
+installs the operator view (``docs/operator-views.md``) and the decisions (``docs/decisions.md``).
 """
 
 from __future__ import annotations
@@ -56,12 +55,8 @@ class LeasedCallError(ValueError):
 
 @dataclass(frozen=True)
 class CallOutcome:
-    """How one leased call ended.
-
-    Attributes:
-        view: the task as the run shows it (status, stage, generation, attempts, receipt, error).
-        output: the tool's output when it settled in this run; ``None`` otherwise.
-    """
+    """How one leased call ended: ``view``, the task as the run shows it (status, stage, generation, attempts,
+    receipt, error), and ``output``, the tool's output when it settled in this run (``None`` otherwise)."""
 
     view: TaskView
     output: dict[str, Any] | None = None
@@ -73,11 +68,7 @@ class CallOutcome:
 
 class LeasedToolCalls:
     """The leased tool calls of the running workflow: exactly one per run, from workflow code (:func:`leased_calls`).
-
-    Args:
-        catalog: the tools this workflow may call, by name; default learnt from the worker with
-            :meth:`load_catalog`.
-    """
+    ``catalog``: the tools this workflow may call; default learnt from the worker with :meth:`load_catalog`."""
 
     def __init__(self, catalog: Iterable[ToolInfo] | None = None) -> None:
         self.run_id = workflow.info().workflow_id
@@ -98,12 +89,8 @@ class LeasedToolCalls:
         self._catalog = RunCatalog(self._run, catalog)
 
     def check_replay_floor(self) -> None:
-        """Refuse a history recorded below the replay floor (:mod:`agentlease.workflow._versions`), when the calls are
-        made or (made in ``@workflow.init``) by ``AgentLeasePlugin``'s interceptor as the run starts.
-
-        Raises:
-            ReplayFloorError: the run's history was recorded by agentlease below the floor.
-        """
+        """Raise ``ReplayFloorError`` for a history recorded below the replay floor (:mod:`._versions`): when the
+        calls are made, or (made in ``@workflow.init``) from ``AgentLeasePlugin``'s interceptor as the run starts."""
         if self._below_floor:
             raise ReplayFloorError(BELOW_FLOOR)
 
@@ -138,32 +125,19 @@ class LeasedToolCalls:
         return self._run.current_details()
 
     def show_search_attributes(self) -> None:
-        """Upsert the search attributes whose value changed since they were last shown, in one command.
-
-        The calls do this whenever they wait, when :meth:`call` returns and when the run ends; a workflow
-        that waits on something of its own between calls may call it first.
-        """
+        """Upsert the search attributes whose value changed since last shown, in one command (the calls do it when
+        they wait, return and end; a workflow that waits on something of its own between calls may call it)."""
         self._run.show()
 
     async def stop_calls(self, reason: str = "its workflow was cancelled") -> None:
-        """Stop the run's leased calls because its workflow (or agent run) was cancelled, before the cancellation
-        is let through: each task that is not final is cancelled in the ledger first (G8), then its running
-        activity, and this waits until each has stopped (``docs/decisions.md``, "When a run's workflow is
-        cancelled"). Call it where a workflow of your own catches ``asyncio.CancelledError``.
-
-        Args:
-            reason: recorded with each cancel (the decider is ``agentlease``).
-        """
+        """Stop the run's leased calls because its workflow (or agent run) was cancelled: each task that is not final
+        is cancelled in the ledger first (G8), then its activity, and this waits until each stopped, ``reason``
+        recorded (``docs/decisions.md``). Call it where your own workflow catches ``asyncio.CancelledError``."""
         await self._decisions.stop_calls(reason)
 
     async def run_to_end(self, run: Callable[..., Awaitable[ResultT]], *args: Any, **kwargs: Any) -> ResultT:
-        """``await run(*args, **kwargs)`` (an agent run, workflow code), then end the run: ``completed`` (``cancelled``
-        when an operator cancelled it), ``failed`` when it raised, ``cancelled`` after :meth:`stop_calls` when it
-        was cancelled.
-
-        Raises:
-            Exception: whatever ``run`` raises, after the run's state is recorded.
-        """
+        """``await run(*args, **kwargs)`` (an agent run), then end the run: ``completed`` (``cancelled`` when an
+        operator cancelled it), ``failed`` when it raised (re-raised), ``cancelled`` after :meth:`stop_calls`."""
         try:
             result = await run(*args, **kwargs)
         except asyncio.CancelledError:  # the workflow (or the agent run) was cancelled: its calls stop first
@@ -208,11 +182,7 @@ class LeasedToolCalls:
         return step_id in self._run.tasks
 
     def restore(self, steps: Iterable[PlanStep], carried: RunCarry) -> None:
-        """Take up the steps and views of the run this one continues (continue-as-new).
-
-        Raises:
-            ValueError: the views and the steps do not name the same step ids.
-        """
+        """Take up the steps and views of the run this one continues (``ValueError``: they name other step ids)."""
         by_id = {step.step_id: step for step in steps}
         if [view.step_id for view in carried.views] != list(by_id) or carried.next_step > len(by_id):
             raise ValueError("bad plan payload: carried views do not match the plan's steps")
@@ -257,19 +227,8 @@ class LeasedToolCalls:
         idempotency_key: str | None = None,
         share_idempotency_key: bool = False,
     ) -> CallOutcome:
-        """Run one leased tool call until its task is final, waiting for people where the policy says so.
-
-        Args:
-            tool: a tool of the catalog.
-            arguments, step_id, idempotency_key, share_idempotency_key: as for :func:`agentlease.workflow.call_tool`.
-
-        Returns:
-            How it ended: settled (with the tool's output), or rejected, abandoned, cancelled, failed.
-
-        Raises:
-            LeasedCallError: (a ``ValueError``) ``step_id`` is already used in this run, ``tool`` is
-                unknown, or the step is beyond the limits of ``docs/limits.md``.
-        """
+        """Run one leased call of a catalog ``tool`` until its task is final (the other arguments, the outcome and
+        ``LeasedCallError`` as for :func:`agentlease.workflow.call_tool`), waiting for people where needed."""
         if step_id in self._run.tasks:
             raise LeasedCallError(f"step id {step_id!r} is already used in run {self.run_id}")
         if len(self.run_id) > MAX_WORKFLOW_ID_CHARS:
@@ -443,14 +402,9 @@ _INSTANCE_ATTRIBUTE = "__agentlease_calls__"
 
 
 def leased_calls(catalog: Iterable[ToolInfo] | None = None) -> LeasedToolCalls:
-    """The running workflow's :class:`LeasedToolCalls`, made (and its handlers installed) on first use.
-
-    Call it from workflow code; in ``@workflow.init``, where the workflow object does not exist yet, keep the
-    result in an attribute (``self.calls = leased_calls()``), where later calls find it.
-
-    Args:
-        catalog: tools to make callable (adapters pass their tools' infos); more can be added later.
-    """
+    """The running workflow's :class:`LeasedToolCalls`, made (its handlers installed) on first use, with the tools
+    of ``catalog`` made callable. In ``@workflow.init`` (no workflow object yet) keep the result in an attribute
+    (``self.calls = leased_calls()``), where later calls find it."""
     instance = workflow.instance()
     calls = attached_calls(instance)
     if calls is None:

@@ -1,7 +1,5 @@
-"""``AgentRunWorkflow``: an agent run made from a plan, its steps run in order as leased calls (``docs/plans.md``).
-
-Besides what :class:`~agentlease.workflow._calls.LeasedToolCalls` installs, it takes the update ``submit``
-(a :class:`~agentlease.records.PlanStep`, answered with its view) and the signal ``close`` (no more steps).
+"""``AgentRunWorkflow``: an agent run made from a plan, its steps run in order as leased calls (``docs/plans.md``),
+more taken by the update ``submit`` (a ``PlanStep``, answered with its view) until the signal ``close``.
 """
 
 from __future__ import annotations

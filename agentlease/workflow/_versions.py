@@ -1,8 +1,5 @@
-"""The replay floor of agentlease's workflow code, and every patch id still live above it
-(``docs/deployment.md``, "Upgrading workers: the replay floor").
-
-A later change of workflow behaviour asks ``workflow.patched`` for an id listed in :data:`PATCHES` with the
-release that introduced it, until a release raises the floor above it and deletes its old branch.
+"""The replay floor of agentlease's workflow code, and every patch id still live above it (:data:`PATCHES`, until
+a release raises the floor and deletes the old branch; ``docs/deployment.md``, "Upgrading workers").
 """
 
 from __future__ import annotations

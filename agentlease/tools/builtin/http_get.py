@@ -42,11 +42,8 @@ def resolve_url(base_url: str | None, url: str) -> str:
 
 
 class UrlRefusedError(ConfigurationError):
-    """A URL ``http_get`` has no authority to fetch (``docs/security-input.md``, "Tool authority").
-
-    Attributes:
-        url: the URL as resolved against the base.
-    """
+    """A URL (``url``, resolved against the base) ``http_get`` has no authority to fetch
+    (``docs/security-input.md``, "Tool authority")."""
 
     def __init__(self, url: str, why: str) -> None:
         super().__init__(f"refused to fetch {url}: {why}")

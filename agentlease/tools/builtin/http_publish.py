@@ -1,8 +1,5 @@
-"""``http_publish``: a fenced and idempotent HTTP write, read back by idempotency key.
-
-It posts to a publishing service that follows the convention of ``docs/edge.md``
-(``agentlease/demo/publishing.py`` is one) and settles from a readback; its probe (:func:`published`)
-looks the key up. Its stages and the answers that stop it: ``docs/plans.md`` ("Built-in tools").
+"""``http_publish``: a fenced and idempotent HTTP write to a service of the ``docs/edge.md`` convention, read back
+by idempotency key; its probe (:func:`published`) looks the key up (``docs/plans.md``, "Built-in tools").
 """
 
 from __future__ import annotations
@@ -30,11 +27,8 @@ MAX_BODY_CHARS = 100_000
 
 
 def fenced_resource(slug: str, idempotency_key: str) -> str:
-    """The fenced resource of a post as written by one action: ``posts/<slug>/<idempotency key>``.
-
-    A fence orders claim generations, which are minted per task, so it can only order the
-    attempts of one action; another action publishing the same slug writes a new revision.
-    """
+    """The fenced resource of a post as written by one action: ``posts/<slug>/<idempotency key>`` (a fence orders
+    the generations of one task; another action publishing the same slug writes a new revision)."""
     return f"posts/{slug}/{idempotency_key}"
 
 
@@ -134,13 +128,8 @@ async def _read_back_by_key(client: httpx.AsyncClient, key: str) -> dict[str, An
 
 
 async def published(query: ProbeQuery) -> ProbeResult:
-    """``http_publish``'s probe: did the action of this key publish? Asks ``GET /posts?idempotency_key=K``.
-
-    Returns:
-        ``happened`` with the receipt of the post it finds (the same receipt a readback makes);
-        ``not_happened`` when the service holds no publication of the key; ``cannot_tell`` when it
-        cannot be asked or shows other content under the key.
-    """
+    """``http_publish``'s probe: ``GET /posts?idempotency_key=K``. ``happened`` with the receipt a readback makes,
+    ``not_happened`` without a publication of the key, ``cannot_tell`` unreachable or other content under it."""
     base_url = query.settings.publish_base_url if query.settings is not None else None
     if not base_url:
         return ProbeResult.cannot_tell("no AGENTLEASE_PUBLISH_BASE_URL to ask")

@@ -1,13 +1,11 @@
-"""``smtp_send``: send one e-mail over SMTP, the classic ``unsafe`` side effect.
-
-SMTP has no idempotency key and no readback, so an attempt that may have crossed ``external_call`` is
-never retried without a reconciliation decision (G7); its probe (:func:`delivered`) asks the server by
-``Message-ID`` first. Its stages: ``docs/plans.md`` ("Built-in tools").
+"""``smtp_send``: one e-mail over SMTP, the classic ``unsafe`` side effect (no key, no readback: G7 applies); its
+probe (:func:`delivered`) asks the server by ``Message-ID`` (``docs/plans.md``, "Built-in tools").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 import smtplib
@@ -110,9 +108,8 @@ def _deliver(smtp: smtplib.SMTP, message: EmailMessage) -> str:
         smtp.close()
         raise AmbiguousSideEffectError(f"DATA failed: {type(exc).__name__}: {exc}") from None
     try:
-        smtp.quit()
-    except (OSError, smtplib.SMTPException):
-        pass  # The reply is in; a failed QUIT changes nothing.
+        with contextlib.suppress(OSError, smtplib.SMTPException):  # the reply is in; a failed QUIT changes nothing
+            smtp.quit()
     finally:
         smtp.close()
     if code != 250:
@@ -127,23 +124,16 @@ def _lookup(host: str, port: int, message_id: str, timeout_s: float) -> tuple[in
     try:
         smtp.ehlo_or_helo_if_needed()
         code, text = smtp.docmd(LOOKUP_COMMAND, message_id)
-        try:
+        with contextlib.suppress(OSError, smtplib.SMTPException):
             smtp.quit()
-        except (OSError, smtplib.SMTPException):
-            pass
         return code, text.decode("utf-8", "replace")
     finally:
         smtp.close()
 
 
 async def delivered(query: ProbeQuery) -> ProbeResult:
-    """``smtp_send``'s probe: did the server take the message of this key? Asks ``XLOOKUP <Message-ID>``.
-
-    Returns:
-        ``happened`` with a receipt like the tool's (status ``accepted``, the server's answer as the
-        reply); ``not_happened`` on ``550``; ``cannot_tell`` when the server cannot be reached or does
-        not know the command.
-    """
+    """``smtp_send``'s probe: ``XLOOKUP <Message-ID>``. ``happened`` with a receipt like the tool's (``accepted``),
+    ``not_happened`` on ``550``, ``cannot_tell`` when the server cannot be reached or does not know the command."""
     settings = query.settings
     host, port = (settings.smtp_host, settings.smtp_port) if settings is not None else (None, 25)
     if not host:

@@ -31,11 +31,8 @@ _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 def records_table(name: str, metadata: MetaData | None = None) -> Table:
-    """The shape of a table ``sql_upsert`` writes: one row per record key.
-
-    Columns: ``record_key`` (primary key), ``payload`` (JSON), ``idempotency_key``,
-    ``claim_generation`` (of the attempt that wrote it), ``written_at_ms``.
-    """
+    """The shape of a table ``sql_upsert`` writes, one row per record key: ``record_key`` (primary key),
+    ``payload`` (JSON), ``idempotency_key``, ``claim_generation`` (of the writer), ``written_at_ms``."""
     return Table(
         name,
         metadata or MetaData(),
