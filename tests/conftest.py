@@ -79,7 +79,7 @@ class MigratedTemplate:
     """A PostgreSQL database migrated on first use, then only copied (``CREATE DATABASE ... TEMPLATE``).
 
     A migration is one transaction of many statements with Python work between them; on a loaded
-    machine that work can outlast the ledger's idle-in-transaction bound (1 s), which ends the session.
+    machine that work can outlast the ledger's idle-in-transaction bound (5 s), which ends the session.
     Migrated once per test process, before the load, the ledgers of the tests are copies.
     """
 

@@ -200,9 +200,9 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
     return engine
 
 
-PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 1_000
+PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 5_000
 """PostgreSQL ends a ledger session idle inside a transaction this long (a paused worker's row lock would block
-takeovers). Default 1s."""
+takeovers): 5 s, short beside a lease TTL, long beside a ledger transaction on a CPU-starved host."""
 
 READ_ONLY_OPTION = "agentlease_read_only"  # execution option of SQLite reads: a plain ``BEGIN``
 
