@@ -2,11 +2,15 @@
 
 ``pip wheel --no-deps`` builds it from the checkout; ``python -m venv`` plus ``pip install
 '<wheel>[openai-agents,pydantic-ai]'`` installs it (pip reuses the machine's cache). What the wheel
-put into site-packages is read from its ``RECORD``.
+put into site-packages is read from its ``RECORD``. CI has made that virtualenv already (``.ci/run``)
+and names it in ``AGENTLEASE_TEST_WHEEL_VENV``: it is used once its ``RECORD`` shows this checkout's
+modules, byte for byte.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -24,13 +28,11 @@ class InstalledWheel:
     """A virtualenv holding the wheel.
 
     Attributes:
-        wheel: the built ``.whl``.
         venv: the virtualenv's directory.
         top_level: the names the wheel installed at the root of site-packages (``*.dist-info`` excluded).
         scripts: the files it installed into the virtualenv's ``bin``.
     """
 
-    wheel: Path
     venv: Path
     top_level: frozenset[str]
     scripts: frozenset[str]
@@ -66,15 +68,24 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+PREBUILT_VARIABLE = "AGENTLEASE_TEST_WHEEL_VENV"
+"""A virtualenv holding this checkout's wheel with the framework extras, made before the tests (``.ci/run``)."""
+
+
 def build_and_install(work: Path, extras: str = "openai-agents,pydantic-ai") -> InstalledWheel:
-    """Build the wheel into ``work/dist`` and install it, with ``extras``, into the fresh ``work/venv``."""
+    """Build the wheel into ``work/dist`` and install it, with ``extras``, into the fresh ``work/venv``; or
+    the virtualenv named in ``AGENTLEASE_TEST_WHEEL_VENV`` when its wheel holds this checkout's modules."""
+    prebuilt = os.environ.get(PREBUILT_VARIABLE)
+    if prebuilt:
+        venv = Path(prebuilt)
+        assert _holds_this_checkout(venv), f"{PREBUILT_VARIABLE}={venv} holds another agentlease than {REPO}"
+        return InstalledWheel(venv, *installed_names(venv))
     dist, venv = work / "dist", work / "venv"
     _run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", dist, REPO, cwd=work)
     [wheel] = dist.glob("agentlease-*.whl")
     _run(sys.executable, "-m", "venv", venv, cwd=work)
     _run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", f"{wheel}[{extras}]", cwd=work)
-    top_level, scripts = installed_names(venv)
-    return InstalledWheel(wheel, venv, top_level, scripts)
+    return InstalledWheel(venv, *installed_names(venv))
 
 
 def installed_names(venv: Path) -> tuple[frozenset[str], frozenset[str]]:
@@ -93,3 +104,19 @@ def installed_names(venv: Path) -> tuple[frozenset[str], frozenset[str]]:
         if not first.endswith(".dist-info"):
             top_level.add(first.removesuffix(".py"))
     return frozenset(top_level), frozenset(scripts)
+
+
+def _holds_this_checkout(venv: Path) -> bool:
+    """Whether the ``agentlease`` installed in ``venv`` has exactly this checkout's modules (by ``RECORD``)."""
+    [record] = venv.glob("lib/python*/site-packages/agentlease-*.dist-info/RECORD")
+    recorded: dict[str, str] = {}
+    for line in record.read_text().splitlines():
+        path, digest, _size = line.rsplit(",", 2)
+        if path.startswith("agentlease/") and path.endswith(".py"):
+            recorded[path] = digest
+    ours = {
+        str(p.relative_to(REPO)): "sha256="
+        + base64.urlsafe_b64encode(hashlib.sha256(p.read_bytes()).digest()).rstrip(b"=").decode()
+        for p in (REPO / "agentlease").rglob("*.py")
+    }
+    return recorded == ours
