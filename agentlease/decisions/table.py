@@ -129,7 +129,7 @@ DECISIONS: dict[DecisionKind, DecisionRule] = dict(
             error_class=ErrorClass.CANCELLED,
             to_if_effect_unknown=TaskStatus.CANCELLED_EFFECT_UNKNOWN,
         ),
-        # After a cancel of an unsafe call that may have acted: record what happened; it stays cancelled.
+        # After a cancel of a write that may have acted (past external_call): record what happened; it stays cancelled.
         _rule(
             DecisionKind.CONFIRM_EFFECT,
             _RECONCILE,

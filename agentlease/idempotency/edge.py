@@ -181,11 +181,9 @@ async def run_guarded(
     with serving(call), anyio.CancelScope(shield=True):
         try:
             result = await handler()
-        except StaleFencingTokenError:
-            call.not_applied()  # the fence refused the write inside the handler's transaction
-            await _settle(store, claim, call, None)
-            raise
-        except BaseException:
+        except BaseException as exc:
+            if isinstance(exc, StaleFencingTokenError):
+                call.not_applied()  # the fence refused the write inside the handler's transaction
             await _settle(store, claim, call, None)
             raise
         said, answer = verdict(result)

@@ -43,7 +43,8 @@ LEASES_EXPIRED = Counter(
 )
 DUPLICATE_DELIVERIES = Counter(
     "agentlease_duplicate_deliveries",
-    "Attempts delivered for a task another attempt holds (lease_held) or that already settled (settled).",
+    "Attempts delivered for a task another attempt holds (lease_held) or that already settled (settled); "
+    "downstream answers that an earlier request with the key still runs (key_in_flight: the attempt waited).",
     [*SCOPE, "tool", "reason"],
 )
 LEASE_RELEASES = Counter(

@@ -88,13 +88,17 @@ def build_and_install(work: Path, extras: str = "openai-agents,pydantic-ai") -> 
     return InstalledWheel(venv, *installed_names(venv))
 
 
+def _record(venv: Path) -> list[tuple[str, str]]:
+    """``(path, digest)`` of each file the ``agentlease`` distribution installed into ``venv`` (its ``RECORD``)."""
+    [record] = venv.glob("lib/python*/site-packages/agentlease-*.dist-info/RECORD")
+    return [(path, digest) for path, digest, _size in (line.rsplit(",", 2) for line in record.read_text().splitlines())]
+
+
 def installed_names(venv: Path) -> tuple[frozenset[str], frozenset[str]]:
     """``(top-level names, scripts)`` that the ``agentlease`` distribution installed into ``venv``."""
-    [record] = venv.glob("lib/python*/site-packages/agentlease-*.dist-info/RECORD")
     top_level: set[str] = set()
     scripts: set[str] = set()
-    for line in record.read_text().splitlines():
-        path = line.rsplit(",", 2)[0]
+    for path, _digest in _record(venv):
         if not path:
             continue
         if path.startswith("../"):  # outside site-packages: a console script in bin/
@@ -108,12 +112,9 @@ def installed_names(venv: Path) -> tuple[frozenset[str], frozenset[str]]:
 
 def _holds_this_checkout(venv: Path) -> bool:
     """Whether the ``agentlease`` installed in ``venv`` has exactly this checkout's modules (by ``RECORD``)."""
-    [record] = venv.glob("lib/python*/site-packages/agentlease-*.dist-info/RECORD")
-    recorded: dict[str, str] = {}
-    for line in record.read_text().splitlines():
-        path, digest, _size = line.rsplit(",", 2)
-        if path.startswith("agentlease/") and path.endswith(".py"):
-            recorded[path] = digest
+    recorded = {
+        path: digest for path, digest in _record(venv) if path.startswith("agentlease/") and path.endswith(".py")
+    }
     ours = {
         str(p.relative_to(REPO)): "sha256="
         + base64.urlsafe_b64encode(hashlib.sha256(p.read_bytes()).digest()).rstrip(b"=").decode()
