@@ -7,13 +7,10 @@ each. The full size is a command (``CONTRIBUTING.md``)::
 
     AGENTLEASE_SCALE_ROWS=1000000 .venv/bin/pytest -q -m scale tests/acceptance/test_scale.py
 
-Each command runs as a user runs it (the console script, in a subprocess). Its CPU time (user +
-system, from ``wait4``: steady on a shared machine, unlike wall time) may exceed the same
-command's on an empty ledger by at most :data:`WORK_CPU_S`: what a bounded page costs does not
-grow with the ledger. (Both include the interpreter's start and imports, about 0.7 s of CPU on a
-2-core machine, which a tool's size, not the ledger's, decides; the absolute figures are printed
-with ``-s``.) Its peak resident memory stays under :data:`PEAK_MB` whatever the ledger's size: a
-streamed listing keeps one page in memory. Wall times are printed for the record, not asserted.
+Each command runs as a user runs it (the console script, in a subprocess). Its peak resident memory
+stays under :data:`PEAK_MB` whatever the ledger's size: a streamed listing keeps one page in memory.
+Its CPU and wall times (from ``wait4``) are printed with ``-s`` for ``bench/README.md``: figures,
+not assertions (a loaded machine moves them).
 """
 
 from __future__ import annotations
@@ -41,8 +38,6 @@ pytestmark = [pytest.mark.scale, pytest.mark.postgres, pytest.mark.timeout(1800)
 
 ROWS = int(float(os.environ.get("AGENTLEASE_SCALE_ROWS", "20000")))
 EXPIRED = ROWS // 100
-WORK_CPU_S = 0.5
-"""CPU seconds a bounded command may use beyond the same command on an empty ledger."""
 PEAK_MB = 150.0
 """Peak resident memory of any listing command (the aim: under 150 MB at a million tasks)."""
 
@@ -110,22 +105,6 @@ def large_ledger() -> Iterator[dict[str, str]]:
         yield {"AGENTLEASE_LEDGER_URL": url}
 
 
-@pytest.fixture(scope="module")
-def empty_ledger() -> Iterator[dict[str, str]]:
-    """The environment of a PostgreSQL ledger with the schema and no task: the baseline."""
-    with fresh_pg_database("agentlease_scale_empty") as url:
-
-        async def migrate() -> None:
-            ledger = Ledger.from_url(url)
-            try:
-                await upgrade(ledger.database)
-            finally:
-                await ledger.close()
-
-        asyncio.run(migrate())
-        yield {"AGENTLEASE_LEDGER_URL": url}
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -139,29 +118,22 @@ def empty_ledger() -> Iterator[dict[str, str]]:
         pytest.param(("runs", "--waiting", "--limit", "20", "--json"), id="runs-waiting-json"),
     ],
 )
-def test_a_bounded_command_uses_the_same_time_and_memory_at_any_size(
-    cli: Cli, large_ledger: dict[str, str], empty_ledger: dict[str, str], args: tuple[str, ...]
+def test_a_bounded_command_stays_in_bounded_memory_at_any_size(
+    cli: Cli, large_ledger: dict[str, str], args: tuple[str, ...]
 ) -> None:
-    baseline = measured(cli, empty_ledger, *args)  # an empty ledger: exit 1 for a run it lacks
     result = measured(cli, large_ledger, *args)
     assert result.returncode == 0, result.stderr
     assert result.stdout.stat().st_size > 0
-    assert result.cpu_s < baseline.cpu_s + WORK_CPU_S, (result, baseline)
     assert result.peak_mb < PEAK_MB, result
 
 
-def test_waiting_json_streams_every_waiting_task_with_its_commands(
-    cli: Cli, large_ledger: dict[str, str], empty_ledger: dict[str, str]
-) -> None:
-    baseline = measured(cli, empty_ledger, "waiting", "--json")
+def test_waiting_json_streams_every_waiting_task_with_its_commands(cli: Cli, large_ledger: dict[str, str]) -> None:
     result = measured(cli, large_ledger, "waiting", "--json")
     assert result.returncode == 0, result.stderr
     waiting = json.loads(result.stdout.read_text())
     assert len(waiting) == Fill(tasks=ROWS, expired=EXPIRED).waiting
     assert all(task["suggested_commands"] for task in waiting)
     assert result.peak_mb < PEAK_MB, result
-    # One page at a time: the CPU grows with the tasks printed, not with the ledger.
-    assert result.cpu_s < baseline.cpu_s + WORK_CPU_S + len(waiting) * 0.0005, (result, baseline)
 
 
 def test_every_task_streams_in_bounded_memory(cli: Cli, large_ledger: dict[str, str]) -> None:

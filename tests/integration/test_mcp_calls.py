@@ -127,7 +127,8 @@ async def test_a_workflow_creates_one_contact_through_a_guarded_mcp_server_and_s
         "read_back": True,
         "replayed": False,
     }
-    stages = [e.stage for e in events if e.kind is EventKind.RENEWED]
+    # The stages in order (a stage that outlasts a third of the TTL on a loaded machine renews twice).
+    stages = [stage for stage, _ in itertools.groupby(e.stage for e in events if e.kind is EventKind.RENEWED)]
     assert stages == [Stage.PREFLIGHT, Stage.EXTERNAL_CALL, Stage.COMMIT, Stage.VERIFY], stages
     external = next(e for e in events if e.stage is Stage.EXTERNAL_CALL)
     assert external.reason == f"tools/call create_contact on crm with key {run_id}:call, generation 1"

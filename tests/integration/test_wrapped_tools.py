@@ -4,6 +4,7 @@ in agents run outside any workflow (a local run, a unit test, an eval)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import uuid
 from datetime import timedelta
@@ -134,8 +135,9 @@ async def test_a_workflow_calls_wrapped_tools_that_read_their_lease_and_settle(
         )
         stored = await ledger.receipt(f"{run_id}:refund")
         assert stored is not None and stored.receipt == refund.receipt
-        renewals = [(e.kind, e.stage) for e in await ledger.events(f"{run_id}/refund") if e.kind is EventKind.RENEWED]
-        assert renewals == [(EventKind.RENEWED, Stage.EXTERNAL_CALL)]
+        # Stages in order: a renewal on a loaded machine may repeat one.
+        renewals = [e.stage for e in await ledger.events(f"{run_id}/refund") if e.kind is EventKind.RENEWED]
+        assert [stage for stage, _ in itertools.groupby(renewals)] == [Stage.EXTERNAL_CALL]
 
         # A read-only tool records no stage; the activity's name is the tool's.
         lookup = await ledger.get_task(f"{run_id}/lookup")
@@ -152,7 +154,7 @@ async def test_a_workflow_calls_wrapped_tools_that_read_their_lease_and_settle(
             "tagged",
         )
         stages = [e.stage for e in await ledger.events(f"{run_id}/tag") if e.kind is EventKind.RENEWED]
-        assert stages == [Stage.EXTERNAL_CALL, Stage.VERIFY]
+        assert [stage for stage, _ in itertools.groupby(stages)] == [Stage.EXTERNAL_CALL, Stage.VERIFY]
 
 
 # -- the same tools in agents run outside a workflow -------------------------------------------------
