@@ -4,10 +4,12 @@ time-skipping test server, which does not honour heartbeat timeouts) and scratch
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
@@ -15,7 +17,7 @@ from sqlalchemy.engine import make_url
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from agentlease.errors import ConfigurationError
+from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.observability import search_attributes
 
 
@@ -30,27 +32,51 @@ def temporal_binary() -> str:
     return found
 
 
+DEV_SERVER_STARTUP = timedelta(seconds=60)
+"""How long the dev server may take to answer after it was started (the SDK's own default, 5 s, is
+shorter than a start on a loaded 2-core machine)."""
+
+
 @asynccontextmanager
 async def dev_server(
     data_dir: Path, *, port: int | None = None, ui_port: int | None = None
 ) -> AsyncIterator[WorkflowEnvironment]:
-    """Start ``temporal server start-dev`` with its UI and a SQLite file under ``data_dir``."""
+    """Start ``temporal server start-dev`` with its UI and a SQLite file under ``data_dir``, waiting up to
+    :data:`DEV_SERVER_STARTUP` for it. Raises ConfigurationError without the ``temporal`` CLI and
+    AgentLeaseError (one line) when the server does not start (a port in use, a slow start)."""
+    for taken in (p for p in (port, ui_port) if p):
+        _refuse_taken(taken)
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = await WorkflowEnvironment.start_local(
-        ip="127.0.0.1",
-        port=port,
-        ui=True,
-        ui_port=ui_port,
-        data_converter=pydantic_data_converter,
-        dev_server_existing_path=temporal_binary(),
-        dev_server_database_filename=str((data_dir / "temporal.db").resolve()),
-        dev_server_log_level="error",
-        search_attributes=search_attributes.ALL,
-    )
+    try:
+        env = await WorkflowEnvironment.start_local(
+            ip="127.0.0.1",
+            port=port,
+            ui=True,
+            ui_port=ui_port,
+            data_converter=pydantic_data_converter,
+            dev_server_existing_path=temporal_binary(),
+            dev_server_database_filename=str((data_dir / "temporal.db").resolve()),
+            dev_server_log_level="error",
+            dev_server_startup_timeout=DEV_SERVER_STARTUP,
+            search_attributes=search_attributes.ALL,
+        )
+    except RuntimeError as exc:  # the SDK's bridge says why in one message
+        why = str(exc).splitlines()[0].removeprefix("Failed starting Temporal dev server: ")
+        raise AgentLeaseError(f"the Temporal dev server did not start: {why}") from exc
     try:
         yield env
     finally:
         await env.shutdown()
+
+
+def _refuse_taken(port: int) -> None:
+    """AgentLeaseError at once when 127.0.0.1:``port`` cannot be bound (the server would wait out its start)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is free
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise AgentLeaseError(f"port {port} on 127.0.0.1 is in use ({exc.strerror})") from exc
 
 
 async def _postgres_admin(server_url: str, statement: str, *, timeout_s: float) -> None:

@@ -53,3 +53,11 @@ def test_ui_on_a_port_in_use_is_one_line(cli: Cli) -> None:
         env = {"AGENTLEASE_LEDGER_URL": f"sqlite:///{cli.cwd / 'ledger.db'}"}
         assert cli("db", "upgrade", env=env).returncode == 0
         assert_one_error_line(cli("ui", "--port", str(port), env=env), FAILED, f"cannot serve on 127.0.0.1:{port}")
+
+
+def test_dev_on_a_port_in_use_is_one_line_at_once(cli: Cli) -> None:
+    # The dev server would otherwise wait out its whole start (a minute) before failing.
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = cli("dev", "--port", str(port))
+        assert_one_error_line(result, FAILED, f"port {port} on 127.0.0.1 is in use")

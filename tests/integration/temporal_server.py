@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from temporalio.testing import WorkflowEnvironment
 
 from agentlease.observability import search_attributes
-from agentlease.runtime.devserver import temporal_binary
+from agentlease.runtime.devserver import DEV_SERVER_STARTUP, temporal_binary
 
 
 class DevServerThread:
@@ -32,6 +32,7 @@ class DevServerThread:
                 ip="127.0.0.1",
                 dev_server_existing_path=temporal_binary(),
                 dev_server_log_level="error",
+                dev_server_startup_timeout=DEV_SERVER_STARTUP,
                 search_attributes=search_attributes.ALL,
             ),
             self._loop,

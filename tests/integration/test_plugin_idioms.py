@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():  # this module holds a workflow: 
     from agentlease.plugin import AgentLeasePlugin, _pass_through
     from agentlease.pydantic_ai import LeasedToolset, run_agent
     from agentlease.records import RunStatus
-    from agentlease.runtime.devserver import temporal_binary
+    from agentlease.runtime.devserver import DEV_SERVER_STARTUP, temporal_binary
     from agentlease.runtime.names import STATUS_QUERY
     from agentlease.settings import AgentLeaseSettings
     from agentlease.workflow._interceptor import LeasedCallsInterceptor
@@ -117,7 +117,10 @@ async def stock_dev_server() -> AsyncIterator[WorkflowEnvironment]:
     """``temporal server start-dev`` as a team starts it: no search attribute registered
     (``tests/integration/temporal_server.py`` registers agentlease's; this does not)."""
     env = await WorkflowEnvironment.start_local(
-        ip="127.0.0.1", dev_server_existing_path=temporal_binary(), dev_server_log_level="error"
+        ip="127.0.0.1",
+        dev_server_existing_path=temporal_binary(),
+        dev_server_log_level="error",
+        dev_server_startup_timeout=DEV_SERVER_STARTUP,
     )
     try:
         yield env
