@@ -145,14 +145,23 @@ def refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def finite_float(text: str) -> float:
+    """``parse_float`` for :func:`json.loads`: refuses a number beyond a float's range (``1E400``: infinity)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond the range of a JSON number")
+    return value
+
+
 def loads(text: str | bytes, what: str, *, max_depth: int = MAX_DEPTH + 4) -> Any:
-    """Parse JSON text from outside (``ValueError``, one line naming ``what``): NaN/Infinity refused, nesting beyond
-    ``max_depth`` refused before parsing (default :data:`MAX_DEPTH` plus a plan's four levels above arguments)."""
+    """Parse JSON text from outside (``ValueError``, one line naming ``what``): NaN/Infinity and numbers beyond a
+    float's range refused, nesting beyond ``max_depth`` refused before parsing (default :data:`MAX_DEPTH` plus a
+    plan's four levels above arguments)."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "surrogateescape")
     _check_text_depth(text, what, max_depth)
     try:
-        return json.loads(text, parse_constant=refuse_constant)
+        return json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:
