@@ -86,6 +86,7 @@ ROOMS = (
     ("agentlease.tools", "tools"),
     ("agentlease.lease", "tools"),
     ("agentlease.workflow", "workflow"),
+    ("agentlease.adapters", "adapters"),
     ("agentlease.openai_agents", "adapters"),
     ("agentlease.pydantic_ai", "adapters"),
     ("agentlease.mcp", "adapters"),
