@@ -52,6 +52,7 @@ FACADES = {
     "agentlease.recovery",
     "agentlease.openai_agents",
     "agentlease.pydantic_ai",
+    "agentlease.langgraph",
     "agentlease.mcp",
 }
 """The public faces: they re-export; no library module imports them (the application does)."""
@@ -89,6 +90,7 @@ ROOMS = (
     ("agentlease.adapters", "adapters"),
     ("agentlease.openai_agents", "adapters"),
     ("agentlease.pydantic_ai", "adapters"),
+    ("agentlease.langgraph", "adapters"),
     ("agentlease.mcp", "adapters"),
     ("agentlease.plugin", "worker"),
     ("agentlease.worker", "worker"),

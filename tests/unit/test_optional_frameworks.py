@@ -10,10 +10,10 @@ import pytest
 
 from tests.unit.test_layering import ROOT, project_modules
 
-FRAMEWORKS = ("pydantic_ai",)
+FRAMEWORKS = ("pydantic_ai", "langgraph", "langchain_core")
 """Top-level packages of the frameworks' extras."""
 
-ADAPTERS = ("agentlease.openai_agents", "agentlease.demo.agents.", "agentlease.pydantic_ai")
+ADAPTERS = ("agentlease.openai_agents", "agentlease.demo.agents.", "agentlease.pydantic_ai", "agentlease.langgraph")
 """Modules allowed to import them: the adapters, their facades, the example agents."""
 
 NOT_IMPORTABLE = ("agentlease.migrations",)
@@ -50,6 +50,7 @@ def test_the_demo_skips_an_agent_whose_framework_is_not_installed() -> None:
     [
         ("agentlease.openai_agents", "agents", "openai-agents"),
         ("agentlease.pydantic_ai", "pydantic_ai", "pydantic-ai"),
+        ("agentlease.langgraph", "langgraph", "langgraph"),
         ("agentlease.mcp", "mcp", "mcp"),
         ("agentlease.idempotency.middleware", "starlette", "middleware"),
     ],
