@@ -1,1 +1,2 @@
-"""What the agent framework adapters share (``agentlease.openai_agents``, ``agentlease.pydantic_ai``): private."""
+"""What the agent framework adapters share (``agentlease.openai_agents``, ``pydantic_ai``, ``langgraph``,
+``google_adk``): private."""

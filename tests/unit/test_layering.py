@@ -53,6 +53,7 @@ FACADES = {
     "agentlease.openai_agents",
     "agentlease.pydantic_ai",
     "agentlease.langgraph",
+    "agentlease.google_adk",
     "agentlease.mcp",
 }
 """The public faces: they re-export; no library module imports them (the application does)."""
@@ -91,6 +92,7 @@ ROOMS = (
     ("agentlease.openai_agents", "adapters"),
     ("agentlease.pydantic_ai", "adapters"),
     ("agentlease.langgraph", "adapters"),
+    ("agentlease.google_adk", "adapters"),
     ("agentlease.mcp", "adapters"),
     ("agentlease.plugin", "worker"),
     ("agentlease.worker", "worker"),
