@@ -4,7 +4,9 @@
   (``openai-native-keyed``: the same, its tool sending a key made from its activity);
 - ``openai-leased``: the same agent with ``agentlease.openai_agents.leased_tool(REFUND_TOOL)``;
 - ``pydantic-native``: Pydantic AI under ``TemporalDurability``, the function in a ``FunctionToolset``;
-- ``pydantic-leased``: the same agent with ``agentlease.pydantic_ai.LeasedToolset([REFUND_TOOL])``.
+- ``pydantic-leased``: the same agent with ``agentlease.pydantic_ai.LeasedToolset([REFUND_TOOL])``;
+- ``langgraph-native`` / ``langgraph-leased``: a LangGraph graph under ``LangGraphPlugin``
+  (:mod:`bench.effects_graphs`), its tools node an activity or leased calls.
 
 Agents, models and timeouts are in :mod:`bench.effects_agents`. Workflow code: re-imported in the sandbox.
 """
@@ -17,9 +19,12 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
+    from langchain_core.messages import HumanMessage
     from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow
+    from temporalio.langgraph import graph
     from temporalio.openai_agents.workflow import activity_as_tool
 
+    from agentlease.langgraph import run_graph
     from agentlease.openai_agents import leased_tool
     from agentlease.openai_agents import run_agent as run_openai_agent
     from agentlease.pydantic_ai import run_agent as run_pydantic_agent
@@ -79,11 +84,23 @@ class PydanticLeased(PydanticAIWorkflow):
         return (await run_pydantic_agent(pydantic_leased_agent, prompt)).output
 
 
+@workflow.defn(name="EffectsLangGraph")
+class LangGraphAgent:
+    """Both LangGraph sides: the worker's plugin holds the native or the leased graph."""
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        state = await run_graph(graph("effects").compile(), {"messages": [HumanMessage(prompt)]})
+        return str(state["messages"][-1].content)
+
+
 WORKFLOWS: dict[str, Any] = {
     "openai-native": OpenAINative,
     "openai-native-keyed": OpenAINative,  # the same agent; its workers make the tool send a key
     "openai-leased": OpenAILeased,
     "pydantic-native": PydanticNative,
     "pydantic-leased": PydanticLeased,
+    "langgraph-native": LangGraphAgent,
+    "langgraph-leased": LangGraphAgent,
 }
 """Each system's workflow class, by the name the benchmark reports it under."""
