@@ -6,7 +6,7 @@
     python -m bench.effects --matrix --trials 10    # first the edge's whole crash-point matrix (docs/edge.md)
 
 The same scripted agent (:mod:`bench.effects_agents`: the model calls ``issue_refund`` once, then
-answers) runs on six systems, the OpenAI Agents SDK, Pydantic AI and LangGraph each with their native
+answers) runs on eight systems, the OpenAI Agents SDK, Pydantic AI, LangGraph and Google ADK each with their native
 Temporal tool and with agentlease's leased one, all with worker processes on one Temporal dev
 server (``bench.faults.TemporalProcess``, one partition per task queue so that it lists a worker's
 pollers as soon as they poll). The tool posts a refund to a service in a process of

@@ -40,6 +40,8 @@ SYSTEMS = (
     "pydantic-leased",
     "langgraph-native",
     "langgraph-leased",
+    "adk-native",
+    "adk-leased",
 )
 """The systems the benchmark runs by default."""
 EXTRA_SYSTEMS = ("openai-native-keyed",)
@@ -57,6 +59,12 @@ async def connect(system: str, address: str) -> Client:
         from temporalio.contrib.pydantic import pydantic_data_converter
 
         return await Client.connect(address, data_converter=pydantic_data_converter)
+    if system.startswith("adk"):
+        from temporalio.google_adk import GoogleAdkPlugin
+
+        import bench.effects_adk  # noqa: F401  (registers the scripted model in this process)
+
+        return await Client.connect(address, plugins=[GoogleAdkPlugin()])
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 
     return await Client.connect(address, plugins=[PydanticAIPlugin()])
@@ -76,7 +84,7 @@ def build(client: Client, system: str, queue: str, identity: str) -> Worker:
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
         "graceful_shutdown_timeout": timedelta(0),
     }
-    if system.startswith("openai-native"):
+    if system.startswith(("openai-native", "adk-native")):
         options["activities"] = [refund_activity]
     if system.startswith("langgraph"):
         from temporalio.langgraph import LangGraphPlugin
