@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.google_adk import TemporalModel
 
     from agentlease.google_adk import leased_tool, run_agent
-    from tests.integration.langgraph_agents import issue_refund
+    from tests.integration.file_refunds import issue_refund
 
 MODEL = "scripted-refunds"
 

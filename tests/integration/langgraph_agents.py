@@ -6,34 +6,21 @@ a tool that does not exist when the prompt says ``and invent``, then answers wit
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-from temporalio import activity, workflow
+from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_messages
     from langgraph.graph import START, MessagesState, StateGraph
     from temporalio.langgraph import graph
 
-    from agentlease import leased
     from agentlease.langgraph import leased_tools_node, route_tools, run_graph
+    from tests.integration.file_refunds import issue_refund
 
 GRAPH = "refunds"
-REFUNDS_FILE = "AGENTLEASE_TEST_REFUNDS_FILE"
-"""The environment variable naming the file each refund appends one line to (the downstream, for counting)."""
-
-
-@leased(side_effect="idempotent", lease_ttl=timedelta(seconds=10), action_key="refund:{order_id}")
-@activity.defn
-async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
-    """Refund an order."""
-    with Path(os.environ[REFUNDS_FILE]).open("a") as refunds:
-        refunds.write(f"{order_id} {amount_cents} {activity.info().attempt}\n")
-    return {"order_id": order_id, "refunded_cents": amount_cents}
 
 
 async def scripted_model(state: MessagesState) -> dict[str, list[AIMessage]]:

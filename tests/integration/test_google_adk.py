@@ -16,7 +16,7 @@ from agentlease import AgentLeasePlugin
 from agentlease.enums import TaskStatus
 from agentlease.settings import AgentLeaseSettings
 from tests.integration.adk_agents import AdkRefundWorkflow
-from tests.integration.langgraph_agents import REFUNDS_FILE, issue_refund
+from tests.integration.file_refunds import REFUNDS_FILE, issue_refund
 from tests.integration.test_lease_on_temporal import opened_ledger
 
 pytestmark = pytest.mark.timeout(240)

@@ -16,7 +16,8 @@ from temporalio.worker import Replayer, Worker
 from agentlease import AgentLeasePlugin
 from agentlease.enums import TaskStatus
 from agentlease.settings import AgentLeaseSettings
-from tests.integration.langgraph_agents import GRAPH, REFUNDS_FILE, RefundGraphWorkflow, build_graph, issue_refund
+from tests.integration.file_refunds import REFUNDS_FILE, issue_refund
+from tests.integration.langgraph_agents import GRAPH, RefundGraphWorkflow, build_graph
 from tests.integration.test_lease_on_temporal import opened_ledger
 
 pytestmark = pytest.mark.timeout(240)

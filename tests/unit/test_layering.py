@@ -54,6 +54,7 @@ FACADES = {
     "agentlease.pydantic_ai",
     "agentlease.langgraph",
     "agentlease.google_adk",
+    "agentlease.strands",
     "agentlease.mcp",
 }
 """The public faces: they re-export; no library module imports them (the application does)."""
@@ -93,6 +94,7 @@ ROOMS = (
     ("agentlease.pydantic_ai", "adapters"),
     ("agentlease.langgraph", "adapters"),
     ("agentlease.google_adk", "adapters"),
+    ("agentlease.strands", "adapters"),
     ("agentlease.mcp", "adapters"),
     ("agentlease.plugin", "worker"),
     ("agentlease.worker", "worker"),

@@ -19,6 +19,7 @@ ADAPTERS = (
     "agentlease.pydantic_ai",
     "agentlease.langgraph",
     "agentlease.google_adk",
+    "agentlease.strands",
 )
 """Modules allowed to import them: the adapters, their facades, the example agents."""
 
@@ -59,6 +60,7 @@ def test_the_demo_skips_an_agent_whose_framework_is_not_installed() -> None:
         ("agentlease.pydantic_ai", "pydantic_ai", "pydantic-ai"),
         ("agentlease.langgraph", "langgraph", "langgraph"),
         ("agentlease.google_adk", "google.adk", "google-adk"),
+        ("agentlease.strands", "strands", "strands"),
         ("agentlease.mcp", "mcp", "mcp"),
         ("agentlease.idempotency.middleware", "starlette", "middleware"),
     ],
