@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -30,6 +30,7 @@ from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import (
     AgentRunPlan,
+    LeaseEvent,
     PlanStep,
     RunStatus,
     SettlementReceipt,
@@ -50,6 +51,12 @@ pytestmark = pytest.mark.timeout(120)
 REGISTRY = load_registry(["tests.integration.tools"])
 WORKER_SHUTDOWN_BOUND_S = 30.0
 """How long a test's in-process worker is given to shut down before the test goes on without it."""
+
+
+def renewed_stages(events: Iterable[LeaseEvent]) -> list[Stage | None]:
+    """The stages a task's renewals recorded, in order, a repeat counted once (a stage that outlasts a third of
+    the TTL on a loaded machine renews twice)."""
+    return [stage for stage, _ in itertools.groupby(e.stage for e in events if e.kind is EventKind.RENEWED)]
 
 
 @asynccontextmanager
@@ -209,9 +216,7 @@ async def test_stage_survives_heartbeat_throttling(client: Client, settings: Age
         assert dying.returncode == 17, stderr.decode()[-2000:]
         record = await ledger.get_task(task_id)
         assert (record.status, record.stage, record.claim_generation) == (TaskStatus.RUNNING, Stage.COMMIT, 1)
-        renewals = [e.stage for e in await ledger.events(task_id) if e.kind is EventKind.RENEWED]
-        in_order = [stage for stage, _ in itertools.groupby(renewals)]
-        assert in_order == [Stage.PREFLIGHT, Stage.EXTERNAL_CALL, Stage.COMMIT]
+        assert renewed_stages(await ledger.events(task_id)) == [Stage.PREFLIGHT, Stage.EXTERNAL_CALL, Stage.COMMIT]
 
         async with _worker(client, ledger, settings, "worker-next"):
             result = await asyncio.wait_for(handle.result(), timeout=60)

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.worker import build_worker
     from agentlease.workflow import call_tool
     from tests.integration.mcp_crm import REPO, contacts_of, running_http_crm, server_env
-    from tests.integration.test_lease_on_temporal import opened_ledger
+    from tests.integration.test_lease_on_temporal import opened_ledger, renewed_stages
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -127,8 +127,7 @@ async def test_a_workflow_creates_one_contact_through_a_guarded_mcp_server_and_s
         "read_back": True,
         "replayed": False,
     }
-    # The stages in order (a stage that outlasts a third of the TTL on a loaded machine renews twice).
-    stages = [stage for stage, _ in itertools.groupby(e.stage for e in events if e.kind is EventKind.RENEWED)]
+    stages = renewed_stages(events)
     assert stages == [Stage.PREFLIGHT, Stage.EXTERNAL_CALL, Stage.COMMIT, Stage.VERIFY], stages
     external = next(e for e in events if e.stage is Stage.EXTERNAL_CALL)
     assert external.reason == f"tools/call create_contact on crm with key {run_id}:call, generation 1"
