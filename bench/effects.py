@@ -6,7 +6,7 @@
     python -m bench.effects --matrix --trials 10    # first the edge's whole crash-point matrix (docs/edge.md)
 
 The same scripted agent (:mod:`bench.effects_agents`: the model calls ``issue_refund`` once, then
-answers) runs on four systems, the OpenAI Agents SDK and Pydantic AI each with their native
+answers) runs on eight systems, the OpenAI Agents SDK, Pydantic AI, LangGraph and Google ADK each with their native
 Temporal tool and with agentlease's leased one, all with worker processes on one Temporal dev
 server (``bench.faults.TemporalProcess``, one partition per task queue so that it lists a worker's
 pollers as soon as they poll). The tool posts a refund to a service in a process of
@@ -510,7 +510,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--systems",
         default=",".join(SYSTEMS),
-        help=f"comma-separated, of {', '.join(SYSTEMS + EXTRA_SYSTEMS)} (default the first four)",
+        help=f"comma-separated, of {', '.join(SYSTEMS + EXTRA_SYSTEMS)} (default all but openai-native-keyed)",
     )
     parser.add_argument("--points", default=",".join(POINTS), help=f"comma-separated, of {', '.join(POINTS)}")
     parser.add_argument("--pool", type=int, default=1, help="idle workers started ahead per system (default 1)")

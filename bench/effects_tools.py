@@ -167,8 +167,9 @@ REFUND_TOOL = leased(issue_refund, side_effect="fenced", lease_ttl=LEASE_TTL, na
 
 
 def _is_tool(activity_type: str) -> bool:
-    """The refund tool's activity: ``issue_refund`` (``activity_as_tool``, leased), or Pydantic AI's toolset call."""
-    return activity_type == "issue_refund" or activity_type.endswith("__toolset__refunds__call_tool")
+    """The refund tool's activity: ``issue_refund`` (``activity_as_tool``, leased), Pydantic AI's toolset call, or
+    the LangGraph native tools node (``effects.tools``)."""
+    return activity_type in ("issue_refund", "effects.tools") or activity_type.endswith("__toolset__refunds__call_tool")
 
 
 class _LoggingInbound(ActivityInboundInterceptor):

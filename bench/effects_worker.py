@@ -33,7 +33,16 @@ from temporalio.worker import Worker
 
 TEMPORAL_ENV = "EFFECTS_BENCH_TEMPORAL"
 LEDGER_ENV = "EFFECTS_BENCH_LEDGER"
-SYSTEMS = ("openai-native", "openai-leased", "pydantic-native", "pydantic-leased")
+SYSTEMS = (
+    "openai-native",
+    "openai-leased",
+    "pydantic-native",
+    "pydantic-leased",
+    "langgraph-native",
+    "langgraph-leased",
+    "adk-native",
+    "adk-leased",
+)
 """The systems the benchmark runs by default."""
 EXTRA_SYSTEMS = ("openai-native-keyed",)
 """Run when named: ``openai-native`` whose tool sends a key made from its activity (workflow id, activity id)."""
@@ -46,6 +55,16 @@ async def connect(system: str, address: str) -> Client:
         from agentlease.demo.agents.openai_agent import scripted_model_plugin
 
         return await Client.connect(address, plugins=[scripted_model_plugin()])
+    if system.startswith("langgraph"):
+        from temporalio.contrib.pydantic import pydantic_data_converter
+
+        return await Client.connect(address, data_converter=pydantic_data_converter)
+    if system.startswith("adk"):
+        from temporalio.google_adk import GoogleAdkPlugin
+
+        import bench.effects_adk  # noqa: F401  (registers the scripted model in this process)
+
+        return await Client.connect(address, plugins=[GoogleAdkPlugin()])
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 
     return await Client.connect(address, plugins=[PydanticAIPlugin()])
@@ -65,8 +84,14 @@ def build(client: Client, system: str, queue: str, identity: str) -> Worker:
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
         "graceful_shutdown_timeout": timedelta(0),
     }
-    if system.startswith("openai-native"):
+    if system.startswith(("openai-native", "adk-native")):
         options["activities"] = [refund_activity]
+    if system.startswith("langgraph"):
+        from temporalio.langgraph import LangGraphPlugin
+
+        from bench.effects_graphs import GRAPH, effects_graph
+
+        options["plugins"] = [LangGraphPlugin(graphs={GRAPH: effects_graph(system.endswith("leased"))})]
     if system.endswith("leased"):
         from agentlease.plugin import AgentLeasePlugin
         from agentlease.settings import AgentLeaseSettings
@@ -78,7 +103,8 @@ def build(client: Client, system: str, queue: str, identity: str) -> Worker:
             worker_identity=f"{identity}/{queue}",
         )
         options["plugins"] = [
-            AgentLeasePlugin(settings=settings, tools=[REFUND_TOOL], builtins=False, agent_run_workflow=False)
+            *options.get("plugins", []),
+            AgentLeasePlugin(settings=settings, tools=[REFUND_TOOL], builtins=False, agent_run_workflow=False),
         ]
     return Worker(client, **options)
 

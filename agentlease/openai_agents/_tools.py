@@ -15,30 +15,13 @@ with workflow.unsafe.imports_passed_through():
     from agents.exceptions import UserError
     from agents.strict_schema import ensure_strict_json_schema
     from agents.tool_context import ToolContext
-    from pydantic import ValidationError
 
-    from agentlease.enums import StepEnd, TaskStatus
-    from agentlease.errors import ConfigurationError, describe_validation_error
-    from agentlease.records import PlanStep, settled_note
+    from agentlease.adapters._core import StepIdFunction, call_leased, declared, told
     from agentlease.tools._declaration import DeclaredTool
-    from agentlease.tools._wrap import not_leasable, run_unleased
     from agentlease.workflow._calls import CallOutcome, leased_calls
-
-StepIdFunction = Callable[[str, str], str]
-"""``(tool name as the model calls it, the model's tool_call_id) -> step id``."""
 
 KeyFunction = Callable[[Any], str]
 """``(the validated arguments, an instance of the tool's argument model) -> idempotency key``."""
-
-
-_NOT_SETTLED = {
-    TaskStatus.REJECTED: "was not run",
-    TaskStatus.ABANDONED: "was abandoned after an attempt whose effect is unknown; treat it as not done",
-    TaskStatus.CANCELLED: "was cancelled",
-    TaskStatus.CANCELLED_EFFECT_UNKNOWN: "was cancelled after it may have reached its target; its effect is unknown",
-    StepEnd.FAILED: "failed",
-}
-"""How the model is told that a call ended without settling, by the task's final status."""
 
 
 def leased_tool(
@@ -70,9 +53,7 @@ def leased_tool(
     Raises:
         ConfigurationError: ``tool`` is not a declared tool (an MCP server, say: ``docs/mcp.md``).
     """
-    if not callable(getattr(tool, "info", None)):
-        raise ConfigurationError(not_leasable(tool, "leased_tool"))
-    info = tool.info()
+    declared(tool, "leased_tool")
     shown = name or tool.name
     schema = tool.args_model.model_json_schema()
     if strict is None:
@@ -83,30 +64,20 @@ def leased_tool(
             strict = False
 
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:  # the SDK passes the call's own context
-        try:
-            args = tool.args_model.model_validate_json(arguments or "{}")
-        except ValidationError as exc:
-            return f"error: invalid arguments for {shown}, nothing was run: {describe_validation_error(exc)}"
-        if not workflow.in_workflow():  # a local run, a unit test, an eval: a plain call, no lease
-            return json.dumps(await run_unleased(tool, dict(args)))
-        calls = leased_calls([info])
-        call_id = ctx.tool_call_id or "call"
-        sid = step_id(shown, call_id) if step_id is not None else calls.unique_step_id(f"{shown}-{call_id}")
-        step = {"step_id": sid, "tool": info.name, "idempotency_key": key(args) if key is not None else None}
-        try:  # what the caller's step_id and key functions made, and the arguments' bounds (docs/limits.md)
-            PlanStep.model_validate({**step, "arguments": args.model_dump(mode="json")})
-        except ValidationError as exc:
-            return f"error: {shown} was not run: {describe_validation_error(exc)}"
-        if calls.has_step(sid):
-            return f"error: {shown} was not run: step id {sid!r} is already used in this run"
-        outcome = await calls.call(
-            info.name, args.model_dump(mode="json"), step_id=sid, idempotency_key=step["idempotency_key"]
+        reply = await call_leased(
+            tool,
+            arguments,
+            name=shown,
+            call_id=ctx.tool_call_id or "call",
+            step_id=step_id,
+            exact_step_id=step_id is not None,
+            key=key,
         )
-        return tool_output(shown, outcome)
+        return reply.as_text()
 
     return FunctionTool(
         name=shown,
-        description=description or _first_paragraph(tool.description) or f"the {info.name} tool",
+        description=description or _first_paragraph(tool.description) or f"the {tool.info().name} tool",
         params_json_schema=schema,
         on_invoke_tool=invoke,
         strict_json_schema=strict,
@@ -116,15 +87,7 @@ def leased_tool(
 def tool_output(name: str, outcome: CallOutcome) -> str:
     """What the model reads after a leased call: the output as JSON, or one ``error:`` line; a call that settled
     without an output in this run reads ``{"settled": true, "note": ..., "receipt": {...}}`` (``docs/agents.md``)."""
-    view = outcome.view
-    if outcome.settled:
-        if outcome.output:
-            return json.dumps(outcome.output)
-        receipt = view.receipt.model_dump(mode="json") if view.receipt is not None else None
-        note = settled_note(view.settled_by, view.idempotency_key)
-        return json.dumps({"settled": True, **({"note": note} if note else {}), "receipt": receipt})
-    what = _NOT_SETTLED.get(view.status, f"ended {view.status.value}")
-    return f"error: {name} {what}" + (f" ({view.error})" if view.error else "")
+    return told(name, outcome).as_text()
 
 
 def leased_run_config(**options: Any) -> RunConfig:

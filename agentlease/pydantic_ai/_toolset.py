@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, TypeAdapter
@@ -17,12 +16,10 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.agent import AbstractAgent, AgentRunResult
     from pydantic_ai.exceptions import ToolFailed
 
-    from agentlease.enums import TaskStatus
-    from agentlease.errors import ConfigurationError
-    from agentlease.records import ToolInfo, settled_note
+    from agentlease.adapters._core import call_leased, declared
+    from agentlease.records import ToolInfo
     from agentlease.tools._declaration import DeclaredTool
-    from agentlease.tools._wrap import not_leasable, run_unleased
-    from agentlease.workflow._calls import CallOutcome, LeasedToolCalls, leased_calls
+    from agentlease.workflow._calls import LeasedToolCalls, leased_calls
 
 OutputT = TypeVar("OutputT")
 
@@ -94,8 +91,7 @@ class LeasedToolset(AbstractToolset[Any]):
         max_retries: int = DEFAULT_MAX_RETRIES,
     ) -> None:
         for tool in tools:
-            if not callable(getattr(tool, "info", None)):
-                raise ConfigurationError(not_leasable(tool, "LeasedToolset"))
+            declared(tool, "LeasedToolset")
         names = [tool.name for tool in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"two tools of a LeasedToolset share a name: {sorted(names)}")
@@ -142,43 +138,22 @@ class LeasedToolset(AbstractToolset[Any]):
     ) -> Any:
         """Run the call as a leased activity until it is final (outside a workflow: unleased, its output;
         ``ConfigurationError`` for a ``@tool`` tool). ``ToolFailed``: it did not settle (the model is told why)."""
-        if not workflow.in_workflow():  # a local run, a unit test, an eval: a plain call, no lease
-            return await run_unleased(self._tools[name], tool_args)
-        calls = self.leased_calls()
-        step_id = calls.unique_step_id(self._step_id(name, ctx.tool_call_id or name))
-        key = self._key(name, tool_args) if self._key is not None else None
-        try:
-            outcome = await calls.call(name, tool_args, step_id=step_id, idempotency_key=key)
-        except (ActivityError, ValueError) as exc:  # the decision activity gave up; a refused call
-            raise ToolFailed(f"{name} could not be run ({exc}); it did not settle") from None
-        if outcome.settled:
-            return _settled_output(outcome)
-        raise ToolFailed(_not_settled(name, outcome))
+        key_of = self._key
 
+        def key(args: BaseModel) -> str | None:
+            return key_of(name, args.model_dump(mode="json")) if key_of is not None else None
 
-def _settled_output(outcome: CallOutcome) -> dict[str, Any]:
-    if outcome.output is not None:
-        return outcome.output
-    receipt = outcome.view.receipt
-    note = settled_note(outcome.view.settled_by, outcome.view.idempotency_key)
-    shown = {} if receipt is None else {"receipt": receipt.model_dump(mode="json", exclude={"verified_at"})}
-    return {**({"note": note} if note else {}), **shown}
-
-
-_NOT_SETTLED: dict[str, str] = {
-    TaskStatus.REJECTED.value: "an operator refused this call; it did not run and will not run",
-    TaskStatus.ABANDONED.value: "an operator abandoned this call after an unclear outcome; it will not be retried",
-    TaskStatus.CANCELLED.value: "this call was cancelled by an operator; it will not run again",
-    TaskStatus.CANCELLED_EFFECT_UNKNOWN.value: "this call was cancelled by an operator after it may have reached "
-    "its target: its effect is unknown; it will not run again",
-}
-
-
-def _not_settled(name: str, outcome: CallOutcome) -> str:
-    """What the model is told of a call that ended without a receipt."""
-    view = outcome.view
-    what = _NOT_SETTLED.get(view.status.value, f"this call ended {view.status.value} without a result")
-    return f"{name}: {what}" + (f" ({view.error})" if view.error else "")
+        reply = await call_leased(
+            self._tools[name],
+            tool_args,
+            name=name,
+            call_id=ctx.tool_call_id or name,
+            step_id=self._step_id,
+            key=key,
+        )
+        if reply.ok:
+            return reply.output
+        raise ToolFailed(reply.error)
 
 
 async def run_agent(agent: AbstractAgent[Any, OutputT], *args: Any, **kwargs: Any) -> AgentRunResult[OutputT]:

@@ -24,7 +24,7 @@ from tests.acceptance.runner import Background, Cli, wait_for_poller
 from tests.acceptance.wheel_install import REPO, InstalledWheel, clean_env
 
 EXAMPLES = REPO / "examples"
-FRAMEWORKS = ("openai_agents", "pydantic_ai")
+FRAMEWORKS = ("openai_agents", "pydantic_ai", "langgraph", "google_adk")
 
 WORKER_START_TIMEOUT_S = 120.0
 """Deadline for a worker process to poll its task queue (imports, ledger check, search attributes,

@@ -95,6 +95,8 @@ import agentlease
 from agentlease import AgentLeasePlugin, AgentLeaseSettings, lease, leased
 from agentlease.openai_agents import leased_tool, run_agent
 from agentlease.pydantic_ai import LeasedToolset
+from agentlease.langgraph import leased_tool_messages, leased_tools_node, run_graph
+from agentlease.google_adk import leased_tool as adk_leased_tool, run_agent as run_adk_agent
 import agentlease.cli.app
 import os
 import activities, worker, workflows  # the user's own modules, from the working directory

@@ -1,7 +1,7 @@
 """The project's wheel, built and installed into a fresh virtualenv as a user installs it.
 
 ``pip wheel --no-deps`` builds it from the checkout; ``python -m venv`` plus ``pip install
-'<wheel>[openai-agents,pydantic-ai]'`` installs it (pip reuses the machine's cache). What the wheel
+'<wheel>[openai-agents,pydantic-ai,langgraph,google-adk]'`` installs it (pip reuses the machine's cache). What the wheel
 put into site-packages is read from its ``RECORD``. CI has made that virtualenv already (``.ci/run``)
 and names it in ``AGENTLEASE_TEST_WHEEL_VENV``: it is used once its ``RECORD`` shows this checkout's
 modules, byte for byte.
@@ -72,7 +72,7 @@ PREBUILT_VARIABLE = "AGENTLEASE_TEST_WHEEL_VENV"
 """A virtualenv holding this checkout's wheel with the framework extras, made before the tests (``.ci/run``)."""
 
 
-def build_and_install(work: Path, extras: str = "openai-agents,pydantic-ai") -> InstalledWheel:
+def build_and_install(work: Path, extras: str = "openai-agents,pydantic-ai,langgraph,google-adk") -> InstalledWheel:
     """Build the wheel into ``work/dist`` and install it, with ``extras``, into the fresh ``work/venv``; or
     the virtualenv named in ``AGENTLEASE_TEST_WHEEL_VENV`` when its wheel holds this checkout's modules."""
     prebuilt = os.environ.get(PREBUILT_VARIABLE)

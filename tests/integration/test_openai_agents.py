@@ -260,7 +260,10 @@ async def test_rejected_call_never_runs_and_the_model_is_told(stack: Stack) -> N
     assert rejected.returncode == 0, rejected
     answer = await asyncio.wait_for(handle.result(), timeout=120)
 
-    assert answer.splitlines()[1] == "- smtp_send: error: smtp_send was not run (rejected by bob: wrong recipient)"
+    assert answer.splitlines()[1] == (
+        "- smtp_send: error: smtp_send was refused by an operator: it did not run and will not run"
+        " (rejected by bob: wrong recipient)"
+    )
     assert await mail.received_messages(stack.downstream.mail_database_url) == []
     events = await stack.ledger.events(f"{handle.id}/{STEP}")
     assert [e.kind for e in events] == [EventKind.AWAITING_APPROVAL, EventKind.REJECTED], events

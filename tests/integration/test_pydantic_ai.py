@@ -273,6 +273,7 @@ async def test_a_key_from_the_arguments_settles_a_repeated_action_from_its_recei
     assert [entry["content"] for entry in told] == [
         {"record_key": "reorder:C-3300", "written": True},
         {
+            "settled": True,
             "note": f"this action (idempotency key {first.idempotency_key}) had already been done by an earlier "
             "call: it was not run again; the receipt is the earlier one",
             "receipt": first.receipt.model_dump(mode="json", exclude={"verified_at"}),
@@ -361,7 +362,7 @@ async def test_rejected_unsafe_tool_never_runs_and_the_model_is_told_it_was_refu
     assert outcomes[1][0] == "success"
     assert outcomes[0] == (
         "failed",
-        "smtp_send: an operator refused this call; it did not run and will not run (rejected by bob: wrong list)",
+        "smtp_send was refused by an operator: it did not run and will not run (rejected by bob: wrong list)",
     )
 
 
@@ -391,8 +392,8 @@ async def test_a_cancelled_call_stays_cancelled_and_the_model_is_told(
     assert told[0] == {
         "tool": "long_call",
         "outcome": "failed",
-        "content": "long_call: this call was cancelled by an operator after it may have reached its target: its "
-        "effect is unknown; it will not run again (cancelled by carol: customer withdrew)",
+        "content": "long_call was cancelled after it may have reached its target: its effect is unknown; it will "
+        "not run again (cancelled by carol: customer withdrew)",
     }
     assert told[1]["outcome"] == "success"  # the agent carried on with its next call
 

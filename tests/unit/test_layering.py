@@ -52,6 +52,9 @@ FACADES = {
     "agentlease.recovery",
     "agentlease.openai_agents",
     "agentlease.pydantic_ai",
+    "agentlease.langgraph",
+    "agentlease.google_adk",
+    "agentlease.strands",
     "agentlease.mcp",
 }
 """The public faces: they re-export; no library module imports them (the application does)."""
@@ -86,8 +89,12 @@ ROOMS = (
     ("agentlease.tools", "tools"),
     ("agentlease.lease", "tools"),
     ("agentlease.workflow", "workflow"),
+    ("agentlease.adapters", "adapters"),
     ("agentlease.openai_agents", "adapters"),
     ("agentlease.pydantic_ai", "adapters"),
+    ("agentlease.langgraph", "adapters"),
+    ("agentlease.google_adk", "adapters"),
+    ("agentlease.strands", "adapters"),
     ("agentlease.mcp", "adapters"),
     ("agentlease.plugin", "worker"),
     ("agentlease.worker", "worker"),

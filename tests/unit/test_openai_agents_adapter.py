@@ -63,15 +63,20 @@ def test_a_call_settled_earlier_reads_its_receipt() -> None:
         (
             TaskStatus.REJECTED,
             "rejected by bob: wrong recipient",
-            "error: smtp_send was not run (rejected by bob: wrong recipient)",
+            "error: smtp_send was refused by an operator: it did not run and will not run"
+            " (rejected by bob: wrong recipient)",
         ),
         (
             TaskStatus.ABANDONED,
             "abandoned by ann: not in the MTA log",
-            "error: smtp_send was abandoned after an attempt whose effect is unknown; treat it as not done"
-            " (abandoned by ann: not in the MTA log)",
+            "error: smtp_send was abandoned by an operator after an attempt whose effect is unknown: treat it as not"
+            " done; it will not run again (abandoned by ann: not in the MTA log)",
         ),
-        (TaskStatus.CANCELLED, "the run was cancelled", "error: smtp_send was cancelled (the run was cancelled)"),
+        (
+            TaskStatus.CANCELLED,
+            "the run was cancelled",
+            "error: smtp_send was cancelled: it will not run again (the run was cancelled)",
+        ),
         (StepEnd.FAILED, "no worker serves it", "error: smtp_send failed (no worker serves it)"),
         (TaskStatus.DEAD_LETTERED, None, "error: smtp_send ended dead_lettered"),
     ],

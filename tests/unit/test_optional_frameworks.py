@@ -10,10 +10,17 @@ import pytest
 
 from tests.unit.test_layering import ROOT, project_modules
 
-FRAMEWORKS = ("pydantic_ai",)
-"""Top-level packages of the frameworks' extras."""
+FRAMEWORKS = ("pydantic_ai", "langgraph", "langchain_core", "google.adk", "google.genai")
+"""Packages of the frameworks' extras."""
 
-ADAPTERS = ("agentlease.openai_agents", "agentlease.demo.agents.", "agentlease.pydantic_ai")
+ADAPTERS = (
+    "agentlease.openai_agents",
+    "agentlease.demo.agents.",
+    "agentlease.pydantic_ai",
+    "agentlease.langgraph",
+    "agentlease.google_adk",
+    "agentlease.strands",
+)
 """Modules allowed to import them: the adapters, their facades, the example agents."""
 
 NOT_IMPORTABLE = ("agentlease.migrations",)
@@ -25,7 +32,8 @@ def test_the_core_worker_and_cli_import_no_agent_framework() -> None:
     script = (
         "import importlib, json, sys\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"
-        f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({FRAMEWORKS!r}))))"
+        f"found = {{f for f in {FRAMEWORKS!r} for m in sys.modules if (m + '.').startswith(f + '.')}}\n"
+        "print(json.dumps(sorted(found)))"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
@@ -50,6 +58,9 @@ def test_the_demo_skips_an_agent_whose_framework_is_not_installed() -> None:
     [
         ("agentlease.openai_agents", "agents", "openai-agents"),
         ("agentlease.pydantic_ai", "pydantic_ai", "pydantic-ai"),
+        ("agentlease.langgraph", "langgraph", "langgraph"),
+        ("agentlease.google_adk", "google.adk", "google-adk"),
+        ("agentlease.strands", "strands", "strands"),
         ("agentlease.mcp", "mcp", "mcp"),
         ("agentlease.idempotency.middleware", "starlette", "middleware"),
     ],

@@ -1,0 +1,126 @@
+"""Leased tool calls for a LangGraph graph on Temporal (``temporalio.langgraph``), workflow code: a tools node
+whose every tool call is one leased call keyed by the model's tool-call id, an async router, and
+:func:`run_graph` (``docs/agents.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any, Literal, Protocol
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from langchain_core.messages import AIMessage, ToolMessage, convert_to_messages
+
+    from agentlease.adapters._core import ArgumentsKey, Reply, StepIdFunction, call_leased, declared
+    from agentlease.tools._declaration import DeclaredTool
+    from agentlease.workflow._calls import leased_calls
+
+MESSAGES = "messages"
+"""The state key of the messages (LangGraph's ``MessagesState``)."""
+
+
+class ToolsNode(Protocol):
+    """A LangGraph node: ``state -> {messages key: [ToolMessage, ...]}``."""
+
+    def __call__(self, state: Any) -> Awaitable[dict[str, list[ToolMessage]]]: ...
+
+
+def _last_ai_message(state: Any, messages_key: str) -> AIMessage | None:
+    """The last message of ``state`` when it is the model's (a dict, a LangGraph state object or a list)."""
+    messages = (
+        state
+        if isinstance(state, list)
+        else (state.get(messages_key, []) if isinstance(state, dict) else getattr(state, messages_key, []))
+    )
+    if not messages:
+        return None
+    [last] = convert_to_messages(messages[-1:])  # a message that crossed an activity may arrive as a dict
+    return last if isinstance(last, AIMessage) else None
+
+
+async def leased_tool_messages(
+    tool_calls: Iterable[Mapping[str, Any]],
+    tools: Iterable[DeclaredTool],
+    *,
+    step_id: StepIdFunction | None = None,
+    key: ArgumentsKey | None = None,
+) -> list[ToolMessage]:
+    """Run the model's ``tool_calls`` (``AIMessage.tool_calls``: ``name``, ``args``, ``id``) as leased calls of the
+    running workflow, side by side: the body of a tools node of your own (workflow code, ``execute_in="workflow"``).
+
+    Each call is a task ``<run>/<tool>-<id>`` keyed ``<run>:<tool>-<id>`` (or by the tool's ``action_key``); the id
+    comes out of the recorded model activity, so it is the same on every retry and on replay.
+
+    Args:
+        tools: declared tools (``@tool`` or ``@leased``) by their names.
+        step_id: ``(tool, id) -> step id`` text (made valid and unique in the run).
+        key: ``(validated arguments) -> idempotency key``, over the tool's ``action_key``.
+
+    Returns:
+        One ``ToolMessage`` per call, in order: the settled output as JSON, or (``status="error"``) one ``error:``
+        line the model reads: a call that did not settle, bad arguments, a tool not among ``tools``.
+
+    Raises:
+        ConfigurationError: an item of ``tools`` is not a declared tool.
+    """
+    by_name = {declared(tool, "leased_tool_messages").name: tool for tool in tools}
+
+    async def one(call: Mapping[str, Any]) -> ToolMessage:
+        name, call_id = str(call.get("name")), str(call.get("id") or "call")
+        tool = by_name.get(name)
+        if tool is None:
+            reply = Reply(False, error=f"unknown tool {name!r}; the tools are: {', '.join(sorted(by_name))}")
+        else:
+            reply = await call_leased(
+                tool, call.get("args") or {}, name=name, call_id=call_id, step_id=step_id, key=key
+            )
+        status = "success" if reply.ok else "error"
+        return ToolMessage(content=reply.as_text(), tool_call_id=call_id, name=name, status=status)
+
+    return list(await asyncio.gather(*(one(call) for call in tool_calls)))
+
+
+def leased_tools_node(
+    tools: Iterable[DeclaredTool],
+    *,
+    messages_key: str = MESSAGES,
+    step_id: StepIdFunction | None = None,
+    key: ArgumentsKey | None = None,
+) -> ToolsNode:
+    """A LangGraph tools node: :func:`leased_tool_messages` for the tool calls of the state's last ``AIMessage``.
+    Add it with ``metadata={"execute_in": "workflow"}``; the worker's ``AgentLeasePlugin`` serves the calls.
+
+    Returns:
+        The node: ``state -> {messages_key: [ToolMessage, ...]}``.
+
+    Raises:
+        ConfigurationError: an item of ``tools`` is not a declared tool.
+    """
+    chosen = list(tools)
+    for tool in chosen:
+        declared(tool, "leased_tools_node")
+
+    async def tools_node(state: Any) -> dict[str, list[ToolMessage]]:
+        last = _last_ai_message(state, messages_key)
+        calls = last.tool_calls if last is not None else []
+        return {messages_key: await leased_tool_messages(calls, chosen, step_id=step_id, key=key)}
+
+    return tools_node
+
+
+async def route_tools(state: Any) -> Literal["tools", "__end__"]:
+    """The router after the model's node: ``"tools"`` when its last message calls tools, else the end. Async,
+    as a router in a workflow must be (LangGraph runs a sync router on a thread, which the sandbox refuses)."""
+    last = _last_ai_message(state, MESSAGES)
+    return "tools" if last is not None and last.tool_calls else "__end__"
+
+
+async def run_graph(graph: Any, input: Any, **kwargs: Any) -> Any:
+    """``await graph.ainvoke(input, **kwargs)`` (a compiled graph) from workflow code, then end the run's leased
+    calls (``completed``; ``failed`` when it raised, re-raised). Outside a workflow it is ``graph.ainvoke``."""
+    if not workflow.in_workflow():
+        return await graph.ainvoke(input, **kwargs)
+    return await leased_calls().run_to_end(graph.ainvoke, input, **kwargs)

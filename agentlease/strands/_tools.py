@@ -1,0 +1,90 @@
+"""Leased tools for a Strands agent on Temporal (``temporalio.strands_agents``), workflow code: :func:`leased_tool`
+(``docs/agents.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from strands.types._events import ToolResultEvent
+    from strands.types.tools import AgentTool, ToolGenerator, ToolResult, ToolSpec, ToolUse
+
+    from agentlease.adapters._core import ArgumentsKey, StepIdFunction, call_leased, declared
+    from agentlease.tools._declaration import DeclaredTool
+
+
+class LeasedTool(AgentTool):
+    """A Strands tool whose every use is one leased call of the running workflow, keyed by the model's
+    ``toolUseId`` (recorded by the model activity, so the same on every retry and on replay)."""
+
+    def __init__(
+        self,
+        tool: DeclaredTool,
+        *,
+        name: str,
+        description: str,
+        step_id: StepIdFunction | None,
+        key: ArgumentsKey | None,
+    ) -> None:
+        super().__init__()
+        self._tool, self._name, self._step_id, self._key = tool, name, step_id, key
+        schema = tool.args_model.model_json_schema()
+        self._spec: ToolSpec = {"name": name, "description": description, "inputSchema": {"json": schema}}
+
+    @property
+    def tool_name(self) -> str:
+        return self._name
+
+    @property
+    def tool_spec(self) -> ToolSpec:
+        return self._spec
+
+    @property
+    def tool_type(self) -> str:
+        return "agentlease_leased"
+
+    async def stream(self, tool_use: ToolUse, invocation_state: dict[str, Any], **kwargs: Any) -> ToolGenerator:
+        call_id = tool_use["toolUseId"]
+        reply = await call_leased(
+            self._tool,
+            dict(tool_use["input"] or {}),
+            name=self._name,
+            call_id=call_id,
+            step_id=self._step_id,
+            key=self._key,
+        )
+        status = "success" if reply.ok else "error"
+        yield ToolResultEvent(ToolResult(toolUseId=call_id, status=status, content=[{"text": reply.as_text()}]))
+
+
+def leased_tool(
+    tool: DeclaredTool,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    step_id: StepIdFunction | None = None,
+    key: ArgumentsKey | None = None,
+) -> LeasedTool:
+    """A Strands tool for ``tool`` whose uses are leased tool calls of the running workflow (the worker serves the
+    tool with :class:`agentlease.plugin.AgentLeasePlugin`), in place of ``activity_as_tool``.
+
+    Args:
+        tool: a declared tool (``@tool`` or ``@leased``); its argument model is the schema the model sees.
+        name / description: what the model calls it and reads. Default the tool's name and description.
+        step_id: ``(name, toolUseId) -> step id`` text (made valid and unique in the run).
+        key: ``(validated arguments) -> idempotency key``, over the tool's ``action_key``.
+
+    Returns:
+        The tool: a use's result is the settled output as JSON text, or one ``error:`` line (status ``error``).
+
+    Raises:
+        ConfigurationError: ``tool`` is not a declared tool.
+    """
+    declared(tool, "leased_tool")
+    shown = name or tool.name
+    return LeasedTool(
+        tool, name=shown, description=description or tool.description or f"the {shown} tool", step_id=step_id, key=key
+    )
