@@ -6,7 +6,7 @@ whose every tool call is one leased call keyed by the model's tool-call id, an a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal, Protocol
 
 from temporalio import workflow
@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agentlease.adapters._core import ArgumentsKey, Reply, StepIdFunction, call_leased, declared
     from agentlease.tools._declaration import DeclaredTool
-    from agentlease.workflow._calls import leased_calls
+    from agentlease.workflow._calls import LeasedCallError, leased_calls
 
 MESSAGES = "messages"
 """The state key of the messages (LangGraph's ``MessagesState``)."""
@@ -109,6 +109,49 @@ def leased_tools_node(
         return {messages_key: await leased_tool_messages(calls, chosen, step_id=step_id, key=key)}
 
     return tools_node
+
+
+def leased_node(
+    tool: DeclaredTool,
+    arguments: Callable[[Any], Mapping[str, Any]],
+    *,
+    output_key: str,
+    name: str | None = None,
+    key: ArgumentsKey | None = None,
+) -> Callable[[Any], Awaitable[dict[str, Any]]]:
+    """A LangGraph node whose side effect is one leased call of ``tool``, for a graph with no model-driven tools
+    node (a step of a pipeline: send the invoice, open the ticket). Add it with ``metadata={"execute_in":
+    "workflow"}``.
+
+    Each time the node runs is one task ``<run>/<name>`` (``<name>-2``, ``-3``... when it runs again in the run, in
+    the run's deterministic order), keyed ``<run>:<name>`` (or by the tool's ``action_key``, or ``key``).
+
+    Args:
+        arguments: ``state -> the tool's arguments`` (validated by its argument model).
+        output_key: the state key the settled output is written to.
+        name: the step id's text; default the tool's name.
+        key: ``(validated arguments) -> idempotency key``, over the tool's ``action_key``.
+
+    Returns:
+        The node: ``state -> {output_key: output}`` (``{"settled": true, ...}`` for a call settled from an earlier
+        receipt). A call that did not settle (bad arguments, rejected, cancelled, failed) fails the run with its
+        one line (``LeasedCallError``): there is no model to tell.
+
+    Raises:
+        ConfigurationError: ``tool`` is not a declared tool.
+    """
+    shown = name or declared(tool, "leased_node").name
+    declared(tool, "leased_node")
+
+    async def node(state: Any) -> dict[str, Any]:
+        reply = await call_leased(
+            tool, dict(arguments(state)), name=shown, call_id="", step_id=lambda text, _: text, key=key
+        )
+        if not reply.ok:
+            raise LeasedCallError(reply.error)
+        return {output_key: reply.output}
+
+    return node
 
 
 async def route_tools(state: Any) -> Literal["tools", "__end__"]:

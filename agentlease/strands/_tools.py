@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
 
     from agentlease.adapters._core import ArgumentsKey, StepIdFunction, call_leased, declared
     from agentlease.tools._declaration import DeclaredTool
+    from agentlease.workflow._calls import leased_calls
 
 
 class LeasedTool(AgentTool):
@@ -88,3 +89,11 @@ def leased_tool(
     return LeasedTool(
         tool, name=shown, description=description or tool.description or f"the {shown} tool", step_id=step_id, key=key
     )
+
+
+async def run_agent(agent: Any, prompt: Any, **invoke_kwargs: Any) -> Any:
+    """``await agent.invoke_async(prompt, **invoke_kwargs)`` (a ``TemporalAgent``), then end the run's leased calls
+    (``completed``; ``failed`` when it raised, re-raised). Outside a workflow it only runs the agent."""
+    if not workflow.in_workflow():
+        return await agent.invoke_async(prompt, **invoke_kwargs)
+    return await leased_calls().run_to_end(agent.invoke_async, prompt, **invoke_kwargs)

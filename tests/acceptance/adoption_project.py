@@ -10,6 +10,7 @@ with the wheel's virtualenv's Python and an environment that points at nothing i
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import shutil
 import signal
 import socket
@@ -24,7 +25,12 @@ from tests.acceptance.runner import Background, Cli, wait_for_poller
 from tests.acceptance.wheel_install import REPO, InstalledWheel, clean_env
 
 EXAMPLES = REPO / "examples"
-FRAMEWORKS = ("openai_agents", "pydantic_ai", "langgraph", "google_adk")
+STRANDS_RUN = importlib.util.find_spec("strands") is not None
+"""Whether these tests run in the Strands virtualenv (``.ci/run``): the strands extra needs ``mcp<2``, so its wheel is
+installed alone and the Strands project is the one adopted there; any other run adopts the rest."""
+FRAMEWORKS = ("strands",) if STRANDS_RUN else ("openai_agents", "pydantic_ai", "langgraph", "google_adk")
+WHEEL_EXTRAS = "strands" if STRANDS_RUN else "openai-agents,pydantic-ai,langgraph,google-adk"
+"""The extras the adopting projects' wheel is installed with."""
 
 WORKER_START_TIMEOUT_S = 120.0
 """Deadline for a worker process to poll its task queue (imports, ledger check, search attributes,

@@ -1,6 +1,7 @@
 """Adoption as a team meets it: the wheel, an existing agent leased, workers as separate processes.
 
-Per framework (OpenAI Agents SDK, Pydantic AI), ``examples/<framework>/`` holds a plain agent on
+Per framework (OpenAI Agents SDK, Pydantic AI, LangGraph, Google ADK; Strands in the Strands virtualenv:
+:data:`~tests.acceptance.adoption_project.STRANDS_RUN`), ``examples/<framework>/`` holds a plain agent on
 Temporal with two tools of its own (``before/``) and the same agent leased (``after/``). Here:
 
 - the wheel, installed into a fresh virtualenv, puts one import name into site-packages, and
@@ -41,7 +42,7 @@ from agentlease.enums import TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.observability import search_attributes
 from agentlease.records import TaskRecord
-from tests.acceptance.adoption_project import EXAMPLES, FRAMEWORKS, Project
+from tests.acceptance.adoption_project import EXAMPLES, FRAMEWORKS, STRANDS_RUN, WHEEL_EXTRAS, Project
 from tests.acceptance.fixture_diff import changed_lines
 from tests.acceptance.fleet import Worker
 from tests.acceptance.refund_gate import GatedRefunds, Seen, running_refund_service
@@ -68,8 +69,8 @@ AGENTLEASE_SEARCH_ATTRIBUTES = {key.name for key in search_attributes.ALL}
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> InstalledWheel:
-    """The wheel, built from this checkout and installed with both framework extras in a fresh venv."""
-    return build_and_install(tmp_path_factory.mktemp("wheel"))
+    """The wheel, built from this checkout and installed with the run's framework extras in a fresh venv."""
+    return build_and_install(tmp_path_factory.mktemp("wheel"), WHEEL_EXTRAS)
 
 
 @pytest.fixture
@@ -90,13 +91,18 @@ def shared_server(wheel: InstalledWheel, tmp_path_factory: pytest.TempPathFactor
 # -- the wheel -------------------------------------------------------------------------------------
 
 
-PUBLIC_IMPORTS = """
-import agentlease
-from agentlease import AgentLeasePlugin, AgentLeaseSettings, lease, leased
-from agentlease.openai_agents import leased_tool, run_agent
+FRAMEWORK_IMPORTS = (
+    "from agentlease.strands import leased_tool, run_agent"
+    if STRANDS_RUN
+    else """from agentlease.openai_agents import leased_tool, run_agent
 from agentlease.pydantic_ai import LeasedToolset
 from agentlease.langgraph import leased_tool_messages, leased_tools_node, run_graph
-from agentlease.google_adk import leased_tool as adk_leased_tool, run_agent as run_adk_agent
+from agentlease.google_adk import leased_tool as adk_leased_tool, run_agent as run_adk_agent"""
+)
+PUBLIC_IMPORTS = f"""
+import agentlease
+from agentlease import AgentLeasePlugin, AgentLeaseSettings, lease, leased
+{FRAMEWORK_IMPORTS}
 import agentlease.cli.app
 import os
 import activities, worker, workflows  # the user's own modules, from the working directory

@@ -69,10 +69,11 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 PREBUILT_VARIABLE = "AGENTLEASE_TEST_WHEEL_VENV"
-"""A virtualenv holding this checkout's wheel with the framework extras, made before the tests (``.ci/run``)."""
+"""A virtualenv holding this checkout's wheel with the framework extras the run adopts, made before the tests
+(``.ci/run``)."""
 
 
-def build_and_install(work: Path, extras: str = "openai-agents,pydantic-ai,langgraph,google-adk") -> InstalledWheel:
+def build_and_install(work: Path, extras: str) -> InstalledWheel:
     """Build the wheel into ``work/dist`` and install it, with ``extras``, into the fresh ``work/venv``; or
     the virtualenv named in ``AGENTLEASE_TEST_WHEEL_VENV`` when its wheel holds this checkout's modules."""
     prebuilt = os.environ.get(PREBUILT_VARIABLE)

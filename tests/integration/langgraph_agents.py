@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_messages
-    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.graph import END, START, MessagesState, StateGraph
     from temporalio.langgraph import graph
 
-    from agentlease.langgraph import leased_tools_node, route_tools, run_graph
+    from agentlease.langgraph import leased_node, leased_tools_node, route_tools, run_graph
     from tests.integration.file_refunds import issue_refund
 
 GRAPH = "refunds"
@@ -60,3 +60,35 @@ class RefundGraphWorkflow:
         state = await run_graph(app, {"messages": [HumanMessage(prompt)]})
         [answer] = convert_to_messages(state["messages"][-1:])
         return str(answer.content)
+
+
+PIPELINE = "refund-pipeline"
+
+
+class RefundOrder(TypedDict, total=False):
+    """A pipeline's state: the order, then what each refund node wrote."""
+
+    order_id: str
+    amount_cents: int
+    refund: Any
+    again: Any
+
+
+def build_pipeline() -> StateGraph[Any, Any, Any, Any]:
+    """A graph with no model and no tools node: two nodes that each refund the order (one action, one key)."""
+    built = StateGraph(RefundOrder)
+    order = lambda state: {"order_id": state["order_id"], "amount_cents": state["amount_cents"]}  # noqa: E731
+    built.add_node("refund", leased_node(issue_refund, order, output_key="refund"), metadata={"execute_in": "workflow"})
+    built.add_node("again", leased_node(issue_refund, order, output_key="again"), metadata={"execute_in": "workflow"})
+    built.add_edge(START, "refund")
+    built.add_edge("refund", "again")
+    built.add_edge("again", END)
+    return built
+
+
+@workflow.defn
+class RefundPipelineWorkflow:
+    @workflow.run
+    async def run(self, order: dict[str, Any]) -> dict[str, Any]:
+        state = await run_graph(graph(PIPELINE).compile(), order)
+        return {"refund": state["refund"], "again": state["again"]}

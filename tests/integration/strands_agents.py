@@ -17,8 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from strands.models.model import Model
     from temporalio.strands_agents import TemporalAgent
 
-    from agentlease.strands import leased_tool
-    from agentlease.workflow import leased_calls
+    from agentlease.strands import leased_tool, run_agent
     from tests.integration.file_refunds import issue_refund
 
 MODEL = "scripted-refunds"
@@ -67,5 +66,5 @@ class StrandsRefundWorkflow:
             tools=[leased_tool(issue_refund)],
             callback_handler=None,
         )
-        result = await leased_calls().run_to_end(agent.invoke_async, prompt)
+        result = await run_agent(agent, prompt)
         return str(result)

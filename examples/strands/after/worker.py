@@ -1,0 +1,32 @@
+"""Connect to Temporal and serve the support agent: ``python worker.py``."""
+
+import asyncio
+import os
+
+from agentlease import AgentLeasePlugin
+from temporalio.client import Client
+from temporalio.strands_agents import StrandsPlugin
+from temporalio.worker import Worker
+
+from activities import issue_refund, lookup_order
+from model import MODEL, SupportModel
+from workflows import SupportAgentWorkflow
+
+TEMPORAL_ADDRESS = os.environ.get("TEMPORAL_ADDRESS", "localhost:7233")
+TASK_QUEUE = os.environ.get("TASK_QUEUE", "support-agent")
+
+
+async def main() -> None:
+    client = await Client.connect(TEMPORAL_ADDRESS, plugins=[StrandsPlugin(models={MODEL: SupportModel})])
+    worker = Worker(
+        client,
+        task_queue=TASK_QUEUE,
+        workflows=[SupportAgentWorkflow],
+        plugins=[AgentLeasePlugin(tools=[lookup_order, issue_refund])],
+    )
+    print(f"worker polling {TASK_QUEUE}", flush=True)
+    await worker.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
