@@ -58,11 +58,9 @@ from temporalio.client import Client
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.runtime.shutdown import exit_process
-from bench.effects_agents import refund_prompt
 from bench.effects_downstream import RefundService, running_refund_service
-from bench.effects_tools import AFTER_RETURN, DIR_ENV, DOWNSTREAM_ENV
-from bench.effects_worker import EXTRA_SYSTEMS, LEDGER_ENV, SYSTEMS, TEMPORAL_ENV, connect
-from bench.effects_workflows import WORKFLOWS
+from bench.effects_tools import AFTER_RETURN, DIR_ENV, DOWNSTREAM_ENV, refund_prompt
+from bench.effects_worker import EXTRA_SYSTEMS, LEDGER_ENV, SYSTEMS, TEMPORAL_ENV, connect, workflow_class
 from bench.faults import TemporalProcess
 from tests.acceptance.runner import wait_for_poller
 from tests.eventually import assert_eventually
@@ -252,7 +250,7 @@ class Bench:
             (self.control / f"{target}.plan").write_text(hold_at)
         if sig is None:
             await self.service.lose_next_response(targets)
-        workflow = WORKFLOWS[system]
+        workflow = workflow_class(system)
         handles = [await client.start_workflow(workflow.run, refund_prompt(t), id=t, task_queue=queue) for t in targets]
         fault_at = None
         survivor = self.survivors[system]
@@ -510,7 +508,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--systems",
         default=",".join(SYSTEMS),
-        help=f"comma-separated, of {', '.join(SYSTEMS + EXTRA_SYSTEMS)} (default all but openai-native-keyed)",
+        help=f"comma-separated, of {', '.join(SYSTEMS + EXTRA_SYSTEMS)} (default all but the last three)",
     )
     parser.add_argument("--points", default=",".join(POINTS), help=f"comma-separated, of {', '.join(POINTS)}")
     parser.add_argument("--pool", type=int, default=1, help="idle workers started ahead per system (default 1)")

@@ -1,7 +1,7 @@
 """The effect-safety benchmark's Google ADK agent (``temporalio.google_adk``), native and leased.
 
 The scripted model (registered with ADK's model registry, run by ``TemporalModel`` as an activity) reads the
-trial's one call from the prompt (:func:`bench.effects_agents.refund_prompt`), then answers with what the tool
+trial's one call from the prompt (:func:`bench.effects_tools.refund_prompt`), then answers with what the tool
 returned. ``adk-native`` runs the tool with ``activity_as_tool(refund_activity)`` (the native tools' timeouts);
 ``adk-leased`` with :func:`agentlease.google_adk.leased_tool`.
 """

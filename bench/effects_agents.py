@@ -1,7 +1,7 @@
 """The effect-safety benchmark's agents, models and prompts (imported by its workflows through the sandbox).
 
 Each agent's scripted model calls ``issue_refund`` once (the target and amount are in the prompt,
-:func:`refund_prompt`), then answers with what the tool returned. The OpenAI Agents SDK's model is
+:func:`bench.effects_tools.refund_prompt`), then answers with what the tool returned. The OpenAI Agents SDK's model is
 the scripted one of :mod:`agentlease.demo.agents.openai_agent` (served by the client's plugin); Pydantic
 AI's is :func:`_follow` here. The native tools keep their framework's default retry policy
 (Temporal's: unlimited attempts, 1 s initial interval, doubling); they get the
@@ -13,7 +13,6 @@ to the leased tool's lease TTL, so that a dead attempt is found as soon as a lap
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 from pydantic_ai import Agent as PydanticAgent
@@ -22,19 +21,10 @@ from pydantic_ai.durable_exec.temporal import TemporalDurability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from agentlease.demo.agents.openai_agent import scripted_prompt
 from agentlease.pydantic_ai import LeasedToolset
-from bench.effects_tools import LEASE_TTL, REFUND_TOOL, issue_refund
+from bench.effects_tools import LEASE_TTL, NATIVE_START_TO_CLOSE, REFUND_TOOL, issue_refund
 
-NATIVE_START_TO_CLOSE = timedelta(seconds=60)
-"""The native tools' ``start_to_close_timeout``: Pydantic AI's default for its activities."""
 INSTRUCTIONS = "Issue the refund you are asked for with issue_refund, then say what the service answered."
-
-
-def refund_prompt(target: str, amount_cents: int = 100) -> str:
-    """The prompt of one trial (both scripted models read it): refund ``amount_cents`` to ``target``."""
-    arguments = {"target": target, "amount_cents": amount_cents}
-    return scripted_prompt(f"refund {target}", [{"tool": "issue_refund", "arguments": arguments}])
 
 
 def _follow(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -70,9 +60,7 @@ pydantic_leased_agent = PydanticAgent(
 
 __all__ = [
     "INSTRUCTIONS",
-    "NATIVE_START_TO_CLOSE",
     "leased_tools",
     "pydantic_leased_agent",
     "pydantic_native_agent",
-    "refund_prompt",
 ]

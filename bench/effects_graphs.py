@@ -16,8 +16,7 @@ from langchain_core.messages import AIMessage, ToolMessage, convert_to_messages
 from langgraph.graph import START, MessagesState, StateGraph
 
 from agentlease.langgraph import leased_tools_node, route_tools
-from bench.effects_agents import NATIVE_START_TO_CLOSE
-from bench.effects_tools import LEASE_TTL, REFUND_TOOL, issue_refund
+from bench.effects_tools import LEASE_TTL, NATIVE_START_TO_CLOSE, REFUND_TOOL, issue_refund
 
 GRAPH = "effects"
 NATIVE_TOOLS_NODE = f"{GRAPH}.tools"

@@ -41,6 +41,7 @@ from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from agentlease import LeaseLostError, lease, leased
+from agentlease.demo.agents import scripted_prompt
 from agentlease.idempotency import IDEMPOTENCY_KEY_HEADER
 from tests.acceptance.matrix_tools import _despite_cancellation as despite_cancellation
 
@@ -51,6 +52,8 @@ DIR_ENV = "EFFECTS_BENCH_DIR"
 NATIVE_KEY_ENV = "EFFECTS_BENCH_NATIVE_KEY"
 """Set (by ``openai-native-keyed`` workers): the native tool sends a key made from its activity."""
 
+NATIVE_START_TO_CLOSE = timedelta(seconds=60)
+"""The native tools' ``start_to_close_timeout``: Pydantic AI's default for its activities."""
 LEASE_TTL = timedelta(seconds=3)
 """The lease TTL of the leased tool and the heartbeat timeout of the native ones. Default 3s."""
 HTTP_TIMEOUT_S = 2.0
@@ -60,6 +63,12 @@ KEEP_ALIVE_S = LEASE_TTL.total_seconds() / 3
 
 AFTER_RETURN = "after_return"
 """The crash point in :class:`EffectsInterceptor` (``before_effect`` and ``after_effect`` are in the tool)."""
+
+
+def refund_prompt(target: str, amount_cents: int = 100) -> str:
+    """The prompt of one trial (every scripted model reads it): refund ``amount_cents`` to ``target``."""
+    arguments = {"target": target, "amount_cents": amount_cents}
+    return scripted_prompt(f"refund {target}", [{"tool": "issue_refund", "arguments": arguments}])
 
 
 def control_dir() -> Path:

@@ -5,7 +5,7 @@ with SYSTEM's client plugin (the OpenAI Agents SDK's with the scripted model, or
 prints ``ready`` and then follows its standard input, one command a line:
 
 - ``serve QUEUE``: run a Temporal worker on QUEUE (SYSTEM's workflow from
-  :data:`bench.effects_workflows.WORKFLOWS`, its tool, :class:`bench.effects_tools.EffectsInterceptor`;
+  :func:`workflow_class`, its tool, :class:`bench.effects_tools.EffectsInterceptor`;
   for a leased system ``AgentLeasePlugin`` with the SQLite ledger of ``EFFECTS_BENCH_LEDGER``), then
   print ``serving QUEUE``;
 - ``stop``: shut that worker down, then print ``stopped``.
@@ -44,8 +44,20 @@ SYSTEMS = (
     "adk-leased",
 )
 """The systems the benchmark runs by default."""
-EXTRA_SYSTEMS = ("openai-native-keyed",)
-"""Run when named: ``openai-native`` whose tool sends a key made from its activity (workflow id, activity id)."""
+EXTRA_SYSTEMS = ("openai-native-keyed", "strands-native", "strands-leased")
+"""Run when named: ``openai-native`` whose tool sends a key made from its activity (workflow id, activity id); the
+Strands agent native and leased (:mod:`bench.effects_strands`, in a virtualenv of its own: ``bench/README.md``)."""
+
+
+def workflow_class(system: str) -> Any:
+    """``system``'s workflow class, importing only its framework."""
+    if system.startswith("strands"):
+        from bench.effects_strands import WORKFLOWS as STRANDS_WORKFLOWS
+
+        return STRANDS_WORKFLOWS[system]
+    from bench.effects_workflows import WORKFLOWS
+
+    return WORKFLOWS[system]
 
 
 async def connect(system: str, address: str) -> Client:
@@ -59,6 +71,12 @@ async def connect(system: str, address: str) -> Client:
         from temporalio.contrib.pydantic import pydantic_data_converter
 
         return await Client.connect(address, data_converter=pydantic_data_converter)
+    if system.startswith("strands"):
+        from temporalio.strands_agents import StrandsPlugin
+
+        from bench.effects_strands import MODEL, ScriptedEffects
+
+        return await Client.connect(address, plugins=[StrandsPlugin(models={MODEL: ScriptedEffects})])
     if system.startswith("adk"):
         from temporalio.google_adk import GoogleAdkPlugin
 
@@ -73,18 +91,17 @@ async def connect(system: str, address: str) -> Client:
 def build(client: Client, system: str, queue: str, identity: str) -> Worker:
     """The worker of ``system`` on ``queue``."""
     from bench.effects_tools import REFUND_TOOL, EffectsInterceptor, refund_activity
-    from bench.effects_workflows import WORKFLOWS
 
     options: dict[str, Any] = {
         "task_queue": queue,
-        "workflows": [WORKFLOWS[system]],
+        "workflows": [workflow_class(system)],
         "interceptors": [EffectsInterceptor()],
         "identity": f"{identity}/{queue}",
         "max_concurrent_activities": 100,
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
         "graceful_shutdown_timeout": timedelta(0),
     }
-    if system.startswith(("openai-native", "adk-native")):
+    if system.startswith(("openai-native", "adk-native", "strands-native")):
         options["activities"] = [refund_activity]
     if system.startswith("langgraph"):
         from temporalio.langgraph import LangGraphPlugin

@@ -41,12 +41,11 @@ with workflow.unsafe.imports_passed_through():
     from bench.effects_adk import MODEL as ADK_MODEL
     from bench.effects_agents import (
         INSTRUCTIONS,
-        NATIVE_START_TO_CLOSE,
         leased_tools,
         pydantic_leased_agent,
         pydantic_native_agent,
     )
-    from bench.effects_tools import LEASE_TTL, REFUND_TOOL, refund_activity
+    from bench.effects_tools import LEASE_TTL, NATIVE_START_TO_CLOSE, REFUND_TOOL, refund_activity
 
 
 @workflow.defn(name="EffectsOpenAINative")

@@ -22,10 +22,10 @@ MESSAGES = "messages"
 """The state key of the messages (LangGraph's ``MessagesState``)."""
 
 
-class ToolsNode(Protocol):
-    """A LangGraph node: ``state -> {messages key: [ToolMessage, ...]}``."""
+class Node(Protocol):
+    """A LangGraph node run in the workflow: ``state -> the state's update``."""
 
-    def __call__(self, state: Any) -> Awaitable[dict[str, list[ToolMessage]]]: ...
+    def __call__(self, state: Any) -> Awaitable[dict[str, Any]]: ...
 
 
 def _last_ai_message(state: Any, messages_key: str) -> AIMessage | None:
@@ -89,7 +89,7 @@ def leased_tools_node(
     messages_key: str = MESSAGES,
     step_id: StepIdFunction | None = None,
     key: ArgumentsKey | None = None,
-) -> ToolsNode:
+) -> Node:
     """A LangGraph tools node: :func:`leased_tool_messages` for the tool calls of the state's last ``AIMessage``.
     Add it with ``metadata={"execute_in": "workflow"}``; the worker's ``AgentLeasePlugin`` serves the calls.
 
@@ -118,7 +118,7 @@ def leased_node(
     output_key: str,
     name: str | None = None,
     key: ArgumentsKey | None = None,
-) -> Callable[[Any], Awaitable[dict[str, Any]]]:
+) -> Node:
     """A LangGraph node whose side effect is one leased call of ``tool``, for a graph with no model-driven tools
     node (a step of a pipeline: send the invoice, open the ticket). Add it with ``metadata={"execute_in":
     "workflow"}``.

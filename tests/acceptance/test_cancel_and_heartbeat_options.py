@@ -38,7 +38,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import CancelledError
 
 from agentlease.clock import to_ms
-from agentlease.demo.agents.openai_agent import AgentRequest, scripted_prompt
+from agentlease.demo.agents import scripted_prompt
+from agentlease.demo.agents.openai_agent import AgentRequest
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger

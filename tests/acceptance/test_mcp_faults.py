@@ -174,7 +174,8 @@ async def test_a_holder_paused_past_its_lease_cannot_apply_its_late_call(
     worker SIGSTOPped; generation 2 creates the contact and settles; the late call of generation 1 is
     refused by the server's guard (stale fencing token)."""
     pytest.importorskip("temporalio.openai_agents", reason="needs the openai-agents extra")
-    from agentlease.demo.agents.openai_agent import AgentRequest, scripted_prompt
+    from agentlease.demo.agents import scripted_prompt
+    from agentlease.demo.agents.openai_agent import AgentRequest
 
     email = f"{uuid.uuid4().hex[:8]}@example.com"
     hold_dir = tmp_path / "hold"

@@ -28,7 +28,8 @@ pytest.importorskip("temporalio.openai_agents", reason="needs the openai-agents 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from agentlease.demo.agents.openai_agent import AgentRequest, scripted_prompt
+from agentlease.demo.agents import scripted_prompt
+from agentlease.demo.agents.openai_agent import AgentRequest
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger

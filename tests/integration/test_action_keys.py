@@ -25,7 +25,8 @@ from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer
 
-from agentlease.demo.agents.openai_agent import AgentRequest, scripted_prompt
+from agentlease.demo.agents import scripted_prompt
+from agentlease.demo.agents.openai_agent import AgentRequest
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep, TaskRecord

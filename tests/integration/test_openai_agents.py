@@ -34,7 +34,8 @@ from temporalio.worker import Replayer
 
 from agentlease.demo import mail, publishing
 from agentlease.demo.agents import openai_agent as example
-from agentlease.demo.agents.openai_agent import AgentRequest, RestockAgent, scripted_prompt
+from agentlease.demo.agents import scripted_prompt
+from agentlease.demo.agents.openai_agent import AgentRequest, RestockAgent
 from agentlease.demo.downstream import TARGET_TABLES, Downstream, running_downstream
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.store import Ledger

@@ -23,7 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
 
     from agentlease import lease, leased
-    from agentlease.demo.agents.openai_agent import ScriptedModel, scripted_prompt
+    from agentlease.demo.agents import scripted_prompt
+    from agentlease.demo.agents.openai_agent import ScriptedModel
     from agentlease.enums import EventKind, Stage, TaskStatus
     from agentlease.openai_agents import leased_run_config, leased_tool, run_agent
     from agentlease.pydantic_ai import LeasedToolset

@@ -21,7 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Worker
 
     from agentlease import worker as agentlease_worker
-    from agentlease.demo.agents import notes, with_example
+    from agentlease.demo.agents import Script, notes, scripted_prompt, with_example
     from agentlease.enums import FailureType, RunState
     from agentlease.openai_agents._tools import leased_tool
     from agentlease.openai_agents._tools import run_agent as run_leased_agent
@@ -84,26 +84,6 @@ class RestockAgent:
 
 
 # -- the scripted model ----------------------------------------------------------------------------
-
-
-class ScriptedCall(BaseModel):
-    """One tool call of the script: the tool's name and its arguments (a JSON string is sent as is)."""
-
-    tool: str
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
-
-
-class Script(BaseModel):
-    """What the scripted model does: the task, then the tool calls of each turn (a turn's calls run together)."""
-
-    task: str
-    turns: list[list[ScriptedCall]]
-
-
-def scripted_prompt(task: str, *turns: Sequence[ScriptedCall | dict[str, Any]]) -> str:
-    """A prompt the scripted model follows: ``task``, then one model turn per element of ``turns``."""
-    script = Script(task=task, turns=[[ScriptedCall.model_validate(call) for call in turn] for turn in turns])
-    return script.model_dump_json()
 
 
 def _field(item: Any, name: str) -> Any:
