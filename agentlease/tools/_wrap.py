@@ -29,8 +29,24 @@ DEFAULT_STATUS = "returned"
 """The status of the default receipt: the function returned (nothing was read back)."""
 
 _ARGS_CONFIG = ConfigDict(extra="forbid", protected_namespaces=())
-_CONTEXT_TYPES = (("pydantic_ai", "RunContext"), ("agents", "RunContextWrapper"))
+_CONTEXT_TYPES = (
+    ("pydantic_ai", "RunContext"),
+    ("agents", "RunContextWrapper"),
+    ("google.adk.tools.tool_context", "ToolContext"),
+    ("strands.types.tools", "ToolContext"),
+)
 """Framework context types a leased function cannot take: no framework runs it to pass one."""
+_FRAMEWORK_TOOLS: tuple[tuple[str, str, Callable[[Any], tuple[Any, str, str | None]]], ...] = (
+    ("langchain_core.tools", "StructuredTool", lambda t: (t.coroutine or t.func, t.name, t.description or None)),
+    ("google.adk.tools", "FunctionTool", lambda t: (t.func, t.name, t.description or None)),
+    (
+        "strands.tools.decorator",
+        "DecoratedFunctionTool",
+        lambda t: (t.__wrapped__, t.tool_name, t.tool_spec.get("description") or None),
+    ),
+)
+"""``(module, class, tool -> (function, name, description))``: a LangChain/LangGraph ``@tool``, an ADK
+``FunctionTool``, a Strands ``@tool``, leased through the function each wraps."""
 
 
 @overload
@@ -169,6 +185,15 @@ def _source(target: Any) -> tuple[Callable[..., Any], str, str | None]:
                 f"tool {target.name!r}: this FunctionTool keeps no Python function; pass the undecorated function"
             ) from None
         return function, target.name, target.description or None
+    for module, class_name, parts in _FRAMEWORK_TOOLS:
+        kind = getattr(sys.modules.get(module), class_name, None)
+        if isinstance(kind, type) and isinstance(target, kind):
+            function, name, description = parts(target)
+            if not callable(function):
+                raise ConfigurationError(
+                    f"tool {name!r}: this {class_name} keeps no Python function; pass the function"
+                )
+            return function, name, description
     if not callable(target):
         raise ConfigurationError(f"cannot lease {target!r}: not a function")
     definition = activity._Definition.from_callable(target)

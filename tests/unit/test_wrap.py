@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 from agents import FunctionTool, RunContextWrapper, function_tool
+from google.adk.tools import FunctionTool as AdkFunctionTool
+from google.adk.tools import ToolContext
+from langchain_core.tools import tool as langchain_tool
 from pydantic import BaseModel, ValidationError
 from pydantic_ai import RunContext, Tool
 from temporalio import activity
@@ -175,6 +178,28 @@ def test_an_openai_function_tool_without_its_function_or_taking_a_context_is_ref
 
     with pytest.raises(ConfigurationError, match="takes a RunContextWrapper"):
         leased(with_context, side_effect="read_only", lease_ttl=TTL)
+
+
+async def test_a_langchain_tool_and_an_adk_function_tool_are_leased_through_their_functions() -> None:
+    """LangGraph's ``@tool`` and ADK's ``FunctionTool`` keep their names and descriptions; an ADK function taking a
+    ``ToolContext`` is refused in one line (only ADK passes one)."""
+
+    async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
+        """Refund an order through the refund service."""
+        return {"refunded": order_id, "amount_cents": amount_cents}
+
+    for framework_tool in (langchain_tool(issue_refund), AdkFunctionTool(issue_refund)):
+        spec = leased(framework_tool, side_effect="idempotent", lease_ttl=TTL)
+        assert (spec.name, spec.description) == ("issue_refund", "Refund an order through the refund service.")
+        assert spec.args_model.model_json_schema()["required"] == ["order_id", "amount_cents"]
+        assert await spec(order_id="A-1", amount_cents=5) == {"refunded": "A-1", "amount_cents": 5}
+
+    async def with_context(order_id: str, tool_context: ToolContext) -> str:
+        return order_id
+
+    with pytest.raises(ConfigurationError, match="takes a ToolContext") as refused:
+        leased(AdkFunctionTool(with_context), side_effect="read_only", lease_ttl=TTL)
+    assert "\n" not in str(refused.value)
 
 
 def test_what_cannot_be_leased_as_it_is_is_refused() -> None:
