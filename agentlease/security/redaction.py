@@ -11,23 +11,36 @@ MASK = "***"
 """What a redacted secret is replaced by."""
 
 _TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
-_KEY_VALUE = re.compile(
-    r"""(?P<key>["']?\b[A-Za-z][A-Za-z0-9_.-]*["']?)(?P<sep>\s*[:=]\s*["']?)(?P<value>[^\s&,;"'}]+)"""
-)
-"""``name=value``, ``name: value``, ``"name": "value"``, ``'name': 'value'``: masked when the name is a
-secret's (:func:`secret_key`), as in JSON-shaped data."""
+_PAIR = re.compile(r"""(?P<key>["']?\b[A-Za-z][A-Za-z0-9_.-]{0,127}["']?)\s*[:=]\s*["']?""")
+"""The name and separator of ``name=value``, ``name: value``, ``"name": "value"``, ``'name': 'value'``: its value
+is masked when the name is a secret's (:func:`secret_key`), as in JSON-shaped data. A name is at most 128
+characters, so that a long run of name characters costs linear time."""
+_VALUE = re.compile(r"""[^\s&,;"'}]+""")
 
 
-def _key_value(match: re.Match[str]) -> str:
-    if not secret_key(match["key"].strip("\"'")) or match["value"] == MASK:
-        return match[0]
-    return f"{match['key']}{match['sep']}{MASK}"
+def _mask_pairs(text: str) -> str:
+    """``text`` with the value of each pair whose name is a secret's masked. Pairs are found by name and
+    separator alone, so that a pair inside another's value is found too (``Error: token=...``)."""
+    kept: list[str] = []
+    pos = 0
+    for pair in _PAIR.finditer(text):
+        if pair.start() < pos or not secret_key(pair["key"].strip("\"'")):
+            continue
+        value = _VALUE.match(text, pair.end())
+        if value is None or value[0] == MASK:
+            continue
+        kept.append(text[pos : pair.end()])
+        kept.append(MASK)
+        pos = value.end()
+    kept.append(text[pos:])
+    return "".join(kept)
 
 
-_RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
+_RULES: list[tuple[re.Pattern[str], str] | Callable[[str], str]] = [
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S), MASK),
-    # user:password@ in a URL; a password may hold "/", but "host:8080/path@x" is a port and a path.
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:/@]*):(?!\d+/)[^\s@]*@"), rf"\1:{MASK}@"),
+    # user:password@ in a URL; a password may hold "/", but "host:8080/path@x" is a port and a path. A scheme is
+    # at most 32 characters, so that a long run of scheme characters costs linear time.
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://[^\s:/@]*):(?!\d+/)[^\s@]*@"), rf"\1:{MASK}@"),
     (re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;\"']+"), rf"\1{MASK}"),
     (re.compile(r"(?i)\b((?:set-)?cookie\s*:\s*)[^\r\n\"']+"), rf"\1{MASK}"),
     (re.compile(rf"(?i)\b(bearer|basic)\s+{_TOKEN_CHARS}{{8,}}"), rf"\1 {MASK}"),
@@ -36,7 +49,7 @@ _RULES: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
         re.compile(rf"(?i)\b(token)\s+(?:(?={_TOKEN_CHARS}*\d){_TOKEN_CHARS}{{8,}}|{_TOKEN_CHARS}{{20,}})"),
         rf"\1 {MASK}",
     ),
-    (_KEY_VALUE, _key_value),
+    _mask_pairs,
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),
     (
         re.compile(
@@ -75,8 +88,8 @@ def redact_text(text: str) -> str:
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text
-    for pattern, replacement in _RULES:
-        text = pattern.sub(replacement, text)
+    for rule in _RULES:
+        text = rule(text) if callable(rule) else rule[0].sub(rule[1], text)
     return text
 
 

@@ -119,6 +119,12 @@ def test_the_default_redactor() -> None:
         "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY": "aws_secret_access_key = ***",
         "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----": "***",
         "nothing secret at https://example.com/a?b=c": "nothing secret at https://example.com/a?b=c",
+        # a secret after another word's "name:" or "name=" (exception text has this shape)
+        "Error: token=abc123def456": "Error: token=***",
+        "x: api_key=sk_live_abcdefgh": "x: api_key=***",
+        "RuntimeError: probe failed: password=hunter2": "RuntimeError: probe failed: password=***",
+        "a=b:secret=c1d2e3": "a=b:secret=***",
+        "state: open, reason: client_secret=abc": "state: open, reason: client_secret=***",
     }
     for given, expected in cases.items():
         assert redact_text(given) == expected, given
