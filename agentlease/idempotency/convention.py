@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
+from typing import Any
 
-from agentlease.fencing import MAX_GENERATION, check_resource_key
+from agentlease.errors import StaleFencingTokenError
+from agentlease.fencing import MAX_GENERATION, MAX_RESOURCE_KEY_LENGTH, FencingToken, check_resource_key
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 FENCING_TOKEN_HEADER = "Fencing-Token"
@@ -19,6 +21,12 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 IN_FLIGHT = "idempotency_key_in_flight"
 IN_DOUBT = "idempotency_key_in_doubt"
 STALE = "stale_fencing_token"
+MISSING_CREDENTIALS = "missing_credentials"
+"""The ``error`` of a 401 (and an MCP refusal): the request names no caller, and the service scopes keys to callers."""
+ANONYMOUS_REFUSED = (
+    "idempotency keys and fences are scoped to the caller: send Authorization or X-API-Key "
+    "(or run the service with anonymous=True)"
+)
 
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 """Methods that need an ``Idempotency-Key``; every other method passes through untouched."""
@@ -29,6 +37,7 @@ MAX_KEY_LENGTH = 255
 _KEY = re.compile(r"^[\x20-\x7e]+$")
 _SF_STRING = re.compile(r'^"((?:[\x20\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 _GENERATION = re.compile(r"^[0-9]{1,19}$")
+_SCOPED = re.compile(r"^[0-9a-f]{16}:")
 
 
 def downstream_headers(idempotency_key: str, generation: int, resource: str | None = None) -> dict[str, str]:
@@ -157,14 +166,39 @@ def caller_of(headers: Mapping[str, str]) -> str:
     return headers.get("x-api-key") or ""
 
 
-def scoped_key(caller: str, key: str) -> str:
+def scoped_key(caller: str, key: str, *, limit: int = MAX_KEY_LENGTH) -> str:
     """The stored form of ``key`` for ``caller``: ``<16 hex of the caller's digest>:<key>``, or a digest
-    of both when that would not fit the store's column."""
+    of both when that would be over ``limit`` characters (default the store's key column)."""
     tag = hashlib.sha256(caller.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     scoped = f"{tag}:{key}"
-    if len(scoped) <= MAX_KEY_LENGTH:
+    if len(scoped) <= limit:
         return scoped
     return "sha256:" + hashlib.sha256(f"{caller}\n{key}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def scoped_fence(caller: str, fence: FencingToken | None) -> FencingToken | None:
+    """``fence`` on ``caller``'s own copy of its resource (:func:`scoped_key`): a caller moves and pins only its
+    own fences, as it reads back only its own keys (``docs/security-downstream.md``)."""
+    if fence is None:
+        return None
+    return FencingToken(scoped_key(caller, fence.resource_key, limit=MAX_RESOURCE_KEY_LENGTH), fence.generation)
+
+
+def unscoped(resource: str) -> str:
+    """The resource a client named, from its caller's copy (:func:`scoped_fence`): what a refusal shows."""
+    return resource[17:] if _SCOPED.match(resource) else resource
+
+
+def stale_facts(exc: StaleFencingTokenError) -> dict[str, Any]:
+    """A stale-token refusal's ``detail``, ``resource``, ``generation`` and ``current_generation``, with the resource
+    as its client named it (:func:`unscoped`)."""
+    shown = StaleFencingTokenError(unscoped(exc.resource_key), exc.generation, exc.current_generation)
+    return {
+        "detail": str(shown),
+        "resource": shown.resource_key,
+        "generation": shown.generation,
+        "current_generation": shown.current_generation,
+    }
 
 
 def request_hash(method: str, path: str, query: bytes, body: bytes) -> str:

@@ -21,11 +21,13 @@ except ImportError as _import_error:  # pragma: no cover - depends on the instal
 from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
 from agentlease.fencing import FencingToken, token_generation
 from agentlease.idempotency.convention import (
+    ANONYMOUS_REFUSED,
     FENCING_RESOURCE_HEADER,
     FENCING_TOKEN_HEADER,
     IDEMPOTENCY_KEY_HEADER,
     IN_DOUBT,
     IN_FLIGHT,
+    MISSING_CREDENTIALS,
     MUTATING_METHODS,
     REPLAYED_HEADER,
     STALE,
@@ -35,7 +37,9 @@ from agentlease.idempotency.convention import (
     parse_idempotency_key,
     raw_fencing_token,
     request_hash,
+    scoped_fence,
     scoped_key,
+    stale_facts,
 )
 from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_guarded
 from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, StoredResponse
@@ -77,14 +81,7 @@ def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
     call = current_call()
     if call is not None:
         call.not_applied()
-    return _error(
-        409,
-        STALE,
-        str(exc),
-        resource=exc.resource_key,
-        generation=exc.generation,
-        current_generation=exc.current_generation,
-    )
+    return _error(409, STALE, **stale_facts(exc))
 
 
 async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes | None:
@@ -179,6 +176,9 @@ class IdempotencyMiddleware:
         require_fencing_token: answer 400 to a mutating request without ``Fencing-Token``. Default ``False``.
         fencing_key: ``AGENTLEASE_FENCING_KEY``: only tokens it signed for the resource pass. Default ``None``.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_credentials`.
+        anonymous: accept requests that name no caller (``caller_for`` gives ``""``: no ``Authorization`` nor
+            ``X-API-Key``), all in one shared scope, where each reads back and fences the others' keys. Default
+            false: such a request is refused ``401 missing_credentials``.
         commits_with_key: every handler commits its effect with its key (``effect_transaction``): a key whose
             holder vanished is free again once its lock timed out, not held in doubt. Default ``False``.
         max_body_bytes: the largest body read; larger is 413. Default :data:`MAX_BODY_BYTES`.
@@ -196,6 +196,7 @@ class IdempotencyMiddleware:
         clock: Callable[[], datetime] | None = None,
         fencing_key: bytes | str | None = None,
         caller_for: Callable[[HTTPConnection], str] = caller_from_credentials,
+        anonymous: bool = False,
         commits_with_key: bool = False,
         max_body_bytes: int = MAX_BODY_BYTES,
         body_timeout_s: float = BODY_TIMEOUT_S,
@@ -207,6 +208,7 @@ class IdempotencyMiddleware:
         self.clock = clock
         self.fencing_key = fencing_key.encode("utf-8") if isinstance(fencing_key, str) else fencing_key
         self.caller_for = caller_for
+        self.anonymous = anonymous
         self.commits_with_key = commits_with_key
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
@@ -259,9 +261,17 @@ class IdempotencyMiddleware:
             return
         digest = request_hash(scope["method"], scope["path"], scope.get("query_string", b""), body)
         caller = self.caller_for(HTTPConnection(scope))
+        if not caller and not self.anonymous:
+            await _error(401, MISSING_CREDENTIALS, ANONYMOUS_REFUSED)(scope, receive, send)
+            return
+        stored_fence = scoped_fence(caller, fence)  # the caller's own copy of the resource it named
         try:
             claim = await self.store.claim(
-                scoped_key(caller, key), digest, fence=fence, commits_with_key=self.commits_with_key, now=self._now()
+                scoped_key(caller, key),
+                digest,
+                fence=stored_fence,
+                commits_with_key=self.commits_with_key,
+                now=self._now(),
             )
         except StaleFencingTokenError as exc:
             await stale_fencing_response(exc)(scope, receive, send)
@@ -271,7 +281,7 @@ class IdempotencyMiddleware:
             return
         call = GuardedCall(
             key,
-            fence,
+            stored_fence,
             caller,
             _store=self.store,
             _claim=claim,
@@ -282,7 +292,7 @@ class IdempotencyMiddleware:
         state = scope.setdefault("state", {})
         state["idempotency"] = call
         state["idempotency_key"] = key
-        state["fencing"] = fence
+        state["fencing"] = stored_fence
         messages: list[Message] = []
 
         async def capture(message: Message) -> None:

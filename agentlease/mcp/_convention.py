@@ -67,6 +67,9 @@ class Refusal(StrEnum):
     """A call with the key started and its outcome is unknown: it may have taken effect; not retried."""
     STALE_TOKEN = "stale_fencing_token"
     """The resource has accepted a newer generation (``generation``, ``current_generation``)."""
+    MISSING_CREDENTIALS = "missing_credentials"
+    """Over HTTP, a call that names no caller (no ``Authorization`` nor ``X-API-Key``) where the server scopes keys
+    to callers and does not accept anonymous ones."""
 
 
 class MetaError(ValueError):

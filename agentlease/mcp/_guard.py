@@ -19,7 +19,14 @@ from pydantic_core import to_jsonable_python
 
 from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
 from agentlease.fencing import FencingToken, token_generation
-from agentlease.idempotency.convention import caller_of, request_hash, scoped_key
+from agentlease.idempotency.convention import (
+    ANONYMOUS_REFUSED,
+    caller_of,
+    request_hash,
+    scoped_fence,
+    scoped_key,
+    stale_facts,
+)
 from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_guarded
 from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, StoredResponse
 from agentlease.mcp._convention import (
@@ -55,13 +62,8 @@ def _refused(refusal: Refusal, detail: str, **facts: Any) -> MCPError:
 
 
 def _stale(exc: StaleFencingTokenError) -> MCPError:
-    return _refused(
-        Refusal.STALE_TOKEN,
-        str(exc),
-        resource=exc.resource_key,
-        generation=exc.generation,
-        current_generation=exc.current_generation,
-    )
+    facts = stale_facts(exc)
+    return _refused(Refusal.STALE_TOKEN, facts.pop("detail"), **facts)
 
 
 def _arguments_hash(tool: str, arguments: Mapping[str, Any] | None) -> str:
@@ -83,6 +85,9 @@ class LeaseGuard(Extension):
         resource_for: ``(tool, idempotency key, arguments) -> resource``. Default: the resource the client names
             (``io.agentlease/resource``), else ``mcp/<tool>/<key>``: one fence per action.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_request`.
+        anonymous: over HTTP, accept calls that name no caller (``caller_for`` gives ``""``), all in one shared
+            scope, where each reads back and fences the others' keys. Default false: refused
+            ``missing_credentials``. Over stdio (one client) the caller is always ``""``.
         commits_with_key: tools whose effect commits with their key (in ``effect_transaction`` only): stopped
             before that commit, the key is free again once the store's lock timed out, not in doubt.
         readback_tool: the readback tool's name (``None``: none). Default ``agentlease_was_applied``.
@@ -101,6 +106,7 @@ class LeaseGuard(Extension):
         fencing_key: bytes | str | None = None,
         resource_for: Callable[[str, str, Mapping[str, Any]], str] | None = None,
         caller_for: Callable[[ServerRequestContext[Any, Any]], str] = caller_from_request,
+        anonymous: bool = False,
         commits_with_key: Collection[str] = (),
         readback_tool: str | None = READBACK_TOOL,
         clock: Callable[[], datetime] | None = None,
@@ -112,6 +118,7 @@ class LeaseGuard(Extension):
         self.fencing_key = fencing_key.encode("utf-8") if isinstance(fencing_key, str) else fencing_key
         self.resource_for = resource_for
         self.caller_for = caller_for
+        self.anonymous = anonymous
         self.commits_with_key = frozenset(commits_with_key)
         self.readback_tool = readback_tool
         self.clock = clock
@@ -143,7 +150,7 @@ class LeaseGuard(Extension):
             meta = read_lease_meta(request.meta)
             if meta.idempotency_key is None:
                 raise _refused(Refusal.MISSING_KEY, f"{IDEMPOTENCY_KEY_META} names the call to read back")
-            return await guard.readback(meta.idempotency_key, caller=guard.caller_for(request))
+            return await guard.readback(meta.idempotency_key, caller=guard.caller(request))
 
         hints = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
         return (ToolBinding(fn=was_applied, kwargs={"name": self.readback_tool, "annotations": hints}),)
@@ -172,15 +179,21 @@ class LeaseGuard(Extension):
     def _now(self) -> datetime | None:
         return None if self.clock is None else self.clock()
 
+    def caller(self, ctx: ServerRequestContext[Any, Any]) -> str:
+        """The caller of a request (``caller_for``); over HTTP one that names none is refused
+        ``missing_credentials`` unless the guard accepts ``anonymous`` callers."""
+        caller = self.caller_for(ctx)
+        if not caller and not self.anonymous and getattr(ctx.request, "headers", None) is not None:
+            raise _refused(Refusal.MISSING_CREDENTIALS, ANONYMOUS_REFUSED)
+        return caller
+
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
         """``Extension`` hook of ``MCPServer``: guard ``tools/call`` of a guarded tool."""
         if not self.guards(params.name):
             return await call_next(ctx)
-        return await self.guard(
-            params.name, params.arguments, params.meta, self.caller_for(ctx), lambda: call_next(ctx)
-        )
+        return await self.guard(params.name, params.arguments, params.meta, self.caller(ctx), lambda: call_next(ctx))
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """Middleware of a low-level ``Server`` (``server.middleware.append(guard)``)."""
@@ -213,7 +226,7 @@ class LeaseGuard(Extension):
                     f"{tool} is guarded: send {IDEMPOTENCY_KEY_META} in the request's _meta (agentlease clients do)",
                 )
             return await run()
-        fence = self._fence(tool, lease, arguments or {})
+        fence = scoped_fence(caller, self._fence(tool, lease, arguments or {}))
         try:
             claim = await self.store.claim(
                 scoped_key(caller, lease.idempotency_key),

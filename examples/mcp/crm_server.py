@@ -43,9 +43,13 @@ contacts = Table(
 )
 
 
-def build_server(database_url: str, *, lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT) -> MCPServer[Any]:
+def build_server(
+    database_url: str, *, lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT, anonymous: bool = True
+) -> MCPServer[Any]:
     """The CRM's MCP server on ``database_url``: ``create_contact`` (guarded) and ``find_contact``;
-    ``lock_timeout``: how long a call's key blocks others before its holder counts as gone (default 60 s)."""
+    ``lock_timeout``: how long a call's key blocks others before its holder counts as gone (default 60 s);
+    ``anonymous``: accept HTTP callers without credentials, in one shared scope (default true: one local client; a
+    shared server names its callers by their credentials, ``docs/mcp.md``)."""
     store = IdempotencyStore.from_url(database_url, lock_timeout=lock_timeout)
 
     @asynccontextmanager
@@ -59,7 +63,9 @@ def build_server(database_url: str, *, lock_timeout: timedelta = DEFAULT_LOCK_TI
     server: MCPServer[Any] = MCPServer(
         "crm",
         lifespan=lifespan,
-        extensions=[LeaseGuard(store, tools={"create_contact"}, commits_with_key={"create_contact"})],
+        extensions=[
+            LeaseGuard(store, tools={"create_contact"}, commits_with_key={"create_contact"}, anonymous=anonymous)
+        ],
     )
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False))

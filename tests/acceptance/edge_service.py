@@ -76,7 +76,7 @@ def _app(store: IdempotencyStore) -> ASGIApp:
             Route("/charges/{target}", charge, methods=["POST"]),
             Route("/charges/{target}", read, methods=["GET"]),
         ],
-        middleware=[Middleware(IdempotencyMiddleware, store=store, commits_with_key=True)],
+        middleware=[Middleware(IdempotencyMiddleware, store=store, commits_with_key=True, anonymous=True)],
     )
     return _Answers(app)
 

@@ -232,6 +232,7 @@ def _app(engine: AsyncEngine, store: IdempotencyStore) -> ASGIApp:
         ),
         store=store,
         resource_for=request_path,
+        anonymous=True,
     )
     plain = Starlette(
         routes=[

@@ -94,9 +94,14 @@ async def _reported(self: Context, progress: float, total: float | None = None, 
     await _report_progress(self, progress, total, message)
 
 
+NAMED_CALLERS_ENV = "CRM_NAMED_CALLERS"
+"""Set to ``1``: the test CRM's guard refuses HTTP callers without credentials (``LeaseGuard(anonymous=False)``)."""
+
+
 def build_test_server(database_url: str) -> MCPServer[Any]:
     lock_timeout = timedelta(seconds=float(os.environ.get("EDGE_LOCK_TIMEOUT_S", "60")))
-    server = build_server(database_url, lock_timeout=lock_timeout)
+    anonymous = os.environ.get(NAMED_CALLERS_ENV) != "1"
+    server = build_server(database_url, lock_timeout=lock_timeout, anonymous=anonymous)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True))
     async def import_contacts(batch: str, steps: int, step_s: float, ctx: Context) -> dict[str, Any]:
@@ -113,10 +118,16 @@ def build_test_server(database_url: str) -> MCPServer[Any]:
 
 
 def server_env(
-    database_url: str, *, control_dir: Path | None = None, lock_timeout_s: float | None = None
+    database_url: str,
+    *,
+    control_dir: Path | None = None,
+    lock_timeout_s: float | None = None,
+    named_callers: bool = False,
 ) -> dict[str, str]:
     """The environment of a test CRM server process."""
     env = {"CRM_DATABASE_URL": database_url}
+    if named_callers:
+        env[NAMED_CALLERS_ENV] = "1"
     if control_dir is not None:
         env[edge_holds.CONTROL_ENV] = str(control_dir)
     if lock_timeout_s is not None:

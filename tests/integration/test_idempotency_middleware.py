@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from agentlease.demo.downstream import serve_app
-from agentlease.fencing import advance_fence, read_fence
+from agentlease.fencing import MAX_RESOURCE_KEY_LENGTH, advance_fence, read_fence
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, effect_transaction, request_path
 from agentlease.idempotency.convention import scoped_key
 from tests.eventually import assert_eventually
@@ -176,7 +176,7 @@ async def running_service(url: str, **options: Any) -> AsyncIterator[Service]:
                 Route("/refused", publisher.refused, methods=["POST"]),
                 Route("/crash", publisher.crash, methods=["POST"]),
             ],
-            middleware=[Middleware(IdempotencyMiddleware, store=store, clock=clock, **options)],
+            middleware=[Middleware(IdempotencyMiddleware, store=store, clock=clock, **{"anonymous": True, **options})],
         )
         async with serve_app(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
             yield Service(client, publisher, store, clock)
@@ -279,6 +279,11 @@ async def test_stale_fencing_tokens_get_409_and_newer_ones_pass(ledger_url: str)
         assert sorted(rows) == [("k-a", 5), ("k-b", 6), ("k-c", 6), ("k-d", 1), ("k-e", 2)]
 
 
+def anonymous(resource: str) -> str:
+    """The stored name of ``resource`` fenced by a caller with no credentials (``anonymous=True``)."""
+    return scoped_key("", resource, limit=MAX_RESOURCE_KEY_LENGTH)
+
+
 async def test_the_default_fence_is_the_action_not_the_route(ledger_url: str) -> None:
     async with running_service(ledger_url) as svc:
         # Two bookings posted to one collection route, by two actions: each its own fence.
@@ -289,7 +294,8 @@ async def test_the_default_fence_is_the_action_not_the_route(ledger_url: str) ->
         stale = await svc.post("/articles/1", "booking-c", {"title": "c"}, token=2, Fencing_Resource="r-c")
         assert (stale.status_code, stale.json()["resource"]) == (409, "r-c")
         async with svc.store.engine.connect() as conn:
-            fences = {key: await read_fence(conn, key) for key in ("booking-a", "booking-b", "r-c", "/articles/1")}
+            named = ("booking-a", "booking-b", "r-c", "/articles/1")
+            fences = {key: await read_fence(conn, anonymous(key)) for key in named}
         assert fences == {"booking-a": 2, "booking-b": 1, "r-c": 3, "/articles/1": None}
         assert await svc.publisher.executions() == 3
 
@@ -303,7 +309,8 @@ async def test_a_newer_generation_moves_the_fence_while_an_older_request_is_insi
             busy = await svc.post("/articles/5", "k-gen", {"title": "t"}, token=newer)
             assert (busy.status_code, busy.json()["error"]) == (409, "idempotency_key_in_flight")
         async with svc.store.engine.connect() as conn:
-            assert await read_fence(conn, "k-gen") == 3  # moved while generation 1 was inside
+            # moved while generation 1 was inside (the anonymous caller's copy of the resource)
+            assert await read_fence(conn, anonymous("k-gen")) == 3
 
         svc.publisher.gate.set()
         late = await first

@@ -68,7 +68,7 @@ async def service(url: str, **options: Any) -> AsyncIterator[tuple[httpx.AsyncCl
 
         app = Starlette(
             routes=[Route("/articles/{article}", write, methods=["POST"])],
-            middleware=[Middleware(IdempotencyMiddleware, store=store, **options)],
+            middleware=[Middleware(IdempotencyMiddleware, store=store, **{"anonymous": True, **options})],
         )
         async with serve_app(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
             yield client, store.engine
