@@ -136,8 +136,35 @@ def _step_decision(update: str, summary: str) -> Callable[..., None]:
     return setting_flags(*DECISION)(command)
 
 
-approve = _step_decision("approve", "Approve a tool call that waits for approval (every unsafe tool does, by default).")
 reject = _step_decision("reject", "Reject a tool call that waits for approval: it never runs.")
+
+_Sha = Annotated[
+    str | None,
+    typer.Option(
+        "--arguments-sha256",
+        help="The arguments' fingerprint that `waiting` or `status` showed: refused if the call's are other.",
+    ),
+]
+
+
+@setting_flags(*DECISION)
+def approve(
+    ctx: typer.Context,
+    agent_run_id: _Run,
+    step_id: _StepArg,
+    reason: _Why,
+    arguments_sha256: _Sha = None,
+    as_json: _Json = False,
+) -> None:
+    """Approve a tool call that waits for approval (every unsafe tool does, by default).
+
+    With --arguments-sha256 the approval is of the arguments you saw: refused when the call's differ.
+    """
+    from agentlease.decisions.table import DecisionRequest
+
+    settings = _settings(ctx)
+    payload = _request(DecisionRequest, settings, step_id=step_id, reason=reason, arguments_sha256=arguments_sha256)
+    _decide(settings, agent_run_id, "approve", payload, as_json)
 
 
 _RunFilter = Annotated[str | None, typer.Option("--run", help="Bulk: tasks of this agent run.")]
