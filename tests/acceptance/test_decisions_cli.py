@@ -5,6 +5,7 @@ needs_reconciliation, ending with the run settled; an approval-gated refund that
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from collections.abc import Callable
@@ -12,7 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
+from agentlease.cli.app import app
+from agentlease.enums import TaskStatus
+from agentlease.ledger.store import Ledger
 from agentlease.records import arguments_fingerprint
 from tests.eventually import assert_eventually
 
@@ -217,3 +222,43 @@ async def test_the_approver_sees_the_call_and_approves_what_they_saw(
         assert run["status"] == "completed" and run["tasks"][0]["status"] == "settled", run
 
     await assert_eventually(settled, timeout=120, interval=0.2, message="the approved refund settled")
+
+
+CYCLES = 20
+"""Refused-then-approved cycles of the agreement test."""
+
+
+@pytest.mark.timeout(600)
+async def test_waiting_and_approve_agree_while_approvals_expire_at_the_claim(
+    cli: Cli, background: Callable[..., Background], write_file: WriteFile
+) -> None:
+    """Each time `waiting` lists the task as awaiting approval and suggests `approve`, `approve` takes it, however
+    soon after the claim refused the last approval as expired (the ledger moves first, the run learns it a moment
+    later). The test watches the ledger `waiting` reads and runs both commands in this process, without a new
+    interpreter's start between them, so that `approve` comes while the run may still be learning of the refusal."""
+    env = _dev(cli, background, write_file)
+    _start(cli, write_file, env, "acc-hasty", "hasty_refund")
+    runner = CliRunner()
+    ledger = Ledger.from_url(env["AGENTLEASE_LEDGER_URL"])
+
+    async def run(*args: str) -> Any:
+        return await asyncio.to_thread(runner.invoke, app, list(args), env=cli.env(env))
+
+    async def asked_again() -> None:
+        assert [t.status for t in await ledger.list_tasks("acc-hasty")] == [TaskStatus.AWAITING_APPROVAL]
+
+    try:
+        for cycle in range(CYCLES):
+            await assert_eventually(asked_again, timeout=60, interval=0.002, message=f"cycle {cycle}: asked again")
+            listing = await run("waiting", "--json")
+            [task] = [t for t in json.loads(listing.stdout) if t["agent_run_id"] == "acc-hasty"]
+            assert task["status"] == "awaiting_approval", task
+            assert any(c.startswith("agentlease approve acc-hasty refund") for c in task["suggested_commands"]), task
+            decided = await run("approve", "acc-hasty", "refund", "--by", "sam", "--reason", f"cycle {cycle}")
+            assert decided.exit_code == 0, f"cycle {cycle}: `waiting` suggested approve, refused: {decided.output}"
+    finally:
+        await ledger.close()
+    trail = json.loads(cli("events", "--run", "acc-hasty", "--json", env=env).stdout)
+    refusals = [e for e in trail if e["kind"] == "approval_refused"]
+    assert len(refusals) >= CYCLES - 1 and all(e["details"]["refused"] == "expired" for e in refusals), trail
+    assert cli("reject", "acc-hasty", "refund", "--by", "sam", "--reason", "enough", env=env).returncode == 0
