@@ -137,6 +137,25 @@ def arguments_fingerprint(arguments: dict[str, Any]) -> str:
     return hashlib.sha256(_canonical(arguments).encode("utf-8", "surrogatepass")).hexdigest()
 
 
+class ApprovalRequest(_Frozen):
+    """What a person is asked to approve: the call's ``tool``, its ``arguments`` redacted (a secret's value
+    shows as ``***``) and ``arguments_sha256``, the fingerprint of the arguments as they are
+    (:func:`arguments_fingerprint`), the one an approval is bound to (``approve --arguments-sha256``)."""
+
+    tool: str
+    arguments: dict[str, Any]
+    arguments_sha256: str
+
+    def shown(self) -> list[tuple[str, str]]:
+        """Each argument's name and its value as text (a string as it is, anything else as canonical JSON)."""
+        return [(name, _key_text(value)) for name, value in self.arguments.items()]
+
+    def describe(self) -> str:
+        """One line: ``refund order_id: A-1001, amount_cents: 4200 (arguments sha256 <hex>)``."""
+        shown = ", ".join(f"{name}: {text}" for name, text in self.shown())
+        return f"{self.tool} {shown} (arguments sha256 {self.arguments_sha256})"
+
+
 class TraceLink(_Frozen):
     """Where an attempt ran in Temporal (and, tracing on, its OpenTelemetry ``trace_id``, 32 lowercase hex)."""
 
@@ -401,6 +420,8 @@ class TaskRecord(_Frozen):
     error_class: str | None
     created_at: AwareDatetime
     updated_at: AwareDatetime
+    approval_request: ApprovalRequest | None = None
+    """The call a person was last asked to approve (``None``: never asked)."""
 
     @classmethod
     def from_row(cls, row: Any) -> TaskRecord:  # a SQLAlchemy Row or a mapping
@@ -412,6 +433,7 @@ class TaskRecord(_Frozen):
             "trace": TraceLink.from_mapping(m),
             "created_at": from_ms(m["created_at_ms"]),
             "updated_at": from_ms(m["updated_at_ms"]),
+            "approval_request": m.get("approval_request"),
         }
         return cls(**{name: m[name] for name in cls.model_fields if name not in converted}, **converted)
 
@@ -524,6 +546,8 @@ class TaskView(_Frozen):
     """When the generation the view names claimed the task (after a call ended: the one that ended it)."""
     refused_writes: int = 0
     """Late holder writes the ledger refused on the task, as the run learnt them."""
+    approval_request: ApprovalRequest | None = None
+    """The call a person is asked to approve, once the run asked (``None``: it needs no approval)."""
 
 
 class LeaseProgress(_Frozen):

@@ -31,7 +31,12 @@ _Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 def _decide(settings: AgentLeaseSettings, agent_run_id: str, update: str, payload: Any, as_json: bool) -> RunStatus:
     from agentlease.cli.render import decided_title
 
-    status = asyncio.run(send_decision(settings, agent_run_id, update, payload))
+    sending = (
+        _approve_in_step(settings, agent_run_id, payload)
+        if update == "approve"
+        else send_decision(settings, agent_run_id, update, payload)
+    )
+    status = asyncio.run(sending)
     show_run(status, as_json, title=decided_title(status, update, getattr(payload, "step_id", None)))
     return status
 
@@ -136,8 +141,74 @@ def _step_decision(update: str, summary: str) -> Callable[..., None]:
     return setting_flags(*DECISION)(command)
 
 
-approve = _step_decision("approve", "Approve a tool call that waits for approval (every unsafe tool does, by default).")
 reject = _step_decision("reject", "Reject a tool call that waits for approval: it never runs.")
+
+_Sha = Annotated[
+    str | None,
+    typer.Option(
+        "--arguments-sha256",
+        help="The arguments' fingerprint that `waiting` or `status` showed: refused if the call's are other.",
+    ),
+]
+
+CATCH_UP_INTERVAL_S = 0.2
+"""How often ``approve`` looks again while the run catches up with the ledger. Default 0.2s."""
+
+
+@setting_flags(*DECISION)
+def approve(
+    ctx: typer.Context,
+    agent_run_id: _Run,
+    step_id: _StepArg,
+    reason: _Why,
+    arguments_sha256: _Sha = None,
+    as_json: _Json = False,
+) -> None:
+    """Approve a tool call that waits for approval (every unsafe tool does, by default).
+
+    With --arguments-sha256 the approval is of the arguments you saw: refused when the call's differ.
+    """
+    from agentlease.decisions.table import DecisionRequest
+
+    settings = _settings(ctx)
+    payload = _request(DecisionRequest, settings, step_id=step_id, reason=reason, arguments_sha256=arguments_sha256)
+    _decide(settings, agent_run_id, "approve", payload, as_json)
+
+
+async def _approve_in_step(settings: AgentLeaseSettings, agent_run_id: str, payload: Any) -> RunStatus:
+    """Send ``approve``; when the run refuses it while the ledger has the step ``awaiting_approval`` (a claim
+    that refused an expired approval moves the ledger first, and the run learns it a moment later), send it
+    once more as soon as the run shows the step awaiting approval too."""
+    try:
+        return await send_decision(settings, agent_run_id, "approve", payload)
+    except ConfigurationError:
+        if not await _run_caught_up(settings, agent_run_id, payload.step_id):
+            raise
+    return await send_decision(settings, agent_run_id, "approve", payload)
+
+
+async def _run_caught_up(settings: AgentLeaseSettings, agent_run_id: str, step_id: str) -> bool:
+    """Whether the ledger has the step ``awaiting_approval`` and the run shows it too, within the decision
+    timeout."""
+    from agentlease.cli.runs import run_status
+    from agentlease.enums import TaskStatus
+    from agentlease.errors import TaskNotFoundError
+    from agentlease.records import task_id_for
+
+    async with _ledger(settings) as ledger:
+        try:
+            if (await ledger.get_task(task_id_for(agent_run_id, step_id))).status is not TaskStatus.AWAITING_APPROVAL:
+                return False
+        except TaskNotFoundError:
+            return False
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.decision_timeout.total_seconds()
+    while loop.time() < deadline:
+        run = await run_status(settings, agent_run_id)
+        if any(t.step_id == step_id and t.status == TaskStatus.AWAITING_APPROVAL for t in run.tasks):
+            return True
+        await asyncio.sleep(CATCH_UP_INTERVAL_S)
+    return False
 
 
 _RunFilter = Annotated[str | None, typer.Option("--run", help="Bulk: tasks of this agent run.")]

@@ -203,15 +203,25 @@ async def list_tasks(
         pages, limit=limit, as_json=as_json, out=out, render=lambda rows: tasks_table(rows, title=title)
     )
     for record in shown:  # a step of a run that failed before its first call: why, in one line
+        _print_request(record, out)
         if failed_before_calls(record):
             why = f"{record.agent_run_id} {record.step_id}: the run failed: {record.last_error or 'unknown tool'}"
             out.print(why, soft_wrap=True, markup=False, highlight=False)
 
 
+def _print_request(record: TaskRecord, out: Console) -> None:
+    """For a task awaiting approval, the call the person is asked to approve, in one line."""
+    if record.status is TaskStatus.AWAITING_APPROVAL and record.approval_request is not None:
+        line = f"  {record.agent_run_id} {record.step_id} asks to approve: {record.approval_request.describe()}"
+        out.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
 def _waiting_json(record: TaskRecord) -> dict[str, Any]:
     return {
         **plain(record),
-        "suggested_commands": suggested_commands(record.status, record.agent_run_id, record.step_id),
+        "suggested_commands": suggested_commands(
+            record.status, record.agent_run_id, record.step_id, record.approval_request
+        ),
     }
 
 
@@ -230,7 +240,8 @@ async def list_waiting(ledger: Ledger, *, limit: int | None, as_json: bool, out:
         explained = WAITING_WHY.get(record.status) or record.last_error
         why = f": {explained}" if explained else ""
         out.print(f"{record.agent_run_id} {record.step_id}: {record.status.value}{why}", soft_wrap=True, markup=False)
-        for hint in suggested_commands(record.status, record.agent_run_id, record.step_id):
+        _print_request(record, out)
+        for hint in suggested_commands(record.status, record.agent_run_id, record.step_id, record.approval_request):
             out.print(f"  -> {hint}", soft_wrap=True, markup=False)
 
 

@@ -9,6 +9,7 @@ from typing import IO, Any
 
 from rich.table import Table
 
+from agentlease.enums import TaskStatus
 from agentlease.records import LeaseEvent, RunStatus, SettlementReceipt, TaskRecord
 
 NAMES = {
@@ -128,6 +129,11 @@ def run_table(status: RunStatus, title: str | None = None) -> Table:
     if status.refused_count > len(status.refused):
         notes.append(f"{status.refused_count} decide signals refused in all (summarised in the trail)")
     notes += [f"{t.step_id}: {t.refused_writes} late writes refused" for t in status.tasks if t.refused_writes]
+    notes += [
+        f"{t.step_id} asks to approve: {t.approval_request.describe()}"
+        for t in status.tasks
+        if t.status is TaskStatus.AWAITING_APPROVAL and t.approval_request is not None
+    ]
     if status.refused_progress:
         notes.append(f"{status.refused_progress} lease progress signals refused (no proof of the lease)")
     if notes:

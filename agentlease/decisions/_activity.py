@@ -184,6 +184,7 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
             receipt=_confirmed_receipt(decision) if rule.settles else None,
             spec=decision.task,
             expected_generation=decision.generation if decision_id is not None else None,
+            approval_request=decision.request,
         )
     except TaskMovedError as exc:  # between the id's record and now (or a retry after it applied)
         if not await _in_trail(ledger, decision.task.task_id, decision_id or ""):

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentlease import limits
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
-from agentlease.records import TaskSpec
+from agentlease.records import ApprovalRequest, TaskSpec
 from agentlease.security.decision_auth import DecisionProof, SignedDecision, verify_recorded_signature
 
 if TYPE_CHECKING:
@@ -186,12 +186,17 @@ def offered(status: TaskStatus) -> list[DecisionRule]:
     return list(seen.values())
 
 
-def suggested_commands(status: TaskStatus, agent_run_id: str, step_id: str) -> list[str]:
-    """The ``agentlease`` command lines that decide a task waiting in ``status`` (cancel last)."""
+def suggested_commands(
+    status: TaskStatus, agent_run_id: str, step_id: str, request: ApprovalRequest | None = None
+) -> list[str]:
+    """The ``agentlease`` command lines that decide a task waiting in ``status`` (cancel last); ``approve`` names
+    the fingerprint of the arguments of ``request``, the call the person was asked to approve."""
     actions = [a for a in RECONCILE_ACTIONS if reconcile_kind(a, status) is not None]
     lines = []
     for rule in sorted(offered(status), key=lambda r: r.kind is DecisionKind.CANCEL):
         action = f" --action {'|'.join(actions)}" if rule.command == _RECONCILE else ""
+        if rule.kind is DecisionKind.APPROVE and request is not None:
+            action = f" --arguments-sha256 {request.arguments_sha256}"
         note = f"{WAITING_NOTES[status]} " if status in WAITING_NOTES and rule.kind is not DecisionKind.CANCEL else ""
         lines.append(f"{note}agentlease {rule.command} {agent_run_id} {step_id}{action} --by WHO --reason WHY")
     return lines
@@ -272,6 +277,7 @@ class LedgerDecision(_Request):
             carries the decision's id and the generation the operator saw.
         run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow (workflow code
             only, so no signature needed). Default false.
+        request: with ``await_approval``: the call the person is asked to approve. Default ``None``.
     """
 
     kind: DecisionKind
@@ -282,6 +288,7 @@ class LedgerDecision(_Request):
     observed: dict[str, Any] = Field(default_factory=dict)
     signed: SignedDecision | None = None
     run_own: bool = False
+    request: ApprovalRequest | None = None
 
     @property
     def decision_id(self) -> str | None:

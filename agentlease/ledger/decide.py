@@ -16,7 +16,7 @@ from agentlease.ledger.core import LedgerCore, redacted
 from agentlease.ledger.rendering import event_params
 from agentlease.ledger.trail import write_event
 from agentlease.observability.tracing import current_trace_id
-from agentlease.records import SettlementReceipt, TaskRecord, TaskSpec, TraceLink
+from agentlease.records import ApprovalRequest, SettlementReceipt, TaskRecord, TaskSpec, TraceLink
 from agentlease.security.redaction import redact
 
 RESOLVED_BY_PERSON = {
@@ -41,6 +41,7 @@ async def decide(
     spec: TaskSpec | None,
     expected_generation: int | None,
     now: datetime | None,
+    approval_request: ApprovalRequest | None = None,
 ) -> TaskRecord:
     """``Ledger.decide``: the task after the decision.
 
@@ -55,6 +56,8 @@ async def decide(
     params = {"key_task_id": task_id, **now_param(now), **event_params(redact(reason), facts, trace)}
     if receipt is not None:
         params["receipt"] = redacted(receipt)[1]
+    if kind is DecisionKind.AWAIT_APPROVAL:  # what the person is asked to approve, its secrets masked
+        params["approval_request"] = None if approval_request is None else redact(approval_request.model_dump())
     if kind is DecisionKind.APPROVE:  # the approval of this tool and these arguments (docs/recovery.md)
         params["approval_tool"] = spec.tool if spec is not None else None
         params["approval_arguments_sha256"] = spec.arguments_sha256 if spec is not None else None

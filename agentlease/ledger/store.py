@@ -18,7 +18,16 @@ from agentlease.ledger.listing import TaskFilter, collect, event_pages, task_pag
 from agentlease.ledger.statements import LeaseStatements
 from agentlease.observability.metrics import LEASE_METRICS, LeaseMetrics
 from agentlease.observability.tracing import traced
-from agentlease.records import Claim, LeaseEvent, SettlementReceipt, StoredReceipt, TaskRecord, TaskSpec, TraceLink
+from agentlease.records import (
+    ApprovalRequest,
+    Claim,
+    LeaseEvent,
+    SettlementReceipt,
+    StoredReceipt,
+    TaskRecord,
+    TaskSpec,
+    TraceLink,
+)
 
 
 class Ledger:
@@ -222,6 +231,7 @@ class Ledger:
         spec: TaskSpec | None = None,
         expected_generation: int | None = None,
         now: datetime | None = None,
+        approval_request: ApprovalRequest | None = None,
     ) -> TaskRecord:
         """Apply the decision ``kind`` of :data:`~agentlease.decisions.table.DECISIONS` to ``task_id``, ending
         any claim in the same statement (G8; ``docs/decisions.md``). Returns the task after the decision.
@@ -233,6 +243,8 @@ class Ledger:
             spec: the task's identity, to create it if absent.
             expected_generation: the generation a signed decision was made for: the task must still be at it
                 (checked under the row's lock). Default ``None``: not bound.
+            approval_request: with ``await_approval``: the call the person is asked to approve, stored
+                redacted (``TaskRecord.approval_request``). Default ``None``.
 
         Raises:
             TaskMovedError: the task is at another generation than ``expected_generation``; nothing changed.
@@ -251,6 +263,7 @@ class Ledger:
             spec=spec,
             expected_generation=expected_generation,
             now=now,
+            approval_request=approval_request,
         )
 
     async def record_refused_decision(

@@ -66,6 +66,8 @@ TASKS = Table(
     Column("approval_tool", String(128), nullable=True),
     Column("approval_arguments_sha256", String(64), nullable=True),
     Column("approval_consumed_generation", BigInteger, nullable=True),
+    # What a person was last asked to approve: tool, redacted arguments, their fingerprint (ApprovalRequest).
+    Column("approval_request", JSON, nullable=True),
     Column("last_error", Text, nullable=True),
     Column("error_class", String(64), nullable=True),
     Column("created_at_ms", BigInteger, nullable=False),

@@ -273,7 +273,11 @@ def _decision_change(kind: DecisionKind, now: ColumnElement[int]) -> Update:
         values.update(approved_at_ms=now, approval_consumed_generation=None, **bound)
     if kind is DecisionKind.AWAIT_APPROVAL:  # asked again: an earlier approval no longer counts
         values.update(
-            approved_at_ms=None, approval_tool=None, approval_arguments_sha256=None, approval_consumed_generation=None
+            approved_at_ms=None,
+            approval_tool=None,
+            approval_arguments_sha256=None,
+            approval_consumed_generation=None,
+            approval_request=bindparam("approval_request", type_=_T.approval_request.type),
         )
     if rule.settles:
         values["receipt"] = RECEIPT

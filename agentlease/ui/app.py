@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from agentlease.clock import from_ms, to_ms
 from agentlease.decisions.table import suggested_commands
-from agentlease.enums import EventKind, RunState
+from agentlease.enums import EventKind, RunState, TaskStatus
 from agentlease.errors import TaskNotFoundError
 from agentlease.ledger.listing import RunSummary, TaskFilter, collect, event_pages, failed_before_calls, run_failures
 from agentlease.ledger.statements import runs_page, tasks_page
@@ -102,18 +102,30 @@ def _waiting_table(records: list[TaskRecord]) -> str:
         f"<td><a href='/runs/{html.escape(quote(r.agent_run_id, safe=''))}'>{html.escape(r.agent_run_id)}</a></td>"
         f"<td><a href='{html.escape(task_href(r.task_id))}'>{html.escape(r.step_id)}</a></td>"
         f"<td>{html.escape(r.tool)}</td><td>{r.status.value}</td><td>{_when(r.updated_at)}</td>"
-        "<td>"
+        f"<td class='request'>{_request_cell(r)}</td><td>"
         + "<br>".join(
             f"<code class='command'>{html.escape(c)}</code>"
-            for c in suggested_commands(r.status, r.agent_run_id, r.step_id)
+            for c in suggested_commands(r.status, r.agent_run_id, r.step_id, r.approval_request)
         )
         + "</td></tr>"
         for r in records
     )
     return (
         "<table id='waiting'><tr><th>run</th><th>step</th><th>tool</th><th>status</th><th>since</th>"
-        f"<th>decide with</th></tr>{rows}</table>"
+        f"<th>asks to approve</th><th>decide with</th></tr>{rows}</table>"
     )
+
+
+def _request_cell(record: TaskRecord) -> str:
+    """A task awaiting approval: the arguments it asks to approve (redacted once more) and their fingerprint."""
+    request = record.approval_request
+    if record.status is not TaskStatus.AWAITING_APPROVAL or request is None:
+        return "-"
+    arguments = "<br>".join(
+        f"<span class='argument' data-name='{html.escape(name)}'>{html.escape(name)}: {html.escape(text)}</span>"
+        for name, text in request.model_copy(update={"arguments": redact(request.arguments)}).shown()
+    )
+    return f"{arguments}<br>sha256 <code class='sha256'>{request.arguments_sha256}</code>"
 
 
 def _runs_table(runs: list[RunSummary]) -> str:

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.errors import describe_validation_error
     from agentlease.limits import MAX_WORKFLOW_ID_CHARS
     from agentlease.records import (
+        ApprovalRequest,
         PlanStep,
         RunCarry,
         RunStatus,
@@ -31,12 +32,14 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolInfo,
         ToolOutcome,
+        arguments_fingerprint,
         idempotency_key_for,
         scoped_idempotency_key,
         step_id_from,
         task_id_for,
     )
     from agentlease.runtime.names import DECIDE_SIGNAL, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
+    from agentlease.security.redaction import redact
     from agentlease.workflow._catalog import RunCatalog
     from agentlease.workflow._decisions import RunDecisions
     from agentlease.workflow._handlers import resolved
@@ -296,8 +299,12 @@ class LeasedToolCalls:
         step_id = step.step_id
         self._run.step_started(step.tool)
         if info.requires_approval:
+            request = ApprovalRequest(
+                tool=step.tool, arguments=redact(step.arguments), arguments_sha256=arguments_fingerprint(step.arguments)
+            )
+            self._run.update(step_id, approval_request=request)
             await self._decisions.apply(
-                step, DecisionKind.AWAIT_APPROVAL, RUN_DECIDER, f"{step.tool} requires approval"
+                step, DecisionKind.AWAIT_APPROVAL, RUN_DECIDER, f"{step.tool} requires approval", request=request
             )
             await self._wait_for_person(step_id)
             if self._run.tasks[step_id].status.is_terminal:

@@ -10,9 +10,10 @@ PostgreSQL ledger, driven through the command line (:mod:`tests.acceptance.ui_st
 - a dead-lettered run (a permanent failure).
 
 Then ``agentlease ui`` runs as a subprocess and headless Chromium checks: the front page lists the
-waiting run first with its decision command; the taken-over call's page shows every generation with
-its owner and claim time and the refused late writes labelled; the approval says who approved.
-Screenshots are kept in ``.test-artifacts/ui-real-stack/`` (``AGENTLEASE_TEST_ARTIFACTS``).
+waiting run first with the call's arguments, their fingerprint and its decision command; the taken-over
+call's page shows every generation with its owner and claim time and the refused late writes labelled;
+the approval says who approved. Screenshots are kept in ``.test-artifacts/ui-real-stack/``
+(``AGENTLEASE_TEST_ARTIFACTS``).
 
 Robust on a loaded machine: nothing depends on a lease surviving CPU starvation. Generation 1 holds
 through refused renewals until the test releases it, so an early takeover changes nothing; a later
@@ -37,7 +38,7 @@ from temporalio.client import Client
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.errors import TaskNotFoundError
 from agentlease.ledger.store import Ledger
-from agentlease.records import LeaseEvent, TaskRecord
+from agentlease.records import LeaseEvent, TaskRecord, arguments_fingerprint
 from tests.acceptance.fleet import REPO, Fleet, wait_polling
 from tests.acceptance.ui_stack_tools import HOLDING
 from tests.eventually import assert_eventually
@@ -54,6 +55,9 @@ ARTIFACTS = Path(
 
 START_S = 90.0
 """Deadline for a worker to come up (a worker start costs about 2 s of CPU; more on a loaded machine)."""
+
+WIRE_WAIT = {"account": "ACME-1", "amount": 900}
+"""The arguments of the wire that waits for approval."""
 
 SETTLE_S = 90.0
 """Deadline for a call to reach the state the test waits for (a takeover: lease TTL, retry, a worker start)."""
@@ -134,7 +138,7 @@ async def test_operator_console_over_a_stack_made_by_real_workers(
                 raise AssertionError(f"no task {task_id} yet") from None
             assert task.status is wanted, task
 
-        start_run("wire-wait", "ui_send_wire", "wire", {"account": "ACME-1", "amount": 900})
+        start_run("wire-wait", "ui_send_wire", "wire", WIRE_WAIT)
         waiting = f"{runs['wire-wait']}/wire"
         await assert_eventually(lambda: status_of(waiting, TaskStatus.AWAITING_APPROVAL), timeout=SETTLE_S)
         start_run("wire-ok", "ui_send_wire", "pay", {"account": "ACME-2", "amount": 12})
@@ -195,7 +199,9 @@ async def _read(page: Page, script: str) -> Any:
 
 FRONT = """() => ({
     waiting: [...document.querySelectorAll('#waiting tr.waiting')].map(r => ({
-        run: r.dataset.run, commands: [...r.querySelectorAll('code.command')].map(c => c.textContent)})),
+        run: r.dataset.run, commands: [...r.querySelectorAll('code.command')].map(c => c.textContent),
+        arguments: [...r.querySelectorAll('td.request span.argument')].map(a => a.textContent),
+        sha256: r.querySelector('td.request code.sha256')?.textContent})),
     runs: [...document.querySelectorAll('#runs tr.run')].map(r => [r.dataset.run, r.dataset.status]),
 })"""
 
@@ -205,7 +211,11 @@ async def front_page(page: Page, base: str, runs: dict[str, str]) -> None:
     shown = await _read(page, FRONT)
     first = shown["waiting"][0]
     assert first["run"] == runs["wire-wait"], shown  # the run waiting for a person comes first
-    assert any(c.startswith(f"agentlease approve {runs['wire-wait']} wire") for c in first["commands"]), shown
+    # the approver sees the call: its arguments and their fingerprint, which the approve command names
+    fingerprint = arguments_fingerprint(WIRE_WAIT)
+    assert first["arguments"] == ["account: ACME-1", "amount: 900"] and first["sha256"] == fingerprint, shown
+    approve = f"agentlease approve {runs['wire-wait']} wire --arguments-sha256 {fingerprint}"
+    assert any(c.startswith(approve) for c in first["commands"]), shown
     dead = [w for w in shown["waiting"] if w["run"] == runs["mail"]]
     assert dead and any(c.startswith(f"agentlease redrive {runs['mail']} mail") for c in dead[0]["commands"]), shown
     statuses = dict(shown["runs"])

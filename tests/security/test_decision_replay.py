@@ -323,10 +323,21 @@ async def test_the_migration_upgrades_a_0006_ledger(ledger_url: str) -> None:
     ledger = Ledger.from_url(ledger_url)
     try:
         await upgrade(ledger.database, "0006")
-        spec = _spec("run-old", "mail")
-        await ledger.decide(spec.task_id, DecisionKind.AWAIT_APPROVAL, by="agentlease", reason="old", spec=spec)
+
+        def old_row(conn: Any) -> None:  # a task waiting for approval, as a 0006 ledger holds it
+            conn.execute(
+                text(
+                    "INSERT INTO tasks (task_id, agent_run_id, step_id, tool, side_effect_class, status, lease_ttl_ms, "
+                    "claim_generation, attempts, renewal_count, idempotency_key, created_at_ms, updated_at_ms) "
+                    "VALUES ('run-old/mail', 'run-old', 'mail', 'send_mail', 'unsafe', 'awaiting_approval', 60000, "
+                    "0, 0, 0, 'run-old:mail', 1, 1)"
+                )
+            )
+
+        await ledger.database.write(old_row)
         await upgrade(ledger.database)
-        assert (await ledger.get_task(spec.task_id)).status is TaskStatus.AWAITING_APPROVAL
+        task = await ledger.get_task("run-old/mail")
+        assert (task.status, task.approval_request) == (TaskStatus.AWAITING_APPROVAL, None)
 
         def rows(conn: Any) -> list[Any]:
             conn.execute(
