@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentlease import limits
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
-from agentlease.records import TaskSpec
+from agentlease.records import ApprovalRule, TaskSpec
 from agentlease.security.decision_auth import DecisionProof, SignedDecision, verify_recorded_signature
 
 if TYPE_CHECKING:
@@ -272,6 +272,8 @@ class LedgerDecision(_Request):
             carries the decision's id and the generation the operator saw.
         run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow (workflow code
             only, so no signature needed). Default false.
+        rule: for ``await_approval``, the tool's :class:`~agentlease.records.ApprovalRule` that asked for a
+            person, written to the trail (``details.rule``). Default ``None``: none, or the tool always asks.
     """
 
     kind: DecisionKind
@@ -282,6 +284,7 @@ class LedgerDecision(_Request):
     observed: dict[str, Any] = Field(default_factory=dict)
     signed: SignedDecision | None = None
     run_own: bool = False
+    rule: ApprovalRule | None = None
 
     @property
     def decision_id(self) -> str | None:

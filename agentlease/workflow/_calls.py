@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.errors import describe_validation_error
     from agentlease.limits import MAX_WORKFLOW_ID_CHARS
     from agentlease.records import (
+        ApprovalRule,
         PlanStep,
         RunCarry,
         RunStatus,
@@ -295,10 +296,10 @@ class LeasedToolCalls:
     async def _run_step(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
         step_id = step.step_id
         self._run.step_started(step.tool)
-        if info.requires_approval:
-            await self._decisions.apply(
-                step, DecisionKind.AWAIT_APPROVAL, RUN_DECIDER, f"{step.tool} requires approval"
-            )
+        asked = info.approval_reason(step.arguments)
+        if asked is not None:
+            rule = info.requires_approval if isinstance(info.requires_approval, ApprovalRule) else None
+            await self._decisions.apply(step, DecisionKind.AWAIT_APPROVAL, RUN_DECIDER, asked, rule=rule)
             await self._wait_for_person(step_id)
             if self._run.tasks[step_id].status.is_terminal:
                 return CallOutcome(self._run.tasks[step_id])

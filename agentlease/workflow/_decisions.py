@@ -95,9 +95,11 @@ class RunDecisions:
         self._run.show()
         if self._unrecorded:
             await self._flush_refusals()  # refused signals go to the trail with the run's next decision
+        decision = LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra)
         decided = await workflow.execute_activity(
             APPLY_DECISION,
-            LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra).model_dump(mode="json"),
+            # without a rule, the input a worker that knows no rules reads (a rolling upgrade)
+            decision.model_dump(mode="json", exclude={"rule"} if decision.rule is None else None),
             start_to_close_timeout=_DECISION_TIMEOUT,
             retry_policy=_DECISION_RETRY,
             result_type=dict,
