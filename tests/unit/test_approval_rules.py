@@ -70,13 +70,9 @@ def test_a_rule_must_name_an_argument_of_the_tool() -> None:
 
 
 def test_a_function_is_no_rule() -> None:
+    predicate: Any = lambda args: args.amount_cents > 100  # noqa: E731
     with pytest.raises(ConfigurationError, match="requires_approval is True, False or an ApprovalRule"):
-        leased(
-            refund,
-            side_effect="unsafe",
-            lease_ttl=timedelta(seconds=5),
-            requires_approval=lambda args: args.amount_cents > 100,  # type: ignore[arg-type]
-        )
+        leased(refund, side_effect="unsafe", lease_ttl=timedelta(seconds=5), requires_approval=predicate)
 
 
 def test_a_rule_bound_is_a_finite_number() -> None:
