@@ -1,5 +1,5 @@
 """``agentlease ui``: a read-only web view of the ledger (runs, a run's tasks, each task's lease timeline, their
-JSON under ``/api``), every route a bounded ``GET`` (``?after=``, ``?limit=``). ``docs/operator-views.md``,
+JSON under ``/api``), every route a bounded ``GET`` (``?after=``, ``?limit=``). ``docs/web-view.md``,
 ``docs/security-operations.md`` ("The web view")."""
 
 from __future__ import annotations

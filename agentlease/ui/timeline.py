@@ -1,5 +1,5 @@
 """A task's lease timeline as a self-contained HTML page (server-side SVG, no script), one lane per claim
-generation, drawn from the evidence trail only (``docs/operator-views.md``)."""
+generation, drawn from the evidence trail only (``docs/web-view.md``)."""
 
 from __future__ import annotations
 
