@@ -141,6 +141,30 @@ class RunState(StrEnum):
         return self in (RunState.COMPLETED, RunState.CANCELLED, RunState.FAILED)
 
 
+class LedgerRunState(StrEnum):
+    """What the ledger can tell of an agent run from its tasks (``agentlease runs``, the web view). It knows the
+    run's tool calls, not its workflow: whether the run itself goes on is :class:`RunState` (``agentlease status``).
+    """
+
+    RUNNING = "running"
+    """A task of the run is not final yet."""
+    WAITING = "waiting"
+    """A task of the run waits for a person."""
+    TASKS_FINAL = "tasks_final"
+    """Every task the ledger holds of the run is final; the run may still be going (an agent between tool calls,
+    a plan before its next step) or have ended."""
+    FAILED = "failed"
+    """A step of the run names a tool no worker serves: the run failed before calling it."""
+
+    @classmethod
+    def of(cls, *, failed: bool, waiting: int, unfinished: int) -> LedgerRunState:
+        """The state of a run whose tasks: a step ``failed`` before its call, ``waiting`` wait for a person,
+        ``unfinished`` are not final."""
+        if failed:
+            return cls.FAILED
+        return cls.WAITING if waiting else cls.RUNNING if unfinished else cls.TASKS_FINAL
+
+
 class Stage(StrEnum):
     """Stages of one tool call, in order (``docs/recovery.md``, "Stage-aware retry")."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import string
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from pydantic import (
     Field,
     SecretStr,
     StrictBool,
+    StrictInt,
     ValidationInfo,
     field_validator,
 )
@@ -252,16 +254,54 @@ DEFAULT_MAX_ATTEMPTS = 5
 """Default number of real attempts before a task is dead-lettered."""
 
 
+class ApprovalRule(_Frozen):
+    """When a call of a tool waits for a person (``requires_approval=ApprovalRule(...)``; ``docs/decisions.md``,
+    "Approvals"): its argument ``field`` is above ``above``, as the call gives it. A call that leaves ``field`` out
+    or gives something other than a number waits too. A rule, not a function: the workflow evaluates it, and it is
+    written to the trail as it is.
+
+    Attributes:
+        field: the name of an argument of the tool (checked when the tool is declared).
+        above: the number a call's ``field`` must exceed to need a person (``ValidationError``: not finite).
+    """
+
+    field: str = Field(min_length=1)
+    above: StrictInt | float = Field(allow_inf_nan=False)
+
+    def __str__(self) -> str:
+        return f"{self.field} above {self.above}"
+
+    def asks(self, arguments: dict[str, Any]) -> str | None:
+        """Why a call with ``arguments`` waits for a person under this rule; ``None``: it does not."""
+        if self.field not in arguments:
+            return f"{self.field} is not given (rule: {self})"
+        value = arguments[self.field]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return f"{self.field} is not a number (rule: {self})"
+        return f"{self.field} {value} is above {self.above} (rule: {self})" if value > self.above else None
+
+
+def approval_reason(tool: str, requires_approval: bool | ApprovalRule, arguments: dict[str, Any]) -> str | None:
+    """Why a call of ``tool`` with ``arguments`` waits for a person before it runs (what the trail records with
+    the request); ``None``: it runs without one. The one home of the question, asked by the workflow before the
+    call and by the activity at the claim."""
+    if isinstance(requires_approval, ApprovalRule):
+        why = requires_approval.asks(arguments)
+        return None if why is None else f"{tool} requires approval: {why}"
+    return f"{tool} requires approval" if requires_approval else None
+
+
 class ToolInfo(_Frozen):
     """What the workflow needs to schedule a tool: its class and lease bounds (as :class:`~agentlease.tools.ToolSpec`),
-    its ``action_key`` template (``None``: ``<run>:<step>``) and the JSON defaults of the arguments it names."""
+    when its calls wait for a person (``requires_approval``: always, never, or by an :class:`ApprovalRule`), its
+    ``action_key`` template (``None``: ``<run>:<step>``) and the JSON defaults of the arguments it names."""
 
     name: str
     side_effect_class: SideEffectClass
     lease_ttl: timedelta
     start_to_close: timedelta
     max_attempts: int
-    requires_approval: bool = False
+    requires_approval: StrictBool | ApprovalRule = False
     action_key: str | None = None
     action_key_defaults: dict[str, Any] = Field(default_factory=dict)
 
@@ -269,6 +309,10 @@ class ToolInfo(_Frozen):
         """The action key of a call with ``arguments`` (``None``: the tool declares none; ``ValueError``: an
         argument the template names is missing and has no default)."""
         return None if self.action_key is None else action_key_for(self.action_key, arguments, self.action_key_defaults)
+
+    def approval_reason(self, arguments: dict[str, Any]) -> str | None:
+        """Why a call with ``arguments`` waits for a person (:func:`approval_reason`); ``None``: it does not."""
+        return approval_reason(self.name, self.requires_approval, arguments)
 
 
 class ToolCall(_Frozen):

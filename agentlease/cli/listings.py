@@ -25,7 +25,7 @@ from agentlease.cli.render import (
     write_json_lines,
 )
 from agentlease.decisions.table import WAITING_WHY, suggested_commands
-from agentlease.enums import EventKind, RunState, TaskStatus
+from agentlease.enums import EventKind, LedgerRunState, TaskStatus
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.listing import (
     TaskFilter,
@@ -246,7 +246,7 @@ async def list_waiting(ledger: Ledger, *, limit: int | None, as_json: bool, out:
 
 
 async def list_runs(
-    ledger: Ledger, *, waiting_only: bool, state: RunState | None, limit: int | None, as_json: bool, out: Console
+    ledger: Ledger, *, waiting_only: bool, state: LedgerRunState | None, limit: int | None, as_json: bool, out: Console
 ) -> None:
     """``agentlease runs``: agent runs with their tasks' counts, in run id order, then why each failed run failed;
     ``state`` keeps one state, page by page (a run's state depends on all its tasks)."""
@@ -256,7 +256,7 @@ async def list_runs(
         pages = _kept(pages, lambda run: run.status is state, wanted)
     shown = await _show(pages, limit=limit, as_json=as_json, out=out, render=runs_table)
     for run in shown:  # why each failed run failed, one line each
-        if run.status is RunState.FAILED:
+        if run.status is LedgerRunState.FAILED:
             out.print(f"{run.agent_run_id}: failed: {run.error}", soft_wrap=True, markup=False, highlight=False)
 
 

@@ -9,7 +9,7 @@ import typer
 
 from agentlease.cli.session import in_ledger, out
 from agentlease.cli.session import settings as _settings
-from agentlease.enums import RunState
+from agentlease.enums import LedgerRunState, RunState
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.settings import AgentLeaseSettings
 
@@ -49,7 +49,8 @@ def runs(
         bool, typer.Option("--waiting", help="Only runs with a task waiting for a person.")
     ] = False,
     status: Annotated[
-        str | None, typer.Option("--status", help="Only runs in this state: running, waiting, completed or failed.")
+        str | None,
+        typer.Option("--status", help="Only runs in this state: running, waiting, tasks_final or failed."),
     ] = None,
     limit: _Limit = None,
     as_json: _JsonList = False,
@@ -59,11 +60,15 @@ def runs(
     from agentlease.cli.listings import check_limit, list_runs
 
     check_limit(limit)
-    states = {s.value: s for s in (RunState.RUNNING, RunState.WAITING, RunState.COMPLETED, RunState.FAILED)}
-    if status is not None and status not in states:
-        raise ConfigurationError(f"bad --status {status!r}: one of running, waiting, completed, failed")
-    wanted = None if status is None else states[status]
-    waiting_only = waiting_only or wanted is RunState.WAITING
+    if status == RunState.COMPLETED.value:
+        raise ConfigurationError(
+            "bad --status 'completed': the ledger knows a run's tool calls, not whether its workflow ended; "
+            "--status tasks_final lists runs whose every task is final; agentlease status RUN_ID tells a run's end"
+        )
+    if status is not None and status not in LedgerRunState.__members__.values():
+        raise ConfigurationError(f"bad --status {status!r}: one of {', '.join(LedgerRunState)}")
+    wanted = None if status is None else LedgerRunState(status)
+    waiting_only = waiting_only or wanted is LedgerRunState.WAITING
     in_ledger(
         _settings(ctx),
         lambda ledger: list_runs(

@@ -172,6 +172,7 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
             reason=decision.reason,
             details={
                 **({"observed": decision.observed} if decision.observed else {}),
+                **({"rule": decision.rule.model_dump(mode="json")} if decision.rule is not None else {}),
                 # The signed request beside the name: the ledger's guard wants it, and anyone with the
                 # operator's public key can check the entry again (decisions.verify_recorded).
                 **(

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentlease import limits
 from agentlease.enums import DecisionKind, ErrorClass, EventKind, TaskStatus
-from agentlease.records import ApprovalRequest, TaskSpec
+from agentlease.records import ApprovalRequest, ApprovalRule, TaskSpec
 from agentlease.security.decision_auth import DecisionProof, SignedDecision, verify_recorded_signature
 
 if TYPE_CHECKING:
@@ -278,6 +278,8 @@ class LedgerDecision(_Request):
         run_own: a ``cancel`` the run makes itself because Temporal cancelled its workflow (workflow code
             only, so no signature needed). Default false.
         request: with ``await_approval``: the call the person is asked to approve. Default ``None``.
+        rule: for ``await_approval``, the tool's :class:`~agentlease.records.ApprovalRule` that asked for a
+            person, written to the trail (``details.rule``). Default ``None``: none, or the tool always asks.
     """
 
     kind: DecisionKind
@@ -289,6 +291,7 @@ class LedgerDecision(_Request):
     signed: SignedDecision | None = None
     run_own: bool = False
     request: ApprovalRequest | None = None
+    rule: ApprovalRule | None = None
 
     @property
     def decision_id(self) -> str | None:

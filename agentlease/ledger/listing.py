@@ -12,7 +12,7 @@ from sqlalchemy import Select, select
 from sqlalchemy.engine import Connection, Row
 
 from agentlease.clock import from_ms
-from agentlease.enums import RunState
+from agentlease.enums import LedgerRunState
 from agentlease.ledger.database import LedgerDatabase
 from agentlease.ledger.statements import (
     EVENTS,
@@ -38,8 +38,8 @@ class RunSummary(BaseModel):
     """One agent run as the ledger sees it (``agentlease runs``).
 
     Attributes:
-        status: ``failed`` (a step names a tool no worker serves), ``waiting`` (a task waits for a person),
-            ``running`` (a task is not final yet) or ``completed``; the workflow's own state is ``agentlease status``.
+        status: what the ledger can tell from its tasks (:class:`~agentlease.enums.LedgerRunState`): ``failed``,
+            ``waiting``, ``running`` or ``tasks_final``; the workflow's own state is ``agentlease status``.
         tasks / waiting / final / settled: how many of its tasks the ledger holds, wait for a person,
             are final (settled, cancelled, rejected, abandoned), are settled.
         created_at / updated_at: its first task's recording, its latest change (ledger clock).
@@ -49,7 +49,7 @@ class RunSummary(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     agent_run_id: str
-    status: RunState
+    status: LedgerRunState
     tasks: int
     waiting: int
     final: int
@@ -61,14 +61,7 @@ class RunSummary(BaseModel):
     @classmethod
     def from_row(cls, row: Row[Any], *, error: str | None = None) -> RunSummary:
         """A row of :func:`~agentlease.ledger.statements.runs_page`."""
-        if error is not None:
-            status = RunState.FAILED
-        elif row.waiting:
-            status = RunState.WAITING
-        elif row.final < row.tasks:
-            status = RunState.RUNNING
-        else:
-            status = RunState.COMPLETED
+        status = LedgerRunState.of(failed=error is not None, waiting=row.waiting, unfinished=row.tasks - row.final)
         created, updated = from_ms(row.created_at_ms), from_ms(row.updated_at_ms)
         assert created is not None and updated is not None
         return cls(

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from agentlease.enums import SideEffectClass
 from agentlease.mcp._client import MCPServer
+from agentlease.records import ApprovalRule
 from agentlease.tools._declaration import ToolSpec
 
 ResourceFunction = Callable[[str, dict[str, Any]], str]
@@ -38,7 +39,7 @@ class ToolPolicy:
     lease_ttl: timedelta | None = None
     start_to_close: timedelta | None = None
     max_attempts: int | None = None
-    requires_approval: bool | None = None
+    requires_approval: bool | ApprovalRule | None = None
     args: type[BaseModel] | None = None
     input_schema: Mapping[str, Any] | None = None
     description: str | None = None

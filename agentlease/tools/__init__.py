@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING
 from agentlease._lazy import exports
 
 if TYPE_CHECKING:
+    from agentlease.records import ApprovalRule
     from agentlease.tools._context import LeaseContext
     from agentlease.tools._declaration import ToolResult, ToolSpec, tool
     from agentlease.tools._registry import ToolRegistry, load_registry
     from agentlease.tools._wrap import leased
 
 _EXPORTS = {
+    "ApprovalRule": "agentlease.records",
     "LeaseContext": "agentlease.tools._context",
     "ToolResult": "agentlease.tools._declaration",
     "ToolSpec": "agentlease.tools._declaration",
@@ -23,5 +25,5 @@ _EXPORTS = {
     "load_registry": "agentlease.tools._registry",
     "leased": "agentlease.tools._wrap",
 }
-__all__ = ["LeaseContext", "ToolRegistry", "ToolResult", "ToolSpec", "leased", "load_registry", "tool"]
+__all__ = ["ApprovalRule", "LeaseContext", "ToolRegistry", "ToolResult", "ToolSpec", "leased", "load_registry", "tool"]
 __getattr__, __dir__ = exports(__name__, _EXPORTS)

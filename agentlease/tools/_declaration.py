@@ -18,6 +18,7 @@ from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError
 from agentlease.records import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_START_TO_CLOSE,
+    ApprovalRule,
     SettlementReceipt,
     ToolInfo,
     action_key_fields,
@@ -57,7 +58,7 @@ class ToolSpec:
     lease_ttl: timedelta
     start_to_close: timedelta
     max_attempts: int
-    requires_approval: bool
+    requires_approval: bool | ApprovalRule
     args_model: type[BaseModel]
     fn: ToolFunction
     settings: frozenset[str] | None = None
@@ -158,13 +159,13 @@ def side_effect_class(value: SideEffectClass | str) -> SideEffectClass:
 class LeaseOptions:
     """A tool's side-effect class and lease bounds (the fields of :class:`ToolSpec`), checked: the one home of
     the rules both :func:`tool` and :func:`agentlease.leased` declare with. ``requires_approval`` ``None``: only
-    for ``unsafe`` tools."""
+    for ``unsafe`` tools; an :class:`~agentlease.records.ApprovalRule`: the calls it asks for."""
 
     side_effect_class: SideEffectClass
     lease_ttl: timedelta
     start_to_close: timedelta
     max_attempts: int
-    requires_approval: bool | None
+    requires_approval: bool | ApprovalRule | None
     action_key: str | None = None
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
@@ -193,6 +194,12 @@ class LeaseOptions:
                 action_key_fields(self.action_key)
             except ValueError as exc:
                 raise ConfigurationError(f"tool {tool_name!r}: {exc}") from None
+        if not isinstance(self.requires_approval, bool | ApprovalRule | None):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: requires_approval is True, False or an ApprovalRule, such as "
+                "ApprovalRule(field='amount_cents', above=10000) (the workflow decides with it before the call; "
+                "a function cannot travel there)"
+            )
         if self.probe is not None and not inspect.iscoroutinefunction(self.probe):
             raise ConfigurationError(f"tool {tool_name!r}: probe must be an async function (ProbeQuery) -> ProbeResult")
 
@@ -216,6 +223,11 @@ class LeaseOptions:
                     f"of the tool (its arguments: {', '.join(args_model.model_fields) or 'none'})"
                 )
         approval = self.requires_approval
+        if isinstance(approval, ApprovalRule) and approval.field not in args_model.model_fields:
+            raise ConfigurationError(
+                f"tool {name!r}: requires_approval's rule ({approval}) names {approval.field!r}, not an argument "
+                f"of the tool (its arguments: {', '.join(args_model.model_fields) or 'none'})"
+            )
         return ToolSpec(
             name=name,
             side_effect_class=self.side_effect_class,
@@ -240,7 +252,7 @@ def tool(
     lease_ttl: timedelta,
     start_to_close: timedelta = DEFAULT_START_TO_CLOSE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    requires_approval: bool | None = None,
+    requires_approval: bool | ApprovalRule | None = None,
     name: str | None = None,
     settings: tuple[str, ...] | None = None,
     action_key: str | None = None,
@@ -254,7 +266,9 @@ def tool(
         lease_ttl: the lease TTL, used as the activity's ``heartbeat_timeout``; required (G9).
         start_to_close: bound of one attempt. Default 5 minutes.
         max_attempts: real attempts before dead-lettering. Default 5.
-        requires_approval: each call waits for ``approve`` before its side effect. Default: for ``unsafe`` tools.
+        requires_approval: each call waits for ``approve`` before its side effect (``True``), none does (``False``),
+            or the calls an :class:`~agentlease.records.ApprovalRule` asks for (``ApprovalRule(field="amount_cents",
+            above=10000)``: those above 10000, or not saying). Default: for ``unsafe`` tools.
         name: tool name; default the function's name.
         settings: the ``AgentLeaseSettings`` fields the tool may read (``ctx.settings``). Default: every field but
             the worker's own connections and secrets (``docs/security-operations.md``, "Tool credentials").
@@ -270,7 +284,7 @@ def tool(
     Raises:
         MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
         ConfigurationError: an unknown side-effect class, the function is not async, its ``args``
-            is not a pydantic model, or a bad ``action_key``, ``approval_ttl`` or ``probe``.
+            is not a pydantic model, or a bad ``action_key``, ``requires_approval``, ``approval_ttl`` or ``probe``.
     """
     options = LeaseOptions(
         side_effect_class(side_effect),

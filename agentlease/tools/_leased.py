@@ -45,6 +45,7 @@ from agentlease.records import (
     ToolCall,
     ToolOutcome,
     TraceLink,
+    approval_reason,
 )
 from agentlease.recovery._policy import RecoveryDecision, classify, decide, decide_after_probe
 from agentlease.recovery.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
@@ -168,7 +169,8 @@ class LeasedActivities:
                 type=FailureType.MISSING_HEARTBEAT_TIMEOUT,
                 non_retryable=True,
             )
-        approval_ttl = (spec.approval_ttl or self._settings.approval_ttl) if spec.requires_approval else None
+        asked = approval_reason(spec.name, spec.requires_approval, call.arguments)
+        approval_ttl = (spec.approval_ttl or self._settings.approval_ttl) if asked else None
         task_spec = as_run(
             TaskSpec.of(call, spec.side_effect_class, spec.lease_ttl, approval_ttl=approval_ttl), info.activity_type
         )
@@ -228,7 +230,7 @@ class LeasedActivities:
                 claim.generation,
             )
 
-        if why := await claimed_refusal(self._ledger, claim, spec.name, requires_approval=spec.requires_approval):
+        if why := await claimed_refusal(self._ledger, claim, spec.name, requires_approval=asked is not None):
             await self._park(
                 claim, RecoveryDecision(RecoveryAction.DEAD_LETTER, "refused by the ledger"), ErrorClass.PERMANENT, why
             )

@@ -18,7 +18,7 @@ from temporalio import activity
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import ConfigurationError
 from agentlease.lease import _entered
-from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
+from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE, ApprovalRule
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import LeaseOptions, ToolResult, ToolSpec, side_effect_class
 from agentlease.tools._probe import Probe
@@ -57,7 +57,7 @@ def leased(
     lease_ttl: timedelta,
     start_to_close: timedelta = ...,
     max_attempts: int = ...,
-    requires_approval: bool | None = ...,
+    requires_approval: bool | ApprovalRule | None = ...,
     name: str | None = ...,
     settings: tuple[str, ...] | None = ...,
     action_key: str | None = ...,
@@ -72,7 +72,7 @@ def leased(
     lease_ttl: timedelta,
     start_to_close: timedelta = ...,
     max_attempts: int = ...,
-    requires_approval: bool | None = ...,
+    requires_approval: bool | ApprovalRule | None = ...,
     name: str | None = ...,
     settings: tuple[str, ...] | None = ...,
     action_key: str | None = ...,
@@ -86,7 +86,7 @@ def leased(
     lease_ttl: timedelta,
     start_to_close: timedelta = DEFAULT_START_TO_CLOSE,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    requires_approval: bool | None = None,
+    requires_approval: bool | ApprovalRule | None = None,
     name: str | None = None,
     settings: tuple[str, ...] | None = None,
     action_key: str | None = None,

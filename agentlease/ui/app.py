@@ -1,5 +1,5 @@
 """``agentlease ui``: a read-only web view of the ledger (runs, a run's tasks, each task's lease timeline, their
-JSON under ``/api``), every route a bounded ``GET`` (``?after=``, ``?limit=``). ``docs/operator-views.md``,
+JSON under ``/api``), every route a bounded ``GET`` (``?after=``, ``?limit=``). ``docs/web-view.md``,
 ``docs/security-operations.md`` ("The web view")."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from agentlease.clock import from_ms, to_ms
 from agentlease.decisions.table import suggested_commands
-from agentlease.enums import EventKind, RunState, TaskStatus
+from agentlease.enums import EventKind, LedgerRunState, TaskStatus
 from agentlease.errors import TaskNotFoundError
 from agentlease.ledger.listing import RunSummary, TaskFilter, collect, event_pages, failed_before_calls, run_failures
 from agentlease.ledger.statements import runs_page, tasks_page
@@ -147,8 +147,7 @@ def _runs_table(runs: list[RunSummary]) -> str:
 
 def _filters(status: str, tool: str, hours: str) -> str:
     options = "".join(
-        f"<option value='{v}'{' selected' if v == status else ''}>{v or 'any'}</option>"
-        for v in ("", *(s.value for s in (RunState.WAITING, RunState.RUNNING, RunState.COMPLETED, RunState.FAILED)))
+        f"<option value='{v}'{' selected' if v == status else ''}>{v or 'any'}</option>" for v in ("", *LedgerRunState)
     )
     return (
         "<form class='filters' method='get' action='/'>"
@@ -230,12 +229,12 @@ def ui_app(
         status = request.query_params.get("status", "")
         tool = request.query_params.get("tool", "")[:200]
         hours = request.query_params.get("hours", "")
-        if status not in ("", *(s.value for s in RunState)):
-            raise BadQuery("status is waiting, running, completed or failed")
+        if status not in ("", *LedgerRunState):
+            raise BadQuery(f"status is {', '.join(LedgerRunState)}")
         if hours and not (hours.isascii() and hours.isdigit() and len(hours) <= 6):
             raise BadQuery("hours is a whole number")
         waiting_query = tasks_page(TaskFilter(waiting=True), None, RUNS_PER_PAGE)
-        runs_query = runs_page(None, RUNS_PER_PAGE, waiting_only=status == RunState.WAITING.value)
+        runs_query = runs_page(None, RUNS_PER_PAGE, waiting_only=status == LedgerRunState.WAITING)
 
         def read(conn: Any) -> tuple[Any, Any, Any, Any, dict[str, str]]:
             waiting_rows = conn.execute(waiting_query).all()
@@ -258,8 +257,14 @@ def ui_app(
             cutoff = from_ms(int(now_ms) - int(hours) * 3_600_000)
             runs = [r for r in runs if cutoff is None or r.updated_at >= cutoff]
             waiting = [t for t in waiting if cutoff is None or t.updated_at >= cutoff]
-        runs.sort(key=lambda r: (r.status is not RunState.WAITING, r.status is not RunState.RUNNING, r.agent_run_id))
-        live = any(r.status in (RunState.WAITING, RunState.RUNNING) for r in runs)
+        runs.sort(
+            key=lambda r: (
+                r.status is not LedgerRunState.WAITING,
+                r.status is not LedgerRunState.RUNNING,
+                r.agent_run_id,
+            )
+        )
+        live = any(r.status in (LedgerRunState.WAITING, LedgerRunState.RUNNING) for r in runs)
         more = f"<p class='muted'>the first {RUNS_PER_PAGE} runs by id; <code>agentlease runs</code> lists them all</p>"
         live_note = f"<p class='muted' id='live'>refreshes every {REFRESH_S}s while runs are under way</p>"
         body = (
@@ -280,8 +285,7 @@ def ui_app(
         waiting = [r for r in records if r.status.waits_for_person]
         running = [r for r in records if not r.status.is_terminal]
         failed = [r for r in records if failed_before_calls(r)]
-        under_way = RunState.WAITING if waiting else RunState.RUNNING if running else RunState.COMPLETED
-        state = RunState.FAILED if failed else under_way
+        state = LedgerRunState.of(failed=bool(failed), waiting=len(waiting), unfinished=len(running))
         decided = await ledger.database.read(lambda conn: conn.execute(last_decision_query(run_id)).first())
         last = (
             f"{decided.kind} of {html.escape(decided.task_id.rsplit('/', 1)[-1])} at "

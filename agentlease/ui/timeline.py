@@ -1,5 +1,5 @@
 """A task's lease timeline as a self-contained HTML page (server-side SVG, no script), one lane per claim
-generation, drawn from the evidence trail only (``docs/operator-views.md``)."""
+generation, drawn from the evidence trail only (``docs/web-view.md``)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ svg text { font-size: 12px; } .lane-label { font-weight: 600; }
 .legend svg { vertical-align: middle; } .holder { font-size: 15px; } .refusal { color: #b3261e; }
 .waiting td { background: #fff4e5; } code { font-size: 12px; } .pill { padding: 1px 6px; border-radius: 8px; }
 .status-waiting { background: #ffe8cc; } .status-running { background: #d0e7ff; }
-.status-completed { background: #d3f0dc; } .status-failed { background: #f8d7da; }
+.status-tasks_final { background: #d3f0dc; } .status-failed { background: #f8d7da; }
 .run-error { color: #b3261e; font-size: 12px; } form.filters { margin: 8px 0 16px; }
 form.filters label { margin-right: 10px; }
 """

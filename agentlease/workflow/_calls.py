@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from agentlease.limits import MAX_WORKFLOW_ID_CHARS
     from agentlease.records import (
         ApprovalRequest,
+        ApprovalRule,
         PlanStep,
         RunCarry,
         RunStatus,
@@ -298,13 +299,15 @@ class LeasedToolCalls:
     async def _run_step(self, step: PlanStep, info: ToolInfo) -> CallOutcome:
         step_id = step.step_id
         self._run.step_started(step.tool)
-        if info.requires_approval:
+        asked = info.approval_reason(step.arguments)
+        if asked is not None:
+            rule = info.requires_approval if isinstance(info.requires_approval, ApprovalRule) else None
             request = ApprovalRequest(
                 tool=step.tool, arguments=redact(step.arguments), arguments_sha256=arguments_fingerprint(step.arguments)
             )
             self._run.update(step_id, approval_request=request)
             await self._decisions.apply(
-                step, DecisionKind.AWAIT_APPROVAL, RUN_DECIDER, f"{step.tool} requires approval", request=request
+                step, DecisionKind.AWAIT_APPROVAL, RUN_DECIDER, asked, request=request, rule=rule
             )
             await self._wait_for_person(step_id)
             if self._run.tasks[step_id].status.is_terminal:

@@ -95,9 +95,14 @@ class RunDecisions:
         self._run.show()
         if self._unrecorded:
             await self._flush_refusals()  # refused signals go to the trail with the run's next decision
+        decision = LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra)
+        unset = {name for name in ("rule", "request") if getattr(decision, name) is None}
         decided = await workflow.execute_activity(
             APPLY_DECISION,
-            LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra).model_dump(mode="json"),
+            # without a rule or a request, the input a worker that knows neither reads (a rolling upgrade)
+            decision.model_dump(
+                mode="json", exclude={name for name in ("rule", "request") if not getattr(decision, name)}
+            ),
             start_to_close_timeout=_DECISION_TIMEOUT,
             retry_policy=_DECISION_RETRY,
             result_type=dict,

@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, PydanticAIWorkflow, TemporalDurability
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-TASK_QUEUE = os.environ.get("TASK_QUEUE", "crm-agent")
+TASK_QUEUE = os.environ.get("AGENTLEASE_TASK_QUEUE", "crm-agent")
 HERE = Path(__file__).resolve().parent
 
 
@@ -88,7 +88,9 @@ async def main(argv: list[str]) -> Any:
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"), plugins=[PydanticAIPlugin()])
+    client = await Client.connect(
+        os.environ.get("AGENTLEASE_TEMPORAL_ADDRESS", "localhost:7233"), plugins=[PydanticAIPlugin()]
+    )
     if argv[:1] == ["worker"]:
         tools = [crm_create_contact, crm_find_contact]
         worker = Worker(

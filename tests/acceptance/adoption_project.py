@@ -139,7 +139,7 @@ class Project:
                 worker.command.stop()  # drains its stderr
                 raise RuntimeError(f"worker {worker.identity} exited:\n{worker.stderr_tail(40)}")
 
-        queue = self.env["TASK_QUEUE"]
+        queue = self.env["AGENTLEASE_TASK_QUEUE"]
         await wait_for_poller(client, queue, worker.identity, timeout=WORKER_START_TIMEOUT_S, alive=alive)
         return worker
 

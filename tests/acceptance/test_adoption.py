@@ -188,7 +188,7 @@ class Adoption:
         return await self.project.polling(self.client, self.project.start_worker())
 
     async def start(self) -> WorkflowHandle[object, str]:
-        queue = self.project.env["TASK_QUEUE"]
+        queue = self.project.env["AGENTLEASE_TASK_QUEUE"]
         return await self.client.start_workflow(
             AGENT_WORKFLOW, self.prompt, id=self.run_id, task_queue=queue, result_type=str
         )
@@ -220,7 +220,11 @@ async def adoption(
     client = await connect(server, root / "temporal.log")
     tag = uuid.uuid4().hex[:8]
     with running_refund_service() as (refunds, url):
-        env = {"TEMPORAL_ADDRESS": server.address, "TASK_QUEUE": f"adoption-{tag}", "REFUND_SERVICE_URL": url}
+        env = {
+            "AGENTLEASE_TEMPORAL_ADDRESS": server.address,
+            "AGENTLEASE_TASK_QUEUE": f"adoption-{tag}",
+            "REFUND_SERVICE_URL": url,
+        }
         project = Project.copy(framework, root, wheel, env, variant=variant)
         try:
             await project.upgrade_ledger()
@@ -246,7 +250,7 @@ async def test_the_leased_agent_completes_a_run_on_a_stock_dev_server(
         assert registered >= AGENTLEASE_SEARCH_ATTRIBUTES, registered
 
         async def run_completed() -> None:
-            query = f'TaskQueue = "{a.project.env["TASK_QUEUE"]}"'
+            query = f'TaskQueue = "{a.project.env["AGENTLEASE_TASK_QUEUE"]}"'
             runs = [run async for run in a.client.list_workflows(query)]
             assert len(runs) == 1, runs
             status = runs[0].typed_search_attributes.get(search_attributes.RUN_STATUS)

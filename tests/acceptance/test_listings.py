@@ -151,6 +151,32 @@ def test_what_the_ledger_does_not_have_is_an_error(
     assert_one_error_line(cli(*args, env=ledger_env), FAILED, fragment)
 
 
+def test_a_run_whose_tasks_are_all_final_is_listed_for_what_the_ledger_knows(cli: Cli) -> None:
+    """The ledger holds a run's tool calls, not its workflow: a run whose every task is final may still go on
+    (an agent between two calls), so ``runs`` says ``tasks_final``, never ``completed``."""
+    url = f"sqlite:///{cli.cwd / 'idle.db'}"
+
+    async def prepare() -> None:
+        ledger = Ledger.from_url(url)
+        try:
+            await upgrade(ledger.database)
+            asked = spec("refund", run="idle-3")
+            await ledger.decide(asked.task_id, DecisionKind.AWAIT_APPROVAL, by="agentlease", reason="x", spec=asked)
+            await ledger.decide(asked.task_id, DecisionKind.REJECT, by="alice", reason="no")
+        finally:
+            await ledger.close()
+
+    asyncio.run(prepare())
+    env = {"AGENTLEASE_LEDGER_URL": url, "COLUMNS": "300"}
+    [run] = json.loads(cli("runs", "--json", env=env).stdout)
+    assert (run["agent_run_id"], run["status"], run["final"]) == ("idle-3", "tasks_final", 1), run
+    assert [
+        r["agent_run_id"] for r in json.loads(cli("runs", "--status", "tasks_final", "--json", env=env).stdout)
+    ] == ["idle-3"]
+    refused = cli("runs", "--status", "completed", env=env)
+    assert_one_error_line(refused, BAD_INPUT, "the ledger knows a run's tool calls, not whether its workflow ended")
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

@@ -220,7 +220,7 @@ async def front_page(page: Page, base: str, runs: dict[str, str]) -> None:
     assert dead and any(c.startswith(f"agentlease redrive {runs['mail']} mail") for c in dead[0]["commands"]), shown
     statuses = dict(shown["runs"])
     assert {run for run, _ in shown["runs"][:2]} == {runs["wire-wait"], runs["mail"]}, shown  # both wait, first
-    assert (statuses[runs["note"]], statuses[runs["wire-ok"]]) == ("completed", "completed"), shown
+    assert (statuses[runs["note"]], statuses[runs["wire-ok"]]) == ("tasks_final", "tasks_final"), shown
     await page.screenshot(path=str(ARTIFACTS / "front-page.png"), full_page=True)
 
 

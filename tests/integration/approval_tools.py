@@ -1,4 +1,5 @@
-"""Tools of the bound-approval tests (issue 18), served in-process (``tests.integration.approval_tools``)."""
+"""Tools of the approval tests (bound approvals, approval rules), served in-process
+(``tests.integration.approval_tools``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import timedelta
 from pydantic import BaseModel
 
 from agentlease.enums import SideEffectClass, Stage
+from agentlease.records import ApprovalRule
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
 
@@ -56,3 +58,24 @@ async def quick_send(ctx: LeaseContext, args: Message) -> ToolResult:
     await ctx.advance(Stage.EXTERNAL_CALL, f"sending to {args.to}")
     SENT[ctx.claim.task_id] = SENT.get(ctx.claim.task_id, 0) + 1
     return ToolResult(receipt=ctx.receipt("mail", args.to, "sent"))
+
+
+class Refund(BaseModel):
+    order_id: str
+    amount_cents: int
+
+
+REFUNDED: dict[str, int] = {}
+"""The amount each task refunded."""
+
+
+@tool(
+    side_effect=SideEffectClass.UNSAFE,
+    lease_ttl=timedelta(seconds=2),
+    requires_approval=ApprovalRule(field="amount_cents", above=100),
+)
+async def refund_above_100_approved(ctx: LeaseContext, args: Refund) -> ToolResult:
+    """Refunds; a person approves refunds above 100 first."""
+    await ctx.advance(Stage.EXTERNAL_CALL, f"refunding {args.order_id}")
+    REFUNDED[ctx.claim.task_id] = args.amount_cents
+    return ToolResult(receipt=ctx.receipt("refund", args.order_id, "refunded"))

@@ -98,7 +98,7 @@ async def test_front_door_and_task_page_in_headless_chromium(
             shot = tmp_path / "front-page.png"
             await page.screenshot(path=str(shot), full_page=True)
             print(f"screenshot: {shot}")
-            await page.goto(f"{base}/?status=completed")
+            await page.goto(f"{base}/?status=tasks_final")
             completed = await page.locator("#runs tr.run").evaluate_all("rows => rows.map(r => r.dataset.run)")
             assert waiting.agent_run_id not in completed and specs["dead"].agent_run_id not in completed
 

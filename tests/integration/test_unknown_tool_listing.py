@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import httpx
 
-from agentlease.enums import EventKind, RunState, SideEffectClass, TaskStatus
+from agentlease.enums import EventKind, LedgerRunState, SideEffectClass, TaskStatus
 from agentlease.ledger.listing import collect, run_pages
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.unknown_tools import UNKNOWN_TOOL_ERROR, UnknownTools, UnknownToolStep, record_unknown_tool
@@ -53,8 +53,8 @@ async def test_the_failed_run_in_the_ledger_runs_and_the_web_view(ledger: Ledger
     assert (kept.status, kept.error_class, kept.claim_generation) == (TaskStatus.RUNNING, None, claimed.generation)
 
     runs = {r.agent_run_id: r for r in await collect(run_pages(ledger.database))}
-    assert (runs[run].status, runs[run].error) == (RunState.FAILED, why)
-    assert (runs[other].status, runs[other].error) == (RunState.RUNNING, None)
+    assert (runs[run].status, runs[run].error) == (LedgerRunState.FAILED, why)
+    assert (runs[other].status, runs[other].error) == (LedgerRunState.RUNNING, None)
 
     transport = httpx.ASGITransport(app=ui_app(ledger))
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:

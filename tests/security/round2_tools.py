@@ -11,12 +11,12 @@ from pydantic import BaseModel
 
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import PermanentToolError
-from agentlease.records import SettlementReceipt
+from agentlease.records import ApprovalRule, SettlementReceipt
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
 
 MAILED: list[dict[str, str]] = []
-"""Every mail ``gated_mail`` sent (in-process workers)."""
+"""Every mail ``gated_mail`` and ``bulk_mail`` sent (in-process workers)."""
 
 STAMPED: list[str] = []
 """Every key ``record_row`` wrote a row for."""
@@ -43,6 +43,24 @@ def _receipt(ctx: LeaseContext, system: str, **details: Any) -> SettlementReceip
 @tool(side_effect=SideEffectClass.UNSAFE, lease_ttl=timedelta(seconds=30))
 async def gated_mail(ctx: LeaseContext, args: MailArgs) -> ToolResult:
     """Sends a mail; unsafe, so each call waits for an operator's approval."""
+    await ctx.advance(Stage.EXTERNAL_CALL, f"sending to {args.to}")
+    MAILED.append({"task_id": ctx.claim.task_id, "to": args.to})
+    await ctx.advance(Stage.VERIFY, "accepted")
+    return ToolResult(receipt=_receipt(ctx, "mail"))
+
+
+class BulkMailArgs(BaseModel):
+    to: str
+    recipients: int
+
+
+@tool(
+    side_effect=SideEffectClass.UNSAFE,
+    lease_ttl=timedelta(seconds=30),
+    requires_approval=ApprovalRule(field="recipients", above=10),
+)
+async def bulk_mail(ctx: LeaseContext, args: BulkMailArgs) -> ToolResult:
+    """Sends a mail to a list; a person approves a list of more than 10 first."""
     await ctx.advance(Stage.EXTERNAL_CALL, f"sending to {args.to}")
     MAILED.append({"task_id": ctx.claim.task_id, "to": args.to})
     await ctx.advance(Stage.VERIFY, "accepted")

@@ -128,6 +128,26 @@ async def test_an_approval_gated_tool_without_an_approval_in_the_ledger_does_not
         await ledger.close()
 
 
+@pytest.mark.parametrize("recipients", [1000, "1000"])
+async def test_a_call_its_approval_rule_asks_for_does_not_run_without_an_approval(
+    client: Client, round2: AgentLeaseSettings, recipients: object
+) -> None:
+    """The activity asks the tool's approval rule again at the claim: a workflow that schedules a call above
+    the bound itself (or with the number as text, which validation would accept) sends nothing."""
+    ledger = Ledger.from_url(round2.ledger_url)
+    await upgrade(ledger.database)
+    run = f"attacker-{uuid.uuid4().hex[:8]}"
+    call = _call(run, "mail", "bulk_mail", {"to": "everyone@example.com", "recipients": recipients})
+    try:
+        async with victim_worker(client, ledger, round2), _attacker_worker(client, round2):
+            await _attack(client, round2, run, "bulk_mail", call)
+        assert not [m for m in round2_tools.MAILED if m["task_id"] == call.task_id]  # no mail went out
+        task = await ledger.get_task(call.task_id)
+        assert task.status is not TaskStatus.SETTLED and task.receipt is None, task
+    finally:
+        await ledger.close()
+
+
 async def test_a_receipt_is_never_stored_under_another_tools_name(client: Client, round2: AgentLeaseSettings) -> None:
     ledger = Ledger.from_url(round2.ledger_url)
     await upgrade(ledger.database)

@@ -10,8 +10,8 @@ from temporalio.worker import Worker
 from activities import issue_refund, lookup_order
 from workflows import SupportAgentWorkflow
 
-TEMPORAL_ADDRESS = os.environ.get("TEMPORAL_ADDRESS", "localhost:7233")
-TASK_QUEUE = os.environ.get("TASK_QUEUE", "support-agent")
+TEMPORAL_ADDRESS = os.environ.get("AGENTLEASE_TEMPORAL_ADDRESS", "localhost:7233")
+TASK_QUEUE = os.environ.get("AGENTLEASE_TASK_QUEUE", "support-agent")
 
 
 async def main() -> None:

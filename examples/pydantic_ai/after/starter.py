@@ -7,8 +7,8 @@ import uuid
 
 from temporalio.client import Client
 
-TEMPORAL_ADDRESS = os.environ.get("TEMPORAL_ADDRESS", "localhost:7233")
-TASK_QUEUE = os.environ.get("TASK_QUEUE", "support-agent")
+TEMPORAL_ADDRESS = os.environ.get("AGENTLEASE_TEMPORAL_ADDRESS", "localhost:7233")
+TASK_QUEUE = os.environ.get("AGENTLEASE_TASK_QUEUE", "support-agent")
 
 
 async def main(prompt: str) -> None:
