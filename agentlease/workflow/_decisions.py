@@ -100,9 +100,7 @@ class RunDecisions:
         decided = await workflow.execute_activity(
             APPLY_DECISION,
             # without a rule or a request, the input a worker that knows neither reads (a rolling upgrade)
-            decision.model_dump(
-                mode="json", exclude={name for name in ("rule", "request") if not getattr(decision, name)}
-            ),
+            decision.model_dump(mode="json", exclude=unset),
             start_to_close_timeout=_DECISION_TIMEOUT,
             retry_policy=_DECISION_RETRY,
             result_type=dict,
