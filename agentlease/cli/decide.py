@@ -4,6 +4,7 @@ or every task a filter selects; ``docs/decisions.md``)."""
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -384,7 +385,7 @@ def cancel(
     if unknown and (step_id is None or step_id in unknown):
         err.print(
             f"its effect may have happened ({', '.join(unknown)}: the call may have reached the downstream); "
-            f"record what happened: agentlease reconcile {agent_run_id} STEP --action confirm|abandon"
+            f"record what happened: agentlease reconcile {shlex.quote(agent_run_id)} STEP --action 'confirm|abandon'"
         )
 
 

@@ -4,6 +4,7 @@ the update validators check and ``agentlease waiting`` offers, and the payloads 
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -190,15 +191,17 @@ def suggested_commands(
     status: TaskStatus, agent_run_id: str, step_id: str, request: ApprovalRequest | None = None
 ) -> list[str]:
     """The ``agentlease`` command lines that decide a task waiting in ``status`` (cancel last); ``approve`` names
-    the fingerprint of the arguments of ``request``, the call the person was asked to approve."""
+    the fingerprint of the arguments of ``request``, the call the person was asked to approve. Each argument is
+    quoted for a POSIX shell (``docs/decisions.md``)."""
     actions = [a for a in RECONCILE_ACTIONS if reconcile_kind(a, status) is not None]
     lines = []
     for rule in sorted(offered(status), key=lambda r: r.kind is DecisionKind.CANCEL):
-        action = f" --action {'|'.join(actions)}" if rule.command == _RECONCILE else ""
+        action = f" --action {shlex.quote('|'.join(actions))}" if rule.command == _RECONCILE else ""
         if rule.kind is DecisionKind.APPROVE and request is not None:
             action = f" --arguments-sha256 {request.arguments_sha256}"
         note = f"{WAITING_NOTES[status]} " if status in WAITING_NOTES and rule.kind is not DecisionKind.CANCEL else ""
-        lines.append(f"{note}agentlease {rule.command} {agent_run_id} {step_id}{action} --by WHO --reason WHY")
+        target = f"{shlex.quote(agent_run_id)} {shlex.quote(step_id)}"  # a run id may hold anything: quoted
+        lines.append(f"{note}agentlease {rule.command} {target}{action} --by WHO --reason WHY")
     return lines
 
 

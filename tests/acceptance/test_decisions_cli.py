@@ -95,7 +95,7 @@ def test_waiting_and_reconcile_settle_a_stuck_run(
     listed = cli("waiting", env=env)
     assert listed.returncode == 0, listed
     assert "acc-page page: needs_reconciliation" in listed.stdout, listed
-    assert "agentlease reconcile acc-page page --action confirm|retry|abandon" in listed.stdout, listed
+    assert "agentlease reconcile acc-page page --action 'confirm|retry|abandon'" in listed.stdout, listed
     as_json = json.loads(cli("waiting", "--json", env=env).stdout)
     assert [(t["agent_run_id"], t["step_id"], t["status"]) for t in as_json] == [
         ("acc-page", "page", "needs_reconciliation")

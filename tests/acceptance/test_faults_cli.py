@@ -110,7 +110,7 @@ def test_cancel_answers_within_its_limit_and_an_unknown_effect_waits_for_a_perso
     assert "acc-note only: cancelled_effect_unknown: cancelled, but its side effect may have happened" in (
         listed.stdout
     ), listed
-    assert "agentlease reconcile acc-note only --action confirm|abandon --by WHO --reason WHY" in listed.stdout
+    assert "agentlease reconcile acc-note only --action 'confirm|abandon' --by WHO --reason WHY" in listed.stdout
     assert "acc-export" not in listed.stdout, listed
 
     retry = cli("reconcile", "acc-note", "only", "--action", "retry", "--by", "sam", "--reason", "x", env=env)
