@@ -16,7 +16,7 @@ from agentlease.settings import AgentLeaseSettings
 
 keys_app = typer.Typer(help="Operator keys (signed decisions) and payload encryption keys.", no_args_is_help=True)
 
-_out = Console(highlight=False, soft_wrap=True)
+_out = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 
 @keys_app.command("new-operator")

@@ -17,8 +17,8 @@ from rich.console import Console
 from agentlease.errors import ConfigurationError, LedgerUnavailableError, one_line
 from agentlease.settings import AgentLeaseSettings
 
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(width=None if sys.stdout.isatty() else 200, markup=False, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 T = TypeVar("T")
 
