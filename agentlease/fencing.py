@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentlease.clock import db_now_ms
-from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
+from agentlease.errors import ConfigurationError, InvalidFencingTokenError, StaleFencingTokenError
 from agentlease.ledger.tables import NAMING_CONVENTION
 
 MAX_GENERATION = 2**63 - 1
@@ -87,6 +87,26 @@ def _signature(fencing_key: bytes, resource_key: str, generation: int) -> str:
     return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
 
 
+MIN_FENCING_KEY_BYTES = 16
+"""The shortest fencing key, in bytes (``AGENTLEASE_FENCING_KEY``), on both sides."""
+
+
+def fencing_key_bytes(fencing_key: bytes | str | None) -> bytes | None:
+    """A downstream guard's ``fencing_key`` as bytes (text is UTF-8); ``None`` stays ``None``.
+
+    Raises:
+        ConfigurationError: a key shorter than :data:`MIN_FENCING_KEY_BYTES`, or neither bytes nor text.
+    """
+    if fencing_key is None:
+        return None
+    if not isinstance(fencing_key, bytes | str):
+        raise ConfigurationError(f"a fencing key is bytes or text, not {type(fencing_key).__name__}")
+    key = fencing_key.encode("utf-8") if isinstance(fencing_key, str) else fencing_key
+    if len(key) < MIN_FENCING_KEY_BYTES:
+        raise ConfigurationError(f"a fencing key has at least {MIN_FENCING_KEY_BYTES} bytes, not {len(key)}")
+    return key
+
+
 def sign_fencing_token(fencing_key: bytes, resource_key: str, generation: int) -> str:
     """The signed fencing token ``<generation>.<signature>`` of ``generation`` for ``resource_key``.
 
@@ -97,8 +117,8 @@ def sign_fencing_token(fencing_key: bytes, resource_key: str, generation: int) -
     Raises:
         ValueError: a short key, a bad resource key or generation.
     """
-    if len(fencing_key) < 16:
-        raise ValueError("a fencing key has at least 16 bytes")
+    if len(fencing_key) < MIN_FENCING_KEY_BYTES:
+        raise ValueError(f"a fencing key has at least {MIN_FENCING_KEY_BYTES} bytes")
     token = FencingToken(resource_key, generation)
     return f"{token.generation}.{_signature(fencing_key, token.resource_key, token.generation)}"
 

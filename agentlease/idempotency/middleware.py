@@ -19,7 +19,7 @@ except ImportError as _import_error:  # pragma: no cover - depends on the instal
     ) from _import_error
 
 from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
-from agentlease.fencing import FencingToken, token_generation
+from agentlease.fencing import FencingToken, fencing_key_bytes, token_generation
 from agentlease.idempotency.convention import (
     ANONYMOUS_REFUSED,
     FENCING_RESOURCE_HEADER,
@@ -206,7 +206,7 @@ class IdempotencyMiddleware:
         self.resource_for = resource_for
         self.require_fencing_token = require_fencing_token
         self.clock = clock
-        self.fencing_key = fencing_key.encode("utf-8") if isinstance(fencing_key, str) else fencing_key
+        self.fencing_key = fencing_key_bytes(fencing_key)
         self.caller_for = caller_for
         self.anonymous = anonymous
         self.commits_with_key = commits_with_key

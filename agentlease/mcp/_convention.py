@@ -115,9 +115,9 @@ def _text(meta: Mapping[str, Any], key: str) -> str | None:
     value = meta.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, str | int):
+    if not isinstance(value, str):  # the convention's entries are strings, a generation too
         raise MetaError(_INVALID[key], key, f"{key} must be a string")
-    return str(value)
+    return value
 
 
 _INVALID = {

@@ -17,8 +17,8 @@ from mcp_types import CallToolRequestParams, CallToolResult, TextContent, ToolAn
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from agentlease.errors import InvalidFencingTokenError, StaleFencingTokenError
-from agentlease.fencing import FencingToken, token_generation
+from agentlease.errors import ConfigurationError, InvalidFencingTokenError, StaleFencingTokenError
+from agentlease.fencing import FencingToken, fencing_key_bytes, token_generation
 from agentlease.idempotency.convention import (
     ANONYMOUS_REFUSED,
     caller_of,
@@ -55,6 +55,14 @@ def caller_from_request(ctx: ServerRequestContext[Any, Any]) -> str:
     """The default ``caller_for``: the HTTP request's credentials (only a digest is stored), ``""`` over stdio."""
     headers = getattr(ctx.request, "headers", None)
     return "" if headers is None else caller_of(headers)
+
+
+def tool_names(names: Collection[str], what: str) -> frozenset[str]:
+    """``names`` as a set of tool names (``ConfigurationError``: a string, which would be a set of its letters, or
+    an item that is not a non-empty string)."""
+    if isinstance(names, str | bytes) or not all(isinstance(name, str) and name for name in names):
+        raise ConfigurationError(f"LeaseGuard({what}=...) takes a collection of tool names, not {names!r:.80}")
+    return frozenset(names)
 
 
 def _refused(refusal: Refusal, detail: str, **facts: Any) -> MCPError:
@@ -112,14 +120,14 @@ class LeaseGuard(Extension):
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.store = store
-        self.guarded_tools = None if tools is None else frozenset(tools)
+        self.guarded_tools = None if tools is None else tool_names(tools, "tools")
         self.require_key = require_key
         self.require_fencing_token = require_fencing_token
-        self.fencing_key = fencing_key.encode("utf-8") if isinstance(fencing_key, str) else fencing_key
+        self.fencing_key = fencing_key_bytes(fencing_key)
         self.resource_for = resource_for
         self.caller_for = caller_for
         self.anonymous = anonymous
-        self.commits_with_key = frozenset(commits_with_key)
+        self.commits_with_key = tool_names(commits_with_key, "commits_with_key")
         self.readback_tool = readback_tool
         self.clock = clock
 

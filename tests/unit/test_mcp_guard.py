@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 from mcp import Client, MCPError
+from starlette.applications import Starlette
 
-from agentlease.mcp import EXTENSION, REFUSAL_CODE, REPLAYED_META
+from agentlease.errors import ConfigurationError
+from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+from agentlease.mcp import EXTENSION, REFUSAL_CODE, REPLAYED_META, LeaseGuard
 from agentlease.mcp._convention import lease_meta
 from examples.mcp.crm_server import build_server
 from tests.integration.mcp_crm import contacts_of
@@ -141,3 +144,31 @@ async def test_the_readback_answers_whether_the_call_with_a_key_happened(databas
         tools = {tool.name: tool for tool in (await crm.list_tools()).tools}
         assert tools["agentlease_was_applied"].annotations is not None
         assert tools["agentlease_was_applied"].annotations.read_only_hint is True
+
+
+async def test_integer_keys_and_tokens_in_meta_are_refused_as_not_strings(database_url: str) -> None:
+    """The convention's ``_meta`` entries are strings: an integer key or token is refused, nothing written."""
+    async with opened(database_url) as crm:
+        as_number = {**meta("run-9:create", 1), "io.agentlease/idempotency-key": 42}
+        key = await refusal(crm, ARGS, as_number)
+        token = await refusal(crm, ARGS, {**meta("run-9:create", 1), "io.agentlease/fencing-token": 7})
+    assert (key["error"], token["error"]) == ("invalid_idempotency_key", "invalid_fencing_token")
+    assert await contacts_of(database_url, EMAIL) == []
+
+
+def test_a_guard_declared_with_a_string_of_tools_or_a_short_fencing_key_is_refused(tmp_path: Path) -> None:
+    """``tools="create_contact"`` would guard its letters; a fencing key under 16 bytes would be guessable: both
+    are refused at construction, in one line."""
+    store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'keys.db'}")
+    refused = [
+        lambda: LeaseGuard(store, tools="create_contact"),
+        lambda: LeaseGuard(store, commits_with_key="create_contact"),
+        lambda: LeaseGuard(store, tools=["create_contact", ""]),
+        lambda: LeaseGuard(store, fencing_key="short"),
+        lambda: IdempotencyMiddleware(Starlette(), store=store, fencing_key=b"x" * 15),
+    ]
+    for build in refused:
+        with pytest.raises(ConfigurationError) as error:
+            build()
+        assert "\n" not in str(error.value)
+    assert LeaseGuard(store, tools=["create_contact"], fencing_key="k" * 16).guards("create_contact")
