@@ -13,6 +13,9 @@ DESCRIBE_RUN = "agentlease.describe_run"
 """Local activity that returns the worker's tool catalog and a new progress secret, ``{"tools": [...],
 "progress_secret": "..."}``: one local activity where a run needs both (``docs/operator-views.md``)."""
 
+RESERVED_PREFIX = "agentlease."
+"""The prefix of agentlease's own activity and signal names: no tool is named with it."""
+
 APPLY_DECISION = "agentlease.apply_decision"
 """Activity that writes an operator's decision to the ledger."""
 

@@ -5,6 +5,7 @@ checked in :class:`LeaseOptions` for both :func:`tool` and :func:`agentlease.too
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,6 +16,7 @@ from pydantic_core import to_jsonable_python
 
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError
+from agentlease.limits import MAX_TOOL_NAME_CHARS
 from agentlease.records import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_START_TO_CLOSE,
@@ -23,6 +25,8 @@ from agentlease.records import (
     ToolInfo,
     action_key_fields,
 )
+from agentlease.runtime.names import RESERVED_PREFIX
+from agentlease.security.secrets import WORKER_ONLY
 from agentlease.tools._probe import Probe
 
 if TYPE_CHECKING:
@@ -214,7 +218,14 @@ class LeaseOptions:
         direct: Callable[..., Awaitable[Any]] | None = None,
     ) -> ToolSpec:
         """The :class:`ToolSpec` of tool ``name`` with these options, once they are checked."""
+        _check_name(name)
         self.check(name)
+        hidden = sorted(set(settings or ()) & WORKER_ONLY)
+        if hidden:
+            raise ConfigurationError(
+                f"tool {name!r}: settings= names {', '.join(hidden)}, which only the worker reads "
+                "(its own connections and secrets); a tool's credentials come from a secret provider"
+            )
         if self.action_key is not None:
             unknown = [f for f in action_key_fields(self.action_key) if f not in args_model.model_fields]
             if unknown:
@@ -243,6 +254,19 @@ class LeaseOptions:
             action_key=self.action_key,
             approval_ttl=self.approval_ttl,
             probe=self.probe,
+        )
+
+
+_TOOL_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_.-]{{0,{MAX_TOOL_NAME_CHARS - 1}}}")
+
+
+def _check_name(name: object) -> None:
+    """A tool's name is 1 to :data:`~agentlease.limits.MAX_TOOL_NAME_CHARS` letters, digits, ``_ . -`` from a letter
+    or ``_``, and not one of agentlease's own (``agentlease.``): else ``ConfigurationError``."""
+    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name) or name.startswith(RESERVED_PREFIX):
+        raise ConfigurationError(
+            f"bad tool name {name!r:.80}: 1 to {MAX_TOOL_NAME_CHARS} letters, digits, '_', '.' or '-' from a letter "
+            f"or '_', not starting with {RESERVED_PREFIX!r}"
         )
 
 
@@ -298,7 +322,7 @@ def tool(
     )
 
     def declare(fn: ToolFunction) -> ToolSpec:
-        tool_name = name or fn.__name__
+        tool_name = fn.__name__ if name is None else name
         options.check(tool_name)
         if not inspect.iscoroutinefunction(fn):
             raise ConfigurationError(f"tool {tool_name!r} must be an async function")

@@ -128,7 +128,7 @@ def leased(
 
     def declare(target: Any) -> ToolSpec:
         function, default_name, description = _source(target)
-        tool_name = name or default_name
+        tool_name = default_name if name is None else name
         options.check(tool_name)
         args_model, call = _signature(function, tool_name)
         signature = inspect.signature(function)

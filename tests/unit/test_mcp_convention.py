@@ -80,8 +80,10 @@ def test_a_malformed_entry_is_refused_by_the_http_conventions_rules(
     assert entry in str(refused.value) and "Idempotency-Key" not in str(refused.value)
 
 
-def test_a_generation_may_travel_as_an_integer() -> None:
-    assert read_lease_meta({FENCING_TOKEN_META: 7}).fencing_token == "7"
+def test_a_generation_travels_as_a_decimal_string_not_an_integer() -> None:
+    assert read_lease_meta({FENCING_TOKEN_META: "7"}).fencing_token == "7"
+    with pytest.raises(MetaError, match="must be a string"):
+        read_lease_meta({FENCING_TOKEN_META: 7})
 
 
 @pytest.mark.parametrize(

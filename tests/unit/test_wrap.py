@@ -281,3 +281,21 @@ def test_the_openai_adapter_reads_the_wrapped_function_s_docstring_and_argument_
     schema = spec.args_model.model_json_schema()
     assert function.params_json_schema["properties"] == schema["properties"]
     assert set(function.params_json_schema["required"]) == set(schema["properties"])
+
+
+def test_a_bad_tool_name_and_worker_only_settings_are_refused_at_declaration() -> None:
+    """A tool named outside the alphabet, too long, or as one of agentlease's own activities (the worker used to
+    die at start with a traceback), and a tool declaring the worker's own settings: refused in one line."""
+
+    async def lookup(order_id: str) -> str:
+        return order_id
+
+    for name in ("", "a b/c", "x" * 129, "agentlease.apply_decision", "1st", "naïve"):
+        with pytest.raises(ConfigurationError, match="bad tool name") as refused:
+            leased(lookup, side_effect="read_only", lease_ttl=TTL, name=name)
+        assert "\n" not in str(refused.value)
+    with pytest.raises(ConfigurationError, match="codec_keys, ledger_url, which only the worker reads"):
+        leased(lookup, side_effect="read_only", lease_ttl=TTL, settings=("ledger_url", "codec_keys"))
+    assert (
+        leased(lookup, side_effect="read_only", lease_ttl=TTL, name="crm.lookup-order_2").name == "crm.lookup-order_2"
+    )
