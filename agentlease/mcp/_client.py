@@ -35,6 +35,8 @@ class MCPServer:
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "_").replace(".", "_").isidentifier():
             raise ConfigurationError(f"MCP server name {self.name!r}: use letters, digits, '_', '-' or '.'")
+        if self.command == "" or self.url == "":
+            raise ConfigurationError(f"MCP server {self.name!r}: an empty command or url")
         if (self.command is None) == (self.url is None):
             raise ConfigurationError(
                 f"MCP server {self.name!r}: give a command (MCPServer.stdio) or a url (MCPServer.http), not both"

@@ -9,6 +9,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -66,7 +67,10 @@ def _listed_tools(listed: Sequence[Mapping[str, Any]] | str | Path | None) -> di
             raise ConfigurationError(f"cannot read the listed MCP tools from {listed}: {exc}") from None
         listed = loaded["tools"] if isinstance(loaded, dict) else loaded
     assert not isinstance(listed, str | Path)
-    return {str(tool["name"]): dict(tool) for tool in listed}
+    unnamed = [tool for tool in listed if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str)]
+    if unnamed:
+        raise ConfigurationError(f"listed MCP tools are tools/list objects with a name; not {unnamed[0]!r:.80}")
+    return {tool["name"]: dict(tool) for tool in listed}
 
 
 def mcp_tools(
@@ -117,6 +121,11 @@ def mcp_tools(
         if policy.lease_ttl is None:
             raise ConfigurationError(
                 f"MCP tool {tool!r} of {server.name!r} has no lease_ttl: set it in tools= or default="
+            )
+        if policy.renew_every is not None and not timedelta(0) < policy.renew_every < policy.lease_ttl:
+            raise ConfigurationError(
+                f"MCP tool {tool!r} of {server.name!r}: renew_every must be above 0 and under lease_ttl "
+                f"({policy.lease_ttl}), not {policy.renew_every}: a lease renewed less often than its TTL lapses"
             )
         schema: Mapping[str, Any] | None
         if own.args is not None:

@@ -4,6 +4,7 @@ of MCP objects where agentlease cannot lease them."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from agents.mcp import MCPServerStdio
@@ -171,6 +172,16 @@ def test_an_unsafe_guess_waits_for_approval_like_any_unsafe_tool() -> None:
             ToolPolicy(side_effect="fenced", lease_ttl=TTL),
             "two MCP tools are declared as 'x'",
         ),
+        (
+            {"create_contact": ToolPolicy(args=CreateContact, renew_every=timedelta(0))},
+            ToolPolicy(side_effect="fenced", lease_ttl=TTL),
+            "renew_every must be above 0 and under lease_ttl",
+        ),
+        (
+            {"create_contact": ToolPolicy(args=CreateContact, renew_every=TTL * 2)},
+            ToolPolicy(side_effect="fenced", lease_ttl=TTL),
+            "a lease renewed less often than its TTL lapses",
+        ),
     ],
 )
 def test_a_declaration_that_cannot_be_leased_is_refused(
@@ -187,6 +198,12 @@ def test_an_mcp_server_config_names_one_transport() -> None:
         MCPServer("crm", command="python", url="http://127.0.0.1/mcp")
     with pytest.raises(ConfigurationError, match="MCP server name"):
         MCPServer.stdio("crm server", "python")
+    with pytest.raises(ConfigurationError, match="an empty command or url"):
+        MCPServer.stdio("crm", "")
+    unnamed: list[list[Any]] = [[{}], [{"name": 3}], ["create_contact"]]
+    for listed in unnamed:
+        with pytest.raises(ConfigurationError, match="tools/list objects with a name"):
+            mcp_tools(CRM, default=ToolPolicy(side_effect="fenced", lease_ttl=TTL), listed=listed)
 
 
 def test_mcp_servers_and_toolsets_are_refused_in_one_line_naming_what_to_do() -> None:
