@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import timedelta
 from typing import Any
 
 MAX_RUN_ID_CHARS = 127
@@ -24,6 +25,9 @@ an adapter's workflow makes each call fail at once."""
 
 MAX_TOOL_NAME_CHARS = 128
 """Longest tool name (``tasks.tool``)."""
+
+MAX_APPROVAL_TTL = timedelta(days=30)
+"""Longest an approval lasts (``AGENTLEASE_APPROVAL_TTL``, a tool's ``approval_ttl``): a person's yes goes stale."""
 
 MAX_DEPTH = 32
 """Deepest nesting of objects and arrays in tool arguments and in ``observed``."""

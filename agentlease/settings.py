@@ -17,7 +17,7 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentlease.errors import ConfigurationError, describe_validation_error, one_line
-from agentlease.limits import MAX_NAME_CHARS, MAX_TASK_QUEUE_CHARS
+from agentlease.limits import MAX_APPROVAL_TTL, MAX_NAME_CHARS, MAX_TASK_QUEUE_CHARS
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -199,6 +199,7 @@ class AgentLeaseSettings(BaseSettings):
     approval_ttl: timedelta = Field(
         default=timedelta(hours=1),
         gt=timedelta(0),
+        le=MAX_APPROVAL_TTL,
         description="Seconds an approval of a call stays valid, on the ledger's clock, for a tool that declares "
         "no `approval_ttl` of its own: a claim after that is refused and the call waits to be approved again.",
     )

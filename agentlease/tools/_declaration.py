@@ -16,7 +16,7 @@ from pydantic_core import to_jsonable_python
 
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError, MissingHeartbeatTimeoutError
-from agentlease.limits import MAX_TOOL_NAME_CHARS
+from agentlease.limits import MAX_APPROVAL_TTL, MAX_TOOL_NAME_CHARS
 from agentlease.records import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_START_TO_CLOSE,
@@ -185,9 +185,11 @@ class LeaseOptions:
         if self.max_attempts < 1:
             raise ConfigurationError(f"tool {tool_name!r}: max_attempts must be at least 1")
         if self.approval_ttl is not None and (
-            not isinstance(self.approval_ttl, timedelta) or self.approval_ttl <= timedelta(0)
+            not isinstance(self.approval_ttl, timedelta) or not timedelta(0) < self.approval_ttl <= MAX_APPROVAL_TTL
         ):
-            raise ConfigurationError(f"tool {tool_name!r}: approval_ttl must be a positive timedelta")
+            raise ConfigurationError(
+                f"tool {tool_name!r}: approval_ttl must be a positive timedelta of at most {MAX_APPROVAL_TTL.days} days"
+            )
         if self.action_key is not None:
             if not isinstance(self.action_key, str):
                 raise ConfigurationError(

@@ -21,6 +21,7 @@ from agentlease.enums import SideEffectClass
 from agentlease.errors import AgentLeaseError, ConfigurationError, MissingHeartbeatTimeoutError
 from agentlease.lease import NotInLeaseError
 from agentlease.openai_agents import leased_tool
+from agentlease.settings import AgentLeaseSettings
 from agentlease.tools import LeaseContext, ToolResult, ToolSpec, leased, tool
 from agentlease.tools._wrap import output_of
 
@@ -299,3 +300,13 @@ def test_a_bad_tool_name_and_worker_only_settings_are_refused_at_declaration() -
     assert (
         leased(lookup, side_effect="read_only", lease_ttl=TTL, name="crm.lookup-order_2").name == "crm.lookup-order_2"
     )
+
+
+def test_an_approval_ttl_beyond_thirty_days_is_refused() -> None:
+    async def refund(order_id: str) -> str:
+        return order_id
+
+    with pytest.raises(ConfigurationError, match="approval_ttl must be a positive timedelta of at most 30 days"):
+        leased(refund, side_effect="fenced", lease_ttl=TTL, approval_ttl=timedelta(days=31))
+    with pytest.raises(ValidationError, match="less than or equal to 30 days"):
+        AgentLeaseSettings(approval_ttl=timedelta(seconds=1e12))
