@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from datetime import timedelta
 from typing import Any
 
@@ -88,7 +89,8 @@ SHARED_RUN_PREFIX = "shared:"
 
 def check_run_id(value: str) -> str:
     """``value`` if it can be an agent run id: at most :data:`MAX_RUN_ID_CHARS`, no control character, valid
-    Unicode, no ``/`` (a task id is ``<run>/<step>``), not beginning with ``shared:``. Raises ``ValueError``."""
+    Unicode, no ``/`` (a task id is ``<run>/<step>``), not beginning with ``shared:``, not ``.`` or ``..``, no
+    invisible format character (a bidi override would show an operator another id). Raises ``ValueError``."""
     check_id(value, "agent run id")
     if len(value) > MAX_RUN_ID_CHARS:
         raise ValueError(f"agent run id has {len(value)} characters, more than {MAX_RUN_ID_CHARS}")
@@ -96,6 +98,11 @@ def check_run_id(value: str) -> str:
         raise ValueError("agent run id contains '/': a task id is <run>/<step>")
     if value.startswith(SHARED_RUN_PREFIX):
         raise ValueError(f"agent run id begins with {SHARED_RUN_PREFIX!r}, the prefix of keys shared across runs")
+    if value in (".", ".."):
+        raise ValueError(f"agent run id {value!r} is a path segment (the web view's /runs/<run>)")
+    hidden = next((ch for ch in value if unicodedata.category(ch) == "Cf"), None)
+    if hidden is not None:
+        raise ValueError(f"agent run id contains U+{ord(hidden):04X}, an invisible format character (bidi, zero-width)")
     return value
 
 
@@ -165,11 +172,24 @@ def loads(text: str | bytes, what: str, *, max_depth: int = MAX_DEPTH + 4) -> An
         text = text.decode("utf-8", "surrogateescape")
     _check_text_depth(text, what, max_depth)
     try:
-        return json.loads(text, parse_constant=refuse_constant, parse_float=finite_float)
+        return json.loads(
+            text, parse_constant=refuse_constant, parse_float=finite_float, object_pairs_hook=_unique_keys
+        )
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except ValueError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads`: an object naming one key twice is refused (which one would
+    count is the parser's guess: a plan's last ``tool`` would run)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"the key {key[:40]!r} appears twice in one object")
+        found[key] = value
+    return found
 
 
 def _check_text_depth(text: str, what: str, limit: int) -> None:

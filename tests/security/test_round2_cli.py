@@ -110,13 +110,33 @@ def test_a_bad_plugin_or_data_converter(cli: Cli, variable: str, value: str, say
     assert_one_error_line(result, BAD_INPUT, says)
 
 
-@pytest.mark.parametrize(("run_id", "says"), [("shared:x", "begins with 'shared:'"), ("a/b", "contains '/'")])
+@pytest.mark.parametrize(
+    ("run_id", "says"),
+    [
+        ("shared:x", "begins with 'shared:'"),
+        ("a/b", "contains '/'"),
+        ("..", "is a path segment"),
+        (".", "is a path segment"),
+        ("invoice\u202etxt.exe", "U+202E, an invisible format character"),
+        ("a\u200bb", "U+200B, an invisible format character"),
+    ],
+)
 def test_run_ids_that_would_be_shared_keys_or_paths(cli: Cli, write_file: WriteFile, run_id: str, says: str) -> None:  # noqa: F811
     write_file(
         "plan.json", '{"steps": [{"step_id": "s", "tool": "sql_upsert", "arguments": {"table": "t", "row": {}}}]}'
     )
     result = cli("run", "plan.json", "--run-id", run_id, env=UNREACHABLE_TEMPORAL)
     assert_one_error_line(result, BAD_INPUT, "bad --run-id", says)
+
+
+def test_a_plan_naming_a_key_twice_is_refused_not_run_with_its_last(cli: Cli, write_file: WriteFile) -> None:  # noqa: F811
+    write_file(
+        "plan.json",
+        '{"steps": [{"step_id": "s", "tool": "http_get", "tool": "sql_upsert", '
+        '"arguments": {"table": "t", "row": {}}}]}',
+    )
+    result = cli("run", "plan.json", env=UNREACHABLE_TEMPORAL)
+    assert_one_error_line(result, BAD_INPUT, "the key 'tool' appears twice in one object")
 
 
 def test_run_on_a_fifo(cli: Cli) -> None:  # noqa: F811
