@@ -27,10 +27,14 @@ class ToolRegistry:
         self._specs[spec.name] = spec
 
     def add_module(self, module: ModuleType) -> None:
-        """Register every :class:`ToolSpec` defined at the top level of ``module``."""
-        for value in vars(module).values():
-            if isinstance(value, ToolSpec):
-                self.add(value)
+        """Register every :class:`ToolSpec` defined at the top level of ``module`` (``ConfigurationError``: none)."""
+        found = [value for value in vars(module).values() if isinstance(value, ToolSpec)]
+        if not found:
+            raise ConfigurationError(
+                f"tool module {module.__name__!r} declares no tool (no @tool or leased(...) object at its top level)"
+            )
+        for spec in found:
+            self.add(spec)
 
     def get(self, name: str) -> ToolSpec:
         """The tool named ``name``. Raises :class:`UnknownToolError`."""
@@ -52,7 +56,7 @@ class ToolRegistry:
 
 def load_registry(module_names: Iterable[str] = (), *, builtins: bool = True) -> ToolRegistry:
     """The built-in tools plus the tools of the named modules (``ConfigurationError``: a module cannot be
-    imported, or two tools share a name)."""
+    imported or declares no tool, or two tools share a name)."""
     registry = ToolRegistry(builtin.TOOLS if builtins else ())
     for module_name in module_names:
         try:

@@ -139,6 +139,13 @@ def test_a_plan_naming_a_key_twice_is_refused_not_run_with_its_last(cli: Cli, wr
     assert_one_error_line(result, BAD_INPUT, "the key 'tool' appears twice in one object")
 
 
+def test_a_tool_module_that_declares_no_tool_is_refused(cli: Cli, write_file: WriteFile) -> None:  # noqa: F811
+    write_file("notools.py", "TOOLS = 'none here'\n")
+    write_file("plan.json", '{"steps": [{"step_id": "s", "tool": "http_get", "arguments": {"url": "http://x"}}]}')
+    env = {**UNREACHABLE_TEMPORAL, "PYTHONPATH": str(cli.cwd), "AGENTLEASE_TOOL_MODULES": "notools"}
+    assert_one_error_line(cli("run", "plan.json", env=env), BAD_INPUT, "tool module 'notools' declares no tool")
+
+
 def test_run_on_a_fifo(cli: Cli) -> None:  # noqa: F811
     os.mkfifo(cli.cwd / "plan.json")
     result = cli("run", "plan.json", env=UNREACHABLE_TEMPORAL, timeout=BOUNDED_S)
