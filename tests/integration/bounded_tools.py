@@ -46,6 +46,13 @@ async def huge_receipt(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     return ToolResult(receipt=ctx.receipt("bounds", ctx.idempotency_key, "present", report="x" * HUGE))
 
 
+@tool(side_effect=SideEffectClass.UNSAFE, lease_ttl=timedelta(seconds=10), requires_approval=False)
+async def huge_unsafe_output(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Sends a message (no key, no fence), then returns 3 MiB of output."""
+    await ctx.advance(Stage.EXTERNAL_CALL, "sending the message")
+    return ToolResult(receipt=ctx.receipt("bounds", ctx.idempotency_key, "sent"), output={"log": "x" * HUGE})
+
+
 async def flooding_probe(query: ProbeQuery) -> ProbeResult:
     """Answers "not happened" with 5 MB of evidence."""
     return ProbeResult.not_happened(dump="e" * HUGE_EVIDENCE)

@@ -90,6 +90,32 @@ async def test_result_over_the_bound_ends_its_call_with_one_line(
         assert report.attempts == 1  # refused once, never retried
 
 
+async def test_unsafe_result_over_the_bound_waits_for_reconciliation(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """An ``unsafe`` call past ``external_call`` whose result cannot be recorded may have sent its message: it is
+    never retried blindly (G7), it waits for a person, as for any permanent failure after its call."""
+    run_id = f"bounds-{uuid.uuid4().hex[:8]}"
+    async with opened_ledger(settings) as ledger, _worker(client, ledger, settings):
+        handle = await client.start_workflow(
+            AgentRunWorkflow.run,
+            _plan(run_id, ("send", "huge_unsafe_output")),
+            id=run_id,
+            task_queue=settings.task_queue,
+        )
+
+        async def call_ended() -> None:
+            assert [record.status for record in await ledger.list_tasks(run_id)] == [TaskStatus.NEEDS_RECONCILIATION]
+            assert not (await handle.describe()).raw_description.pending_activities
+
+        await assert_eventually(call_ended, timeout=CALL_ENDS_WITHIN_S, message="the call waits for a person")
+        record = await ledger.get_task(f"{run_id}/send")
+
+    assert record.attempts == 1 and record.receipt is None
+    assert record.last_error is not None
+    assert f"more than {limits.MAX_OUTPUT_BYTES} (the bound on a tool's output)" in record.last_error
+
+
 async def test_probe_evidence_over_the_bound_is_refused(client: Client, settings: AgentLeaseSettings) -> None:
     """A probe answering with 5 MB of evidence is taken as "cannot tell": the ambiguous call waits for
     reconciliation, and neither its trail entries nor its reason holds the evidence."""
