@@ -55,6 +55,24 @@ MAX_PLAN_BYTES = 1024 * 1024
 """Largest plan file ``agentlease run`` reads, and largest plan as JSON (1 MiB; Temporal refuses a
 payload over 2 MiB)."""
 
+MAX_OUTPUT_BYTES = 256 * 1024
+"""Largest ``output`` a tool returns, as compact UTF-8 JSON (256 KiB): it travels in Temporal history, whose payloads
+Temporal refuses over 2 MiB."""
+
+MAX_RECEIPT_BYTES = 16 * 1024
+"""Largest settlement receipt a tool or a probe returns, as compact UTF-8 JSON (16 KiB, like ``observed``): the
+ledger keeps it and every step's view carries it."""
+
+MAX_EVIDENCE_BYTES = 16 * 1024
+"""Largest evidence of a probe's answer, as compact UTF-8 JSON (16 KiB): it is written into the evidence trail."""
+
+MAX_REASON_CHARS = 4000
+"""Longest reason or error one line of the evidence trail, a task's last error or a failure keeps; longer text is
+cut, ending with :data:`CLIPPED`."""
+
+CLIPPED = " [... cut: longer than 4000 characters]"
+"""The marker that ends a reason :func:`clip` cut."""
+
 MAX_TASK_QUEUE_CHARS = 200
 """Longest task queue name."""
 
@@ -149,6 +167,39 @@ def check_json(value: Any, what: str = "", *, max_bytes: int, max_depth: int = M
     if size > max_bytes:
         raise ValueError(f"{subject}{size} bytes as JSON, more than {max_bytes}")
     return value
+
+
+def clip(text: str) -> str:
+    """``text`` unless it is longer than :data:`MAX_REASON_CHARS`; then its beginning, ending with :data:`CLIPPED`,
+    :data:`MAX_REASON_CHARS` characters in all."""
+    if len(text) <= MAX_REASON_CHARS:
+        return text
+    return text[: MAX_REASON_CHARS - len(CLIPPED)] + CLIPPED
+
+
+def check_tool_result(output: Any, receipt: Any, tool: str) -> None:
+    """Refuse what a tool returned when it cannot be recorded: ``output`` (JSON-shaped) over
+    :data:`MAX_OUTPUT_BYTES` or ``receipt`` (as JSON) over :data:`MAX_RECEIPT_BYTES`, either deeper than
+    :data:`MAX_DEPTH` or holding NaN, Infinity, a NUL byte or a lone surrogate. Raises ``PermanentToolError``, one
+    line naming the bound (the attempt fails for good, as when the tool raises it)."""
+    from agentlease.errors import PermanentToolError
+
+    for what, value, max_bytes in (("output", output, MAX_OUTPUT_BYTES), ("receipt", receipt, MAX_RECEIPT_BYTES)):
+        try:
+            check_json(value, f"{what} of {tool!r}:", max_bytes=max_bytes)
+        except ValueError as exc:
+            raise PermanentToolError(f"{exc} (the bound on a tool's {what}); the result is not recorded") from None
+
+
+def check_probe_answer(evidence: Any, receipt: Any) -> None:
+    """Refuse a probe's answer that cannot be recorded: ``evidence`` over :data:`MAX_EVIDENCE_BYTES` or ``receipt``
+    (as JSON, ``None`` for none) over :data:`MAX_RECEIPT_BYTES` as compact JSON, or either not plain JSON as
+    :func:`check_json` says. Raises ``ValueError``, one line naming the bound."""
+    for what, value, max_bytes in (("evidence", evidence, MAX_EVIDENCE_BYTES), ("receipt", receipt, MAX_RECEIPT_BYTES)):
+        try:
+            check_json(value, f"the probe's {what}:", max_bytes=max_bytes)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (the bound on a probe's {what}); the answer is not recorded") from None
 
 
 def refuse_constant(name: str) -> Any:

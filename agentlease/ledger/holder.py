@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from agentlease import limits
 from agentlease.clock import duration_ms, from_ms
 from agentlease.enums import ErrorClass, EventKind, Stage, TaskStatus
 from agentlease.ledger.core import LedgerCore, Refusal, redacted, stored_receipt
@@ -37,7 +38,7 @@ async def renew(
         raise ValueError("a renewal does not enter 'settled'; settle with a receipt")
     if not reason.strip():
         raise ValueError("a renewal needs a specific reason")
-    reason = redact(reason)
+    reason = limits.clip(redact(reason))
     shorter = ttl is not None and ttl < claim.lease_ttl
     params = {
         **core.held(claim, now),
@@ -130,7 +131,7 @@ async def end_lease(
         ValueError: ``error_class`` is not an :class:`~agentlease.enums.ErrorClass`.
     """
     known = ErrorClass(error_class)  # a known class only: the next attempt's policy reads it
-    error = redact(error)
+    error = limits.clip(redact(error))
     params = {
         **core.held(claim, now),
         "status": status.value,

@@ -303,6 +303,7 @@ class LeasedActivities:
         try:
             args = limits.check_finite_arguments(spec.args_model.model_validate(call.arguments), spec.name)
             result = await self._call_tool(spec, args, context)
+            limits.check_tool_result(result.output, result.receipt.model_dump(mode="json"), spec.name)
         except LeaseLostError as exc:
             raise _lease_lost(exc) from None
         except LedgerUnavailableError as exc:  # at a renewal: the tool started no new side effect
@@ -319,7 +320,7 @@ class LeasedActivities:
             raise
         except Exception as exc:  # noqa: BLE001 - every way a tool fails is classified and recorded
             error_class = classify(downstream_refusal(exc) or exc)
-            error = redact(one_line(exc))  # what the ledger, the run and Temporal history keep (docs/security.md)
+            error = limits.clip(redact(one_line(exc)))  # what the ledger, the run and history keep (docs/security.md)
             after = decide(
                 spec.side_effect_class,
                 context.stage or claim.previous_stage,
@@ -442,7 +443,7 @@ class LeasedActivities:
         if status is None:  # stay cancelled / never rerun: the ledger's record says how it ended
             record = await self._ledger.get_task(claim.task_id)
             raise _final(f"{claim.task_id}: {decision.rule}", _facts(record), FailureType.TASK_CLOSED) from None
-        reason = f"{decision.rule} ({error})"
+        reason = limits.clip(f"{decision.rule} ({error})")
 
         def park(retried: bool = False) -> Any:
             return self._ledger.await_decision(
@@ -570,6 +571,11 @@ class LeasedActivities:
             return ProbeResult.cannot_tell(
                 f"the probe returned {type(result).__name__}, not a ProbeResult", failed=True
             )
+        receipt = None if result.receipt is None else result.receipt.model_dump(mode="json")
+        try:
+            limits.check_probe_answer(result.evidence, receipt)
+        except ValueError as exc:  # refused, not cut: a person decides, as when the probe fails
+            return ProbeResult.cannot_tell(f"{result.answer.value}, but {exc}", failed=True)
         return result
 
 
