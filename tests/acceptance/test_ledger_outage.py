@@ -67,10 +67,9 @@ async def renew_through_outage(ctx: LeaseContext, args: Args) -> ToolResult:
     return ToolResult(receipt=ctx.receipt("outage", ctx.idempotency_key, "done"))
 
 
-@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=90))
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=30))
 async def settle_in_outage(ctx: LeaseContext, args: Args) -> ToolResult:
-    """Works (without renewing) until its gate exists, then returns: its settle meets the outage. Its lease
-    outlasts the run's start, the outage and PostgreSQL's restart on a loaded machine (30 s did not, once)."""
+    """Works (without renewing) until its gate exists, then returns: its settle meets the outage."""
     await ctx.advance(Stage.PREFLIGHT, "starting")
     while not Path(args.gate).exists():
         await asyncio.sleep(0.1)
