@@ -11,9 +11,7 @@ import pytest
 
 from agentlease.enums import RunState, TaskStatus
 from agentlease.ledger.store import Ledger
-from agentlease.idempotency.convention import MAX_KEY_LENGTH
-def is_wire_key(k: str) -> bool:
-    return 0 < len(k) <= MAX_KEY_LENGTH and k.isascii() and k.isprintable()
+from agentlease.limits import is_wire_key
 from agentlease.records import AgentRunPlan, PlanStep, RunStatus
 from agentlease.runtime.temporal import connect
 from agentlease.settings import AgentLeaseSettings
