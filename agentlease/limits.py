@@ -18,7 +18,11 @@ MAX_STEP_ID_CHARS = 128
 """Longest step id (``tasks.step_id`` is 128 characters)."""
 
 MAX_IDEMPOTENCY_KEY_CHARS = 256
-"""Longest idempotency key (``tasks.idempotency_key`` and ``receipts.idempotency_key``)."""
+"""Longest idempotency key the ledger stores (``tasks.idempotency_key`` and ``receipts.idempotency_key``)."""
+
+MAX_WIRE_KEY_CHARS = 255
+"""Longest idempotency key agentlease mints and a downstream accepts (``Idempotency-Key``): a longer one, or one
+that is not printable ASCII, is digested (``records.bounded_key``)."""
 
 MAX_WORKFLOW_ID_CHARS = 255
 """Longest workflow id of any workflow making leased calls (``tasks.agent_run_id``); a longer id of
@@ -80,6 +84,12 @@ MAX_NAME_CHARS = 200
 """Longest namespace name."""
 
 
+def is_wire_key(value: str) -> bool:
+    """Whether ``value`` can be an idempotency key on the wire: 1 to :data:`MAX_WIRE_KEY_CHARS` printable ASCII
+    characters (space to ``~``)."""
+    return 0 < len(value) <= MAX_WIRE_KEY_CHARS and all(" " <= ch <= "~" for ch in value)
+
+
 def check_text(value: str, what: str = "") -> str:
     """``value`` unless it holds a NUL byte or a lone surrogate (PostgreSQL and UTF-8 refuse both). Raises
     ``ValueError`` naming ``what``."""
@@ -107,15 +117,16 @@ SHARED_RUN_PREFIX = "shared:"
 
 def check_run_id(value: str) -> str:
     """``value`` if it can be an agent run id: at most :data:`MAX_RUN_ID_CHARS`, no control character, valid
-    Unicode, no ``/`` (a task id is ``<run>/<step>``), not beginning with ``shared:``, not ``.`` or ``..``, no
-    invisible format character (a bidi override would show an operator another id). Raises ``ValueError``."""
+    Unicode, no ``/`` (a task id is ``<run>/<step>``), not ``shared`` nor beginning with ``shared:``, not ``.`` or
+    ``..``, no invisible format character (a bidi override would show an operator another id). Raises
+    ``ValueError``."""
     check_id(value, "agent run id")
     if len(value) > MAX_RUN_ID_CHARS:
         raise ValueError(f"agent run id has {len(value)} characters, more than {MAX_RUN_ID_CHARS}")
     if "/" in value:
         raise ValueError("agent run id contains '/': a task id is <run>/<step>")
-    if value.startswith(SHARED_RUN_PREFIX):
-        raise ValueError(f"agent run id begins with {SHARED_RUN_PREFIX!r}, the prefix of keys shared across runs")
+    if value.startswith(SHARED_RUN_PREFIX) or value == SHARED_RUN_PREFIX[:-1]:
+        raise ValueError(f"agent run id is 'shared' or begins with {SHARED_RUN_PREFIX!r}: keys shared across runs do")
     if value in (".", ".."):
         raise ValueError(f"agent run id {value!r} is a path segment (the web view's /runs/<run>)")
     hidden = next((ch for ch in value if unicodedata.category(ch) == "Cf"), None)

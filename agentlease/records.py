@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -63,31 +64,57 @@ def task_id_for(agent_run_id: str, step_id: str) -> str:
     return f"{agent_run_id}/{step_id}"
 
 
-def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
-    """The default idempotency key, ``"<agent_run_id>:<step_id>"``, never Temporal's ``activity_id`` (G4); a longer
-    one than :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS` keeps its start and a 32-character digest."""
-    key = f"{agent_run_id}:{step_id}"
-    if len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
-        return key
-    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{key[: limits.MAX_IDEMPOTENCY_KEY_CHARS - 33]}~{digest}"
-
-
 SHARED_KEY_PREFIX = "shared:"
-"""How a key shared across runs begins in the ledger: a run-scoped key begins with its run id and ``:``."""
+"""How a key shared across runs begins in the ledger: a run-scoped key begins with :func:`run_key_prefix`."""
+
+DIGEST_MARK = "%sha256-"
+"""How a digested part of a key begins: no :func:`key_part` holds a ``%`` but in ``%25`` and ``%3A``."""
+
+
+def key_part(text: str) -> str:
+    """``text`` as one part of an idempotency key, so that parts joined by ``:`` never read as other parts:
+    ``%`` becomes ``%25`` and ``:`` becomes ``%3A``; any other text is unchanged."""
+    return text.replace("%", "%25").replace(":", "%3A")
+
+
+def _digest(text: str) -> str:
+    return DIGEST_MARK + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def wire_part(text: str) -> str:
+    """``text`` if it can be a key on the wire (:func:`~agentlease.limits.is_wire_key`), else its digest,
+    ``%sha256-<32 hex>`` (:data:`DIGEST_MARK`)."""
+    return text if limits.is_wire_key(text) else _digest(text)
+
+
+def run_key_prefix(agent_run_id: str) -> str:
+    """How every run-scoped key of ``agent_run_id`` begins: ``"<key_part(run id)>:"``, or ``"%sha256-<32 hex>:"``
+    when that is longer than :data:`~agentlease.limits.MAX_RUN_ID_CHARS` or not printable ASCII."""
+    part = key_part(agent_run_id)
+    if len(part) > limits.MAX_RUN_ID_CHARS or not limits.is_wire_key(part):
+        part = _digest(agent_run_id)
+    return f"{part}:"
+
+
+def bounded_key(prefix: str, rest: str) -> str:
+    """The key ``prefix + rest``, or ``prefix + wire_part(rest)`` when that is not a key on the wire (over
+    :data:`~agentlease.limits.MAX_WIRE_KEY_CHARS` characters or not printable ASCII): the one way every key
+    agentlease mints is kept within the downstream convention (``docs/security.md``, "Idempotency keys")."""
+    key = prefix + rest
+    return key if limits.is_wire_key(key) else prefix + _digest(rest)
+
+
+def idempotency_key_for(agent_run_id: str, step_id: str) -> str:
+    """The default idempotency key, ``"<run_key_prefix(run id)><step id>"`` (``acme:refund`` for run ``acme``),
+    never Temporal's ``activity_id`` (G4); bounded by :func:`bounded_key`."""
+    return bounded_key(run_key_prefix(agent_run_id), key_part(step_id))
 
 
 def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False) -> str:
-    """The ledger's idempotency key of a caller-chosen ``key``: ``"<agent_run_id>:<key>"``, or ``"shared:<key>"``
-    shared across runs (``docs/security-review.md``, "Receipts and tasks bound to their run"). Too long for
-    :data:`~agentlease.limits.MAX_IDEMPOTENCY_KEY_CHARS`, the prefix stays and the key is ``sha256:<32 hex>``.
-    """
-    prefix = SHARED_KEY_PREFIX if shared else f"{agent_run_id}:"
-    scoped = f"{prefix}{key}"
-    if len(scoped) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
-        return scoped
-    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{prefix}sha256:{digest}"
+    """The ledger's idempotency key of a caller-chosen ``key``: ``"<run_key_prefix(run id)><key>"``, or
+    ``"shared:<key>"`` shared across runs (``docs/security.md``, "Idempotency keys"); bounded by
+    :func:`bounded_key`."""
+    return bounded_key(SHARED_KEY_PREFIX if shared else run_key_prefix(agent_run_id), key)
 
 
 def action_key_fields(template: str) -> list[str]:
@@ -113,8 +140,19 @@ def action_key_fields(template: str) -> list[str]:
     return fields
 
 
+def _same_numbers(value: Any) -> Any:
+    """``value`` with every float that is a whole number as an int (``100.0`` is ``100``)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {name: _same_numbers(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_same_numbers(item) for item in value]
+    return value
+
+
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return json.dumps(_same_numbers(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def _key_text(value: Any) -> str:
@@ -122,20 +160,29 @@ def _key_text(value: Any) -> str:
     return value if isinstance(value, str) else _canonical(value)
 
 
+def normalized_arguments(arguments: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A call's JSON ``arguments`` as the same action always has them: ``defaults`` filling those it leaves out,
+    and every whole-number float an int (``100.0`` is ``100``). What action keys and
+    :func:`arguments_fingerprint` are computed from (deterministic: workflow code)."""
+    return _same_numbers({**(defaults or {}), **arguments})
+
+
 def action_key_for(template: str, arguments: dict[str, Any], defaults: dict[str, Any] | None = None) -> str:
-    """The action key ``template`` (:func:`action_key_fields`) makes from a call's JSON ``arguments``, ``defaults``
-    filling those it leaves out (deterministic: workflow code). ``ValueError``: a named argument is missing."""
-    given = {**(defaults or {}), **arguments}
+    """The action key ``template`` (:func:`action_key_fields`) makes from a call's JSON ``arguments``
+    (:func:`normalized_arguments` with ``defaults``), each value a :func:`key_part` (``n:{a}:{b}`` makes
+    ``n:x%3Ay:z`` and ``n:x:y%3Az`` of ``x:y, z`` and ``x, y:z``). ``ValueError``: a named argument is missing."""
+    given = normalized_arguments(arguments, defaults)
     values: dict[str, str] = {}
     for name in action_key_fields(template):
         if name not in given:
             raise ValueError(f"action key {template!r} needs the argument {name!r}, which the call does not give")
-        values[name] = _key_text(given[name])
+        values[name] = key_part(_key_text(given[name]))
     return template.format_map(values)
 
 
 def arguments_fingerprint(arguments: dict[str, Any]) -> str:
-    """SHA-256 (hex) of ``arguments`` as canonical JSON: what a stored receipt is bound to besides its tool."""
+    """SHA-256 (hex) of ``arguments`` as canonical JSON (whole-number floats as ints): what a stored receipt is
+    bound to besides its tool. The workflow gives the tool its :func:`normalized_arguments`."""
     return hashlib.sha256(_canonical(arguments).encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -294,7 +341,8 @@ def approval_reason(tool: str, requires_approval: bool | ApprovalRule, arguments
 class ToolInfo(_Frozen):
     """What the workflow needs to schedule a tool: its class and lease bounds (as :class:`~agentlease.tools.ToolSpec`),
     when its calls wait for a person (``requires_approval``: always, never, or by an :class:`ApprovalRule`), its
-    ``action_key`` template (``None``: ``<run>:<step>``) and the JSON defaults of the arguments it names."""
+    ``action_key`` template (``None``: ``<run>:<step>``) and ``argument_defaults``, the JSON defaults of its
+    arguments (read also as ``action_key_defaults``, as a run recorded it before)."""
 
     name: str
     side_effect_class: SideEffectClass
@@ -303,12 +351,18 @@ class ToolInfo(_Frozen):
     max_attempts: int
     requires_approval: StrictBool | ApprovalRule = False
     action_key: str | None = None
-    action_key_defaults: dict[str, Any] = Field(default_factory=dict)
+    argument_defaults: dict[str, Any] = Field(
+        default_factory=dict, validation_alias=AliasChoices("argument_defaults", "action_key_defaults")
+    )
+
+    def arguments_of(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A call's ``arguments`` as the tool's same action always has them (:func:`normalized_arguments`)."""
+        return normalized_arguments(arguments, self.argument_defaults)
 
     def key_for(self, arguments: dict[str, Any]) -> str | None:
         """The action key of a call with ``arguments`` (``None``: the tool declares none; ``ValueError``: an
         argument the template names is missing and has no default)."""
-        return None if self.action_key is None else action_key_for(self.action_key, arguments, self.action_key_defaults)
+        return None if self.action_key is None else action_key_for(self.action_key, arguments, self.argument_defaults)
 
     def approval_reason(self, arguments: dict[str, Any]) -> str | None:
         """Why a call with ``arguments`` waits for a person (:func:`approval_reason`); ``None``: it does not."""

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from agentlease import limits
 from agentlease.errors import StaleFencingTokenError
 from agentlease.fencing import MAX_GENERATION, MAX_RESOURCE_KEY_LENGTH, FencingToken, check_resource_key
 
@@ -31,10 +32,9 @@ ANONYMOUS_REFUSED = (
 MUTATING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 """Methods that need an ``Idempotency-Key``; every other method passes through untouched."""
 
-MAX_KEY_LENGTH = 255
+MAX_KEY_LENGTH = limits.MAX_WIRE_KEY_CHARS
 """Longest idempotency key, in characters."""
 
-_KEY = re.compile(r"^[\x20-\x7e]+$")
 _SF_STRING = re.compile(r'^"((?:[\x20\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 _GENERATION = re.compile(r"^[0-9]{1,19}$")
 _SCOPED = re.compile(r"^[0-9a-f]{16}:")
@@ -93,7 +93,7 @@ def parse_idempotency_key(values: list[str]) -> str:
         if quoted is None:
             raise HeaderError(header, "invalid_idempotency_key", f"{header} has a malformed quoted string")
         key = re.sub(r"\\(.)", r"\1", quoted.group(1))
-    if not key or len(key) > MAX_KEY_LENGTH or not _KEY.match(key):
+    if not limits.is_wire_key(key):
         raise HeaderError(
             header, "invalid_idempotency_key", f"{header} must be 1 to {MAX_KEY_LENGTH} printable ASCII characters"
         )

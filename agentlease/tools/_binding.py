@@ -12,7 +12,15 @@ from sqlalchemy import select
 
 from agentlease.enums import EventKind
 from agentlease.ledger.tables import EVENTS as _EVENTS
-from agentlease.records import SHARED_KEY_PREFIX, TaskSpec, idempotency_key_for, is_step_id, step_id_from, task_id_for
+from agentlease.records import (
+    SHARED_KEY_PREFIX,
+    TaskSpec,
+    idempotency_key_for,
+    is_step_id,
+    run_key_prefix,
+    step_id_from,
+    task_id_for,
+)
 
 if TYPE_CHECKING:
     from agentlease.ledger.store import Ledger
@@ -33,9 +41,9 @@ def task_refusal(workflow_id: str | None, task: TaskSpec, *, shared_key: bool) -
     if shared_key:
         if not key.startswith(SHARED_KEY_PREFIX):
             return f"a key shared across runs begins with {SHARED_KEY_PREFIX!r}"
-    elif workflow_id.startswith(SHARED_KEY_PREFIX):
-        return f"a run id may not begin with {SHARED_KEY_PREFIX!r} (its keys would be shared ones)"
-    elif not key.startswith(f"{workflow_id}:"):
+    elif run_key_prefix(workflow_id) == SHARED_KEY_PREFIX or workflow_id.startswith(SHARED_KEY_PREFIX):
+        return f"a run id may not be 'shared' nor begin with {SHARED_KEY_PREFIX!r} (its keys would be shared ones)"
+    elif not key.startswith(run_key_prefix(workflow_id)):
         return "its idempotency key is not of its own run (and the call does not share it across runs)"
     return None
 

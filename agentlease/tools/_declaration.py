@@ -86,7 +86,7 @@ class ToolSpec:
             max_attempts=self.max_attempts,
             requires_approval=self.requires_approval,
             action_key=self.action_key,
-            action_key_defaults=_defaults_of(self.args_model, self.action_key),
+            argument_defaults=_defaults_of(self.args_model, self.action_key),
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
@@ -122,14 +122,13 @@ ToolSpec.__setattr__ = _setattr  # type: ignore[method-assign]
 
 
 def _defaults_of(args_model: type[BaseModel], action_key: str | None) -> dict[str, Any]:
-    """The JSON defaults of the arguments ``action_key`` names (those that have one)."""
-    if action_key is None:
-        return {}
-    fields = args_model.model_fields
+    """The JSON defaults of the arguments: every plain default, and a default factory's value only for an argument
+    ``action_key`` names (a factory's value for another argument is the tool's to make, call by call)."""
+    named = set(action_key_fields(action_key)) if action_key is not None else set()
     return {
-        name: to_jsonable_python(fields[name].get_default(call_default_factory=True), fallback=str)
-        for name in action_key_fields(action_key)
-        if not fields[name].is_required()
+        name: to_jsonable_python(field.get_default(call_default_factory=True), fallback=str)
+        for name, field in args_model.model_fields.items()
+        if not field.is_required() and (field.default_factory is None or name in named)
     }
 
 

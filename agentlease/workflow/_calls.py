@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         scoped_idempotency_key,
         step_id_from,
         task_id_for,
+        wire_part,
     )
     from agentlease.runtime.names import DECIDE_SIGNAL, LEASE_PROGRESS_SIGNAL, STATUS_QUERY
     from agentlease.security.redaction import redact
@@ -281,19 +282,22 @@ class LeasedToolCalls:
                 del self._keys_in_use[key]
 
     def _action_key(self, step_id: str, info: ToolInfo) -> TaskView | None:
-        """Key a step that has no key with its tool's action key; the failed view when its arguments cannot."""
+        """Give a step its tool's normalized arguments (``ToolInfo.arguments_of``) and, when it has no key, its
+        tool's action key (its digest when it cannot be a key on the wire); the failed view when it cannot."""
         step = self._steps[step_id]
-        if step.idempotency_key is not None or info.action_key is None:
-            return None
+        keyed = step.idempotency_key is None and info.action_key is not None
         try:
-            key = info.key_for(step.arguments)
-            keyed = PlanStep.model_validate({**step.model_dump(), "idempotency_key": key})
+            arguments = info.arguments_of(step.arguments)
+            key = wire_part(info.key_for(arguments) or "") if keyed else step.idempotency_key
+            step = PlanStep.model_validate({**step.model_dump(), "arguments": arguments, "idempotency_key": key})
         except (ValueError, ValidationError) as exc:
             why = describe_validation_error(exc) if isinstance(exc, ValidationError) else str(exc)
-            return self._run.update(step_id, status=StepEnd.FAILED, error=f"no action key for {step.tool}: {why}")
-        self._steps[step_id] = keyed
-        scoped = scoped_idempotency_key(self.run_id, key or "", shared=keyed.share_idempotency_key)
-        self._run.update(step_id, idempotency_key=scoped)
+            what = "no action key" if keyed else "bad arguments"
+            return self._run.update(step_id, status=StepEnd.FAILED, error=f"{what} for {step.tool}: {why}")
+        self._steps[step_id] = step
+        if keyed:
+            scoped = scoped_idempotency_key(self.run_id, key or "", shared=step.share_idempotency_key)
+            self._run.update(step_id, idempotency_key=scoped)
         return None
 
     async def _run_step(self, step: PlanStep, info: ToolInfo) -> CallOutcome:

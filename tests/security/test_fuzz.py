@@ -29,7 +29,16 @@ from agentlease.decisions.table import CancelRequest, DecisionRequest, LedgerDec
 from agentlease.enums import DecisionKind, SideEffectClass
 from agentlease.errors import ConfigurationError
 from agentlease.ledger.tables import RECEIPTS, TASKS
-from agentlease.records import AgentRunPlan, PlanStep, TaskSpec, ToolCall, idempotency_key_for, task_id_for
+from agentlease.records import (
+    AgentRunPlan,
+    PlanStep,
+    TaskSpec,
+    ToolCall,
+    idempotency_key_for,
+    key_part,
+    run_key_prefix,
+    task_id_for,
+)
 from agentlease.tools._registry import load_registry
 from agentlease.workflow._handlers import parse_payload
 
@@ -304,11 +313,13 @@ def test_the_command_line_refuses_or_starts(
     st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z"),
 )
 def test_default_keys_of_long_workflow_ids_fit_and_stay_apart(workflow_id: str, step_id: str) -> None:
-    """An adapter's workflow id may be longer than a plan's run id: its default key is cut and digested."""
+    """An adapter's workflow id may be longer than a plan's run id: its default key is digested to a key the
+    downstream convention accepts, and stays apart from another run's."""
     key = idempotency_key_for(workflow_id, step_id)
-    assert len(key) <= COLUMNS["idempotency_key"]
+    assert len(key) <= COLUMNS["idempotency_key"] and limits.is_wire_key(key)
     assert len(task_id_for(workflow_id, step_id)) <= COLUMNS["task_id"]
-    if len(workflow_id) + 1 + len(step_id) <= limits.MAX_IDEMPOTENCY_KEY_CHARS:
-        assert key == f"{workflow_id}:{step_id}"
-    else:
-        assert key != idempotency_key_for(workflow_id + "x", step_id)
+    assert key.startswith(run_key_prefix(workflow_id))
+    part = key_part(workflow_id)
+    if len(part) <= limits.MAX_RUN_ID_CHARS and len(part) + 1 + len(step_id) <= limits.MAX_WIRE_KEY_CHARS:
+        assert key == f"{part}:{step_id}"
+    assert key != idempotency_key_for(workflow_id + "x", step_id)

@@ -39,7 +39,10 @@ def test_a_tool_declares_its_action_key_and_the_workflow_makes_it_from_the_argum
         raise NotImplementedError
 
     info = refund.info()
-    assert (info.action_key, info.action_key_defaults) == ("refund:{order_id}:{currency}", {"currency": "EUR"})
+    assert (info.action_key, info.argument_defaults) == (
+        "refund:{order_id}:{currency}",
+        {"currency": "EUR", "amount_cents": 100},
+    )
     assert info.key_for({"order_id": "A-1", "amount_cents": 5}) == "refund:A-1:EUR"  # a default fills in
     assert info.key_for({"order_id": "A-1", "currency": "USD"}) == "refund:A-1:USD"
     assert refund.probe is found
@@ -83,7 +86,7 @@ def test_a_bad_declaration_is_refused_in_one_line(options: dict[str, Any], refus
 
 def test_template_fields_and_escaped_braces() -> None:
     assert action_key_fields("{{ref}}:{a}/{b}") == ["a", "b"]
-    assert action_key_for("{{ref}}:{a}/{b}", {"a": "x", "b": {"k": [1, 2]}}) == '{ref}:x/{"k":[1,2]}'
+    assert action_key_for("{{ref}}:{a}/{b}", {"a": "x", "b": {"k": [1, 2]}}) == '{ref}:x/{"k"%3A[1,2]}'
 
 
 def test_the_built_ins_that_can_be_asked_have_probes() -> None:

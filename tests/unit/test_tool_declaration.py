@@ -56,6 +56,7 @@ def test_declared_tool_carries_its_bounds() -> None:
         lease_ttl=timedelta(seconds=7),
         start_to_close=timedelta(minutes=5),
         max_attempts=5,
+        argument_defaults={"value": 0},
     )
     assert spec.args_model is Args
 
