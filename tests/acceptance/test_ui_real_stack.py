@@ -213,7 +213,7 @@ async def front_page(page: Page, base: str, runs: dict[str, str]) -> None:
     assert first["run"] == runs["wire-wait"], shown  # the run waiting for a person comes first
     # the approver sees the call: its arguments and their fingerprint, which the approve command names
     fingerprint = arguments_fingerprint(WIRE_WAIT)
-    assert first["arguments"] == ["account: ACME-1", "amount: 900"] and first["sha256"] == fingerprint, shown
+    assert sorted(first["arguments"]) == ["account: ACME-1", "amount: 900"] and first["sha256"] == fingerprint, shown
     approve = f"agentlease approve {runs['wire-wait']} wire --arguments-sha256 {fingerprint}"
     assert any(c.startswith(approve) for c in first["commands"]), shown
     dead = [w for w in shown["waiting"] if w["run"] == runs["mail"]]
