@@ -23,4 +23,5 @@ async def contact_created(query: ProbeQuery) -> ProbeResult:
     return ProbeResult.happened(receipt, contacts=len(contacts))
 
 
+# The default lease (15 s): the probe starts a stdio server of its own within 80% of it.
 crm_create_contact, crm_find_contact, crm_import_contacts = crm_tools(crm_server(), probe=contact_created)
