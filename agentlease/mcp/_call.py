@@ -39,7 +39,6 @@ from agentlease.mcp._convention import (
     lease_meta,
     refusal_of,
 )
-from agentlease.mcp._listing import sent_arguments
 from agentlease.mcp._policy import BINDING_ATTRIBUTE, MCPBinding, compare
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult
@@ -258,7 +257,7 @@ async def _attempt(ctx: LeaseContext, binding: MCPBinding, args: BaseModel) -> T
 
 async def _in_session(ctx: LeaseContext, binding: MCPBinding, args: BaseModel, waiting: _Waiting) -> ToolResult:
     server, tool = binding.server, binding.tool
-    arguments = sent_arguments(args)
+    arguments = args.model_dump(mode="json")
     await ctx.advance(Stage.PREFLIGHT, f"connecting to MCP server {server.name} ({server.transport}) for {tool}")
     async with _connected(server) as client:
         await _check_listed(client, binding)
@@ -338,7 +337,7 @@ def unleased_mcp_call(binding: MCPBinding, args_model: type[BaseModel]) -> Calla
         args = args_model.model_validate(arguments)
         async with _connected(binding.server) as client:
             try:
-                result = await client.call_tool(binding.tool, sent_arguments(args))
+                result = await client.call_tool(binding.tool, args.model_dump(mode="json"))
             except BaseException as exc:  # noqa: BLE001 - classified as in a lease
                 leaf = _leaf(exc)
                 if isinstance(leaf, asyncio.CancelledError):

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer
 
 from agentlease.errors import ConfigurationError
 from agentlease.mcp._client import MCPServer, list_server_tools
@@ -26,7 +26,7 @@ Listed = Sequence[Mapping[str, Any]] | str | Path
 class ListedArgs(BaseModel):
     """Arguments of an MCP tool declared by schema: each listed property a field of any type (the server checks
     the types), others allowed; shown to the model as the schema itself. Sent as given: a property the call
-    leaves out is not sent (the server applies its own default)."""
+    leaves out is not sent (the server applies its own default), in any dump of the arguments."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     mcp_input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
@@ -34,6 +34,18 @@ class ListedArgs(BaseModel):
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return copy.deepcopy(cls.mcp_input_schema)
+
+    @model_serializer(mode="wrap")
+    def _as_given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Every dump leaves out an optional property the call did not give (it is not sent as ``null``)."""
+        fields = type(self).model_fields
+        given = self.model_fields_set
+        dumped: dict[str, Any] = handler(self)
+        return {
+            name: value
+            for name, value in dumped.items()
+            if name in given or name not in fields or fields[name].default_factory is not _left_out
+        }
 
 
 def _left_out() -> None:
@@ -73,11 +85,6 @@ def args_model(tool_name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
     model: type[BaseModel] = create_model(model_name, __base__=ListedArgs, __module__=__name__, **fields)
     model.mcp_input_schema = fixed
     return model
-
-
-def sent_arguments(args: BaseModel) -> dict[str, Any]:
-    """The ``arguments`` of a ``tools/call``: a listed tool's as the call gives them, a declared model's all."""
-    return args.model_dump(mode="json", exclude_unset=isinstance(args, ListedArgs))
 
 
 def optional_key_fields(model: type[BaseModel], names: Sequence[str]) -> list[str]:
@@ -138,5 +145,4 @@ __all__ = [
     "read_listed",
     "record_server_tools",
     "recorded_path",
-    "sent_arguments",
 ]

@@ -14,7 +14,6 @@ from agentlease import ProbeQuery, ProbeResult
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError
 from agentlease.mcp import MCPServer, ToolPolicy, mcp_tools
-from agentlease.mcp._listing import sent_arguments
 from agentlease.records import ApprovalRule
 from agentlease.tools import LeaseContext, ToolResult, tool
 
@@ -142,7 +141,10 @@ def test_an_action_key_over_a_listed_argument_a_call_may_leave_out_is_refused() 
 def test_a_listed_tool_sends_the_arguments_the_call_gives_and_requires_what_the_schema_requires() -> None:
     spec = declared()
     args = spec.args_model.model_validate({"order_id": "A-1", "amount": 50, "extra": [1]})
-    assert sent_arguments(args) == {"order_id": "A-1", "amount": 50, "extra": [1]}  # no default, no left-out note
+    # Every dump (the call's, an adapter's) has the schema's default and leaves the left-out note out, not null.
+    assert args.model_dump(mode="json") == {"order_id": "A-1", "amount": 50, "currency": "EUR", "extra": [1]}
+    given = spec.args_model.model_validate({"order_id": "A-1", "amount": 50, "note": None})
+    assert given.model_dump(mode="json") == {"order_id": "A-1", "amount": 50, "currency": "EUR", "note": None}
     with pytest.raises(ValidationError, match="amount"):
         spec.args_model.model_validate({"order_id": "A-1"})
     assert spec.args_model.model_json_schema() == REFUND["inputSchema"]  # what the model reads: the server's schema
