@@ -29,7 +29,7 @@ class ToolPolicy:
             :func:`agentlease.tool` (``lease_ttl`` required here or in ``default``); ``requires_approval`` may be
             an :class:`~agentlease.records.ApprovalRule` over an argument.
         action_key: as for :func:`agentlease.tool`, a template over argument names (``"contact:{email}"``); the
-            tool's own, never taken from ``default``. A listed property it names must be required or have a
+            tool's own (refused in ``default``). A listed property it names must be required or have a
             default in the schema.
         args / input_schema / description: the arguments' pydantic model, or their JSON schema; what the model
             reads. Default the listed ones.

@@ -64,11 +64,16 @@ def mcp_tools(
     Raises:
         ConfigurationError: a tool without a side-effect class (declared, or guessed from ``listed``), lease
             TTL or argument schema; a bad ``action_key``, ``requires_approval``, ``approval_ttl`` or ``probe``
-            (the checks of :func:`agentlease.tool`); two tools with one name; unreadable ``listed``.
+            (the checks of :func:`agentlease.tool`), or an ``action_key`` in ``default``; two tools with one
+            name; unreadable ``listed``.
         MissingHeartbeatTimeoutError: a lease TTL that is not positive.
     """
     from agentlease.mcp._call import leased_mcp_call, unleased_mcp_call
 
+    if default.action_key is not None:
+        raise ConfigurationError(
+            f"MCP server {server.name!r}: action_key names one tool's arguments; set it in tools=, not default="
+        )
     policies = dict(tools or {})
     every_listed = listed is not None or not policies
     if listed is None:

@@ -84,19 +84,14 @@ def test_an_mcp_tool_carries_its_action_key_probe_and_approval_ttl_as_a_python_t
     )
 
 
-def test_a_default_policy_gives_its_probe_and_approval_ttl_but_never_its_action_key() -> None:
-    [spec] = mcp_tools(
-        CRM,
-        default=ToolPolicy(
-            side_effect="unsafe",
-            lease_ttl=TTL,
-            probe=refunded,
-            approval_ttl=timedelta(hours=1),
-            action_key="x:{order_id}",
-        ),
-        listed=[REFUND],
-    )
+def test_a_default_policy_gives_its_probe_and_approval_ttl_and_refuses_an_action_key() -> None:
+    default = ToolPolicy(side_effect="unsafe", lease_ttl=TTL, probe=refunded, approval_ttl=timedelta(hours=1))
+    [spec] = mcp_tools(CRM, default=default, listed=[REFUND])
     assert (spec.probe, spec.approval_ttl, spec.action_key) == (refunded, timedelta(hours=1), None)
+    with pytest.raises(ConfigurationError, match="action_key names one tool's arguments; set it in tools="):
+        mcp_tools(
+            CRM, default=ToolPolicy(side_effect="unsafe", lease_ttl=TTL, action_key="x:{order_id}"), listed=[REFUND]
+        )
 
 
 async def _body(ctx: LeaseContext, args: Refund) -> ToolResult:
