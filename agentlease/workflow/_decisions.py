@@ -118,6 +118,7 @@ class RunDecisions:
             attempts=outcome.attempts if outcome.attempts else view.attempts,
             receipt=outcome.receipt,
             error=_ended_by(outcome.status, by, redact(reason)),
+            approval_request=outcome.approval_request or view.approval_request,
         )
 
     def _answer(self) -> dict[str, Any]:
@@ -153,6 +154,12 @@ class RunDecisions:
         def validator(payload: dict[str, Any]) -> None:
             request = parse_payload(DecisionRequest, payload, command)
             self._require(request.step_id, kind)
+            asked = self._run.tasks[request.step_id].approval_request
+            if kind is DecisionKind.APPROVE and asked is not None and request.by in asked.approved_by:
+                raise ValueError(
+                    f"cannot approve step {request.step_id!r}: {request.by} approved it already "
+                    f"({asked.progress()}); each approval must come from another person"
+                )
             seen = request.arguments_sha256
             if seen is not None and seen != arguments_fingerprint(self._steps[request.step_id].arguments):
                 raise ValueError(
