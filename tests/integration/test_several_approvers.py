@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import io
 import uuid
+from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +23,9 @@ from agentlease.decisions.table import DecisionRequest
 from agentlease.enums import DecisionKind, EventKind, TaskStatus
 from agentlease.errors import ApprovalRepeatedError
 from agentlease.ledger.store import Ledger
+from agentlease.observability.metrics import APPROVALS_EXPIRING
 from agentlease.records import ApprovalRequest, RunStatus
+from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings
 from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.ui.app import ui_app
@@ -117,3 +121,43 @@ async def test_a_run_waits_for_two_approvers_and_shows_how_many_approved(
         ("alice", 1),
         ("bob", 2),
     ]
+
+
+def expiring(waiting_for: str) -> float:
+    return sum(
+        sample.value
+        for metric in APPROVALS_EXPIRING.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels.get("waiting_for") == waiting_for
+    )
+
+
+async def test_an_approval_about_to_lapse_is_warned_of_once(ledger: Ledger) -> None:
+    """The sweeper writes one ``approval_expiring`` entry (and counts it) for an approval not yet consumed that
+    lapses within its warning margin: one still waiting for a second person, one approved but not claimed."""
+    base = await ledger.db_now()
+    pair, alone = gated(f"run-{uuid.uuid4().hex[:10]}", A), gated(f"run-{uuid.uuid4().hex[:10]}", A)
+    request = two_people(A).model_copy(update={"arguments_sha256": pair.arguments_sha256})
+    for spec, asked in ((pair, request), (alone, None)):
+        ask: dict[str, Any] = {"by": "agentlease", "reason": "gated", "spec": spec, "approval_request": asked}
+        await ledger.decide(spec.task_id, DecisionKind.AWAIT_APPROVAL, **ask)
+        await ledger.decide(spec.task_id, DecisionKind.APPROVE, by="alice", reason="ok", spec=spec, now=base)
+    sweeper = ExpiredLeaseSweeper(ledger, SweeperSettings(approval_warning=timedelta(minutes=5)))
+    person, claim = expiring("person"), expiring("claim")
+
+    assert (await sweeper.run_once(now=base + timedelta(minutes=4))).approvals_expiring == 0  # 6 minutes left
+    soon = base + APPROVAL_TTL - timedelta(minutes=4)
+    assert (await sweeper.run_once(now=soon)).approvals_expiring == 2
+    assert (await sweeper.run_once(now=soon + SECOND)).approvals_expiring == 0  # once per approval
+    assert (expiring("person"), expiring("claim")) == (person + 1, claim + 1)
+
+    [waits_for_bob] = [e for e in await ledger.events(pair.task_id) if e.kind is EventKind.APPROVAL_EXPIRING]
+    assert (waits_for_bob.reason or "").startswith("1 of 2 approvals (alice): the first lapses at "), waits_for_bob
+    assert "(in 240s, ledger clock)" in (waits_for_bob.reason or "")
+    assert waits_for_bob.details is not None and waits_for_bob.details["waiting_for"] == "person"
+    [unclaimed] = [e for e in await ledger.events(alone.task_id) if e.kind is EventKind.APPROVAL_EXPIRING]
+    assert unclaimed.details is not None and unclaimed.details["waiting_for"] == "claim", unclaimed
+
+    # Consumed, or lapsed: nothing more to warn of.
+    await ledger.claim(alone, "w1", now=soon + 2 * SECOND)
+    assert (await sweeper.run_once(now=base + APPROVAL_TTL + SECOND)).approvals_expiring == 0
