@@ -39,7 +39,7 @@ def sweep(
         return {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
 
     try:
-        options = SweeperSettings(interval=timedelta(seconds=interval_s))
+        options = SweeperSettings(interval=timedelta(seconds=interval_s), approval_warning=settings.approval_warning)
     except ValueError as exc:
         raise ConfigurationError(f"bad sweeper setting: {exc}") from None
 
