@@ -28,6 +28,7 @@ from agentlease.records import ApprovalRequest, RunStatus
 from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings
 from agentlease.runtime.names import STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
+from agentlease.tools._binding import claimed_refusal
 from agentlease.ui.app import ui_app
 from tests.integration import approval_tools
 from tests.integration.test_bound_approvals import _worker, settings_for, start, waiting_on
@@ -161,3 +162,27 @@ async def test_an_approval_about_to_lapse_is_warned_of_once(ledger: Ledger) -> N
     # Consumed, or lapsed: nothing more to warn of.
     await ledger.claim(alone, "w1", now=soon + 2 * SECOND)
     assert (await sweeper.run_once(now=base + APPROVAL_TTL + SECOND)).approvals_expiring == 0
+
+
+async def test_the_claim_runs_a_two_person_tool_only_on_two_peoples_approvals(ledger: Ledger) -> None:
+    """The ledger's last word after the claim: a run that asked one person (a catalog learnt before the tool
+    asked for two) gets no execution of a tool that asks for two; one approved by two runs."""
+    base = await ledger.db_now()
+    asked_one, asked_two = gated(f"run-{uuid.uuid4().hex[:10]}", A), gated(f"run-{uuid.uuid4().hex[:10]}", A)
+    for spec, required, people in ((asked_one, 1, ["alice"]), (asked_two, 2, ["alice", "bob"])):
+        request = two_people(A).model_copy(
+            update={"arguments_sha256": spec.arguments_sha256, "approvals_required": required}
+        )
+        ask: dict[str, Any] = {"by": "agentlease", "reason": "gated", "spec": spec, "approval_request": request}
+        await ledger.decide(spec.task_id, DecisionKind.AWAIT_APPROVAL, **ask)
+        for person in people:
+            await ledger.decide(spec.task_id, DecisionKind.APPROVE, by=person, reason="ok", spec=spec, now=base)
+
+    one = await ledger.claim(asked_one, "w1", now=base + SECOND)
+    why = await claimed_refusal(ledger, one, "smtp_send", requires_approval=True, approvers=2)
+    assert why == (
+        "tool 'smtp_send' requires approval by 2 different people, and the ledger shows 1 for task "
+        f"{asked_one.task_id!r}: it runs only once that many approved it"
+    )
+    two = await ledger.claim(asked_two, "w1", now=base + SECOND)
+    assert await claimed_refusal(ledger, two, "smtp_send", requires_approval=True, approvers=2) is None
