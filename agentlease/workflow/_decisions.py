@@ -97,10 +97,15 @@ class RunDecisions:
             await self._flush_refusals()  # refused signals go to the trail with the run's next decision
         decision = LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra)
         unset = {name for name in ("rule", "request") if getattr(decision, name) is None}
+        # without a rule or a request, the input a worker that knows neither reads (a rolling upgrade); a rule
+        # and a request without the fields a single approver leaves at their defaults, for a worker before them
+        payload = decision.model_dump(mode="json", exclude=unset)
+        for name in ("rule", "request"):
+            if (value := getattr(decision, name)) is not None:
+                payload[name] = value.model_dump(mode="json", exclude_defaults=True)
         decided = await workflow.execute_activity(
             APPLY_DECISION,
-            # without a rule or a request, the input a worker that knows neither reads (a rolling upgrade)
-            decision.model_dump(mode="json", exclude=unset),
+            payload,
             start_to_close_timeout=_DECISION_TIMEOUT,
             retry_policy=_DECISION_RETRY,
             result_type=dict,
