@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -26,7 +27,7 @@ from agentlease.ledger.store import Ledger
 from agentlease.observability.metrics import APPROVALS_EXPIRING
 from agentlease.records import ApprovalRequest, RunStatus
 from agentlease.recovery._sweeper import ExpiredLeaseSweeper, SweeperSettings
-from agentlease.runtime.names import STATUS_QUERY
+from agentlease.runtime.names import APPLY_DECISION, STATUS_QUERY
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._binding import claimed_refusal
 from agentlease.ui.app import ui_app
@@ -186,3 +187,24 @@ async def test_the_claim_runs_a_two_person_tool_only_on_two_peoples_approvals(le
     )
     two = await ledger.claim(asked_two, "w1", now=base + SECOND)
     assert await claimed_refusal(ledger, two, "smtp_send", requires_approval=True, approvers=2) is None
+
+
+async def test_a_single_approvers_request_reaches_the_worker_as_before(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """A rolling upgrade: the request a one-person tool's run sends with ``await_approval`` has only the fields a
+    worker from before several approvers reads (its model refuses any other)."""
+    settings = settings_for(settings)
+    async with opened_ledger(settings) as ledger, _worker(client, ledger, settings, "worker-approvals"):
+        handle = await start(client, settings, "quick_send")
+        await waiting_on(handle, TaskStatus.AWAITING_APPROVAL)
+        history = await handle.fetch_history()
+        await handle.cancel()
+
+    sent = [
+        json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == APPLY_DECISION
+    ]
+    [asked] = [d for d in sent if d["kind"] == DecisionKind.AWAIT_APPROVAL.value]
+    assert set(asked["request"]) == {"tool", "arguments", "arguments_sha256"}, asked
