@@ -208,3 +208,19 @@ async def test_a_single_approvers_request_reaches_the_worker_as_before(
     ]
     [asked] = [d for d in sent if d["kind"] == DecisionKind.AWAIT_APPROVAL.value]
     assert set(asked["request"]) == {"tool", "arguments", "arguments_sha256"}, asked
+
+
+async def test_one_signing_operator_counts_once_whatever_name_they_give(ledger: Ledger) -> None:
+    """With authenticated decisions a person is the operator whose key signed: two approvals signed by the same
+    key, under two ``--by`` names, are one approval."""
+    spec = gated(f"run-{uuid.uuid4().hex[:10]}", A)
+    request = two_people(A).model_copy(update={"arguments_sha256": spec.arguments_sha256})
+    ask: dict[str, Any] = {"by": "agentlease", "reason": "gated", "spec": spec, "approval_request": request}
+    await ledger.decide(spec.task_id, DecisionKind.AWAIT_APPROVAL, **ask)
+    signed = {"signed_by": "alice", "signed": {"request": {"proof": {"operator": "alice"}}}}
+    await ledger.decide(spec.task_id, DecisionKind.APPROVE, by="alice@laptop", reason="ok", spec=spec, details=signed)
+    with pytest.raises(ApprovalRepeatedError, match=r"alice approved it already \(1 of 2 approvals\)"):
+        await ledger.decide(spec.task_id, DecisionKind.APPROVE, by="bob?", reason="ok", spec=spec, details=signed)
+    record = await ledger.get_task(spec.task_id)
+    assert record.status is TaskStatus.AWAITING_APPROVAL
+    assert record.approval_request is not None and record.approval_request.approved_by == ["alice"]
