@@ -256,6 +256,9 @@ class EventKind(StrEnum):
     APPROVAL_REFUSED = "approval_refused"
     """A claim of an approval-gated task found no approval it may consume (none, expired, for other
     arguments or another tool), so the task went back to ``awaiting_approval`` and nothing ran."""
+    APPROVAL_EXPIRING = "approval_expiring"
+    """An approval not yet consumed (given, or the first of several still being gathered) lapses soon: the
+    sweeper's warning, once per approval, while there is time to act on it; nothing else changes."""
 
 
 class ErrorClass(_Parsed):

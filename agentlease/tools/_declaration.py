@@ -235,7 +235,7 @@ class LeaseOptions:
                     f"of the tool (its arguments: {', '.join(args_model.model_fields) or 'none'})"
                 )
         approval = self.requires_approval
-        if isinstance(approval, ApprovalRule) and approval.field not in args_model.model_fields:
+        if isinstance(approval, ApprovalRule) and approval.field not in (None, *args_model.model_fields):
             raise ConfigurationError(
                 f"tool {name!r}: requires_approval's rule ({approval}) names {approval.field!r}, not an argument "
                 f"of the tool (its arguments: {', '.join(args_model.model_fields) or 'none'})"
@@ -293,7 +293,8 @@ def tool(
         max_attempts: real attempts before dead-lettering. Default 5.
         requires_approval: each call waits for ``approve`` before its side effect (``True``), none does (``False``),
             or the calls an :class:`~agentlease.records.ApprovalRule` asks for (``ApprovalRule(field="amount_cents",
-            above=10000)``: those above 10000, or not saying). Default: for ``unsafe`` tools.
+            above=10000)``: those above 10000, or not saying), each by ``approvers`` different people
+            (``ApprovalRule(approvers=2)``: every call, by two). Default: for ``unsafe`` tools, one person.
         name: tool name; default the function's name.
         settings: the ``AgentLeaseSettings`` fields the tool may read (``ctx.settings``). Default: every field but
             the worker's own connections and secrets (``docs/security-operations.md``, "Tool credentials").

@@ -46,6 +46,7 @@ from agentlease.records import (
     ToolOutcome,
     TraceLink,
     approval_reason,
+    approvals_required,
 )
 from agentlease.recovery._policy import RecoveryDecision, classify, decide, decide_after_probe
 from agentlease.recovery.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
@@ -230,7 +231,10 @@ class LeasedActivities:
                 claim.generation,
             )
 
-        if why := await claimed_refusal(self._ledger, claim, spec.name, requires_approval=asked is not None):
+        approvers = approvals_required(spec.requires_approval)
+        if why := await claimed_refusal(
+            self._ledger, claim, spec.name, requires_approval=asked is not None, approvers=approvers
+        ):
             await self._park(
                 claim, RecoveryDecision(RecoveryAction.DEAD_LETTER, "refused by the ledger"), ErrorClass.PERMANENT, why
             )
