@@ -104,7 +104,7 @@ SETTLE_WINDOW = timedelta(seconds=10)
 """How late ``lagging_send`` declares its downstream may show a write; the tests' lags are at most this."""
 
 
-async def _sent_or_lost(ctx: LeaseContext, args: LaggingArgs) -> ToolResult:
+async def sent_or_lost(ctx: LeaseContext, args: LaggingArgs) -> ToolResult:
     """The matrix's attempt; with ``drop_answer`` generation 1 sends, then loses the answer."""
     if args.drop_answer and ctx.fencing_token == 1:
         await ctx.advance(Stage.EXTERNAL_CALL, f"sending a message to {args.target}")
@@ -119,7 +119,7 @@ async def _sent_or_lost(ctx: LeaseContext, args: LaggingArgs) -> ToolResult:
 @tool(**{**_UNSAFE, "lease_ttl": LAGGING_TTL}, probe=messages_received, settle_window=SETTLE_WINDOW)
 async def lagging_send(ctx: LeaseContext, args: LaggingArgs) -> ToolResult:
     """Sends a message to ``args.target`` (no key, no fence), whose probe reads the downstream ``lag_ms`` late."""
-    return await _sent_or_lost(ctx, args)
+    return await sent_or_lost(ctx, args)
 
 
 HELD_FOR = {"target": "someone-else", "body_sha256": "0" * 64}
@@ -134,7 +134,7 @@ async def held_for_other_arguments(query: ProbeQuery) -> ProbeResult:
 @tool(**{**_UNSAFE, "lease_ttl": LAGGING_TTL}, probe=held_for_other_arguments)
 async def conflicted_send(ctx: LeaseContext, args: LaggingArgs) -> ToolResult:
     """As ``lagging_send``, but its probe finds the key used by another action."""
-    return await _sent_or_lost(ctx, args)
+    return await sent_or_lost(ctx, args)
 
 
 class ChattyArgs(BaseModel):
