@@ -572,8 +572,8 @@ class LeasedActivities:
             wait = min(pause, window - age)
             await self._renew(
                 claim,
-                f"probe: not found yet {age / _MS:.0f} ms after the write, inside the settle window of "
-                f"{window / _MS:.0f} ms; asking again in {wait / _MS:.0f} ms (answer {asked})",
+                f"probe: not found yet, {age / _MS:.0f} ms into the settle window of {window / _MS:.0f} ms "
+                f"(the downstream may not show the write yet); asking again in {wait / _MS:.0f} ms (answer {asked})",
             )
             await asyncio.sleep(wait.total_seconds())
             result = await self._ask(spec, call, claim, stage, real_attempts)
