@@ -71,6 +71,7 @@ class ToolSpec:
     action_key: str | None = None
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
+    settle_window: timedelta | None = None
 
     @property
     def __name__(self) -> str:  # what @activity.defn names an activity after
@@ -172,6 +173,7 @@ class LeaseOptions:
     action_key: str | None = None
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
+    settle_window: timedelta | None = None
 
     def check(self, tool_name: str) -> None:
         """Check the bounds of tool ``tool_name`` (``MissingHeartbeatTimeoutError``, ``ConfigurationError``)."""
@@ -207,6 +209,14 @@ class LeaseOptions:
             )
         if self.probe is not None and not inspect.iscoroutinefunction(self.probe):
             raise ConfigurationError(f"tool {tool_name!r}: probe must be an async function (ProbeQuery) -> ProbeResult")
+        if self.settle_window is not None and (
+            not isinstance(self.settle_window, timedelta) or not timedelta(0) < self.settle_window < self.start_to_close
+        ):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: settle_window must be a positive timedelta shorter than start_to_close"
+            )
+        if self.settle_window is not None and self.probe is None:
+            raise ConfigurationError(f"tool {tool_name!r}: settle_window is how long its probe waits; give a probe")
 
     def spec(
         self,
@@ -255,6 +265,7 @@ class LeaseOptions:
             action_key=self.action_key,
             approval_ttl=self.approval_ttl,
             probe=self.probe,
+            settle_window=self.settle_window,
         )
 
 
@@ -283,6 +294,7 @@ def tool(
     action_key: str | None = None,
     approval_ttl: timedelta | None = None,
     probe: Probe | None = None,
+    settle_window: timedelta | None = None,
 ) -> Callable[[ToolFunction], ToolSpec]:
     """Declare a tool (``docs/writing-tools.md``).
 
@@ -303,6 +315,9 @@ def tool(
         approval_ttl: how long an approval lasts on the ledger's clock. Default ``AGENTLEASE_APPROVAL_TTL``.
         probe: ``async (ProbeQuery) -> ProbeResult``, asked whether an action happened before an ambiguous task
             waits for a person (``docs/action-keys-and-probes.md``, "Probes"). Default none.
+        settle_window: how long the downstream may take to show a write. The probe's "not happened" is asked
+            again until this long after the write may have been made (on the ledger's clock), never trusted
+            sooner; needs a probe, and is shorter than ``start_to_close``. Default ``None``: trusted at once.
 
     Returns:
         A decorator turning ``async def fn(ctx, args: Model) -> ToolResult`` into a :class:`ToolSpec`.
@@ -310,7 +325,8 @@ def tool(
     Raises:
         MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
         ConfigurationError: an unknown side-effect class, the function is not async, its ``args``
-            is not a pydantic model, or a bad ``action_key``, ``requires_approval``, ``approval_ttl`` or ``probe``.
+            is not a pydantic model, or a bad ``action_key``, ``requires_approval``, ``approval_ttl``, ``probe`` or
+            ``settle_window``.
     """
     options = LeaseOptions(
         side_effect_class(side_effect),
@@ -321,6 +337,7 @@ def tool(
         action_key=action_key,
         approval_ttl=approval_ttl,
         probe=probe,
+        settle_window=settle_window,
     )
 
     def declare(fn: ToolFunction) -> ToolSpec:
