@@ -25,7 +25,8 @@ class ToolPolicy:
     comes from ``default``, then from the listed tool, then from the agentlease defaults.
 
     Attributes:
-        side_effect, lease_ttl, start_to_close, max_attempts, requires_approval, approval_ttl, probe: as for
+        side_effect, lease_ttl, start_to_close, max_attempts, requires_approval, approval_ttl, probe,
+            settle_window: as for
             :func:`agentlease.tool` (``lease_ttl`` required here or in ``default``); ``requires_approval`` may be
             an :class:`~agentlease.records.ApprovalRule` over an argument.
         action_key: as for :func:`agentlease.tool`, a template over argument names (``"contact:{email}"``); the
@@ -55,6 +56,7 @@ class ToolPolicy:
     action_key: str | None = None
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
+    settle_window: timedelta | None = None
 
     def over(self, default: ToolPolicy) -> ToolPolicy:
         """This policy with its unset fields taken from ``default``."""

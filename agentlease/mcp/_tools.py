@@ -125,6 +125,7 @@ def mcp_tools(
             action_key=policy.action_key,
             approval_ttl=policy.approval_ttl,
             probe=policy.probe,
+            settle_window=policy.settle_window,
         )
         options.check(name)
         assert policy.action_key is None or isinstance(policy.action_key, str)  # checked above

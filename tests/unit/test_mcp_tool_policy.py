@@ -65,13 +65,15 @@ def test_an_mcp_tool_carries_its_action_key_probe_and_approval_ttl_as_a_python_t
         probe=refunded,
         approval_ttl=timedelta(minutes=30),
         requires_approval=rule,
+        settle_window=timedelta(seconds=2),
     )
 
-    assert (spec.action_key, spec.probe, spec.approval_ttl, spec.requires_approval) == (
+    assert (spec.action_key, spec.probe, spec.approval_ttl, spec.requires_approval, spec.settle_window) == (
         "refund:{order_id}:{currency}",
         refunded,
         timedelta(minutes=30),
         rule,
+        timedelta(seconds=2),
     )
     info = spec.info()
     # The workflow keys and asks from the listed schema: its default fills a call that leaves it out.
@@ -112,6 +114,8 @@ def _sync_probe(query: ProbeQuery) -> ProbeResult:
         {"approval_ttl": timedelta(0)},
         {"approval_ttl": timedelta(days=400)},
         {"probe": _sync_probe},
+        {"settle_window": timedelta(seconds=1)},  # no probe to ask again
+        {"settle_window": timedelta(0), "probe": refunded},
     ],
     ids=lambda policy: next(iter(policy)),
 )
