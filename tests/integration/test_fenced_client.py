@@ -5,7 +5,8 @@ fence and table in a SQLite file) that verifies signed tokens.
 Worker A holds generation 1 of ``publish`` (its only slot busy, as a paused process) before it sends; worker B
 takes over and publishes with generation 2. A's late request, stamped with generation 1, is refused 409 by the
 service's fence. The run's next call goes to a host the client does not fence, which gets no header (400 from the
-guard); the same function called outside a lease sends none either, and nothing raises.
+guard); the same function called outside a lease sends none either, and nothing raises. A sync tool's
+``httpx.Client`` built with a ``FencingTransport`` is stamped too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import SecretStr
 from sqlalchemy import select
@@ -26,7 +28,7 @@ from agentlease import FencedClient, lease, leased
 from agentlease.enums import EventKind
 from agentlease.fencing import read_fence
 from agentlease.settings import AgentLeaseSettings
-from agentlease.tools import ToolRegistry
+from agentlease.tools import FencingTransport, ToolRegistry
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration.test_idempotency_middleware import anonymous, publications, running_service
@@ -57,6 +59,14 @@ async def publish(service_url: str, target: str, title: str, pause_first_attempt
     return {"status": response.status_code}
 
 
+def publish_sync(service_url: str, target: str, title: str) -> dict[str, Any]:
+    """The same with a sync client built with a ``FencingTransport``, run in a thread that keeps the lease."""
+    with httpx.Client(base_url=service_url, transport=FencingTransport(fenced=[service_url]), timeout=30) as http:
+        response = http.post(target, json={"title": title})
+    SENT.setdefault(target, []).append((lease.fencing_token(), response.status_code, response.json()))
+    return {"status": response.status_code}
+
+
 async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
     client: Client, settings: AgentLeaseSettings, tmp_path: Path
 ) -> None:
@@ -73,7 +83,9 @@ async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
         tool = leased(
             publish, side_effect="fenced", lease_ttl=timedelta(seconds=2), start_to_close=timedelta(minutes=2)
         )
-        registry = ToolRegistry([tool])
+        sync_tool = leased(publish_sync, side_effect="fenced", lease_ttl=timedelta(seconds=10))
+        registry = ToolRegistry([tool, sync_tool])
+        synced = f"/articles/s-{uuid.uuid4().hex[:6]}"
         plan = _plan(
             run_id,
             (
@@ -82,6 +94,7 @@ async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
                 {"service_url": fenced, "target": article, "title": "T", "pause_first_attempt": True},
             ),
             ("elsewhere", "publish", {"service_url": fenced, "target": elsewhere, "title": "T"}),
+            ("sync", "publish_sync", {"service_url": fenced, "target": synced, "title": "T"}),
         )
         ledger, ledger_a, ledger_b = [await stack.enter_async_context(opened_ledger(settings)) for _ in "oab"]
         await stack.enter_async_context(_worker(client, ledger_a, settings, "worker-A", slots=1, registry=registry))
@@ -110,17 +123,18 @@ async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
 
         await assert_eventually(refused_late, timeout=60, message="A's late request is refused by the fence")
         result = await asyncio.wait_for(handle.result(), timeout=60)
-        assert [t.status.value for t in result.tasks] == ["settled", "settled"]
+        assert [t.status.value for t in result.tasks] == ["settled", "settled", "settled"]
         events = await ledger.events(f"{run_id}/publish")
         assert (EventKind.LATE_UNAPPLIED, 1) in [(e.kind, e.claim_generation) for e in events]
 
-        # The one publication carries the task's key and generation 2, and the action's fence stands at 2.
+        # One publication per fenced call, each with its task's key and generation; the action's fence stands at 2.
         key = f"{run_id}:publish"
         async with service.store.engine.connect() as conn:
             rows = (await conn.execute(select(publications.c.idempotency_key, publications.c.generation))).all()
             fence = await read_fence(conn, anonymous(key))
-        assert [tuple(row) for row in rows] == [(key, 2)]
+        assert sorted(tuple(row) for row in rows) == [(key, 2), (f"{run_id}:sync", 1)]
         assert fence == 2
+        assert [(g, s) for g, s, _ in SENT[synced]] == [(1, 201)]
 
         # A host the client does not fence gets no header: the guard asks for the key it did not get.
         [(_, status, body)] = SENT[elsewhere]
