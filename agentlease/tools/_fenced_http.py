@@ -118,6 +118,10 @@ class FencingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
             self._sync.close()
 
 
+_TRANSPORT_ARGUMENTS = ("verify", "cert", "http1", "http2", "limits", "proxy")
+"""What ``httpx.AsyncClient`` gives the transport it makes: a :class:`FencedClient` gives them to the one it wraps."""
+
+
 class FencedClient(httpx.AsyncClient):
     """An ``httpx.AsyncClient`` whose requests to its ``base_url`` carry the running lease's fencing headers: a
     leased tool builds it where it built its client (``async with FencedClient(base_url=URL, timeout=60) as
@@ -126,11 +130,14 @@ class FencedClient(httpx.AsyncClient):
     Args:
         base_url: the fenced downstream's base URL, as for ``httpx.AsyncClient``.
         fenced: the base URLs to fence, when not (only) ``base_url``. Default ``[base_url]``.
-        transport: what sends the requests, wrapped in a :class:`FencingTransport`. Default httpx's own.
+        transport: what sends the requests, wrapped in a :class:`FencingTransport`. Default httpx's own, made with
+            the ``verify``, ``cert``, ``http1``, ``http2``, ``limits`` and ``proxy`` given (environment proxies,
+            ``HTTPS_PROXY`` and the like, are not read: pass ``proxy=``).
         **kwargs: the other arguments of ``httpx.AsyncClient`` (``timeout``, ``headers``, ``auth``...).
 
     Raises:
-        ValueError: no ``base_url`` nor ``fenced``, or one that is not an absolute ``http(s)://`` URL.
+        ValueError: no ``base_url`` nor ``fenced``, or one that is not an absolute ``http(s)://`` URL; ``mounts``
+            (their requests would not be stamped); ``transport`` with one of the arguments above (give them to it).
     """
 
     def __init__(
@@ -145,4 +152,14 @@ class FencedClient(httpx.AsyncClient):
             if not str(base_url):
                 raise ValueError("a FencedClient fences its base_url: give base_url= or fenced=[...]")
             fenced = [str(base_url)]
+        if "mounts" in kwargs:
+            raise ValueError(
+                "a FencedClient takes no mounts= (their requests would go out unstamped): build an httpx.AsyncClient "
+                "with mounts of FencingTransport(transport, fenced=[...])"
+            )
+        given = {name: kwargs.pop(name) for name in _TRANSPORT_ARGUMENTS if name in kwargs}
+        if transport is not None and given:
+            raise ValueError(f"give {', '.join(given)} to the transport you pass, not to the FencedClient")
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(trust_env=kwargs.get("trust_env", True), **given)
         super().__init__(base_url=base_url, transport=FencingTransport(transport, fenced=fenced), **kwargs)

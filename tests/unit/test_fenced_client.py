@@ -49,3 +49,12 @@ def test_a_fenced_url_that_is_not_a_base_url_is_refused_in_one_line(given: Any) 
 def test_a_fenced_client_without_a_base_url_says_what_to_give() -> None:
     with pytest.raises(ValueError, match=r"^a FencedClient fences its base_url: give base_url= or fenced=\[\.\.\.\]$"):
         FencedClient(timeout=5)
+
+
+def test_a_fenced_client_refuses_what_would_send_requests_around_its_transport() -> None:
+    with pytest.raises(ValueError, match=r"^a FencedClient takes no mounts= \(their requests would go out unstamped\)"):
+        FencedClient(base_url="https://a.example", mounts={"all://": None})
+    with pytest.raises(ValueError, match=r"^give verify, proxy to the transport you pass, not to the FencedClient$"):
+        FencedClient(
+            base_url="https://a.example", transport=httpx.AsyncHTTPTransport(), verify=False, proxy="http://p:3128"
+        )
