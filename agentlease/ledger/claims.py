@@ -19,7 +19,7 @@ from agentlease.ledger.approvals import approval_refusal, approval_remaining, co
 from agentlease.ledger.compiled import execute
 from agentlease.ledger.core import LedgerCore, stored_receipt, task_values
 from agentlease.ledger.outages import check_claim_clock
-from agentlease.ledger.rendering import event_params
+from agentlease.ledger.rendering import event_params, trace_params
 from agentlease.ledger.statements import token_sha256
 from agentlease.ledger.writes import expired_entry
 from agentlease.records import Claim, TaskSpec, TraceLink
@@ -70,7 +70,8 @@ class _Claimer:
         return {"key_task_id": self.spec.task_id, **now_param(self.now)}
 
     def _minted(self) -> dict[str, Any]:
-        return {"lease_owner": self.owner, "lease_token_sha256": token_sha256(self.lease_token), **self.trace.columns()}
+        minted = {"lease_owner": self.owner, "lease_token_sha256": token_sha256(self.lease_token)}
+        return {**minted, **trace_params(self.trace)[0]}
 
     def new_task(self) -> dict[str, Any]:
         """The parameters of :func:`~agentlease.ledger.writes.claim_new`, its entry's among them."""
