@@ -33,6 +33,8 @@ Claimed = tuple[Claim, bool, str | None]
 _Granted = tuple[Any, str | None, bool, str | None]
 """The granted row, the previous attempt's error class, and :data:`Claimed`'s last two."""
 
+_NO_TRACE = TraceLink()  # a claim outside Temporal (frozen: shared)
+
 
 def receipt_mismatch(spec: TaskSpec, tool: str | None, arguments_sha256: str | None) -> str | None:
     """Why a receipt stored for ``spec``'s key (made by ``tool`` with those arguments) does not settle it;
@@ -159,7 +161,7 @@ async def claim(
     now: datetime | None,
 ) -> Claim:
     """``Ledger.claim``: claim ``spec`` for ``owner``, reporting the outcome to the ledger's metrics."""
-    claimer = _Claimer(spec, owner, trace or TraceLink(), heartbeat_timeout, now)
+    claimer = _Claimer(spec, owner, trace or _NO_TRACE, heartbeat_timeout, now)
     started = time.perf_counter()
     try:
         granted, superseded, superseded_stage = await _claim_once(core, claimer)
