@@ -24,6 +24,7 @@ from sqlalchemy.sql import ClauseElement
 from agentlease.errors import LedgerFileChangedError, LedgerRefusedValueError, LedgerUnavailableError, one_line
 from agentlease.ledger.compiled import execute, fetch_alone
 from agentlease.ledger.engine import (
+    PG_IDLE_SINCE,
     PG_PING_AFTER_IDLE_S,
     PG_POOL_SIZE,
     READ_ONLY_OPTION,
@@ -401,10 +402,13 @@ class AsyncEngineDatabase:
             self._waiting -= 1
 
     def _give_back(self) -> None:
-        """Return the kept connections to the pool (a transaction is about to wait for one)."""
+        """Return the kept connections to the pool (a transaction is about to wait for one), each idle since it
+        was kept: the pool pings one kept :data:`PG_PING_AFTER_IDLE_S` or more before its next use."""
         kept, self._kept = self._kept, []
-        for _idle_since, raw in kept:
+        for idle_since, raw in kept:
+            info = raw.info  # the pooled connection's own (outlives this checkout)
             raw.close()
+            info[PG_IDLE_SINCE] = idle_since
 
     async def dispose(self) -> None:
         self._give_back()

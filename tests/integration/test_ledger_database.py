@@ -20,9 +20,11 @@ import asyncio
 import functools
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
 import asyncpg
 import pytest
@@ -240,14 +242,32 @@ async def test_postgresql_kept_connection_closed_by_the_server_is_replaced(
     for module in (database, engine):  # every connection, kept or pooled, counts as idle: pinged before use
         monkeypatch.setattr(module, "PG_PING_AFTER_IDLE_S", 0.0)
     await _cycle(pg_ledger_of_one, "before")
+    assert await _end_sessions(pg_url) == 1  # the server ends the kept connection's session (a restart...)
+    await _cycle(pg_ledger_of_one, "after")  # not LedgerUnavailableError: the ping found it gone
+    assert await pg_ledger_of_one.database.read(_task_ids) == ["run/after", "run/before"]
+
+
+async def test_postgresql_kept_connection_given_back_is_pinged_as_idle_since_it_was_kept(
+    pg_ledger_of_one: Ledger, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agentlease.ledger.database as database
+
+    hour_ago = SimpleNamespace(monotonic=lambda: time.monotonic() - 3600)
+    monkeypatch.setattr(database, "time", hour_ago)  # the lease statements keep their connection an hour ago
+    await _cycle(pg_ledger_of_one, "before")
+    assert await _end_sessions(pg_url) == 1
+    # The transaction takes the kept connection back through the pool, which pings it (idle for an hour).
+    assert await pg_ledger_of_one.database.read(_task_ids) == ["run/before"]
+
+
+async def _end_sessions(pg_url: str) -> int:
+    """End every other session on the database of ``pg_url`` (as a restart would); how many."""
     admin = await asyncpg.connect(_asyncpg_dsn(pg_url))
-    try:  # the server ends the ledger's session (a restart, an administrator) while its connection is kept
-        ended = await admin.fetchval(
+    try:
+        ended: int = await admin.fetchval(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
     finally:
         await admin.close()
-    assert ended == 1
-    await _cycle(pg_ledger_of_one, "after")  # not LedgerUnavailableError: the ping found it gone
-    assert await pg_ledger_of_one.database.read(_task_ids) == ["run/after", "run/before"]
+    return ended
