@@ -19,7 +19,7 @@ from agentlease.ledger.approvals import approval_refusal, approval_remaining, co
 from agentlease.ledger.compiled import execute
 from agentlease.ledger.core import LedgerCore, stored_receipt, task_values
 from agentlease.ledger.outages import check_claim_clock
-from agentlease.ledger.rendering import event_params
+from agentlease.ledger.rendering import event_params, trace_params
 from agentlease.ledger.statements import token_sha256
 from agentlease.ledger.writes import expired_entry
 from agentlease.records import Claim, TaskSpec, TraceLink
@@ -32,6 +32,8 @@ Claimed = tuple[Claim, bool, str | None]
 
 _Granted = tuple[Any, str | None, bool, str | None]
 """The granted row, the previous attempt's error class, and :data:`Claimed`'s last two."""
+
+_NO_TRACE = TraceLink()  # a claim outside Temporal (frozen: shared)
 
 
 def receipt_mismatch(spec: TaskSpec, tool: str | None, arguments_sha256: str | None) -> str | None:
@@ -70,7 +72,8 @@ class _Claimer:
         return {"key_task_id": self.spec.task_id, **now_param(self.now)}
 
     def _minted(self) -> dict[str, Any]:
-        return {"lease_owner": self.owner, "lease_token_sha256": token_sha256(self.lease_token), **self.trace.columns()}
+        minted = {"lease_owner": self.owner, "lease_token_sha256": token_sha256(self.lease_token)}
+        return {**minted, **trace_params(self.trace)[0]}
 
     def new_task(self) -> dict[str, Any]:
         """The parameters of :func:`~agentlease.ledger.writes.claim_new`, its entry's among them."""
@@ -158,7 +161,7 @@ async def claim(
     now: datetime | None,
 ) -> Claim:
     """``Ledger.claim``: claim ``spec`` for ``owner``, reporting the outcome to the ledger's metrics."""
-    claimer = _Claimer(spec, owner, trace or TraceLink(), heartbeat_timeout, now)
+    claimer = _Claimer(spec, owner, trace or _NO_TRACE, heartbeat_timeout, now)
     started = time.perf_counter()
     try:
         granted, superseded, superseded_stage = await _claim_once(core, claimer)

@@ -15,7 +15,7 @@ from sqlalchemy.sql import ClauseElement
 from agentlease.ledger.engine import asyncpg_errors
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.pool import PoolProxiedConnection
 
 _Processor = Callable[[Any], Any] | None
 
@@ -138,28 +138,24 @@ def execute(conn: Connection, statement: ClauseElement, params: Mapping[str, Any
     return list(result) if compiled.has_results else []
 
 
-async def fetch_alone(engine: AsyncEngine, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-    """Run a prebuilt ``statement`` alone on a pooled connection of the PostgreSQL ``engine``, straight to
+async def fetch_alone(
+    raw: PoolProxiedConnection, dialect: Dialect, statement: ClauseElement, params: Mapping[str, Any]
+) -> list[Any]:
+    """Run a prebuilt ``statement`` alone on ``raw``, a checked-out connection of a PostgreSQL pool, straight to
     asyncpg's ``fetch`` (autocommit, no greenlet). A connection whose statement failed other than by the
-    server's answer is invalidated, never reused.
+    server's answer is invalidated (closed at once, never reused); the caller gives ``raw`` back either way.
 
     Raises:
         DBAPIError: the driver's error, wrapped (as :func:`execute` does).
     """
-    compiled = _compiled(statement, engine.dialect)
+    compiled = _compiled(statement, dialect)
     args = compiled.args(params)
-    raw = await engine.raw_connection()
     try:
-        driver: Any = raw.driver_connection
-        rows = await driver.fetch(compiled.sql, *args)
+        rows = await raw.driver_connection.fetch(compiled.sql, *args)  # type: ignore[union-attr]
     except BaseException as exc:
-        if isinstance(exc, asyncpg_errors("PostgresError")):  # the server answered: the connection is fine
-            raw.close()
-        else:
-            raw.invalidate(exc if isinstance(exc, Exception) else None)  # closed at once, outside any greenlet
-            raw.close()
+        if not isinstance(exc, asyncpg_errors("PostgresError")):  # the server did not answer: the connection is gone
+            raw.invalidate(exc if isinstance(exc, Exception) else None)
         if isinstance(exc, Exception):
             raise DBAPIError.instance(compiled.sql, args, exc, Exception) from exc
         raise
-    raw.close()
     return compiled.rows(rows)

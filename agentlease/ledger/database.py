@@ -24,6 +24,8 @@ from sqlalchemy.sql import ClauseElement
 from agentlease.errors import LedgerFileChangedError, LedgerRefusedValueError, LedgerUnavailableError, one_line
 from agentlease.ledger.compiled import execute, fetch_alone
 from agentlease.ledger.engine import (
+    PG_IDLE_SINCE,
+    PG_PING_AFTER_IDLE_S,
     PG_POOL_SIZE,
     READ_ONLY_OPTION,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -38,6 +40,7 @@ from agentlease.ledger.engine import (
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.pool import PoolProxiedConnection
 
 T = TypeVar("T")
 
@@ -323,7 +326,9 @@ class SQLiteThreadDatabase:
 
 
 class AsyncEngineDatabase:
-    """The PostgreSQL ledger's database: each transaction runs via ``run_sync``.
+    """The PostgreSQL ledger's database: each transaction runs via ``run_sync``; a lease statement alone goes
+    straight to asyncpg on a pooled connection that it keeps checked out for the next one while no caller
+    waits for the pool (within the pool's size; one idle :data:`PG_PING_AFTER_IDLE_S` or more is pinged first).
 
     Args:
         engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.
@@ -335,25 +340,76 @@ class AsyncEngineDatabase:
         self._autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.dialect = engine.dialect.name
         self.url = engine.url.set(drivername=engine.url.get_backend_name()).render_as_string(hide_password=True)
+        self._kept: list[tuple[float, PoolProxiedConnection]] = []  # (idle since, connection), newest last
+        self._waiting = 0  # callers waiting for the pool: a finished lease statement gives its connection back
 
     async def write(self, transaction: Transaction[T]) -> T:
-        with unavailable_as_error(self.url):
-            async with self._engine.begin() as conn:
-                return await conn.run_sync(transaction)
+        return await self._transaction(self._engine.begin, transaction)
 
     async def read(self, transaction: Transaction[T]) -> T:
-        with unavailable_as_error(self.url):
-            async with self._read_engine.begin() as conn:
-                return await conn.run_sync(transaction)
+        return await self._transaction(self._read_engine.begin, transaction)
 
     async def write_one(self, transaction: Transaction[T]) -> T:
+        return await self._transaction(self._autocommit_engine.connect, transaction)
+
+    async def _transaction(self, begin: Callable[[], Any], transaction: Transaction[T]) -> T:
+        self._give_back()
         with unavailable_as_error(self.url):
-            async with self._autocommit_engine.connect() as conn:
-                return await conn.run_sync(transaction)
+            self._waiting += 1
+            waiting = True
+            try:
+                async with begin() as conn:
+                    self._waiting -= 1
+                    waiting = False
+                    return await conn.run_sync(transaction)
+            finally:
+                if waiting:
+                    self._waiting -= 1
 
     async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
         with unavailable_as_error(self.url):
-            return await fetch_alone(self._engine, statement, params)
+            raw = await self._connection()
+            try:
+                rows = await fetch_alone(raw, self._engine.dialect, statement, params)
+            except BaseException:
+                raw.close()  # back to the pool, which discards it if it was invalidated
+                raise
+            if self._waiting:
+                raw.close()
+            else:
+                self._kept.append((time.monotonic(), raw))
+            return rows
+
+    async def _connection(self) -> PoolProxiedConnection:
+        """A kept connection (pinged if idle :data:`PG_PING_AFTER_IDLE_S` or more), else one from the pool."""
+        while self._kept:
+            idle_since, raw = self._kept.pop()
+            if time.monotonic() - idle_since < PG_PING_AFTER_IDLE_S:
+                return raw
+            try:
+                await raw.driver_connection.fetchrow(";")  # type: ignore[union-attr]  # the dialect's ping
+            except BaseException as exc:  # gone (a restart, a network cut): replaced, as the pool does
+                raw.invalidate(exc if isinstance(exc, Exception) else None)
+                raw.close()
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            return raw
+        self._waiting += 1
+        try:
+            return await self._engine.raw_connection()
+        finally:
+            self._waiting -= 1
+
+    def _give_back(self) -> None:
+        """Return the kept connections to the pool (a transaction is about to wait for one), each idle since it
+        was kept: the pool pings one kept :data:`PG_PING_AFTER_IDLE_S` or more before its next use."""
+        kept, self._kept = self._kept, []
+        for idle_since, raw in kept:
+            info = raw.info  # the pooled connection's own (outlives this checkout)
+            raw.close()
+            info[PG_IDLE_SINCE] = idle_since
 
     async def dispose(self) -> None:
+        self._give_back()
         await self._engine.dispose()

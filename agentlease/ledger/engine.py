@@ -259,6 +259,9 @@ PG_PING_AFTER_IDLE_S = 10.0
 PG_POOL_TIMEOUT_S = 30.0
 """How long a ledger transaction waits for a free pooled connection. Default 30s."""
 
+PG_IDLE_SINCE = "agentlease_idle_since"
+"""Key of a pooled connection's ``info``: when it last went idle (``time.monotonic()``), set on checkin."""
+
 
 def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> AsyncEngine:
     """Create the async engine of a PostgreSQL ledger: no overflow (a burst waits up to :data:`PG_POOL_TIMEOUT_S`),
@@ -292,11 +295,11 @@ def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> Async
 
     @event.listens_for(sync_engine, "checkin")
     def _on_checkin(_dbapi_connection: Any, record: Any) -> None:
-        record.info["agentlease_idle_since"] = time.monotonic()
+        record.info[PG_IDLE_SINCE] = time.monotonic()
 
     @event.listens_for(sync_engine, "checkout")
     def _on_checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        idle_since = record.info.get("agentlease_idle_since")
+        idle_since = record.info.get(PG_IDLE_SINCE)
         if idle_since is None or time.monotonic() - idle_since < PG_PING_AFTER_IDLE_S:
             return
         try:

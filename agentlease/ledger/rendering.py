@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -246,5 +247,12 @@ def json_with(dialect: str, base: ColumnElement[Any], **fields: ColumnElement[An
 
 def event_params(reason: str, details: dict[str, Any] | None, trace: TraceLink) -> dict[str, Any]:
     """The bound parameters of the entry a lease write makes: its reason, details and trace."""
-    columns = {f"event_{name}": value for name, value in trace.columns().items()}
-    return {"event_reason": reason, "event_details": details, **columns}
+    return {"event_reason": reason, "event_details": details, **trace_params(trace)[1]}
+
+
+@functools.lru_cache(maxsize=1024)
+def trace_params(trace: TraceLink) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """The ``trace_*`` columns of ``trace`` as a row's parameters, and as its entry's (``event_trace_*``): made
+    once per attempt's trace for its claim, renewals and settle (shared: read, never change them)."""
+    columns = trace.columns()
+    return columns, {f"event_{name}": value for name, value in columns.items()}

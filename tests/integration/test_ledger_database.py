@@ -8,7 +8,10 @@
 - transactions queued behind another process's write lock wait one busy timeout in all, queue
   included, not one each;
 - a disposed database opens its connections again on the next transaction;
-- workers starting together on a fresh PostgreSQL database migrate it one after the other.
+- workers starting together on a fresh PostgreSQL database migrate it one after the other;
+- on PostgreSQL, lease statements keep their pooled connection for the next one (one checkout for many
+  cycles), give it back to a transaction or statement that waits for the pool (a pool of one serves
+  both), and ping a kept connection idle past the threshold, replacing it when the server closed it.
 """
 
 from __future__ import annotations
@@ -17,19 +20,26 @@ import asyncio
 import functools
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
+import asyncpg
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
+from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import LedgerUnavailableError
 from agentlease.ledger.database import open_database
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import TASKS
+from agentlease.records import SettlementReceipt, TaskSpec
+from tests.conftest import MigratedTemplate, _asyncpg_dsn
 from tests.eventually import assert_eventually
 
 
@@ -175,3 +185,89 @@ async def test_disposed_database_opens_again(ledger: Ledger) -> None:
     await ledger.close()
     await ledger.close()  # twice is harmless
     assert await ledger.database.read(_task_ids) == ["one"]
+
+
+@pytest.fixture
+async def pg_ledger_of_one(pg_url: str, pg_template: MigratedTemplate) -> AsyncIterator[Ledger]:
+    """A migrated PostgreSQL ledger whose pool holds ONE connection."""
+    await pg_template.copy_to(pg_url)
+    ledger = Ledger.from_url(pg_url, pool_size=1)
+    try:
+        yield ledger
+    finally:
+        await ledger.close()
+
+
+async def _cycle(ledger: Ledger, step: str) -> None:
+    """Claim a new task, renew it into ``external_call``, settle it: three one-statement lease writes."""
+    spec = TaskSpec(
+        task_id=f"run/{step}",
+        agent_run_id="run",
+        step_id=step,
+        tool="probe",
+        side_effect_class=SideEffectClass.IDEMPOTENT,
+        idempotency_key=f"run:{step}",
+        lease_ttl=timedelta(seconds=30),
+    )
+    claim = await ledger.claim(spec, "worker")
+    await ledger.renew(claim, reason="calling the external system", stage=Stage.EXTERNAL_CALL)
+    receipt = SettlementReceipt(external_system="x", external_id=step, status="done", verified_at=datetime.now(UTC))
+    await ledger.settle(claim, receipt)
+
+
+async def test_postgresql_lease_statements_keep_their_connection(pg_ledger_of_one: Ledger) -> None:
+    checkouts: list[int] = []
+    engine = pg_ledger_of_one.database._engine.sync_engine  # type: ignore[attr-defined]
+    event.listen(engine.pool, "checkout", lambda *_args: checkouts.append(1))
+    for step in ("a", "b", "c"):
+        await _cycle(pg_ledger_of_one, step)
+    assert len(checkouts) == 1  # nine lease statements, one pool checkout
+    assert await pg_ledger_of_one.database.read(_task_ids) == ["run/a", "run/b", "run/c"]  # a transaction too
+
+
+async def test_postgresql_pool_of_one_serves_statements_and_transactions_together(pg_ledger_of_one: Ledger) -> None:
+    """Callers waiting for the pool get the connection a lease statement kept (nobody waits for the pool timeout)."""
+    steps = [f"s{i}" for i in range(6)]
+    reads = [pg_ledger_of_one.database.read(_task_ids) for _ in range(6)]
+    await asyncio.gather(*(_cycle(pg_ledger_of_one, step) for step in steps), *reads)
+    assert await pg_ledger_of_one.database.read(_task_ids) == sorted(f"run/{step}" for step in steps)
+
+
+async def test_postgresql_kept_connection_closed_by_the_server_is_replaced(
+    pg_ledger_of_one: Ledger, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agentlease.ledger.database as database
+    import agentlease.ledger.engine as engine
+
+    for module in (database, engine):  # every connection, kept or pooled, counts as idle: pinged before use
+        monkeypatch.setattr(module, "PG_PING_AFTER_IDLE_S", 0.0)
+    await _cycle(pg_ledger_of_one, "before")
+    assert await _end_sessions(pg_url) == 1  # the server ends the kept connection's session (a restart...)
+    await _cycle(pg_ledger_of_one, "after")  # not LedgerUnavailableError: the ping found it gone
+    assert await pg_ledger_of_one.database.read(_task_ids) == ["run/after", "run/before"]
+
+
+async def test_postgresql_kept_connection_given_back_is_pinged_as_idle_since_it_was_kept(
+    pg_ledger_of_one: Ledger, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agentlease.ledger.database as database
+
+    hour_ago = SimpleNamespace(monotonic=lambda: time.monotonic() - 3600)
+    monkeypatch.setattr(database, "time", hour_ago)  # the lease statements keep their connection an hour ago
+    await _cycle(pg_ledger_of_one, "before")
+    assert await _end_sessions(pg_url) == 1
+    # The transaction takes the kept connection back through the pool, which pings it (idle for an hour).
+    assert await pg_ledger_of_one.database.read(_task_ids) == ["run/before"]
+
+
+async def _end_sessions(pg_url: str) -> int:
+    """End every other session on the database of ``pg_url`` (as a restart would); how many."""
+    admin = await asyncpg.connect(_asyncpg_dsn(pg_url))
+    try:
+        ended: int = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await admin.close()
+    return ended
