@@ -3,6 +3,7 @@
 ::
 
     python -m bench.recovery --faults 5 --runs-per-fault 3 --ttl 2 --ttl 10
+    python -m bench.recovery --agent openai --ttl 5   # or --agent pydantic: the call inside an agent run
 
 For each mode (``kill``: SIGKILL, ``pause``: SIGSTOP until the task settled elsewhere, then
 SIGCONT) and each lease TTL, it runs ``--faults`` rounds. A round starts two ``agentlease worker``
@@ -16,7 +17,8 @@ and measures, for each task that worker held, from the ledger's evidence trail:
 - ``run end``: the run's close time (Temporal's clock, same host) minus the fault;
 - ``attempt``: the Temporal attempt that settled.
 
-It prints p50 / p95 / max per mode and TTL. The ledger is a scratch PostgreSQL database on
+It prints p50 / p95 / max per mode and TTL, then each run's takeover and how many are within the aim, the
+TTL + 3 s (``docs/ttl.md``, "How soon another worker takes over"). The ledger is a scratch PostgreSQL database on
 ``--pg-url`` (default ``AGENTLEASE_TEST_PG_URL``, else the local server), or ``--sqlite``;
 Temporal is a dev server of its own (``--dynamic-config KEY=VALUE`` to try server settings);
 ``--worker-env KEY=VALUE`` sets worker settings (``AGENTLEASE_STICKY_SCHEDULE_TO_START``...).
@@ -58,6 +60,15 @@ from tests.eventually import assert_eventually
 
 MODES = ("kill", "pause")
 STEP = "hold"
+AGENTS = ("plan", "openai", "pydantic")
+"""What calls the holding tool: an ``AgentRunWorkflow`` plan, or an agent on the OpenAI Agents SDK or Pydantic AI."""
+AGENT_WORKERS = {
+    "openai": ("agentlease.demo.agents.openai_agent", "bench.recovery_openai"),
+    "pydantic": ("agentlease.demo.agents.pydantic_ai_agent", "bench.recovery_pydantic"),
+}
+"""Per agent: the example's worker module that serves it, and the benchmark's workflow module it loads."""
+TAKEOVER_SLACK_S = 3
+"""The aim: every takeover, after a kill or a pause, within the lease TTL plus this many seconds."""
 PG_ADMIN_URL = os.environ.get("AGENTLEASE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
@@ -75,6 +86,7 @@ class Sample:
 class Cell:
     mode: str
     ttl: int
+    agent: str = "plan"
     samples: list[Sample] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
@@ -90,9 +102,11 @@ def _last(events: list[LeaseEvent], kind: EventKind, generation: int) -> LeaseEv
 class Round:
     """Two workers, some held runs, one fault."""
 
-    def __init__(self, client: Client, ledger: Ledger, fleet: Fleet, work: Path, mode: str, ttl: int, runs: int):
+    def __init__(
+        self, client: Client, ledger: Ledger, fleet: Fleet, work: Path, mode: str, ttl: int, runs: int, agent: str
+    ):
         self.client, self.ledger, self.fleet, self.work = client, ledger, fleet, work
-        self.mode, self.ttl = mode, ttl
+        self.mode, self.ttl, self.agent = mode, ttl, agent
         name = f"{mode}-{ttl}s-{uuid.uuid4().hex[:8]}"
         self.queue = f"recovery-{name}"
         self.runs = [f"{name}-{i}" for i in range(runs)]
@@ -105,7 +119,7 @@ class Round:
         """Run id -> the worker identity holding generation 1, once every run holds."""
         found: dict[str, str] = {}
         for run_id in self.runs:
-            events = await self.ledger.events(f"{run_id}/{STEP}")
+            events = await self.ledger.events(agent_run_id=run_id)
             held = [
                 e for e in events if e.kind is EventKind.RENEWED and e.reason == HOLDING and e.claim_generation == 1
             ]
@@ -114,23 +128,9 @@ class Round:
         return found
 
     async def run(self) -> list[Sample]:
-        self.workers = [self.fleet.start(self.queue, f"{self.queue}-{side}") for side in ("a", "b")]
+        self.workers = [self._start_worker(f"{self.queue}-{side}") for side in ("a", "b")]
         await asyncio.gather(*(wait_polling(self.client, self.queue, w, timeout=90) for w in self.workers))
-        handles = {}
-        for run_id in self.runs:
-            plan = AgentRunPlan(
-                agent_run_id=run_id,
-                steps=[
-                    PlanStep(
-                        step_id=STEP,
-                        tool=TOOL_OF_TTL[self.ttl],
-                        arguments={"release_file": str(self.release_file(run_id))},
-                    )
-                ],
-            )
-            handles[run_id] = await self.client.start_workflow(
-                AgentRunWorkflow.run, plan, id=run_id, task_queue=self.queue
-            )
+        handles = {run_id: await self._start_run(run_id) for run_id in self.runs}
         holders = await assert_eventually(self.holders, timeout=90, interval=0.25, message="every run holds")
         victim = max(self.workers, key=lambda w: sum(owner == w.identity for owner in holders.values()))
         victims = [run_id for run_id, owner in holders.items() if owner == victim.identity]
@@ -145,11 +145,38 @@ class Round:
                 await asyncio.to_thread(worker.stop)
         return list(results)
 
+    def _start_worker(self, identity: str) -> Worker:
+        if self.agent == "plan":
+            return self.fleet.start(self.queue, identity)
+        program, workflows = AGENT_WORKERS[self.agent]
+        env = {"AGENTLEASE_TOOL_MODULES": "bench.recovery_tools", "AGENTLEASE_WORKFLOW_MODULES": workflows}
+        return self.fleet.start(self.queue, identity, env=env, program=Path(sys.executable), args=("-m", program))
+
+    async def _start_run(self, run_id: str) -> Any:
+        """Start one run whose one call is the holding tool of the round's TTL."""
+        tool, arguments = TOOL_OF_TTL[self.ttl], {"release_file": str(self.release_file(run_id))}
+        if self.agent == "openai":
+            from agentlease.demo.agents import scripted_prompt
+            from agentlease.demo.agents.openai_agent import AgentRequest
+
+            prompt = scripted_prompt(f"hold {run_id}", [{"tool": tool, "arguments": arguments}])
+            return await self.client.start_workflow(
+                "RecoveryOpenAIAgent", AgentRequest(prompt=prompt), id=run_id, task_queue=self.queue
+            )
+        if self.agent == "pydantic":
+            from tests.integration.pydantic_ai_agents import prompt_for
+
+            prompt = prompt_for([(tool, arguments)])
+            return await self.client.start_workflow("RecoveryPydanticAgent", prompt, id=run_id, task_queue=self.queue)
+        plan = AgentRunPlan(agent_run_id=run_id, steps=[PlanStep(step_id=STEP, tool=tool, arguments=arguments)])
+        return await self.client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=self.queue)
+
     async def _measure(self, handle: Any, run_id: str, fault_at: datetime) -> Sample:
         await asyncio.wait_for(handle.result(), timeout=30 * self.ttl + 120)
         closed = (await handle.describe()).close_time
-        events = await self.ledger.events(f"{run_id}/{STEP}")
-        record = await self.ledger.get_task(f"{run_id}/{STEP}")
+        [task_id] = {e.task_id for e in await self.ledger.events(agent_run_id=run_id)}
+        events = await self.ledger.events(task_id)
+        record = await self.ledger.get_task(task_id)
         assert record.status is TaskStatus.SETTLED and record.claim_generation >= 2, record
         claim = _last(events, EventKind.CLAIMED, record.claim_generation)
         renewed = _last(events, EventKind.RENEWED, 1)
@@ -172,7 +199,7 @@ def _quantiles(values: list[float]) -> tuple[float, float, float]:
 
 def report(cells: list[Cell], opts: argparse.Namespace, out: Any) -> None:
     print(
-        f"\nrecovery after a fault: 2 workers, {opts.runs_per_fault} held runs per fault, "
+        f"\nrecovery after a fault: {opts.agent} runs, 2 workers, {opts.runs_per_fault} held runs per fault, "
         f"ledger {'SQLite' if opts.sqlite else 'PostgreSQL'}",
         file=out,
     )
@@ -201,10 +228,14 @@ def report(cells: list[Cell], opts: argparse.Namespace, out: Any) -> None:
             print(f"       {len(cell.failures)} failed round(s): {'; '.join(cell.failures)[:300]}", file=out)
     for cell in cells:
         if cell.samples:
-            aim = cell.ttl + 1 if cell.mode == "kill" else 2 * cell.ttl + 1
-            p95 = _quantiles([s.takeover_s for s in cell.samples])[1]
-            verdict = "meets" if p95 <= aim else "misses"
-            print(f"{cell.mode} TTL {cell.ttl}s: takeover p95 {p95:.1f}s {verdict} the aim of {aim}s", file=out)
+            aim = cell.ttl + TAKEOVER_SLACK_S
+            runs = " ".join(f"{s.takeover_s:.1f}" for s in cell.samples)
+            within = sum(s.takeover_s <= aim for s in cell.samples)
+            print(
+                f"{cell.mode} TTL {cell.ttl}s: takeover per run {runs} s; {within} of {len(cell.samples)} within "
+                f"TTL + {TAKEOVER_SLACK_S}s ({aim}s)",
+                file=out,
+            )
 
 
 @asynccontextmanager
@@ -232,10 +263,10 @@ async def bench(opts: argparse.Namespace) -> list[Cell]:
         env = dict(item.split("=", 1) for item in opts.worker_env)
         fleet = Fleet(temporal.address, url, Cli(cwd=work, data_dir=work / "data"), "bench.recovery_tools", env)
         stack.push_async_callback(fleet.stop_all)
-        cells = [Cell(mode, ttl) for mode in opts.mode for ttl in opts.ttl]
+        cells = [Cell(mode, ttl, opts.agent) for mode in opts.mode for ttl in opts.ttl]
         for cell in cells:
             for index in range(opts.faults):
-                one = Round(client, ledger, fleet, work, cell.mode, cell.ttl, opts.runs_per_fault)
+                one = Round(client, ledger, fleet, work, cell.mode, cell.ttl, opts.runs_per_fault, cell.agent)
                 try:
                     cell.samples.extend(await one.run())
                 except Exception as exc:  # noqa: BLE001 - a failed round is reported, the others still run
@@ -250,6 +281,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs-per-fault", type=int, default=3, help="held runs per fault (default 3)")
     parser.add_argument("--ttl", type=int, action="append", choices=sorted(TOOL_OF_TTL), help="lease TTL, s")
     parser.add_argument("--mode", action="append", choices=MODES, help="kill and/or pause (default both)")
+    parser.add_argument("--agent", choices=AGENTS, default="plan", help="what calls the tool (default plan)")
     parser.add_argument("--sqlite", action="store_true", help="a SQLite ledger instead of PostgreSQL")
     parser.add_argument("--pg-url", default=PG_ADMIN_URL, help="PostgreSQL server for the scratch ledger")
     parser.add_argument("--dynamic-config", action="append", default=[], metavar="KEY=VALUE")

@@ -50,11 +50,17 @@ async def recovery_hold_2s(ctx: LeaseContext, args: HoldArgs) -> ToolResult:
     return await _hold_then_settle(ctx, args)
 
 
+@tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=5), start_to_close=_START_TO_CLOSE)
+async def recovery_hold_5s(ctx: LeaseContext, args: HoldArgs) -> ToolResult:
+    """Holds a 5 s lease until the fault."""
+    return await _hold_then_settle(ctx, args)
+
+
 @tool(side_effect=SideEffectClass.IDEMPOTENT, lease_ttl=timedelta(seconds=10), start_to_close=_START_TO_CLOSE)
 async def recovery_hold_10s(ctx: LeaseContext, args: HoldArgs) -> ToolResult:
     """Holds a 10 s lease until the fault."""
     return await _hold_then_settle(ctx, args)
 
 
-TOOL_OF_TTL = {2: "recovery_hold_2s", 10: "recovery_hold_10s"}
+TOOL_OF_TTL = {2: "recovery_hold_2s", 5: "recovery_hold_5s", 10: "recovery_hold_10s"}
 """The benchmark's tool for each lease TTL (seconds)."""

@@ -23,6 +23,21 @@ LEDGER_RETRY_MAXIMUM = timedelta(seconds=10)
 MIN_RETRY_DELAY = timedelta(milliseconds=20)
 """Smallest ``next_retry_delay`` asked of Temporal."""
 
+MIN_HEARTBEAT_TIMEOUT = timedelta(seconds=2)
+"""Shortest heartbeat timeout a tool call is scheduled with (unless its lease TTL is shorter). Default 2 s."""
+
+
+def heartbeat_timeout_for(lease_ttl: timedelta) -> timedelta:
+    """Temporal's heartbeat timeout of a call leased for ``lease_ttl``: a third of it, rounded to the millisecond,
+    at least :data:`MIN_HEARTBEAT_TIMEOUT` and at most ``lease_ttl`` (10 s -> 3.333 s, 5 s -> 2 s, 2 s -> 2 s).
+
+    Temporal gives up on a stopped worker's attempt after this timeout, so that an attempt it then hands to another
+    stopped worker's open poll times out too before the lease lapses; the attempt heartbeats every third of it,
+    and the lease keeps its TTL (``docs/ttl.md``, "How soon another worker takes over").
+    """
+    third = timedelta(milliseconds=round(lease_ttl / timedelta(milliseconds=1) / 3))
+    return min(lease_ttl, max(third, MIN_HEARTBEAT_TIMEOUT))
+
 
 def failure_retry_delay(real_attempts: int) -> timedelta:
     """``next_retry_delay`` after a retryable failure: 1 s, 2 s, 4 s... doubling per real attempt so far (the failed
@@ -46,7 +61,9 @@ __all__ = [
     "LEDGER_RETRY_MAXIMUM",
     "LOST_ATTEMPT_RETRY_INITIAL",
     "LOST_ATTEMPT_RETRY_MAXIMUM",
+    "MIN_HEARTBEAT_TIMEOUT",
     "MIN_RETRY_DELAY",
     "failure_retry_delay",
+    "heartbeat_timeout_for",
     "ledger_retry_delay",
 ]

@@ -21,6 +21,7 @@ from agentlease.records import (
     step_id_from,
     task_id_for,
 )
+from agentlease.recovery.retries import heartbeat_timeout_for
 
 if TYPE_CHECKING:
     from agentlease.ledger.store import Ledger
@@ -100,11 +101,13 @@ async def _approved(ledger: Ledger, task_id: str) -> bool:
 
 
 def ttl_refusal(heartbeat_timeout: timedelta | None, lease_ttl: timedelta) -> str | None:
-    """Why an attempt scheduled with ``heartbeat_timeout`` may not hold a lease of ``lease_ttl``."""
-    if heartbeat_timeout is not None and heartbeat_timeout != lease_ttl:
+    """Why an attempt scheduled with ``heartbeat_timeout`` may not hold a lease of ``lease_ttl``: it must be the
+    TTL itself or the one :func:`~agentlease.recovery.retries.heartbeat_timeout_for` makes of it."""
+    scheduled = heartbeat_timeout_for(lease_ttl)
+    if heartbeat_timeout is not None and heartbeat_timeout not in (lease_ttl, scheduled):
         return (
             f"it was scheduled with a heartbeat timeout of {heartbeat_timeout.total_seconds():g}s, "
-            f"not the tool's lease TTL of {lease_ttl.total_seconds():g}s"
+            f"not {scheduled.total_seconds():g}s for the tool's lease TTL of {lease_ttl.total_seconds():g}s"
         )
     return None
 

@@ -68,12 +68,59 @@ def heartbeat_timeout_of(pending: Any) -> timedelta | None:
     return pending.activity_options.heartbeat_timeout.ToTimedelta()
 
 
-async def attempt_heartbeat_timeout(info: activity.Info) -> timedelta:
-    """The heartbeat timeout Temporal applies to this attempt (a later one reads the run's description)."""
+def followed_timeout(found: timedelta | None, scheduled: timedelta | None, lease_ttl: timedelta) -> timedelta:
+    """The heartbeat timeout the lease follows: its own TTL while Temporal applies the timeout the call was
+    scheduled with (``found`` is ``scheduled``, or unknown), else the timeout an operator set instead (the lease
+    follows it while it is shorter than the TTL: ``docs/ttl.md``)."""
+    return lease_ttl if found is None or found == scheduled else found
+
+
+async def attempt_heartbeat_timeout(info: activity.Info, lease_ttl: timedelta) -> timedelta:
+    """The heartbeat timeout this attempt's lease follows (:func:`followed_timeout`; an attempt after the first
+    reads the one Temporal applies from the run's description)."""
     assert info.heartbeat_timeout is not None
     if info.attempt <= 1 and not info.heartbeat_details:
-        return info.heartbeat_timeout
-    return heartbeat_timeout_of(await pending_activity(info)) or info.heartbeat_timeout
+        return lease_ttl
+    found = heartbeat_timeout_of(await pending_activity(info))
+    return followed_timeout(found, info.heartbeat_timeout, lease_ttl)
+
+
+class Liveness:
+    """Heartbeats Temporal every third of an attempt's heartbeat timeout while the attempt runs (claiming, waiting
+    for a held lease, in the tool, settling), when that timeout is shorter than the lease TTL
+    (:func:`~agentlease.recovery.retries.heartbeat_timeout_for`): Temporal then gives up on a stopped worker within
+    that timeout, while a working attempt keeps it between its renewals, which only the lease TTL bounds. Each beat
+    sends the latest details again: the attempt's own once it has some, else those the attempt before it left
+    (``docs/ttl.md``, "How soon another worker takes over")."""
+
+    def __init__(self, lease_ttl: timedelta) -> None:
+        info = activity.info() if activity.in_activity() else None
+        scheduled = None if info is None else info.heartbeat_timeout
+        self.active = scheduled is not None and timedelta(0) < scheduled < lease_ttl
+        """Whether the attempt heartbeats on its own (and so may wait for a held lease)."""
+        self._scheduled = scheduled or lease_ttl
+        self._inherited = () if info is None else tuple(info.heartbeat_details)
+        self.context: LeaseContext | None = None
+        """The attempt's lease context once it claimed: its heartbeat details and the timeout it last read."""
+        self._beating: asyncio.Task[None] | None = None
+
+    def __enter__(self) -> Liveness:
+        if self.active:
+            self._beating = asyncio.ensure_future(self._beat())
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._beating is not None:
+            self._beating.cancel()
+
+    async def _beat(self) -> None:
+        while True:
+            timeout = self._scheduled
+            if self.context is not None:
+                timeout = min(timeout, self.context.heartbeat_timeout)
+            await asyncio.sleep(timeout.total_seconds() / 3)
+            sent = None if self.context is None else self.context.heartbeat_details
+            activity.heartbeat(*((sent,) if sent is not None else self._inherited))
 
 
 class LeaseHeartbeat(BaseModel):
@@ -138,7 +185,10 @@ class LeaseContext:
         self._progress_next: tuple[Stage | None, str] | None = None  # the stage and reason not sent yet
         self._progress_sender: asyncio.Task[None] | None = None
         self.heartbeat_timeout = heartbeat_timeout or claim.lease_ttl
-        """Temporal's heartbeat timeout for this attempt, as last read (the claim recorded it when it differed)."""
+        """The heartbeat timeout the lease follows (:func:`followed_timeout`), as last read: the lease TTL unless an
+        operator changed Temporal's (the claim recorded it when it differed)."""
+        self.heartbeat_details: dict[str, Any] | None = None
+        """The details of this attempt's last heartbeat (a :class:`LeaseHeartbeat`), sent again by its liveness."""
         self._timeout_check: asyncio.Task[timedelta | None] | None = None
         self._next_timeout_check = time.monotonic() + HEARTBEAT_CHECK_INTERVAL.total_seconds()
         self._tell_run(None, "claimed")
@@ -259,7 +309,8 @@ class LeaseContext:
         info = activity.info()
 
         async def read() -> timedelta | None:
-            return heartbeat_timeout_of(await pending_activity(info))
+            found = heartbeat_timeout_of(await pending_activity(info))
+            return None if found is None else followed_timeout(found, info.heartbeat_timeout, self.claim.lease_ttl)
 
         self._timeout_check = asyncio.ensure_future(read())
         wait = min(DESCRIBE_WAIT, min(self.heartbeat_timeout, self.claim.lease_ttl) / 10)
@@ -312,7 +363,8 @@ class LeaseContext:
         """Heartbeat to Temporal; under a heartbeat timeout shorter than the scheduled one, straight to it too."""
         if not activity.in_activity():  # unit tests of tools: nothing to heartbeat to
             return
-        activity.heartbeat(details.model_dump(mode="json"))
+        self.heartbeat_details = details.model_dump(mode="json")
+        activity.heartbeat(self.heartbeat_details)
         info = activity.info()
         if info.heartbeat_timeout is None or self.heartbeat_timeout >= info.heartbeat_timeout:
             return

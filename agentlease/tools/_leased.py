@@ -59,6 +59,7 @@ from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._binding import as_run, claimed_refusal, own_task, task_refusal, tool_refusal, ttl_refusal
 from agentlease.tools._context import (
     LeaseContext,
+    Liveness,
     attempt_heartbeat_timeout,
     heartbeat_timeout_of,
     pending_activity,
@@ -153,7 +154,8 @@ class LeasedActivities:
 
     async def execute(self, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
         """Run one attempt of a tool call under a ledger lease (``docs/overview.md``)."""
-        outcome = await self._execute(spec, call)
+        with Liveness(spec.lease_ttl) as liveness:
+            outcome = await self._execute(spec, call, liveness)
         if outcome.claim_generation > 1 and outcome.refused_writes is None:
             with contextlib.suppress(LedgerUnavailableError):  # the count only: the outcome stands
                 outcome = outcome.model_copy(
@@ -161,7 +163,7 @@ class LeasedActivities:
                 )
         return outcome
 
-    async def _execute(self, spec: ToolSpec, call: ToolCall) -> ToolOutcome:
+    async def _execute(self, spec: ToolSpec, call: ToolCall, liveness: Liveness) -> ToolOutcome:
         info = activity.info()
         if info.heartbeat_timeout is None or info.heartbeat_timeout <= timedelta(0):
             raise ApplicationError(
@@ -189,28 +191,9 @@ class LeasedActivities:
         )
         if refused is not None:
             await self._refuse_binding(task_spec, info.workflow_id, refused, trace)
-        heartbeat_timeout = await attempt_heartbeat_timeout(info)
-        claiming = asyncio.ensure_future(
-            self._ledger.claim(task_spec, self._identity, trace=trace, heartbeat_timeout=heartbeat_timeout)
-        )
+        heartbeat_timeout = await attempt_heartbeat_timeout(info, spec.lease_ttl)
         try:
-            claim = await asyncio.shield(claiming)
-        except asyncio.CancelledError:
-            # The claim may be granted all the same (on SQLite it runs to its end on the ledger
-            # thread): give it back rather than leave a lease nobody holds until its TTL lapses.
-            with contextlib.suppress(Exception):
-                given_back = await claiming
-                await self._interrupted(given_back, "while claiming")
-                self._refused_releases.discard((given_back.task_id, given_back.generation))
-            raise
-        except LeaseHeldError as exc:
-            self._metrics.duplicate_delivery(spec.name, "lease_held")
-            raise ApplicationError(
-                str(exc),
-                type=FailureType.LEASE_HELD,
-                next_retry_delay=max(exc.retry_after, MIN_RETRY_DELAY),
-                category=EXPECTED,
-            ) from None
+            claim = await self._claim(spec, task_spec, trace, heartbeat_timeout, liveness)
         except ApprovalRefusedError as exc:
             logger.warning("%s: %s; it waits to be approved", exc.task_id, exc.why)
             return await self._closed_outcome(exc)
@@ -287,6 +270,7 @@ class LeasedActivities:
             heartbeat_timeout=heartbeat_timeout,
             progress_key=call.progress_key,
         )
+        liveness.context = context
         try:
             return await self._run_tool(spec, call, claim, context)
         except BaseException as exc:
@@ -297,6 +281,37 @@ class LeasedActivities:
         finally:
             self._refused_releases.discard((claim.task_id, claim.generation))
             context.end_progress()
+
+    async def _claim(
+        self, spec: ToolSpec, task: TaskSpec, trace: TraceLink, heartbeat_timeout: timedelta, liveness: Liveness
+    ) -> Claim:
+        """Claim ``task``. A lease still held is waited for, heartbeating, when it lapses within what is left of
+        :func:`held_lease_wait` (then claimed at once, in this same attempt); else ``LeaseHeld`` goes back to
+        Temporal with the time left as its retry delay."""
+        waits_until = time.monotonic() + held_lease_wait(spec.lease_ttl, activity.info(), liveness).total_seconds()
+        while True:
+            claiming = asyncio.ensure_future(
+                self._ledger.claim(task, self._identity, trace=trace, heartbeat_timeout=heartbeat_timeout)
+            )
+            try:
+                return await asyncio.shield(claiming)
+            except asyncio.CancelledError:
+                # The claim may be granted all the same (on SQLite it runs to its end on the ledger
+                # thread): give it back rather than leave a lease nobody holds until its TTL lapses.
+                with contextlib.suppress(Exception):
+                    given_back = await claiming
+                    await self._interrupted(given_back, "while claiming")
+                    self._refused_releases.discard((given_back.task_id, given_back.generation))
+                raise
+            except LeaseHeldError as exc:
+                self._metrics.duplicate_delivery(spec.name, "lease_held")
+                wait = max(exc.retry_after, MIN_RETRY_DELAY)
+                if time.monotonic() + wait.total_seconds() > waits_until:
+                    raise ApplicationError(
+                        str(exc), type=FailureType.LEASE_HELD, next_retry_delay=wait, category=EXPECTED
+                    ) from None
+                logger.info("%s; this attempt waits for it to lapse", exc)
+                await asyncio.sleep(wait.total_seconds())
 
     async def _report_refused(self, claim: Claim, progress_key: str | None) -> None:
         """Tell the run of an attempt that lost its lease the task's count of refused writes (best effort)."""
@@ -627,6 +642,17 @@ class LeasedActivities:
         except ValueError as exc:  # refused, not cut: a person decides, as when the probe fails
             return ProbeResult.cannot_tell(f"{result.answer.value}, but {exc}", failed=True)
         return result
+
+
+def held_lease_wait(lease_ttl: timedelta, info: activity.Info, liveness: Liveness) -> timedelta:
+    """How long an attempt may wait, in all, for a lease held by another attempt to lapse: one lease TTL, at most
+    half its start-to-close timeout, and none unless it heartbeats on its own (:class:`Liveness`). A lease that
+    lapses later was renewed meanwhile: its holder is working, and Temporal's retry paces the next try."""
+    if not liveness.active:
+        return timedelta(0)
+    if info.start_to_close_timeout is None:
+        return lease_ttl
+    return min(lease_ttl, info.start_to_close_timeout / 2)
 
 
 @activity.defn(name=PROGRESS_SECRET)

@@ -459,3 +459,64 @@ async def test_worker_counts_duplicate_deliveries_and_settlement_latency(
     ]
     assert result.tasks[0].receipt == receipt
     assert [a - b for a, b in zip(after, before, strict=True)] == [1, 1]
+
+
+async def _completed_attempt(client: Client, run_id: str, tool: str) -> int:
+    """The Temporal attempt whose result the run recorded for its one call of ``tool``."""
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    scheduled = {
+        e.event_id
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+        and e.activity_task_scheduled_event_attributes.activity_type.name == tool
+    }
+    [attempt] = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+        and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
+    ]
+    return attempt
+
+
+async def test_an_attempt_that_finds_the_lease_held_waits_for_its_lapse(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """A stopped worker's lease is waited for by the attempt that finds it held, which claims once it lapses (G1)
+    in that same Temporal attempt: no retry is spent, and the ledger counts one real attempt per claim."""
+    run_id = f"held-{uuid.uuid4().hex[:8]}"
+    spec = TaskSpec(
+        task_id=task_id_for(run_id, "q"),
+        agent_run_id=run_id,
+        step_id="q",
+        tool="quick",
+        side_effect_class=SideEffectClass.READ_ONLY,
+        idempotency_key=idempotency_key_for(run_id, "q"),
+        lease_ttl=timedelta(seconds=5),
+    )
+    async with opened_ledger(settings) as ledger:
+        stopped = await ledger.claim(spec, "a-stopped-worker")
+        async with _worker(client, ledger, settings, "worker-waits"):
+            result = await client.execute_workflow(
+                AgentRunWorkflow.run, _plan(run_id, ("q", "quick", {})), id=run_id, task_queue=settings.task_queue
+            )
+        events = await ledger.events(spec.task_id)
+    assert [(t.status, t.claim_generation, t.attempts) for t in result.tasks] == [("settled", 2, 2)]
+    [claim] = [e for e in events if e.kind is EventKind.CLAIMED and e.claim_generation == 2]
+    assert claim.at >= stopped.expires_at
+    assert claim.trace.attempt == 1
+    assert await _completed_attempt(client, run_id, "quick") == 1
+
+
+async def test_a_call_quiet_past_its_heartbeat_timeout_keeps_its_attempt(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """Temporal's heartbeat timeout is a third of the lease TTL (at least 2 s): a call that goes without renewing
+    for longer than that, within its TTL, keeps its attempt, its worker heartbeating for it."""
+    run_id = f"quiet-{uuid.uuid4().hex[:8]}"
+    async with opened_ledger(settings) as ledger, _worker(client, ledger, settings, "worker-quiet"):
+        result = await client.execute_workflow(
+            AgentRunWorkflow.run, _plan(run_id, ("q", "quiet", {})), id=run_id, task_queue=settings.task_queue
+        )
+    assert [(t.status, t.claim_generation, t.attempts) for t in result.tasks] == [("settled", 1, 1)]
+    assert await _completed_attempt(client, run_id, "quiet") == 1

@@ -118,6 +118,19 @@ async def quick(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     return ToolResult(receipt=_receipt(ctx, "quick"))
 
 
+QUIET_S = 3.0
+"""How long ``quiet`` goes without renewing: past its heartbeat timeout (2 s), within its lease TTL (6 s)."""
+
+
+@tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=6))
+async def quiet(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """A slow downstream call: no renewal for longer than Temporal's heartbeat timeout, within the lease TTL."""
+    await ctx.advance(Stage.PREFLIGHT, "asking a slow downstream")
+    await asyncio.sleep(QUIET_S)
+    await ctx.advance(Stage.VERIFY, "it answered")
+    return ToolResult(receipt=_receipt(ctx, "quiet"))
+
+
 @tool(side_effect=SideEffectClass.READ_ONLY, lease_ttl=timedelta(seconds=3))
 async def gated(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     """Renews its lease with a specific reason until its gate opens, then settles."""

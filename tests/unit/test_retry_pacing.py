@@ -8,8 +8,9 @@ import pytest
 
 from agentlease.enums import ErrorClass, Interruption, SideEffectClass
 from agentlease.records import ToolInfo
-from agentlease.recovery.retries import failure_retry_delay, ledger_retry_delay
+from agentlease.recovery.retries import failure_retry_delay, heartbeat_timeout_for, ledger_retry_delay
 from agentlease.settings import AgentLeaseSettings
+from agentlease.tools._binding import ttl_refusal
 from agentlease.workflow._options import leased_activity_options
 
 
@@ -27,6 +28,17 @@ def test_the_backoff_of_a_lost_attempt_never_grows_past_a_second() -> None:
         policy = leased_activity_options(info).retry_policy
         assert policy.initial_interval <= timedelta(milliseconds=200)
         assert policy.maximum_interval is not None and policy.maximum_interval <= timedelta(seconds=1)
+
+
+@pytest.mark.parametrize(("ttl_s", "timeout_s"), [(60, 20), (10, 3.333), (6, 2), (5, 2), (2, 2), (1, 1)])
+def test_the_heartbeat_timeout_is_a_third_of_the_lease_ttl_at_least_two_seconds(ttl_s: int, timeout_s: float) -> None:
+    """Temporal gives up on a stopped worker's attempt within a third of the TTL, so that a retry a stopped worker's
+    open poll absorbs times out too before the lease lapses; never below 2 s, never above the TTL."""
+    ttl = timedelta(seconds=ttl_s)
+    assert heartbeat_timeout_for(ttl) == timedelta(seconds=timeout_s)
+    assert ttl_refusal(heartbeat_timeout_for(ttl), ttl) is None
+    assert ttl_refusal(ttl, ttl) is None  # a call scheduled before, or by hand, with the TTL itself
+    assert ttl_refusal(ttl * 2, ttl) is not None
 
 
 @pytest.mark.parametrize(("real_attempts", "delay_s"), [(1, 1), (2, 2), (3, 4), (5, 16), (6, 30), (40, 30)])

@@ -61,7 +61,7 @@ def test_declared_tool_carries_its_bounds() -> None:
     assert spec.args_model is Args
 
 
-def test_scheduling_options_use_the_lease_ttl_as_heartbeat_timeout() -> None:
+def test_scheduling_options_make_the_heartbeat_timeout_from_the_lease_ttl() -> None:
     info = ToolInfo(
         name="t",
         side_effect_class=SideEffectClass.IDEMPOTENT,
@@ -70,7 +70,7 @@ def test_scheduling_options_use_the_lease_ttl_as_heartbeat_timeout() -> None:
         max_attempts=3,
     )
     options = leased_activity_options(info)
-    assert options.heartbeat_timeout == timedelta(seconds=9)
+    assert options.heartbeat_timeout == timedelta(seconds=3)  # a third of the lease TTL
     assert options.start_to_close_timeout == timedelta(minutes=1)
     assert options.retry_policy.maximum_attempts == 0  # the ledger counts real attempts
     assert set(options.retry_policy.non_retryable_error_types or []) == {
