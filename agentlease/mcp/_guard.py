@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -32,6 +32,7 @@ from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, Stor
 from agentlease.mcp._convention import (
     EXTENSION,
     IDEMPOTENCY_KEY_META,
+    LEASE_EXPIRES_AT_META,
     REFUSAL_CODE,
     REPLAYED_META,
     LeaseMeta,
@@ -227,6 +228,13 @@ class LeaseGuard(Extension):
             lease = read_lease_meta(meta)
         except MetaError as exc:
             raise _refused(exc.refusal, str(exc), key=exc.key) from None
+        if lease.lease_expires_at is not None and lease.lease_expires_at <= (now := self._now() or datetime.now(UTC)):
+            raise _refused(
+                Refusal.LEASE_EXPIRED,
+                f"{LEASE_EXPIRES_AT_META} {lease.lease_expires_at.isoformat()} has passed (now {now.isoformat()}): "
+                "the caller's lease lapsed",
+                key=LEASE_EXPIRES_AT_META,
+            )
         if lease.idempotency_key is None:
             if self.require_key:
                 raise _refused(
