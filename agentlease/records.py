@@ -121,7 +121,8 @@ def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False)
 def action_key_fields(template: str) -> list[str]:
     """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``):
     plain ``{name}`` fields only (``docs/action-keys-and-probes.md``); ``ValueError``: a malformed template, a field
-    that is not a plain name, or no field at all."""
+    that is not a plain name, no field at all, or a NUL, control character or lone surrogate in it."""
+    limits.check_id(template, f"action key {template!r}")
     fields: list[str] = []
     try:
         parsed = list(string.Formatter().parse(template))
