@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -50,6 +50,10 @@ _STORED_STATUS = 200
 """The status a stored ``tools/call`` result carries in the shared ``idempotency_keys`` table."""
 IN_FLIGHT_RETRY_MS = 1000
 """How long a call refused ``idempotency_key_in_flight`` is told to wait before it asks again."""
+
+EXPIRY_SKEW = timedelta(seconds=2)
+"""How far a worker's clock may be behind the server's: a call whose ``lease-expires-at`` passed more than this long
+ago by the server's clock is refused ``lease_expired``."""
 
 
 def caller_from_request(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -228,7 +232,8 @@ class LeaseGuard(Extension):
             lease = read_lease_meta(meta)
         except MetaError as exc:
             raise _refused(exc.refusal, str(exc), key=exc.key) from None
-        if lease.lease_expires_at is not None and lease.lease_expires_at <= (now := self._now() or datetime.now(UTC)):
+        now = self._now() or datetime.now(UTC)
+        if lease.lease_expires_at is not None and lease.lease_expires_at + EXPIRY_SKEW <= now:
             raise _refused(
                 Refusal.LEASE_EXPIRED,
                 f"{LEASE_EXPIRES_AT_META} {lease.lease_expires_at.isoformat()} has passed (now {now.isoformat()}): "
