@@ -591,13 +591,16 @@ class LeasedActivities:
         """The probe's answer within ``limit_s``, else ``TimeoutError``; a probe that does not end when cancelled
         is left behind (kept in ``self._overran`` until it ends), never waited for past its share of the lease."""
         task = asyncio.ensure_future(probing)
-        done, _ = await asyncio.wait({task}, timeout=limit_s)
-        if task in done:
-            return task.result()
-        task.cancel()
-        self._overran.add(task)
-        task.add_done_callback(_forget_probe(self._overran))
-        raise TimeoutError
+        try:
+            await asyncio.wait({task}, timeout=limit_s)
+        finally:  # past its deadline, or the attempt itself cancelled
+            if not task.done():
+                task.cancel()
+                self._overran.add(task)
+                task.add_done_callback(_forget_probe(self._overran))
+        if not task.done():
+            raise TimeoutError
+        return task.result()
 
 
 def _forget_probe(overran: set[asyncio.Future[ProbeResult]]) -> Callable[[asyncio.Future[ProbeResult]], None]:
