@@ -9,7 +9,7 @@ from datetime import timedelta
 from pydantic import BaseModel
 
 from agentlease.enums import SideEffectClass, Stage
-from agentlease.errors import AmbiguousSideEffectError
+from agentlease.errors import AmbiguousSideEffectError, RetryableToolError
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
 from agentlease.tools._probe import ProbeQuery, ProbeResult
@@ -68,3 +68,16 @@ async def stubborn_probe(query: ProbeQuery) -> ProbeResult:
 async def stubborn_send(ctx: LeaseContext, args: NoArgs) -> ToolResult:
     """Cannot tell whether its message went out; its probe does not end within the lease."""
     return await _ambiguous(ctx)
+
+
+@tool(
+    side_effect=SideEffectClass.IDEMPOTENT,
+    lease_ttl=STUBBORN_TTL,
+    max_attempts=3,
+    probe=stubborn_probe,
+)
+async def stubborn_retry(ctx: LeaseContext, args: NoArgs) -> ToolResult:
+    """Writes with its key, then fails as another attempt may fix, every time; its probe (asked before each retry)
+    does not end within the lease."""
+    await ctx.advance(Stage.EXTERNAL_CALL, "writing with the key")
+    raise RetryableToolError("the service answered 503")

@@ -47,7 +47,9 @@ async def _parked(client: Client, ledger: Ledger, settings: AgentLeaseSettings, 
     handle = await client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue)
 
     async def parked() -> None:
-        assert [record.status for record in await ledger.list_tasks(run_id)] == [TaskStatus.NEEDS_RECONCILIATION]
+        records = await ledger.list_tasks(run_id)
+        seen = [(record.status, record.attempts) for record in records]
+        assert [status for status, _ in seen] == [TaskStatus.NEEDS_RECONCILIATION], seen
         assert not (await handle.describe()).raw_description.pending_activities
 
     try:
@@ -80,4 +82,22 @@ async def test_a_probe_that_swallows_cancellation_is_bounded_by_the_lease(
         task_id = await _parked(client, ledger, settings, "stubborn_send")
         record = await ledger.get_task(task_id)
     assert record.attempts <= spec.max_attempts
+    assert record.last_error is not None and "did not answer within" in record.last_error, record.last_error
+
+
+async def test_retries_whose_probe_overruns_end_within_their_attempts(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """Before each retry of an ``idempotent`` call that crossed ``external_call`` its probe is asked; one that goes on
+    past its deadline counts as "cannot tell", the retry goes ahead in the same attempt, and the call waits for a
+    person when its attempts are spent (its write may have landed: never dead-lettered as not done, G11)."""
+    spec = REGISTRY.get("stubborn_retry")
+    async with opened_ledger(settings) as ledger, _worker(client, ledger, settings):
+        task_id = await _parked(client, ledger, settings, "stubborn_retry")
+        record = await ledger.get_task(task_id)
+        trail = await ledger.events(task_id)
+    assert record.attempts == spec.max_attempts
+    overran = [e for e in trail if e.reason and "did not answer within" in e.reason]
+    # asked before each of the two retries, and once more when the last attempt failed
+    assert len(overran) == spec.max_attempts, [e.reason for e in trail]
     assert record.last_error is not None and "did not answer within" in record.last_error, record.last_error
