@@ -122,7 +122,7 @@ def _failure(exc: BaseException, binding: MCPBinding, ctx: LeaseContext) -> Exce
     what = f"tools/call {binding.tool} on {binding.server.name!r}"
     if isinstance(exc, MCPError):
         refusal = refusal_of(exc.code, exc.data)
-        if refusal in (Refusal.STALE_TOKEN, Refusal.LEASE_EXPIRED):
+        if refusal is Refusal.STALE_TOKEN:
             return LeaseLostError(
                 ctx.claim.task_id,
                 ctx.fencing_token,

@@ -60,7 +60,7 @@ class Refusal(StrEnum):
     INVALID_EXPIRY = "invalid_lease_expires_at"
     """A lease expiry that is not an RFC 3339 timestamp."""
     LEASE_EXPIRED = "lease_expired"
-    """The lease expiry sent has passed by the server's clock: the holder's lease lapsed; not retried (G2)."""
+    """The lease expiry sent passed more than a moment ago by the server's clock: the holder's lease lapsed (G2)."""
     KEY_REUSED = "idempotency_key_reused"
     """The key was used for a call of another tool or with other arguments."""
     IN_FLIGHT = "idempotency_key_in_flight"
