@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from agentlease.settings import AgentLeaseSettings
     from agentlease.tools._context import LeaseContext
     from agentlease.tools._declaration import ToolResult, tool
+    from agentlease.tools._fenced_http import FencedClient
     from agentlease.tools._probe import ProbeQuery, ProbeResult
     from agentlease.tools._wrap import leased
 
@@ -41,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "tool": "agentlease.tools._declaration",
     "leased": "agentlease.tools._wrap",
     "lease": "agentlease.lease",
+    "FencedClient": "agentlease.tools._fenced_http",
     "ToolResult": "agentlease.tools._declaration",
     "LeaseContext": "agentlease.tools._context",
     "ProbeQuery": "agentlease.tools._probe",
@@ -65,7 +67,7 @@ _EXPORTS: dict[str, str] = {
     "AgentLeaseError": "agentlease.errors",
     "LeaseLostError": "agentlease.errors",
 }
-"""The 24 names of the facade; the rest are on the faces of their rooms: ``agentlease.errors``,
+"""The 25 names of the facade; the rest are on the faces of their rooms: ``agentlease.errors``,
 ``agentlease.enums``, ``agentlease.records``, ``agentlease.fencing`` (fenced writes at a downstream),
 ``agentlease.idempotency`` (the downstream's guards), ``agentlease.tools``, ``agentlease.workflow``,
 ``agentlease.recovery``, ``agentlease.mcp`` and the framework adapters."""

@@ -256,6 +256,9 @@ class EventKind(StrEnum):
     APPROVAL_REFUSED = "approval_refused"
     """A claim of an approval-gated task found no approval it may consume (none, expired, for other
     arguments or another tool), so the task went back to ``awaiting_approval`` and nothing ran."""
+    APPROVAL_EXPIRING = "approval_expiring"
+    """An approval not yet consumed (given, or the first of several still being gathered) lapses soon: the
+    sweeper's warning, once per approval, while there is time to act on it; nothing else changes."""
 
 
 class ErrorClass(_Parsed):
@@ -452,14 +455,19 @@ _FAILURE_OF_STATUS = {status: failure for failure, status in _STATUS_OF_FAILURE.
 
 
 class ProbeAnswer(StrEnum):
-    """What a tool's readback probe says of an action that may have happened (``docs/action-keys-and-probes.md``)."""
+    """What a tool's readback probe says of an action that may have happened (``docs/action-keys-and-probes.md``):
+    confirmed, not applied, inconclusive, or a conflict."""
 
     HAPPENED = "happened"
-    """The downstream shows the action: the task settles from the probe's receipt, no person involved."""
+    """Confirmed: the downstream shows the action; the task settles from the probe's receipt, no person involved."""
     NOT_HAPPENED = "not_happened"
-    """The downstream shows it did not happen: the attempt runs the tool again with the same key."""
+    """Not applied: the downstream shows no such action. Asked again while the tool's settle window since the
+    write lasts; after it, the attempt runs the tool again with the same key."""
     CANNOT_TELL = "cannot_tell"
-    """The downstream cannot say (or the probe failed): the task waits for a person, as without a probe."""
+    """Inconclusive: the downstream cannot say (or the probe failed); the task waits for a person."""
+    CONFLICT = "conflict"
+    """The downstream holds the key with other arguments: never run again; the task waits for a person, with the
+    probe's evidence."""
 
 
 class DecisionKind(StrEnum):

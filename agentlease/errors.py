@@ -206,6 +206,21 @@ class ApprovalRefusedError(TaskClosedError):
         self.outcome = outcome
 
 
+class ApprovalRepeatedError(TaskClosedError):
+    """A person (``by``: the verified operator of a signed decision, else the name given) approved a call that
+    needs several approvers a second time: one person counts once; nothing changed."""
+
+    def __init__(self, task_id: str, by: str, given: int, required: int) -> None:
+        AgentLeaseError.__init__(
+            self,
+            f"task {task_id!r}: {by} approved it already ({given} of {required} approvals); "
+            "each approval must come from another person",
+        )
+        self.task_id = task_id
+        self.status = "awaiting_approval"
+        self.by = by
+
+
 class MissingHeartbeatTimeoutError(ConfigurationError):
     """A tool call was scheduled without a ``heartbeat_timeout`` (G9): its lease would have no TTL."""
 

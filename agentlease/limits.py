@@ -34,6 +34,9 @@ MAX_TOOL_NAME_CHARS = 128
 MAX_APPROVAL_TTL = timedelta(days=30)
 """Longest an approval lasts (``AGENTLEASE_APPROVAL_TTL``, a tool's ``approval_ttl``): a person's yes goes stale."""
 
+MAX_APPROVERS = 10
+"""Most people a tool may ask to approve one call (``ApprovalRule.approvers``)."""
+
 MAX_DEPTH = 32
 """Deepest nesting of objects and arrays in tool arguments and in ``observed``."""
 

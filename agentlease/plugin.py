@@ -16,7 +16,7 @@ from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentlease.decisions._activity import DecisionActivities
-from agentlease.errors import ConfigurationError, LedgerUnavailableError
+from agentlease.errors import ConfigurationError, LedgerUnavailableError, UnknownToolError
 from agentlease.ledger.grants import require_writable
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
@@ -126,9 +126,18 @@ class AgentLeasePlugin(SimplePlugin):
         config["max_heartbeat_throttle_interval"] = min(throttle, MAX_HEARTBEAT_THROTTLE)
         return super().configure_worker(config)
 
+    def _approval_ttl(self, tool: str) -> timedelta:
+        """How long an approval of ``tool`` lasts: its ``approval_ttl``, else ``AGENTLEASE_APPROVAL_TTL``."""
+        try:
+            declared = self.registry.get(tool).approval_ttl
+        except UnknownToolError:  # an MCP tool, or one another worker serves
+            declared = None
+        return declared or self.settings.approval_ttl
+
     def _activities(self, existing: Any) -> list[Callable[..., Any]]:
         leased = LeasedActivities(self.ledger, self.registry, self.identity, self.settings, self.resources)
-        ours = [*leased.activities(), *DecisionActivities(self.ledger, decision_verifier(self.settings)).activities()]
+        decisions = DecisionActivities(self.ledger, decision_verifier(self.settings), approval_ttl=self._approval_ttl)
+        ours = [*leased.activities(), *decisions.activities()]
         ours += UnknownToolActivities(self.ledger).activities()
         _refuse_duplicates(list(existing or []), ours)
         self._leased.append(leased)

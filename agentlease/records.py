@@ -26,6 +26,7 @@ from pydantic import (
     StrictInt,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from agentlease import limits
@@ -191,20 +192,43 @@ def arguments_fingerprint(arguments: dict[str, Any]) -> str:
 class ApprovalRequest(_Frozen):
     """What a person is asked to approve: the call's ``tool``, its ``arguments`` redacted (a secret's value
     shows as ``***``) and ``arguments_sha256``, the fingerprint of the arguments as they are
-    (:func:`arguments_fingerprint`), the one an approval is bound to (``approve --arguments-sha256``)."""
+    (:func:`arguments_fingerprint`), the one an approval is bound to (``approve --arguments-sha256``).
+
+    Attributes:
+        approvals_required: how many people must approve the call (``ApprovalRule.approvers``). Default 1.
+        approved_by: who approved it so far, in order (as the ledger shows it; empty when asked).
+        expires_at: when the approval given (the first of several) lapses on the ledger's clock; ``None``:
+            none given yet, or a ledger that does not know the tool's approval TTL.
+    """
 
     tool: str
     arguments: dict[str, Any]
     arguments_sha256: str
+    approvals_required: int = Field(default=1, ge=1)
+    approved_by: list[str] = Field(default_factory=list)
+    expires_at: AwareDatetime | None = None
 
     def shown(self) -> list[tuple[str, str]]:
         """Each argument's name and its value as text (a string as it is, anything else as canonical JSON)."""
         return [(name, _key_text(value)) for name, value in self.arguments.items()]
 
+    def progress(self) -> str | None:
+        """``1 of 2 approvals (alice), expires at <time>``; ``None`` for one approver and no approval yet."""
+        if self.approvals_required == 1 and not self.approved_by:
+            return None
+        given = f"{len(self.approved_by)} of {self.approvals_required} approvals"
+        if self.approved_by:
+            given += f" ({', '.join(self.approved_by)})"
+        if self.expires_at is not None:
+            given += f", expires at {self.expires_at.isoformat(timespec='seconds')}"
+        return given
+
     def describe(self) -> str:
-        """One line: ``refund order_id: A-1001, amount_cents: 4200 (arguments sha256 <hex>)``."""
+        """One line: ``refund order_id: A-1001, amount_cents: 4200 (arguments sha256 <hex>)``, then the
+        :meth:`progress` of several approvals: ``; 1 of 2 approvals (alice), expires at <time>``."""
         shown = ", ".join(f"{name}: {text}" for name, text in self.shown())
-        return f"{self.tool} {shown} (arguments sha256 {self.arguments_sha256})"
+        progress = self.progress()
+        return f"{self.tool} {shown} (arguments sha256 {self.arguments_sha256})" + (f"; {progress}" if progress else "")
 
 
 class TraceLink(_Frozen):
@@ -304,30 +328,51 @@ DEFAULT_MAX_ATTEMPTS = 5
 
 
 class ApprovalRule(_Frozen):
-    """When a call of a tool waits for a person (``requires_approval=ApprovalRule(...)``; ``docs/decisions.md``,
-    "Approvals"): its argument ``field`` is above ``above``, as the call gives it. A call that leaves ``field`` out
-    or gives something other than a number waits too. A rule, not a function: the workflow evaluates it, and it is
-    written to the trail as it is.
+    """When a call of a tool waits for a person, and for how many (``requires_approval=ApprovalRule(...)``;
+    ``docs/decisions.md``, "Approvals"): its argument ``field`` is above ``above``, as the call gives it. A call
+    that leaves ``field`` out or gives something other than a number waits too. Without ``field`` (and
+    ``above``) every call waits. A rule, not a function: the workflow evaluates it, and it is written to the trail
+    as it is.
 
     Attributes:
-        field: the name of an argument of the tool (checked when the tool is declared).
-        above: the number a call's ``field`` must exceed to need a person (``ValidationError``: not finite).
+        field: the name of an argument of the tool (checked when the tool is declared). Default ``None``: every
+            call asks.
+        above: the number a call's ``field`` must exceed to need a person (``ValidationError``: not finite, or
+            given without ``field`` or ``field`` without it).
+        approvers: how many different people must approve a call that asks, 1 to 10. Default 1.
     """
 
-    field: str = Field(min_length=1)
-    above: StrictInt | float = Field(allow_inf_nan=False)
+    field: str | None = Field(default=None, min_length=1)
+    above: StrictInt | float | None = Field(default=None, allow_inf_nan=False)
+    approvers: StrictInt = Field(default=1, ge=1, le=limits.MAX_APPROVERS)
+
+    @model_validator(mode="after")
+    def _field_with_bound(self) -> ApprovalRule:
+        if (self.field is None) != (self.above is None):
+            raise ValueError("an approval rule names both field and above, or neither (every call asks)")
+        return self
 
     def __str__(self) -> str:
-        return f"{self.field} above {self.above}"
+        bound = "every call" if self.field is None else f"{self.field} above {self.above}"
+        return bound if self.approvers == 1 else f"{bound}, {self.approvers} approvers"
 
     def asks(self, arguments: dict[str, Any]) -> str | None:
         """Why a call with ``arguments`` waits for a person under this rule; ``None``: it does not."""
+        if self.field is None:
+            return f"every call asks (rule: {self})"
         if self.field not in arguments:
             return f"{self.field} is not given (rule: {self})"
         value = arguments[self.field]
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             return f"{self.field} is not a number (rule: {self})"
+        assert self.above is not None
         return f"{self.field} {value} is above {self.above} (rule: {self})" if value > self.above else None
+
+
+def approvals_required(requires_approval: bool | ApprovalRule) -> int:
+    """How many different people must approve a call of a tool declared with ``requires_approval`` (1 unless
+    an :class:`ApprovalRule` names more ``approvers``)."""
+    return requires_approval.approvers if isinstance(requires_approval, ApprovalRule) else 1
 
 
 def approval_reason(tool: str, requires_approval: bool | ApprovalRule, arguments: dict[str, Any]) -> str | None:
@@ -557,13 +602,27 @@ class TaskRecord(_Frozen):
             "trace": TraceLink.from_mapping(m),
             "created_at": from_ms(m["created_at_ms"]),
             "updated_at": from_ms(m["updated_at_ms"]),
-            "approval_request": m.get("approval_request"),
+            "approval_request": _request_with_approvals(m),
         }
         return cls(**{name: m[name] for name in cls.model_fields if name not in converted}, **converted)
 
     def as_json(self) -> dict[str, Any]:
         """The JSON form used by the CLI (``--json``)."""
         return self.model_dump(mode="json")
+
+
+def _request_with_approvals(m: Any) -> dict[str, Any] | None:
+    """A row's approval request, with who approved it so far and when that approval lapses."""
+    request = m.get("approval_request")
+    if request is None:
+        return None
+    given = m.get("approvals") or []
+    expires_ms = m.get("approval_expires_at_ms")
+    return {
+        **request,
+        "approved_by": [str(a.get("by")) for a in given if isinstance(a, dict)],
+        "expires_at": from_ms(expires_ms) if expires_ms is not None else None,
+    }
 
 
 class LeaseEvent(_Frozen):
@@ -632,6 +691,8 @@ class ToolOutcome(_Frozen):
     """When that generation claimed the task (ledger clock)."""
     refused_writes: int | None = None
     """Late holder writes the ledger refused on the task so far, read when a later generation ended the call."""
+    approval_request: ApprovalRequest | None = None
+    """The call a person is asked to approve, with the approvals given so far (a decision's outcome)."""
 
     @classmethod
     def of(cls, record: TaskRecord) -> ToolOutcome:
@@ -645,6 +706,7 @@ class ToolOutcome(_Frozen):
             receipt=record.receipt,
             lease_owner=record.lease_owner,
             claimed_at=record.lease_acquired_at,
+            approval_request=record.approval_request,
         )
 
 

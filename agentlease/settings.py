@@ -203,6 +203,13 @@ class AgentLeaseSettings(BaseSettings):
         description="Seconds an approval of a call stays valid, on the ledger's clock, for a tool that declares "
         "no `approval_ttl` of its own: a claim after that is refused and the call waits to be approved again.",
     )
+    approval_warning: timedelta = Field(
+        default=timedelta(minutes=5),
+        gt=timedelta(0),
+        le=MAX_APPROVAL_TTL,
+        description="Seconds before an approval not yet consumed lapses that the sweeper warns of it, once: an "
+        "`approval_expiring` entry in the trail and `agentlease_approvals_expiring_total`.",
+    )
 
     # Transport, payloads and secrets
     temporal_tls: bool = Field(default=False, description="TLS to Temporal with the system's CAs.")
@@ -287,6 +294,7 @@ class AgentLeaseSettings(BaseSettings):
         "sticky_schedule_to_start",
         "decision_max_age",
         "approval_ttl",
+        "approval_warning",
         mode="before",
     )
     @classmethod

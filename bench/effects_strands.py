@@ -10,52 +10,32 @@ from the prompt (:func:`bench.effects_tools.refund_prompt`), then answers with w
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from strands.models.model import Model
     from temporalio.strands_agents import TemporalAgent
     from temporalio.strands_agents.workflow import activity_as_tool
 
     from agentlease.strands import leased_tool, run_agent
     from bench.effects_tools import LEASE_TTL, NATIVE_START_TO_CLOSE, REFUND_TOOL, refund_activity
+    from tests.integration.strands_agents import ScriptedModel, ScriptedTurn
 
 MODEL = "scripted-effects"
 
 
-class ScriptedEffects(Model):
+class ScriptedEffects(ScriptedModel):
     """The prompt's one call, then the tool's answer as the final text."""
 
-    def update_config(self, **model_config: Any) -> None:
-        return None
-
-    def get_config(self) -> dict[str, Any]:
-        return {}
-
-    def structured_output(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("the scripted model answers in text")
-
-    async def stream(
-        self, messages: Any, tool_specs: Any = None, system_prompt: Any = None, **kwargs: Any
-    ) -> AsyncIterator[Any]:
-        blocks = [block for message in messages for block in message["content"]]
+    def turn(self, blocks: list[dict[str, Any]]) -> ScriptedTurn:
         returned = [block["toolResult"]["content"][0]["text"] for block in blocks if "toolResult" in block]
-        yield {"messageStart": {"role": "assistant"}}
         if returned:
-            yield {"contentBlockDelta": {"delta": {"text": returned[-1]}}}
-            yield {"contentBlockStop": {}}
-            yield {"messageStop": {"stopReason": "end_turn"}}
-            return
+            return returned[-1]
         prompt = next(block["text"] for block in blocks if "text" in block)
         [call] = json.loads(prompt)["turns"][0]
-        yield {"contentBlockStart": {"start": {"toolUse": {"toolUseId": "call-1", "name": call["tool"]}}}}
-        yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(call["arguments"])}}}}
-        yield {"contentBlockStop": {}}
-        yield {"messageStop": {"stopReason": "tool_use"}}
+        return [(call["tool"], call["arguments"])]
 
 
 def _agent(tool: Any) -> TemporalAgent:

@@ -17,7 +17,8 @@ async def sweep(settings: AgentLeaseSettings) -> None:
     limits = {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
     ledger = Ledger.from_url(settings.ledger_url)
     try:
-        await ExpiredLeaseSweeper(ledger, SweeperSettings(max_attempts_by_tool=limits)).run(stop_event())
+        options = SweeperSettings(max_attempts_by_tool=limits, approval_warning=settings.approval_warning)
+        await ExpiredLeaseSweeper(ledger, options).run(stop_event())
     finally:
         await ledger.close()
 

@@ -61,6 +61,55 @@ def declared(tool: object, adapter: str) -> DeclaredTool:
     return tool  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class AdaptedTool:
+    """A declared tool as a framework's tool object shows it to the model (made by :func:`adapted`).
+
+    Attributes:
+        tool: the declared tool. name / description: what the model calls it and reads.
+        step_id / key: as for :func:`call_leased`.
+    """
+
+    tool: DeclaredTool
+    name: str
+    description: str
+    step_id: StepIdFunction | None
+    key: ArgumentsKey | None
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema of the tool's arguments, what the model fills."""
+        return self.tool.args_model.model_json_schema()
+
+    async def call(self, arguments: str | dict[str, Any], call_id: str, *, exact_step_id: bool = False) -> Reply:
+        """One call of the tool by the model, leased (:func:`call_leased`)."""
+        return await call_leased(
+            self.tool,
+            arguments,
+            name=self.name,
+            call_id=call_id,
+            step_id=self.step_id,
+            exact_step_id=exact_step_id,
+            key=self.key,
+        )
+
+
+def adapted(
+    tool: object,
+    adapter: str,
+    *,
+    name: str | None,
+    description: str | None,
+    step_id: StepIdFunction | None,
+    key: ArgumentsKey | None,
+) -> AdaptedTool:
+    """``tool`` as the framework shows it: ``name`` default the tool's name, ``description`` default the tool's
+    description or ``the <name> tool``. ConfigurationError naming ``adapter``: ``tool`` is not a declared tool."""
+    declared_tool = declared(tool, adapter)
+    shown = name or declared_tool.name
+    shown_description = description or declared_tool.description or f"the {shown} tool"
+    return AdaptedTool(declared_tool, shown, shown_description, step_id, key)
+
+
 async def call_leased(
     tool: DeclaredTool,
     arguments: str | dict[str, Any],

@@ -39,7 +39,7 @@ def sweep(
         return {spec.name: spec.max_attempts for spec in load_registry(settings.tool_modules).specs()}
 
     try:
-        options = SweeperSettings(interval=timedelta(seconds=interval_s))
+        options = SweeperSettings(interval=timedelta(seconds=interval_s), approval_warning=settings.approval_warning)
     except ValueError as exc:
         raise ConfigurationError(f"bad sweeper setting: {exc}") from None
 
@@ -49,7 +49,8 @@ def sweep(
             result = await sweeper.run_once()
             out.print(
                 f"examined {result.examined}: released {result.released}, needs reconciliation "
-                f"{result.needs_reconciliation}, dead-lettered {result.dead_lettered}, skipped {result.skipped}"
+                f"{result.needs_reconciliation}, dead-lettered {result.dead_lettered}, skipped {result.skipped}; "
+                f"approvals about to lapse {result.approvals_expiring}"
             )
             return
         with serving_metrics(settings.metrics_address):  # the sweeper's expiries and parks are metrics of this process

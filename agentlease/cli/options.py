@@ -85,7 +85,7 @@ WORKER = (
     *map(Flag, ("http_base_url", "sql_target_url", "http_allowed_hosts", "sql_allowed_tables", "fencing_key")),
     *map(Flag, ("publish_base_url", "smtp_host", "smtp_port")),
 )
-SWEEP = (Flag("metrics_address"),)
+SWEEP = (Flag("metrics_address"), Flag("approval_warning"))
 UI = (
     Flag("ui_host", "--host"),
     Flag("ui_port", "--port"),

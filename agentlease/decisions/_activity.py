@@ -5,7 +5,8 @@ checked: ``docs/decisions.md``, ``docs/security-operations.md``) and ``agentleas
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
@@ -42,9 +43,18 @@ logger = logging.getLogger("agentlease.lease")
 class DecisionActivities:
     """Registers ``agentlease.apply_decision`` over one ledger (``verifier`` default: the open mode, no keys)."""
 
-    def __init__(self, ledger: Ledger, verifier: DecisionVerifier | None = None) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        verifier: DecisionVerifier | None = None,
+        *,
+        approval_ttl: Callable[[str], timedelta] | None = None,
+    ) -> None:
         self._ledger = ledger
         self._verifier = verifier or DecisionVerifier()
+        self._approval_ttl = approval_ttl
+        """How long an approval of a tool lasts (``None``: not known here; several approvals then never lapse
+        before the claim checks them)."""
 
     def activities(self) -> list[Any]:
         ledger = self._ledger
@@ -53,6 +63,9 @@ class DecisionActivities:
         @activity.defn(name=APPLY_DECISION)
         async def apply_decision(payload: dict[str, Any]) -> dict[str, Any]:
             decision = activity_input(LedgerDecision, payload, "malformed decision", FailureType.DECISION_REFUSED)
+            if decision.kind is DecisionKind.APPROVE and self._approval_ttl is not None:
+                ttl = self._approval_ttl(decision.task.tool)  # how long each of several approvals counts
+                decision = decision.model_copy(update={"task": decision.task.model_copy(update={"approval_ttl": ttl})})
             await _bound(ledger, decision)
             try:
                 signed_by = authenticate(verifier, decision)
@@ -60,7 +73,11 @@ class DecisionActivities:
                 logger.warning("decision %s on %s refused: %s", decision.kind.value, decision.task.task_id, exc)
                 raise _refused(f"decision refused: {exc}") from None
             try:
-                return (await apply(ledger, decision, signed_by=signed_by)).model_dump(mode="json")
+                outcome = await apply(ledger, decision, signed_by=signed_by)
+                request = outcome.approval_request
+                # The request goes back to the run only when it asks for several people (what it shows of them).
+                several = request is not None and request.approvals_required > 1
+                return outcome.model_dump(mode="json", exclude=None if several else {"approval_request"})
             except LedgerUnavailableError as exc:  # retried by the decision's retry policy
                 logger.warning(
                     "ledger unavailable, decision %s on %s retried: %s", decision.kind.value, decision.task.task_id, exc
@@ -179,7 +196,11 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
             reason=decision.reason,
             details={
                 **({"observed": decision.observed} if decision.observed else {}),
-                **({"rule": decision.rule.model_dump(mode="json")} if decision.rule is not None else {}),
+                **(
+                    {"rule": decision.rule.model_dump(mode="json", exclude_defaults=True)}
+                    if decision.rule is not None
+                    else {}
+                ),
                 # The signed request beside the name: the ledger's guard wants it, and anyone with the
                 # operator's public key can check the entry again (decisions.verify_recorded).
                 **(

@@ -34,7 +34,7 @@ from agentlease.clock import db_now_ms
 from agentlease.demo.serving import serve_app
 from agentlease.errors import StaleFencingTokenError
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, effect_transaction
-from agentlease.idempotency.convention import MAX_KEY_LENGTH, unscoped
+from agentlease.idempotency.convention import MAX_KEY_LENGTH
 from agentlease.idempotency.middleware import stale_fencing_response
 from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.tables import NAMING_CONVENTION
@@ -132,7 +132,7 @@ class PublishingService:
         key: str = request.state.idempotency_key
         resource = fenced_resource(slug, key)
         fencing = request.state.fencing
-        if unscoped(fencing.resource_key) != resource:  # the fence is the caller's own copy of what it named
+        if request.state.idempotency.resource != resource:
             return _error(422, "wrong_fencing_resource", f"a write of this post is fenced as {resource!r}")
         try:
             async with effect_transaction(self.engine) as effect:  # the fence, the write and the key: one commit

@@ -12,7 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from google.adk.tools import BaseTool, ToolContext
     from google.genai import types
 
-    from agentlease.adapters._core import ArgumentsKey, StepIdFunction, call_leased, declared
+    from agentlease.adapters._core import AdaptedTool, ArgumentsKey, StepIdFunction, adapted
     from agentlease.tools._declaration import DeclaredTool
     from agentlease.workflow._calls import leased_calls
 
@@ -21,31 +21,16 @@ class LeasedTool(BaseTool):
     """An ADK tool whose every call is one leased call of the running workflow, keyed by ADK's function-call id
     (recorded by the model activity, so the same on every retry and on replay). Made by :func:`leased_tool`."""
 
-    def __init__(
-        self,
-        tool: DeclaredTool,
-        *,
-        name: str,
-        description: str,
-        step_id: StepIdFunction | None,
-        key: ArgumentsKey | None,
-    ) -> None:
-        super().__init__(name=name, description=description)
-        self._tool, self._step_id, self._key = tool, step_id, key
+    def __init__(self, adapted: AdaptedTool) -> None:
+        super().__init__(name=adapted.name, description=adapted.description)
+        self._adapted = adapted
 
     def _get_declaration(self) -> types.FunctionDeclaration:
-        schema = self._tool.args_model.model_json_schema()
+        schema = self._adapted.schema()
         return types.FunctionDeclaration(name=self.name, description=self.description, parameters_json_schema=schema)
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
-        reply = await call_leased(
-            self._tool,
-            args,
-            name=self.name,
-            call_id=tool_context.function_call_id or "call",
-            step_id=self._step_id,
-            key=self._key,
-        )
+        reply = await self._adapted.call(args, tool_context.function_call_id or "call")
         return reply.output if reply.ok else {"error": reply.error}
 
 
@@ -74,11 +59,7 @@ def leased_tool(
     Raises:
         ConfigurationError: ``tool`` is not a declared tool.
     """
-    declared(tool, "leased_tool")
-    shown = name or tool.name
-    return LeasedTool(
-        tool, name=shown, description=description or tool.description or f"the {shown} tool", step_id=step_id, key=key
-    )
+    return LeasedTool(adapted(tool, "leased_tool", name=name, description=description, step_id=step_id, key=key))
 
 
 async def run_agent(runner: Any, **run_kwargs: Any) -> list[Any]:

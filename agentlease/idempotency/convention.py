@@ -37,7 +37,6 @@ MAX_KEY_LENGTH = limits.MAX_WIRE_KEY_CHARS
 
 _SF_STRING = re.compile(r'^"((?:[\x20\x23-\x5b\x5d-\x7e]|\\["\\])*)"$')
 _GENERATION = re.compile(r"^[0-9]{1,19}$")
-_SCOPED = re.compile(r"^[0-9a-f]{16}:")
 
 
 def downstream_headers(idempotency_key: str, generation: int, resource: str | None = None) -> dict[str, str]:
@@ -184,15 +183,10 @@ def scoped_fence(caller: str, fence: FencingToken | None) -> FencingToken | None
     return FencingToken(scoped_key(caller, fence.resource_key, limit=MAX_RESOURCE_KEY_LENGTH), fence.generation)
 
 
-def unscoped(resource: str) -> str:
-    """The resource a client named, from its caller's copy (:func:`scoped_fence`): what a refusal shows."""
-    return resource[17:] if _SCOPED.match(resource) else resource
-
-
-def stale_facts(exc: StaleFencingTokenError) -> dict[str, Any]:
-    """A stale-token refusal's ``detail``, ``resource``, ``generation`` and ``current_generation``, with the resource
-    as its client named it (:func:`unscoped`)."""
-    shown = StaleFencingTokenError(unscoped(exc.resource_key), exc.generation, exc.current_generation)
+def stale_facts(exc: StaleFencingTokenError, named: str | None) -> dict[str, Any]:
+    """A stale-token refusal's ``detail``, ``resource``, ``generation`` and ``current_generation``, naming the
+    resource as its client named it (``named``; ``None``: as the fence check saw it)."""
+    shown = StaleFencingTokenError(named or exc.resource_key, exc.generation, exc.current_generation)
     return {
         "detail": str(shown),
         "resource": shown.resource_key,

@@ -36,10 +36,12 @@ class GuardedCall:
 
     Attributes:
         idempotency_key: the call's key as the client sent it (not scoped to the caller).
-        fencing: the fenced resource and the call's generation; ``None`` when the call carried no token.
+        fencing: the fenced resource (the caller's own copy of it) and the call's generation; ``None`` when the
+            call carried no token.
         caller: the caller the key is scoped to (``""``: anonymous, or the one client of a stdio server).
         tool: the MCP tool called; ``None`` for an HTTP request.
         lease_expires_at: when the client's lease lapses unless renewed, by its estimate; ``None`` if not sent.
+        resource: the fenced resource as the client named it; ``None`` when the call carried no token.
     """
 
     idempotency_key: str
@@ -47,6 +49,7 @@ class GuardedCall:
     caller: str
     tool: str | None = None
     lease_expires_at: datetime | None = None
+    resource: str | None = None
     _store: IdempotencyStore | None = field(default=None, repr=False)
     _claim: Claimed | None = field(default=None, repr=False)
     _answer_of: Callable[[Any], StoredResponse] | None = field(default=None, repr=False)

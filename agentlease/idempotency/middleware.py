@@ -81,7 +81,7 @@ def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
     call = current_call()
     if call is not None:
         call.not_applied()
-    return _error(409, STALE, **stale_facts(exc))
+    return _error(409, STALE, **stale_facts(exc, None if call is None else call.resource))
 
 
 async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes | None:
@@ -274,7 +274,7 @@ class IdempotencyMiddleware:
                 now=self._now(),
             )
         except StaleFencingTokenError as exc:
-            await stale_fencing_response(exc)(scope, receive, send)
+            await _error(409, STALE, **stale_facts(exc, fence.resource_key if fence else None))(scope, receive, send)
             return
         if isinstance(claim, Held):
             await _held(claim, key)(scope, receive, send)
@@ -283,6 +283,7 @@ class IdempotencyMiddleware:
             key,
             stored_fence,
             caller,
+            resource=fence.resource_key if fence else None,
             _store=self.store,
             _claim=claim,
             _answer_of=_stored_response,

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from agentlease.clock import duration_ms, from_ms, now_param
-from agentlease.enums import EventKind
-from agentlease.errors import ApprovalRefusedError
+from agentlease.clock import NOW_PARAM, duration_ms, from_ms, now_param
+from agentlease.enums import EventKind, TaskStatus
+from agentlease.errors import ApprovalRefusedError, ApprovalRepeatedError
 from agentlease.ledger.compiled import execute
 from agentlease.ledger.statements import LeaseStatements
 from agentlease.ledger.trail import write_event
-from agentlease.records import TaskSpec
+from agentlease.records import TaskSpec, TraceLink
 
 
 def consumed_now(before: Any, granted: Any) -> bool:
@@ -97,3 +98,88 @@ def refuse_approval(
         },
     )
     return refusal
+
+
+@dataclass(frozen=True)
+class CountedApproval:
+    """The approvals of a call once one more is counted: ``given`` (``{"by", "at_ms"}`` each, this one last;
+    any that lapsed dropped), of ``required``; ``expires_at_ms``: when the first of them lapses (``None``: the
+    tool's approval TTL is not known here)."""
+
+    before: Any
+    given: list[dict[str, Any]]
+    required: int
+    expires_at_ms: int | None
+    now_ms: int
+
+    @property
+    def complete(self) -> bool:
+        """Enough different people approved: the call may run."""
+        return len(self.given) >= self.required
+
+    def columns(self) -> dict[str, Any]:
+        """The bound parameters of the approve statement that records them."""
+        return {
+            "approvals": self.given,
+            "approval_expires_at_ms": self.expires_at_ms,
+            "first_approved_at_ms": min(a["at_ms"] for a in self.given),
+        }
+
+    def facts(self) -> dict[str, Any]:
+        """What the ``approved`` entry records of them: ``{"given": 1, "required": 2, "expires_at_ms": ...}``."""
+        return {"given": len(self.given), "required": self.required, "expires_at_ms": self.expires_at_ms}
+
+
+def count_approval(
+    conn: Connection, sql: LeaseStatements, task_id: str, *, by: str, ttl: timedelta | None, now: datetime | None
+) -> CountedApproval | None:
+    """Count ``by``'s approval of ``task_id`` (the row locked) with those given before and not lapsed (``ttl``:
+    the tool's approval TTL, on the ledger's clock). ``None``: the task does not await approval (the decision's
+    own statement refuses it).
+
+    Raises:
+        ApprovalRepeatedError: ``by`` approved it already; nothing changed.
+    """
+    before = conn.execute(sql.current_task, {"key_task_id": task_id}).first()
+    if before is None or before.status != TaskStatus.AWAITING_APPROVAL.value:
+        return None
+    now_ms = int(conn.execute(sql.select_now, now_param(now)).scalar_one())
+    required = int((before.approval_request or {}).get("approvals_required") or 1)
+    ttl_ms = None if ttl is None else duration_ms(ttl)
+    given = [
+        a for a in before.approvals or [] if isinstance(a, dict) and (ttl_ms is None or a["at_ms"] + ttl_ms > now_ms)
+    ]
+    if any(a["by"] == by for a in given):
+        raise ApprovalRepeatedError(task_id, by, len(given), required)
+    given.append({"by": by, "at_ms": now_ms})
+    expires_at_ms = None if ttl_ms is None else min(a["at_ms"] for a in given) + ttl_ms
+    return CountedApproval(before, given, required, expires_at_ms, now_ms)
+
+
+def record_partial_approval(
+    conn: Connection,
+    sql: LeaseStatements,
+    counted: CountedApproval,
+    *,
+    reason: str,
+    details: dict[str, Any],
+    trace: TraceLink,
+) -> Any:
+    """Record an approval that is not yet enough (the task still awaits approval) and its ``approved`` entry;
+    the row after."""
+    before = counted.before
+    params = {"key_task_id": before.task_id, "approvals": counted.given, NOW_PARAM: counted.now_ms}
+    rows = execute(conn, sql.count_approval, {**params, "approval_expires_at_ms": counted.expires_at_ms})
+    write_event(
+        conn,
+        sql,
+        task_id=before.task_id,
+        kind=EventKind.APPROVED,
+        generation=before.claim_generation,
+        at_ms=counted.now_ms,
+        stage=before.stage,
+        reason=reason,
+        details=details,
+        trace=trace,
+    )
+    return rows[0]

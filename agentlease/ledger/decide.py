@@ -12,6 +12,7 @@ from agentlease.clock import now_param
 from agentlease.decisions.table import DECISIONS
 from agentlease.enums import DecisionKind, EventKind
 from agentlease.errors import TaskClosedError, TaskMovedError
+from agentlease.ledger.approvals import count_approval, record_partial_approval
 from agentlease.ledger.core import LedgerCore, redacted
 from agentlease.ledger.rendering import event_params
 from agentlease.ledger.trail import write_event
@@ -61,7 +62,9 @@ async def decide(
     if kind is DecisionKind.APPROVE:  # the approval of this tool and these arguments (docs/recovery.md)
         params["approval_tool"] = spec.tool if spec is not None else None
         params["approval_arguments_sha256"] = spec.arguments_sha256 if spec is not None else None
+        params.update(approvals=None, approval_expires_at_ms=None, first_approved_at_ms=None)  # counted below
     write = core.writes.decision(kind)
+    approver = str(facts.get("signed_by") or by)  # one person counts once: the verified operator, else the name
 
     def decide_tx(conn: Connection) -> TaskRecord:
         if spec is not None:
@@ -70,7 +73,17 @@ async def decide(
             current = conn.execute(core.sql.current_task, {"key_task_id": task_id}).first()
             if current is not None and current.claim_generation != expected_generation:
                 raise TaskMovedError(task_id, expected_generation, current.claim_generation)
-        rows = write.run(conn, params)
+        run_params = params
+        if kind is DecisionKind.APPROVE:
+            ttl = spec.approval_ttl if spec is not None else None
+            counted = count_approval(conn, core.sql, task_id, by=approver, ttl=ttl, now=now)
+            if counted is not None:
+                details = {**facts, "approval": counted.facts()}
+                if not counted.complete:
+                    trail = {"reason": params["event_reason"], "details": details, "trace": trace}
+                    return TaskRecord.from_row(record_partial_approval(conn, core.sql, counted, **trail))
+                run_params = {**params, **counted.columns(), "event_details": details}
+        rows = write.run(conn, run_params)
         if not rows:
             raise TaskClosedError(task_id, core.task(conn, task_id).status)
         return TaskRecord.from_row(rows[0])

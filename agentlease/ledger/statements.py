@@ -75,6 +75,8 @@ class LeaseStatements:
         select_now / clock_check: ``now_ms``; ``clock_ms`` and ``latest_ms`` (the newest entry's ``at_ms``).
         expired_first / expired_after: up to ``limit`` lapsed leases, oldest first (after a cursor).
         refuse_approval: a ``pending`` task back to ``awaiting_approval``; RETURNING ``updated_at_ms``.
+        count_approval: one more approval of a call that needs several (``approvals``,
+            ``approval_expires_at_ms``), the task still ``awaiting_approval``; RETURNING the row.
     """
 
     now: ColumnElement[int]
@@ -89,6 +91,7 @@ class LeaseStatements:
     expired_first: Select[Any]
     expired_after: Select[Any]
     refuse_approval: Update
+    count_approval: Update
 
 
 _REFUSAL_COLUMNS = ("claim_generation", "status", "lease_owner", "lease_token_sha256")
@@ -136,8 +139,18 @@ def lease_statements(dialect_name: str) -> LeaseStatements:
         expired_after=expired_after,
         refuse_approval=update(TASKS)
         .where(_T.task_id == bindparam("key_task_id"), _T.status == TaskStatus.PENDING.value)
-        .values(status=TaskStatus.AWAITING_APPROVAL.value, updated_at_ms=now)
+        .values(
+            status=TaskStatus.AWAITING_APPROVAL.value, approvals=None, approval_expires_at_ms=None, updated_at_ms=now
+        )
         .returning(_T.updated_at_ms),
+        count_approval=update(TASKS)
+        .where(_T.task_id == bindparam("key_task_id"), _T.status == TaskStatus.AWAITING_APPROVAL.value)
+        .values(
+            approvals=bindparam("approvals", type_=_T.approvals.type),
+            approval_expires_at_ms=bindparam("approval_expires_at_ms", type_=_T.approval_expires_at_ms.type),
+            updated_at_ms=now,
+        )
+        .returning(*TASKS.c),
     )
 
 

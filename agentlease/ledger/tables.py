@@ -68,6 +68,10 @@ TASKS = Table(
     Column("approval_consumed_generation", BigInteger, nullable=True),
     # What a person was last asked to approve: tool, redacted arguments, their fingerprint (ApprovalRequest).
     Column("approval_request", JSON, nullable=True),
+    # The approvals given to that request, each ``{"by": who, "at_ms": when}`` (several when the tool asks for
+    # more than one person), and when the approval, or the first of those given, lapses (tool's approval TTL).
+    Column("approvals", JSON, nullable=True),
+    Column("approval_expires_at_ms", BigInteger, nullable=True),
     Column("last_error", Text, nullable=True),
     Column("error_class", String(64), nullable=True),
     Column("created_at_ms", BigInteger, nullable=False),
@@ -75,6 +79,8 @@ TASKS = Table(
     *_trace_columns(),
     # The sweeper: running tasks by lease expiry.
     Index("ix_tasks_status_lease_expires_at_ms", "status", "lease_expires_at_ms"),
+    # The sweeper: approvals about to lapse.
+    Index("ix_tasks_approval_expires_at_ms", "approval_expires_at_ms"),
     # Operator listings, each read in keyset pages on (created_at_ms, task_id): all tasks, one
     # run's tasks (and the runs, grouped), tasks of one status, and the tasks waiting for a person.
     Index("ix_tasks_created_at_ms_task_id", "created_at_ms", "task_id"),

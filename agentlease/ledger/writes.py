@@ -270,13 +270,18 @@ def _decision_change(kind: DecisionKind, now: ColumnElement[int]) -> Update:
         values["attempts"] = 0
     if kind is DecisionKind.APPROVE:  # the approval of one execution: this tool, these arguments, now
         bound = {name: bindparam(name, type_=_T[name].type) for name in ("approval_tool", "approval_arguments_sha256")}
-        values.update(approved_at_ms=now, approval_consumed_generation=None, **bound)
+        counted = {name: bindparam(name, type_=_T[name].type) for name in ("approvals", "approval_expires_at_ms")}
+        # Several approvers: the approval lasts as long as the first of them (``first_approved_at_ms``).
+        first = func.coalesce(bindparam("first_approved_at_ms", type_=BigInteger), now)
+        values.update(approved_at_ms=first, approval_consumed_generation=None, **bound, **counted)
     if kind is DecisionKind.AWAIT_APPROVAL:  # asked again: an earlier approval no longer counts
         values.update(
             approved_at_ms=None,
             approval_tool=None,
             approval_arguments_sha256=None,
             approval_consumed_generation=None,
+            approvals=None,
+            approval_expires_at_ms=None,
             approval_request=bindparam("approval_request", type_=_T.approval_request.type),
         )
     if rule.settles:

@@ -22,6 +22,7 @@ from agentlease.mcp._convention import (
     Refusal,
 )
 from agentlease.mcp._guard import READBACK_TOOL, GuardedCall, LeaseGuard, current_call
+from agentlease.mcp._listing import record_server_tools
 from agentlease.mcp._policy import ToolPolicy
 from agentlease.mcp._tools import check_tools, guess_side_effect, mcp_tools
 
@@ -45,4 +46,5 @@ __all__ = [
     "guess_side_effect",
     "list_server_tools",
     "mcp_tools",
+    "record_server_tools",
 ]

@@ -74,8 +74,8 @@ def _refused(refusal: Refusal, detail: str, **facts: Any) -> MCPError:
     return MCPError(REFUSAL_CODE, detail, refusal_data(refusal, detail, **facts))
 
 
-def _stale(exc: StaleFencingTokenError) -> MCPError:
-    facts = stale_facts(exc)
+def _stale(exc: StaleFencingTokenError, named: str | None) -> MCPError:
+    facts = stale_facts(exc, named)
     return _refused(Refusal.STALE_TOKEN, facts.pop("detail"), **facts)
 
 
@@ -247,7 +247,8 @@ class LeaseGuard(Extension):
                     f"{tool} is guarded: send {IDEMPOTENCY_KEY_META} in the request's _meta (agentlease clients do)",
                 )
             return await run()
-        fence = scoped_fence(caller, self._fence(tool, lease, arguments or {}))
+        named = self._fence(tool, lease, arguments or {})
+        fence = scoped_fence(caller, named)
         try:
             claim = await self.store.claim(
                 scoped_key(caller, lease.idempotency_key),
@@ -257,7 +258,7 @@ class LeaseGuard(Extension):
                 now=self._now(),
             )
         except StaleFencingTokenError as exc:
-            raise _stale(exc) from None
+            raise _stale(exc, named.resource_key if named else None) from None
         if isinstance(claim, Held):
             return _held(claim, lease.idempotency_key)
         call = GuardedCall(
@@ -266,6 +267,7 @@ class LeaseGuard(Extension):
             caller,
             tool=tool,
             lease_expires_at=lease.lease_expires_at,
+            resource=named.resource_key if named else None,
             _store=self.store,
             _claim=claim,
             _answer_of=_stored_value,
@@ -275,7 +277,7 @@ class LeaseGuard(Extension):
         try:
             result: HandlerResult = await run_guarded(call, run, _verdict)
         except StaleFencingTokenError as exc:  # the tool's own fence check (a low-level server's handler)
-            raise _stale(exc) from None
+            raise _stale(exc, named.resource_key if named else None) from None
         return result
 
     def _fence(self, tool: str, lease: LeaseMeta, arguments: Mapping[str, Any]) -> FencingToken | None:

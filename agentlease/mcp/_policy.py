@@ -13,6 +13,7 @@ from agentlease.enums import SideEffectClass
 from agentlease.mcp._client import MCPServer
 from agentlease.records import ApprovalRule
 from agentlease.tools._declaration import ToolSpec
+from agentlease.tools._probe import Probe
 
 ResourceFunction = Callable[[str, dict[str, Any]], str]
 """``(idempotency key, arguments) -> fenced resource`` of a call; the server must name it the same."""
@@ -24,8 +25,13 @@ class ToolPolicy:
     comes from ``default``, then from the listed tool, then from the agentlease defaults.
 
     Attributes:
-        side_effect, lease_ttl, start_to_close, max_attempts, requires_approval: as for :func:`agentlease.tool`
-            (``lease_ttl`` required here or in ``default``).
+        side_effect, lease_ttl, start_to_close, max_attempts, requires_approval, approval_ttl, probe,
+            settle_window: as for
+            :func:`agentlease.tool` (``lease_ttl`` required here or in ``default``); ``requires_approval`` may be
+            an :class:`~agentlease.records.ApprovalRule` over an argument.
+        action_key: as for :func:`agentlease.tool`, a template over argument names (``"contact:{email}"``); the
+            tool's own (refused in ``default``). A listed property it names must be required or have a
+            default in the schema.
         args / input_schema / description: the arguments' pydantic model, or their JSON schema; what the model
             reads. Default the listed ones.
         name: the agentlease tool name (activity type). Default ``<prefix><mcp tool name>``.
@@ -47,15 +53,23 @@ class ToolPolicy:
     resource: ResourceFunction | None = None
     renew_every: timedelta | None = None
     readback: bool | None = None
+    action_key: str | None = None
+    approval_ttl: timedelta | None = None
+    probe: Probe | None = None
+    settle_window: timedelta | None = None
 
     def over(self, default: ToolPolicy) -> ToolPolicy:
         """This policy with its unset fields taken from ``default``."""
         taken = {
             name: getattr(default, name)
             for name in self.__dataclass_fields__
-            if getattr(self, name) is None and name not in ("name", "args", "input_schema", "description")
+            if getattr(self, name) is None and name not in _OWN
         }
         return replace(self, **taken)
+
+
+_OWN = ("name", "args", "input_schema", "description", "action_key")
+"""The fields of a tool's own policy that ``default`` never gives (they name one tool or its arguments)."""
 
 
 @dataclass(frozen=True)

@@ -4,44 +4,23 @@ every replay), and :func:`check_tools` against the live server (``docs/mcp.md``)
 
 from __future__ import annotations
 
-import copy
-import json
 import logging
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError
 from agentlease.mcp._client import MCPServer, list_tools, session
+from agentlease.mcp._listing import Listed, args_model, optional_key_fields, read_listed, recorded_path
 from agentlease.mcp._policy import MCPBinding, ToolPolicy, binding_of, compare
-from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE
+from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE, action_key_fields
 from agentlease.tools._declaration import LeaseOptions, ToolSpec, side_effect_class
 
 logger = logging.getLogger("agentlease.mcp")
-
-
-class _ListedArgs(BaseModel):
-    """Arguments of an MCP tool declared by schema: any JSON object (the server validates), shown with the schema."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-    mcp_input_schema: ClassVar[dict[str, Any]] = {"type": "object"}
-
-    @classmethod
-    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return copy.deepcopy(cls.mcp_input_schema)
-
-
-def _args_model(tool_name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
-    fixed = dict(copy.deepcopy(schema))
-    fixed.setdefault("type", "object")
-    fixed.setdefault("properties", {})
-    name = "".join(part[:1].upper() + part[1:] for part in tool_name.replace("-", "_").split("_")) + "Args"
-    return type(name, (_ListedArgs,), {"mcp_input_schema": fixed, "__module__": __name__})
 
 
 def guess_side_effect(listed: Mapping[str, Any] | None, *, guarded: bool = False) -> SideEffectClass:
@@ -57,28 +36,12 @@ def guess_side_effect(listed: Mapping[str, Any] | None, *, guarded: bool = False
     return SideEffectClass.UNSAFE
 
 
-def _listed_tools(listed: Sequence[Mapping[str, Any]] | str | Path | None) -> dict[str, dict[str, Any]]:
-    if listed is None:
-        return {}
-    if isinstance(listed, str | Path):
-        try:
-            loaded = json.loads(Path(listed).read_text())
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(f"cannot read the listed MCP tools from {listed}: {exc}") from None
-        listed = loaded["tools"] if isinstance(loaded, dict) else loaded
-    assert not isinstance(listed, str | Path)
-    unnamed = [tool for tool in listed if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str)]
-    if unnamed:
-        raise ConfigurationError(f"listed MCP tools are tools/list objects with a name; not {unnamed[0]!r:.80}")
-    return {tool["name"]: dict(tool) for tool in listed}
-
-
 def mcp_tools(
     server: MCPServer,
     *,
     default: ToolPolicy = ToolPolicy(),  # noqa: B008 - a frozen dataclass
     tools: Mapping[str, ToolPolicy] | None = None,
-    listed: Sequence[Mapping[str, Any]] | str | Path | None = None,
+    listed: Listed | None = None,
     guarded: Sequence[str] | None = None,
     prefix: str = "",
 ) -> list[ToolSpec]:
@@ -87,23 +50,36 @@ def mcp_tools(
 
     Args:
         default: the policy of every tool, under each tool's own.
-        tools: per tool name at the server, its policy. With ``listed``, every listed tool is declared
-            (those not named here with ``default``); without it, exactly the named ones, in that order.
+        tools: per tool name at the server, its policy. With ``listed`` given, every listed tool is declared
+            (those not named here with ``default``); otherwise exactly the named ones, in that order (every
+            tool of the recorded listing when none is named).
         listed: the server's ``tools/list`` answer, recorded (a list of tool objects, or the path of a
             JSON file holding it or ``{"tools": [...]}``), from :func:`~agentlease.mcp.list_server_tools`.
+            Default: ``<server name>.tools.json`` beside the module calling ``mcp_tools``, when it exists
+            (written by :func:`~agentlease.mcp.record_server_tools`); it gives each tool's argument schema,
+            description and side-effect guess unless the policy declares them.
         guarded: the tools the server guards (``io.agentlease/lease``), for the side-effect guess.
         prefix: put before each tool's name to make the agentlease tool name (``crm_``).
 
     Raises:
         ConfigurationError: a tool without a side-effect class (declared, or guessed from ``listed``), lease
-            TTL or argument schema; two tools with one name; unreadable ``listed``.
+            TTL or argument schema; a bad ``action_key``, ``requires_approval``, ``approval_ttl`` or ``probe``
+            (the checks of :func:`agentlease.tool`), or an ``action_key`` in ``default``; two tools with one
+            name; unreadable ``listed``.
         MissingHeartbeatTimeoutError: a lease TTL that is not positive.
     """
     from agentlease.mcp._call import leased_mcp_call, unleased_mcp_call
 
-    known = _listed_tools(listed)
+    if default.action_key is not None:
+        raise ConfigurationError(
+            f"MCP server {server.name!r}: action_key names one tool's arguments; set it in tools=, not default="
+        )
     policies = dict(tools or {})
-    names = list(policies) + [name for name in known if name not in policies]
+    every_listed = listed is not None or not policies
+    if listed is None:
+        listed = _recorded(server, sys._getframe(1).f_globals.get("__file__"))
+    known = read_listed(listed)
+    names = list(policies) + ([name for name in known if name not in policies] if every_listed else [])
     guarded_names = set(guarded or ())
     specs: list[ToolSpec] = []
     for tool in names:
@@ -129,34 +105,46 @@ def mcp_tools(
             )
         schema: Mapping[str, Any] | None
         if own.args is not None:
-            args_model = own.args
-            schema = args_model.model_json_schema()
+            model = own.args
+            schema = model.model_json_schema()
         else:
             schema = own.input_schema or (listed_tool or {}).get("inputSchema")
             if schema is None:
                 raise ConfigurationError(
                     f"MCP tool {tool!r} of {server.name!r} has no argument schema: give args= (a pydantic model), "
-                    "input_schema=, or listed= (the server's tools/list answer)"
+                    "input_schema=, or listed= (the server's tools/list answer, recorded by record_server_tools)"
                 )
-            args_model = _args_model(tool, schema)
+            model = args_model(tool, schema)
+        name = own.name or f"{prefix}{tool}"
         options = LeaseOptions(
             side_effect_class(side_effect),
             policy.lease_ttl,
             policy.start_to_close or DEFAULT_START_TO_CLOSE,
             policy.max_attempts or DEFAULT_MAX_ATTEMPTS,
             policy.requires_approval,
+            action_key=policy.action_key,
+            approval_ttl=policy.approval_ttl,
+            probe=policy.probe,
+            settle_window=policy.settle_window,
         )
-        name = own.name or f"{prefix}{tool}"
+        options.check(name)
+        assert policy.action_key is None or isinstance(policy.action_key, str)  # checked above
+        optional = optional_key_fields(model, action_key_fields(policy.action_key) if policy.action_key else [])
+        if optional:
+            raise ConfigurationError(
+                f"tool {name!r}: action_key {policy.action_key!r} names {', '.join(optional)}, which the server's "
+                "schema neither requires nor gives a default: a call leaving it out would have no key"
+            )
         binding = MCPBinding(server, tool, replace(policy, side_effect=side_effect), dict(schema), guessed)
         description = own.description or (listed_tool or {}).get("description") or f"{tool} (MCP server {server.name})"
         specs.append(
             options.spec(
                 name,
-                args_model=args_model,
+                args_model=model,
                 fn=leased_mcp_call(binding),
                 settings=None,
                 description=description,
-                direct=unleased_mcp_call(binding, args_model),
+                direct=unleased_mcp_call(binding, model),
             )
         )
     seen: set[str] = set()
@@ -165,6 +153,14 @@ def mcp_tools(
             raise ConfigurationError(f"two MCP tools are declared as {spec.name!r}; give one name= or a prefix=")
         seen.add(spec.name)
     return specs
+
+
+def _recorded(server: MCPServer, declared_in: object) -> Path | None:
+    """The listing of ``server`` recorded beside the module at ``declared_in`` (its ``__file__``), if any."""
+    if not isinstance(declared_in, str):
+        return None
+    found = recorded_path(server, Path(declared_in).parent)
+    return found if found.is_file() else None
 
 
 async def check_tools(specs: Sequence[ToolSpec]) -> None:

@@ -104,6 +104,12 @@ APPROVAL_REMAINING = Histogram(
     [*SCOPE, "tool"],
     buckets=(1.0, 10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0, 86400.0),
 )
+APPROVALS_EXPIRING = Counter(
+    "agentlease_approvals_expiring",
+    "Approvals not yet consumed that the sweeper found about to lapse (an approval_expiring entry each), by what "
+    "they wait for: person (more approvers) or claim (the approved call has not started).",
+    [*SCOPE, "tool", "waiting_for"],
+)
 HEARTBEAT_TIMEOUT_CHANGES = Counter(
     "agentlease_heartbeat_timeout_changes",
     "Heartbeat timeouts changed under a running lease (temporal activity update-options), found by a renewal "

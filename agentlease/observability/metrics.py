@@ -126,6 +126,10 @@ class LeaseMetrics:
         if remaining_s is not None:
             _families().APPROVAL_REMAINING.labels(*self._scope, tool).observe(remaining_s)
 
+    def approval_expiring(self, tool: str, waiting_for: str) -> None:
+        """An approval not yet consumed lapses soon; it waits for a ``person`` or for its ``claim``."""
+        _families().APPROVALS_EXPIRING.labels(*self._scope, tool, waiting_for).inc()
+
     def heartbeat_timeout_changed(self, tool: str, *, shorter: bool) -> None:
         """A heartbeat timeout that is not the lease TTL was found under a lease."""
         _families().HEARTBEAT_TIMEOUT_CHANGES.labels(*self._scope, tool, "shorter" if shorter else "longer").inc()

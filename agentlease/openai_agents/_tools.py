@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from agents.strict_schema import ensure_strict_json_schema
     from agents.tool_context import ToolContext
 
-    from agentlease.adapters._core import StepIdFunction, call_leased, declared, told
+    from agentlease.adapters._core import StepIdFunction, adapted, declared, told
     from agentlease.tools._declaration import DeclaredTool
     from agentlease.workflow._calls import CallOutcome, leased_calls
 
@@ -53,9 +53,9 @@ def leased_tool(
     Raises:
         ConfigurationError: ``tool`` is not a declared tool (an MCP server, say: ``docs/mcp.md``).
     """
-    declared(tool, "leased_tool")
-    shown = name or tool.name
-    schema = tool.args_model.model_json_schema()
+    description = description or _first_paragraph(declared(tool, "leased_tool").description)
+    shown = adapted(tool, "leased_tool", name=name, description=description, step_id=step_id, key=key)
+    schema = shown.schema()
     if strict is None:
         try:
             ensure_strict_json_schema(json.loads(json.dumps(schema)))
@@ -64,20 +64,12 @@ def leased_tool(
             strict = False
 
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:  # the SDK passes the call's own context
-        reply = await call_leased(
-            tool,
-            arguments,
-            name=shown,
-            call_id=ctx.tool_call_id or "call",
-            step_id=step_id,
-            exact_step_id=step_id is not None,
-            key=key,
-        )
+        reply = await shown.call(arguments, ctx.tool_call_id or "call", exact_step_id=step_id is not None)
         return reply.as_text()
 
     return FunctionTool(
-        name=shown,
-        description=description or _first_paragraph(tool.description) or f"the {tool.info().name} tool",
+        name=shown.name,
+        description=shown.description,
         params_json_schema=schema,
         on_invoke_tool=invoke,
         strict_json_schema=strict,

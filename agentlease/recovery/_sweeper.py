@@ -14,12 +14,16 @@ from datetime import datetime, timedelta
 
 from agentlease.enums import TaskStatus
 from agentlease.errors import one_line
+from agentlease.ledger.approval_warnings import warn_expiring_approvals
 from agentlease.ledger.expiry import ExpiredLease, Expiry, expired_leases, record_expiries
 from agentlease.ledger.store import Ledger
 from agentlease.records import DEFAULT_MAX_ATTEMPTS
 from agentlease.recovery._policy import RecoveryDecision, decide
 
 logger = logging.getLogger("agentlease.sweeper")
+
+APPROVAL_WARNING = timedelta(minutes=5)
+"""How long before an approval lapses the sweeper warns of it, by default."""
 
 
 @dataclass(frozen=True)
@@ -30,16 +34,21 @@ class SweeperSettings:
         interval: pause between two sweeps. Default 5s.
         batch_size: leases read per keyset batch, each recorded by one statement. Default 500.
         default_max_attempts: real attempts of a tool not in ``max_attempts_by_tool`` (per-tool limits). Default 5.
+        approval_warning: an approval not yet consumed that lapses within this gets one ``approval_expiring``
+            entry (ledger clock). Default 5 minutes.
     """
 
     interval: timedelta = timedelta(seconds=5)
     batch_size: int = 500
     default_max_attempts: int = DEFAULT_MAX_ATTEMPTS
     max_attempts_by_tool: Mapping[str, int] = field(default_factory=dict)
+    approval_warning: timedelta = APPROVAL_WARNING
 
     def __post_init__(self) -> None:
         if self.interval <= timedelta(0):
             raise ValueError("sweeper interval must be positive")
+        if self.approval_warning <= timedelta(0):
+            raise ValueError("sweeper approval_warning must be positive")
         if self.batch_size < 1:
             raise ValueError("sweeper batch_size must be at least 1")
         if self.default_max_attempts < 1 or any(v < 1 for v in self.max_attempts_by_tool.values()):
@@ -49,13 +58,15 @@ class SweeperSettings:
 @dataclass(frozen=True)
 class SweepResult:
     """Counts of one :meth:`ExpiredLeaseSweeper.run_once`: expired leases ``examined``, recorded and ``released``,
-    parked (``needs_reconciliation``) or ``dead_lettered``, and ``skipped`` (changed meanwhile)."""
+    parked (``needs_reconciliation``) or ``dead_lettered``, and ``skipped`` (changed meanwhile); approvals about
+    to lapse warned of (``approvals_expiring``)."""
 
     examined: int = 0
     released: int = 0
     needs_reconciliation: int = 0
     dead_lettered: int = 0
     skipped: int = 0
+    approvals_expiring: int = 0
 
     @property
     def recorded(self) -> int:
@@ -108,7 +119,8 @@ class ExpiredLeaseSweeper:
 
     async def run_once(self, *, now: datetime | None = None) -> SweepResult:
         """One sweep over every lease lapsed at ``now`` (default the database's clock), in keyset batches,
-        each batch recorded by one conditional statement."""
+        each batch recorded by one conditional statement; then one ``approval_expiring`` entry for each
+        approval about to lapse (up to a batch of them)."""
         counts = {"examined": 0, "released": 0, "needs_reconciliation": 0, "dead_lettered": 0, "skipped": 0}
         cursor: tuple[int, str] | None = None
         while True:
@@ -121,8 +133,12 @@ class ExpiredLeaseSweeper:
                 if expiry.lease.task_id in recorded:
                     counts[expiry.status.value] += 1
             if len(batch) < self.settings.batch_size:
-                return SweepResult(**counts)
+                break
             cursor = batch[-1].cursor
+        warned = await warn_expiring_approvals(
+            self._ledger, within=self.settings.approval_warning, limit=self.settings.batch_size, now=now
+        )
+        return SweepResult(**counts, approvals_expiring=len(warned))
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep every ``interval`` until ``stop`` is set; a sweep that fails is logged in one line and counted

@@ -3,6 +3,7 @@ by shape in strings; ``AGENTLEASE_REDACTOR`` sets a deployment's own text rule. 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -36,22 +37,27 @@ def _mask_pairs(text: str) -> str:
     return "".join(kept)
 
 
-_RULES: list[tuple[re.Pattern[str], str] | Callable[[str], str]] = [
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S), MASK),
+def _sub(pattern: re.Pattern[str], replacement: str) -> Callable[[str], str]:
+    """The rule that replaces each match of ``pattern`` by ``replacement`` (group references allowed)."""
+    return functools.partial(pattern.sub, replacement)
+
+
+_RULES: list[Callable[[str], str]] = [
+    _sub(re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S), MASK),
     # user:password@ in a URL; a password may hold "/", but "host:8080/path@x" is a port and a path. A scheme is
     # at most 32 characters, so that a long run of scheme characters costs linear time.
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://[^\s:/@]*):(?!\d+/)[^\s@]*@"), rf"\1:{MASK}@"),
-    (re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;\"']+"), rf"\1{MASK}"),
-    (re.compile(r"(?i)\b((?:set-)?cookie\s*:\s*)[^\r\n\"']+"), rf"\1{MASK}"),
-    (re.compile(rf"(?i)\b(bearer|basic)\s+{_TOKEN_CHARS}{{8,}}"), rf"\1 {MASK}"),
+    _sub(re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://[^\s:/@]*):(?!\d+/)[^\s@]*@"), rf"\1:{MASK}@"),
+    _sub(re.compile(r"(?i)\b(authorization\s*[:=]\s*)(?:(?:bearer|basic|token)\s+)?[^\s,;\"']+"), rf"\1{MASK}"),
+    _sub(re.compile(r"(?i)\b((?:set-)?cookie\s*:\s*)[^\r\n\"']+"), rf"\1{MASK}"),
+    _sub(re.compile(rf"(?i)\b(bearer|basic)\s+{_TOKEN_CHARS}{{8,}}"), rf"\1 {MASK}"),
     # "token <value>": a value with a digit (8+ characters) or a long one, not a word ("token expired").
-    (
+    _sub(
         re.compile(rf"(?i)\b(token)\s+(?:(?={_TOKEN_CHARS}*\d){_TOKEN_CHARS}{{8,}}|{_TOKEN_CHARS}{{20,}})"),
         rf"\1 {MASK}",
     ),
     _mask_pairs,
-    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),
-    (
+    _sub(re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), MASK),
+    _sub(
         re.compile(
             r"\b(?:gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{20,}"
             r"|[sr]k_(?:live|test)_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{16,}"
@@ -59,7 +65,7 @@ _RULES: list[tuple[re.Pattern[str], str] | Callable[[str], str]] = [
         ),
         MASK,
     ),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+"), MASK),
+    _sub(re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+"), MASK),
 ]
 
 _TRIGGERS = (
@@ -84,12 +90,12 @@ def secret_key(key: str) -> bool:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with the secrets :data:`_RULES` find masked by ``***``."""
+    """``text`` with the secrets :data:`_RULES` find masked by ``***``: each rule is a function from text to text."""
     lowered = text.lower()
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text
     for rule in _RULES:
-        text = rule(text) if callable(rule) else rule[0].sub(rule[1], text)
+        text = rule(text)
     return text
 
 

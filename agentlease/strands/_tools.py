@@ -12,7 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from strands.types._events import ToolResultEvent
     from strands.types.tools import AgentTool, ToolGenerator, ToolResult, ToolSpec, ToolUse
 
-    from agentlease.adapters._core import ArgumentsKey, StepIdFunction, call_leased, declared
+    from agentlease.adapters._core import AdaptedTool, ArgumentsKey, StepIdFunction, adapted
     from agentlease.tools._declaration import DeclaredTool
     from agentlease.workflow._calls import leased_calls
 
@@ -21,23 +21,15 @@ class LeasedTool(AgentTool):
     """A Strands tool whose every use is one leased call of the running workflow, keyed by the model's
     ``toolUseId`` (recorded by the model activity, so the same on every retry and on replay)."""
 
-    def __init__(
-        self,
-        tool: DeclaredTool,
-        *,
-        name: str,
-        description: str,
-        step_id: StepIdFunction | None,
-        key: ArgumentsKey | None,
-    ) -> None:
+    def __init__(self, adapted: AdaptedTool) -> None:
         super().__init__()
-        self._tool, self._name, self._step_id, self._key = tool, name, step_id, key
-        schema = tool.args_model.model_json_schema()
-        self._spec: ToolSpec = {"name": name, "description": description, "inputSchema": {"json": schema}}
+        self._adapted = adapted
+        schema = {"json": adapted.schema()}
+        self._spec: ToolSpec = {"name": adapted.name, "description": adapted.description, "inputSchema": schema}
 
     @property
     def tool_name(self) -> str:
-        return self._name
+        return self._adapted.name
 
     @property
     def tool_spec(self) -> ToolSpec:
@@ -49,14 +41,7 @@ class LeasedTool(AgentTool):
 
     async def stream(self, tool_use: ToolUse, invocation_state: dict[str, Any], **kwargs: Any) -> ToolGenerator:
         call_id = tool_use["toolUseId"]
-        reply = await call_leased(
-            self._tool,
-            dict(tool_use["input"] or {}),
-            name=self._name,
-            call_id=call_id,
-            step_id=self._step_id,
-            key=self._key,
-        )
+        reply = await self._adapted.call(dict(tool_use["input"] or {}), call_id)
         status = "success" if reply.ok else "error"
         yield ToolResultEvent(ToolResult(toolUseId=call_id, status=status, content=[{"text": reply.as_text()}]))
 
@@ -84,11 +69,7 @@ def leased_tool(
     Raises:
         ConfigurationError: ``tool`` is not a declared tool.
     """
-    declared(tool, "leased_tool")
-    shown = name or tool.name
-    return LeasedTool(
-        tool, name=shown, description=description or tool.description or f"the {shown} tool", step_id=step_id, key=key
-    )
+    return LeasedTool(adapted(tool, "leased_tool", name=name, description=description, step_id=step_id, key=key))
 
 
 async def run_agent(agent: Any, prompt: Any, **invoke_kwargs: Any) -> Any:

@@ -63,8 +63,11 @@ def as_run(task: TaskSpec, activity_type: str) -> TaskSpec:
     return task if task.tool == activity_type else task.model_copy(update={"tool": activity_type})
 
 
-async def claimed_refusal(ledger: Ledger, claim: Claim, tool: str, *, requires_approval: bool) -> str | None:
-    """Why the task ``claim`` holds may not run ``tool`` now: another recorded tool, or no approval."""
+async def claimed_refusal(
+    ledger: Ledger, claim: Claim, tool: str, *, requires_approval: bool, approvers: int = 1
+) -> str | None:
+    """Why the task ``claim`` holds may not run ``tool`` now: another recorded tool, no approval, or approvals
+    by fewer different people than the tool's ``approvers``."""
     if claim.tool != tool:
         return (
             f"the ledger records task {claim.task_id!r} as tool {claim.tool!r}, not {tool!r}: "
@@ -75,6 +78,14 @@ async def claimed_refusal(ledger: Ledger, claim: Claim, tool: str, *, requires_a
             f"tool {tool!r} requires approval, and the ledger shows no approval of task {claim.task_id!r}: "
             "it runs only once an operator approves it"
         )
+    if requires_approval and approvers > 1:
+        request = (await ledger.get_task(claim.task_id)).approval_request
+        given = set(request.approved_by) if request is not None else set()
+        if len(given) < approvers:
+            return (
+                f"tool {tool!r} requires approval by {approvers} different people, and the ledger shows "
+                f"{len(given)} for task {claim.task_id!r}: it runs only once that many approved it"
+            )
     return None
 
 

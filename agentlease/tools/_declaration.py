@@ -71,6 +71,7 @@ class ToolSpec:
     action_key: str | None = None
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
+    settle_window: timedelta | None = None
 
     @property
     def __name__(self) -> str:  # what @activity.defn names an activity after
@@ -172,6 +173,7 @@ class LeaseOptions:
     action_key: str | None = None
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
+    settle_window: timedelta | None = None
 
     def check(self, tool_name: str) -> None:
         """Check the bounds of tool ``tool_name`` (``MissingHeartbeatTimeoutError``, ``ConfigurationError``)."""
@@ -207,6 +209,14 @@ class LeaseOptions:
             )
         if self.probe is not None and not inspect.iscoroutinefunction(self.probe):
             raise ConfigurationError(f"tool {tool_name!r}: probe must be an async function (ProbeQuery) -> ProbeResult")
+        if self.settle_window is not None and (
+            not isinstance(self.settle_window, timedelta) or not timedelta(0) < self.settle_window < self.start_to_close
+        ):
+            raise ConfigurationError(
+                f"tool {tool_name!r}: settle_window must be a positive timedelta shorter than start_to_close"
+            )
+        if self.settle_window is not None and self.probe is None:
+            raise ConfigurationError(f"tool {tool_name!r}: settle_window is how long its probe waits; give a probe")
 
     def spec(
         self,
@@ -235,7 +245,7 @@ class LeaseOptions:
                     f"of the tool (its arguments: {', '.join(args_model.model_fields) or 'none'})"
                 )
         approval = self.requires_approval
-        if isinstance(approval, ApprovalRule) and approval.field not in args_model.model_fields:
+        if isinstance(approval, ApprovalRule) and approval.field not in (None, *args_model.model_fields):
             raise ConfigurationError(
                 f"tool {name!r}: requires_approval's rule ({approval}) names {approval.field!r}, not an argument "
                 f"of the tool (its arguments: {', '.join(args_model.model_fields) or 'none'})"
@@ -255,6 +265,7 @@ class LeaseOptions:
             action_key=self.action_key,
             approval_ttl=self.approval_ttl,
             probe=self.probe,
+            settle_window=self.settle_window,
         )
 
 
@@ -283,6 +294,7 @@ def tool(
     action_key: str | None = None,
     approval_ttl: timedelta | None = None,
     probe: Probe | None = None,
+    settle_window: timedelta | None = None,
 ) -> Callable[[ToolFunction], ToolSpec]:
     """Declare a tool (``docs/writing-tools.md``).
 
@@ -293,7 +305,8 @@ def tool(
         max_attempts: real attempts before dead-lettering. Default 5.
         requires_approval: each call waits for ``approve`` before its side effect (``True``), none does (``False``),
             or the calls an :class:`~agentlease.records.ApprovalRule` asks for (``ApprovalRule(field="amount_cents",
-            above=10000)``: those above 10000, or not saying). Default: for ``unsafe`` tools.
+            above=10000)``: those above 10000, or not saying), each by ``approvers`` different people
+            (``ApprovalRule(approvers=2)``: every call, by two). Default: for ``unsafe`` tools, one person.
         name: tool name; default the function's name.
         settings: the ``AgentLeaseSettings`` fields the tool may read (``ctx.settings``). Default: every field but
             the worker's own connections and secrets (``docs/security-operations.md``, "Tool credentials").
@@ -302,6 +315,9 @@ def tool(
         approval_ttl: how long an approval lasts on the ledger's clock. Default ``AGENTLEASE_APPROVAL_TTL``.
         probe: ``async (ProbeQuery) -> ProbeResult``, asked whether an action happened before an ambiguous task
             waits for a person (``docs/action-keys-and-probes.md``, "Probes"). Default none.
+        settle_window: how long the downstream may take to show a write. The probe's "not happened" is asked
+            again until this long after the write may have been made (on the ledger's clock), never trusted
+            sooner; needs a probe, and is shorter than ``start_to_close``. Default ``None``: trusted at once.
 
     Returns:
         A decorator turning ``async def fn(ctx, args: Model) -> ToolResult`` into a :class:`ToolSpec`.
@@ -309,7 +325,8 @@ def tool(
     Raises:
         MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
         ConfigurationError: an unknown side-effect class, the function is not async, its ``args``
-            is not a pydantic model, or a bad ``action_key``, ``requires_approval``, ``approval_ttl`` or ``probe``.
+            is not a pydantic model, or a bad ``action_key``, ``requires_approval``, ``approval_ttl``, ``probe`` or
+            ``settle_window``.
     """
     options = LeaseOptions(
         side_effect_class(side_effect),
@@ -320,6 +337,7 @@ def tool(
         action_key=action_key,
         approval_ttl=approval_ttl,
         probe=probe,
+        settle_window=settle_window,
     )
 
     def declare(fn: ToolFunction) -> ToolSpec:

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from temporalio import activity
@@ -47,6 +47,7 @@ from agentlease.records import (
     ToolOutcome,
     TraceLink,
     approval_reason,
+    approvals_required,
 )
 from agentlease.recovery._policy import RecoveryDecision, classify, decide, decide_after_probe
 from agentlease.recovery.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
@@ -232,7 +233,10 @@ class LeasedActivities:
                 claim.generation,
             )
 
-        if why := await claimed_refusal(self._ledger, claim, spec.name, requires_approval=asked is not None):
+        approvers = approvals_required(spec.requires_approval)
+        if why := await claimed_refusal(
+            self._ledger, claim, spec.name, requires_approval=asked is not None, approvers=approvers
+        ):
             await self._park(
                 claim, RecoveryDecision(RecoveryAction.DEAD_LETTER, "refused by the ledger"), ErrorClass.PERMANENT, why
             )
@@ -259,7 +263,13 @@ class LeasedActivities:
             return self._settled(claim, stored.receipt, None, settled_by=SETTLED_BY_EARLIER_RECEIPT)
         if _probes_first(spec, claim.previous_stage, decision, previous):
             probed = await self._probe(
-                spec, call, claim, decision, claim.previous_stage, real_attempts=claim.attempts - 1
+                spec,
+                call,
+                claim,
+                decision,
+                claim.previous_stage,
+                real_attempts=claim.attempts - 1,
+                since=claim.acquired_at,
             )
             if isinstance(probed, ToolOutcome):
                 return probed
@@ -497,8 +507,11 @@ class LeasedActivities:
         stage: Stage | None,
         *,
         real_attempts: int,
+        since: datetime | None = None,
     ) -> ToolOutcome | RecoveryDecision:
-        """Ask the tool's probe whether the action happened: the settled outcome, or the decision to go on with."""
+        """Ask the tool's probe whether the action happened: the settled outcome, or the decision to go on with.
+        ``since``: when the write may last have been made, on the ledger's clock (``None``: now, as this attempt's
+        own call just ended); a "not happened" inside the tool's settle window from then is asked again."""
         assert spec.probe is not None
         ambiguous = decision.action is RecoveryAction.RECONCILE
         await self._renew(
@@ -507,6 +520,9 @@ class LeasedActivities:
             f"(an earlier attempt reached {stage.value if stage else 'no stage'})",
         )
         result = await self._ask(spec, call, claim, stage, real_attempts)
+        if result.answer is ProbeAnswer.NOT_HAPPENED and spec.settle_window is not None:
+            since = since or await self._ledger.db_now()
+            result = await self._ask_while_settling(spec, call, claim, stage, real_attempts, since, result)
         self._metrics.probe(spec.name, result.answer.value if "failed" not in result.evidence else "failed")
         evidence = {"probe": result.answer.value, **result.evidence}
         if result.answer is ProbeAnswer.HAPPENED:
@@ -530,11 +546,45 @@ class LeasedActivities:
             note = f"probe: the action did not happen ({result.summary()}); {goes_on.rule}"
             await self._renew(claim, note, {"probe": evidence})
             return goes_on
+        if result.answer is ProbeAnswer.CONFLICT:  # never run again: a person decides, with the probe's evidence
+            why = f"the probe found the key with other arguments: {result.summary()}"
+            await self._renew(claim, f"probe: {why}", {"probe": evidence})
+            return RecoveryDecision(RecoveryAction.RECONCILE, f"never run again, a person decides ({why})")
         why = f"the probe could not tell: {result.summary()}"
         if not ambiguous:
             await self._renew(claim, f"probe: {why}; {decision.rule}", {"probe": evidence})
             return decision
         return RecoveryDecision(decision.action, f"{decision.rule} ({why})")
+
+    async def _ask_while_settling(
+        self,
+        spec: ToolSpec,
+        call: ToolCall,
+        claim: Claim,
+        stage: Stage | None,
+        real_attempts: int,
+        since: datetime,
+        result: ProbeResult,
+    ) -> ProbeResult:
+        """Ask the probe again, under the lease, while its answer is "not happened" and the tool's settle window
+        since ``since`` lasts: the last answer (a "not happened" once the window has passed)."""
+        assert spec.settle_window is not None
+        window, asked = spec.settle_window, 1
+        pause = min(max(window / SETTLE_WINDOW_ASKS, MIN_RETRY_DELAY), claim.lease_ttl / 3)
+        while result.answer is ProbeAnswer.NOT_HAPPENED:
+            age = await self._ledger.db_now() - since
+            if age >= window:
+                break
+            wait = min(pause, window - age)
+            await self._renew(
+                claim,
+                f"probe: not found yet, {age / _MS:.0f} ms into the settle window of {window / _MS:.0f} ms "
+                f"(the downstream may not show the write yet); asking again in {wait / _MS:.0f} ms (answer {asked})",
+            )
+            await asyncio.sleep(wait.total_seconds())
+            result = await self._ask(spec, call, claim, stage, real_attempts)
+            asked += 1
+        return result
 
     async def _renew(self, claim: Claim, reason: str, details: dict[str, Any] | None = None) -> None:
         try:
@@ -656,6 +706,10 @@ async def _unknown_attempt(*, timed_out: bool = False) -> tuple[Interruption, di
 
 _MS = timedelta(milliseconds=1)
 
+
+SETTLE_WINDOW_ASKS = 4
+"""How often a probe that finds nothing is asked within its tool's settle window: every quarter of the window,
+but no sooner than 20 ms and no later than a third of the lease TTL (each time after a renewal)."""
 
 _PROBED_ACTIONS = frozenset(
     {

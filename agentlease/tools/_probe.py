@@ -49,8 +49,9 @@ class ProbeQuery:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """A probe's answer. Make it with :meth:`happened`, :meth:`not_happened` or :meth:`cannot_tell`; ``evidence``:
-    small JSON-able facts the probe saw, kept in the evidence trail."""
+    """A probe's answer. Make it with :meth:`happened` (confirmed), :meth:`not_happened` (not applied),
+    :meth:`cannot_tell` (inconclusive) or :meth:`conflict`; ``evidence``: small JSON-able facts the probe saw, kept
+    in the evidence trail."""
 
     answer: ProbeAnswer
     receipt: SettlementReceipt | None = None
@@ -74,6 +75,12 @@ class ProbeResult:
     def cannot_tell(cls, why: str, **evidence: Any) -> ProbeResult:
         """The downstream cannot say: a person decides, as without a probe."""
         return cls(ProbeAnswer.CANNOT_TELL, None, {"why": why, **evidence})
+
+    @classmethod
+    def conflict(cls, why: str, **evidence: Any) -> ProbeResult:
+        """The downstream holds this key for an action with other arguments: the tool never runs again for it, and
+        a person decides with ``why`` and ``evidence`` (what the downstream holds under the key)."""
+        return cls(ProbeAnswer.CONFLICT, None, {"why": why, **evidence})
 
     def summary(self) -> str:
         """One line for the trail: the answer and what the probe saw."""

@@ -63,6 +63,7 @@ def leased(
     action_key: str | None = ...,
     approval_ttl: timedelta | None = ...,
     probe: Probe | None = ...,
+    settle_window: timedelta | None = ...,
 ) -> ToolSpec: ...
 @overload
 def leased(
@@ -78,6 +79,7 @@ def leased(
     action_key: str | None = ...,
     approval_ttl: timedelta | None = ...,
     probe: Probe | None = ...,
+    settle_window: timedelta | None = ...,
 ) -> Callable[[Any], ToolSpec]: ...
 def leased(
     fn: Any = None,
@@ -92,6 +94,7 @@ def leased(
     action_key: str | None = None,
     approval_ttl: timedelta | None = None,
     probe: Probe | None = None,
+    settle_window: timedelta | None = None,
 ) -> ToolSpec | Callable[[Any], ToolSpec]:
     """Lease an existing tool as it is (``docs/wrapping-tools.md``): as a decorator, above or below
     ``@activity.defn`` (``@leased(side_effect="fenced", lease_ttl=timedelta(seconds=10))``), or called on what
@@ -103,7 +106,8 @@ def leased(
             description). Omitted: a decorator.
         name: the tool name. Default the activity's, the framework tool's or the function's name.
         side_effect, lease_ttl, start_to_close, max_attempts, requires_approval, settings, action_key,
-            approval_ttl, probe: as for :func:`agentlease.tool` (``action_key`` over the parameters' names).
+            approval_ttl, probe, settle_window: as for :func:`agentlease.tool` (``action_key`` over the
+            parameters' names).
 
     Returns:
         The :class:`ToolSpec` (its argument model one field per parameter, extra ones refused; the function
@@ -124,6 +128,7 @@ def leased(
         action_key=action_key,
         approval_ttl=approval_ttl,
         probe=probe,
+        settle_window=settle_window,
     )
 
     def declare(target: Any) -> ToolSpec:

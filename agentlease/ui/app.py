@@ -125,7 +125,9 @@ def _request_cell(record: TaskRecord) -> str:
         f"<span class='argument' data-name='{html.escape(name)}'>{html.escape(name)}: {html.escape(text)}</span>"
         for name, text in request.model_copy(update={"arguments": redact(request.arguments)}).shown()
     )
-    return f"{arguments}<br>sha256 <code class='sha256'>{request.arguments_sha256}</code>"
+    progress = request.progress()  # several approvers: how many approved, and when the first approval lapses
+    shown = f"<br><span class='approvals'>{html.escape(progress)}</span>" if progress else ""
+    return f"{arguments}<br>sha256 <code class='sha256'>{request.arguments_sha256}</code>{shown}"
 
 
 def _runs_table(runs: list[RunSummary]) -> str:

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolInfo,
         ToolOutcome,
+        approvals_required,
         arguments_fingerprint,
         idempotency_key_for,
         scoped_idempotency_key,
@@ -307,7 +308,10 @@ class LeasedToolCalls:
         if asked is not None:
             rule = info.requires_approval if isinstance(info.requires_approval, ApprovalRule) else None
             request = ApprovalRequest(
-                tool=step.tool, arguments=redact(step.arguments), arguments_sha256=arguments_fingerprint(step.arguments)
+                tool=step.tool,
+                arguments=redact(step.arguments),
+                arguments_sha256=arguments_fingerprint(step.arguments),
+                approvals_required=approvals_required(info.requires_approval),
             )
             self._run.update(step_id, approval_request=request)
             parked = await self._decisions.apply(
@@ -384,8 +388,13 @@ class LeasedToolCalls:
             status = failure.status
         elif failure is FailureType.TASK_CLOSED and facts.get("status") in TaskStatus.__members__.values():
             status = TaskStatus(facts["status"])
+        asked = self._run.tasks[step_id].approval_request
+        if status is TaskStatus.AWAITING_APPROVAL and asked is not None and asked.approved_by:
+            # the claim refused the approval (expired): it is asked for again, from no approval
+            asked = asked.model_copy(update={"approved_by": [], "expires_at": None})
         return self._run.update(
             step_id,
+            approval_request=asked,
             status=status,
             error=cause.message,
             stage=Stage(facts["stage"]) if facts.get("stage") else None,

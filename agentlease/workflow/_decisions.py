@@ -97,10 +97,15 @@ class RunDecisions:
             await self._flush_refusals()  # refused signals go to the trail with the run's next decision
         decision = LedgerDecision(kind=kind, task=task, by=by, reason=reason, **extra)
         unset = {name for name in ("rule", "request") if getattr(decision, name) is None}
+        # without a rule or a request, the input a worker that knows neither reads (a rolling upgrade); a rule
+        # and a request without the fields a single approver leaves at their defaults, for a worker before them
+        payload = decision.model_dump(mode="json", exclude=unset)
+        for name in ("rule", "request"):
+            if (value := getattr(decision, name)) is not None:
+                payload[name] = value.model_dump(mode="json", exclude_defaults=True)
         decided = await workflow.execute_activity(
             APPLY_DECISION,
-            # without a rule or a request, the input a worker that knows neither reads (a rolling upgrade)
-            decision.model_dump(mode="json", exclude=unset),
+            payload,
             start_to_close_timeout=_DECISION_TIMEOUT,
             retry_policy=_DECISION_RETRY,
             result_type=dict,
@@ -118,6 +123,7 @@ class RunDecisions:
             attempts=outcome.attempts if outcome.attempts else view.attempts,
             receipt=outcome.receipt,
             error=_ended_by(outcome.status, by, redact(reason)),
+            approval_request=outcome.approval_request or view.approval_request,
         )
 
     def _answer(self) -> dict[str, Any]:
@@ -153,6 +159,12 @@ class RunDecisions:
         def validator(payload: dict[str, Any]) -> None:
             request = parse_payload(DecisionRequest, payload, command)
             self._require(request.step_id, kind)
+            asked = self._run.tasks[request.step_id].approval_request
+            if kind is DecisionKind.APPROVE and asked is not None and request.by in asked.approved_by:
+                raise ValueError(
+                    f"cannot approve step {request.step_id!r}: {request.by} approved it already "
+                    f"({asked.progress()}); each approval must come from another person"
+                )
             seen = request.arguments_sha256
             if seen is not None and seen != arguments_fingerprint(self._steps[request.step_id].arguments):
                 raise ValueError(

@@ -234,7 +234,10 @@ class RunView:
                     line += f" ({view.lease_owner})"
                 lines.append(line)
             elif view.status.awaits_decision:
-                lines.append(f"{view.step_id}: {view.status.value}, waiting for a person")
+                line = f"{view.step_id}: {view.status.value}, waiting for a person"
+                if view.status is TaskStatus.AWAITING_APPROVAL and view.approval_request is not None:
+                    line += f" to approve {view.approval_request.describe()}"
+                lines.append(line)
         if not lines:
             lines.append(f"run {self.state.value}")
         lines += [  # a call another generation took over: who settled it

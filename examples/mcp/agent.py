@@ -8,6 +8,7 @@ here is scripted (it calls ``crm_create_contact`` once), so everything runs offl
     export AGENTLEASE_LEDGER_URL=sqlite:///$PWD/ledger.db && agentlease db upgrade
     python agent.py worker                 # starts crm_server.py over stdio for each call
     python agent.py ask "Ada" ada@example.com
+    python agent.py record                 # after the server's tools change: crm.tools.json again
 """
 
 from __future__ import annotations
@@ -24,35 +25,27 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agentlease import AgentLeasePlugin
-    from agentlease.mcp import MCPServer, ToolPolicy, mcp_tools
+    from agentlease.mcp import MCPServer, ToolPolicy, mcp_tools, record_server_tools
     from agentlease.pydantic_ai import LeasedToolset, run_agent
-    from pydantic import BaseModel
     from pydantic_ai import Agent, ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, PydanticAIWorkflow, TemporalDurability
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 TASK_QUEUE = os.environ.get("AGENTLEASE_TASK_QUEUE", "crm-agent")
-HERE = Path(__file__).resolve().parent
-
-
-class CreateContact(BaseModel):
-    name: str
-    email: str
-
-
-class FindContact(BaseModel):
-    email: str
+HERE = Path(__file__).parent  # no resolve(): this module is also imported in the workflow sandbox
 
 
 CRM = MCPServer.stdio(
     "crm", "python", [str(HERE / "crm_server.py")], env={"CRM_DATABASE_URL": f"sqlite:///{HERE}/crm.db"}
 )
+# The arguments' schemas and descriptions come from crm.tools.json, the server's tools/list recorded beside
+# this file (agentlease.mcp.record_server_tools); the policies say what the listing cannot.
 crm_create_contact, crm_find_contact = mcp_tools(
     CRM,
     default=ToolPolicy(side_effect="read_only", lease_ttl=timedelta(seconds=10)),
     tools={
-        "create_contact": ToolPolicy(side_effect="fenced", args=CreateContact),
-        "find_contact": ToolPolicy(args=FindContact),
+        "create_contact": ToolPolicy(side_effect="fenced", action_key="contact:{email}"),
+        "find_contact": ToolPolicy(),
     },
     prefix="crm_",
 )
@@ -87,6 +80,9 @@ class CrmAgentWorkflow(PydanticAIWorkflow):
 async def main(argv: list[str]) -> Any:
     from temporalio.client import Client
     from temporalio.worker import Worker
+
+    if argv[:1] == ["record"]:
+        return print(await record_server_tools(CRM, HERE / "crm.tools.json"))
 
     client = await Client.connect(
         os.environ.get("AGENTLEASE_TEMPORAL_ADDRESS", "localhost:7233"), plugins=[PydanticAIPlugin()]

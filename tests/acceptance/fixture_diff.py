@@ -4,9 +4,9 @@ The measure (``examples/README.md`` documents it):
 
 - the files of both directories are compared line by line (``difflib``, as ``diff -r`` pairs them);
 - blank lines do not count (``diff --ignore-blank-lines``): moving an import block is not work;
-- a line ending in a marker comment, ``# fencing`` or ``# readback``, does not count: it is what a
-  tool adds to send its fencing token or to read its effect back, which the adoption budget leaves
-  out;
+- a line ending in a marker comment, ``# fencing`` or ``# readback``, does not count, nor the line it
+  rewrites: it is what a tool adds or changes to send its fencing token or to read its effect back,
+  which the adoption budget leaves out;
 - in each hunk, a line rewritten counts once: the hunk counts ``max(removed, added)`` lines.
 
 :func:`changed_lines` also reports the plain ``+added/-removed`` totals of the same comparison.
@@ -23,8 +23,8 @@ MARKER = re.compile(r"#\s*(fencing|readback)\s*$")
 """A trailing comment that marks a line as what a tool adds for fencing or readback."""
 
 
-def _counted(line: str) -> bool:
-    return bool(line.strip()) and not MARKER.search(line)
+def _marked(line: str) -> bool:
+    return bool(MARKER.search(line))
 
 
 @dataclass(frozen=True)
@@ -56,17 +56,21 @@ def changed_lines(before: Path, after: Path) -> FixtureDiff:
     per_file: dict[str, int] = {}
     for name in names:
         old, new = _lines(before / name), _lines(after / name)
-        marked += sum(1 for line in new if MARKER.search(line)) + sum(1 for line in old if MARKER.search(line))
-        old_counted = [line for line in old if _counted(line)]
-        new_counted = [line for line in new if _counted(line)]
-        matcher = difflib.SequenceMatcher(a=old_counted, b=new_counted, autojunk=False)
+        marked += sum(1 for line in new if _marked(line)) + sum(1 for line in old if _marked(line))
+        old_kept = [line for line in old if line.strip()]
+        new_kept = [line for line in new if line.strip()]
+        matcher = difflib.SequenceMatcher(a=old_kept, b=new_kept, autojunk=False)
         in_file = 0
         for tag, i1, i2, j1, j2 in matcher.get_opcodes():
             if tag == "equal":
                 continue
-            removed += i2 - i1
-            added += j2 - j1
-            in_file += max(i2 - i1, j2 - j1)
+            gone = [line for line in old_kept[i1:i2] if not _marked(line)]
+            came = [line for line in new_kept[j1:j2] if not _marked(line)]
+            rewritten = (j2 - j1) - len(came)  # marked lines of the hunk, each rewriting at most one line
+            gone_counted = max(0, len(gone) - rewritten)
+            removed += gone_counted
+            added += len(came)
+            in_file += max(gone_counted, len(came))
         per_file[name] = in_file
         changed += in_file
     return FixtureDiff(changed, added, removed, marked, per_file)

@@ -20,7 +20,8 @@ Routes:
 - ``/plain/...``: no middleware; the target of the ``unsafe`` tool, which has neither key nor fence.
 
   - ``POST /plain/messages/{target}``: one row in ``effects`` per request, however often it comes.
-  - ``GET /plain/messages/{target}``: how many messages ``target`` received.
+  - ``GET /plain/messages/{target}``: how many messages ``target`` received; with ``?lag_ms=N``, only
+    those accepted at least N ms before (a downstream that shows a write late: a search index, a replica).
 
 Every request is logged in ``requests`` with the writer header, the status, the replay header and
 the error code of the answer, so a test can show what the downstream answered to a late write.
@@ -214,12 +215,10 @@ def _app(engine: AsyncEngine, store: IdempotencyStore) -> ASGIApp:
 
     async def count_messages(request: Request) -> JSONResponse:
         target = request.path_params["target"]
+        shown_before_ms = _now_ms() - int(request.query_params.get("lag_ms", "0"))
+        shown = (effects.c.endpoint == "messages", effects.c.target == target, effects.c.at_ms <= shown_before_ms)
         async with engine.connect() as conn:
-            count = (
-                await conn.execute(
-                    select(func.count()).where(effects.c.endpoint == "messages", effects.c.target == target)
-                )
-            ).scalar_one()
+            count = (await conn.execute(select(func.count()).where(*shown))).scalar_one()
         return JSONResponse({"target": target, "count": count})
 
     api = IdempotencyMiddleware(

@@ -22,7 +22,7 @@ class CreateContact(BaseModel):
     email: str
 
 
-def _server() -> MCPServer:
+def crm_server() -> MCPServer:
     url = os.environ.get("MCP_CRM_URL")
     if url:
         return MCPServer.http("crm", url)
@@ -31,7 +31,7 @@ def _server() -> MCPServer:
 
 
 crm_create_contact, crm_import_contacts = mcp_tools(
-    _server(),
+    crm_server(),
     default=ToolPolicy(lease_ttl=LEASE_TTL, start_to_close=timedelta(minutes=2)),
     tools={
         "create_contact": ToolPolicy(side_effect="fenced", args=CreateContact),

@@ -7,6 +7,9 @@ Their downstream is the pause/kill matrix's HTTP server (:mod:`tests.acceptance.
 - ``probed_send``: the matrix's ``unsafe`` tool (generation 1 holds at ``hold_at`` until the test kills its
   worker) with a readback probe that asks the downstream how many messages ``target`` received;
 - ``blind_send``: the same, with a probe that cannot tell (the downstream keeps no record it could ask);
+- ``lagging_send``: the same as ``probed_send`` against a downstream that shows its probe a message
+  ``lag_ms`` late, with a settle window; or generation 1 loses the answer to its write and probes at once;
+- ``conflicted_send``: the same, whose probe finds the key held for a message with other arguments;
 - ``chatty_send``: in ``external_call`` it sends one message every 0.3 s, renewing, until it is stopped (a
   cancelled run's call must stop before the run reports cancelled);
 - ``slow_renewer``: renews every second, ``seconds`` times, with a 10 s lease, then settles (a heartbeat
@@ -27,7 +30,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from agentlease.enums import SideEffectClass, Stage
-from agentlease.errors import RetryableToolError
+from agentlease.errors import AmbiguousSideEffectError, RetryableToolError
 from agentlease.tools._context import LeaseContext
 from agentlease.tools._declaration import ToolResult, tool
 from agentlease.tools._probe import ProbeQuery, ProbeResult
@@ -45,11 +48,13 @@ CHATTY = "sending message"
 
 
 async def messages_received(query: ProbeQuery) -> ProbeResult:
-    """Probe of ``probed_send``: the downstream's count of messages to ``target``."""
+    """Probe of ``probed_send`` and ``lagging_send``: the downstream's count of messages to ``target`` (shown
+    ``lag_ms`` late for ``lagging_send``)."""
     args = query.arguments
     assert isinstance(args, MatrixArgs)
+    lag = {"lag_ms": args.lag_ms} if isinstance(args, LaggingArgs) else {}
     async with httpx.AsyncClient(base_url=args.base_url, timeout=5.0) as http:
-        response = await http.get(f"plain/messages/{args.target}")
+        response = await http.get(f"plain/messages/{args.target}", params=lag)
     if response.status_code != 200:
         return ProbeResult.cannot_tell(f"GET plain/messages/{args.target}: HTTP {response.status_code}")
     count = response.json()["count"]
@@ -82,6 +87,54 @@ async def probed_send(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
 async def blind_send(ctx: LeaseContext, args: MatrixArgs) -> ToolResult:
     """Sends a message to ``args.target``: no key, no fence; its probe cannot tell."""
     return await matrix_attempt(ctx, args)
+
+
+class LaggingArgs(MatrixArgs):
+    """``lagging_send``'s run: its probe is shown a message ``lag_ms`` after the downstream accepted it; with
+    ``drop_answer`` generation 1 loses the downstream's answer to its write (the same attempt asks the probe)."""
+
+    lag_ms: int = Field(default=0, ge=0)
+    drop_answer: bool = False
+
+
+LAGGING_TTL = timedelta(seconds=2)
+"""Lease TTL of ``lagging_send``: the next attempt after a kill probes about 4 s after the write."""
+
+SETTLE_WINDOW = timedelta(seconds=10)
+"""How late ``lagging_send`` declares its downstream may show a write; the tests' lags are at most this."""
+
+
+async def sent_or_lost(ctx: LeaseContext, args: LaggingArgs) -> ToolResult:
+    """The matrix's attempt; with ``drop_answer`` generation 1 sends, then loses the answer."""
+    if args.drop_answer and ctx.fencing_token == 1:
+        await ctx.advance(Stage.EXTERNAL_CALL, f"sending a message to {args.target}")
+        headers = {WRITER_HEADER: f"{ctx.worker_identity}#g{ctx.fencing_token}"}
+        body = json.dumps({"action": ctx.idempotency_key}, sort_keys=True).encode()
+        async with httpx.AsyncClient(base_url=args.base_url, timeout=5.0) as http:
+            await http.post(f"plain/messages/{args.target}", content=body, headers=headers)
+        raise AmbiguousSideEffectError("the connection dropped before the downstream's answer arrived")
+    return await matrix_attempt(ctx, args)
+
+
+@tool(**{**_UNSAFE, "lease_ttl": LAGGING_TTL}, probe=messages_received, settle_window=SETTLE_WINDOW)
+async def lagging_send(ctx: LeaseContext, args: LaggingArgs) -> ToolResult:
+    """Sends a message to ``args.target`` (no key, no fence), whose probe reads the downstream ``lag_ms`` late."""
+    return await sent_or_lost(ctx, args)
+
+
+HELD_FOR = {"target": "someone-else", "body_sha256": "0" * 64}
+"""What ``conflicted_send``'s probe says the downstream holds under the key."""
+
+
+async def held_for_other_arguments(query: ProbeQuery) -> ProbeResult:
+    """Probe of ``conflicted_send``: the downstream holds the key for a message with other arguments."""
+    return ProbeResult.conflict("the downstream holds this key for another message", held=HELD_FOR)
+
+
+@tool(**{**_UNSAFE, "lease_ttl": LAGGING_TTL}, probe=held_for_other_arguments)
+async def conflicted_send(ctx: LeaseContext, args: LaggingArgs) -> ToolResult:
+    """As ``lagging_send``, but its probe finds the key used by another action."""
+    return await sent_or_lost(ctx, args)
 
 
 class ChattyArgs(BaseModel):

@@ -13,6 +13,10 @@ dev server. The CRM holds the first attempt's ``create_contact`` where the test 
   the late call of generation 1 reaches the guard and is refused as a stale fencing token.
 - A long MCP tool reporting progress keeps its lease past its TTL; killed, it is taken over within TTL
   plus the documented slack.
+- SIGKILL, through a plan, over stdio, ``create_contact`` declared with an action key and a probe from the
+  recorded listing (:mod:`tests.integration.mcp_recorded.probed`): the server committed the contact, its answer
+  is held; the worker is killed; generation 2 asks the probe, which finds the contact, and settles from it
+  without calling the tool again (as the Python tool of :mod:`tests.acceptance.test_probe_reconciliation`).
 """
 
 from __future__ import annotations
@@ -35,12 +39,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from agentlease.enums import EventKind, Stage, TaskStatus
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.records import LeaseEvent, TaskRecord
+from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, TaskRecord
+from agentlease.workflow._plan import AgentRunWorkflow
 from tests.acceptance import edge_holds
 from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.mcp_fault_tools import LEASE_TTL
 from tests.acceptance.runner import Cli
 from tests.acceptance.test_pause_kill_matrix import WORKER_START_TIMEOUT_S, trail
+from tests.acceptance.test_probe_reconciliation import reconciled_by_probe
 from tests.eventually import assert_eventually
 from tests.integration.mcp_crm import contacts_of, running_http_crm, server_env
 from tests.integration.pydantic_ai_agents import prompt_for
@@ -267,3 +273,56 @@ async def test_a_long_mcp_tool_keeps_its_lease_and_a_killed_one_is_taken_over_wi
     assert (task.status, task.claim_generation) == (TaskStatus.SETTLED, 2)
     [result] = told
     assert result["content"] == {"batch": "b1", "steps": steps}
+
+
+async def test_a_worker_killed_after_the_server_committed_a_keyed_contact_settles_through_the_probe(
+    temporal_address: str, mcp_ledger_url: str, tmp_path: Path
+) -> None:
+    """Plan run, stdio: SIGKILL after the server committed the contact, before it answers; generation 2 asks
+    ``create_contact``'s probe, which finds the contact with ``find_contact``, and settles from its receipt:
+    the tool is not called again, and no person is asked."""
+    email = f"{uuid.uuid4().hex[:8]}@example.com"
+    crm_env = server_env(f"sqlite:///{tmp_path / 'crm.db'}", control_dir=tmp_path / "hold")
+    (tmp_path / "hold").mkdir()
+    edge_holds.plan(tmp_path / "hold", email, "committed")
+    async with mcp_run(temporal_address, mcp_ledger_url, tmp_path, crm_env, email) as run:
+
+        async def worker(role: str) -> Worker:
+            env = {"AGENTLEASE_TOOL_MODULES": "tests.integration.mcp_recorded.probed"}
+            started = run.fleet.start(run.queue, f"{run.run_id}-{role}", env=env)
+            await wait_polling(run.client, run.queue, started, timeout=WORKER_START_TIMEOUT_S)
+            return started
+
+        first = await worker("first")
+        step = PlanStep(step_id="contact", tool="crm_create_contact", arguments={"name": "Ada", "email": email})
+        plan = AgentRunPlan(agent_run_id=run.run_id, steps=[step])
+        handle = await run.client.start_workflow(AgentRunWorkflow.run, plan, id=run.run_id, task_queue=run.queue)
+        await run.held()  # committed at the server; the answer waits
+        assert len(await contacts_of(run.crm_url, email)) == 1
+        second = await worker("second")
+        first.signal(signal.SIGKILL)
+        done = await asyncio.wait_for(handle.result(), 120)
+        task = await run.task()
+        events = await run.events()
+        contacts = await contacts_of(run.crm_url, email)
+
+    claims = [(e.claim_generation, e.lease_owner) for e in events if e.kind is EventKind.CLAIMED]
+    assert claims == [(1, first.identity), (2, second.identity)], trail(events)
+    assert_one_valid_lease_at_a_time(events)
+    settled = reconciled_by_probe(events)
+    assert settled.claim_generation == 2, trail(events)
+    assert settled.details is not None and settled.details["evidence"] == {"probe": "happened", "contacts": 1}
+    # One contact, generation 1's, under the action's key; generation 2 never called the tool.
+    key = f"{run.run_id}:contact:{email}"
+    assert [(c["idempotency_key"], c["generation"]) for c in contacts] == [(key, 1)], contacts
+    assert not [e for e in events if e.claim_generation == 2 and (e.reason or "").startswith("tools/call")], trail(
+        events
+    )
+    assert (task.idempotency_key, task.status, task.claim_generation) == (key, TaskStatus.SETTLED, 2)
+    assert task.receipt is not None
+    assert (task.receipt.external_system, task.receipt.external_id, task.receipt.status) == (
+        "crm",
+        str(contacts[0]["id"]),
+        "created",
+    )
+    assert (done.status, done.tasks[0].settled_by) == ("completed", "probe")

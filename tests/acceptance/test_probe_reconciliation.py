@@ -30,6 +30,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from agentlease.decisions.table import DecisionRequest
 from agentlease.demo import mail, publishing
 from agentlease.enums import EventKind, Stage, TaskStatus
+from agentlease.errors import TaskNotFoundError
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, LeaseEvent, PlanStep, RunStatus, TaskRecord
@@ -39,6 +40,7 @@ from tests.acceptance.conftest import fresh_pg_database
 from tests.acceptance.fleet import Fleet, Worker, wait_polling
 from tests.acceptance.matrix_downstream import MatrixDownstream, running_matrix_downstream
 from tests.acceptance.matrix_tools import HOLDING
+from tests.acceptance.reconciling_tools import HELD_FOR
 from tests.acceptance.runner import Cli
 from tests.acceptance.test_pause_kill_matrix import WORKER_START_TIMEOUT_S, trail
 from tests.eventually import assert_eventually
@@ -115,7 +117,10 @@ class Probed:
 
     async def ended(self, status: TaskStatus) -> TaskRecord:
         async def check() -> TaskRecord:
-            record = await self.record()
+            try:
+                record = await self.record()
+            except TaskNotFoundError:
+                raise AssertionError(f"no task {self.task_id} yet") from None
             assert record.status is status, (record, trail(await self.events()))
             return record
 
@@ -201,6 +206,86 @@ async def test_a_probe_that_cannot_tell_leaves_the_task_to_a_person(probed: Prob
     assert parked.claim_generation == 2 and "the probe could not tell" in (parked.reason or ""), trail(events)
     assert "keeps no record" in (record.last_error or ""), record
     assert len(await matrix.effects(f"{p.run_id}:{STEP}")) == 1
+
+
+# -- a downstream that shows a write late -------------------------------------------------------------------
+
+KILL_LAG_MS = 8000
+"""Longer than a takeover after a kill (the rest of the 2 s lease, Temporal noticing it and retrying: about 4 s
+from the write): the next attempt's probe looks before the message shows."""
+
+DROPPED_ANSWER_LAG_MS = 200
+"""A lag of the kind search indexes and replicas have: the attempt that lost its answer probes within it."""
+
+
+async def test_a_lagging_downstream_settles_through_the_probe_after_a_kill(
+    probed: Probed, matrix: MatrixDownstream
+) -> None:
+    """Generation 1 sends, holds at commit and is SIGKILLed; the downstream shows the message to the probe
+    later than the next attempt asks. "Not found" inside the tool's settle window is asked again, not
+    trusted: the task settles through the probe and the message is sent once."""
+    p = probed
+    workers = [await p.worker("first"), await p.worker("second")]  # both up: the kill follows the write at once
+    await p.start(
+        "lagging_send",
+        base_url=matrix.base_url,
+        target=p.run_id,
+        hold_at="commit",
+        resume_file=str(p.work_dir / "never"),
+        lag_ms=KILL_LAG_MS,
+    )
+
+    async def holding() -> str:
+        events = await p.events()
+        assert any(e.kind is EventKind.RENEWED and (e.reason or "").startswith(HOLDING) for e in events), trail(events)
+        return (await p.record()).lease_owner or ""
+
+    holder = await assert_eventually(holding, timeout=WORKER_START_TIMEOUT_S, message="generation 1 holds")
+    [victim] = [w for w in workers if w.identity == holder]
+    victim.signal(signal.SIGKILL)
+    await p.ended(TaskStatus.SETTLED)
+
+    events = await p.events()
+    assert len(await matrix.effects(f"{p.run_id}:{STEP}")) == 1, trail(events)  # sent once
+    settled = reconciled_by_probe(events)
+    assert settled.claim_generation == 2 and settled.details is not None, trail(events)
+    assert settled.details["evidence"] == {"probe": "happened", "messages": 1}, trail(events)
+    waited = [e for e in events if (e.reason or "").startswith("probe: not found yet")]
+    assert waited and all(e.claim_generation == 2 for e in waited), trail(events)
+
+
+async def test_an_attempt_that_lost_its_answer_waits_out_the_settle_window(
+    probed: Probed, matrix: MatrixDownstream
+) -> None:
+    """Generation 1 sends, loses the answer and asks the probe at once, 200 ms before the downstream shows the
+    message: the probe is asked again until the window has passed, and the task settles without a second send."""
+    p = probed
+    await p.worker("only")
+    await p.start("lagging_send", base_url=matrix.base_url, target=p.run_id, drop_answer=True, lag_ms=200)
+    await p.ended(TaskStatus.SETTLED)
+
+    events = await p.events()
+    assert len(await matrix.effects(f"{p.run_id}:{STEP}")) == 1, trail(events)
+    assert not any("did not happen" in (e.reason or "") for e in events), trail(events)  # never a wrong "not applied"
+    settled = reconciled_by_probe(events)
+    assert settled.claim_generation == 1, trail(events)  # settled by the attempt that lost its answer
+
+
+async def test_a_key_found_with_other_arguments_is_never_run_again(probed: Probed, matrix: MatrixDownstream) -> None:
+    """The probe answers "conflict": the attempt that lost its answer parks the task for a person at once, with
+    what the downstream holds in the trail; no later attempt sends again."""
+    p = probed
+    await p.worker("only")
+    await p.start("conflicted_send", base_url=matrix.base_url, target=p.run_id, drop_answer=True)
+    record = await p.ended(TaskStatus.NEEDS_RECONCILIATION)
+
+    events = await p.events()
+    [parked] = [e for e in events if e.kind is EventKind.NEEDS_RECONCILIATION]
+    assert parked.claim_generation == 1, trail(events)
+    assert "never run again" in (record.last_error or "") and "other arguments" in (record.last_error or ""), record
+    [noted] = [e for e in events if (e.reason or "").startswith("probe: the probe found the key with other")]
+    assert noted.details is not None and noted.details["probe"]["held"] == HELD_FOR, trail(events)
+    assert record.attempts == 1 and len(await matrix.effects(f"{p.run_id}:{STEP}")) == 1
 
 
 # -- smtp_send, asked by Message-ID ---------------------------------------------------------------------

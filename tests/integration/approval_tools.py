@@ -79,3 +79,15 @@ async def refund_above_100_approved(ctx: LeaseContext, args: Refund) -> ToolResu
     await ctx.advance(Stage.EXTERNAL_CALL, f"refunding {args.order_id}")
     REFUNDED[ctx.claim.task_id] = args.amount_cents
     return ToolResult(receipt=ctx.receipt("refund", args.order_id, "refunded"))
+
+
+@tool(
+    side_effect=SideEffectClass.UNSAFE,
+    lease_ttl=timedelta(seconds=2),
+    requires_approval=ApprovalRule(approvers=2),
+)
+async def two_person_send(ctx: LeaseContext, args: Message) -> ToolResult:
+    """Sends once two different people approved it, and settles."""
+    await ctx.advance(Stage.EXTERNAL_CALL, f"sending to {args.to}")
+    SENT[ctx.claim.task_id] = SENT.get(ctx.claim.task_id, 0) + 1
+    return ToolResult(receipt=ctx.receipt("mail", args.to, "sent"))

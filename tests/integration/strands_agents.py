@@ -23,8 +23,13 @@ with workflow.unsafe.imports_passed_through():
 MODEL = "scripted-refunds"
 
 
-class ScriptedRefunds(Model):
-    """The refunds script as Strands stream events."""
+ScriptedTurn = str | list[tuple[str, dict[str, Any]]]
+"""One turn of a scripted model: its final text, or the tool uses it asks for (name, input)."""
+
+
+class ScriptedModel(Model):
+    """A Strands model that follows a script: a subclass says what each turn is (:meth:`turn`), from the
+    conversation's content blocks; its tool uses are ``call-1``, ``call-2``..."""
 
     def update_config(self, **model_config: Any) -> None:
         return None
@@ -33,27 +38,38 @@ class ScriptedRefunds(Model):
         return {}
 
     def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("a scripted model answers in text")
+
+    def turn(self, blocks: list[dict[str, Any]]) -> ScriptedTurn:
         raise NotImplementedError
 
     async def stream(
         self, messages: Any, tool_specs: Any = None, system_prompt: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        blocks = [block for message in messages for block in message["content"]]
-        told = [block["toolResult"] for block in blocks if "toolResult" in block]
+        turn = self.turn([block for message in messages for block in message["content"]])
         yield {"messageStart": {"role": "assistant"}}
-        if told:
-            answer = " | ".join(r["content"][0]["text"] for r in told)
-            yield {"contentBlockDelta": {"delta": {"text": answer}}}
+        if isinstance(turn, str):
+            yield {"contentBlockDelta": {"delta": {"text": turn}}}
             yield {"contentBlockStop": {}}
             yield {"messageStop": {"stopReason": "end_turn"}}
             return
-        prompt = " ".join(block.get("text", "") for block in blocks)
-        for n, (order, cents) in enumerate(re.findall(r"refund (\S+) (\d+)", prompt), 1):
-            yield {"contentBlockStart": {"start": {"toolUse": {"toolUseId": f"call-{n}", "name": "issue_refund"}}}}
-            arguments = json.dumps({"order_id": order, "amount_cents": int(cents)})
-            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": arguments}}}}
+        for n, (name, arguments) in enumerate(turn, 1):
+            yield {"contentBlockStart": {"start": {"toolUse": {"toolUseId": f"call-{n}", "name": name}}}}
+            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(arguments)}}}}
             yield {"contentBlockStop": {}}
         yield {"messageStop": {"stopReason": "tool_use"}}
+
+
+class ScriptedRefunds(ScriptedModel):
+    """The refunds script: every refund the prompt lists, then what each use told it."""
+
+    def turn(self, blocks: list[dict[str, Any]]) -> ScriptedTurn:
+        told = [block["toolResult"] for block in blocks if "toolResult" in block]
+        if told:
+            return " | ".join(r["content"][0]["text"] for r in told)
+        prompt = " ".join(block.get("text", "") for block in blocks)
+        refunds = re.findall(r"refund (\S+) (\d+)", prompt)
+        return [("issue_refund", {"order_id": order, "amount_cents": int(cents)}) for order, cents in refunds]
 
 
 @workflow.defn

@@ -18,6 +18,7 @@ from agentlease.workflow._plan import AgentRunWorkflow
 from tests.integration import approval_tools
 from tests.integration.test_bound_approvals import _worker, settings_for, waiting_on
 from tests.integration.test_lease_on_temporal import opened_ledger
+from tests.integration.test_operator_views import current_details
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -40,6 +41,11 @@ async def test_a_refund_above_the_rule_waits_for_a_person_and_one_below_runs(
         run = await waiting_on(handle, TaskStatus.SETTLED)  # the first, 50, ran without a person
         assert run.tasks[1].status is TaskStatus.AWAITING_APPROVAL, run
         assert f"{run_id}/large" not in approval_tools.REFUNDED
+        # The Temporal UI's current details show what the person is asked to approve.
+        details = await current_details(handle)
+        assert f"large: awaiting_approval, waiting for a person to approve {tool} order_id: A-2, amount_cents: 500" in (
+            details
+        ), details
         request = DecisionRequest(step_id="large", by="alice", reason="a large refund, checked")
         await handle.execute_update("approve", request, result_type=RunStatus)
         done = await asyncio.wait_for(handle.result(), 60)

@@ -40,7 +40,7 @@ from agentlease.records import (
     task_id_for,
 )
 from agentlease.settings import AgentLeaseSettings
-from agentlease.tools._registry import load_registry
+from agentlease.tools._registry import ToolRegistry, load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
@@ -72,10 +72,16 @@ async def opened_ledger(settings: AgentLeaseSettings) -> AsyncIterator[Ledger]:
 
 @asynccontextmanager
 async def _worker(
-    client: Client, ledger: Ledger, settings: AgentLeaseSettings, identity: str, slots: int = 10
+    client: Client,
+    ledger: Ledger,
+    settings: AgentLeaseSettings,
+    identity: str,
+    slots: int = 10,
+    registry: ToolRegistry = REGISTRY,
 ) -> AsyncIterator[Worker]:
-    """An in-process worker with a client of its own: the SDK allows one worker per task queue
-    and runtime, so each simulated worker host gets its own runtime, like a separate process."""
+    """An in-process worker serving ``registry`` (default the tools of ``tests.integration.tools``) with a client of
+    its own: the SDK allows one worker per task queue and runtime, so each simulated worker host gets its own
+    runtime, like a separate process."""
     own_client = await Client.connect(
         client.service_client.config.target_host,
         data_converter=pydantic_data_converter,
@@ -85,7 +91,7 @@ async def _worker(
     worker = build_worker(
         own_client,
         ledger,
-        REGISTRY,
+        registry,
         settings.model_copy(update={"max_concurrent_activities": slots}),
         identity=identity,
     )

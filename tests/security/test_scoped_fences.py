@@ -78,3 +78,21 @@ async def test_the_middleware_scopes_fences_to_callers_and_refuses_anonymous_one
     assert pinned.status_code == 201
     assert victim.status_code == 201, victim.json()  # not 409 stale: the attacker's fence is its own
     assert count == 2
+
+
+async def test_a_stale_refusal_names_the_resource_as_the_client_named_it(ledger_url: str) -> None:
+    # Long enough that the caller's own copy of it is a digest.
+    resource = "articles/" + "r" * 380
+    async with service(ledger_url, anonymous=False) as (client, _):
+
+        async def write(key: str, token: int) -> Any:
+            headers = {"Idempotency-Key": key, "Fencing-Token": str(token), "Authorization": "Bearer victim"}
+            return await client.post("/articles/1", json={}, headers={**headers, "Fencing-Resource": resource})
+
+        newer = await write("k-2", 2)
+        stale = await write("k-1", 1)
+
+    assert newer.status_code == 201, newer.json()
+    assert stale.status_code == 409, stale.json()
+    assert (stale.json()["resource"], stale.json()["current_generation"]) == (resource, 2)
+    assert resource in stale.json()["detail"]

@@ -77,6 +77,10 @@ def test_a_leased_function_declares_them_too() -> None:
         ({"action_key": "refund:\n{order_id}"}, "contains a control character"),
         ({"approval_ttl": timedelta(0)}, "approval_ttl must be a positive timedelta"),
         ({"probe": lambda query: None}, "probe must be an async function"),
+        ({"settle_window": timedelta(milliseconds=200)}, "settle_window is how long its probe waits; give a probe"),
+        ({"probe": found, "settle_window": timedelta(0)}, "settle_window must be a positive timedelta shorter"),
+        ({"probe": found, "settle_window": timedelta(hours=1)}, "settle_window must be a positive timedelta shorter"),
+        ({"probe": found, "settle_window": 0.2}, "settle_window must be a positive timedelta shorter"),
     ],
 )
 def test_a_bad_declaration_is_refused_in_one_line(options: dict[str, Any], refusal: str) -> None:
@@ -104,6 +108,24 @@ def test_a_probe_result_is_made_by_its_three_answers() -> None:
         ProbeResult(ProbeAnswer.NOT_HAPPENED, receipt)
     with pytest.raises(ValueError, match="with a receipt"):
         ProbeResult(ProbeAnswer.HAPPENED)
+
+
+def test_a_conflict_carries_what_the_downstream_holds_and_no_receipt() -> None:
+    conflict = ProbeResult.conflict("the key holds a refund of 500", held={"amount_cents": 500})
+    assert (conflict.answer, conflict.receipt) == (ProbeAnswer.CONFLICT, None)
+    assert conflict.evidence == {"why": "the key holds a refund of 500", "held": {"amount_cents": 500}}
+    assert conflict.summary() == "conflict: the key holds a refund of 500"
+    receipt = SettlementReceipt(external_system="x", external_id="1", status="ok", verified_at=datetime.now(UTC))
+    with pytest.raises(ValueError, match="with a receipt"):
+        ProbeResult(ProbeAnswer.CONFLICT, receipt)
+
+
+def test_a_tool_declares_how_late_its_downstream_shows_a_write() -> None:
+    @leased(side_effect="unsafe", lease_ttl=TTL, probe=found, settle_window=timedelta(milliseconds=200))
+    async def issue_refund(order_id: str) -> None: ...
+
+    assert issue_refund.settle_window == timedelta(milliseconds=200)
+    assert http_publish.settle_window is None  # trusted at once unless declared
 
 
 def test_a_probe_that_found_nothing_lets_the_rest_of_the_policy_decide() -> None:

@@ -4,8 +4,7 @@ import os
 from datetime import timedelta
 from typing import Any
 
-import httpx
-from agentlease import lease, leased
+from agentlease import FencedClient, leased
 
 REFUND_SERVICE_URL = os.environ.get("REFUND_SERVICE_URL", "http://127.0.0.1:8000")
 
@@ -22,11 +21,10 @@ async def lookup_order(order_id: str) -> dict[str, Any]:
 @leased(side_effect="fenced", lease_ttl=timedelta(seconds=5), action_key="refund:{order_id}")
 async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
     """Refund an order through the refund service."""
-    async with httpx.AsyncClient(base_url=REFUND_SERVICE_URL, timeout=60) as http:
+    async with FencedClient(base_url=REFUND_SERVICE_URL, timeout=60) as http:  # fencing
         response = await http.post(
             "/refunds",
             json={"order_id": order_id, "amount_cents": amount_cents},
-            headers=lease.downstream_headers(f"refunds/{order_id}"),  # fencing
         )
     response.raise_for_status()
     refund: dict[str, Any] = response.json()

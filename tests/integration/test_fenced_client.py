@@ -1,0 +1,146 @@
+"""A leased tool's ``FencedClient`` fences its writes with no header line in the tool (``docs/edge.md``, "Stamped by
+the client"). Real dev server, two in-process workers, and a service guarded by ``IdempotencyMiddleware`` (its key,
+fence and table in a SQLite file) that verifies signed tokens.
+
+Worker A holds generation 1 of ``publish`` (its only slot busy, as a paused process) before it sends; worker B
+takes over and publishes with generation 2. A's late request, stamped with generation 1, is refused 409 by the
+service's fence. The run's next call goes to a host the client does not fence, which gets no header (400 from the
+guard); the same function called outside a lease sends none either, and nothing raises. A sync tool's
+``httpx.Client`` built with a ``FencingTransport`` is stamped too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import AsyncExitStack
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import select
+from temporalio.client import Client
+
+from agentlease import FencedClient, lease, leased
+from agentlease.enums import EventKind
+from agentlease.fencing import read_fence
+from agentlease.settings import AgentLeaseSettings
+from agentlease.tools import FencingTransport, ToolRegistry
+from agentlease.workflow._plan import AgentRunWorkflow
+from tests.eventually import assert_eventually
+from tests.integration.test_idempotency_middleware import anonymous, publications, running_service
+from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
+
+pytestmark = pytest.mark.timeout(180)
+
+FENCING_KEY = "a fencing key both the workers and the service know"
+SENT: dict[str, list[tuple[int, int, dict[str, Any]]]] = {}
+"""``(generation, status, body)`` of each request, by target (in-process workers only)."""
+PAUSED: dict[str, asyncio.Event] = {}
+"""Opened by the test to let a paused first attempt send its request, by target."""
+
+
+async def publish(service_url: str, target: str, title: str, pause_first_attempt: bool = False) -> dict[str, Any]:
+    """Publish an article through the service: the team's code, with no fencing header of its own."""
+    if pause_first_attempt and lease.context().claim.attempts == 1:  # a paused process notices nothing
+        while True:
+            try:
+                await PAUSED.setdefault(target, asyncio.Event()).wait()
+                break
+            except asyncio.CancelledError:
+                continue
+    async with FencedClient(base_url=service_url, timeout=30) as http:
+        response = await http.post(target, json={"title": title})
+    generation = lease.fencing_token() if lease.in_lease() else 0
+    SENT.setdefault(target, []).append((generation, response.status_code, response.json()))
+    return {"status": response.status_code}
+
+
+def publish_sync(service_url: str, target: str, title: str) -> dict[str, Any]:
+    """The same with a sync client built with a ``FencingTransport``, run in a thread that keeps the lease."""
+    with httpx.Client(base_url=service_url, transport=FencingTransport(fenced=[service_url]), timeout=30) as http:
+        response = http.post(target, json={"title": title})
+    SENT.setdefault(target, []).append((lease.fencing_token(), response.status_code, response.json()))
+    return {"status": response.status_code}
+
+
+async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
+    client: Client, settings: AgentLeaseSettings, tmp_path: Path
+) -> None:
+    run_id = f"ft-{uuid.uuid4().hex[:8]}"
+    article = f"/articles/a-{uuid.uuid4().hex[:6]}"
+    settings = settings.model_copy(update={"fencing_key": SecretStr(FENCING_KEY)})
+    async with AsyncExitStack() as stack:
+        service = await stack.enter_async_context(
+            running_service(f"sqlite:///{tmp_path}/service.db", fencing_key=FENCING_KEY)
+        )
+        fenced = str(service.client.base_url)  # http://127.0.0.1:<port>/
+        # The same service under a host name the client does not fence.
+        elsewhere = fenced.replace("127.0.0.1", "localhost") + f"articles/b-{uuid.uuid4().hex[:6]}"
+        tool = leased(
+            publish, side_effect="fenced", lease_ttl=timedelta(seconds=2), start_to_close=timedelta(minutes=2)
+        )
+        sync_tool = leased(publish_sync, side_effect="fenced", lease_ttl=timedelta(seconds=10))
+        registry = ToolRegistry([tool, sync_tool])
+        synced = f"/articles/s-{uuid.uuid4().hex[:6]}"
+        plan = _plan(
+            run_id,
+            (
+                "publish",
+                "publish",
+                {"service_url": fenced, "target": article, "title": "T", "pause_first_attempt": True},
+            ),
+            ("elsewhere", "publish", {"service_url": fenced, "target": elsewhere, "title": "T"}),
+            ("sync", "publish_sync", {"service_url": fenced, "target": synced, "title": "T"}),
+        )
+        ledger, ledger_a, ledger_b = [await stack.enter_async_context(opened_ledger(settings)) for _ in "oab"]
+        await stack.enter_async_context(_worker(client, ledger_a, settings, "worker-A", slots=1, registry=registry))
+        stack.callback(PAUSED.setdefault(article, asyncio.Event()).set)
+        handle = await client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue)
+
+        async def held_by_a() -> None:
+            records = await ledger.list_tasks(run_id)
+            assert [(r.lease_owner, r.claim_generation) for r in records] == [("worker-A", 1)], records
+
+        await assert_eventually(held_by_a, timeout=30, message="worker A holds generation 1")
+        await stack.enter_async_context(_worker(client, ledger_b, settings, "worker-B", registry=registry))
+
+        async def published_by_b() -> None:
+            assert [(g, s) for g, s, _ in SENT.get(article, [])] == [(2, 201)], SENT.get(article)
+
+        await assert_eventually(published_by_b, timeout=60, message="worker B publishes with generation 2")
+
+        # A wakes up and sends its request late, stamped with generation 1: the service's fence refuses it.
+        PAUSED[article].set()
+
+        async def refused_late() -> None:
+            assert len(SENT[article]) == 2, SENT[article]
+            generation, status, body = SENT[article][1]
+            assert (generation, status, body["error"]) == (1, 409, "stale_fencing_token"), body
+
+        await assert_eventually(refused_late, timeout=60, message="A's late request is refused by the fence")
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+        assert [t.status.value for t in result.tasks] == ["settled", "settled", "settled"]
+        events = await ledger.events(f"{run_id}/publish")
+        assert (EventKind.LATE_UNAPPLIED, 1) in [(e.kind, e.claim_generation) for e in events]
+
+        # One publication per fenced call, each with its task's key and generation; the action's fence stands at 2.
+        key = f"{run_id}:publish"
+        async with service.store.engine.connect() as conn:
+            rows = (await conn.execute(select(publications.c.idempotency_key, publications.c.generation))).all()
+            fence = await read_fence(conn, anonymous(key))
+        assert sorted(tuple(row) for row in rows) == [(key, 2), (f"{run_id}:sync", 1)]
+        assert fence == 2
+        assert [(g, s) for g, s, _ in SENT[synced]] == [(1, 201)]
+
+        # A host the client does not fence gets no header: the guard asks for the key it did not get.
+        [(_, status, body)] = SENT[elsewhere]
+        assert (status, body["error"]) == (400, "missing_idempotency_key"), body
+
+        # Outside a lease the same function sends nothing either, and nothing raises.
+        outside = f"/articles/c-{uuid.uuid4().hex[:6]}"
+        assert await tool(service_url=fenced, target=outside, title="T") == {"status": 400}
+        assert SENT[outside][0][2]["error"] == "missing_idempotency_key"
