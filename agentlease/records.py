@@ -18,6 +18,7 @@ from pydantic import (
     AfterValidator,
     AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -121,7 +122,8 @@ def scoped_idempotency_key(agent_run_id: str, key: str, *, shared: bool = False)
 def action_key_fields(template: str) -> list[str]:
     """The argument names a declared action key template uses (``"refund:{order_id}"`` -> ``["order_id"]``):
     plain ``{name}`` fields only (``docs/action-keys-and-probes.md``); ``ValueError``: a malformed template, a field
-    that is not a plain name, or no field at all."""
+    that is not a plain name, no field at all, or a NUL, control character or lone surrogate in it."""
+    limits.check_id(template, f"action key {template!r}")
     fields: list[str] = []
     try:
         parsed = list(string.Formatter().parse(template))
@@ -498,13 +500,37 @@ class SettlementReceipt(_Frozen):
         )
 
 
+RECEIPT_HEAD_CHARS = 200
+"""Characters of ``external_system``, ``external_id`` and ``status`` a receipt stored over the bound keeps."""
+
+
+def stored_over_the_bound(value: Any) -> Any:
+    """A receipt as a ledger row holds it (JSON), or, when over :data:`~agentlease.limits.MAX_RECEIPT_BYTES` (kept
+    before the bound), the same receipt without its details, marked: ``details`` = ``{"truncated": true,
+    "stored_bytes": <size as compact JSON>, "sha256": <of that JSON>}``. A receipt made in code passes as it is."""
+    if not isinstance(value, dict):
+        return value
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(text) <= limits.MAX_RECEIPT_BYTES:
+        return value
+    head = {
+        name: str(value.get(name, ""))[:RECEIPT_HEAD_CHARS] for name in ("external_system", "external_id", "status")
+    }
+    marked = {"truncated": True, "stored_bytes": len(text), "sha256": hashlib.sha256(text).hexdigest()}
+    return {**head, "details": marked, "verified_at": value.get("verified_at")}
+
+
+StoredReceiptValue = Annotated[SettlementReceipt, BeforeValidator(stored_over_the_bound)]
+"""A receipt read from the ledger: one stored over the bound is read marked (:func:`stored_over_the_bound`)."""
+
+
 class StoredReceipt(_Frozen):
     """A settlement receipt as the ledger stores it, unique per idempotency key."""
 
     idempotency_key: str
     task_id: str
     claim_generation: int
-    receipt: SettlementReceipt
+    receipt: StoredReceiptValue
 
 
 class Claim(_Frozen):
@@ -557,7 +583,7 @@ class TaskRecord(_Frozen):
     attempts: int
     renewal_count: int
     idempotency_key: str
-    receipt: SettlementReceipt | None
+    receipt: StoredReceiptValue | None
     trace: TraceLink
     last_error: str | None
     error_class: str | None

@@ -13,7 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from agentlease.decisions.table import DECISIONS, LedgerDecision, LedgerRefusal
-from agentlease.enums import DecisionKind, FailureType
+from agentlease.enums import DecisionKind, FailureType, TaskStatus
 from agentlease.errors import (
     BindingRefusedError,
     LedgerUnavailableError,
@@ -24,7 +24,14 @@ from agentlease.errors import (
 from agentlease.ledger.decision_ids import DecisionUse, record_decision_id, record_replay
 from agentlease.ledger.refusals import record_refusal as record_binding_refusal
 from agentlease.ledger.store import Ledger
-from agentlease.records import SHARED_KEY_PREFIX, SettlementReceipt, TaskSpec, ToolOutcome, TraceLink
+from agentlease.records import (
+    SETTLED_BY_EARLIER_RECEIPT,
+    SHARED_KEY_PREFIX,
+    SettlementReceipt,
+    TaskSpec,
+    ToolOutcome,
+    TraceLink,
+)
 from agentlease.runtime.names import APPLY_DECISION, RECORD_REFUSAL
 from agentlease.runtime.payloads import activity_input
 from agentlease.security.decision_auth import DecisionRefusedError, DecisionReplayedError, DecisionVerifier
@@ -215,6 +222,9 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
         record = await ledger.get_task(decision.task.task_id)
     except TaskClosedError as exc:
         record = await ledger.get_task(decision.task.task_id)
+        if decision.kind is DecisionKind.AWAIT_APPROVAL and record.status is TaskStatus.SETTLED:
+            # Its approved call settled before (a reset run asks again): the run settles the step from its receipt.
+            return ToolOutcome.of(record).model_copy(update={"settled_by": SETTLED_BY_EARLIER_RECEIPT})
         if record.status not in (rule.to, rule.to_if_effect_unknown) and not (
             decision_id is not None and await _in_trail(ledger, decision.task.task_id, decision_id)
         ):

@@ -59,6 +59,8 @@ class Refusal(StrEnum):
     """A resource that is not 1 to 400 characters."""
     INVALID_EXPIRY = "invalid_lease_expires_at"
     """A lease expiry that is not an RFC 3339 timestamp."""
+    LEASE_EXPIRED = "lease_expired"
+    """The lease expiry sent passed more than a moment ago by the server's clock: the holder's lease lapsed (G2)."""
     KEY_REUSED = "idempotency_key_reused"
     """The key was used for a call of another tool or with other arguments."""
     IN_FLIGHT = "idempotency_key_in_flight"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -32,6 +32,7 @@ from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, Stor
 from agentlease.mcp._convention import (
     EXTENSION,
     IDEMPOTENCY_KEY_META,
+    LEASE_EXPIRES_AT_META,
     REFUSAL_CODE,
     REPLAYED_META,
     LeaseMeta,
@@ -49,6 +50,10 @@ _STORED_STATUS = 200
 """The status a stored ``tools/call`` result carries in the shared ``idempotency_keys`` table."""
 IN_FLIGHT_RETRY_MS = 1000
 """How long a call refused ``idempotency_key_in_flight`` is told to wait before it asks again."""
+
+EXPIRY_SKEW = timedelta(seconds=2)
+"""How far a worker's clock may be behind the server's: a call whose ``lease-expires-at`` passed more than this long
+ago by the server's clock is refused ``lease_expired``."""
 
 
 def caller_from_request(ctx: ServerRequestContext[Any, Any]) -> str:
@@ -227,6 +232,14 @@ class LeaseGuard(Extension):
             lease = read_lease_meta(meta)
         except MetaError as exc:
             raise _refused(exc.refusal, str(exc), key=exc.key) from None
+        now = self._now() or datetime.now(UTC)
+        if lease.lease_expires_at is not None and lease.lease_expires_at + EXPIRY_SKEW <= now:
+            raise _refused(
+                Refusal.LEASE_EXPIRED,
+                f"{LEASE_EXPIRES_AT_META} {lease.lease_expires_at.isoformat()} has passed (now {now.isoformat()}): "
+                "the caller's lease lapsed",
+                key=LEASE_EXPIRES_AT_META,
+            )
         if lease.idempotency_key is None:
             if self.require_key:
                 raise _refused(

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
@@ -108,6 +109,7 @@ class LeasedActivities:
         self.deferred = DeferredWrites(self._metrics)
         """Writes an outage kept from the ledger, recorded once it is back."""
         self._refused_releases: set[tuple[str, int]] = set()  # (task id, generation) of attempts under way
+        self._overran: set[asyncio.Future[ProbeResult]] = set()  # probes past their deadline, still running
 
     async def close(self) -> None:
         """Stop retrying deferred writes (what is left is logged, and left to the sweeper)."""
@@ -625,7 +627,7 @@ class LeasedActivities:
                 earlier=await self._ledger.events(claim.task_id),
                 settings=self._tool_settings(spec),
             )
-            result = await asyncio.wait_for(spec.probe(query), limit_s)
+            result = await self._within(spec.probe(query), limit_s)
         except LedgerUnavailableError:
             raise
         except TimeoutError:
@@ -641,7 +643,41 @@ class LeasedActivities:
             limits.check_probe_answer(result.evidence, receipt)
         except ValueError as exc:  # refused, not cut: a person decides, as when the probe fails
             return ProbeResult.cannot_tell(f"{result.answer.value}, but {exc}", failed=True)
+        named = None if result.receipt is None else result.receipt.details.get("idempotency_key")
+        if named is not None and named != claim.idempotency_key:  # another action's readback: not this call's
+            return ProbeResult.cannot_tell(
+                f"happened, but its receipt names the idempotency key {str(named)[:80]!r}, "
+                f"not this call's {claim.idempotency_key!r}",
+                failed=True,
+            )
         return result
+
+    async def _within(self, probing: Awaitable[ProbeResult], limit_s: float) -> ProbeResult:
+        """The probe's answer within ``limit_s``, else ``TimeoutError``; a probe that does not end when cancelled
+        is left behind (kept in ``self._overran`` until it ends), never waited for past its share of the lease."""
+        task = asyncio.ensure_future(probing)
+        try:
+            await asyncio.wait({task}, timeout=limit_s)
+        finally:  # past its deadline, or the attempt itself cancelled
+            if not task.done():
+                task.cancel()
+                self._overran.add(task)
+                task.add_done_callback(_forget_probe(self._overran))
+        if not task.done():
+            raise TimeoutError
+        return task.result()
+
+
+def _forget_probe(overran: set[asyncio.Future[ProbeResult]]) -> Callable[[asyncio.Future[ProbeResult]], None]:
+    """Done callback of a probe left behind: forget it, and read its outcome so that none is reported as lost."""
+
+    def forget(task: asyncio.Future[ProbeResult]) -> None:
+        overran.discard(task)
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            logger.info("a probe left behind at its deadline ended with %s", redact(one_line(error)))
+
+    return forget
 
 
 def held_lease_wait(lease_ttl: timedelta, info: activity.Info, liveness: Liveness) -> timedelta:

@@ -41,12 +41,13 @@ def is_loopback(host: str) -> bool:
 
 
 def host_names(bind_host: str, extra: Iterable[str] = ()) -> frozenset[str]:
-    """The ``Host`` names a view bound to ``bind_host`` answers to (lower case, no port)."""
+    """The ``Host`` names a view bound to ``bind_host`` answers to (lower case, no port): loopback's, this
+    machine's own names (``socket.gethostname()``, ``socket.getfqdn()``), ``bind_host`` unless a wildcard, and
+    ``extra``."""
     names = set(LOOPBACK_NAMES) | {name.lower() for name in extra}
-    if not is_loopback(bind_host) and bind_host not in ("0.0.0.0", "::", ""):
+    names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    if bind_host not in ("0.0.0.0", "::", ""):
         names.add(bind_host.lower().strip("[]"))
-    if not is_loopback(bind_host):
-        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
     return frozenset(names)
 
 

@@ -314,12 +314,13 @@ class LeasedToolCalls:
                 approvals_required=approvals_required(info.requires_approval),
             )
             self._run.update(step_id, approval_request=request)
-            await self._decisions.apply(
+            parked = await self._decisions.apply(
                 step, DecisionKind.AWAIT_APPROVAL, RUN_DECIDER, asked, request=request, rule=rule
             )
-            await self._wait_for_person(step_id)
-            if self._run.tasks[step_id].status.is_terminal:
-                return CallOutcome(self._run.tasks[step_id])
+            if parked.status is not TaskStatus.SETTLED:  # settled: its approved call ran before a reset
+                await self._wait_for_person(step_id)
+                if self._run.tasks[step_id].status.is_terminal:
+                    return CallOutcome(self._run.tasks[step_id])
         while True:
             outcome = await self._attempt(step, info)
             status = outcome.view.status

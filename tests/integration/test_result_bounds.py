@@ -11,17 +11,21 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
+from sqlalchemy import update
+from sqlalchemy.engine import Connection
 from temporalio.client import Client
 
 from agentlease import limits
 from agentlease.enums import EventKind, SideEffectClass, TaskStatus
 from agentlease.ledger.store import Ledger
-from agentlease.records import AgentRunPlan, PlanStep
+from agentlease.ledger.tables import RECEIPTS, TASKS
+from agentlease.records import AgentRunPlan, PlanStep, SettlementReceipt
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
 from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
+from tests.integration.bounded_tools import HUGE
 from tests.integration.test_lease_on_temporal import WORKER_SHUTDOWN_BOUND_S, opened_ledger
 
 pytestmark = pytest.mark.timeout(120)
@@ -141,3 +145,30 @@ async def test_probe_evidence_over_the_bound_is_refused(client: Client, settings
     assert record.last_error is not None and len(record.last_error) <= limits.MAX_REASON_CHARS
     assert "the bound on a probe's evidence" in record.last_error
     assert record.status is TaskStatus.NEEDS_RECONCILIATION
+
+
+async def test_a_receipt_stored_over_the_bound_is_read_marked(client: Client, settings: AgentLeaseSettings) -> None:
+    """A receipt the ledger kept before the bounds (3 MiB) neither stops a run that reads it again (a call settled
+    from it, as after a reset) nor floods a view: it is read without its details, marked, with its size and digest.
+    Before, the call settled from it answered 3 MiB, which Temporal refused on every retry."""
+    run_id = f"bounds-{uuid.uuid4().hex[:8]}"
+    plan = _plan(run_id, ("first", "small_read"))
+    async with opened_ledger(settings) as ledger, _worker(client, ledger, settings):
+        await client.execute_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue)
+        huge = SettlementReceipt.now("bounds", "k", "present", report="x" * HUGE).model_dump(mode="json")
+
+        def kept_before_the_bounds(conn: Connection) -> None:
+            conn.execute(update(TASKS).where(TASKS.c.agent_run_id == run_id).values(receipt=huge))
+            conn.execute(update(RECEIPTS).where(RECEIPTS.c.task_id == f"{run_id}/first").values(receipt=huge))
+
+        await ledger.database.write(kept_before_the_bounds)
+        again = await asyncio.wait_for(
+            client.execute_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue),
+            CALL_ENDS_WITHIN_S,
+        )
+        record = await ledger.get_task(f"{run_id}/first")
+    [step] = again.tasks
+    for receipt in (step.receipt, record.receipt):
+        assert receipt is not None and receipt.external_system == "bounds"
+        assert receipt.details["truncated"] is True and "report" not in receipt.details, receipt.details
+        assert receipt.details["stored_bytes"] > limits.MAX_RECEIPT_BYTES

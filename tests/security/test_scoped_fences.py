@@ -5,7 +5,7 @@ the victim's key for good); ``Bearer t``, ``bearer t`` and ``BEARER  t`` are one
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def meta(key: str, generation: int) -> Any:
-    return lease_meta(key, generation, f"mcp/create_contact/{key}", datetime.now(UTC))
+    return lease_meta(key, generation, f"mcp/create_contact/{key}", datetime.now(UTC) + timedelta(minutes=1))
 
 
 async def create(url: str, credentials: str | None, email: str, key: str, generation: int) -> Any:

@@ -13,6 +13,7 @@ Before: any ``Host`` was answered, every address was served without a word or a 
 
 from __future__ import annotations
 
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -178,4 +179,6 @@ def test_loopback_by_default(cli: Cli, background: object) -> None:  # noqa: F81
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as http:
         assert http.get("/runs/r").status_code == 404  # no token needed on loopback
         assert http.get("/runs/r", headers={"Host": "rebind.attacker.test"}).status_code == 421
+        for own in {socket.gethostname(), socket.getfqdn()}:  # this machine's names, as documented
+            assert http.get("/runs/r", headers={"Host": f"{own.upper()}:{port}"}).status_code == 404, own
     assert ui.stop() == 0

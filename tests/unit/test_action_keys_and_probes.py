@@ -73,6 +73,8 @@ def test_a_leased_function_declares_them_too() -> None:
         ({"action_key": "refund:{order_id:>5}"}, "is not a plain argument name"),
         ({"action_key": "refund"}, "names no argument"),
         ({"action_key": "refund:{"}, "is not a template"),
+        ({"action_key": "refund:{order_id}\x00"}, "contains a NUL character"),
+        ({"action_key": "refund:\n{order_id}"}, "contains a control character"),
         ({"approval_ttl": timedelta(0)}, "approval_ttl must be a positive timedelta"),
         ({"probe": lambda query: None}, "probe must be an async function"),
         ({"settle_window": timedelta(milliseconds=200)}, "settle_window is how long its probe waits; give a probe"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ ARGS = {"name": "Ada", "email": EMAIL}
 
 
 def meta(key: str, generation: int | str | None) -> Any:
-    entries: dict[str, Any] = lease_meta(key, 0, f"mcp/create_contact/{key}", datetime.now(UTC))
+    entries: dict[str, Any] = lease_meta(key, 0, f"mcp/create_contact/{key}", datetime.now(UTC) + timedelta(minutes=1))
     if generation is None:
         del entries["io.agentlease/fencing-token"]
     else:
@@ -172,3 +172,20 @@ def test_a_guard_declared_with_a_string_of_tools_or_a_short_fencing_key_is_refus
             build()
         assert "\n" not in str(error.value)
     assert LeaseGuard(store, tools=["create_contact"], fencing_key="k" * 16).guards("create_contact")
+
+
+async def test_a_lease_that_expired_by_the_servers_clock_is_refused(database_url: str) -> None:
+    """A call whose ``lease-expires-at`` has passed comes from a holder whose lease lapsed: refused ``lease_expired``,
+    nothing written; the same call with a lease still running goes through."""
+    async with opened(database_url) as crm:
+        lapsed = lease_meta(
+            "run-10:create", 1, "mcp/create_contact/run-10:create", datetime.now(UTC) - timedelta(seconds=5)
+        )
+        data = await refusal(crm, ARGS, lapsed)
+        assert await contacts_of(database_url, EMAIL) == []
+        running: Any = lease_meta(
+            "run-10:create", 1, "mcp/create_contact/run-10:create", datetime.now(UTC) + timedelta(minutes=1)
+        )
+        await crm.call_tool("create_contact", ARGS, meta=running)
+    assert (data["error"], data["key"]) == ("lease_expired", "io.agentlease/lease-expires-at")
+    assert len(await contacts_of(database_url, EMAIL)) == 1
