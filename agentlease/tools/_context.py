@@ -165,6 +165,7 @@ class LeaseContext:
         secrets: ToolSecrets | None = None,
         heartbeat_timeout: timedelta | None = None,
         progress_key: str | None = None,
+        fenced: tuple[str, ...] = (),
     ) -> None:
         self._ledger = ledger
         self._progress_key = progress_key
@@ -175,6 +176,9 @@ class LeaseContext:
         self.secrets = secrets or ToolSecrets(EnvSecretProvider(), claim.tool)
         self.resources = resources or ToolResources()
         self.recovery = recovery
+        self.fenced = fenced
+        """The base URLs of the downstreams the tool declared it writes to (``fenced=``): its httpx requests there
+        carry :meth:`downstream_headers` of the idempotency key."""
         self.stage: Stage | None = None
         self.committed_at: float | None = None
         self.confirmed_until = time.monotonic() + claim.lease_ttl.total_seconds()

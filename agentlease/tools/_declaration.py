@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, get_type_hints
@@ -72,6 +72,7 @@ class ToolSpec:
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
     settle_window: timedelta | None = None
+    fenced: tuple[str, ...] = ()
 
     @property
     def __name__(self) -> str:  # what @activity.defn names an activity after
@@ -174,6 +175,7 @@ class LeaseOptions:
     approval_ttl: timedelta | None = None
     probe: Probe | None = None
     settle_window: timedelta | None = None
+    fenced: str | Sequence[str] | None = None
 
     def check(self, tool_name: str) -> None:
         """Check the bounds of tool ``tool_name`` (``MissingHeartbeatTimeoutError``, ``ConfigurationError``)."""
@@ -217,6 +219,19 @@ class LeaseOptions:
             )
         if self.settle_window is not None and self.probe is None:
             raise ConfigurationError(f"tool {tool_name!r}: settle_window is how long its probe waits; give a probe")
+        self.fenced_downstreams(tool_name)
+
+    def fenced_downstreams(self, tool_name: str) -> tuple[str, ...]:
+        """``fenced`` as base URLs (``ConfigurationError``: one that is not an absolute ``http(s)://`` base URL)."""
+        if not self.fenced:
+            return ()
+        from agentlease.tools._fenced_http import fenced_downstream  # httpx: only for a tool that fences
+
+        urls = [self.fenced] if isinstance(self.fenced, str) else self.fenced
+        try:
+            return tuple(dict.fromkeys(fenced_downstream(url) for url in urls))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"tool {tool_name!r}: {exc}") from None
 
     def spec(
         self,
@@ -266,6 +281,7 @@ class LeaseOptions:
             approval_ttl=self.approval_ttl,
             probe=self.probe,
             settle_window=self.settle_window,
+            fenced=self.fenced_downstreams(name),
         )
 
 
@@ -295,6 +311,7 @@ def tool(
     approval_ttl: timedelta | None = None,
     probe: Probe | None = None,
     settle_window: timedelta | None = None,
+    fenced: str | Sequence[str] | None = None,
 ) -> Callable[[ToolFunction], ToolSpec]:
     """Declare a tool (``docs/writing-tools.md``).
 
@@ -318,6 +335,9 @@ def tool(
         settle_window: how long the downstream may take to show a write. The probe's "not happened" is asked
             again until this long after the write may have been made (on the ledger's clock), never trusted
             sooner; needs a probe, and is shorter than ``start_to_close``. Default ``None``: trusted at once.
+        fenced: the base URL (or URLs) of the downstream the tool writes to (``"https://refunds.internal/v1"``): in
+            a lease, each request the tool sends there with httpx carries ``Idempotency-Key``, ``Fencing-Token`` and
+            ``Fencing-Resource`` (``docs/edge.md``, "Stamped by the client"). Default none.
 
     Returns:
         A decorator turning ``async def fn(ctx, args: Model) -> ToolResult`` into a :class:`ToolSpec`.
@@ -325,8 +345,8 @@ def tool(
     Raises:
         MissingHeartbeatTimeoutError: ``lease_ttl`` is missing or not positive.
         ConfigurationError: an unknown side-effect class, the function is not async, its ``args``
-            is not a pydantic model, or a bad ``action_key``, ``requires_approval``, ``approval_ttl``, ``probe`` or
-            ``settle_window``.
+            is not a pydantic model, or a bad ``action_key``, ``requires_approval``, ``approval_ttl``, ``probe``,
+            ``settle_window`` or ``fenced``.
     """
     options = LeaseOptions(
         side_effect_class(side_effect),
@@ -338,6 +358,7 @@ def tool(
         approval_ttl=approval_ttl,
         probe=probe,
         settle_window=settle_window,
+        fenced=fenced,
     )
 
     def declare(fn: ToolFunction) -> ToolSpec:

@@ -11,7 +11,7 @@ import httpx
 from agentlease.idempotency.convention import FENCING_RESOURCE_HEADER, FENCING_TOKEN_HEADER, IDEMPOTENCY_KEY_HEADER
 from agentlease.lease import _current
 
-__all__ = ["FencedClient", "FencingTransport", "fenced_downstream", "is_fenced"]
+__all__ = ["FencedClient", "FencingTransport", "fenced_downstream", "is_fenced", "stamp_httpx"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _CONVENTION = (IDEMPOTENCY_KEY_HEADER, FENCING_TOKEN_HEADER, FENCING_RESOURCE_HEADER)
@@ -51,6 +51,44 @@ def is_fenced(url: httpx.URL, downstreams: Iterable[str]) -> bool:
     return False
 
 
+def _stamp(request: httpx.Request, fenced: Iterable[str] | None) -> None:
+    """Put the running lease's headers on ``request`` when it goes to one of ``fenced`` (``None``: the downstreams
+    the running tool declared) and carries none of them yet; outside a lease, nothing."""
+    ctx = _current.get()
+    if ctx is None or any(name in request.headers for name in _CONVENTION):
+        return
+    if is_fenced(request.url, ctx.fenced if fenced is None else fenced):
+        request.headers.update(ctx.downstream_headers(ctx.idempotency_key))
+
+
+_STAMPING = "__agentlease_stamps__"
+
+
+def stamp_httpx() -> None:
+    """From now on in this process, httpx's own transports (``httpx.AsyncHTTPTransport``, ``httpx.HTTPTransport``:
+    every ``httpx.AsyncClient`` and ``httpx.Client`` not built with a transport of its own) stamp the running
+    lease's headers on each request to a downstream the running tool declared with ``fenced=``; any other
+    request, and every request outside a lease, goes out as it is. Called by the first attempt of a tool that
+    declares ``fenced=``; calling it again does nothing (``docs/edge.md``, "Stamped by the client")."""
+    if getattr(httpx.AsyncHTTPTransport.handle_async_request, _STAMPING, False):
+        return
+    send_async = httpx.AsyncHTTPTransport.handle_async_request
+    send = httpx.HTTPTransport.handle_request
+
+    async def handle_async_request(self: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
+        _stamp(request, None)
+        return await send_async(self, request)
+
+    def handle_request(self: httpx.HTTPTransport, request: httpx.Request) -> httpx.Response:
+        _stamp(request, None)
+        return send(self, request)
+
+    for method in (handle_async_request, handle_request):
+        setattr(method, _STAMPING, True)
+    httpx.AsyncHTTPTransport.handle_async_request = handle_async_request  # type: ignore[method-assign]
+    httpx.HTTPTransport.handle_request = handle_request  # type: ignore[method-assign]
+
+
 class FencingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
     """An httpx transport that stamps the running lease's headers on each request to a fenced downstream.
 
@@ -83,11 +121,7 @@ class FencingTransport(httpx.AsyncBaseTransport, httpx.BaseTransport):
         self._given = transport is not None
 
     def _stamp(self, request: httpx.Request) -> None:
-        ctx = _current.get()
-        if ctx is None or any(name in request.headers for name in _CONVENTION):
-            return
-        if is_fenced(request.url, self.fenced):
-            request.headers.update(ctx.downstream_headers(ctx.idempotency_key))
+        _stamp(request, self.fenced)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Stamp ``request`` when it goes to a fenced downstream inside a lease, then send it."""

@@ -68,6 +68,7 @@ from agentlease.tools._context import (
 )
 from agentlease.tools._declaration import ToolSpec
 from agentlease.tools._deferred import DeferredWrites
+from agentlease.tools._fenced_http import stamp_httpx
 from agentlease.tools._probe import ProbeQuery, ProbeResult
 from agentlease.tools._registry import ToolRegistry
 from agentlease.tools._resources import ToolResources
@@ -260,6 +261,8 @@ class LeasedActivities:
         if not decision.action.runs_tool:
             await self._park(claim, decision, previous or ErrorClass.EXPIRED, "before this attempt ran")
 
+        if spec.fenced:
+            stamp_httpx()  # its requests to the downstreams it declared carry the lease's headers
         context = LeaseContext(
             ledger=self._ledger,
             claim=claim,
@@ -271,6 +274,7 @@ class LeasedActivities:
             secrets=ToolSecrets(self._secrets, spec.name),
             heartbeat_timeout=heartbeat_timeout,
             progress_key=call.progress_key,
+            fenced=spec.fenced,
         )
         liveness.context = context
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, get_origin, get_type_hints, overload
 
@@ -64,6 +64,7 @@ def leased(
     approval_ttl: timedelta | None = ...,
     probe: Probe | None = ...,
     settle_window: timedelta | None = ...,
+    fenced: str | Sequence[str] | None = ...,
 ) -> ToolSpec: ...
 @overload
 def leased(
@@ -80,6 +81,7 @@ def leased(
     approval_ttl: timedelta | None = ...,
     probe: Probe | None = ...,
     settle_window: timedelta | None = ...,
+    fenced: str | Sequence[str] | None = ...,
 ) -> Callable[[Any], ToolSpec]: ...
 def leased(
     fn: Any = None,
@@ -95,6 +97,7 @@ def leased(
     approval_ttl: timedelta | None = None,
     probe: Probe | None = None,
     settle_window: timedelta | None = None,
+    fenced: str | Sequence[str] | None = None,
 ) -> ToolSpec | Callable[[Any], ToolSpec]:
     """Lease an existing tool as it is (``docs/wrapping-tools.md``): as a decorator, above or below
     ``@activity.defn`` (``@leased(side_effect="fenced", lease_ttl=timedelta(seconds=10))``), or called on what
@@ -106,7 +109,7 @@ def leased(
             description). Omitted: a decorator.
         name: the tool name. Default the activity's, the framework tool's or the function's name.
         side_effect, lease_ttl, start_to_close, max_attempts, requires_approval, settings, action_key,
-            approval_ttl, probe, settle_window: as for :func:`agentlease.tool` (``action_key`` over the
+            approval_ttl, probe, settle_window, fenced: as for :func:`agentlease.tool` (``action_key`` over the
             parameters' names).
 
     Returns:
@@ -129,6 +132,7 @@ def leased(
         approval_ttl=approval_ttl,
         probe=probe,
         settle_window=settle_window,
+        fenced=fenced,
     )
 
     def declare(target: Any) -> ToolSpec:

@@ -6,7 +6,8 @@ Worker A holds generation 1 of ``publish`` (its only slot busy, as a paused proc
 takes over and publishes with generation 2. A's late request, stamped with generation 1, is refused 409 by the
 service's fence. The run's next call goes to a host the client does not fence, which gets no header (400 from the
 guard); the same function called outside a lease sends none either, and nothing raises. A sync tool's
-``httpx.Client`` built with a ``FencingTransport`` is stamped too.
+``httpx.Client`` built with a ``FencingTransport`` is stamped too. The same again with plain httpx clients, the
+tools declaring the service with ``fenced=``.
 """
 
 from __future__ import annotations
@@ -43,8 +44,11 @@ PAUSED: dict[str, asyncio.Event] = {}
 """Opened by the test to let a paused first attempt send its request, by target."""
 
 
-async def publish(service_url: str, target: str, title: str, pause_first_attempt: bool = False) -> dict[str, Any]:
-    """Publish an article through the service: the team's code, with no fencing header of its own."""
+async def publish(
+    service_url: str, target: str, title: str, pause_first_attempt: bool = False, declared: bool = False
+) -> dict[str, Any]:
+    """Publish an article through the service: the team's code, with no fencing header of its own (``declared``:
+    a plain ``httpx.AsyncClient``, the tool declaring ``fenced=``; else a ``FencedClient``)."""
     if pause_first_attempt and lease.context().claim.attempts == 1:  # a paused process notices nothing
         while True:
             try:
@@ -52,23 +56,27 @@ async def publish(service_url: str, target: str, title: str, pause_first_attempt
                 break
             except asyncio.CancelledError:
                 continue
-    async with FencedClient(base_url=service_url, timeout=30) as http:
+    client_class = httpx.AsyncClient if declared else FencedClient
+    async with client_class(base_url=service_url, timeout=30) as http:
         response = await http.post(target, json={"title": title})
     generation = lease.fencing_token() if lease.in_lease() else 0
     SENT.setdefault(target, []).append((generation, response.status_code, response.json()))
     return {"status": response.status_code}
 
 
-def publish_sync(service_url: str, target: str, title: str) -> dict[str, Any]:
-    """The same with a sync client built with a ``FencingTransport``, run in a thread that keeps the lease."""
-    with httpx.Client(base_url=service_url, transport=FencingTransport(fenced=[service_url]), timeout=30) as http:
+def publish_sync(service_url: str, target: str, title: str, declared: bool = False) -> dict[str, Any]:
+    """The same with a sync client (``declared``: plain; else built with a ``FencingTransport``), run in a thread
+    that keeps the lease."""
+    transport = None if declared else FencingTransport(fenced=[service_url])
+    with httpx.Client(base_url=service_url, transport=transport, timeout=30) as http:
         response = http.post(target, json={"title": title})
     SENT.setdefault(target, []).append((lease.fencing_token(), response.status_code, response.json()))
     return {"status": response.status_code}
 
 
+@pytest.mark.parametrize("declared", [False, True], ids=["fenced-client", "declared-fenced"])
 async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
-    client: Client, settings: AgentLeaseSettings, tmp_path: Path
+    client: Client, settings: AgentLeaseSettings, tmp_path: Path, declared: bool
 ) -> None:
     run_id = f"ft-{uuid.uuid4().hex[:8]}"
     article = f"/articles/a-{uuid.uuid4().hex[:6]}"
@@ -80,21 +88,27 @@ async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
         fenced = str(service.client.base_url)  # http://127.0.0.1:<port>/
         # The same service under a host name the client does not fence.
         elsewhere = fenced.replace("127.0.0.1", "localhost") + f"articles/b-{uuid.uuid4().hex[:6]}"
+        declaring = fenced if declared else None
         tool = leased(
-            publish, side_effect="fenced", lease_ttl=timedelta(seconds=2), start_to_close=timedelta(minutes=2)
+            publish,
+            side_effect="fenced",
+            lease_ttl=timedelta(seconds=2),
+            start_to_close=timedelta(minutes=2),
+            fenced=declaring,
         )
-        sync_tool = leased(publish_sync, side_effect="fenced", lease_ttl=timedelta(seconds=10))
+        sync_tool = leased(publish_sync, side_effect="fenced", lease_ttl=timedelta(seconds=10), fenced=declaring)
         registry = ToolRegistry([tool, sync_tool])
         synced = f"/articles/s-{uuid.uuid4().hex[:6]}"
+        how = {"declared": declared}
         plan = _plan(
             run_id,
             (
                 "publish",
                 "publish",
-                {"service_url": fenced, "target": article, "title": "T", "pause_first_attempt": True},
+                {"service_url": fenced, "target": article, "title": "T", "pause_first_attempt": True, **how},
             ),
-            ("elsewhere", "publish", {"service_url": fenced, "target": elsewhere, "title": "T"}),
-            ("sync", "publish_sync", {"service_url": fenced, "target": synced, "title": "T"}),
+            ("elsewhere", "publish", {"service_url": fenced, "target": elsewhere, "title": "T", **how}),
+            ("sync", "publish_sync", {"service_url": fenced, "target": synced, "title": "T", **how}),
         )
         ledger, ledger_a, ledger_b = [await stack.enter_async_context(opened_ledger(settings)) for _ in "oab"]
         await stack.enter_async_context(_worker(client, ledger_a, settings, "worker-A", slots=1, registry=registry))
@@ -142,5 +156,5 @@ async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
 
         # Outside a lease the same function sends nothing either, and nothing raises.
         outside = f"/articles/c-{uuid.uuid4().hex[:6]}"
-        assert await tool(service_url=fenced, target=outside, title="T") == {"status": 400}
+        assert await tool(service_url=fenced, target=outside, title="T", declared=declared) == {"status": 400}
         assert SENT[outside][0][2]["error"] == "missing_idempotency_key"

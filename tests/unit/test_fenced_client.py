@@ -58,3 +58,24 @@ def test_a_fenced_client_refuses_what_would_send_requests_around_its_transport()
         FencedClient(
             base_url="https://a.example", transport=httpx.AsyncHTTPTransport(), verify=False, proxy="http://p:3128"
         )
+
+
+async def _refund(order_id: str) -> dict[str, Any]:
+    return {"order_id": order_id}
+
+
+def test_a_tool_declares_the_downstreams_it_fences_and_a_bad_one_is_refused_in_one_line() -> None:
+    from datetime import timedelta
+
+    from agentlease import leased
+    from agentlease.errors import ConfigurationError
+
+    ttl = timedelta(seconds=5)
+    one = leased(_refund, side_effect="fenced", lease_ttl=ttl, fenced="http://127.0.0.1:8000/")
+    two = leased(_refund, side_effect="fenced", lease_ttl=ttl, fenced=["https://a.example/v1", "https://a.example/v1"])
+    assert (one.fenced, two.fenced) == (("http://127.0.0.1:8000",), ("https://a.example:443/v1",))
+    assert leased(_refund, side_effect="fenced", lease_ttl=ttl).fenced == ()
+    for bad in ("refunds.internal", "ftp://a.example", "https://a.example/?x=1", [1]):
+        with pytest.raises(ConfigurationError) as refused:
+            leased(_refund, side_effect="fenced", lease_ttl=ttl, fenced=bad)  # type: ignore[arg-type]
+        assert str(refused.value).startswith("tool '_refund': fenced downstream") and "\n" not in str(refused.value)

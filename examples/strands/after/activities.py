@@ -4,7 +4,8 @@ import os
 from datetime import timedelta
 from typing import Any
 
-from agentlease import FencedClient, leased
+import httpx
+from agentlease import leased
 from temporalio import activity
 
 REFUND_SERVICE_URL = os.environ.get("REFUND_SERVICE_URL", "http://127.0.0.1:8000")
@@ -20,11 +21,11 @@ async def lookup_order(order_id: str) -> dict[str, Any]:
     return {"order_id": order_id, "amount_cents": ORDERS.get(order_id, 1000), "refundable": True}
 
 
-@leased(side_effect="fenced", lease_ttl=timedelta(seconds=5), action_key="refund:{order_id}")
+@leased(side_effect="fenced", lease_ttl=timedelta(seconds=5), action_key="refund:{order_id}", fenced=REFUND_SERVICE_URL)
 @activity.defn
 async def issue_refund(order_id: str, amount_cents: int) -> dict[str, Any]:
     """Refund an order through the refund service."""
-    async with FencedClient(base_url=REFUND_SERVICE_URL, timeout=60) as http:  # fencing
+    async with httpx.AsyncClient(base_url=REFUND_SERVICE_URL, timeout=60) as http:
         response = await http.post(
             "/refunds",
             json={"order_id": order_id, "amount_cents": amount_cents},
