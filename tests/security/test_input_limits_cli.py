@@ -176,3 +176,19 @@ def test_run_id_of_300_characters_never_starts_a_run(
     result = cli("run", "plan.json", "--run-id", "r" * 300, env=env)
     assert_one_error_line(result, BAD_INPUT, "bad --run-id")
     assert "started" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(("status", "a\u202eb"), id="status"),
+        pytest.param(("status", "run", "a\u202eb"), id="usage-error"),
+        pytest.param(("a\u202eb",), id="unknown-command"),
+    ],
+)
+def test_a_bidi_override_in_an_echoed_id_is_escaped(cli: Cli, temporal_address: str, args: tuple[str, ...]) -> None:  # noqa: F811
+    result = cli(*args, env={"AGENTLEASE_TEMPORAL_ADDRESS": temporal_address})
+    assert_one_error_line(result, result.returncode, "a\\u202eb")
+    assert result.returncode in (BAD_INPUT, FAILED), result
+    assert "\u202e" not in result.stderr, result
+
