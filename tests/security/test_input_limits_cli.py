@@ -114,7 +114,7 @@ def test_too_many_steps(cli: Cli, write_file: WriteFile) -> None:  # noqa: F811
 def test_empty_task_queue_name(cli: Cli, write_file: WriteFile) -> None:  # noqa: F811
     write_file("plan.json", _plan())
     result = cli("run", "plan.json", env={**UNREACHABLE_TEMPORAL, "AGENTLEASE_TASK_QUEUE": ""})
-    assert_one_error_line(result, BAD_INPUT, "bad setting", "task_queue")
+    assert_one_error_line(result, BAD_INPUT, "bad setting", "AGENTLEASE_TASK_QUEUE")
 
 
 @pytest.mark.parametrize("address", ["localhost:99999", "localhost", "localhost:http"])
@@ -192,3 +192,7 @@ def test_a_bidi_override_in_an_echoed_id_is_escaped(cli: Cli, temporal_address: 
     assert result.returncode in (BAD_INPUT, FAILED), result
     assert "\u202e" not in result.stderr, result
 
+
+def test_a_setting_out_of_range_names_its_variable(cli: Cli) -> None:  # noqa: F811
+    result = cli("tasks", env={"AGENTLEASE_APPROVAL_TTL": "1e12"})
+    assert_one_error_line(result, BAD_INPUT, "bad setting: AGENTLEASE_APPROVAL_TTL", "less than or equal to 30 days")
