@@ -9,12 +9,19 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pydantic import ValidationError
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """One line naming the first three invalid fields: ``steps.0.tool: Field required; ...``."""
-    shown = [_one_error(error) for error in exc.errors()[:_ERRORS_SHOWN]]
+def describe_validation_error(exc: ValidationError, *, field: Callable[[str], str] = str) -> str:
+    """One line naming the first three invalid fields: ``steps.0.tool: Field required; ...``.
+
+    Args:
+        exc: The error.
+        field: How a top-level field is named (the settings name their variable). Default: its own name.
+    """
+    shown = [_one_error(error, field) for error in exc.errors()[:_ERRORS_SHOWN]]
     extra = f" (and {exc.error_count() - _ERRORS_SHOWN} more)" if exc.error_count() > _ERRORS_SHOWN else ""
     return "; ".join(shown) + extra
 
@@ -22,8 +29,11 @@ def describe_validation_error(exc: ValidationError) -> str:
 _ERRORS_SHOWN = 3
 
 
-def _one_error(error: Any) -> str:
-    where = ".".join(_location(part) for part in error["loc"])
+def _one_error(error: Any, field: Callable[[str], str]) -> str:
+    loc = list(error["loc"])
+    if loc and isinstance(loc[0], str):
+        loc[0] = field(loc[0])
+    where = ".".join(_location(part) for part in loc)
     message = " ".join(error["msg"].removeprefix("Value error, ").split())  # one line, whatever the input held
     return f"{where}: {message}" if where else message
 
@@ -37,7 +47,16 @@ def _location(part: object) -> str:
     shown = text[:_LOCATION_CHARS] + ("..." if len(text) > _LOCATION_CHARS else "")
     if shown.isprintable() and shown.strip() == shown and shown:
         return shown
-    return shown.encode("unicode_escape", "backslashreplace").decode("ascii").join("''")
+    return printable(shown).join("''")
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (a control character, a line break, a bidi override,
+    a zero-width space) written as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``): fit to echo in one
+    terminal line, shown as it is. Other characters, non-ASCII letters included, are kept."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
 
 
 def one_line(exc: BaseException) -> str:

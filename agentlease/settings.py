@@ -349,6 +349,12 @@ def env_var(name: str) -> str:
     return f"AGENTLEASE_{name.upper()}"
 
 
+def settings_error(exc: ValidationError) -> ConfigurationError:
+    """The one-line error of settings that do not validate, each named by its variable (the name the user set,
+    whether through the variable or its flag): ``bad setting: AGENTLEASE_APPROVAL_TTL: Input should be ...``."""
+    return ConfigurationError(f"bad setting: {describe_validation_error(exc, field=env_var)}")
+
+
 def default_text(name: str) -> str:
     """The default of the setting ``name`` as the CLI's help and ``docs/settings.md`` show it."""
     field = AgentLeaseSettings.model_fields[name]
@@ -378,4 +384,4 @@ def with_overrides(settings: AgentLeaseSettings, overrides: dict[str, Any]) -> A
     try:
         return AgentLeaseSettings.model_validate({**settings.model_dump(), **given})
     except ValidationError as exc:
-        raise ConfigurationError(f"bad setting: {describe_validation_error(exc)}") from None
+        raise settings_error(exc) from None

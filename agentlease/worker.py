@@ -15,14 +15,14 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
-from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
+from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.migrate import require_current, upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.observability.metrics import LeaseMetrics, serving_metrics
 from agentlease.plugin import AgentLeasePlugin
 from agentlease.runtime.shutdown import exit_process, stop_event
 from agentlease.runtime.temporal import connect, prometheus_runtime
-from agentlease.settings import AgentLeaseSettings, default_identity
+from agentlease.settings import AgentLeaseSettings, default_identity, settings_error
 from agentlease.tools._registry import ToolRegistry, load_registry
 
 logger = logging.getLogger("agentlease.worker")
@@ -129,7 +129,7 @@ def main(configure: Callable[[AgentLeaseSettings], AgentLeaseSettings] | None = 
         settings = AgentLeaseSettings()
         asyncio.run(serve(configure(settings) if configure is not None else settings))
     except ValidationError as exc:
-        print(f"error: bad setting: {one_line(exc)}", file=sys.stderr)
+        print(f"error: {settings_error(exc)}", file=sys.stderr)
         return 2
     except AgentLeaseError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ from agentlease.cli.runs import run_status as _run_status
 from agentlease.cli.security import codec_server, keys_app, startup_warnings
 from agentlease.cli.session import err, log_in_one_line, out, require_extra
 from agentlease.cli.session import settings as _settings
-from agentlease.errors import AgentLeaseError, ConfigurationError, one_line
+from agentlease.errors import AgentLeaseError, ConfigurationError, one_line, printable
 from agentlease.runtime.shutdown import exit_process
 from agentlease.settings import AgentLeaseSettings, with_overrides
 
@@ -124,7 +124,7 @@ def dev(
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    """Run the CLI; every expected failure becomes one line on stderr. Returns the exit code."""
+    """Run the CLI; every expected failure becomes one line on stderr (:func:`_error`). Returns the exit code."""
     try:
         code = app(args=list(argv) if argv is not None else None, standalone_mode=False)
     except typer.Abort:
@@ -133,20 +133,26 @@ def _run(argv: Sequence[str] | None) -> int:
     except typer.TyperException as exc:  # click's usage errors, vendored by typer since 0.26
         # no_args_is_help: typer has already printed the help; it stays silent here too.
         if type(exc).__name__ != "NoArgsIsHelpError":
-            err.print(f"error: {exc.format_message()}", markup=False)
+            _error(exc.format_message())
         return 2
     except AgentLeaseError as exc:  # bad input (a ConfigurationError) is 2, a failed operation 1
-        err.print(f"error: {exc}", markup=False)
+        _error(str(exc))
         return 2 if isinstance(exc, ConfigurationError) else 1
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
     except OSError as exc:  # writing the output failed: a full disk, a closed pipe
         with contextlib.suppress(OSError):
-            err.print(f"error: cannot write the output: {one_line(exc)}")
+            _error(f"cannot write the output: {one_line(exc)}")
         return 1
     # Without standalone mode, typer returns the code of `typer.Exit` (and of --help) instead of exiting.
     return code if isinstance(code, int) else 0
+
+
+def _error(message: str) -> None:
+    """Print ``error: <message>`` on stderr, as it is (no markup), each unprintable character escaped: a run id
+    or step id the user gave holding a bidi override or an escape sequence cannot rewrite the terminal line."""
+    err.print(f"error: {printable(message)}", markup=False)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -15,7 +15,7 @@ from rich.console import Console
 from agentlease.cli.render import tasks_table
 from agentlease.decisions.table import DECISIONS
 from agentlease.enums import DecisionKind, TaskStatus
-from agentlease.errors import AgentLeaseError, ConfigurationError
+from agentlease.errors import AgentLeaseError, ConfigurationError, printable
 from agentlease.ledger.listing import TaskFilter, task_pages
 from agentlease.ledger.store import Ledger
 from agentlease.records import TaskRecord
@@ -75,7 +75,7 @@ async def decide_each(
             await send(task)
         except AgentLeaseError as exc:
             outcomes.append({"task_id": task.task_id, "agent_run_id": task.agent_run_id, "error": str(exc)})
-            err.print(f"{task.agent_run_id} {task.step_id}: not decided: {exc}", markup=False)
+            err.print(printable(f"{task.agent_run_id} {task.step_id}: not decided: {exc}"), markup=False)
         else:
             outcomes.append({"task_id": task.task_id, "agent_run_id": task.agent_run_id, "error": None})
             if not as_json:

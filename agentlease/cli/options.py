@@ -18,8 +18,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import ValidationError
 
-from agentlease.errors import ConfigurationError, describe_validation_error
-from agentlease.settings import AgentLeaseSettings, default_text, env_var, with_overrides
+from agentlease.settings import AgentLeaseSettings, default_text, env_var, settings_error, with_overrides
 
 SECURE = "Transport, payloads and signed decisions"
 """The ``--help`` panel of the global TLS, API key, codec and operator key flags."""
@@ -150,7 +149,7 @@ def _settings_with(settings: AgentLeaseSettings | None, given: dict[str, Any]) -
     try:
         return AgentLeaseSettings(**{name: value for name, value in given.items() if value is not None})
     except ValidationError as exc:
-        raise ConfigurationError(f"bad setting: {describe_validation_error(exc)}") from None
+        raise settings_error(exc) from None
 
 
 def settings_table() -> str:

@@ -458,10 +458,10 @@ def test_events_needs_a_task_or_a_run(cli: Cli) -> None:
 @pytest.mark.parametrize(
     ("variable", "value", "fragment"),
     [
-        ("AGENTLEASE_MAX_CONCURRENT_ACTIVITIES", "zero", "max_concurrent_activities"),
+        ("AGENTLEASE_MAX_CONCURRENT_ACTIVITIES", "zero", "AGENTLEASE_MAX_CONCURRENT_ACTIVITIES"),
         ("AGENTLEASE_MAX_CONCURRENT_ACTIVITIES", "0", "greater than or equal to 1"),
-        ("AGENTLEASE_SHUTDOWN_GRACE", "soon", "shutdown_grace"),
-        ("AGENTLEASE_METRICS_ADDRESS", "9464", "metrics_address: bad metrics address '9464': expected HOST:PORT"),
+        ("AGENTLEASE_SHUTDOWN_GRACE", "soon", "AGENTLEASE_SHUTDOWN_GRACE"),
+        ("AGENTLEASE_METRICS_ADDRESS", "9464", "AGENTLEASE_METRICS_ADDRESS: bad metrics address '9464'"),
     ],
 )
 def test_worker_refuses_a_bad_setting(cli: Cli, variable: str, value: str, fragment: str) -> None:

@@ -114,7 +114,7 @@ def test_too_many_steps(cli: Cli, write_file: WriteFile) -> None:  # noqa: F811
 def test_empty_task_queue_name(cli: Cli, write_file: WriteFile) -> None:  # noqa: F811
     write_file("plan.json", _plan())
     result = cli("run", "plan.json", env={**UNREACHABLE_TEMPORAL, "AGENTLEASE_TASK_QUEUE": ""})
-    assert_one_error_line(result, BAD_INPUT, "bad setting", "task_queue")
+    assert_one_error_line(result, BAD_INPUT, "bad setting", "AGENTLEASE_TASK_QUEUE")
 
 
 @pytest.mark.parametrize("address", ["localhost:99999", "localhost", "localhost:http"])
@@ -176,3 +176,23 @@ def test_run_id_of_300_characters_never_starts_a_run(
     result = cli("run", "plan.json", "--run-id", "r" * 300, env=env)
     assert_one_error_line(result, BAD_INPUT, "bad --run-id")
     assert "started" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(("status", "a\u202eb"), id="status"),
+        pytest.param(("status", "run", "a\u202eb"), id="usage-error"),
+        pytest.param(("a\u202eb",), id="unknown-command"),
+    ],
+)
+def test_a_bidi_override_in_an_echoed_id_is_escaped(cli: Cli, temporal_address: str, args: tuple[str, ...]) -> None:  # noqa: F811
+    result = cli(*args, env={"AGENTLEASE_TEMPORAL_ADDRESS": temporal_address})
+    assert_one_error_line(result, result.returncode, "a\\u202eb")
+    assert result.returncode in (BAD_INPUT, FAILED), result
+    assert "\u202e" not in result.stderr, result
+
+
+def test_a_setting_out_of_range_names_its_variable(cli: Cli) -> None:  # noqa: F811
+    result = cli("tasks", env={"AGENTLEASE_APPROVAL_TTL": "1e12"})
+    assert_one_error_line(result, BAD_INPUT, "bad setting: AGENTLEASE_APPROVAL_TTL", "less than or equal to 30 days")

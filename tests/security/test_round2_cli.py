@@ -83,7 +83,7 @@ async def test_purge_at_the_largest_batch_on_postgresql(cli: Cli, pg_url: str) -
 
 
 def test_ui_on_port_70000(cli: Cli) -> None:  # noqa: F811
-    assert_one_error_line(cli("ui", "--port", "70000", env=_sqlite(cli)), BAD_INPUT, "ui_port")
+    assert_one_error_line(cli("ui", "--port", "70000", env=_sqlite(cli)), BAD_INPUT, "AGENTLEASE_UI_PORT")
 
 
 def test_ui_beyond_loopback_without_a_token(cli: Cli) -> None:  # noqa: F811

@@ -6,12 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import typer
 from typer.main import get_command
 
 from agentlease.cli.app import app
 from agentlease.cli.options import COMMANDS, with_settings_table
 from agentlease.settings import AgentLeaseSettings, default_text, env_var
+from agentlease.worker import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_PAGE = ROOT / "docs" / "settings.md"
@@ -77,3 +79,14 @@ def test_a_command_without_its_extra_says_which_to_install() -> None:
         assert done.stderr == (
             f"error: agentlease {command} needs the {extra!r} extra: pip install 'agentlease[{extra}]'\n"
         ), done.stderr
+
+
+def test_a_bad_setting_is_named_by_its_variable_in_a_workers_script(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python worker.py`` (``agentlease.worker.main``) names the variable, as the CLI does."""
+    monkeypatch.setenv("AGENTLEASE_APPROVAL_TTL", "1e12")
+    assert main() == 2
+    assert capsys.readouterr().err == (
+        "error: bad setting: AGENTLEASE_APPROVAL_TTL: Input should be less than or equal to 30 days\n"
+    )
