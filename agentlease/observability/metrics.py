@@ -47,6 +47,16 @@ class LeaseMetrics:
         self._scope = (namespace, task_queue)
         self.namespace = namespace
         self.task_queue = task_queue
+        self._children: dict[tuple[str, tuple[object, ...]], Any] = {}
+
+    def _child(self, family: str, *labels: object) -> Any:
+        """The child of the family named ``family`` (``"LEASE_CLAIMS"``...) for this scope and ``labels``, looked
+        up in prometheus_client once and kept: it holds every child it made for good, so this keeps no more."""
+        key = (family, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = getattr(_families(), family).labels(*self._scope, *labels)
+        return child
 
     def claim(
         self,
@@ -60,79 +70,77 @@ class LeaseMetrics:
     ) -> None:
         """A claim asked of the ledger: ``granted`` (in ``seconds``; ``superseded``: over a lapsed lease last
         seen in ``superseded_stage``; ``traced``: with a Temporal trace link), ``held`` or ``closed``."""
-        _families().LEASE_CLAIMS.labels(*self._scope, tool, outcome).inc()
+        self._child("LEASE_CLAIMS", tool, outcome).inc()
         if outcome != "granted":
             return
         if seconds is not None:
-            _families().LEASE_ACQUISITION.labels(*self._scope, tool).observe(seconds)
+            self._child("LEASE_ACQUISITION", tool).observe(seconds)
         if superseded:
-            _families().LEASES_EXPIRED.labels(*self._scope, tool, stage_label(superseded_stage), "takeover").inc()
+            self._child("LEASES_EXPIRED", tool, stage_label(superseded_stage), "takeover").inc()
         if not traced:
-            _families().CLAIMS_WITHOUT_TRACE.labels(*self._scope, tool).inc()
+            self._child("CLAIMS_WITHOUT_TRACE", tool).inc()
 
     def renewal(self, tool: str, stage: object, *, renewed: bool) -> None:
         """A renewal (or stage change), granted or lost."""
-        _families().LEASE_RENEWALS.labels(
-            *self._scope, tool, stage_label(stage), "renewed" if renewed else "lost"
-        ).inc()
+        self._child("LEASE_RENEWALS", tool, stage_label(stage), "renewed" if renewed else "lost").inc()
 
     def settle(self, tool: str, *, settled: bool, renewals: int | None = None) -> None:
         """A settle: ``settled`` with the task's renewal count, or refused (``late_unapplied``)."""
-        _families().SETTLEMENTS.labels(*self._scope, tool, "settled" if settled else "late_unapplied").inc()
+        self._child("SETTLEMENTS", tool, "settled" if settled else "late_unapplied").inc()
         if settled and renewals is not None:
-            _families().RENEWALS_PER_TASK.labels(*self._scope, tool).observe(renewals)
+            self._child("RENEWALS_PER_TASK", tool).observe(renewals)
 
     def lease_end(self, tool: str, status: object, error_class: object) -> None:
         """A holder ended its lease: released (a retry, by error class) or parked until a person decides."""
         value = stage_label(status)
         if value == "released":
-            _families().LEASE_RELEASES.labels(*self._scope, tool, stage_label(error_class)).inc()
+            self._child("LEASE_RELEASES", tool, stage_label(error_class)).inc()
         else:
-            _families().TASKS_PARKED.labels(*self._scope, tool, value).inc()
+            self._child("TASKS_PARKED", tool, value).inc()
 
     def expiry(self, tool: str, stage: object, *, by: str, parked: object = None) -> None:
         """A lapsed lease recorded (by the sweeper), and the status it parked the task in, if any."""
-        _families().LEASES_EXPIRED.labels(*self._scope, tool, stage_label(stage), by).inc()
+        self._child("LEASES_EXPIRED", tool, stage_label(stage), by).inc()
         if parked is not None:
-            _families().TASKS_PARKED.labels(*self._scope, tool, stage_label(parked)).inc()
+            self._child("TASKS_PARKED", tool, stage_label(parked)).inc()
 
     def duplicate_delivery(self, tool: str, reason: str) -> None:
         """An attempt delivered for a task another attempt holds (``lease_held``) or that settled (``settled``)."""
-        _families().DUPLICATE_DELIVERIES.labels(*self._scope, tool, reason).inc()
+        self._child("DUPLICATE_DELIVERIES", tool, reason).inc()
 
     def settlement_latency(self, tool: str, seconds: float) -> None:
         """Seconds from entering ``commit`` to a durable settle."""
-        _families().SETTLEMENT_LATENCY.labels(*self._scope, tool).observe(seconds)
+        self._child("SETTLEMENT_LATENCY", tool).observe(seconds)
 
     def ledger_unavailable(self, tool: str, operation: str) -> None:
         """A ledger operation failed because the ledger could not be reached."""
-        _families().LEDGER_UNAVAILABLE.labels(*self._scope, tool or NONE, operation).inc()
+        self._child("LEDGER_UNAVAILABLE", tool or NONE, operation).inc()
 
     def deferred_writes(self, pending: int) -> None:
         """How many writes wait for the ledger to come back."""
-        _families().LEDGER_DEFERRED_WRITES.labels(*self._scope).set(pending)
+        self._child("LEDGER_DEFERRED_WRITES").set(pending)
 
     def ambiguity_resolved(self, tool: str, by: str, outcome: str) -> None:
         """An ambiguous task resolved ``by`` ``probe`` or ``person``: ``happened``, ``not_happened``, ``abandoned``."""
-        _families().AMBIGUITIES_RESOLVED.labels(*self._scope, tool or NONE, by, outcome).inc()
+        self._child("AMBIGUITIES_RESOLVED", tool or NONE, by, outcome).inc()
 
     def probe(self, tool: str, answer: str) -> None:
         """A readback probe answered (``happened``, ``not_happened``, ``cannot_tell``) or ``failed``."""
-        _families().PROBES.labels(*self._scope, tool, answer).inc()
+        self._child("PROBES", tool, answer).inc()
 
     def approval(self, tool: str, outcome: str, *, remaining_s: float | None = None) -> None:
         """A claim met an approval: ``consumed`` (seconds left), ``expired``, ``mismatched``, ``missing``."""
-        _families().APPROVALS.labels(*self._scope, tool, outcome).inc()
+        self._child("APPROVALS", tool, outcome).inc()
         if remaining_s is not None:
-            _families().APPROVAL_REMAINING.labels(*self._scope, tool).observe(remaining_s)
+            self._child("APPROVAL_REMAINING", tool).observe(remaining_s)
 
     def approval_expiring(self, tool: str, waiting_for: str) -> None:
         """An approval not yet consumed lapses soon; it waits for a ``person`` or for its ``claim``."""
-        _families().APPROVALS_EXPIRING.labels(*self._scope, tool, waiting_for).inc()
+        self._child("APPROVALS_EXPIRING", tool, waiting_for).inc()
 
     def heartbeat_timeout_changed(self, tool: str, *, shorter: bool) -> None:
         """A heartbeat timeout that is not the lease TTL was found under a lease."""
-        _families().HEARTBEAT_TIMEOUT_CHANGES.labels(*self._scope, tool, "shorter" if shorter else "longer").inc()
+        self._child("HEARTBEAT_TIMEOUT_CHANGES", tool, "shorter" if shorter else "longer").inc()
 
 
 LEASE_METRICS = LeaseMetrics()

@@ -75,6 +75,19 @@ _TRIGGERS = (
 )
 """Text containing none of these (lower-cased) matches no rule: the rules are skipped (the renewal hot path)."""
 
+
+def _trigger_pattern(triggers: tuple[str, ...]) -> re.Pattern[str]:
+    """One search for any of ``triggers`` in lower-cased text, grouped by first character (``a(?:iza|kia|...)``)
+    so that a position is tried once per group, not once per trigger: faster than 25 substring tests on text of
+    a few dozen characters and about as fast on longer text."""
+    groups: dict[str, list[str]] = {}
+    for trigger in triggers:
+        groups.setdefault(trigger[0], []).append(re.escape(trigger[1:]))
+    return re.compile("|".join(f"{re.escape(first)}(?:{'|'.join(rests)})" for first, rests in groups.items()))
+
+
+_TRIGGER = _trigger_pattern(_TRIGGERS)
+
 _SECRET_KEY = re.compile(
     r"pass(?:wd|word|phrase)|secret|token$|^pwd$|_pwd$|api_?key|access_?key|private_?key|signing_?key"
     r"|authori[sz]ation|cookie|credentials?$|session_?id$|^auth$|^dsn$"
@@ -84,15 +97,29 @@ Redactor = Callable[[str], str]
 """A function from text to the same text with its secrets masked."""
 
 
+_KEY_SEPARATORS = re.compile(r"[-. ]")
+_CACHED_KEY_CHARS = 128
+"""Keys up to this long have their answer kept (:func:`_secret_key_cached`); longer ones are checked each time."""
+
+
 def secret_key(key: str) -> bool:
-    """Whether the value under ``key`` is a secret; case-insensitive, ``-``, ``.``, space as ``_`` (``X-Api-Key``)."""
-    return bool(_SECRET_KEY.search(re.sub(r"[-. ]", "_", key.lower())))
+    """Whether the value under ``key`` is a secret; case-insensitive, ``-``, ``.``, space as ``_`` (``X-Api-Key``).
+    The answers for the last 1,024 distinct keys of up to 128 characters are kept."""
+    if len(key) <= _CACHED_KEY_CHARS:
+        return _secret_key_cached(key)
+    return _is_secret_key(key)
+
+
+def _is_secret_key(key: str) -> bool:
+    return _SECRET_KEY.search(_KEY_SEPARATORS.sub("_", key.lower())) is not None
+
+
+_secret_key_cached = functools.lru_cache(maxsize=1024)(_is_secret_key)
 
 
 def redact_text(text: str) -> str:
     """``text`` with the secrets :data:`_RULES` find masked by ``***``: each rule is a function from text to text."""
-    lowered = text.lower()
-    if not any(trigger in lowered for trigger in _TRIGGERS):
+    if _TRIGGER.search(text.lower()) is None:
         return text
     for rule in _RULES:
         text = rule(text)
