@@ -232,20 +232,13 @@ class LeaseGuard(Extension):
             lease = read_lease_meta(meta)
         except MetaError as exc:
             raise _refused(exc.refusal, str(exc), key=exc.key) from None
-        now = self._now() or datetime.now(UTC)
-        if lease.lease_expires_at is not None and lease.lease_expires_at + EXPIRY_SKEW <= now:
-            raise _refused(
-                Refusal.LEASE_EXPIRED,
-                f"{LEASE_EXPIRES_AT_META} {lease.lease_expires_at.isoformat()} has passed (now {now.isoformat()}): "
-                "the caller's lease lapsed",
-                key=LEASE_EXPIRES_AT_META,
-            )
         if lease.idempotency_key is None:
             if self.require_key:
                 raise _refused(
                     Refusal.MISSING_KEY,
                     f"{tool} is guarded: send {IDEMPOTENCY_KEY_META} in the request's _meta (agentlease clients do)",
                 )
+            self._refuse_expired(lease)
             return await run()
         named = self._fence(tool, lease, arguments or {})
         fence = scoped_fence(caller, named)
@@ -261,6 +254,11 @@ class LeaseGuard(Extension):
             raise _stale(exc, named.resource_key if named else None) from None
         if isinstance(claim, Held):
             return _held(claim, lease.idempotency_key)
+        try:  # after the fence: a newer generation's refusal says more than the lapse
+            self._refuse_expired(lease)
+        except MCPError:
+            await self.store.release(claim)
+            raise
         call = GuardedCall(
             lease.idempotency_key,
             fence,
@@ -279,6 +277,17 @@ class LeaseGuard(Extension):
         except StaleFencingTokenError as exc:  # the tool's own fence check (a low-level server's handler)
             raise _stale(exc, named.resource_key if named else None) from None
         return result
+
+    def _refuse_expired(self, lease: LeaseMeta) -> None:
+        """``lease_expired`` when the caller's lease-expires-at passed over :data:`EXPIRY_SKEW` ago by this clock."""
+        now = self._now() or datetime.now(UTC)
+        if lease.lease_expires_at is not None and lease.lease_expires_at + EXPIRY_SKEW <= now:
+            raise _refused(
+                Refusal.LEASE_EXPIRED,
+                f"{LEASE_EXPIRES_AT_META} {lease.lease_expires_at.isoformat()} has passed (now {now.isoformat()}): "
+                "the caller's lease lapsed",
+                key=LEASE_EXPIRES_AT_META,
+            )
 
     def _fence(self, tool: str, lease: LeaseMeta, arguments: Mapping[str, Any]) -> FencingToken | None:
         """The call's fenced resource and generation (verified with a fencing key), ``None`` without a token."""

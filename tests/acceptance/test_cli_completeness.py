@@ -163,8 +163,8 @@ def test_bulk_decisions_html_timelines_and_not_found_against_a_dev_stack(
 
 def test_every_setting_has_a_flag_that_help_shows(cli: Cli) -> None:
     wide = {"COLUMNS": "300"}
-    # A setting's flag is on the command that uses it: global, worker, ui, codec-server or a decision.
-    commands = ((), ("worker",), ("ui",), ("codec-server",), ("approve",))
+    # A setting's flag is on the command that uses it: global, worker, ui, codec-server, sweep or a decision.
+    commands = ((), ("worker",), ("ui",), ("codec-server",), ("sweep",), ("approve",))
     shown = "".join(cli(*args, "--help", env=wide).stdout for args in commands)
     missing = [
         f"AGENTLEASE_{name.upper()}"

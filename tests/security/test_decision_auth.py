@@ -154,7 +154,9 @@ async def test_the_cli_signs_with_the_operator_key(
     [decided] = [e for e in trail if e.kind is EventKind.APPROVED]
     details = dict(decided.details or {})
     signed = details.pop("signed")  # the signed request beside the name (the ledger's guard wants it)
+    approval = details.pop("approval")  # one approval of the one the tool asks for
     assert details == {"by": "alice", "decision": "approve", "signed_by": "alice"}
+    assert (approval["given"], approval["required"]) == (1, 1) and approval["expires_at_ms"] > 0
     assert signed["command"] == "approve" and signed["request"]["proof"]["operator"] == "alice"
     assert decided.reason == "ticket OPS-10"
 
