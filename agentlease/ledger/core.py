@@ -21,7 +21,7 @@ from agentlease.ledger.trail import write_event
 from agentlease.ledger.writes import lease_writes
 from agentlease.observability.metrics import LeaseMetrics
 from agentlease.records import Claim, SettlementReceipt, StoredReceipt, TaskRecord, TaskSpec
-from agentlease.security.redaction import redact, secret_key
+from agentlease.security.redaction import redact
 
 R = TypeVar("R")
 
@@ -67,14 +67,10 @@ def stored_receipt(row: Any, idempotency_key: str) -> StoredReceipt | None:
     )
 
 
-_RECEIPT_NAMES_SECRET = any(secret_key(name) for name in SettlementReceipt.model_fields)
-"""Whether a receipt's own field names name a secret (they do not: only their values are redacted)."""
-
-
 def redacted(receipt: SettlementReceipt) -> tuple[SettlementReceipt, dict[str, Any]]:
     """``receipt`` with the secrets in its text masked, and its JSON form (``receipt`` itself when it holds none)."""
     dumped = receipt.model_dump(mode="json")
-    masked = redact(dumped) if _RECEIPT_NAMES_SECRET else {name: redact(value) for name, value in dumped.items()}
+    masked = redact(dumped)
     if masked == dumped:
         return receipt, dumped
     receipt = SettlementReceipt.model_validate(masked)
