@@ -328,7 +328,8 @@ class SQLiteThreadDatabase:
 class AsyncEngineDatabase:
     """The PostgreSQL ledger's database: each transaction runs via ``run_sync``; a lease statement alone goes
     straight to asyncpg on a pooled connection that it keeps checked out for the next one while no caller
-    waits for the pool (within the pool's size; one idle :data:`PG_PING_AFTER_IDLE_S` or more is pinged first).
+    waits for the pool (within the pool's size; one idle :data:`PG_PING_AFTER_IDLE_S` or more is pinged by the
+    pool first).
 
     Args:
         engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.
@@ -381,20 +382,11 @@ class AsyncEngineDatabase:
             return rows
 
     async def _connection(self) -> PoolProxiedConnection:
-        """A kept connection (pinged if idle :data:`PG_PING_AFTER_IDLE_S` or more), else one from the pool."""
-        while self._kept:
-            idle_since, raw = self._kept.pop()
-            if time.monotonic() - idle_since < PG_PING_AFTER_IDLE_S:
-                return raw
-            try:
-                await raw.driver_connection.fetchrow(";")  # type: ignore[union-attr]  # the dialect's ping
-            except BaseException as exc:  # gone (a restart, a network cut): replaced, as the pool does
-                raw.invalidate(exc if isinstance(exc, Exception) else None)
-                raw.close()
-                if not isinstance(exc, Exception):
-                    raise
-                continue
-            return raw
+        """The newest kept connection, else one from the pool. Kept ones idle :data:`PG_PING_AFTER_IDLE_S` or more
+        go back to the pool first, whose checkout pings them (``create_pg_ledger_engine``) as any pooled one."""
+        if self._kept and time.monotonic() - self._kept[-1][0] < PG_PING_AFTER_IDLE_S:
+            return self._kept.pop()[1]
+        self._give_back()  # newest last: none is fresh
         self._waiting += 1
         try:
             return await self._engine.raw_connection()
