@@ -3,41 +3,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from agentlease.enums import EventKind, TaskStatus
 from agentlease.ledger.store import Ledger
 from agentlease.records import AgentRunPlan, PlanStep
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
-from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
-from tests.integration.test_lease_on_temporal import WORKER_SHUTDOWN_BOUND_S, opened_ledger
+from tests.integration.test_lease_on_temporal import _worker as serving
+from tests.integration.test_lease_on_temporal import opened_ledger
 
 pytestmark = pytest.mark.timeout(120)
 
 REGISTRY = load_registry(["tests.integration.probe_tools"])
 
 
-@asynccontextmanager
-async def _worker(client: Client, ledger: Ledger, settings: AgentLeaseSettings) -> AsyncIterator[None]:
-    worker = build_worker(client, ledger, REGISTRY, settings, identity="probe-worker")
-    running = asyncio.create_task(worker.run())
-    try:
-        yield
-    finally:
-        shutdown = asyncio.ensure_future(worker.shutdown())
-        done, _ = await asyncio.wait({shutdown}, timeout=WORKER_SHUTDOWN_BOUND_S)
-        if done:
-            shutdown.result()
-            await running
+def _worker(client: Client, ledger: Ledger, settings: AgentLeaseSettings) -> AbstractAsyncContextManager[Worker]:
+    return serving(client, ledger, settings, "probe-worker", registry=REGISTRY)
 
 
 async def _parked(client: Client, ledger: Ledger, settings: AgentLeaseSettings, tool: str) -> str:

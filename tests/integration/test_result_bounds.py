@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 from sqlalchemy import update
 from sqlalchemy.engine import Connection
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from agentlease import limits
 from agentlease.enums import EventKind, SideEffectClass, TaskStatus
@@ -22,11 +22,11 @@ from agentlease.ledger.tables import RECEIPTS, TASKS
 from agentlease.records import AgentRunPlan, PlanStep, SettlementReceipt
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._registry import load_registry
-from agentlease.worker import build_worker
 from agentlease.workflow._plan import AgentRunWorkflow
 from tests.eventually import assert_eventually
 from tests.integration.bounded_tools import HUGE
-from tests.integration.test_lease_on_temporal import WORKER_SHUTDOWN_BOUND_S, opened_ledger
+from tests.integration.test_lease_on_temporal import _worker as serving
+from tests.integration.test_lease_on_temporal import opened_ledger
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -37,18 +37,8 @@ CALL_ENDS_WITHIN_S = 40.0
 forever."""
 
 
-@asynccontextmanager
-async def _worker(client: Client, ledger: Ledger, settings: AgentLeaseSettings) -> AsyncIterator[None]:
-    worker = build_worker(client, ledger, REGISTRY, settings, identity="bounds-worker")
-    running = asyncio.create_task(worker.run())
-    try:
-        yield
-    finally:
-        shutdown = asyncio.ensure_future(worker.shutdown())
-        done, _ = await asyncio.wait({shutdown}, timeout=WORKER_SHUTDOWN_BOUND_S)
-        if done:
-            shutdown.result()
-            await running
+def _worker(client: Client, ledger: Ledger, settings: AgentLeaseSettings) -> AbstractAsyncContextManager[Worker]:
+    return serving(client, ledger, settings, "bounds-worker", registry=REGISTRY)
 
 
 def _plan(run_id: str, *steps: tuple[str, str]) -> AgentRunPlan:
