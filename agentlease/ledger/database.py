@@ -131,12 +131,17 @@ def unavailable_as_error(url: str) -> Iterator[None]:
     try:
         yield
     except _driver_errors() as exc:
-        cause = one_line(getattr(exc, "orig", None) or exc)
-        if is_refused_value(exc):
-            raise LedgerRefusedValueError(f"ledger {url} refused a value: {cause}") from exc
-        if not is_unavailable(exc):
-            raise
-        raise LedgerUnavailableError(f"ledger {url} unavailable: {cause}") from exc
+        raise _as_ledger_error(exc, url) from exc
+
+
+def _as_ledger_error(exc: BaseException, url: str) -> BaseException:
+    """What :func:`unavailable_as_error` raises for the driver's ``exc``: ``exc`` itself when it is neither."""
+    cause = one_line(getattr(exc, "orig", None) or exc)
+    if is_refused_value(exc):
+        return LedgerRefusedValueError(f"ledger {url} refused a value: {cause}")
+    if not is_unavailable(exc):
+        return exc
+    return LedgerUnavailableError(f"ledger {url} unavailable: {cause}")
 
 
 _DELIVER_AFTER = 16  # at most this many finished transactions wait for one wake-up of the event loop
@@ -368,18 +373,24 @@ class AsyncEngineDatabase:
                     self._waiting -= 1
 
     async def write_statement(self, statement: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
-        with unavailable_as_error(self.url):
+        # unavailable_as_error, written out: this is the lease's hot path (bench/README.md)
+        try:
             raw = await self._connection()
             try:
                 rows = await fetch_alone(raw, self._engine.dialect, statement, params)
             except BaseException:
                 raw.close()  # back to the pool, which discards it if it was invalidated
                 raise
-            if self._waiting:
-                raw.close()
-            else:
-                self._kept.append((time.monotonic(), raw))
-            return rows
+        except _driver_errors() as exc:
+            error = _as_ledger_error(exc, self.url)
+            if error is exc:
+                raise
+            raise error from exc
+        if self._waiting:
+            raw.close()
+        else:
+            self._kept.append((time.monotonic(), raw))
+        return rows
 
     async def _connection(self) -> PoolProxiedConnection:
         """The newest kept connection, else one from the pool. Kept ones idle :data:`PG_PING_AFTER_IDLE_S` or more

@@ -15,7 +15,9 @@ from sqlalchemy import (
     Select,
     String,
     Update,
+    and_,
     bindparam,
+    case,
     func,
     insert,
     literal,
@@ -179,8 +181,14 @@ def _one_statement(write: LeaseWrite, dialect: str) -> Select[Any]:
     query = select(changed)
     if write.reads_receipt:
         query = select(changed, *receipt_columns(_stored)).select_from(_with_receipt(changed))
-    if standing is not None:
-        query = select(changed, standing).select_from(changed.join(standing, true()))
+    if standing is not None:  # the receipt comes back only when another attempt's stands: the caller has its own
+        own = and_(
+            standing.c.receipt_task_id == changed.c.task_id,
+            standing.c.receipt_generation == changed.c.claim_generation,
+        )
+        others = case((own, null()), else_=standing.c.stored_receipt).label("stored_receipt")
+        columns = [column if column.key != "stored_receipt" else others for column in standing.c]
+        query = select(changed, *columns).select_from(changed.join(standing, true()))
     return query.add_cte(*made)
 
 

@@ -154,10 +154,12 @@ def traced(operation: str) -> Callable[[F], F]:
 
     def decorate(method: F) -> F:
         @functools.wraps(method)
-        async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            tracer = _tracer
-            if tracer is None:
-                return await method(self, *args, **kwargs)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _tracer is None:  # the method's own coroutine: no frame of ours on the lease's hot path
+                return method(self, *args, **kwargs)
+            return spanned(_tracer, self, *args, **kwargs)
+
+        async def spanned(tracer: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
             subject = args[0] if args else None
             attributes = {ATTRIBUTES["task_id"]: subject} if isinstance(subject, str) else _facts(subject)
             stage = "settled" if operation == "settle" else kwargs.get("stage")
