@@ -15,6 +15,11 @@ Each cell is measured for every *side*, in rotating order, each side in a fresh 
   once), with hand-built parameters; ``asyncpg`` (one connection per claimer, autocommit) on
   PostgreSQL, ``sqlite3`` on SQLite (one connection per process, ``BEGIN IMMEDIATE`` transactions;
   claimers of one process run as one loop, since one connection serialises them anyway);
+- ``seed`` (PostgreSQL): the floor a hand-written lease table gives, on the bare driver: the three
+  conditional statements of the design this ledger grew from (claim the oldest claimable row with
+  ``FOR UPDATE SKIP LOCKED``, the guarded renewal, the guarded completion), on a table of their own
+  with only the columns they use, filled with queued rows before the clock starts; no evidence
+  trail, no receipts, no token;
 - ``old`` (with ``--old DIR``): the ``Ledger`` of another source tree (``git worktree add DIR REV``),
   on the same filled database.
 
@@ -256,14 +261,22 @@ async def _bare_pg_cycles(url: str, claimers: int, start_at: float, seconds: flo
     ready, deadline_at, counts = asyncio.Event(), [0.0], list[int]()
     tasks = [asyncio.create_task(_bare_pg_claimer(url, deadline_at, ready, counts)) for _ in range(claimers)]
     await asyncio.sleep(0.5)  # connected
+    return await _timed(start_at, seconds, _released(tasks, ready, deadline_at, counts), {})
 
-    async def run(deadline: float) -> Any:
+
+def _released(
+    tasks: list[asyncio.Task[None]], ready: asyncio.Event, deadline_at: list[float], counts: list[int]
+) -> Any:
+    """What :func:`_timed` runs for claimer tasks waiting on ``ready``: set their deadline, release them, wait
+    for them all; their cycle counts."""
+
+    async def run(deadline: float) -> list[int]:
         deadline_at[0] = deadline
         ready.set()
         await asyncio.gather(*tasks)
         return counts
 
-    return await _timed(start_at, seconds, run, {})
+    return run
 
 
 def _bare_sqlite_cycles(url: str, start_at: float, seconds: float) -> dict[str, Any]:
@@ -327,6 +340,91 @@ def _bare_sqlite_cycles(url: str, start_at: float, seconds: float) -> dict[str, 
         conn.close()
 
 
+# -- the seed side -----------------------------------------------------------------------------
+
+SEED_TABLE = """
+CREATE TABLE IF NOT EXISTS seed_tasks (
+    id text PRIMARY KEY,
+    status text NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamptz,
+    claim_generation bigint NOT NULL DEFAULT 0,
+    attempts integer NOT NULL DEFAULT 0,
+    result_ref text,
+    available_at timestamptz NOT NULL DEFAULT now(),
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS seed_tasks_claimable ON seed_tasks (available_at, created_at)
+    WHERE status IN ('queued', 'running');
+"""
+"""The seed side's table: lifecycle, current lease and claim generation in their own columns."""
+
+SEED_CLAIM = """
+WITH candidate AS (
+    SELECT id FROM seed_tasks
+    WHERE status = 'queued' OR (status = 'running' AND lease_expires_at < CURRENT_TIMESTAMP)
+    ORDER BY available_at, created_at
+    FOR UPDATE SKIP LOCKED
+    LIMIT 1
+)
+UPDATE seed_tasks AS task
+SET status = 'running', lease_owner = $1, lease_expires_at = $2,
+    claim_generation = task.claim_generation + 1, attempts = task.attempts + 1
+FROM candidate WHERE task.id = candidate.id
+RETURNING task.id, task.claim_generation
+"""
+SEED_GUARD = (
+    "id = $2 AND status = 'running' AND lease_owner = $3 AND claim_generation = $4"
+    " AND lease_expires_at >= CURRENT_TIMESTAMP"
+)
+SEED_RENEW = f"UPDATE seed_tasks SET lease_expires_at = $1 WHERE {SEED_GUARD}"
+SEED_COMPLETE = (
+    "UPDATE seed_tasks SET status = 'completed', result_ref = $1, lease_owner = NULL, lease_expires_at = NULL "
+    f"WHERE {SEED_GUARD}"
+)
+SEED_ROWS_PER_SECOND = 12_000
+"""Queued rows put in the seed table per second of a cell, before its clock starts (more than any run here
+claims; a claim that finds none stops the cell with an error)."""
+
+
+async def _seed_pg_claimer(conn: Any, deadline_at: list[float], ready: asyncio.Event, out: list[int]) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    owner, ttl = f"seed-{uuid.uuid4().hex[:10]}", timedelta(seconds=30)
+    await ready.wait()
+    n = 0
+    while time.perf_counter() < deadline_at[0]:
+        claimed = await conn.fetchrow(SEED_CLAIM, owner, datetime.now(UTC) + ttl)
+        if claimed is None:
+            raise RuntimeError("seed side: no queued row left to claim")
+        task_id, generation = claimed
+        if await conn.execute(SEED_RENEW, datetime.now(UTC) + ttl, task_id, owner, generation) != "UPDATE 1":
+            raise RuntimeError("seed renew refused")
+        if await conn.execute(SEED_COMPLETE, f"result/{n}", task_id, owner, generation) != "UPDATE 1":
+            raise RuntimeError("seed completion refused")
+        n += 1
+    out.append(n)
+
+
+async def _seed_pg_cycles(url: str, claimers: int, start_at: float, seconds: float) -> dict[str, Any]:
+    import asyncpg
+
+    conns = [await asyncpg.connect(url) for _ in range(claimers)]
+    try:
+        batch = f"q-{uuid.uuid4().hex[:10]}"
+        await conns[0].execute(
+            "INSERT INTO seed_tasks (id, status) SELECT $1 || '/' || g, 'queued' FROM generate_series(1, $2) g",
+            batch,
+            int(SEED_ROWS_PER_SECOND * seconds),
+        )
+        ready, deadline_at, counts = asyncio.Event(), [0.0], list[int]()
+        tasks = [asyncio.create_task(_seed_pg_claimer(conn, deadline_at, ready, counts)) for conn in conns]
+        return await _timed(start_at, seconds, _released(tasks, ready, deadline_at, counts), {})
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
 # -- timing ------------------------------------------------------------------------------------
 
 
@@ -382,6 +480,8 @@ def _one_process(job: dict[str, Any]) -> dict[str, Any]:
         if url.startswith("sqlite"):
             return _bare_sqlite_cycles(url, start_at, seconds)
         return asyncio.run(_bare_pg_cycles(url, claimers, start_at, seconds))
+    if job["side"] == "seed":
+        return asyncio.run(_seed_pg_cycles(url, claimers, start_at, seconds))
     return asyncio.run(_ledger_cycles(url, claimers, start_at, seconds))
 
 
@@ -459,6 +559,17 @@ def _run_cell(cell: Cell, url: str, seconds: float, tree: Path) -> None:
     cell.latency_ms = result["latency_ms"]
 
 
+async def _seed_table(url: str) -> None:
+    """Make the seed side's table in the scratch database (its rows are queued by each cell)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(SEED_TABLE)
+    finally:
+        await conn.close()
+
+
 async def _sweep(url: str, expired: int) -> tuple[int, float]:
     """Sweep the filled ledger's lapsed leases once: (recorded, seconds)."""
     from agentlease.ledger.store import Ledger
@@ -473,35 +584,51 @@ async def _sweep(url: str, expired: int) -> tuple[int, float]:
         await ledger.close()
 
 
-def _print_cell(cell: Cell, bare: Cell | None, out: Any) -> None:
+FLOORS = ("bare", "seed")
+"""The driver loops a side is compared with: the ledger's own statements, and the seed's."""
+
+
+def _ratios(cell: Cell, floors: list[Cell | None]) -> str:
+    """Per floor: ``cell``'s cycles/s and its client CPU per cycle over the floor's ("-": the floor itself, or
+    not run for this database)."""
+    return " ".join(
+        "    -      -"
+        if floor is None or floor is cell or not (floor.rate and cell.rate)
+        else f"{cell.rate / floor.rate:5.2f} {cell.client_ms / max(floor.client_ms, 1e-9):5.2f}"
+        for floor in floors
+    )
+
+
+def _print_cell(cell: Cell, floors: list[Cell | None], out: Any) -> None:
     lat = "  ".join(f"{op} {cell.latency_ms[op][0]:5.2f}/{cell.latency_ms[op][1]:6.2f}" for op in cell.latency_ms)
-    ratio = ""
-    if bare is not None and cell is not bare and bare.rate and cell.rate:
-        ratio = f"{cell.rate / bare.rate:5.2f} {cell.client_ms / max(bare.client_ms, 1e-9):5.2f}"
+    ratio = _ratios(cell, floors)
     load = os.getloadavg()[0]
     print(
         f"{cell.database:<10} {cell.rows:>9} {cell.mode:<9} {cell.claimers:>3} {cell.side:<6} {cell.rate:>8.0f} "
-        f"{cell.client_ms:6.2f} {cell.server_ms:6.2f} {ratio:>11} {load:5.2f}   {lat}",
+        f"{cell.client_ms:6.2f} {cell.server_ms:6.2f} {ratio} {load:5.2f}   {lat}",
         file=out,
         flush=True,
     )
 
 
-def _print_medians(rounds: list[dict[str, Cell]], sides: list[str], out: Any) -> None:
-    """Per side: median cycles/s and client CPU per cycle over the rounds, and the median of the per-round
-    ratios to the bare side (each round's sides ran back to back)."""
+def _print_medians(rounds: list[dict[str, Cell]], sides: list[str], floors: list[str], out: Any) -> None:
+    """Per side: median cycles/s and client CPU per cycle over the rounds, and the medians of the per-round
+    ratios to each floor side (each round's sides ran back to back)."""
     first = rounds[0][sides[0]]
     for side in sides:
         cells = [r[side] for r in rounds]
-        ratio = ""
-        if side != "bare" and "bare" in sides:
-            rate = statistics.median(r[side].rate / max(r["bare"].rate, 1e-9) for r in rounds)
-            cpu = statistics.median(r[side].client_ms / max(r["bare"].client_ms, 1e-9) for r in rounds)
-            ratio = f"{rate:5.2f} {cpu:5.2f}"
+        ratios = []
+        for floor in floors:
+            if floor == side or floor not in sides:
+                ratios.append("    -      -")
+                continue
+            rate = statistics.median(r[side].rate / max(r[floor].rate, 1e-9) for r in rounds)
+            cpu = statistics.median(r[side].client_ms / max(r[floor].client_ms, 1e-9) for r in rounds)
+            ratios.append(f"{rate:5.2f} {cpu:5.2f}")
         print(
             f"{first.database:<10} {first.rows:>9} {first.mode:<9} {first.claimers:>3} {side + ' med':<6} "
             f"{statistics.median(c.rate for c in cells):>8.0f} {statistics.median(c.client_ms for c in cells):6.2f} "
-            f"{statistics.median(c.server_ms for c in cells):6.2f} {ratio:>11} {os.getloadavg()[0]:5.2f}   "
+            f"{statistics.median(c.server_ms for c in cells):6.2f} {' '.join(ratios)} {os.getloadavg()[0]:5.2f}   "
             f"(min-max {min(c.rate for c in cells):.0f}-{max(c.rate for c in cells):.0f} cycles/s)",
             file=out,
             flush=True,
@@ -517,17 +644,20 @@ async def bench(opts: argparse.Namespace) -> None:
     out = sys.stdout
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", file=out)
-    trees = {"ledger": ROOT, "bare": ROOT}
+    trees = {"ledger": ROOT, "bare": ROOT, "seed": ROOT}
     if opts.old:
         trees["old"] = Path(opts.old).resolve()
-    sides = [side for side in opts.sides if side in trees]
+    chosen = [side for side in opts.sides if side in trees]
+    floors = [floor for floor in FLOORS if floor in chosen]
+    heads = [f"{'/' + floor + ': rate cpu':>11}" for floor in floors]
     print(
         f"{'database':<10} {'rows':>9} {'mode':<9} {'n':>3} {'side':<6} {'cycles/s':>8} {'client':>6} {'server':>6} "
-        f"{'/bare: rate cpu':>11} {'load':>5}   p50/p95 ms per operation",
+        f"{' '.join(heads)} {'load':>5}   p50/p95 ms per operation",
         file=out,
     )
     rotation = 0
     for database in opts.databases:
+        sides = [side for side in chosen if side != "seed" or database == "postgresql"]  # the seed's SQL is PG's
         for rows in opts.rows:
             async with AsyncExitStack() as stack:
                 if database == "sqlite":
@@ -542,6 +672,8 @@ async def bench(opts: argparse.Namespace) -> None:
                     started = time.perf_counter()
                     await upgrade(ledger.database)
                     await fill_ledger(ledger.database, Fill(tasks=rows, expired=min(opts.expired, rows)))
+                    if "seed" in sides:
+                        await _seed_table(url)
                     print(f"{database:<10} {rows:>9} filled in {time.perf_counter() - started:.1f}s", file=out)
                 finally:
                     await ledger.close()
@@ -563,17 +695,17 @@ async def bench(opts: argparse.Namespace) -> None:
                             for side in order:
                                 await asyncio.to_thread(_run_cell, cells[side], url, opts.seconds, trees[side])
                             for side in sides:
-                                _print_cell(cells[side], cells.get("bare"), out)
+                                _print_cell(cells[side], [cells.get(floor) for floor in floors], out)
                             rounds.append(cells)
                         if opts.rounds > 1:
-                            _print_medians(rounds, sides, out)
+                            _print_medians(rounds, sides, floors, out)
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", file=out)
     print(
         f"cycles/s: claim + renew + settle of a new task, all claimers together, over {opts.seconds:g}s; "
         "client / server: CPU ms per cycle of the claimers' processes and of the local postgres processes; "
-        "/bare: this side's cycles/s over the bare side's, and its client CPU per cycle over the "
-        "bare side's; load: 1-minute load average after the cell",
+        "/bare, /seed: this side's cycles/s over that floor's, and its client CPU per cycle over the "
+        "floor's; load: 1-minute load average after the cell",
         file=out,
     )
 
@@ -591,7 +723,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows", type=_ints, default=[1000, 1_000_000], help="ledger sizes (default 1000,1000000)")
     parser.add_argument("--claimers", type=_ints, default=[1, 8, 32], help="concurrent claimers (default 1,8,32)")
     parser.add_argument("--mode", dest="modes", type=_names, default=["tasks"], help="tasks, processes or both")
-    parser.add_argument("--sides", type=_names, default=["ledger", "bare", "old"], help="ledger, bare, old")
+    parser.add_argument(
+        "--sides", type=_names, default=["ledger", "bare", "seed", "old"], help="ledger, bare, seed (PostgreSQL), old"
+    )
     parser.add_argument("--old", default=None, help="source tree of the 'old' side (e.g. a git worktree of HEAD)")
     parser.add_argument(
         "--rounds", type=int, default=1, help="rounds per cell, sides in rotating order each round (default 1)"
