@@ -23,6 +23,9 @@ Each cell is measured for every *side*, in rotating order, each side in a fresh 
 - ``old`` (with ``--old DIR``): the ``Ledger`` of another source tree (``git worktree add DIR REV``),
   on the same filled database.
 
+On PostgreSQL every cell starts on a vacuumed database (``VACUUM (ANALYZE)``, outside its window), so that no
+side's window holds autovacuum's work on rows earlier cells wrote.
+
 Also, per database and size: the sweeper recording ``--expired`` lapsed leases among the rows
 (leases/s).
 
@@ -559,6 +562,19 @@ def _run_cell(cell: Cell, url: str, seconds: float, tree: Path) -> None:
     cell.latency_ms = result["latency_ms"]
 
 
+async def _vacuumed(url: str) -> None:
+    """``VACUUM (ANALYZE)`` the scratch database before a cell's clock starts: the rows earlier cells wrote
+    (every side but ``seed`` writes the ledger's tables) are not cleaned up by autovacuum inside this cell's
+    window, where the server's CPU is counted."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("VACUUM (ANALYZE)")
+    finally:
+        await conn.close()
+
+
 async def _seed_table(url: str) -> None:
     """Make the seed side's table in the scratch database (its rows are queued by each cell)."""
     import asyncpg
@@ -693,6 +709,8 @@ async def bench(opts: argparse.Namespace) -> None:
                             order = sides[rotation % len(sides) :] + sides[: rotation % len(sides)] if sides else []
                             rotation += 1
                             for side in order:
+                                if database == "postgresql":
+                                    await _vacuumed(url)
                                 await asyncio.to_thread(_run_cell, cells[side], url, opts.seconds, trees[side])
                             for side in sides:
                                 _print_cell(cells[side], [cells.get(floor) for floor in floors], out)
