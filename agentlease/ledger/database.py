@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -131,17 +131,18 @@ def unavailable_as_error(url: str) -> Iterator[None]:
     try:
         yield
     except _driver_errors() as exc:
-        raise _as_ledger_error(exc, url) from exc
+        _raise_as_ledger_error(exc, url)
 
 
-def _as_ledger_error(exc: BaseException, url: str) -> BaseException:
-    """What :func:`unavailable_as_error` raises for the driver's ``exc``: ``exc`` itself when it is neither."""
+def _raise_as_ledger_error(exc: BaseException, url: str) -> NoReturn:
+    """Raise what :func:`unavailable_as_error` says for the driver's ``exc``, which is being handled: anything
+    else is raised again unchanged. Called from an ``except`` block only."""
     cause = one_line(getattr(exc, "orig", None) or exc)
     if is_refused_value(exc):
-        return LedgerRefusedValueError(f"ledger {url} refused a value: {cause}")
+        raise LedgerRefusedValueError(f"ledger {url} refused a value: {cause}") from exc
     if not is_unavailable(exc):
-        return exc
-    return LedgerUnavailableError(f"ledger {url} unavailable: {cause}")
+        raise  # the exception being handled, unchanged
+    raise LedgerUnavailableError(f"ledger {url} unavailable: {cause}") from exc
 
 
 _DELIVER_AFTER = 16  # at most this many finished transactions wait for one wake-up of the event loop
@@ -382,10 +383,7 @@ class AsyncEngineDatabase:
                 raw.close()  # back to the pool, which discards it if it was invalidated
                 raise
         except _driver_errors() as exc:
-            error = _as_ledger_error(exc, self.url)
-            if error is exc:
-                raise
-            raise error from exc
+            _raise_as_ledger_error(exc, self.url)
         if self._waiting:
             raw.close()
         else:
