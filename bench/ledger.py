@@ -562,26 +562,16 @@ def _run_cell(cell: Cell, url: str, seconds: float, tree: Path) -> None:
     cell.latency_ms = result["latency_ms"]
 
 
-async def _vacuumed(url: str) -> None:
-    """``VACUUM (ANALYZE)`` the scratch database before a cell's clock starts: the rows earlier cells wrote
-    (every side but ``seed`` writes the ledger's tables) are not cleaned up by autovacuum inside this cell's
-    window, where the server's CPU is counted."""
+async def _execute(url: str, sql: str) -> None:
+    """Run ``sql`` on its own connection to the scratch database, outside any cell's window: the seed side's
+    table (:data:`SEED_TABLE`, its rows queued by each cell), and ``VACUUM (ANALYZE)`` before each cell, so that
+    autovacuum does not clean up the rows earlier cells wrote (every side but ``seed`` writes the ledger's
+    tables) inside this cell's window, where the server's CPU is counted."""
     import asyncpg
 
     conn = await asyncpg.connect(url)
     try:
-        await conn.execute("VACUUM (ANALYZE)")
-    finally:
-        await conn.close()
-
-
-async def _seed_table(url: str) -> None:
-    """Make the seed side's table in the scratch database (its rows are queued by each cell)."""
-    import asyncpg
-
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(SEED_TABLE)
+        await conn.execute(sql)
     finally:
         await conn.close()
 
@@ -602,13 +592,14 @@ async def _sweep(url: str, expired: int) -> tuple[int, float]:
 
 FLOORS = ("bare", "seed")
 """The driver loops a side is compared with: the ledger's own statements, and the seed's."""
+NO_RATIO = "    -      -"
+"""The ratio columns of a floor itself, or of a floor not run for this database."""
 
 
 def _ratios(cell: Cell, floors: list[Cell | None]) -> str:
-    """Per floor: ``cell``'s cycles/s and its client CPU per cycle over the floor's ("-": the floor itself, or
-    not run for this database)."""
+    """Per floor: ``cell``'s cycles/s and its client CPU per cycle over the floor's (:data:`NO_RATIO`)."""
     return " ".join(
-        "    -      -"
+        NO_RATIO
         if floor is None or floor is cell or not (floor.rate and cell.rate)
         else f"{cell.rate / floor.rate:5.2f} {cell.client_ms / max(floor.client_ms, 1e-9):5.2f}"
         for floor in floors
@@ -636,7 +627,7 @@ def _print_medians(rounds: list[dict[str, Cell]], sides: list[str], floors: list
         ratios = []
         for floor in floors:
             if floor == side or floor not in sides:
-                ratios.append("    -      -")
+                ratios.append(NO_RATIO)
                 continue
             rate = statistics.median(r[side].rate / max(r[floor].rate, 1e-9) for r in rounds)
             cpu = statistics.median(r[side].client_ms / max(r[floor].client_ms, 1e-9) for r in rounds)
@@ -689,7 +680,7 @@ async def bench(opts: argparse.Namespace) -> None:
                     await upgrade(ledger.database)
                     await fill_ledger(ledger.database, Fill(tasks=rows, expired=min(opts.expired, rows)))
                     if "seed" in sides:
-                        await _seed_table(url)
+                        await _execute(url, SEED_TABLE)
                     print(f"{database:<10} {rows:>9} filled in {time.perf_counter() - started:.1f}s", file=out)
                 finally:
                     await ledger.close()
@@ -710,7 +701,7 @@ async def bench(opts: argparse.Namespace) -> None:
                             rotation += 1
                             for side in order:
                                 if database == "postgresql":
-                                    await _vacuumed(url)
+                                    await _execute(url, "VACUUM (ANALYZE)")
                                 await asyncio.to_thread(_run_cell, cells[side], url, opts.seconds, trees[side])
                             for side in sides:
                                 _print_cell(cells[side], [cells.get(floor) for floor in floors], out)
