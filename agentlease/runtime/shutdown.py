@@ -50,7 +50,31 @@ async def stopped_by_signals(main: Awaitable[T]) -> T:
         raise AgentLeaseError(f"stopped by {received[0]}; everything it started is stopped") from None
 
 
-__all__ = ["STOP_SIGNALS", "stop_event", "stopped_by_signals"]
+async def to_its_end(awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s outcome, awaited to its end even when the caller is cancelled meanwhile: a write that must
+    not be abandoned half-way (a release, a settle), whose outcome, an error included, still reaches the caller's
+    own handling. A cancel that came meanwhile is raised at the caller's next ``await`` (or ends its task
+    cancelled); a cancel of ``awaitable`` itself is raised at once. Unlike ``asyncio.shield``, whose caller leaves
+    at the cancel, nothing runs on unheard: no error is lost as "Task exception was never retrieved"."""
+    task = asyncio.ensure_future(awaitable)
+    held = 0  # the caller's cancels held back while the write ran
+    try:
+        while True:
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                if task.cancelled():
+                    raise
+                held += 1  # the caller's: its outcome is read at the next turn, done or not
+    finally:
+        current = asyncio.current_task()
+        if held and current is not None:
+            for _ in range(held):
+                current.uncancel()
+            current.cancel()
+
+
+__all__ = ["STOP_SIGNALS", "stop_event", "stopped_by_signals", "to_its_end"]
 
 
 def exit_process(code: int) -> NoReturn:

@@ -53,6 +53,7 @@ from agentlease.recovery._policy import RecoveryDecision, classify, decide, deci
 from agentlease.recovery.retries import MIN_RETRY_DELAY, failure_retry_delay, ledger_retry_delay
 from agentlease.runtime.names import DESCRIBE_RUN, DESCRIBE_TOOLS
 from agentlease.runtime.payloads import activity_input
+from agentlease.runtime.shutdown import to_its_end
 from agentlease.security.progress import PROGRESS_SECRET, mint_secret
 from agentlease.security.redaction import redact
 from agentlease.security.secrets import ToolSecrets, ToolSettings, secret_provider
@@ -243,7 +244,7 @@ class LeasedActivities:
         )
         if decision.action is RecoveryAction.NEVER_RERUN and stored is not None:  # G6
             self._metrics.duplicate_delivery(spec.name, "settled")
-            await asyncio.shield(self._ledger.settle(claim, stored.receipt))
+            await to_its_end(self._ledger.settle(claim, stored.receipt))
             return self._settled(claim, stored.receipt, None, settled_by=SETTLED_BY_EARLIER_RECEIPT)
         if _probes_first(spec, claim.previous_stage, decision, previous):
             probed = await self._probe(
@@ -376,7 +377,7 @@ class LeasedActivities:
             ) from None
 
         try:  # shielded: a cancel now (superseded) must not abandon the settle, whose refusal is evidence (G10)
-            saved = await asyncio.shield(self._settle(context, result.receipt, result.output))
+            saved = await to_its_end(self._settle(context, result.receipt, result.output))
         except LeaseLostError as exc:  # recorded as late_unapplied, never reported as success (G10)
             raise _lease_lost(exc, late=True) from None
         if context.committed_at is not None:
@@ -449,7 +450,7 @@ class LeasedActivities:
             )
             self._metrics.heartbeat_timeout_changed(claim.tool, shorter=True)
         details = {"cause": cause.value, **facts, **({"lease_ttl_ms": round(claim.lease_ttl / _MS)} if facts else {})}
-        await asyncio.shield(self._release(claim, cause.error_class, error, details=details))
+        await self._release(claim, cause.error_class, error, details=details)
         return cause
 
     async def _release(
@@ -461,7 +462,7 @@ class LeasedActivities:
             return self._ledger.release(claim, error_class=error_class, error=error, details=details, retried=retried)
 
         try:  # shielded: a cancel must not abandon the release half-way (the trail would miss the attempt's end)
-            await asyncio.shield(release())
+            await to_its_end(release())
         except LeaseLostError:  # recorded as lease_lost; the newer holder decides (the run is told, see execute)
             self._refused_releases.add((claim.task_id, claim.generation))
         except LedgerUnavailableError:
@@ -482,7 +483,7 @@ class LeasedActivities:
             )
 
         try:
-            await asyncio.shield(park())
+            await to_its_end(park())
         except LeaseLostError as exc:
             raise _lease_lost(exc) from None
         except LedgerUnavailableError:
@@ -547,9 +548,7 @@ class LeasedActivities:
         if result.answer is ProbeAnswer.HAPPENED:
             assert result.receipt is not None
             try:
-                saved = await asyncio.shield(
-                    self._ledger.settle(claim, result.receipt, result=None, reconciled=evidence)
-                )
+                saved = await to_its_end(self._ledger.settle(claim, result.receipt, result=None, reconciled=evidence))
             except LeaseLostError as exc:
                 raise _lease_lost(exc, late=True) from None
             if ambiguous:

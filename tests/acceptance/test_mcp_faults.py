@@ -241,9 +241,10 @@ async def test_a_long_mcp_tool_keeps_its_lease_and_a_killed_one_is_taken_over_wi
 ) -> None:
     """``import_contacts`` reports progress for longer than its TTL: the first worker renews while the
     server works; killed mid-import, the task is claimed by the second within TTL plus slack of the
-    last renewal, which reran the idempotent import and settled."""
+    last renewal, which reran the idempotent import and settled. The second worker starts while the first
+    holds the lease (only the retry can reach it), so that a slow start cannot outlast the import."""
     crm_env = server_env(f"sqlite:///{tmp_path / 'crm.db'}")
-    steps, step_s = 12, 1.0  # 12 s under a 5 s lease
+    steps, step_s = 15, 1.0  # 15 s under a 5 s lease
     async with mcp_run(temporal_address, mcp_ledger_url, tmp_path, crm_env) as run:
         first = await run.worker("first", PYDANTIC_AI, "tests.acceptance.mcp_pydantic_ai_agent")
         prompt = prompt_for([("crm_import_contacts", {"batch": "b1", "steps": steps, "step_s": step_s})])
@@ -251,14 +252,19 @@ async def test_a_long_mcp_tool_keeps_its_lease_and_a_killed_one_is_taken_over_wi
             "McpPydanticAgent", prompt, id=run.run_id, task_queue=run.queue, result_type=str
         )
 
+        async def claimed_by_first() -> None:
+            task = await run.task()
+            assert (task.status, task.lease_owner) == (TaskStatus.RUNNING, first.identity), task
+
         async def renewed_past_ttl() -> None:
             events = await run.events()
             claimed = next(e for e in events if e.kind is EventKind.CLAIMED)
             waiting = [e for e in events if e.kind is EventKind.RENEWED and "progress" in (e.reason or "")]
             assert waiting and waiting[-1].at - claimed.at > LEASE_TTL, trail(events)
 
-        await assert_eventually(renewed_past_ttl, timeout=WORKER_START_TIMEOUT_S, interval=0.5)
+        await assert_eventually(claimed_by_first, timeout=WORKER_START_TIMEOUT_S, interval=0.2)
         second = await run.worker("second", PYDANTIC_AI, "tests.acceptance.mcp_pydantic_ai_agent")
+        await assert_eventually(renewed_past_ttl, timeout=WORKER_START_TIMEOUT_S, interval=0.5)
         first.signal(signal.SIGKILL)
         told = json.loads(await asyncio.wait_for(handle.result(), 180))
         events = await run.events()
