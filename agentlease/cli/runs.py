@@ -182,7 +182,7 @@ def status(
 
 async def run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStatus:
     from temporalio.client import WorkflowExecutionStatus
-    from temporalio.service import RPCError
+    from temporalio.service import RPCError, RPCStatusCode
 
     from agentlease.cli.reaching import ended_run_status, query_within
     from agentlease.records import RunStatus
@@ -201,7 +201,13 @@ async def run_status(settings: AgentLeaseSettings, agent_run_id: str) -> RunStat
         if description.status == WorkflowExecutionStatus.FAILED:
             return await result_of(handle.result(), agent_run_id)  # raises with the cause
     except RPCError as exc:
-        raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}") from None
+        # A run that exists but no worker answers for (none polls its queue): the ledger can still tell.
+        hint = (
+            ""
+            if exc.status is RPCStatusCode.NOT_FOUND
+            else f"; the ledger's view: `agentlease tasks --run {agent_run_id}`"
+        )
+        raise AgentLeaseError(f"agent run {agent_run_id}: {exc.message}{hint}") from None
     except CodecKeysMissingError as exc:
         raise AgentLeaseError(f"agent run {agent_run_id}: {exc}") from None
     state = "in an unknown state" if description.status is None else description.status.name.lower()
