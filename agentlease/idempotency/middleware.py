@@ -43,6 +43,7 @@ from agentlease.idempotency.convention import (
 )
 from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_guarded
 from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, StoredResponse
+from agentlease.limits import is_decimal
 
 
 def request_path(connection: HTTPConnection) -> str:
@@ -245,7 +246,7 @@ class IdempotencyMiddleware:
             return
         too_large = _error(413, "request_too_large", f"the request body is larger than {self.max_body_bytes} bytes")
         length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_body_bytes:
+        if is_decimal(length) and int(length) > self.max_body_bytes:
             await too_large(scope, receive, send)
             return
         try:
