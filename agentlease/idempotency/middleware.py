@@ -76,13 +76,18 @@ def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse
     return JSONResponse({"error": code, "detail": detail, **facts}, status_code=status)
 
 
+def _stale(exc: StaleFencingTokenError, resource: str | None) -> JSONResponse:
+    """409 ``stale_fencing_token``, naming ``resource`` as the client sent it (``None``: as the error names it)."""
+    return _error(409, STALE, **stale_facts(exc, resource))
+
+
 def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
     """The convention's 409 ``stale_fencing_token`` answer, for a handler whose own fence check refused its write
     (or it lets the error propagate); its call counts as not applied and its key is given back."""
     call = current_call()
     if call is not None:
         call.not_applied()
-    return _error(409, STALE, **stale_facts(exc, None if call is None else call.resource))
+    return _stale(exc, None if call is None else call.resource)
 
 
 async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes | None:
@@ -275,7 +280,7 @@ class IdempotencyMiddleware:
                 now=self._now(),
             )
         except StaleFencingTokenError as exc:
-            await _error(409, STALE, **stale_facts(exc, fence.resource_key if fence else None))(scope, receive, send)
+            await _stale(exc, fence.resource_key if fence else None)(scope, receive, send)
             return
         if isinstance(claim, Held):
             await _held(claim, key)(scope, receive, send)
@@ -306,8 +311,8 @@ class IdempotencyMiddleware:
 
         try:
             await run_guarded(call, handle, _verdict)
-        except StaleFencingTokenError as exc:  # the handler's own fence check, left to propagate
+        except StaleFencingTokenError as exc:  # the handler's own fence check, left to propagate (key given back)
             messages = []
-            await stale_fencing_response(exc)(scope, receive, capture)
+            await _stale(exc, call.resource)(scope, receive, capture)
         for message in messages:
             await send(message)

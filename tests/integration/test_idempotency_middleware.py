@@ -319,6 +319,8 @@ async def test_a_newer_generation_moves_the_fence_while_an_older_request_is_insi
             "stale_fencing_token",
             3,
         )
+        assert late.json()["resource"] == "k-gen"  # as the client named it, not the caller's copy
+        assert "'k-gen'" in late.json()["detail"], late.json()
         assert await svc.publisher.executions("k-gen") == 0  # its commit was refused inside its transaction
 
         third = await svc.post("/articles/5", "k-gen", {"title": "t"}, token=3)  # the key was given back
