@@ -111,14 +111,16 @@ async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEO
         raise _TooSlow from None
 
 
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the already-read body to the app, then defers to the client."""
+def _replaying(body: bytes) -> Receive:
+    """A ``receive`` that hands the already-read body to the app, then waits until it is cancelled: the app never
+    hears of its client's disconnect (a ``StreamingResponse`` listening for one would cut its answer short), and
+    runs to its end as ``docs/edge.md`` ("A key's life") says."""
     sent = False
 
     async def replay() -> Message:
         nonlocal sent
-        if sent:
-            return await receive()
+        while sent:  # the body was handed over: nothing else comes
+            await anyio.sleep_forever()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
@@ -162,10 +164,18 @@ def _held(held: Held, key: str) -> Response:
     return answer
 
 
+def _complete(messages: list[Message]) -> bool:
+    """Whether the app sent a whole response: its last body message says no more body follows."""
+    bodies = [m for m in messages if m["type"] == "http.response.body"]
+    return bool(bodies) and not bodies[-1].get("more_body", False)
+
+
 def _verdict(messages: list[Message]) -> tuple[Verdict, StoredResponse]:
-    """The handler's response: an answer below 500, a failure from 500."""
+    """The handler's response: a whole one below 500 is an answer; one from 500, or cut short, a failure (never
+    stored: the key is held in doubt, or keeps the answer its effect committed with)."""
     response = _captured(messages)
-    return (Verdict.ANSWERED if response.status < 500 else Verdict.FAILED), response
+    answered = response.status < 500 and _complete(messages)
+    return (Verdict.ANSWERED if answered else Verdict.FAILED), response
 
 
 def _stored_response(response: Response) -> StoredResponse:
@@ -306,7 +316,7 @@ class IdempotencyMiddleware:
             messages.append(message)
 
         async def handle() -> list[Message]:
-            await self.app(scope, _replaying(body, receive), capture)
+            await self.app(scope, _replaying(body), capture)
             return messages
 
         try:
