@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from agentlease.clock import db_now_ms
 from agentlease.errors import ConfigurationError, InvalidFencingTokenError, StaleFencingTokenError
 from agentlease.ledger.tables import NAMING_CONVENTION
+from agentlease.limits import is_decimal
 
 MAX_GENERATION = 2**63 - 1
 """The largest generation a ``BIGINT`` column holds."""
@@ -165,8 +166,8 @@ def token_generation(resource_key: str, token: int | str, fencing_key: bytes | N
 
 
 def _decimal(text: str) -> bool:
-    """Whether ``text`` is 1 to 19 ASCII digits (``"²"`` is a digit to ``str.isdigit``, not to ``int``)."""
-    return text.isascii() and text.isdigit() and len(text) <= 19
+    """Whether ``text`` is 1 to 19 ASCII digits (:func:`~agentlease.limits.is_decimal`)."""
+    return is_decimal(text) and len(text) <= 19
 
 
 def upsert_for(dialect_name: str, table: Table) -> postgresql.Insert | sqlite.Insert:

@@ -87,6 +87,12 @@ MAX_NAME_CHARS = 200
 """Longest namespace name."""
 
 
+def is_decimal(text: str) -> bool:
+    """Whether ``text`` is one or more ASCII digits, a number ``int`` reads (``"²"`` is a digit to ``str.isdigit``,
+    and ``int("²")`` raises ``ValueError``): the check before ``int`` of a number from outside."""
+    return text.isascii() and text.isdigit()
+
+
 def is_wire_key(value: str) -> bool:
     """Whether ``value`` can be an idempotency key on the wire: 1 to :data:`MAX_WIRE_KEY_CHARS` printable ASCII
     characters (space to ``~``)."""

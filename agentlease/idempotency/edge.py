@@ -196,7 +196,7 @@ async def run_guarded(
 
 async def _settle(store: IdempotencyStore, claim: Claimed, call: GuardedCall, answer: StoredResponse | None) -> None:
     if call.committed:
-        if answer is not None:  # the exact answer replaces the one stored with the effect
+        if answer is not None:  # the handler's whole answer replaces the one stored with the effect
             await store.replace_answer(claim, answer)
     elif call._no_effect:
         await store.release(claim)

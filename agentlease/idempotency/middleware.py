@@ -43,6 +43,7 @@ from agentlease.idempotency.convention import (
 )
 from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_guarded
 from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, StoredResponse
+from agentlease.limits import is_decimal
 
 
 def request_path(connection: HTTPConnection) -> str:
@@ -75,13 +76,18 @@ def _error(status: int, code: str, detail: str, **facts: object) -> JSONResponse
     return JSONResponse({"error": code, "detail": detail, **facts}, status_code=status)
 
 
+def _stale(exc: StaleFencingTokenError, resource: str | None) -> JSONResponse:
+    """409 ``stale_fencing_token``, naming ``resource`` as the client sent it (``None``: as the error names it)."""
+    return _error(409, STALE, **stale_facts(exc, resource))
+
+
 def stale_fencing_response(exc: StaleFencingTokenError) -> JSONResponse:
     """The convention's 409 ``stale_fencing_token`` answer, for a handler whose own fence check refused its write
     (or it lets the error propagate); its call counts as not applied and its key is given back."""
     call = current_call()
     if call is not None:
         call.not_applied()
-    return _error(409, STALE, **stale_facts(exc, None if call is None else call.resource))
+    return _stale(exc, None if call is None else call.resource)
 
 
 async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes | None:
@@ -105,14 +111,16 @@ async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEO
         raise _TooSlow from None
 
 
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the already-read body to the app, then defers to the client."""
+def _replaying(body: bytes) -> Receive:
+    """A ``receive`` that hands the already-read body to the app, then waits until it is cancelled: the app never
+    hears of its client's disconnect (a ``StreamingResponse`` listening for one would cut its answer short), and
+    runs to its end as ``docs/edge.md`` ("A key's life") says."""
     sent = False
 
     async def replay() -> Message:
         nonlocal sent
-        if sent:
-            return await receive()
+        while sent:  # the body was handed over: nothing else comes
+            await anyio.sleep_forever()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
@@ -156,10 +164,18 @@ def _held(held: Held, key: str) -> Response:
     return answer
 
 
+def _complete(messages: list[Message]) -> bool:
+    """Whether the app sent a whole response: its last body message says no more body follows."""
+    bodies = [m for m in messages if m["type"] == "http.response.body"]
+    return bool(bodies) and not bodies[-1].get("more_body", False)
+
+
 def _verdict(messages: list[Message]) -> tuple[Verdict, StoredResponse]:
-    """The handler's response: an answer below 500, a failure from 500."""
+    """The handler's response: a whole one below 500 is an answer; one from 500, or cut short, a failure (never
+    stored: the key is held in doubt, or keeps the answer its effect committed with)."""
     response = _captured(messages)
-    return (Verdict.ANSWERED if response.status < 500 else Verdict.FAILED), response
+    answered = response.status < 500 and _complete(messages)
+    return (Verdict.ANSWERED if answered else Verdict.FAILED), response
 
 
 def _stored_response(response: Response) -> StoredResponse:
@@ -245,7 +261,7 @@ class IdempotencyMiddleware:
             return
         too_large = _error(413, "request_too_large", f"the request body is larger than {self.max_body_bytes} bytes")
         length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_body_bytes:
+        if is_decimal(length) and int(length) > self.max_body_bytes:
             await too_large(scope, receive, send)
             return
         try:
@@ -274,7 +290,7 @@ class IdempotencyMiddleware:
                 now=self._now(),
             )
         except StaleFencingTokenError as exc:
-            await _error(409, STALE, **stale_facts(exc, fence.resource_key if fence else None))(scope, receive, send)
+            await _stale(exc, fence.resource_key if fence else None)(scope, receive, send)
             return
         if isinstance(claim, Held):
             await _held(claim, key)(scope, receive, send)
@@ -300,13 +316,13 @@ class IdempotencyMiddleware:
             messages.append(message)
 
         async def handle() -> list[Message]:
-            await self.app(scope, _replaying(body, receive), capture)
+            await self.app(scope, _replaying(body), capture)
             return messages
 
         try:
             await run_guarded(call, handle, _verdict)
-        except StaleFencingTokenError as exc:  # the handler's own fence check, left to propagate
+        except StaleFencingTokenError as exc:  # the handler's own fence check, left to propagate (key given back)
             messages = []
-            await stale_fencing_response(exc)(scope, receive, capture)
+            await _stale(exc, call.resource)(scope, receive, capture)
         for message in messages:
             await send(message)

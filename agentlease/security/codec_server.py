@@ -21,6 +21,7 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.converter import PayloadCodec
 
 from agentlease.errors import AgentLeaseError
+from agentlease.limits import is_decimal
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """The largest request body the codec server reads (a history page's payloads). 8 MiB."""
@@ -39,7 +40,7 @@ async def read_body(request: Request, *, limit: int = MAX_BODY_BYTES, timeout: t
     """The request's body, never more than ``limit`` bytes kept nor longer than ``timeout``; else _BodyRefused
     (413 over the limit, 408 too slow, 400 the client went away)."""
     length = request.headers.get("content-length", "")
-    if length.isascii() and length.isdigit() and int(length) > limit:
+    if is_decimal(length) and int(length) > limit:
         raise _BodyRefused(413, f"body over {limit} bytes")
     chunks: list[bytes] = []
     size = 0

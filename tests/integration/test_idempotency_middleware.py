@@ -3,8 +3,9 @@
 The service keeps its keys, fences and its own ``publications`` table in one database, a SQLite
 file or a PostgreSQL database. Executions are counted in that table (one row per write) and, for
 handlers that write nothing, in the handler's own counter. ``/articles/...`` commits its write with its
-key (``effect_transaction``); ``/plain/...`` writes in a transaction of its own, as a service that does not
-use the helper does. Time is injected through the middleware's ``clock``; nothing sleeps.
+key (``effect_transaction``); ``/streamed/...`` too, then streams its answer; ``/plain/...`` writes in a
+transaction of its own, as a service that does not use the helper does. Time is injected through the
+middleware's ``clock``; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, func, insert, select
@@ -23,8 +25,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentlease.demo.downstream import serve_app
 from agentlease.fencing import MAX_RESOURCE_KEY_LENGTH, advance_fence, read_fence
@@ -60,12 +63,21 @@ class FakeClock:
         self.now += by
 
 
+class CutShort(Response):
+    """A response that starts its body and returns without ending it."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 201, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"progress: ", "more_body": True})
+
+
 class Publisher:
     """The service's handlers. A write checks the fence again inside its own transaction."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
         self.entered = 0
+        self.streaming = 0
         self.failures = 0
         self.hold_next = False
         self.gate = asyncio.Event()
@@ -105,6 +117,25 @@ class Publisher:
             effect.done(answer)
         return answer
 
+    async def publish_streamed(self, request: Request) -> StreamingResponse:
+        """Commits as ``publish`` does, then streams the same answer, held at the gate before its body."""
+        async with effect_transaction(self.engine) as effect:
+            answer = await self._insert(effect.conn, request)
+            effect.done(answer)
+
+        async def body() -> AsyncIterator[bytes]:
+            self.streaming += 1
+            await self.gate.wait()
+            yield bytes(answer.body)
+
+        return StreamingResponse(body(), status_code=201, media_type="application/json")
+
+    async def publish_cut_short(self, request: Request) -> Response:
+        """Commits as ``publish`` does, then answers with a response whose body never ends."""
+        async with effect_transaction(self.engine) as effect:
+            effect.done(await self._insert(effect.conn, request))
+        return CutShort()
+
     async def publish_plain(self, request: Request) -> JSONResponse:
         """The write in a transaction of its own, with its own fence check (no helper)."""
         await self._held()
@@ -139,12 +170,53 @@ class Publisher:
             return (await conn.execute(query)).scalar_one()
 
 
+class ClientWatch:
+    """Outermost layer of the service: counts the requests whose client the server reported gone before their
+    answer was sent. Once a request's body is in, it reads the server's ``receive`` itself, and hands the app
+    an ``http.disconnect`` when that came, as the server would."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.gone = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        disconnected = anyio.Event()
+        body_in = answered = False
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.gone += 0 if answered else 1
+            disconnected.set()
+
+        async def sending(message: Message) -> None:
+            nonlocal answered
+            answered = answered or (message["type"] == "http.response.body" and not message.get("more_body"))
+            await send(message)
+
+        async def relayed() -> Message:
+            nonlocal body_in
+            if body_in:
+                await disconnected.wait()
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body_in = True
+                tasks.start_soon(watch)
+            return message
+
+        async with anyio.create_task_group() as tasks:
+            await self.app(scope, relayed, sending)
+            tasks.cancel_scope.cancel()
+
+
 @dataclass
 class Service:
     client: httpx.AsyncClient
     publisher: Publisher
     store: IdempotencyStore
     clock: FakeClock
+    watch: ClientWatch
 
     async def post(
         self, path: str, key: str | None, body: dict[str, Any], *, token: int | None = None, **headers: str
@@ -170,6 +242,8 @@ async def running_service(url: str, **options: Any) -> AsyncIterator[Service]:
         app = Starlette(
             routes=[
                 Route("/articles/{article_id}", publisher.publish, methods=["POST", "PUT"]),
+                Route("/streamed/{article_id}", publisher.publish_streamed, methods=["POST"]),
+                Route("/cut/{article_id}", publisher.publish_cut_short, methods=["POST"]),
                 Route("/plain/{article_id}", publisher.publish_plain, methods=["POST"]),
                 Route("/articles", publisher.count, methods=["GET"]),
                 Route("/unavailable", publisher.unavailable, methods=["POST"]),
@@ -178,8 +252,9 @@ async def running_service(url: str, **options: Any) -> AsyncIterator[Service]:
             ],
             middleware=[Middleware(IdempotencyMiddleware, store=store, clock=clock, **{"anonymous": True, **options})],
         )
-        async with serve_app(app) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
-            yield Service(client, publisher, store, clock)
+        watch = ClientWatch(app)
+        async with serve_app(watch) as base_url, httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+            yield Service(client, publisher, store, clock, watch)
     finally:
         await store.close()
 
@@ -319,6 +394,8 @@ async def test_a_newer_generation_moves_the_fence_while_an_older_request_is_insi
             "stale_fencing_token",
             3,
         )
+        assert late.json()["resource"] == "k-gen"  # as the client named it, not the caller's copy
+        assert "'k-gen'" in late.json()["detail"], late.json()
         assert await svc.publisher.executions("k-gen") == 0  # its commit was refused inside its transaction
 
         third = await svc.post("/articles/5", "k-gen", {"title": "t"}, token=3)  # the key was given back
@@ -418,6 +495,41 @@ async def test_an_answer_is_stored_although_its_client_went_away(ledger_url: str
 
         await assert_eventually(answered, timeout=10, message="the handler's answer was stored")
         assert await svc.publisher.executions("k-gone") == 1
+
+
+async def test_a_streamed_answer_whose_client_went_away_after_the_commit_is_stored_whole(ledger_url: str) -> None:
+    """G11: a key committed with its effect is done with an answer, whatever happens after; the handler's own
+    answer, streamed after the commit, runs to its end although its client is gone, and a retry gets it whole."""
+    async with running_service(ledger_url) as svc:
+        gone = asyncio.create_task(svc.post("/streamed/12", "k-stream", {"title": "t"}))
+        await assert_eventually(lambda: svc.publisher.streaming == 1, message="the handler committed and streams")
+        gone.cancel()  # the client drops its connection while the answer streams
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        await assert_eventually(lambda: svc.watch.gone == 1, message="the server reported the client gone")
+        svc.publisher.gate.set()
+
+        async def replayed() -> httpx.Response:
+            again = await svc.post("/streamed/12", "k-stream", {"title": "t"})
+            assert is_replay(again), again.text
+            return again
+
+        replay = await assert_eventually(replayed, timeout=10, message="the handler's answer was stored")
+        assert (replay.status_code, replay.headers["content-type"]) == (201, "application/json")
+        assert replay.content, "the stored answer was replaced by one cut short"
+        assert replay.json() == {"publication_id": 1, "title": "t"}
+        assert await svc.publisher.executions("k-stream") == 1
+
+
+async def test_an_answer_cut_short_never_replaces_the_one_committed_with_the_effect(ledger_url: str) -> None:
+    """G11: only a whole response replaces the answer stored in the effect's commit."""
+    async with running_service(ledger_url) as svc:
+        with pytest.raises(httpx.RemoteProtocolError):  # the answer's body never ended
+            await svc.post("/cut/13", "k-cut", {"title": "t"})
+        replay = await svc.post("/cut/13", "k-cut", {"title": "t"})
+        assert is_replay(replay) and replay.status_code == 201, replay.content
+        assert replay.json() == {"publication_id": 1, "title": "t"}
+        assert await svc.publisher.executions("k-cut") == 1
 
 
 async def test_reads_pass_and_malformed_writes_get_400(ledger_url: str) -> None:

@@ -165,6 +165,33 @@ async def test_a_huge_body_is_413_and_nothing_is_stored(ledger_url: str) -> None
     assert count == 0
 
 
+@pytest.mark.parametrize("length", [b"\xb2", b"abc", b"-1"], ids=["superscript-two", "letters", "negative"])
+async def test_a_malformed_content_length_is_bounded_like_any_other_never_a_500(sqlite_url: str, length: bytes) -> None:
+    """``"²"`` is a digit to ``str.isdigit``, not to ``int``: a ``Content-Length`` of it is malformed as ``abc`` is.
+    The middleware ignores such a length and reads the body under its bound. Driven as ASGI: uvicorn refuses
+    such a header itself, another server may pass it on."""
+    store = IdempotencyStore.from_url(sqlite_url)
+    try:
+        await store.create_tables()
+
+        async def echo(request: Request) -> JSONResponse:
+            return JSONResponse({"bytes": len(await request.body())}, status_code=201)
+
+        routes = [Route("/echo", echo, methods=["POST"])]
+        app = IdempotencyMiddleware(Starlette(routes=routes), store=store, anonymous=True, max_body_bytes=16)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://svc") as http:
+            small = await http.post(
+                "/echo", content=b"{}", headers={b"Idempotency-Key": b"s", b"Content-Length": length}
+            )
+            large = await http.post(
+                "/echo", content=b"x" * 17, headers={b"Idempotency-Key": b"l", b"Content-Length": length}
+            )
+    finally:
+        await store.close()
+    assert (small.status_code, small.json()) == (201, {"bytes": 2})
+    assert (large.status_code, large.json()["error"]) == (413, "request_too_large")
+
+
 async def test_the_sql_fence_with_a_key_takes_only_signed_tokens(ledger_url: str) -> None:
     from agentlease.errors import InvalidFencingTokenError
     from agentlease.fencing import sign_fencing_token
