@@ -17,13 +17,13 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from agentlease.errors import ConfigurationError, describe_validation_error, one_line
-from agentlease.limits import MAX_APPROVAL_TTL, MAX_NAME_CHARS, MAX_TASK_QUEUE_CHARS
+from agentlease.limits import MAX_APPROVAL_TTL, MAX_NAME_CHARS, MAX_TASK_QUEUE_CHARS, is_decimal
 
 
 def parse_address(address: str) -> tuple[str, int]:
     """``HOST:PORT`` (or ``:PORT``, all interfaces) as ``(host, port)``; ``ConfigurationError`` if not."""
     host, sep, port = address.rpartition(":")
-    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+    if not sep or not is_decimal(port) or int(port) > 65535:
         raise ConfigurationError(f"bad metrics address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
     return (host.strip("[]") or "0.0.0.0"), int(port)
 
@@ -322,7 +322,7 @@ class AgentLeaseSettings(BaseSettings):
     @classmethod
     def _temporal_host_port(cls, value: str) -> str:
         host, sep, port = value.rpartition(":")
-        if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) <= 65535:
+        if not sep or not host or not is_decimal(port) or not 0 < int(port) <= 65535:
             raise ValueError(f"bad Temporal address {value!r}: expected HOST:PORT, e.g. localhost:7233")
         return value
 

@@ -16,6 +16,7 @@ from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import EVENTS as _E
 from agentlease.ledger.tables import RECEIPTS as _R
 from agentlease.ledger.tables import TASKS as _T
+from agentlease.limits import is_decimal
 
 DEFAULT_BATCH_SIZE = 500
 """Tasks one purge transaction deletes at most. Default 500."""
@@ -141,7 +142,7 @@ def parse_age(text: str) -> timedelta:
     """
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     number, unit = text.strip()[:-1], text.strip()[-1:].lower()
-    if unit not in units or not (number.isascii() and number.isdigit()) or not number.strip("0"):
+    if unit not in units or not is_decimal(number) or not number.strip("0"):
         raise ValueError(f"bad age {text!r}: a positive whole number and a unit s, m, h, d or w (30d)")
     if len(number) > 15 or int(number) * units[unit] > MAX_AGE_S:
         raise ValueError(f"bad age {text!r}: at most {MAX_AGE_S // (365 * 86400)} years")

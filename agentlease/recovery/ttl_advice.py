@@ -19,6 +19,7 @@ from agentlease.clock import to_ms
 from agentlease.enums import EventKind, Stage
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import EVENTS, TASKS
+from agentlease.limits import is_decimal
 from agentlease.observability.metrics import stage_label
 
 HOLDER_WRITES = frozenset(
@@ -309,7 +310,7 @@ def since_argument(text: str, now: datetime) -> datetime:
     """``--since``: an ISO time, or a duration back from ``now`` (``90s``, ``30m``, ``12h``, ``7d``); else
     ``ValueError``."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
+    if text and text[-1] in units and is_decimal(text[:-1].replace(".", "", 1)):
         try:
             return now - timedelta(seconds=float(text[:-1]) * units[text[-1]])
         except (OverflowError, ValueError):

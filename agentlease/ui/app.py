@@ -23,6 +23,7 @@ from agentlease.ledger.listing import RunSummary, TaskFilter, collect, event_pag
 from agentlease.ledger.statements import runs_page, tasks_page
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import EVENTS, TASKS
+from agentlease.limits import is_decimal
 from agentlease.records import LeaseEvent, TaskRecord
 from agentlease.security.redaction import redact
 from agentlease.ui.guard import LOOPBACK_NAMES, UiGuard
@@ -164,14 +165,14 @@ def _limit(request: Request, default: int) -> int:
     raw = request.query_params.get("limit")
     if raw is None:
         return default
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 4 or not 1 <= int(raw) <= MAX_LIMIT:
+    if not is_decimal(raw) or len(raw) > 4 or not 1 <= int(raw) <= MAX_LIMIT:
         raise BadQuery(f"limit is a number from 1 to {MAX_LIMIT}")
     return int(raw)
 
 
 def _event_cursor(request: Request) -> int | None:
     raw = request.query_params.get("after")
-    if raw is not None and (not (raw.isascii() and raw.isdigit()) or len(raw) > 19):
+    if raw is not None and (not is_decimal(raw) or len(raw) > 19):
         raise BadQuery("after is the event id of the last entry of the previous page")
     return None if raw is None else int(raw)
 
@@ -181,7 +182,7 @@ def _task_cursor(request: Request) -> TaskCursor | None:
     if raw is None:
         return None
     ms, sep, task_id = raw.partition(":")
-    if not sep or not (ms.isascii() and ms.isdigit()) or len(ms) > 19 or not task_id or len(task_id) > 400:
+    if not sep or not is_decimal(ms) or len(ms) > 19 or not task_id or len(task_id) > 400:
         raise BadQuery("after is the cursor the previous page linked to")
     return int(ms), task_id
 
@@ -233,7 +234,7 @@ def ui_app(
         hours = request.query_params.get("hours", "")
         if status not in ("", *LedgerRunState):
             raise BadQuery(f"status is {', '.join(LedgerRunState)}")
-        if hours and not (hours.isascii() and hours.isdigit() and len(hours) <= 6):
+        if hours and not (is_decimal(hours) and len(hours) <= 6):
             raise BadQuery("hours is a whole number")
         waiting_query = tasks_page(TaskFilter(waiting=True), None, RUNS_PER_PAGE)
         runs_query = runs_page(None, RUNS_PER_PAGE, waiting_only=status == LedgerRunState.WAITING)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -172,3 +172,10 @@ async def test_the_advisor_reads_one_tool_since_a_time(ledger: Ledger) -> None:
     assert [a.tool for a in later] == ["bursty"]
     assert since_argument("30m", base) == base - 30 * 60 * S
     assert since_argument("2026-12-01T00:00:00+00:00", base).isoformat() == "2026-12-01T00:00:00+00:00"
+
+
+def test_a_since_duration_of_non_ascii_digits_is_not_a_duration() -> None:
+    """``"²"`` is a digit to ``str.isdigit``: ``²s`` is refused as text that is neither a duration nor a time,
+    not read as a duration that reaches past the calendar."""
+    with pytest.raises(ValueError, match="isoformat"):
+        since_argument("²s", datetime(2026, 12, 6, tzinfo=UTC))
