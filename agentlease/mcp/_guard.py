@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, ToolBinding
 from mcp.server.mcpserver import Context
@@ -238,10 +239,12 @@ class LeaseGuard(Extension):
                     Refusal.MISSING_KEY,
                     f"{tool} is guarded: send {IDEMPOTENCY_KEY_META} in the request's _meta (agentlease clients do)",
                 )
-            self._refuse_expired(lease)
+            if (expired := self._expired(lease)) is not None:
+                raise expired
             return await run()
         named = self._fence(tool, lease, arguments or {})
         fence = scoped_fence(caller, named)
+        expired = self._expired(lease)  # decided before the key is claimed, refused after the fence
         try:
             claim = await self.store.claim(
                 scoped_key(caller, lease.idempotency_key),
@@ -254,40 +257,45 @@ class LeaseGuard(Extension):
             raise _stale(exc, named.resource_key if named else None) from None
         if isinstance(claim, Held):
             return _held(claim, lease.idempotency_key)
-        try:  # after the fence: a newer generation's refusal says more than the lapse
-            self._refuse_expired(lease)
-        except MCPError:
-            await self.store.release(claim)
+        try:  # the tool has not run: whatever stops the call here gives its key back
+            if expired is not None:  # after the fence: a newer generation's refusal says more than the lapse
+                raise expired
+            call = GuardedCall(
+                lease.idempotency_key,
+                fence,
+                caller,
+                tool=tool,
+                lease_expires_at=lease.lease_expires_at,
+                resource=named.resource_key if named else None,
+                _store=self.store,
+                _claim=claim,
+                _answer_of=_stored_value,
+                _clock=self.clock,
+                _promised=tool in self.commits_with_key,
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.store.release(claim)
             raise
-        call = GuardedCall(
-            lease.idempotency_key,
-            fence,
-            caller,
-            tool=tool,
-            lease_expires_at=lease.lease_expires_at,
-            resource=named.resource_key if named else None,
-            _store=self.store,
-            _claim=claim,
-            _answer_of=_stored_value,
-            _clock=self.clock,
-            _promised=tool in self.commits_with_key,
-        )
         try:
             result: HandlerResult = await run_guarded(call, run, _verdict)
         except StaleFencingTokenError as exc:  # the tool's own fence check (a low-level server's handler)
             raise _stale(exc, named.resource_key if named else None) from None
         return result
 
-    def _refuse_expired(self, lease: LeaseMeta) -> None:
-        """``lease_expired`` when the caller's lease-expires-at passed over :data:`EXPIRY_SKEW` ago by this clock."""
+    def _expired(self, lease: LeaseMeta) -> MCPError | None:
+        """``lease_expired`` when the caller's lease-expires-at passed over :data:`EXPIRY_SKEW` ago by this clock
+        (a difference of times, never a sum: an expiry at the end of the calendar cannot overflow)."""
         now = self._now() or datetime.now(UTC)
-        if lease.lease_expires_at is not None and lease.lease_expires_at + EXPIRY_SKEW <= now:
-            raise _refused(
-                Refusal.LEASE_EXPIRED,
-                f"{LEASE_EXPIRES_AT_META} {lease.lease_expires_at.isoformat()} has passed (now {now.isoformat()}): "
-                "the caller's lease lapsed",
-                key=LEASE_EXPIRES_AT_META,
-            )
+        expires = lease.lease_expires_at
+        if expires is None or expires > now or now - expires < EXPIRY_SKEW:
+            return None
+        return _refused(
+            Refusal.LEASE_EXPIRED,
+            f"{LEASE_EXPIRES_AT_META} {expires.isoformat()} has passed (now {now.isoformat()}): "
+            "the caller's lease lapsed",
+            key=LEASE_EXPIRES_AT_META,
+        )
 
     def _fence(self, tool: str, lease: LeaseMeta, arguments: Mapping[str, Any]) -> FencingToken | None:
         """The call's fenced resource and generation (verified with a fencing key), ``None`` without a token."""

@@ -189,3 +189,15 @@ async def test_a_lease_that_expired_by_the_servers_clock_is_refused(database_url
         await crm.call_tool("create_contact", ARGS, meta=running)
     assert (data["error"], data["key"]) == ("lease_expired", "io.agentlease/lease-expires-at")
     assert len(await contacts_of(database_url, EMAIL)) == 1
+
+
+async def test_a_lease_expiring_at_the_end_of_the_calendar_is_a_lease_still_running(database_url: str) -> None:
+    """``lease-expires-at`` 9999-12-31T23:59:59Z is a valid time far ahead: the call runs once and its answer is
+    replayed, where adding the clock skew to it used to overflow after the key was claimed and strand the key."""
+    far: Any = {**meta("run-11:create", 1), "io.agentlease/lease-expires-at": "9999-12-31T23:59:59Z"}
+    async with opened(database_url) as crm:
+        first = await crm.call_tool("create_contact", ARGS, meta=far)
+        again = await crm.call_tool("create_contact", ARGS, meta=far)
+    assert not first.is_error and (again.meta or {})[REPLAYED_META] is True
+    assert again.structured_content == first.structured_content
+    assert len(await contacts_of(database_url, EMAIL)) == 1
