@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from mcp import Client, MCPError
+from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
 from agentlease.errors import ConfigurationError
@@ -201,3 +202,56 @@ async def test_a_lease_expiring_at_the_end_of_the_calendar_is_a_lease_still_runn
     assert not first.is_error and (again.meta or {})[REPLAYED_META] is True
     assert again.structured_content == first.structured_content
     assert len(await contacts_of(database_url, EMAIL)) == 1
+
+
+@asynccontextmanager
+async def writer(tmp_path: Path, effects: list[str], answer: str = "written", **guard: Any) -> AsyncIterator[Client]:
+    """A server whose guarded tool ``write`` records its effect in ``effects`` and answers ``answer``."""
+    store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'keys.db'}")
+    await store.create_tables()
+    server = MCPServer("writer", extensions=[LeaseGuard(store, **guard)])
+
+    @server.tool()
+    async def write(text: str) -> str:
+        effects.append(text)
+        return answer
+
+    try:
+        async with Client(server) as client:
+            yield client
+    finally:
+        await store.close()
+
+
+def write_meta(key: str | None, token: str | None, resource: str | None = None) -> Any:
+    """The ``_meta`` of a call to ``write``, without the entries given as ``None``."""
+    entries = {
+        "io.agentlease/idempotency-key": key,
+        "io.agentlease/fencing-token": token,
+        "io.agentlease/resource": resource,
+    }
+    return {name: value for name, value in entries.items() if value is not None}
+
+
+async def write_refused(client: Client, entries: Any, text: str = "refused") -> dict[str, Any]:
+    with pytest.raises(MCPError) as refused:
+        await client.call_tool("write", {"text": text}, meta=entries)
+    assert refused.value.code == REFUSAL_CODE
+    data: dict[str, Any] = refused.value.data
+    return data
+
+
+async def test_an_answer_that_cannot_be_stored_holds_the_key_in_doubt_after_the_tools_effect(tmp_path: Path) -> None:
+    """The tool wrote, then answered text JSON cannot carry (a lone surrogate): its effect may have landed, so the
+    key is held in doubt for a person (G11), never left in flight nor given back; the tool never runs again."""
+    effects: list[str] = []
+    entries = write_meta("run-12:write", "1")
+    async with writer(tmp_path, effects, answer="half a pair: \ud800") as client:
+        with pytest.raises(MCPError) as failed:
+            await client.call_tool("write", {"text": "once"}, meta=entries)
+        retried = await write_refused(client, entries, text="once")
+        read_back = await client.call_tool("agentlease_was_applied", {}, meta=entries)
+    assert failed.value.code != REFUSAL_CODE
+    assert retried["error"] == "idempotency_key_in_doubt"
+    assert read_back.structured_content == {"applied": None, "status": "in_doubt", "result": None}
+    assert effects == ["once"]
