@@ -255,3 +255,38 @@ async def test_an_answer_that_cannot_be_stored_holds_the_key_in_doubt_after_the_
     assert retried["error"] == "idempotency_key_in_doubt"
     assert read_back.structured_content == {"applied": None, "status": "in_doubt", "result": None}
     assert effects == ["once"]
+
+
+async def test_a_call_without_a_key_still_needs_a_fencing_token_where_the_guard_requires_one(tmp_path: Path) -> None:
+    """``require_key=False, require_fencing_token=True``: a call without a key and without a token is refused
+    ``missing_fencing_token``, and one with a superseded token ``stale_fencing_token`` (G2); the current generation
+    runs."""
+    effects: list[str] = []
+    resource = "mcp/write/run-13:write"
+    async with writer(tmp_path, effects, require_key=False, require_fencing_token=True) as client:
+        await client.call_tool("write", {"text": "generation 5"}, meta=write_meta("run-13:write", "5"))
+        missing = await write_refused(client, write_meta(None, None))
+        stale = await write_refused(client, write_meta(None, "1", resource))
+        await client.call_tool("write", {"text": "generation 5, no key"}, meta=write_meta(None, "5", resource))
+    assert missing["error"] == "missing_fencing_token"
+    assert (stale["error"], stale["resource"], stale["current_generation"]) == ("stale_fencing_token", resource, 5)
+    assert effects == ["generation 5", "generation 5, no key"]
+
+
+async def test_a_call_without_a_key_passes_the_fence_of_the_resource_its_token_names(tmp_path: Path) -> None:
+    """Where a key is not required, a token sent without one is still checked against its resource's fence and
+    moves it (G2): a superseded token is refused, a newer one refuses the older holder's keyed call afterwards,
+    and a token that names no resource (the default resource is named after the key) is refused."""
+    effects: list[str] = []
+    resource = "mcp/write/run-14:write"
+    async with writer(tmp_path, effects, require_key=False) as client:
+        await client.call_tool("write", {"text": "generation 5"}, meta=write_meta("run-14:write", "5"))
+        stale = await write_refused(client, write_meta(None, "4", resource))
+        await client.call_tool("write", {"text": "generation 6"}, meta=write_meta(None, "6", resource))
+        superseded = await write_refused(client, write_meta("run-14:again", "5", resource))
+        unnamed = await write_refused(client, write_meta(None, "7"))
+        await client.call_tool("write", {"text": "unfenced"})  # no key and no token: let through, as configured
+    assert (stale["error"], stale["current_generation"]) == ("stale_fencing_token", 5)
+    assert (superseded["error"], superseded["current_generation"]) == ("stale_fencing_token", 6)
+    assert (unnamed["error"], unnamed["key"]) == ("invalid_fencing_resource", "io.agentlease/resource")
+    assert effects == ["generation 5", "generation 6", "unfenced"]
