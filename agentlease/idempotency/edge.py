@@ -177,19 +177,19 @@ async def run_guarded(
         verdict: what the handler's result says, and the answer to store.
 
     Returns:
-        The handler's result; whatever the handler raised is raised after the key was settled.
+        The handler's result; whatever the handler or ``verdict`` raised is raised after the key was settled.
     """
     store, claim = call._store, call._claim
     assert store is not None and claim is not None
     with serving(call), anyio.CancelScope(shield=True):
         try:
             result = await handler()
+            said, answer = verdict(result)  # an answer that cannot be stored leaves the handler's effect in doubt
         except BaseException as exc:
             if isinstance(exc, StaleFencingTokenError):
                 call.not_applied()  # the fence refused the write inside the handler's transaction
             await _settle(store, claim, call, None)
             raise
-        said, answer = verdict(result)
         await _settle(store, claim, call, answer if said is Verdict.ANSWERED else None)
     return result
 

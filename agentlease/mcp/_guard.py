@@ -9,6 +9,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, ToolBinding
 from mcp.server.mcpserver import Context
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
 from agentlease.errors import ConfigurationError, InvalidFencingTokenError, StaleFencingTokenError
-from agentlease.fencing import FencingToken, fencing_key_bytes, token_generation
+from agentlease.fencing import FencingToken, advance_fence, fencing_key_bytes, token_generation
 from agentlease.idempotency.convention import (
     ANONYMOUS_REFUSED,
     caller_of,
@@ -31,10 +32,12 @@ from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_
 from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, StoredResponse
 from agentlease.mcp._convention import (
     EXTENSION,
+    FENCING_TOKEN_META,
     IDEMPOTENCY_KEY_META,
     LEASE_EXPIRES_AT_META,
     REFUSAL_CODE,
     REPLAYED_META,
+    RESOURCE_META,
     LeaseMeta,
     MetaError,
     Refusal,
@@ -93,10 +96,12 @@ class LeaseGuard(Extension):
         tools: the guarded tools. Default ``None``: every tool but the readback tool.
         require_key: refuse a guarded call without ``io.agentlease/idempotency-key`` (false: let it through
             unguarded). Default true.
-        require_fencing_token: refuse a call without ``io.agentlease/fencing-token``. Default false.
+        require_fencing_token: refuse a call without ``io.agentlease/fencing-token``. Default false. A call with a
+            token passes its fence, with a key or without.
         fencing_key: only tokens signed for the resource with it pass. Default ``None``: generations as sent.
-        resource_for: ``(tool, idempotency key, arguments) -> resource``. Default: the resource the client names
-            (``io.agentlease/resource``), else ``mcp/<tool>/<key>``: one fence per action.
+        resource_for: ``(tool, idempotency key, arguments) -> resource`` (the key ``""`` for a call without one).
+            Default: the resource the client names (``io.agentlease/resource``), else ``mcp/<tool>/<key>``: one
+            fence per action; a call with a token and neither is refused.
         caller_for: names the caller a key is scoped to. Default :func:`caller_from_request`.
         anonymous: over HTTP, accept calls that name no caller (``caller_for`` gives ``""``), all in one shared
             scope, where each reads back and fences the others' keys. Default false: refused
@@ -232,16 +237,24 @@ class LeaseGuard(Extension):
             lease = read_lease_meta(meta)
         except MetaError as exc:
             raise _refused(exc.refusal, str(exc), key=exc.key) from None
-        if lease.idempotency_key is None:
-            if self.require_key:
-                raise _refused(
-                    Refusal.MISSING_KEY,
-                    f"{tool} is guarded: send {IDEMPOTENCY_KEY_META} in the request's _meta (agentlease clients do)",
-                )
-            self._refuse_expired(lease)
-            return await run()
+        if lease.idempotency_key is None and self.require_key:
+            raise _refused(
+                Refusal.MISSING_KEY,
+                f"{tool} is guarded: send {IDEMPOTENCY_KEY_META} in the request's _meta (agentlease clients do)",
+            )
         named = self._fence(tool, lease, arguments or {})
         fence = scoped_fence(caller, named)
+        expired = self._expired(lease)  # decided before the key is claimed, refused after the fence
+        if lease.idempotency_key is None:  # no key to claim: the fence is passed on its own
+            if fence is not None:
+                try:
+                    async with self.store.engine.begin() as conn:
+                        await advance_fence(conn, fence.resource_key, fence.generation, now=self._now())
+                except StaleFencingTokenError as exc:
+                    raise _stale(exc, named.resource_key if named else None) from None
+            if expired is not None:
+                raise expired
+            return await run()
         try:
             claim = await self.store.claim(
                 scoped_key(caller, lease.idempotency_key),
@@ -254,40 +267,45 @@ class LeaseGuard(Extension):
             raise _stale(exc, named.resource_key if named else None) from None
         if isinstance(claim, Held):
             return _held(claim, lease.idempotency_key)
-        try:  # after the fence: a newer generation's refusal says more than the lapse
-            self._refuse_expired(lease)
-        except MCPError:
-            await self.store.release(claim)
+        try:  # the tool has not run: whatever stops the call here gives its key back
+            if expired is not None:  # after the fence: a newer generation's refusal says more than the lapse
+                raise expired
+            call = GuardedCall(
+                lease.idempotency_key,
+                fence,
+                caller,
+                tool=tool,
+                lease_expires_at=lease.lease_expires_at,
+                resource=named.resource_key if named else None,
+                _store=self.store,
+                _claim=claim,
+                _answer_of=_stored_value,
+                _clock=self.clock,
+                _promised=tool in self.commits_with_key,
+            )
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.store.release(claim)
             raise
-        call = GuardedCall(
-            lease.idempotency_key,
-            fence,
-            caller,
-            tool=tool,
-            lease_expires_at=lease.lease_expires_at,
-            resource=named.resource_key if named else None,
-            _store=self.store,
-            _claim=claim,
-            _answer_of=_stored_value,
-            _clock=self.clock,
-            _promised=tool in self.commits_with_key,
-        )
         try:
             result: HandlerResult = await run_guarded(call, run, _verdict)
         except StaleFencingTokenError as exc:  # the tool's own fence check (a low-level server's handler)
             raise _stale(exc, named.resource_key if named else None) from None
         return result
 
-    def _refuse_expired(self, lease: LeaseMeta) -> None:
-        """``lease_expired`` when the caller's lease-expires-at passed over :data:`EXPIRY_SKEW` ago by this clock."""
+    def _expired(self, lease: LeaseMeta) -> MCPError | None:
+        """``lease_expired`` when the caller's lease-expires-at passed over :data:`EXPIRY_SKEW` ago by this clock
+        (a difference of times, never a sum: an expiry at the end of the calendar cannot overflow)."""
         now = self._now() or datetime.now(UTC)
-        if lease.lease_expires_at is not None and lease.lease_expires_at + EXPIRY_SKEW <= now:
-            raise _refused(
-                Refusal.LEASE_EXPIRED,
-                f"{LEASE_EXPIRES_AT_META} {lease.lease_expires_at.isoformat()} has passed (now {now.isoformat()}): "
-                "the caller's lease lapsed",
-                key=LEASE_EXPIRES_AT_META,
-            )
+        expires = lease.lease_expires_at
+        if expires is None or expires > now or now - expires < EXPIRY_SKEW:
+            return None
+        return _refused(
+            Refusal.LEASE_EXPIRED,
+            f"{LEASE_EXPIRES_AT_META} {expires.isoformat()} has passed (now {now.isoformat()}): "
+            "the caller's lease lapsed",
+            key=LEASE_EXPIRES_AT_META,
+        )
 
     def _fence(self, tool: str, lease: LeaseMeta, arguments: Mapping[str, Any]) -> FencingToken | None:
         """The call's fenced resource and generation (verified with a fencing key), ``None`` without a token."""
@@ -295,11 +313,19 @@ class LeaseGuard(Extension):
             if self.require_fencing_token:
                 raise _refused(Refusal.MISSING_TOKEN, f"{tool} needs io.agentlease/fencing-token in _meta")
             return None
-        assert lease.idempotency_key is not None
+        key = lease.idempotency_key
         if self.resource_for is not None:
-            resource = self.resource_for(tool, lease.idempotency_key, arguments)
-        else:
-            resource = lease.resource or default_resource(tool, lease.idempotency_key)
+            resource = self.resource_for(tool, key or "", arguments)
+        elif lease.resource:
+            resource = lease.resource
+        elif key is not None:
+            resource = default_resource(tool, key)
+        else:  # the default resource is named after the key
+            raise _refused(
+                Refusal.INVALID_RESOURCE,
+                f"{FENCING_TOKEN_META} without {IDEMPOTENCY_KEY_META} needs {RESOURCE_META}: the resource it fences",
+                key=RESOURCE_META,
+            )
         try:
             return FencingToken(resource, token_generation(resource, lease.fencing_token, self.fencing_key))
         except InvalidFencingTokenError as exc:

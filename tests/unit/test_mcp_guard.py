@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from mcp import Client, MCPError
+from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
 from agentlease.errors import ConfigurationError
@@ -189,3 +190,103 @@ async def test_a_lease_that_expired_by_the_servers_clock_is_refused(database_url
         await crm.call_tool("create_contact", ARGS, meta=running)
     assert (data["error"], data["key"]) == ("lease_expired", "io.agentlease/lease-expires-at")
     assert len(await contacts_of(database_url, EMAIL)) == 1
+
+
+async def test_a_lease_expiring_at_the_end_of_the_calendar_is_a_lease_still_running(database_url: str) -> None:
+    """``lease-expires-at`` 9999-12-31T23:59:59Z is a valid time far ahead: the call runs once and its answer is
+    replayed, where adding the clock skew to it used to overflow after the key was claimed and strand the key."""
+    far: Any = {**meta("run-11:create", 1), "io.agentlease/lease-expires-at": "9999-12-31T23:59:59Z"}
+    async with opened(database_url) as crm:
+        first = await crm.call_tool("create_contact", ARGS, meta=far)
+        again = await crm.call_tool("create_contact", ARGS, meta=far)
+    assert not first.is_error and (again.meta or {})[REPLAYED_META] is True
+    assert again.structured_content == first.structured_content
+    assert len(await contacts_of(database_url, EMAIL)) == 1
+
+
+@asynccontextmanager
+async def writer(tmp_path: Path, effects: list[str], answer: str = "written", **guard: Any) -> AsyncIterator[Client]:
+    """A server whose guarded tool ``write`` records its effect in ``effects`` and answers ``answer``."""
+    store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'keys.db'}")
+    await store.create_tables()
+    server = MCPServer("writer", extensions=[LeaseGuard(store, **guard)])
+
+    @server.tool()
+    async def write(text: str) -> str:
+        effects.append(text)
+        return answer
+
+    try:
+        async with Client(server) as client:
+            yield client
+    finally:
+        await store.close()
+
+
+def write_meta(key: str | None, token: str | None, resource: str | None = None) -> Any:
+    """The ``_meta`` of a call to ``write``, without the entries given as ``None``."""
+    entries = {
+        "io.agentlease/idempotency-key": key,
+        "io.agentlease/fencing-token": token,
+        "io.agentlease/resource": resource,
+    }
+    return {name: value for name, value in entries.items() if value is not None}
+
+
+async def write_refused(client: Client, entries: Any, text: str = "refused") -> dict[str, Any]:
+    with pytest.raises(MCPError) as refused:
+        await client.call_tool("write", {"text": text}, meta=entries)
+    assert refused.value.code == REFUSAL_CODE
+    data: dict[str, Any] = refused.value.data
+    return data
+
+
+async def test_an_answer_that_cannot_be_stored_holds_the_key_in_doubt_after_the_tools_effect(tmp_path: Path) -> None:
+    """The tool wrote, then answered text JSON cannot carry (a lone surrogate): its effect may have landed, so the
+    key is held in doubt for a person (G11), never left in flight nor given back; the tool never runs again."""
+    effects: list[str] = []
+    entries = write_meta("run-12:write", "1")
+    async with writer(tmp_path, effects, answer="half a pair: \ud800") as client:
+        with pytest.raises(MCPError) as failed:
+            await client.call_tool("write", {"text": "once"}, meta=entries)
+        retried = await write_refused(client, entries, text="once")
+        read_back = await client.call_tool("agentlease_was_applied", {}, meta=entries)
+    assert failed.value.code != REFUSAL_CODE
+    assert retried["error"] == "idempotency_key_in_doubt"
+    assert read_back.structured_content == {"applied": None, "status": "in_doubt", "result": None}
+    assert effects == ["once"]
+
+
+async def test_a_call_without_a_key_still_needs_a_fencing_token_where_the_guard_requires_one(tmp_path: Path) -> None:
+    """``require_key=False, require_fencing_token=True``: a call without a key and without a token is refused
+    ``missing_fencing_token``, and one with a superseded token ``stale_fencing_token`` (G2); the current generation
+    runs."""
+    effects: list[str] = []
+    resource = "mcp/write/run-13:write"
+    async with writer(tmp_path, effects, require_key=False, require_fencing_token=True) as client:
+        await client.call_tool("write", {"text": "generation 5"}, meta=write_meta("run-13:write", "5"))
+        missing = await write_refused(client, write_meta(None, None))
+        stale = await write_refused(client, write_meta(None, "1", resource))
+        await client.call_tool("write", {"text": "generation 5, no key"}, meta=write_meta(None, "5", resource))
+    assert missing["error"] == "missing_fencing_token"
+    assert (stale["error"], stale["resource"], stale["current_generation"]) == ("stale_fencing_token", resource, 5)
+    assert effects == ["generation 5", "generation 5, no key"]
+
+
+async def test_a_call_without_a_key_passes_the_fence_of_the_resource_its_token_names(tmp_path: Path) -> None:
+    """Where a key is not required, a token sent without one is still checked against its resource's fence and
+    moves it (G2): a superseded token is refused, a newer one refuses the older holder's keyed call afterwards,
+    and a token that names no resource (the default resource is named after the key) is refused."""
+    effects: list[str] = []
+    resource = "mcp/write/run-14:write"
+    async with writer(tmp_path, effects, require_key=False) as client:
+        await client.call_tool("write", {"text": "generation 5"}, meta=write_meta("run-14:write", "5"))
+        stale = await write_refused(client, write_meta(None, "4", resource))
+        await client.call_tool("write", {"text": "generation 6"}, meta=write_meta(None, "6", resource))
+        superseded = await write_refused(client, write_meta("run-14:again", "5", resource))
+        unnamed = await write_refused(client, write_meta(None, "7"))
+        await client.call_tool("write", {"text": "unfenced"})  # no key and no token: let through, as configured
+    assert (stale["error"], stale["current_generation"]) == ("stale_fencing_token", 5)
+    assert (superseded["error"], superseded["current_generation"]) == ("stale_fencing_token", 6)
+    assert (unnamed["error"], unnamed["key"]) == ("invalid_fencing_resource", "io.agentlease/resource")
+    assert effects == ["generation 5", "generation 6", "unfenced"]
