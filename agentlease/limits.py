@@ -4,10 +4,14 @@ lengths follow the ledger's columns.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 import unicodedata
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 MAX_RUN_ID_CHARS = 127
@@ -62,6 +66,10 @@ MAX_PLAN_BYTES = 1024 * 1024
 """Largest plan file ``agentlease run`` reads, and largest plan as JSON (1 MiB; Temporal refuses a
 payload over 2 MiB)."""
 
+MAX_KEY_FILE_BYTES = 1024 * 1024
+"""Largest key or certificate file read: an operator's key (``--operator-key``, ``AGENTLEASE_OPERATOR_KEYS``), the
+Temporal TLS CA, certificate and key (1 MiB; a bundle of every public CA is about 200 KiB)."""
+
 MAX_OUTPUT_BYTES = 256 * 1024
 """Largest ``output`` a tool returns, as compact UTF-8 JSON (256 KiB): it travels in Temporal history, whose payloads
 Temporal refuses over 2 MiB."""
@@ -91,6 +99,28 @@ def is_decimal(text: str) -> bool:
     """Whether ``text`` is one or more ASCII digits, a number ``int`` reads (``"²"`` is a digit to ``str.isdigit``,
     and ``int("²")`` raises ``ValueError``): the check before ``int`` of a number from outside."""
     return text.isascii() and text.isdigit()
+
+
+def read_file(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a file or a device, read without waiting for a writer and at most ``max_bytes`` + 1 of them.
+
+    Raises:
+        OSError: it cannot be read, it is a FIFO or a socket (refused at once: a FIFO would wait for a writer
+            forever), or it holds more than ``max_bytes`` (``/dev/zero`` ends there); ``strerror`` says which.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            raise OSError(0, "a FIFO or a socket, not a file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise OSError(errno.EFBIG, f"larger than {max_bytes} bytes")
+    return data
 
 
 def is_wire_key(value: str) -> bool:

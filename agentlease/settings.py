@@ -71,7 +71,8 @@ class AgentLeaseSettings(BaseSettings):
     )
     ledger_url: str = Field(
         default="sqlite:///.agentlease/ledger.db",
-        description="The ledger: `sqlite:///PATH` or `postgresql://USER:PASS@HOST:PORT/DB` (`postgres://` too).",
+        description="The ledger: `sqlite:///PATH` or `postgresql://USER:PASS@HOST:PORT/DB` (`postgres://` too), "
+        "with `?sslmode=...&connect_timeout=...&application_name=...` as libpq takes them (docs/operations.md).",
     )
     ledger_pool_size: int = Field(
         default=10,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -14,29 +12,13 @@ from agentlease.records import AgentRunPlan
 from agentlease.tools._registry import ToolRegistry
 
 
-def _read_bounded(path: Path, size: int) -> bytes:
-    """At most ``size`` bytes of a file or device, opened without blocking; OSError for a FIFO or a socket."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-            raise OSError(0, "a FIFO or a socket, not a file")
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read(size)
-    finally:
-        os.close(fd)
-
-
 def load_plan(path: Path, registry: ToolRegistry) -> AgentRunPlan:
     """Read and check a plan file: size (at most :data:`~agentlease.limits.MAX_PLAN_BYTES` read), JSON shape
     (``docs/limits.md``), unique step ids, known tools, valid arguments. ConfigurationError: what and where."""
     try:
-        raw = _read_bounded(path, limits.MAX_PLAN_BYTES + 1)
+        raw = limits.read_file(path, limits.MAX_PLAN_BYTES)
     except OSError as exc:
         raise ConfigurationError(f"cannot read plan {path}: {exc.strerror or exc}") from None
-    if len(raw) > limits.MAX_PLAN_BYTES:
-        raise ConfigurationError(f"plan {path} is larger than {limits.MAX_PLAN_BYTES} bytes")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -161,6 +161,13 @@ async def claim(
     now: datetime | None,
 ) -> Claim:
     """``Ledger.claim``: claim ``spec`` for ``owner``, reporting the outcome to the ledger's metrics."""
+    if heartbeat_timeout == timedelta(0):
+        heartbeat_timeout = None  # Temporal's zero: no heartbeat timeout, so the lease keeps its TTL
+    elif heartbeat_timeout is not None and duration_ms(heartbeat_timeout) < 1:
+        raise ValueError(
+            f"a claim's heartbeat timeout must be at least 1 ms (or zero: none), not "
+            f"{heartbeat_timeout.total_seconds():g}s: the lease would lapse as it is granted"
+        )
     claimer = _Claimer(spec, owner, trace or _NO_TRACE, heartbeat_timeout, now)
     started = time.perf_counter()
     try:

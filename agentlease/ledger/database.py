@@ -117,7 +117,7 @@ def open_database(
     if sqlite_path(url, name="ledger") is not None:
         engine = create_sqlite_thread_engine(url, busy_timeout_ms=sqlite_busy_timeout_ms)
         return SQLiteThreadDatabase(engine, display_url(url), busy_timeout_ms=sqlite_busy_timeout_ms)
-    return AsyncEngineDatabase(create_pg_ledger_engine(url, pool_size=pool_size))
+    return AsyncEngineDatabase(create_pg_ledger_engine(url, pool_size=pool_size), display_url(url))
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
@@ -339,14 +339,15 @@ class AsyncEngineDatabase:
 
     Args:
         engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.
+        url: the ledger's URL as messages show it (password masked, options kept); default the engine's.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, url: str | None = None) -> None:
         self._engine = engine
         self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
         self._autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.dialect = engine.dialect.name
-        self.url = engine.url.set(drivername=engine.url.get_backend_name()).render_as_string(hide_password=True)
+        self.url = url or engine.url.set(drivername=engine.url.get_backend_name()).render_as_string(hide_password=True)
         self._kept: list[tuple[float, PoolProxiedConnection]] = []  # (idle since, connection), newest last
         self._waiting = 0  # callers waiting for the pool: a finished lease statement gives its connection back
 

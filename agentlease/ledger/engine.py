@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, InterfaceError
 from sqlalchemy.pool import QueuePool
 
@@ -31,35 +31,101 @@ _USERINFO_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
 
+PG_URL_OPTIONS = ("sslmode", "ssl", "connect_timeout", "application_name", "prepared_statement_cache_size")
+"""The query options a PostgreSQL URL may carry (``docs/operations.md``, "PostgreSQL connections"): libpq's
+``sslmode`` (or SQLAlchemy's spelling, ``ssl``), ``connect_timeout`` and ``application_name``, given to asyncpg under
+its own names (``ssl``, ``timeout``, ``server_settings``), and the asyncpg dialect's ``prepared_statement_cache_size``.
+Any other is refused: asyncpg would raise on it at the first connection."""
 
-def async_url(url: str, *, name: str = "database") -> str:
-    """Normalise a database URL to its async driver (``~`` in a SQLite path expanded).
+_SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_COUNT = re.compile(r"[0-9]{1,9}")
 
-    Args:
-        url: ``sqlite:///PATH`` or ``postgresql://USER:PASS@HOST:PORT/DB`` (``postgres://`` too).
-        name: what the URL names, for messages (``"ledger"``). Default ``"database"``.
 
-    Raises:
-        ConfigurationError: not a URL, a database other than SQLite or PostgreSQL, or SQLite without a file.
-    """
+def _pg_option(key: str, value: str, name: str, shown: str) -> tuple[str, Any]:
+    """asyncpg's connect argument for one query option of a PostgreSQL URL (``server_settings`` holds one setting)."""
+
+    def bad(expected: str) -> ConfigurationError:
+        return ConfigurationError(f"bad {name} URL {shown!r}: {key} must be {expected}, not {value!r}")
+
+    if key in ("sslmode", "ssl"):
+        if value not in _SSL_MODES:
+            raise bad("one of " + ", ".join(_SSL_MODES))
+        return "ssl", value
+    if key == "connect_timeout":
+        if not _COUNT.fullmatch(value) or int(value) == 0:
+            raise bad("a whole number of seconds, at least 1")
+        return "timeout", float(value)
+    if key == "application_name":
+        if not (value.isascii() and value.isprintable()):
+            raise bad("printable ASCII")
+        return "server_settings", {"application_name": value}
+    if not _COUNT.fullmatch(value):
+        raise bad("a whole number, at least 0")
+    return key, int(value)
+
+
+def _parse(url: str, name: str) -> tuple[URL, dict[str, Any]]:
+    """``url`` checked and set to its async driver, its query moved out (PostgreSQL: into asyncpg's connect
+    arguments). ConfigurationError: see :func:`async_url`."""
+    shown = display_url(url)
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ConfigurationError(
-            f"bad {name} URL {display_url(url)!r}: expected sqlite:///PATH or postgresql://USER:PASS@HOST:PORT/DB"
+            f"bad {name} URL {shown!r}: expected sqlite:///PATH or postgresql://USER:PASS@HOST:PORT/DB"
         ) from None
     backend = parsed.get_backend_name()
     if backend == "postgres":  # libpq's spelling
         backend = "postgresql"
     if backend not in _DRIVERS:
-        raise ConfigurationError(
-            f"unsupported {name} database {backend!r} in {display_url(url)!r}: use sqlite or postgresql"
-        )
+        raise ConfigurationError(f"unsupported {name} database {backend!r} in {shown!r}: use sqlite or postgresql")
+    parsed = parsed.set(drivername=_DRIVERS[backend])
     if backend == "sqlite":
         if parsed.database in (None, "", ":memory:"):
             raise ConfigurationError(f"the SQLite {name} needs a file path (sqlite:///PATH); :memory: cannot be shared")
-        parsed = parsed.set(database=str(Path(parsed.database).expanduser()))
-    return parsed.set(drivername=_DRIVERS[backend]).render_as_string(hide_password=False)
+        return parsed.set(database=str(Path(parsed.database).expanduser())), {}
+    if parsed.port is not None and not 0 < parsed.port <= 65535:
+        raise ConfigurationError(f"bad {name} URL {shown!r}: port {parsed.port} is not between 1 and 65535")
+    if "sslmode" in parsed.query and "ssl" in parsed.query:
+        raise ConfigurationError(f"bad {name} URL {shown!r}: sslmode and ssl both set; give one")
+    options: dict[str, Any] = {}
+    for key, value in parsed.query.items():
+        if key not in PG_URL_OPTIONS:
+            raise ConfigurationError(
+                f"bad {name} URL {shown!r}: unsupported option {key!r} (supported: {', '.join(PG_URL_OPTIONS)}; "
+                "certificates through PGSSLROOTCERT, PGSSLCERT, PGSSLKEY)"
+            )
+        if not isinstance(value, str):
+            raise ConfigurationError(f"bad {name} URL {shown!r}: {key} given {len(value)} times")
+        argument, setting = _pg_option(key, value, name, shown)
+        options[argument] = setting
+    return parsed.set(query={}), options
+
+
+def async_url(url: str, *, name: str = "database") -> str:
+    """Normalise a database URL to its async driver (``~`` in a SQLite path expanded); a PostgreSQL URL's query
+    options are checked and left out: :func:`pg_connect_args` carries them.
+
+    Args:
+        url: ``sqlite:///PATH`` or ``postgresql://USER:PASS@HOST:PORT/DB`` (``postgres://`` too), with
+            :data:`PG_URL_OPTIONS` as ``?sslmode=require&application_name=x``.
+        name: what the URL names, for messages (``"ledger"``). Default ``"database"``.
+
+    Raises:
+        ConfigurationError: not a URL, a database other than SQLite or PostgreSQL, SQLite without a file, a port
+            out of range, or a query option not supported or with a bad value.
+    """
+    return _parse(url, name)[0].render_as_string(hide_password=False)
+
+
+def pg_connect_args(url: str, *, name: str = "database") -> dict[str, Any]:
+    """asyncpg's connect arguments for a PostgreSQL URL: its query options under asyncpg's names, and a connect
+    timeout of :data:`PG_CONNECT_TIMEOUT_S` unless ``connect_timeout`` sets one.
+
+    Raises:
+        ConfigurationError: bad URL (see :func:`async_url`).
+    """
+    return {"timeout": PG_CONNECT_TIMEOUT_S, **_parse(url, name)[1]}
 
 
 def display_url(url: str) -> str:
@@ -184,7 +250,7 @@ def create_async_database_engine(url: str, *, pool_size: int = 5) -> AsyncEngine
     path = sqlite_path(normalised)
     if path is None:
         return create_async_engine(
-            normalised, pool_size=pool_size, max_overflow=pool_size, connect_args={"timeout": PG_CONNECT_TIMEOUT_S}
+            normalised, pool_size=pool_size, max_overflow=pool_size, connect_args=pg_connect_args(url)
         )
     create_sqlite_directory(path)
     engine = create_async_engine(
@@ -280,16 +346,18 @@ def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> Async
         raise ConfigurationError(f"the ledger's pool size must be at least 1, not {pool_size}")
     from sqlalchemy.ext.asyncio import create_async_engine  # PostgreSQL only: a SQLite ledger does not import it
 
+    connect_args = pg_connect_args(url, name="ledger")
+    connect_args["server_settings"] = {
+        **connect_args.get("server_settings", {}),
+        "idle_in_transaction_session_timeout": str(PG_IDLE_IN_TRANSACTION_TIMEOUT_MS),
+    }
     engine = create_async_engine(
         async_url(url, name="ledger"),
         pool_size=pool_size,
         max_overflow=0,
         pool_timeout=PG_POOL_TIMEOUT_S,
         pool_pre_ping=False,
-        connect_args={
-            "timeout": PG_CONNECT_TIMEOUT_S,
-            "server_settings": {"idle_in_transaction_session_timeout": str(PG_IDLE_IN_TRANSACTION_TIMEOUT_MS)},
-        },
+        connect_args=connect_args,
     )
     sync_engine = engine.sync_engine
 

@@ -38,6 +38,8 @@ async def renew(
         raise ValueError("a renewal does not enter 'settled'; settle with a receipt")
     if not reason.strip():
         raise ValueError("a renewal needs a specific reason")
+    if ttl is not None and duration_ms(ttl) < 1:
+        raise ValueError(f"a renewal's ttl must be at least 1 ms, not {ttl.total_seconds():g}s: the lease would lapse")
     reason = limits.clip(redact(reason))
     shorter = ttl is not None and ttl < claim.lease_ttl
     params = {

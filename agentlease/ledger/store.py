@@ -89,7 +89,8 @@ class Ledger:
             spec / owner: the task (identity, tool, class, key, lease TTL); the worker that will hold the lease.
             trace: the Temporal attempt this claim belongs to.
             heartbeat_timeout: the attempt's Temporal heartbeat timeout; the ``claimed`` entry records it
-                when it differs from the lease's TTL (``docs/ttl.md``).
+                when it differs from the lease's TTL (``docs/ttl.md``). Zero is Temporal's "no heartbeat timeout":
+                as ``None``, the lease keeps its TTL.
 
         Raises:
             LeaseHeldError: another lease is valid; ``retry_after`` is the time until it lapses.
@@ -97,6 +98,7 @@ class Ledger:
             ApprovalRefusedError: (a ``TaskClosedError``) no approval to consume; ``awaiting_approval`` again.
             ClockBehindError: SQLite only: this process's clock runs behind the ledger's latest recorded time (G1).
             LedgerUnavailableError: the ledger could not be reached.
+            ValueError: ``heartbeat_timeout`` is negative or under 1 ms: the lease would lapse as it is granted.
         """
         return await claims.claim(self._core, spec, owner, trace=trace, heartbeat_timeout=heartbeat_timeout, now=now)
 
@@ -123,7 +125,7 @@ class Ledger:
         Raises:
             LeaseLostError: the lease lapsed, was superseded, or the task was cancelled or settled (recorded).
             LedgerUnavailableError: the ledger could not be reached; the lease is not confirmed.
-            ValueError: ``stage`` is ``settled``, or ``reason`` is blank.
+            ValueError: ``stage`` is ``settled``, ``reason`` is blank, or ``ttl`` is under 1 ms (zero, negative).
         """
         return await holder.renew(self._core, claim, reason=reason, stage=stage, details=details, ttl=ttl, now=now)
 

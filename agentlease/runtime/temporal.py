@@ -18,6 +18,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError, TLSConfig
 
+from agentlease import limits
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.observability import tracing
 from agentlease.settings import AgentLeaseSettings, load_object
@@ -134,7 +135,7 @@ def _read(path: Path | None, setting: str) -> bytes | None:
     if path is None:
         return None
     try:
-        return path.read_bytes()
+        return limits.read_file(path, limits.MAX_KEY_FILE_BYTES)
     except OSError as exc:
         raise ConfigurationError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from agentlease import limits
 from agentlease.errors import AgentLeaseError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def _key_file(path: Path, setting: str, kind: str, operator: str | None = None) 
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
     try:
-        data = path.read_bytes()
+        data = limits.read_file(path, limits.MAX_KEY_FILE_BYTES)
     except OSError as exc:
         raise ConfigurationError(f"{setting}: cannot read {path}: {exc.strerror or exc}") from None
     first = data.split(b"\n", 1)[0].decode("utf-8", "replace")

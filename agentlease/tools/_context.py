@@ -62,10 +62,11 @@ async def pending_activity(info: activity.Info) -> Any:
 
 
 def heartbeat_timeout_of(pending: Any) -> timedelta | None:
-    """The heartbeat timeout Temporal applies to a pending activity (``None``: not said)."""
+    """The heartbeat timeout Temporal applies to a pending activity (``None``: not said, or zero, Temporal's "no
+    heartbeat timeout")."""
     if pending is None or not pending.activity_options.HasField("heartbeat_timeout"):
         return None
-    return pending.activity_options.heartbeat_timeout.ToTimedelta()
+    return pending.activity_options.heartbeat_timeout.ToTimedelta() or None
 
 
 def followed_timeout(found: timedelta | None, scheduled: timedelta | None, lease_ttl: timedelta) -> timedelta:

@@ -393,6 +393,34 @@ def test_silent_temporal_fails_fast(cli: Cli) -> None:
 
 # -- bad ledgers -----------------------------------------------------------------------------------
 
+BAD_PG_URLS = [
+    pytest.param(
+        "postgresql://postgres:s3cret@127.0.0.1:99999/x",
+        BAD_INPUT,
+        ("bad ledger URL 'postgresql://postgres:***@127.0.0.1:99999/x': port 99999 is not between 1 and 65535",),
+        id="port-out-of-range",
+    ),
+    pytest.param(
+        "postgresql://postgres@127.0.0.1:5432/x?sslrootcert=/etc/ca.pem",
+        BAD_INPUT,
+        ("unsupported option 'sslrootcert'", "supported: sslmode, ssl, connect_timeout, application_name"),
+        id="unsupported-option",
+    ),
+    pytest.param(
+        "postgresql://postgres@127.0.0.1:5432/x?sslmode=requre",
+        BAD_INPUT,
+        ("sslmode must be one of disable, allow, prefer, require, verify-ca, verify-full, not 'requre'",),
+        id="bad-sslmode",
+    ),
+    pytest.param(
+        "postgresql://postgres@127.0.0.1:5432/x?connect_timeout=soon",
+        BAD_INPUT,
+        ("connect_timeout must be a whole number of seconds, at least 1",),
+        id="bad-connect-timeout",
+    ),
+]
+"""PostgreSQL URLs refused before any connection (they were a traceback from the driver)."""
+
 
 @pytest.mark.parametrize(
     ("url", "exit_code", "fragments"),
@@ -417,6 +445,7 @@ def test_silent_temporal_fails_fast(cli: Cli) -> None:
             ("no ledger at /proc/no-such-dir",),
             id="sqlite-file-missing",
         ),
+        *BAD_PG_URLS,
     ],
 )
 def test_tasks_refuses_a_bad_ledger_url(cli: Cli, url: str, exit_code: int, fragments: tuple[str, ...]) -> None:
@@ -437,6 +466,32 @@ def test_reading_a_missing_sqlite_ledger_creates_nothing(cli: Cli) -> None:
     result = cli("tasks", env={"AGENTLEASE_LEDGER_URL": f"sqlite:///{missing}"})
     assert_one_error_line(result, FAILED, f"no ledger at {missing}", "agentlease db upgrade")
     assert not missing.parent.exists()
+
+
+@pytest.mark.parametrize("command", [("db", "upgrade"), ("sweep", "--once"), ("worker",)])
+@pytest.mark.parametrize("url", [p.values[0] for p in BAD_PG_URLS[:2]], ids=["port-out-of-range", "unsupported-option"])
+def test_every_ledger_command_refuses_a_bad_postgresql_url(cli: Cli, command: tuple[str, ...], url: str) -> None:
+    result = cli(*command, env={"AGENTLEASE_LEDGER_URL": url, **UNREACHABLE_TEMPORAL})
+    assert result.returncode == BAD_INPUT, result
+    assert "Traceback" not in result.stdout + result.stderr, result
+    lines = result.stderr.splitlines()  # a worker names itself first (its banner, its warnings)
+    assert [line for line in lines if line.startswith("error: ")] == lines[-1:], result
+    assert lines[-1].startswith("error: bad ledger URL"), result
+
+
+@pytest.mark.postgres
+def test_libpq_options_of_a_postgresql_url_are_used(cli: Cli, pg_ledger_url: str) -> None:
+    """``sslmode``, ``connect_timeout`` and ``application_name`` reach the driver under its own names; the test
+    server's answer to ``sslmode=require`` (no SSL: refused; SSL: no schema in that database) is one line."""
+    ledger = {"AGENTLEASE_LEDGER_URL": f"{pg_ledger_url}?sslmode=disable&connect_timeout=5&application_name=al-test"}
+    upgraded = cli("db", "upgrade", env=ledger)
+    assert upgraded.returncode == 0, upgraded
+    listed = cli("tasks", "--json", env=ledger)
+    assert (listed.returncode, json.loads(listed.stdout or "null")) == (0, []), listed
+    assert cli("sweep", "--once", env=ledger).returncode == 0
+
+    required = {"AGENTLEASE_LEDGER_URL": f"{pg_ledger_url}_absent?sslmode=require"}
+    assert_one_error_line(cli("tasks", env=required), FAILED, "_absent?sslmode=require")
 
 
 @pytest.mark.postgres

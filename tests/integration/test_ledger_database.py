@@ -35,6 +35,7 @@ from sqlalchemy.exc import OperationalError
 from agentlease.enums import SideEffectClass, Stage
 from agentlease.errors import LedgerUnavailableError
 from agentlease.ledger.database import open_database
+from agentlease.ledger.engine import create_async_database_engine
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
 from agentlease.ledger.tables import TASKS
@@ -178,6 +179,28 @@ async def test_workers_starting_together_migrate_a_fresh_postgresql_ledger_once(
     finally:
         for ledger in ledgers:
             await ledger.close()
+
+
+async def test_libpq_options_of_a_postgresql_url_reach_the_session(pg_url: str) -> None:
+    """``application_name`` is set on the ledger's sessions beside the ledger's own bound on an idle transaction,
+    and on a downstream engine's; ``sslmode=disable`` and ``connect_timeout`` connect as they say."""
+    url = f"{pg_url}?sslmode=disable&connect_timeout=5&application_name=agentlease-test"
+    ledger = Ledger.from_url(url)
+    try:
+        shown = await ledger.database.read(
+            lambda conn: conn.exec_driver_sql(
+                "SELECT current_setting('application_name'), current_setting('idle_in_transaction_session_timeout')"
+            ).one()
+        )
+    finally:
+        await ledger.close()
+    assert tuple(shown) == ("agentlease-test", "5s")
+    engine = create_async_database_engine(url)
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.exec_driver_sql("SHOW application_name")).scalar_one() == "agentlease-test"
+    finally:
+        await engine.dispose()
 
 
 async def test_disposed_database_opens_again(ledger: Ledger) -> None:

@@ -447,6 +447,42 @@ async def test_the_ledger_refuses_what_only_a_careful_caller_would_avoid(ledger:
     assert [e.kind for e in await ledger.events(spec.task_id)] == [EventKind.CLAIMED]
 
 
+@pytest.mark.parametrize("ttl", [timedelta(0), -5 * timedelta(seconds=1), timedelta(microseconds=500)])
+async def test_a_renewal_for_no_time_is_refused_not_granted(ledger: Ledger, ttl: timedelta) -> None:
+    """G1: a renewal whose ttl is zero, negative or under a millisecond would answer with an expiry already past
+    (another worker could claim at once while the holder believes it renewed): refused, the lease left as it was."""
+    spec = make_spec()
+    base = await ledger.db_now()
+    claim = await ledger.claim(spec, "w1", now=base)
+    with pytest.raises(ValueError, match="ttl must be at least 1 ms"):
+        await ledger.renew(claim, reason="working", ttl=ttl, now=base + MS)
+    assert (await row(ledger, spec)).lease_expires_at == claim.expires_at
+    assert [e.kind for e in await ledger.events(spec.task_id)] == [EventKind.CLAIMED]
+    with pytest.raises(LeaseHeldError):
+        await ledger.claim(spec, "w2", now=base + 2 * MS)
+
+
+async def test_a_zero_heartbeat_timeout_is_none_and_a_negative_one_is_refused(ledger: Ledger) -> None:
+    """G1: Temporal's zero heartbeat timeout means none, so the claim keeps the lease's TTL; a negative one (or one
+    under a millisecond) would grant a lease already lapsed: refused, nothing claimed."""
+    spec = make_spec()
+    base = await ledger.db_now()
+    for timeout in (-5 * timedelta(seconds=1), timedelta(microseconds=500)):
+        with pytest.raises(ValueError, match="heartbeat timeout must be at least 1 ms"):
+            await ledger.claim(spec, "w0", heartbeat_timeout=timeout, now=base)
+    with pytest.raises(TaskNotFoundError):
+        await row(ledger, spec)
+
+    first = await ledger.claim(spec, "w1", now=base)
+    await ledger.release(first, error_class="retryable", error="503 from upstream", now=base + MS)
+    claim = await ledger.claim(spec, "w2", heartbeat_timeout=timedelta(0), now=base + 2 * MS)
+    assert claim.expires_at - claim.acquired_at == TTL
+    with pytest.raises(LeaseHeldError):
+        await ledger.claim(spec, "w3", now=base + 3 * MS)
+    claimed = [e for e in await ledger.events(spec.task_id) if e.kind is EventKind.CLAIMED]
+    assert "heartbeat" not in (claimed[-1].reason or "")
+
+
 async def test_a_settle_that_finds_a_standing_receipt_shows_that_one(ledger: Ledger) -> None:
     """The first receipt of an idempotency key stands, in the receipts table and on the task."""
     base = await ledger.db_now()

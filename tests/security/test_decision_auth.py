@@ -175,6 +175,24 @@ def test_the_open_mode_is_the_default_and_authenticated_needs_keys() -> None:
         decision_verifier(AgentLeaseSettings(decision_mode="authenticated", operator_keys="alice=nope!"))
 
 
+def test_an_operator_key_file_over_the_bound_is_refused(tmp_path: Path) -> None:
+    """The worker's ``AGENTLEASE_OPERATOR_KEYS`` files and the CLI's own key are read at most to their bound."""
+    from agentlease import limits
+    from agentlease.errors import ConfigurationError
+    from agentlease.security.decision_auth import OperatorKey, load_public_keys
+
+    big = tmp_path / "alice.pub"
+    big.write_bytes(b"agentlease-operator: alice\n" + b"x" * limits.MAX_KEY_FILE_BYTES)
+    with pytest.raises(
+        ConfigurationError, match=f"OPERATOR_KEYS: cannot read .*: larger than {limits.MAX_KEY_FILE_BYTES}"
+    ):
+        load_public_keys(f"alice={big}")
+    with pytest.raises(
+        ConfigurationError, match=f"OPERATOR_KEY: cannot read .*: larger than {limits.MAX_KEY_FILE_BYTES}"
+    ):
+        OperatorKey(big)
+
+
 def test_a_signed_request_applies_only_to_the_decision_it_names(tmp_path: Path) -> None:
     """Another workflow on the task queue schedules the decision activity itself, with a real signed
     request of another step: the activity's check refuses it (the signature is valid, the binding is not)."""

@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
+from agentlease import limits
 from agentlease.enums import DecisionKind, SideEffectClass
 from agentlease.ledger.grants import LedgerRoles, grant_statements
 from agentlease.ledger.migrate import upgrade
@@ -150,6 +151,23 @@ def test_run_on_a_fifo(cli: Cli) -> None:  # noqa: F811
     os.mkfifo(cli.cwd / "plan.json")
     result = cli("run", "plan.json", env=UNREACHABLE_TEMPORAL, timeout=BOUNDED_S)
     assert_one_error_line(result, BAD_INPUT, "cannot read plan plan.json: a FIFO or a socket, not a file")
+
+
+@pytest.mark.parametrize(
+    ("key", "refusal"),
+    [("fifo", "a FIFO or a socket, not a file"), ("/dev/zero", "larger than"), ("big", "larger than")],
+)
+def test_an_operator_key_that_is_a_fifo_or_endless_is_refused_at_once(cli: Cli, key: str, refusal: str) -> None:  # noqa: F811
+    """A FIFO waited for a writer forever; ``/dev/zero`` or a huge file was read whole into memory."""
+    if key == "fifo":
+        os.mkfifo(cli.cwd / "op.key")
+        key = "op.key"
+    elif key == "big":
+        (cli.cwd / "op.key").write_bytes(b"agentlease-operator: alice\n" + b"x" * limits.MAX_KEY_FILE_BYTES)
+        key = "op.key"
+    args = ("--operator-key", key, "approve", "run1", "step1", "--by", "bob", "--reason", "r")
+    result = cli(*args, env=UNREACHABLE_TEMPORAL, timeout=BOUNDED_S)
+    assert_one_error_line(result, BAD_INPUT, f"AGENTLEASE_OPERATOR_KEY: cannot read {key}: {refusal}")
 
 
 def _spec(run: str, step: str) -> TaskSpec:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import ipaddress
+import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from cryptography.x509.oid import NameOID
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import TLSConfig
 
+from agentlease import limits
 from agentlease.errors import ConfigurationError
 from agentlease.runtime.temporal import TemporalUnavailableError, connect
 from agentlease.settings import AgentLeaseSettings
@@ -205,6 +207,16 @@ def test_settings_make_the_tls_config(pki: Pki, tmp_path: Path) -> None:
         tls_config(_settings("x:1", temporal_tls_cert_file=pki.client_cert))
     with pytest.raises(ConfigurationError, match="AGENTLEASE_TEMPORAL_TLS_CA_FILE: cannot read"):
         tls_config(_settings("x:1", temporal_tls_ca_file=tmp_path / "missing.pem"))
+    fifo = tmp_path / "ca.fifo"
+    os.mkfifo(fifo)  # was waited on for a writer forever
+    with pytest.raises(ConfigurationError, match=r"TLS_CA_FILE: cannot read .*: a FIFO or a socket, not a file"):
+        tls_config(_settings("x:1", temporal_tls_ca_file=fifo))
+    big = tmp_path / "ca.pem"
+    big.write_bytes(pki.ca.read_bytes() * (limits.MAX_KEY_FILE_BYTES // len(pki.ca.read_bytes()) + 1))
+    with pytest.raises(
+        ConfigurationError, match=f"TLS_CA_FILE: cannot read .*: larger than {limits.MAX_KEY_FILE_BYTES}"
+    ):
+        tls_config(_settings("x:1", temporal_tls_ca_file=big))
     assert "temporal_api_key='k'" not in repr(_settings("x:1", temporal_api_key="k"))
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from temporalio.api.workflow.v1 import PendingActivityInfo
 
 from agentlease.enums import ErrorClass, Interruption, SideEffectClass
 from agentlease.records import ToolInfo
 from agentlease.recovery.retries import failure_retry_delay, heartbeat_timeout_for, ledger_retry_delay
 from agentlease.settings import AgentLeaseSettings
 from agentlease.tools._binding import ttl_refusal
+from agentlease.tools._context import followed_timeout, heartbeat_timeout_of
 from agentlease.workflow._options import leased_activity_options
 
 
@@ -39,6 +41,19 @@ def test_the_heartbeat_timeout_is_a_third_of_the_lease_ttl_at_least_two_seconds(
     assert ttl_refusal(heartbeat_timeout_for(ttl), ttl) is None
     assert ttl_refusal(ttl, ttl) is None  # a call scheduled before, or by hand, with the TTL itself
     assert ttl_refusal(ttl * 2, ttl) is not None
+
+
+def test_a_zero_heartbeat_timeout_read_from_temporal_is_none_and_the_lease_keeps_its_ttl() -> None:
+    """Temporal's zero heartbeat timeout (``update-options --heartbeat-timeout 0``) means none: an attempt that
+    read it as a timeout of 0 s claimed and renewed leases that had lapsed already."""
+    ttl, scheduled = timedelta(seconds=10), timedelta(seconds=10 / 3)
+    pending = PendingActivityInfo()
+    assert heartbeat_timeout_of(pending) is None
+    pending.activity_options.heartbeat_timeout.FromSeconds(0)
+    assert heartbeat_timeout_of(pending) is None
+    assert followed_timeout(heartbeat_timeout_of(pending), scheduled, ttl) == ttl
+    pending.activity_options.heartbeat_timeout.FromSeconds(3)
+    assert followed_timeout(heartbeat_timeout_of(pending), scheduled, ttl) == timedelta(seconds=3)
 
 
 @pytest.mark.parametrize(("real_attempts", "delay_s"), [(1, 1), (2, 2), (3, 4), (5, 16), (6, 30), (40, 30)])
