@@ -111,16 +111,15 @@ async def _read_body(receive: Receive, limit: int, timeout_s: float = BODY_TIMEO
         raise _TooSlow from None
 
 
-def _replaying(body: bytes) -> Receive:
-    """A ``receive`` that hands the already-read body to the app, then waits until it is cancelled: the app never
-    hears of its client's disconnect (a ``StreamingResponse`` listening for one would cut its answer short), and
-    runs to its end as ``docs/edge.md`` ("A key's life") says."""
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the already-read body to the app, then defers to the client: a handler that streams
+    until its client leaves hears of it (a response it cuts short never replaces a stored answer, :func:`_verdict`)."""
     sent = False
 
     async def replay() -> Message:
         nonlocal sent
-        while sent:  # the body was handed over: nothing else comes
-            await anyio.sleep_forever()
+        if sent:
+            return await receive()
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
@@ -162,6 +161,19 @@ def _held(held: Held, key: str) -> Response:
     answer = _error(409, IN_FLIGHT, f"a request with {key!r} is still executing")
     answer.headers["Retry-After"] = "1"
     return answer
+
+
+_FILE_SENDS = ("http.response.pathsend", "http.response.zerocopysend")
+"""ASGI extensions by which an app hands the server a file instead of its bytes: hidden from a guarded handler,
+so that its answer's body passes through the middleware, which stores it."""
+
+
+def _without_file_sends(scope: Scope) -> Scope:
+    """``scope`` without :data:`_FILE_SENDS` (a ``FileResponse`` then sends its body as messages)."""
+    extensions = scope.get("extensions") or {}
+    if not any(name in extensions for name in _FILE_SENDS):
+        return scope
+    return {**scope, "extensions": {k: v for k, v in extensions.items() if k not in _FILE_SENDS}}
 
 
 def _complete(messages: list[Message]) -> bool:
@@ -316,7 +328,7 @@ class IdempotencyMiddleware:
             messages.append(message)
 
         async def handle() -> list[Message]:
-            await self.app(scope, _replaying(body), capture)
+            await self.app(_without_file_sends(scope), _replaying(body, receive), capture)
             return messages
 
         try:

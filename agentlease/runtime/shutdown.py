@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from agentlease.errors import AgentLeaseError
 
@@ -50,28 +50,39 @@ async def stopped_by_signals(main: Awaitable[T]) -> T:
         raise AgentLeaseError(f"stopped by {received[0]}; everything it started is stopped") from None
 
 
-async def to_its_end(awaitable: Awaitable[T]) -> T:
-    """``awaitable``'s outcome, awaited to its end even when the caller is cancelled meanwhile: a write that must
-    not be abandoned half-way (a release, a settle), whose outcome, an error included, still reaches the caller's
-    own handling. A cancel that came meanwhile is raised at the caller's next ``await`` (or ends its task
-    cancelled); a cancel of ``awaitable`` itself is raised at once. Unlike ``asyncio.shield``, whose caller leaves
-    at the cancel, nothing runs on unheard: no error is lost as "Task exception was never retrieved"."""
+WAIT_AFTER_CANCEL_S = 10.0
+"""How long :func:`to_its_end` keeps its cancelled caller waiting for the write. Default 10 s."""
+
+
+async def to_its_end(awaitable: Awaitable[T], *, wait_after_cancel_s: float = WAIT_AFTER_CANCEL_S) -> T:
+    """``awaitable``'s outcome; a write that must not be abandoned half-way (a release, a settle) runs to its end
+    even when the caller is cancelled meanwhile. The caller then waits for it, at most ``wait_after_cancel_s``
+    (default :data:`WAIT_AFTER_CANCEL_S`), and the cancel is raised as it came, every cancel counted (so
+    ``asyncio.timeout`` and task groups read it as theirs): what must happen with the write's outcome, an error
+    included, belongs inside ``awaitable``. A write still running then goes on alone, and its outcome is read when
+    it ends. Unlike ``asyncio.shield``, nothing is left unread ("Task exception was never retrieved")."""
     task = asyncio.ensure_future(awaitable)
-    held = 0  # the caller's cancels held back while the write ran
     try:
-        while True:
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                if task.cancelled():
-                    raise
-                held += 1  # the caller's: its outcome is read at the next turn, done or not
-    finally:
-        current = asyncio.current_task()
-        if held and current is not None:
-            for _ in range(held):
-                current.uncancel()
-            current.cancel()
+        return await asyncio.shield(task)
+    except asyncio.CancelledError as exc:
+        if task.cancelled():
+            raise
+        cancel = exc
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_after_cancel_s
+    while not task.done() and loop.time() < deadline:
+        try:
+            await asyncio.wait({task}, timeout=deadline - loop.time())
+        except asyncio.CancelledError as again:  # counted by the task like the first: one raise answers all
+            cancel = again
+    task.add_done_callback(_read_outcome)
+    raise cancel
+
+
+def _read_outcome(task: asyncio.Future[Any]) -> None:
+    """Mark a finished write's outcome read: its caller, cancelled, has left (:func:`to_its_end`)."""
+    if not task.cancelled():
+        task.exception()
 
 
 __all__ = ["STOP_SIGNALS", "stop_event", "stopped_by_signals", "to_its_end"]

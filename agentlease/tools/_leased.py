@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -461,13 +462,16 @@ class LeasedActivities:
         def release(retried: bool = False) -> Any:
             return self._ledger.release(claim, error_class=error_class, error=error, details=details, retried=retried)
 
-        try:  # shielded: a cancel must not abandon the release half-way (the trail would miss the attempt's end)
-            await to_its_end(release())
-        except LeaseLostError:  # recorded as lease_lost; the newer holder decides (the run is told, see execute)
-            self._refused_releases.add((claim.task_id, claim.generation))
-        except LedgerUnavailableError:
-            what = f"release of {claim.task_id} (generation {claim.generation}, {error_class.value})"
-            self.deferred.add(what, lambda: release(True))
+        async def released() -> None:  # its outcome handled inside: a cancelled caller may not wait for it
+            try:
+                await release()
+            except LeaseLostError:  # recorded as lease_lost; the newer holder decides (the run is told, see execute)
+                self._refused_releases.add((claim.task_id, claim.generation))
+            except LedgerUnavailableError:
+                what = f"release of {claim.task_id} (generation {claim.generation}, {error_class.value})"
+                self.deferred.add(what, lambda: release(True))
+
+        await to_its_end(released())  # a cancel must not abandon the release half-way (the trail would miss its end)
 
     async def _park(self, claim: Claim, decision: RecoveryDecision, error_class: ErrorClass, error: str) -> NoReturn:
         """Apply a decision that does not run the tool, then fail the attempt non-retryably (deferred in an outage)."""
@@ -476,19 +480,20 @@ class LeasedActivities:
             record = await self._ledger.get_task(claim.task_id)
             raise _final(f"{claim.task_id}: {decision.rule}", _facts(record), FailureType.TASK_CLOSED) from None
         reason = limits.clip(f"{decision.rule} ({error})")
+        park = functools.partial(self._ledger.await_decision, claim, status=status, error_class=error_class)
 
-        def park(retried: bool = False) -> Any:
-            return self._ledger.await_decision(
-                claim, status=status, error_class=error_class, error=reason, retried=retried
-            )
+        async def parked() -> None:  # deferred inside: a cancelled caller may not wait for it
+            try:
+                await park(error=reason)
+            except LedgerUnavailableError:
+                what = f"{status.value} of {claim.task_id} (generation {claim.generation})"
+                self.deferred.add(what, lambda: park(error=reason, retried=True))
+                raise
 
         try:
-            await to_its_end(park())
+            await to_its_end(parked())
         except LeaseLostError as exc:
             raise _lease_lost(exc) from None
-        except LedgerUnavailableError:
-            self.deferred.add(f"{status.value} of {claim.task_id} (generation {claim.generation})", lambda: park(True))
-            raise
         record = await self._ledger.get_task(claim.task_id)
         assert status.failure_type is not None
         # No cause: the tool's own exception would carry its unredacted message.

@@ -78,6 +78,8 @@ class Publisher:
         self.engine = engine
         self.entered = 0
         self.streaming = 0
+        self.ticking = 0  # a stream that lasts until its client leaves: started, and ended
+        self.ticked_out = 0
         self.failures = 0
         self.hold_next = False
         self.gate = asyncio.Event()
@@ -129,6 +131,19 @@ class Publisher:
             yield bytes(answer.body)
 
         return StreamingResponse(body(), status_code=201, media_type="application/json")
+
+    async def tick(self, request: Request) -> StreamingResponse:
+        """Streams until its client leaves (as server-sent events do), with no effect."""
+
+        async def body() -> AsyncIterator[bytes]:
+            self.ticking += 1
+            try:
+                yield b"tick\n"
+                await asyncio.Event().wait()  # no end of its own
+            finally:
+                self.ticked_out += 1
+
+        return StreamingResponse(body(), media_type="text/plain")
 
     async def publish_cut_short(self, request: Request) -> Response:
         """Commits as ``publish`` does, then answers with a response whose body never ends."""
@@ -244,6 +259,7 @@ async def running_service(url: str, **options: Any) -> AsyncIterator[Service]:
                 Route("/articles/{article_id}", publisher.publish, methods=["POST", "PUT"]),
                 Route("/streamed/{article_id}", publisher.publish_streamed, methods=["POST"]),
                 Route("/cut/{article_id}", publisher.publish_cut_short, methods=["POST"]),
+                Route("/ticking", publisher.tick, methods=["POST"]),
                 Route("/plain/{article_id}", publisher.publish_plain, methods=["POST"]),
                 Route("/articles", publisher.count, methods=["GET"]),
                 Route("/unavailable", publisher.unavailable, methods=["POST"]),
@@ -497,9 +513,12 @@ async def test_an_answer_is_stored_although_its_client_went_away(ledger_url: str
         assert await svc.publisher.executions("k-gone") == 1
 
 
-async def test_a_streamed_answer_whose_client_went_away_after_the_commit_is_stored_whole(ledger_url: str) -> None:
+async def test_a_streamed_answer_whose_client_went_away_after_the_commit_leaves_the_committed_one(
+    ledger_url: str,
+) -> None:
     """G11: a key committed with its effect is done with an answer, whatever happens after; the handler's own
-    answer, streamed after the commit, runs to its end although its client is gone, and a retry gets it whole."""
+    answer, streamed after the commit and cut short when its client goes, never replaces it: a retry gets the
+    answer committed with the effect, whole."""
     async with running_service(ledger_url) as svc:
         gone = asyncio.create_task(svc.post("/streamed/12", "k-stream", {"title": "t"}))
         await assert_eventually(lambda: svc.publisher.streaming == 1, message="the handler committed and streams")
@@ -519,6 +538,18 @@ async def test_a_streamed_answer_whose_client_went_away_after_the_commit_is_stor
         assert replay.content, "the stored answer was replaced by one cut short"
         assert replay.json() == {"publication_id": 1, "title": "t"}
         assert await svc.publisher.executions("k-stream") == 1
+
+
+async def test_a_handler_that_streams_until_its_client_leaves_ends_when_it_leaves(ledger_url: str) -> None:
+    """The handler hears of its client's disconnect once the body is read: a stream with no end of its own stops
+    then, instead of running, and buffering, for ever."""
+    async with running_service(ledger_url) as svc:
+        gone = asyncio.create_task(svc.post("/ticking", "k-tick", {"title": "t"}))
+        await assert_eventually(lambda: svc.publisher.ticking == 1, message="the handler streams")
+        gone.cancel()  # the client leaves
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        await assert_eventually(lambda: svc.publisher.ticked_out == 1, message="the handler ended as its client left")
 
 
 async def test_an_answer_cut_short_never_replaces_the_one_committed_with_the_effect(ledger_url: str) -> None:

@@ -22,8 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
 from agentlease.demo.downstream import serve_app
 from agentlease.errors import StaleFencingTokenError
@@ -190,6 +191,47 @@ async def test_a_malformed_content_length_is_bounded_like_any_other_never_a_500(
         await store.close()
     assert (small.status_code, small.json()) == (201, {"bytes": 2})
     assert (large.status_code, large.json()["error"]) == (413, "request_too_large")
+
+
+async def test_a_file_answer_is_stored_whole_where_the_server_could_send_files_itself(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """A server that offers ``http.response.pathsend`` (an app hands it a file's path, not its bytes): the guarded
+    handler does not see the extension, so its ``FileResponse`` sends its bytes, which are stored with the key,
+    and the retry gets them."""
+    receipt = tmp_path / "receipt.txt"
+    receipt.write_text("receipt 42\n")
+    runs: list[int] = []
+
+    async def export(request: Request) -> FileResponse:
+        runs.append(1)
+        return FileResponse(receipt)
+
+    store = IdempotencyStore.from_url(sqlite_url)
+    try:
+        await store.create_tables()
+        guarded = IdempotencyMiddleware(
+            Starlette(routes=[Route("/export", export, methods=["POST"])]), store=store, anonymous=True
+        )
+
+        async def server(scope: Scope, receive: Receive, send: Send) -> None:
+            """The server's side of the extension: it offers it, and sends a path's bytes for the app."""
+
+            async def sending(message: Message) -> None:
+                if message["type"] == "http.response.pathsend":
+                    message = {"type": "http.response.body", "body": Path(message["path"]).read_bytes()}
+                await send(message)
+
+            await guarded({**scope, "extensions": {"http.response.pathsend": {}}}, receive, sending)
+
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=server), base_url="http://svc") as http:
+            first = await http.post("/export", json={}, headers={"Idempotency-Key": "k-file"})
+            again = await http.post("/export", json={}, headers={"Idempotency-Key": "k-file"})
+    finally:
+        await store.close()
+    assert (first.status_code, first.text) == (200, "receipt 42\n")
+    assert (again.status_code, again.text, again.headers.get("idempotent-replayed")) == (200, "receipt 42\n", "true")
+    assert runs == [1]
 
 
 async def test_the_sql_fence_with_a_key_takes_only_signed_tokens(ledger_url: str) -> None:
