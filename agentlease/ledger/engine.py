@@ -28,6 +28,7 @@ PG_CONNECT_TIMEOUT_S = 10.0
 
 _PG_UNDEFINED_TABLE = "42P01"
 _USERINFO_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+_USERINFO_PASSWORD_TO_LAST_AT = re.compile(r"(://[^:/@]*:).*@")  # a password with an unencoded "@" in it
 
 _DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
 
@@ -86,6 +87,10 @@ def _parse(url: str, name: str) -> tuple[URL, dict[str, Any]]:
         return parsed.set(database=str(Path(parsed.database).expanduser())), {}
     if parsed.port is not None and not 0 < parsed.port <= 65535:
         raise ConfigurationError(f"bad {name} URL {shown!r}: port {parsed.port} is not between 1 and 65535")
+    query = url.partition("?")[2]
+    blank = [part for part in query.split("&") if part and not part.partition("=")[2]]  # dropped by make_url
+    if blank:
+        raise ConfigurationError(f"bad {name} URL {shown!r}: option {blank[0].partition('=')[0]!r} without a value")
     if "sslmode" in parsed.query and "ssl" in parsed.query:
         raise ConfigurationError(f"bad {name} URL {shown!r}: sslmode and ssl both set; give one")
     options: dict[str, Any] = {}
@@ -129,7 +134,10 @@ def pg_connect_args(url: str, *, name: str = "database") -> dict[str, Any]:
 
 
 def display_url(url: str) -> str:
-    """``url`` with its password masked, for messages (also when it does not parse as a URL)."""
+    """``url`` with its password masked, for messages (also when it does not parse as a URL, or its password holds
+    an unencoded ``@``: then all up to the last ``@`` is masked)."""
+    if url.count("@") > 1:
+        return _USERINFO_PASSWORD_TO_LAST_AT.sub(r"\1***@", url)
     try:
         return make_url(url).render_as_string(hide_password=True)
     except (ArgumentError, ValueError):

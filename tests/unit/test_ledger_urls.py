@@ -26,10 +26,12 @@ def test_a_home_relative_sqlite_path_is_expanded_for_the_engine_and_the_file_che
     [
         "postgresql://postgres:s3cret@127.0.0.1:notaport/x",  # does not parse: masked all the same
         "postgresql://postgres:s3cret@127.0.0.1:5432/x",
+        "postgresql://postgres:s3@cret@127.0.0.1:5432/x",  # an unencoded "@": no part of the password shown
+        "postgresql://postgres:s3cret@@127.0.0.1/x",
     ],
 )
 def test_passwords_are_masked_in_messages(url: str) -> None:
-    assert "s3cret" not in display_url(url)
+    assert "s3" not in display_url(url) and "cret" not in display_url(url)
     assert "postgres:***@127.0.0.1" in display_url(url)
 
 
@@ -65,6 +67,8 @@ def test_libpq_options_reach_asyncpg_under_its_own_names() -> None:
         ("postgresql://u:s3cret@db/x?sslmode=on", "sslmode must be one of disable, allow, prefer, require"),
         ("postgresql://u:s3cret@db/x?sslmode=require&ssl=disable", "sslmode and ssl both set"),
         ("postgresql://u:s3cret@db/x?sslmode=require&sslmode=disable", "sslmode given 2 times"),
+        ("postgresql://u:s3cret@db/x?sslmode=", "option 'sslmode' without a value"),  # libpq refuses it too
+        ("postgresql://u:s3cret@db/x?application_name=x&sslmode", "option 'sslmode' without a value"),
         (
             "postgresql://u:s3cret@db/x?connect_timeout=0",
             "connect_timeout must be a whole number of seconds, at least 1",
