@@ -191,15 +191,18 @@ class _Attempt:
 
     async def read_back(self) -> dict[str, Any] | None:
         target = self.args.target
-        try:
-            if self.cls is SideEffectClass.READ_ONLY:
-                response = await self.http.get(f"api/catalog/{target}")
-            elif self.cls is SideEffectClass.UNSAFE:
-                response = await self.http.get(f"plain/messages/{target}")
-            else:
-                response = await self.http.get(f"api/documents/{target}")
-        except httpx.TransportError as exc:
-            raise RetryableToolError(f"reading {target} back: {type(exc).__name__}") from None
+        path = {SideEffectClass.READ_ONLY: "api/catalog", SideEffectClass.UNSAFE: "plain/messages"}.get(
+            self.cls, "api/documents"
+        )
+        for tries_left in (1, 0):  # a read: asked again once on a connection the server closed during a pause
+            try:
+                response = await self.http.get(f"{path}/{target}")
+                break
+            except httpx.RemoteProtocolError:
+                if not tries_left:
+                    raise RetryableToolError(f"reading {target} back: RemoteProtocolError") from None
+            except httpx.TransportError as exc:
+                raise RetryableToolError(f"reading {target} back: {type(exc).__name__}") from None
         if response.status_code == 404:
             return None
         if response.status_code >= 400:
