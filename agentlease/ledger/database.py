@@ -339,15 +339,15 @@ class AsyncEngineDatabase:
 
     Args:
         engine: from :func:`~agentlease.ledger.engine.create_pg_ledger_engine`; owned.
-        url: the ledger's URL as messages show it (password masked, options kept); default the engine's.
+        url: the ledger's URL as messages show it (password masked, options kept: ``display_url``).
     """
 
-    def __init__(self, engine: AsyncEngine, url: str | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, url: str) -> None:
         self._engine = engine
         self._read_engine = engine.execution_options(**{READ_ONLY_OPTION: True})
         self._autocommit_engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.dialect = engine.dialect.name
-        self.url = url or engine.url.set(drivername=engine.url.get_backend_name()).render_as_string(hide_password=True)
+        self.url = url
         self._kept: list[tuple[float, PoolProxiedConnection]] = []  # (idle since, connection), newest last
         self._waiting = 0  # callers waiting for the pool: a finished lease statement gives its connection back
 
