@@ -201,8 +201,10 @@ def test_a_settle_in_an_outage_lands_once_the_ledger_is_back(
             assert_eventually_sync(lambda: unavailable(metrics, "settle") >= 2, timeout=30, message=message)
         assert_eventually_sync(lambda: run_status(cli, env, run_id) == "completed", timeout=60, message="settled")
         task = task_json(cli, env, run_id)
+        trail = events(cli, env, run_id)
         assert worker.alive, worker.stderr_tail()
     finally:
         worker.stop()
-    assert (task["status"], task["claim_generation"], task["attempts"]) == ("settled", 1, 1), task
+    seen = (task["status"], task["claim_generation"], task["attempts"])
+    assert seen == ("settled", 1, 1), (task, trail, "".join(worker.command.stderr)[-4000:])
     assert "Traceback" not in "".join(worker.command.stderr)
