@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.sql import ClauseElement
 
 from agentlease.errors import LedgerFileChangedError, LedgerRefusedValueError, LedgerUnavailableError, one_line
@@ -400,6 +400,10 @@ class AsyncEngineDatabase:
         self._waiting += 1
         try:
             return await self._engine.raw_connection()
+        except self._engine.dialect.loaded_dbapi.Error as exc:
+            # A server that refuses the new session ("not yet accepting connections" while it starts): the pool
+            # raises the driver's error as it is, where a connection SQLAlchemy opens itself wraps it.
+            raise DBAPIError.instance(None, None, exc, self._engine.dialect.loaded_dbapi.Error) from exc
         finally:
             self._waiting -= 1
 

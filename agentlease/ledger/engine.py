@@ -182,6 +182,7 @@ _UNREACHABLE_PG = (
     "CrashShutdownError",
     "TooManyConnectionsError",
     "InterfaceError",
+    "LockNotAvailableError",  # a lock held elsewhere past PG_LOCK_TIMEOUT_MS: no answer in time
 )
 
 
@@ -278,6 +279,11 @@ PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 5_000
 """PostgreSQL ends a ledger session idle inside a transaction this long (a paused worker's row lock would block
 takeovers): 5 s, short beside a lease TTL, long beside a ledger transaction on a CPU-starved host."""
 
+PG_LOCK_TIMEOUT_MS = 10_000
+"""A ledger statement waits this long for a lock another session holds (say, an operator's open
+``SELECT ... FOR UPDATE``), then fails as the ledger being unavailable, never waiting without bound: 10 s, twice
+the bound on a ledger session idle in a transaction (``docs/operations.md``, "PostgreSQL connections")."""
+
 READ_ONLY_OPTION = "agentlease_read_only"  # execution option of SQLite reads: a plain ``BEGIN``
 
 
@@ -358,6 +364,7 @@ def create_pg_ledger_engine(url: str, *, pool_size: int = PG_POOL_SIZE) -> Async
     connect_args["server_settings"] = {
         **connect_args.get("server_settings", {}),
         "idle_in_transaction_session_timeout": str(PG_IDLE_IN_TRANSACTION_TIMEOUT_MS),
+        "lock_timeout": str(PG_LOCK_TIMEOUT_MS),
     }
     engine = create_async_engine(
         async_url(url, name="ledger"),

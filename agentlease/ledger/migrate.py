@@ -34,6 +34,7 @@ def _upgrade(connection: Connection, revision: str) -> None:
         # Alembic loads its scripts between statements: on a busy host that outlasts the ledger sessions'
         # bound on an idle transaction (engine.PG_IDLE_IN_TRANSACTION_TIMEOUT_MS), which guards lease rows.
         connection.exec_driver_sql("SET LOCAL idle_in_transaction_session_timeout = 0")
+        connection.exec_driver_sql("SET LOCAL lock_timeout = 0")  # waits for the worker migrating before it
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")
     config = alembic_config()
     config.attributes["connection"] = connection

@@ -77,12 +77,13 @@ TASKS = Table(
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
     *_trace_columns(),
-    # The sweeper: running tasks by lease expiry.
-    Index("ix_tasks_status_lease_expires_at_ms", "status", "lease_expires_at_ms"),
     # The sweeper: approvals about to lapse.
     Index("ix_tasks_approval_expires_at_ms", "approval_expires_at_ms"),
     # Operator listings, each read in keyset pages on (created_at_ms, task_id): all tasks, one
     # run's tasks (and the runs, grouped), tasks of one status, and the tasks waiting for a person.
+    # The sweeper finds the running tasks through the status index. No index holds a column a renewal
+    # writes (lease_expires_at_ms, stage, renewal_count, updated_at_ms): PostgreSQL updates a renewed row
+    # in place, with no index entry (a HOT update; docs/operations.md, "The sweeper").
     Index("ix_tasks_created_at_ms_task_id", "created_at_ms", "task_id"),
     Index("ix_tasks_agent_run_id_created_at_ms", "agent_run_id", "created_at_ms", "task_id"),
     Index("ix_tasks_status_created_at_ms", "status", "created_at_ms", "task_id"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -195,16 +196,18 @@ def test_a_settle_in_an_outage_lands_once_the_ledger_is_back(
     worker, env, metrics = worker_and_env(cli, cluster, temporal_address)
     try:
         run_id, _, gate = start_run(cli, env, write_file, "settle_in_outage")
+        outage_began = time.monotonic()
         with outage(cluster):
             gate.touch()
             message = "the settle was tried during the outage, more than once"
             assert_eventually_sync(lambda: unavailable(metrics, "settle") >= 2, timeout=30, message=message)
+        outage_s = time.monotonic() - outage_began
         assert_eventually_sync(lambda: run_status(cli, env, run_id) == "completed", timeout=60, message="settled")
         task = task_json(cli, env, run_id)
         trail = events(cli, env, run_id)
         assert worker.alive, worker.stderr_tail()
     finally:
         worker.stop()
-    seen = (task["status"], task["claim_generation"], task["attempts"])
-    assert seen == ("settled", 1, 1), (task, trail, "".join(worker.command.stderr)[-4000:])
-    assert "Traceback" not in "".join(worker.command.stderr)
+    seen, log = (task["status"], task["claim_generation"], task["attempts"]), "".join(worker.command.stderr)
+    assert seen == ("settled", 1, 1), (f"outage of {outage_s:.1f}s", task, trail, log[-4000:])
+    assert "Traceback" not in log

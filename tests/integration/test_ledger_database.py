@@ -11,7 +11,10 @@
 - workers starting together on a fresh PostgreSQL database migrate it one after the other;
 - on PostgreSQL, lease statements keep their pooled connection for the next one (one checkout for many
   cycles), give it back to a transaction or statement that waits for the pool (a pool of one serves
-  both), and ping a kept connection idle past the threshold, replacing it when the server closed it.
+  both), and ping a kept connection idle past the threshold, replacing it when the server closed it;
+- on PostgreSQL, a write blocked by a lock another session holds fails after the ledger's lock timeout as
+  the ledger unavailable, and lands once the lock is gone; a server refusing a new session is the ledger
+  unavailable too.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import functools
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -28,7 +32,7 @@ from types import SimpleNamespace
 
 import asyncpg
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, make_url, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import OperationalError
 
@@ -281,6 +285,73 @@ async def test_postgresql_kept_connection_given_back_is_pinged_as_idle_since_it_
     assert await _end_sessions(pg_url) == 1
     # The transaction takes the kept connection back through the pool, which pings it (idle for an hour).
     assert await pg_ledger_of_one.database.read(_task_ids) == ["run/before"]
+
+
+async def test_postgresql_write_blocked_by_a_lock_held_elsewhere_fails_as_unavailable_and_lands_after(
+    pg_url: str, pg_template: MigratedTemplate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's open ``SELECT ... FOR UPDATE`` on a task does not hold its renewal without bound: after the
+    ledger's lock timeout the renewal fails as the ledger unavailable; once the lock is gone it lands."""
+    import agentlease.ledger.engine as engine
+
+    monkeypatch.setattr(engine, "PG_LOCK_TIMEOUT_MS", 300)  # read when the ledger's engine is made
+    await pg_template.copy_to(pg_url)
+    ledger = Ledger.from_url(pg_url)
+    operator = await asyncpg.connect(_asyncpg_dsn(pg_url))
+    try:
+        spec = TaskSpec(
+            task_id="run/locked",
+            agent_run_id="run",
+            step_id="locked",
+            tool="probe",
+            side_effect_class=SideEffectClass.IDEMPOTENT,
+            idempotency_key="run:locked",
+            lease_ttl=timedelta(seconds=30),
+        )
+        claim = await ledger.claim(spec, "worker")
+        locked = operator.transaction()
+        await locked.start()
+        await operator.execute("SELECT 1 FROM tasks WHERE task_id = $1 FOR UPDATE", spec.task_id)
+        with pytest.raises(LedgerUnavailableError, match="lock timeout"):
+            await ledger.renew(claim, reason="calling the external system", stage=Stage.EXTERNAL_CALL)
+        await locked.rollback()
+        await ledger.renew(claim, reason="calling the external system", stage=Stage.EXTERNAL_CALL)
+        assert (await ledger.get_task(spec.task_id)).renewal_count == 1
+    finally:
+        await operator.close()
+        await ledger.close()
+
+
+async def test_postgresql_server_refusing_a_new_session_is_the_ledger_unavailable(
+    pg_url: str, pg_template: MigratedTemplate
+) -> None:
+    """A server that answers a new session with an error (here a role's connection limit; "not yet accepting
+    connections" while it starts up) fails a lease statement as the ledger unavailable, in one line, as a
+    refused connection does: the write is retried or deferred, never a traceback that ends the attempt."""
+    await pg_template.copy_to(pg_url)
+    role = f"agentlease_limited_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(_asyncpg_dsn(pg_url))
+    holder = Ledger.from_url(pg_url)
+    await admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 0')
+    limited = Ledger.from_url(str(make_url(pg_url).set(username=role)))
+    try:
+        spec = TaskSpec(
+            task_id="run/limited",
+            agent_run_id="run",
+            step_id="limited",
+            tool="probe",
+            side_effect_class=SideEffectClass.IDEMPOTENT,
+            idempotency_key="run:limited",
+            lease_ttl=timedelta(seconds=30),
+        )
+        claim = await holder.claim(spec, "worker")
+        with pytest.raises(LedgerUnavailableError, match="too many connections"):
+            await limited.renew(claim, reason="calling the external system", stage=Stage.EXTERNAL_CALL)
+    finally:
+        await limited.close()
+        await holder.close()
+        await admin.execute(f'DROP ROLE "{role}"')
+        await admin.close()
 
 
 async def _end_sessions(pg_url: str) -> int:
