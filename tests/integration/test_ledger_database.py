@@ -225,9 +225,9 @@ async def pg_ledger_of_one(pg_url: str, pg_template: MigratedTemplate) -> AsyncI
         await ledger.close()
 
 
-async def _cycle(ledger: Ledger, step: str) -> None:
-    """Claim a new task, renew it into ``external_call``, settle it: three one-statement lease writes."""
-    spec = TaskSpec(
+def _spec(step: str) -> TaskSpec:
+    """A task ``run/<step>`` of an idempotent tool, leased for 30 s."""
+    return TaskSpec(
         task_id=f"run/{step}",
         agent_run_id="run",
         step_id=step,
@@ -236,7 +236,11 @@ async def _cycle(ledger: Ledger, step: str) -> None:
         idempotency_key=f"run:{step}",
         lease_ttl=timedelta(seconds=30),
     )
-    claim = await ledger.claim(spec, "worker")
+
+
+async def _cycle(ledger: Ledger, step: str) -> None:
+    """Claim a new task, renew it into ``external_call``, settle it: three one-statement lease writes."""
+    claim = await ledger.claim(_spec(step), "worker")
     await ledger.renew(claim, reason="calling the external system", stage=Stage.EXTERNAL_CALL)
     receipt = SettlementReceipt(external_system="x", external_id=step, status="done", verified_at=datetime.now(UTC))
     await ledger.settle(claim, receipt)
@@ -299,15 +303,7 @@ async def test_postgresql_write_blocked_by_a_lock_held_elsewhere_fails_as_unavai
     ledger = Ledger.from_url(pg_url)
     operator = await asyncpg.connect(_asyncpg_dsn(pg_url))
     try:
-        spec = TaskSpec(
-            task_id="run/locked",
-            agent_run_id="run",
-            step_id="locked",
-            tool="probe",
-            side_effect_class=SideEffectClass.IDEMPOTENT,
-            idempotency_key="run:locked",
-            lease_ttl=timedelta(seconds=30),
-        )
+        spec = _spec("locked")
         claim = await ledger.claim(spec, "worker")
         locked = operator.transaction()
         await locked.start()
@@ -335,15 +331,7 @@ async def test_postgresql_server_refusing_a_new_session_is_the_ledger_unavailabl
     await admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 0')
     limited = Ledger.from_url(str(make_url(pg_url).set(username=role)))
     try:
-        spec = TaskSpec(
-            task_id="run/limited",
-            agent_run_id="run",
-            step_id="limited",
-            tool="probe",
-            side_effect_class=SideEffectClass.IDEMPOTENT,
-            idempotency_key="run:limited",
-            lease_ttl=timedelta(seconds=30),
-        )
+        spec = _spec("limited")
         claim = await holder.claim(spec, "worker")
         with pytest.raises(LedgerUnavailableError, match="too many connections"):
             await limited.renew(claim, reason="calling the external system", stage=Stage.EXTERNAL_CALL)
