@@ -458,9 +458,7 @@ class LeasedActivities:
         self, claim: Claim, error_class: ErrorClass, error: str, *, details: dict[str, Any] | None = None
     ) -> None:
         """Release the lease; refused: already recorded as ``lease_lost``; the ledger down: deferred."""
-
-        def release(retried: bool = False) -> Any:
-            return self._ledger.release(claim, error_class=error_class, error=error, details=details, retried=retried)
+        release = functools.partial(self._ledger.release, claim, error_class=error_class, error=error, details=details)
 
         async def released() -> None:  # its outcome handled inside: a cancelled caller may not wait for it
             try:
@@ -469,7 +467,7 @@ class LeasedActivities:
                 self._refused_releases.add((claim.task_id, claim.generation))
             except LedgerUnavailableError:
                 what = f"release of {claim.task_id} (generation {claim.generation}, {error_class.value})"
-                self.deferred.add(what, lambda: release(True))
+                self.deferred.add(what, lambda: release(retried=True))
 
         await to_its_end(released())  # a cancel must not abandon the release half-way (the trail would miss its end)
 
@@ -480,14 +478,16 @@ class LeasedActivities:
             record = await self._ledger.get_task(claim.task_id)
             raise _final(f"{claim.task_id}: {decision.rule}", _facts(record), FailureType.TASK_CLOSED) from None
         reason = limits.clip(f"{decision.rule} ({error})")
-        park = functools.partial(self._ledger.await_decision, claim, status=status, error_class=error_class)
+        park = functools.partial(
+            self._ledger.await_decision, claim, status=status, error_class=error_class, error=reason
+        )
 
         async def parked() -> None:  # deferred inside: a cancelled caller may not wait for it
             try:
-                await park(error=reason)
+                await park()
             except LedgerUnavailableError:
                 what = f"{status.value} of {claim.task_id} (generation {claim.generation})"
-                self.deferred.add(what, lambda: park(error=reason, retried=True))
+                self.deferred.add(what, lambda: park(retried=True))
                 raise
 
         try:
