@@ -35,7 +35,9 @@ class GuardedCall:
     """What a guarded handler knows of its call (:func:`current_call`).
 
     Attributes:
-        idempotency_key: the call's key as the client sent it (not scoped to the caller).
+        idempotency_key: the call's key as the client sent it (not scoped to the caller); ``None`` for a fenced
+            MCP call without one (``LeaseGuard(require_key=False)``), whose fence :func:`effect_transaction`
+            checks at the commit.
         fencing: the fenced resource (the caller's own copy of it) and the call's generation; ``None`` when the
             call carried no token.
         caller: the caller the key is scoped to (``""``: anonymous, or the one client of a stdio server).
@@ -44,7 +46,7 @@ class GuardedCall:
         resource: the fenced resource as the client named it; ``None`` when the call carried no token.
     """
 
-    idempotency_key: str
+    idempotency_key: str | None
     fencing: FencingToken | None
     caller: str
     tool: str | None = None
@@ -58,6 +60,7 @@ class GuardedCall:
     _no_effect: bool = field(default=False, repr=False)
     _in_transaction: bool = field(default=False, repr=False)
     _committed: bool = field(default=False, repr=False)
+    _fence_refused: StaleFencingTokenError | None = field(default=None, repr=False)
 
     def _now(self) -> datetime | None:
         return None if self._clock is None else self._clock()
@@ -77,7 +80,8 @@ _current: ContextVar[GuardedCall | None] = ContextVar("agentlease_guarded_call",
 
 
 def current_call() -> GuardedCall | None:
-    """The guarded call the running handler serves; ``None`` outside one (an unguarded handler, no key)."""
+    """The guarded call the running handler serves; ``None`` outside one (an unguarded handler; a call with
+    neither key nor fencing token)."""
     return _current.get()
 
 
@@ -118,7 +122,8 @@ def _same_database(a: AsyncEngine, b: AsyncEngine) -> bool:
 async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransaction]:
     """A transaction whose commit is the call's effect AND its key becoming done with the answer given to
     :meth:`EffectTransaction.done`, or neither (the fence is checked first; an exception in the block gives the
-    key back). Outside a guarded call, a plain transaction.
+    key back). For a fenced call without a key (an MCP guard's ``require_key=False``) the fence is checked at
+    the commit as well, and there is no answer to store. Outside a guarded call, a plain transaction.
 
     Args:
         engine: the database of the effect, which must be the guard's (its ``IdempotencyStore``'s).
@@ -133,32 +138,37 @@ async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransac
             the call already committed an effect transaction.
     """
     call = current_call()
-    if call is None or call._store is None or call._claim is None:
+    if call is None or call._store is None:
         async with engine.begin() as conn:
             yield EffectTransaction(conn)
         return
     store, claim = call._store, call._claim
     if not _same_database(engine, store.engine):
         raise ConfigurationError(
-            "effect_transaction: the guard keeps its keys in another database, so the key cannot commit "
-            "with the effect; open it on the guard's store.engine"
+            "effect_transaction: the guard keeps its keys and fences in another database, so they cannot "
+            "commit with the effect; open it on the guard's store.engine"
         )
     if call._in_transaction:
         raise ConfigurationError("effect_transaction: a guarded call commits its effect in one transaction")
     call._in_transaction = True
-    if not call._promised:
+    if claim is not None and not call._promised:
         await store.promise_effect_in_transaction(claim)
     ended = False
     try:
         async with engine.begin() as conn:
             if call.fencing is not None:
-                await advance_fence(conn, call.fencing.resource_key, call.fencing.generation)
+                try:
+                    await advance_fence(conn, call.fencing.resource_key, call.fencing.generation)
+                except StaleFencingTokenError as exc:
+                    call._fence_refused = exc  # the guard answers it, whatever the handler's framework makes of it
+                    raise
             transaction = EffectTransaction(conn)
             yield transaction
-            if not transaction.answered:
-                raise ConfigurationError("effect_transaction: call done(answer) before the block ends")
-            assert call._answer_of is not None
-            await store.record_done(conn, claim, call._answer_of(transaction.answer), now=call._now())
+            if claim is not None:  # a call without a key has its fence checked, and no answer to store
+                if not transaction.answered:
+                    raise ConfigurationError("effect_transaction: call done(answer) before the block ends")
+                assert call._answer_of is not None
+                await store.record_done(conn, claim, call._answer_of(transaction.answer), now=call._now())
             ended = True
     except BaseException:
         if not ended:  # rolled back before its commit: nothing of the effect happened

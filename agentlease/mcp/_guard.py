@@ -28,7 +28,7 @@ from agentlease.idempotency.convention import (
     scoped_key,
     stale_facts,
 )
-from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_guarded
+from agentlease.idempotency.edge import GuardedCall, Verdict, current_call, run_guarded, serving
 from agentlease.idempotency.store import Held, IdempotencyStore, KeyStatus, StoredResponse
 from agentlease.mcp._convention import (
     EXTENSION,
@@ -245,16 +245,23 @@ class LeaseGuard(Extension):
         named = self._fence(tool, lease, arguments or {})
         fence = scoped_fence(caller, named)
         expired = self._expired(lease)  # decided before the key is claimed, refused after the fence
-        if lease.idempotency_key is None:  # no key to claim: the fence is passed on its own
-            if fence is not None:
-                try:
-                    async with self.store.engine.begin() as conn:
-                        await advance_fence(conn, fence.resource_key, fence.generation, now=self._now())
-                except StaleFencingTokenError as exc:
-                    raise _stale(exc, named.resource_key if named else None) from None
-            if expired is not None:
-                raise expired
-            return await run()
+        if lease.idempotency_key is None:  # no key to claim: the fence is passed on arrival and at the commit
+            if fence is None:
+                if expired is not None:
+                    raise expired
+                return await run()
+            resource = named.resource_key if named else None
+            try:
+                async with self.store.engine.begin() as conn:
+                    await advance_fence(conn, fence.resource_key, fence.generation, now=self._now())
+                if expired is not None:
+                    raise expired
+                fenced = GuardedCall(None, fence, caller, tool=tool, resource=resource, _store=self.store)
+                with serving(fenced):  # effect_transaction checks the fence again
+                    result: HandlerResult = await run()
+            except StaleFencingTokenError as exc:
+                raise _stale(exc, resource) from None
+            return _unless_fenced(fenced, result)
         try:
             claim = await self.store.claim(
                 scoped_key(caller, lease.idempotency_key),
@@ -288,10 +295,10 @@ class LeaseGuard(Extension):
                 await self.store.release(claim)
             raise
         try:
-            result: HandlerResult = await run_guarded(call, run, _verdict)
+            result = await run_guarded(call, run, _verdict)
         except StaleFencingTokenError as exc:  # the tool's own fence check (a low-level server's handler)
             raise _stale(exc, named.resource_key if named else None) from None
-        return result
+        return _unless_fenced(call, result)
 
     def _expired(self, lease: LeaseMeta) -> MCPError | None:
         """``lease_expired`` when the caller's lease-expires-at passed over :data:`EXPIRY_SKEW` ago by this clock
@@ -368,14 +375,25 @@ def _stored_value(value: Any) -> StoredResponse:
     return StoredResponse(_STORED_STATUS, [], result.model_dump_json(by_alias=True, exclude_none=True).encode("utf-8"))
 
 
+def _failed(result: Any) -> bool:
+    """Whether a tool's result is an error result."""
+    if isinstance(result, CallToolResult):
+        return result.is_error
+    return bool(isinstance(result, Mapping) and result.get("isError"))
+
+
 def _verdict(result: Any) -> tuple[Verdict, StoredResponse]:
     """A tool's result: an answer unless it is an error result (the tool failed, and did not say before any effect)."""
-    failed = (
-        result.is_error
-        if isinstance(result, CallToolResult)
-        else bool(isinstance(result, Mapping) and result.get("isError"))
-    )
-    return (Verdict.FAILED if failed else Verdict.ANSWERED), _stored_value(result)
+    return (Verdict.FAILED if _failed(result) else Verdict.ANSWERED), _stored_value(result)
+
+
+def _unless_fenced(call: GuardedCall, result: HandlerResult) -> HandlerResult:
+    """``result``; but the ``stale_fencing_token`` refusal when it is the error result ``MCPServer`` made of the
+    refusal of the call's fence in ``effect_transaction`` (nothing was written)."""
+    refused = call._fence_refused
+    if refused is not None and _failed(result):
+        raise _stale(refused, call.resource)
+    return result
 
 
 __all__ = ["READBACK_TOOL", "GuardedCall", "LeaseGuard", "caller_from_request", "current_call"]

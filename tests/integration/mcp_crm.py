@@ -89,7 +89,7 @@ async def _reported(self: Context, progress: float, total: float | None = None, 
     """``Context.report_progress`` with the tool's crash points: its first report is before its transaction
     (``inside``), its second after the commit (``committed``)."""
     call = current_call()
-    target = _targets.get(call.idempotency_key, "") if call is not None else ""
+    target = _targets.get(call.idempotency_key or "", "") if call is not None else ""
     await edge_holds.at("inside" if progress == 0 else "committed", target)
     await _report_progress(self, progress, total, message)
 

@@ -9,14 +9,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+import sqlalchemy as sa
 from mcp import Client, MCPError
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 
 from agentlease.errors import ConfigurationError
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
-from agentlease.mcp import EXTENSION, REFUSAL_CODE, REPLAYED_META, LeaseGuard
+from agentlease.mcp import EXTENSION, REFUSAL_CODE, REPLAYED_META, LeaseGuard, effect_transaction
 from agentlease.mcp._convention import lease_meta
 from examples.mcp.crm_server import build_server
 from tests.integration.mcp_crm import contacts_of
@@ -290,3 +292,56 @@ async def test_a_call_without_a_key_passes_the_fence_of_the_resource_its_token_n
     assert (superseded["error"], superseded["current_generation"]) == ("stale_fencing_token", 6)
     assert (unnamed["error"], unnamed["key"]) == ("invalid_fencing_resource", "io.agentlease/resource")
     assert effects == ["generation 5", "generation 6", "unfenced"]
+
+
+@pytest.mark.parametrize("keys", [(None, None), ("run-15:older", "run-15:newer")], ids=["without-keys", "keyed"])
+async def test_an_older_call_still_inside_the_service_is_fenced_at_its_commit(
+    tmp_path: Path, keys: tuple[str | None, str | None]
+) -> None:
+    """A call with a token passes its fence on arrival, works, and commits in ``effect_transaction``; with a key
+    or without one (``require_key=False``). A newer generation arriving while the older call is still inside the
+    service moves the fence, so the older call's commit checks it again, writes nothing, and is answered
+    ``stale_fencing_token`` (G2, ``docs/edge.md``)."""
+    store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'keys.db'}")
+    await store.create_tables()
+    table = sa.Table("writes", sa.MetaData(), sa.Column("text", sa.String, nullable=False))
+    async with store.engine.begin() as conn:
+        await conn.run_sync(table.metadata.create_all)
+    inside, go_on = anyio.Event(), anyio.Event()
+    server = MCPServer("writer", extensions=[LeaseGuard(store, require_key=False)])
+
+    @server.tool()
+    async def write(text: str) -> str:
+        if text == "generation 1":  # the older call's slow work, before its commit
+            inside.set()
+            await go_on.wait()
+        async with effect_transaction(store.engine) as effect:
+            await effect.conn.execute(table.insert().values(text=text))
+            effect.done("written")
+        return "written"
+
+    resource = "mcp/write/run-15:write"
+    outcomes: dict[str, Any] = {}
+
+    async def call(text: str, token: str) -> None:
+        try:
+            entries = write_meta(keys[int(token) - 1], token, resource)
+            outcomes[text] = await client.call_tool("write", {"text": text}, meta=entries)
+        except MCPError as exc:
+            outcomes[text] = exc
+
+    try:
+        async with Client(server) as client, anyio.create_task_group() as tasks:
+            tasks.start_soon(call, "generation 1", "1")
+            await inside.wait()
+            await call("generation 2", "2")
+            go_on.set()
+        async with store.engine.connect() as conn:
+            written = (await conn.execute(sa.select(table.c.text))).scalars().all()
+    finally:
+        await store.close()
+    assert written == ["generation 2"]
+    assert not outcomes["generation 2"].is_error
+    older = outcomes["generation 1"]
+    assert isinstance(older, MCPError) and older.code == REFUSAL_CODE, older
+    assert (older.data["error"], older.data["current_generation"]) == ("stale_fencing_token", 2)
