@@ -66,6 +66,10 @@ MAX_PLAN_BYTES = 1024 * 1024
 """Largest plan file ``agentlease run`` reads, and largest plan as JSON (1 MiB; Temporal refuses a
 payload over 2 MiB)."""
 
+MAX_LISTING_BYTES = 8 * 1024 * 1024
+"""Largest recorded MCP ``tools/list`` file read (``listed=``, ``<server>.tools.json``; 8 MiB: a server of a hundred
+tools with long schemas records a few hundred KiB)."""
+
 MAX_KEY_FILE_BYTES = 1024 * 1024
 """Largest key or certificate file read: an operator's key (``--operator-key``, ``AGENTLEASE_OPERATOR_KEYS``), the
 Temporal TLS CA, certificate and key (1 MiB; a bundle of every public CA is about 200 KiB)."""

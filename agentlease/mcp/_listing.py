@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer
 
+from agentlease import limits
 from agentlease.errors import ConfigurationError
 from agentlease.mcp._client import MCPServer, list_server_tools
 
@@ -95,12 +96,13 @@ def optional_key_fields(model: type[BaseModel], names: Sequence[str]) -> list[st
 
 
 def read_listed(listed: Listed | None) -> dict[str, dict[str, Any]]:
-    """The tools of a ``tools/list`` answer by name (``ConfigurationError``: unreadable, or a tool without a name)."""
+    """The tools of a ``tools/list`` answer by name (``ConfigurationError``: unreadable, over
+    :data:`~agentlease.limits.MAX_LISTING_BYTES`, not a file, or a tool without a name)."""
     if listed is None:
         return {}
     if isinstance(listed, str | Path):
         try:
-            loaded = json.loads(Path(listed).read_text())
+            loaded = json.loads(limits.read_file(Path(listed), limits.MAX_LISTING_BYTES))
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"cannot read the listed MCP tools from {listed}: {exc}") from None
         found = loaded.get("tools") if isinstance(loaded, dict) else loaded

@@ -3,7 +3,9 @@ of MCP objects where agentlease cannot lease them."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -204,6 +206,17 @@ def test_an_mcp_server_config_names_one_transport() -> None:
     for listed in unnamed:
         with pytest.raises(ConfigurationError, match="tools/list objects with a name"):
             mcp_tools(CRM, default=ToolPolicy(side_effect="fenced", lease_ttl=TTL), listed=listed)
+
+
+def test_a_listing_file_that_never_ends_or_waits_for_a_writer_is_refused_in_one_line(tmp_path: Path) -> None:
+    """``listed=`` a path: ``/dev/zero`` is refused once it passed the bound, a FIFO at once (it would wait for a
+    writer), each as a ``ConfigurationError`` naming the file; nothing hangs or fills memory."""
+    fifo = tmp_path / "crm.tools.json"
+    os.mkfifo(fifo)
+    policy = ToolPolicy(side_effect="fenced", lease_ttl=TTL)
+    for path, why in ((Path("/dev/zero"), "larger than"), (fifo, "a FIFO")):
+        with pytest.raises(ConfigurationError, match=f"cannot read the listed MCP tools from {path}: .*{why}"):
+            mcp_tools(CRM, default=policy, listed=path)
 
 
 def test_mcp_servers_and_toolsets_are_refused_in_one_line_naming_what_to_do() -> None:
