@@ -83,7 +83,9 @@ def _stale(exc: StaleFencingTokenError, named: str | None) -> MCPError:
 
 
 def _arguments_hash(tool: str, arguments: Mapping[str, Any] | None) -> str:
-    body = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    # JSON carries a lone surrogate ("\ud800") that UTF-8 cannot: kept as it came (surrogatepass), not refused.
+    text = json.dumps(arguments or {}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    body = text.encode("utf-8", "surrogatepass")
     return request_hash("TOOLS/CALL", tool, b"", body)
 
 

@@ -345,3 +345,17 @@ async def test_an_older_call_still_inside_the_service_is_fenced_at_its_commit(
     older = outcomes["generation 1"]
     assert isinstance(older, MCPError) and older.code == REFUSAL_CODE, older
     assert (older.data["error"], older.data["current_generation"]) == ("stale_fencing_token", 2)
+
+
+async def test_arguments_holding_a_lone_surrogate_are_keyed_as_any_others(tmp_path: Path) -> None:
+    """JSON can carry a lone surrogate (``"\\ud800"``), which UTF-8 cannot: the guard still hashes such arguments
+    for the key, so the call runs once and its retry replays it (it was an internal error, -32603)."""
+    effects: list[str] = []
+    entries = write_meta("run-16:write", "1")
+    async with writer(tmp_path, effects) as client:
+        first = await client.call_tool("write", {"text": "half \ud800 a pair"}, meta=entries)
+        again = await client.call_tool("write", {"text": "half \ud800 a pair"}, meta=entries)
+        other = await write_refused(client, entries, text="half \ud801 a pair")
+    assert not first.is_error and (again.meta or {})[REPLAYED_META] is True
+    assert other["error"] == "idempotency_key_reused"
+    assert effects == ["half \ud800 a pair"]
