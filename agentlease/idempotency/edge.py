@@ -28,6 +28,9 @@ class Verdict(Enum):
     """A definite answer (an MCP result that is not an error; an HTTP status below 500): stored and replayed."""
     FAILED = "failed"
     """A failure the handler did not vouch for (an MCP error result; an HTTP 5xx): the key is held in doubt."""
+    ASKED = "asked"
+    """The handler asked its client for more input before it could act (an MCP ``InputRequiredResult``): nothing is
+    stored, the key is given back for the round that brings the answers."""
 
 
 @dataclass(eq=False)
@@ -178,13 +181,15 @@ async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransac
 
 
 async def run_guarded(
-    call: GuardedCall, handler: Callable[[], Awaitable[_T]], verdict: Callable[[_T], tuple[Verdict, StoredResponse]]
+    call: GuardedCall,
+    handler: Callable[[], Awaitable[_T]],
+    verdict: Callable[[_T], tuple[Verdict, StoredResponse | None]],
 ) -> _T:
     """Run a claimed call's handler, shielded from its client's disconnect, and end its key (``docs/edge.md``).
 
     Args:
         call / handler: the claimed call (its store and claim set); runs the handler once.
-        verdict: what the handler's result says, and the answer to store.
+        verdict: what the handler's result says, and the answer to store (``None`` for :attr:`Verdict.ASKED`).
 
     Returns:
         The handler's result; whatever the handler or ``verdict`` raised is raised after the key was settled.
@@ -200,6 +205,8 @@ async def run_guarded(
                 call.not_applied()  # the fence refused the write inside the handler's transaction
             await _settle(store, claim, call, None)
             raise
+        if said is Verdict.ASKED:
+            call.not_applied()
         await _settle(store, claim, call, answer if said is Verdict.ANSWERED else None)
     return result
 

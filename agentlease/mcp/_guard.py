@@ -14,11 +14,18 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, ToolBinding
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, CallToolResult, TextContent, ToolAnnotations
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    InputRequiredResult,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from agentlease.errors import ConfigurationError, InvalidFencingTokenError, StaleFencingTokenError
+from agentlease.errors import ConfigurationError, InvalidFencingTokenError, StaleFencingTokenError, one_line
 from agentlease.fencing import FencingToken, advance_fence, fencing_key_bytes, token_generation
 from agentlease.idempotency.convention import (
     ANONYMOUS_REFUSED,
@@ -219,10 +226,10 @@ class LeaseGuard(Extension):
         """Middleware of a low-level ``Server`` (``server.middleware.append(guard)``)."""
         if ctx.method != "tools/call" or ctx.request_id is None:
             return await call_next(ctx)
-        try:
-            params = CallToolRequestParams.model_validate(ctx.params or {})
-        except ValidationError:
-            return await call_next(ctx)  # the server answers the malformed request itself
+        try:  # read as the server reads them (by the wire's names only), else a field could hide the call from us
+            params = CallToolRequestParams.model_validate(ctx.params or {}, by_name=False)
+        except ValidationError as exc:
+            raise MCPError(INVALID_PARAMS, f"tools/call params are malformed: {one_line(exc)}") from None
         return await self.intercept_tool_call(params, ctx, call_next)
 
     async def guard(
@@ -384,8 +391,13 @@ def _failed(result: Any) -> bool:
     return bool(isinstance(result, Mapping) and result.get("isError"))
 
 
-def _verdict(result: Any) -> tuple[Verdict, StoredResponse]:
-    """A tool's result: an answer unless it is an error result (the tool failed, and did not say before any effect)."""
+def _verdict(result: Any) -> tuple[Verdict, StoredResponse | None]:
+    """A tool's result: an answer unless it is an error result (the tool failed, and did not say before any effect)
+    or a request for more input (the round that brings the answers runs the tool)."""
+    if isinstance(result, InputRequiredResult) or (
+        isinstance(result, Mapping) and result.get("resultType") == "input_required"
+    ):
+        return Verdict.ASKED, None
     return (Verdict.FAILED if _failed(result) else Verdict.ANSWERED), _stored_value(result)
 
 

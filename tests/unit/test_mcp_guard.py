@@ -7,13 +7,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import pytest
 import sqlalchemy as sa
 from mcp import Client, MCPError
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp_types import ElicitResult
+from pydantic import BaseModel
 from starlette.applications import Starlette
 
 from agentlease.errors import ConfigurationError
@@ -225,6 +228,15 @@ async def writer(tmp_path: Path, effects: list[str], answer: str = "written", **
         await store.close()
 
 
+class Confirmation(BaseModel):
+    ok: bool
+
+
+async def ask(text: str) -> Any:
+    """Asks the client to confirm a write (``Resolve(ask)``)."""
+    return Elicit(f"write {text}?", Confirmation)
+
+
 def write_meta(key: str | None, token: str | None, resource: str | None = None) -> Any:
     """The ``_meta`` of a call to ``write``, without the entries given as ``None``."""
     entries = {
@@ -359,3 +371,34 @@ async def test_arguments_holding_a_lone_surrogate_are_keyed_as_any_others(tmp_pa
     assert not first.is_error and (again.meta or {})[REPLAYED_META] is True
     assert other["error"] == "idempotency_key_reused"
     assert effects == ["half \ud800 a pair"]
+
+
+async def test_a_tool_that_asks_its_client_first_runs_in_the_round_that_brings_the_answer(tmp_path: Path) -> None:
+    """A guarded tool with a parameter resolved by asking the client (``Resolve(Elicit)``): its first round answers
+    ``InputRequiredResult`` before the tool runs. That round stores nothing and gives the key back, so the round that
+    brings the answer runs the tool once and its result is what the key replays and reads back (G11)."""
+    effects: list[str] = []
+    store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'keys.db'}")
+    await store.create_tables()
+    server = MCPServer("writer", extensions=[LeaseGuard(store)])
+
+    @server.tool()
+    async def write(text: str, confirm: Annotated[Confirmation, Resolve(ask)]) -> dict[str, Any]:
+        effects.append(text)
+        return {"written": text, "confirmed": confirm.ok}
+
+    async def confirm(context: Any, params: Any) -> ElicitResult:
+        return ElicitResult(action="accept", content={"ok": True})
+
+    entries = write_meta("run-17:write", "1")
+    try:
+        async with Client(server, elicitation_callback=confirm) as client:
+            first = await client.call_tool("write", {"text": "asked first"}, meta=entries)
+            again = await client.call_tool("write", {"text": "asked first"}, meta=entries)
+            read_back = await client.call_tool("agentlease_was_applied", {}, meta=entries)
+    finally:
+        await store.close()
+    assert first.structured_content == {"written": "asked first", "confirmed": True}, first
+    assert again.structured_content == first.structured_content and (again.meta or {})[REPLAYED_META] is True
+    assert read_back.structured_content is not None and read_back.structured_content["applied"] is True
+    assert effects == ["asked first"]
