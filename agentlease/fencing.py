@@ -8,8 +8,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -72,14 +73,38 @@ def check_generation(generation: int) -> int:
 
 
 def check_resource_key(resource_key: str) -> str:
-    """Return ``resource_key`` if it is a string of 1 to 400 characters.
+    """Return ``resource_key`` if it is a string of 1 to 400 characters, none of them NUL or a lone surrogate (which
+    neither database stores).
 
     Raises:
         ValueError: anything else.
     """
-    if not isinstance(resource_key, str) or not 0 < len(resource_key) <= MAX_RESOURCE_KEY_LENGTH:
-        raise ValueError(f"a fenced resource key has 1 to {MAX_RESOURCE_KEY_LENGTH} characters, not {resource_key!r}")
+    if (
+        not isinstance(resource_key, str)
+        or not 0 < len(resource_key) <= MAX_RESOURCE_KEY_LENGTH
+        or not _text(resource_key)
+    ):
+        raise ValueError(
+            f"a fenced resource key has 1 to {MAX_RESOURCE_KEY_LENGTH} characters, none NUL or a lone surrogate, "
+            f"not {resource_key!r:.440}"
+        )
     return resource_key
+
+
+def _text(value: str) -> bool:
+    """Whether ``value`` is text a database stores: UTF-8 can encode it, and it holds no NUL."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
+refusals_told: ContextVar[Callable[[StaleFencingTokenError], None] | None] = ContextVar(
+    "agentlease_fence_refusals_told", default=None
+)
+"""Called with each refusal :func:`advance_fence` raises, before it raises it (a guarded call's record of it, set
+by ``agentlease.idempotency.edge``: a framework may turn the exception into something else on its way out)."""
 
 
 def _signature(fencing_key: bytes, resource_key: str, generation: int) -> str:
@@ -229,7 +254,13 @@ async def advance_fence(
     ).returning(fences.c.generation)
     if (await conn.execute(statement)).first() is None:
         # On PostgreSQL the refused upsert has locked the row: this read sees what refused us.
-        raise StaleFencingTokenError(token.resource_key, token.generation, await read_fence(conn, token.resource_key))
+        refused = StaleFencingTokenError(
+            token.resource_key, token.generation, await read_fence(conn, token.resource_key)
+        )
+        told = refusals_told.get()
+        if told is not None:
+            told(refused)
+        raise refused
 
 
 @asynccontextmanager

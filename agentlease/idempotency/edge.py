@@ -3,6 +3,7 @@ from its client's disconnect, its key ended as ``docs/edge.md`` ("A key's life")
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -15,7 +16,7 @@ import anyio
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentlease.errors import ConfigurationError, StaleFencingTokenError
-from agentlease.fencing import FencingToken, advance_fence
+from agentlease.fencing import FencingToken, advance_fence, refusals_told
 from agentlease.idempotency.store import Claimed, IdempotencyStore, StoredResponse
 
 _T = TypeVar("_T")
@@ -90,11 +91,12 @@ def current_call() -> GuardedCall | None:
 
 @contextmanager
 def serving(call: GuardedCall) -> Iterator[None]:
-    """Make ``call`` the :func:`current_call` of the code in the block."""
-    token = _current.set(call)
+    """Make ``call`` the :func:`current_call` of the code in the block, which records a fence refused in it."""
+    token, told = _current.set(call), refusals_told.set(functools.partial(setattr, call, "_fence_refused"))
     try:
         yield
     finally:
+        refusals_told.reset(told)
         _current.reset(token)
 
 
@@ -151,7 +153,7 @@ async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransac
             "effect_transaction: the guard keeps its keys and fences in another database, so they cannot "
             "commit with the effect; open it on the guard's store.engine"
         )
-    if call._in_transaction:
+    if claim is not None and call._in_transaction:  # a call without a key stores nothing: each commit is fenced
         raise ConfigurationError("effect_transaction: a guarded call commits its effect in one transaction")
     call._in_transaction = True
     if claim is not None and not call._promised:
@@ -160,11 +162,7 @@ async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransac
     try:
         async with engine.begin() as conn:
             if call.fencing is not None:
-                try:
-                    await advance_fence(conn, call.fencing.resource_key, call.fencing.generation)
-                except StaleFencingTokenError as exc:
-                    call._fence_refused = exc  # the guard answers it, whatever the handler's framework makes of it
-                    raise
+                await advance_fence(conn, call.fencing.resource_key, call.fencing.generation)
             transaction = EffectTransaction(conn)
             yield transaction
             if claim is not None:  # a call without a key has its fence checked, and no answer to store
@@ -205,8 +203,8 @@ async def run_guarded(
                 call.not_applied()  # the fence refused the write inside the handler's transaction
             await _settle(store, claim, call, None)
             raise
-        if said is Verdict.ASKED:
-            call.not_applied()
+        if said is Verdict.ASKED or (said is Verdict.FAILED and call._fence_refused is not None):
+            call.not_applied()  # asked first; or failed as its write's fence was refused (a framework's error result)
         await _settle(store, claim, call, answer if said is Verdict.ANSWERED else None)
     return result
 

@@ -174,7 +174,10 @@ class LeaseGuard(Extension):
             """Whether the call with the idempotency key in ``_meta`` happened: ``applied`` true (with its
             result), false, or null while it is in flight or in doubt (``status`` says which)."""
             request = ctx.request_context
-            meta = read_lease_meta(request.meta)
+            try:
+                meta = read_lease_meta(request.meta)
+            except MetaError as exc:
+                raise _refused(exc.refusal, str(exc), key=exc.key) from None
             if meta.idempotency_key is None:
                 raise _refused(Refusal.MISSING_KEY, f"{IDEMPOTENCY_KEY_META} names the call to read back")
             return await guard.readback(meta.idempotency_key, caller=guard.caller(request))
@@ -265,7 +268,16 @@ class LeaseGuard(Extension):
                     await advance_fence(conn, fence.resource_key, fence.generation, now=self._now())
                 if expired is not None:
                     raise expired
-                fenced = GuardedCall(None, fence, caller, tool=tool, resource=resource, _store=self.store)
+                fenced = GuardedCall(
+                    None,
+                    fence,
+                    caller,
+                    tool=tool,
+                    lease_expires_at=lease.lease_expires_at,
+                    resource=resource,
+                    _store=self.store,
+                    _clock=self.clock,
+                )
                 with serving(fenced):  # effect_transaction checks the fence again
                     result: HandlerResult = await run()
             except StaleFencingTokenError as exc:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer
 
 from agentlease import limits
-from agentlease.errors import ConfigurationError
+from agentlease.errors import ConfigurationError, one_line
 from agentlease.mcp._client import MCPServer, list_server_tools
 
 RECORDED_SUFFIX = ".tools.json"
@@ -103,8 +103,10 @@ def read_listed(listed: Listed | None) -> dict[str, dict[str, Any]]:
     if isinstance(listed, str | Path):
         try:
             loaded = json.loads(limits.read_file(Path(listed), limits.MAX_LISTING_BYTES))
-        except (OSError, ValueError) as exc:
-            raise ConfigurationError(f"cannot read the listed MCP tools from {listed}: {exc}") from None
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read the listed MCP tools from {listed}: {exc.strerror or exc}") from None
+        except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested deeper than Python's stack
+            raise ConfigurationError(f"cannot read the listed MCP tools from {listed}: {one_line(exc)}") from None
         found = loaded.get("tools") if isinstance(loaded, dict) else loaded
         if not isinstance(found, list):
             raise ConfigurationError(f'{listed}: listed MCP tools are a JSON list, or {{"tools": [...]}}')

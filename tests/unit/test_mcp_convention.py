@@ -239,3 +239,15 @@ def test_mcp_servers_and_toolsets_are_refused_in_one_line_naming_what_to_do() ->
 def test_the_expiry_is_written_in_utc() -> None:
     meta = lease_meta("k", 1, "r", datetime(2026, 1, 1, tzinfo=UTC))
     assert meta[LEASE_EXPIRES_AT_META] == "2026-01-01T00:00:00.000Z"
+
+
+def test_a_listing_nested_past_pythons_stack_or_a_directory_is_refused_in_one_line(tmp_path: Path) -> None:
+    """JSON nested deeper than Python's parser recurses is a ``ConfigurationError``, not a ``RecursionError``; a
+    directory is named by its path, not by the descriptor it was opened on."""
+    deep = tmp_path / "deep.tools.json"
+    deep.write_text("[" * 200_000)
+    policy = ToolPolicy(side_effect="fenced", lease_ttl=TTL)
+    with pytest.raises(ConfigurationError, match="RecursionError"):
+        mcp_tools(CRM, default=policy, listed=deep)
+    with pytest.raises(ConfigurationError, match=f"from {tmp_path}: Is a directory$"):
+        mcp_tools(CRM, default=policy, listed=tmp_path)

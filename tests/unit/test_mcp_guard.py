@@ -20,8 +20,10 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 
 from agentlease.errors import ConfigurationError
+from agentlease.fencing import fenced_write
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
-from agentlease.mcp import EXTENSION, REFUSAL_CODE, REPLAYED_META, LeaseGuard, effect_transaction
+from agentlease.idempotency.convention import scoped_key
+from agentlease.mcp import EXTENSION, REFUSAL_CODE, REPLAYED_META, LeaseGuard, current_call, effect_transaction
 from agentlease.mcp._convention import lease_meta
 from examples.mcp.crm_server import build_server
 from tests.integration.mcp_crm import contacts_of
@@ -248,8 +250,12 @@ def write_meta(key: str | None, token: str | None, resource: str | None = None) 
 
 
 async def write_refused(client: Client, entries: Any, text: str = "refused") -> dict[str, Any]:
+    return await refusal_of(client, "write", {"text": text}, entries)
+
+
+async def refusal_of(client: Client, tool: str, arguments: dict[str, Any], entries: Any) -> dict[str, Any]:
     with pytest.raises(MCPError) as refused:
-        await client.call_tool("write", {"text": text}, meta=entries)
+        await client.call_tool(tool, arguments, meta=entries)
     assert refused.value.code == REFUSAL_CODE
     data: dict[str, Any] = refused.value.data
     return data
@@ -306,14 +312,16 @@ async def test_a_call_without_a_key_passes_the_fence_of_the_resource_its_token_n
     assert effects == ["generation 5", "generation 6", "unfenced"]
 
 
+@pytest.mark.parametrize("commit", ["effect_transaction", "fenced_write"])
 @pytest.mark.parametrize("keys", [(None, None), ("run-15:older", "run-15:newer")], ids=["without-keys", "keyed"])
 async def test_an_older_call_still_inside_the_service_is_fenced_at_its_commit(
-    tmp_path: Path, keys: tuple[str | None, str | None]
+    tmp_path: Path, keys: tuple[str | None, str | None], commit: str
 ) -> None:
-    """A call with a token passes its fence on arrival, works, and commits in ``effect_transaction``; with a key
-    or without one (``require_key=False``). A newer generation arriving while the older call is still inside the
-    service moves the fence, so the older call's commit checks it again, writes nothing, and is answered
-    ``stale_fencing_token`` (G2, ``docs/edge.md``)."""
+    """A call with a token passes its fence on arrival, works, and commits in ``effect_transaction`` (or checks the
+    fence itself with ``fenced_write``); with a key or without one (``require_key=False``). A newer generation
+    arriving while the older call is still inside the service moves the fence, so the older call's commit checks
+    it again, writes nothing, and is answered ``stale_fencing_token``, its key given back (G2, ``docs/edge.md``),
+    though ``MCPServer`` makes an error result of the tool's exception."""
     store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'keys.db'}")
     await store.create_tables()
     table = sa.Table("writes", sa.MetaData(), sa.Column("text", sa.String, nullable=False))
@@ -327,6 +335,12 @@ async def test_an_older_call_still_inside_the_service_is_fenced_at_its_commit(
         if text == "generation 1":  # the older call's slow work, before its commit
             inside.set()
             await go_on.wait()
+        if commit == "fenced_write":
+            call = current_call()
+            assert call is not None and call.fencing is not None
+            async with fenced_write(store.engine, call.fencing.resource_key, call.fencing.generation) as conn:
+                await conn.execute(table.insert().values(text=text))
+            return "written"
         async with effect_transaction(store.engine) as effect:
             await effect.conn.execute(table.insert().values(text=text))
             effect.done("written")
@@ -348,6 +362,7 @@ async def test_an_older_call_still_inside_the_service_is_fenced_at_its_commit(
             await inside.wait()
             await call("generation 2", "2")
             go_on.set()
+        older_key = None if keys[0] is None else await store.lookup(scoped_key("", keys[0]))
         async with store.engine.connect() as conn:
             written = (await conn.execute(sa.select(table.c.text))).scalars().all()
     finally:
@@ -357,6 +372,7 @@ async def test_an_older_call_still_inside_the_service_is_fenced_at_its_commit(
     older = outcomes["generation 1"]
     assert isinstance(older, MCPError) and older.code == REFUSAL_CODE, older
     assert (older.data["error"], older.data["current_generation"]) == ("stale_fencing_token", 2)
+    assert older_key is None  # given back (keyed), never held in doubt: nothing of it was written
 
 
 async def test_arguments_holding_a_lone_surrogate_are_keyed_as_any_others(tmp_path: Path) -> None:
@@ -402,3 +418,58 @@ async def test_a_tool_that_asks_its_client_first_runs_in_the_round_that_brings_t
     assert again.structured_content == first.structured_content and (again.meta or {})[REPLAYED_META] is True
     assert read_back.structured_content is not None and read_back.structured_content["applied"] is True
     assert effects == ["asked first"]
+
+
+async def test_a_resource_no_database_can_store_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A resource holding NUL (PostgreSQL's text refuses it) or a lone surrogate (UTF-8 cannot carry it) is refused
+    ``invalid_fencing_resource``, keyed or not, and the tool never runs (it was an internal error, -32603)."""
+    effects: list[str] = []
+    async with writer(tmp_path, effects, require_key=False) as client:
+        refused = [
+            await write_refused(client, write_meta(key, "1", f"refunds/{bad}"))
+            for key in ("run-18:write", None)
+            for bad in ("\x00", "\ud800")
+        ]
+    assert [(data["error"], "\n" in data["detail"]) for data in refused] == [("invalid_fencing_resource", False)] * 4
+    assert effects == []
+
+
+async def test_a_call_without_a_key_may_commit_in_several_fenced_transactions(tmp_path: Path) -> None:
+    """``require_key=False``: a call with a token and no key stores no answer, so it may commit more than once, each
+    commit fenced; its ``current_call()`` carries the lease's expiry the client sent."""
+    store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'keys.db'}")
+    await store.create_tables()
+    seen: list[Any] = []
+    server = MCPServer("writer", extensions=[LeaseGuard(store, require_key=False)])
+
+    @server.tool()
+    async def write(text: str) -> str:
+        call = current_call()
+        assert call is not None
+        seen.append((call.idempotency_key, call.fencing and call.fencing.generation, call.lease_expires_at))
+        for part in ("first", "second"):
+            async with effect_transaction(store.engine) as effect:
+                await effect.conn.execute(sa.text("SELECT 1"))
+                seen.append(part)
+        return "written"
+
+    expires = datetime.now(UTC) + timedelta(minutes=1)
+    entries: Any = {**write_meta(None, "3", "refunds/r-1"), "io.agentlease/lease-expires-at": expires.isoformat()}
+    try:
+        async with Client(server) as client:
+            answer = await client.call_tool("write", {"text": "twice"}, meta=entries)
+    finally:
+        await store.close()
+    assert not answer.is_error, answer
+    assert seen == [(None, 3, expires), "first", "second"]
+
+
+async def test_the_readback_refuses_malformed_meta_in_one_line(tmp_path: Path) -> None:
+    """The readback tool reads ``_meta`` as a guarded call does: a malformed key or token is a refusal naming the
+    entry, not an error result with a traceback on the server."""
+    async with writer(tmp_path, []) as client:
+        refused = [
+            await refusal_of(client, "agentlease_was_applied", {}, entries)
+            for entries in (write_meta("run\n19", None), write_meta("run-19:write", "not a token"))
+        ]
+    assert [data["error"] for data in refused] == ["invalid_idempotency_key", "invalid_fencing_token"]
