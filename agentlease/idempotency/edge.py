@@ -91,13 +91,19 @@ def current_call() -> GuardedCall | None:
 
 @contextmanager
 def serving(call: GuardedCall) -> Iterator[None]:
-    """Make ``call`` the :func:`current_call` of the code in the block, which records a fence refused in it."""
-    token, told = _current.set(call), refusals_told.set(functools.partial(setattr, call, "_fence_refused"))
+    """Make ``call`` the :func:`current_call` of the code in the block, which records a refusal of the call's own
+    fence in it (a fence checked before the write it guards: proof that this call's effect did not happen)."""
+    token, told = _current.set(call), refusals_told.set(functools.partial(_refused_in, call))
     try:
         yield
     finally:
         refusals_told.reset(told)
         _current.reset(token)
+
+
+def _refused_in(call: GuardedCall, refused: StaleFencingTokenError) -> None:
+    if call.fencing is not None and refused.resource_key == call.fencing.resource_key:
+        call._fence_refused = refused
 
 
 class EffectTransaction:

@@ -473,3 +473,34 @@ async def test_the_readback_refuses_malformed_meta_in_one_line(tmp_path: Path) -
             for entries in (write_meta("run\n19", None), write_meta("run-19:write", "not a token"))
         ]
     assert [data["error"] for data in refused] == ["invalid_idempotency_key", "invalid_fencing_token"]
+
+
+async def test_a_refused_fence_of_another_resource_says_nothing_of_the_calls_own_effect(tmp_path: Path) -> None:
+    """Only a refusal of the call's own fence proves its effect did not happen: a tool that wrote, then failed on
+    the fence of another resource, leaves its key in doubt, never given back to run the write again (G11)."""
+    store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'keys.db'}")
+    await store.create_tables()
+    async with fenced_write(store.engine, "ledgers/other", 2):
+        pass  # another resource, already at generation 2
+    effects: list[str] = []
+    server = MCPServer("writer", extensions=[LeaseGuard(store)])
+
+    @server.tool()
+    async def write(text: str) -> str:
+        effects.append(text)  # the call's own effect, outside any fence
+        async with fenced_write(store.engine, "ledgers/other", 1):
+            pass
+        return "written"
+
+    entries = write_meta("run-20:write", "1")
+    try:
+        async with Client(server) as client:
+            failed = await client.call_tool("write", {"text": "once"}, meta=entries)
+            read_back = await client.call_tool("agentlease_was_applied", {}, meta=entries)
+            again = await write_refused(client, entries, text="once")
+    finally:
+        await store.close()
+    assert failed.is_error
+    assert read_back.structured_content == {"applied": None, "status": "in_doubt", "result": None}
+    assert again["error"] == "idempotency_key_in_doubt"
+    assert effects == ["once"]
