@@ -100,11 +100,12 @@ def _text(value: str) -> bool:
     return "\x00" not in value
 
 
-refusals_told: ContextVar[Callable[[StaleFencingTokenError], None] | None] = ContextVar(
+refusals_told: ContextVar[Callable[[StaleFencingTokenError, AsyncEngine], None] | None] = ContextVar(
     "agentlease_fence_refusals_told", default=None
 )
-"""Called with each refusal :func:`advance_fence` raises, before it raises it (a guarded call's record of it, set
-by ``agentlease.idempotency.edge``: a framework may turn the exception into something else on its way out)."""
+"""Called with each refusal :func:`advance_fence` raises and the database that refused it, before it raises it (a
+guarded call's record of its own fence refused, set by ``agentlease.idempotency.edge``: a framework may turn the
+exception into something else on its way out)."""
 
 
 def _signature(fencing_key: bytes, resource_key: str, generation: int) -> str:
@@ -259,7 +260,7 @@ async def advance_fence(
         )
         told = refusals_told.get()
         if told is not None:
-            told(refused)
+            told(refused, conn.engine)
         raise refused
 
 

@@ -92,7 +92,7 @@ def current_call() -> GuardedCall | None:
 @contextmanager
 def serving(call: GuardedCall) -> Iterator[None]:
     """Make ``call`` the :func:`current_call` of the code in the block, which records a refusal of the call's own
-    fence in it (a fence checked before the write it guards: proof that this call's effect did not happen)."""
+    fence, in the guard store's database, in it: the refusal the guard answers."""
     token, told = _current.set(call), refusals_told.set(functools.partial(_refused_in, call))
     try:
         yield
@@ -101,8 +101,9 @@ def serving(call: GuardedCall) -> Iterator[None]:
         _current.reset(token)
 
 
-def _refused_in(call: GuardedCall, refused: StaleFencingTokenError) -> None:
-    if call.fencing is not None and refused.resource_key == call.fencing.resource_key:
+def _refused_in(call: GuardedCall, refused: StaleFencingTokenError, engine: AsyncEngine) -> None:
+    own = call.fencing is not None and refused.resource_key == call.fencing.resource_key
+    if own and call._store is not None and _same_database(engine, call._store.engine):
         call._fence_refused = refused
 
 
@@ -205,12 +206,12 @@ async def run_guarded(
             result = await handler()
             said, answer = verdict(result)  # an answer that cannot be stored leaves the handler's effect in doubt
         except BaseException as exc:
-            if isinstance(exc, StaleFencingTokenError):
-                call.not_applied()  # the fence refused the write inside the handler's transaction
+            if exc is call._fence_refused:
+                call.not_applied()  # the handler let its own fence's refusal out: it says its write did not happen
             await _settle(store, claim, call, None)
             raise
-        if said is Verdict.ASKED or (said is Verdict.FAILED and call._fence_refused is not None):
-            call.not_applied()  # asked first; or failed as its write's fence was refused (a framework's error result)
+        if said is Verdict.ASKED:
+            call.not_applied()
         await _settle(store, claim, call, answer if said is Verdict.ANSWERED else None)
     return result
 

@@ -333,8 +333,10 @@ class IdempotencyMiddleware:
 
         try:
             await run_guarded(call, handle, _verdict)
-        except StaleFencingTokenError as exc:  # the handler's own fence check, left to propagate (key given back)
-            messages = []
+        except StaleFencingTokenError as exc:
+            if exc is not call._fence_refused:  # another resource's: says nothing of this call (key in doubt)
+                raise
+            messages = []  # the handler's own fence check, left to propagate (key given back)
             await _stale(exc, call.resource)(scope, receive, capture)
         for message in messages:
             await send(message)

@@ -266,21 +266,26 @@ class LeaseGuard(Extension):
             try:
                 async with self.store.engine.begin() as conn:
                     await advance_fence(conn, fence.resource_key, fence.generation, now=self._now())
-                if expired is not None:
-                    raise expired
-                fenced = GuardedCall(
-                    None,
-                    fence,
-                    caller,
-                    tool=tool,
-                    lease_expires_at=lease.lease_expires_at,
-                    resource=resource,
-                    _store=self.store,
-                    _clock=self.clock,
-                )
+            except StaleFencingTokenError as exc:
+                raise _stale(exc, resource) from None
+            if expired is not None:
+                raise expired
+            fenced = GuardedCall(
+                None,
+                fence,
+                caller,
+                tool=tool,
+                lease_expires_at=lease.lease_expires_at,
+                resource=resource,
+                _store=self.store,
+                _clock=self.clock,
+            )
+            try:
                 with serving(fenced):  # effect_transaction checks the fence again
                     result: HandlerResult = await run()
             except StaleFencingTokenError as exc:
+                if exc is not fenced._fence_refused:  # another resource's: an error of the tool's
+                    raise
                 raise _stale(exc, resource) from None
             return _unless_fenced(fenced, result)
         try:
@@ -318,6 +323,8 @@ class LeaseGuard(Extension):
         try:
             result = await run_guarded(call, run, _verdict)
         except StaleFencingTokenError as exc:  # the tool's own fence check (a low-level server's handler)
+            if exc is not call._fence_refused:  # another resource's: an error of the tool's (key in doubt)
+                raise
             raise _stale(exc, named.resource_key if named else None) from None
         return _unless_fenced(call, result)
 

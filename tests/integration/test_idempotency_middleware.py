@@ -30,7 +30,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentlease.demo.downstream import serve_app
-from agentlease.fencing import MAX_RESOURCE_KEY_LENGTH, advance_fence, read_fence
+from agentlease.errors import StaleFencingTokenError
+from agentlease.fencing import MAX_RESOURCE_KEY_LENGTH, advance_fence, fenced_write, read_fence
 from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, effect_transaction, request_path
 from agentlease.idempotency.convention import scoped_key
 from tests.eventually import assert_eventually
@@ -81,6 +82,7 @@ class Publisher:
         self.ticking = 0  # a stream that lasts until its client leaves: started, and ended
         self.ticked_out = 0
         self.failures = 0
+        self.acted = 0  # effects made outside the service's database
         self.hold_next = False
         self.gate = asyncio.Event()
 
@@ -159,6 +161,26 @@ class Publisher:
             if fencing is not None:
                 await advance_fence(conn, fencing.resource_key, fencing.generation)
             return await self._insert(conn, request)
+
+    async def acted_then_fenced(self, request: Request) -> JSONResponse:
+        """An effect elsewhere first (``acted``), then its own fence checked: a refusal caught and answered 500."""
+        self.acted += 1
+        await self._held()
+        fencing = request.state.fencing
+        try:
+            async with fenced_write(self.engine, fencing.resource_key, fencing.generation):
+                pass
+        except StaleFencingTokenError:
+            return JSONResponse({"error": "superseded after acting"}, status_code=500)
+        return JSONResponse({"acted": self.acted}, status_code=201)
+
+    async def fenced_elsewhere(self, request: Request) -> JSONResponse:
+        """Its write committed in a plain transaction, then another resource's fence refuses it, raised."""
+        async with self.engine.begin() as conn:
+            await self._insert(conn, request)
+        async with fenced_write(self.engine, "another/resource", 1):
+            pass
+        return JSONResponse({"error": "not reached"}, status_code=500)
 
     async def unavailable(self, request: Request) -> JSONResponse:
         self.failures += 1
@@ -262,6 +284,8 @@ async def running_service(url: str, **options: Any) -> AsyncIterator[Service]:
                 Route("/ticking", publisher.tick, methods=["POST"]),
                 Route("/plain/{article_id}", publisher.publish_plain, methods=["POST"]),
                 Route("/articles", publisher.count, methods=["GET"]),
+                Route("/acted-then-fenced", publisher.acted_then_fenced, methods=["POST"]),
+                Route("/fenced-elsewhere/{article_id}", publisher.fenced_elsewhere, methods=["POST"]),
                 Route("/unavailable", publisher.unavailable, methods=["POST"]),
                 Route("/refused", publisher.refused, methods=["POST"]),
                 Route("/crash", publisher.crash, methods=["POST"]),
@@ -389,6 +413,36 @@ async def test_the_default_fence_is_the_action_not_the_route(ledger_url: str) ->
             fences = {key: await read_fence(conn, anonymous(key)) for key in named}
         assert fences == {"booking-a": 2, "booking-b": 1, "r-c": 3, "/articles/1": None}
         assert await svc.publisher.executions() == 3
+
+
+async def test_a_handler_that_acted_before_its_own_fence_was_refused_leaves_its_key_in_doubt(ledger_url: str) -> None:
+    """The handler's effect came before its fence check, so the refusal proves nothing of it: the 500 it answers
+    holds the key in doubt, and the newer generation's retry is refused ``idempotency_key_in_doubt``, not run a
+    second time (G11)."""
+    async with running_service(ledger_url) as svc:
+        svc.publisher.hold_next = True
+        older = asyncio.create_task(svc.post("/acted-then-fenced", "k-acted", {}, token=1))
+        await assert_eventually(lambda: svc.publisher.entered == 1, message="generation 1 acted")
+        busy = await svc.post("/acted-then-fenced", "k-acted", {}, token=2)  # moves the fence
+        assert (busy.status_code, busy.json()["error"]) == (409, "idempotency_key_in_flight")
+        svc.publisher.gate.set()
+        assert (await older).status_code == 500
+        retry = await svc.post("/acted-then-fenced", "k-acted", {}, token=2)
+        assert (retry.status_code, retry.json()["error"]) == (409, "idempotency_key_in_doubt")
+        assert svc.publisher.acted == 1
+
+
+async def test_another_resources_refused_fence_after_the_write_leaves_the_key_in_doubt(ledger_url: str) -> None:
+    """A refusal of another resource's fence, raised after the handler's write committed, says nothing of this
+    call: a 500 (not this call's ``stale_fencing_token``), the key in doubt, the write never made again (G11)."""
+    async with running_service(ledger_url) as svc:
+        async with fenced_write(svc.store.engine, "another/resource", 100):
+            pass
+        failed = await svc.post("/fenced-elsewhere/7", "k-elsewhere", {"title": "t"}, token=1)
+        assert failed.status_code == 500, failed.text
+        retry = await svc.post("/fenced-elsewhere/7", "k-elsewhere", {"title": "t"}, token=1)
+        assert (retry.status_code, retry.json()["error"]) == (409, "idempotency_key_in_doubt")
+        assert await svc.publisher.executions("k-elsewhere") == 1
 
 
 async def test_a_newer_generation_moves_the_fence_while_an_older_request_is_inside(ledger_url: str) -> None:
