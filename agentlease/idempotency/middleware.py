@@ -182,6 +182,13 @@ def _complete(messages: list[Message]) -> bool:
     return bool(bodies) and not bodies[-1].get("more_body", False)
 
 
+def _over(length: str, limit: int) -> bool:
+    """Whether the decimal ``length`` is over ``limit``, compared as text first: ``int()`` refuses over 4,300
+    digits, which a server that does not check ``Content-Length`` itself may pass on."""
+    digits = length.lstrip("0")
+    return len(digits) > len(str(limit)) or int(digits or "0") > limit
+
+
 def _verdict(messages: list[Message]) -> tuple[Verdict, StoredResponse]:
     """The handler's response: a whole one below 500 is an answer; one from 500, or cut short, a failure (never
     stored: the key is held in doubt, or keeps the answer its effect committed with)."""
@@ -273,7 +280,7 @@ class IdempotencyMiddleware:
             return
         too_large = _error(413, "request_too_large", f"the request body is larger than {self.max_body_bytes} bytes")
         length = headers.get("content-length", "")
-        if is_decimal(length) and int(length) > self.max_body_bytes:
+        if is_decimal(length) and _over(length, self.max_body_bytes):
             await too_large(scope, receive, send)
             return
         try:
