@@ -65,6 +65,7 @@ class GuardedCall:
     _in_transaction: bool = field(default=False, repr=False)
     _committed: bool = field(default=False, repr=False)
     _fence_refused: StaleFencingTokenError | None = field(default=None, repr=False)
+    _ended: bool = field(default=False, repr=False)
 
     def _now(self) -> datetime | None:
         return None if self._clock is None else self._clock()
@@ -134,8 +135,9 @@ def _same_database(a: AsyncEngine, b: AsyncEngine) -> bool:
 async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransaction]:
     """A transaction whose commit is the call's effect AND its key becoming done with the answer given to
     :meth:`EffectTransaction.done`, or neither (the fence is checked first; an exception in the block gives the
-    key back). For a fenced call without a key (an MCP guard's ``require_key=False``) the fence is checked at
-    the commit as well, and there is no answer to store. Outside a guarded call, a plain transaction.
+    key back). For a fenced call without a key (an MCP guard's ``require_key=False``), or in a task the handler left
+    running once its call ended, the fence is checked and nothing is stored. Outside a guarded call, a plain
+    transaction.
 
     Args:
         engine: the database of the effect, which must be the guard's (its ``IdempotencyStore``'s).
@@ -154,7 +156,8 @@ async def effect_transaction(engine: AsyncEngine) -> AsyncIterator[EffectTransac
         async with engine.begin() as conn:
             yield EffectTransaction(conn)
         return
-    store, claim = call._store, call._claim
+    # Once the call ended (a task its handler left running), its key is settled: the fence is still checked.
+    store, claim = call._store, None if call._ended else call._claim
     if not _same_database(engine, store.engine):
         raise ConfigurationError(
             "effect_transaction: the guard keeps its keys and fences in another database, so they cannot "
@@ -217,6 +220,7 @@ async def run_guarded(
 
 
 async def _settle(store: IdempotencyStore, claim: Claimed, call: GuardedCall, answer: StoredResponse | None) -> None:
+    call._ended = True  # from here on, what the call's handler left running is outside it
     if call.committed:
         if answer is not None:  # the handler's whole answer replaces the one stored with the effect
             await store.replace_answer(claim, answer)

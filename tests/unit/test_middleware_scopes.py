@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
+from agentlease.errors import StaleFencingTokenError
+from agentlease.fencing import fenced_write, read_fence
+from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore, effect_transaction
+from agentlease.idempotency.convention import scoped_key
 
 
 @pytest.fixture
@@ -82,3 +87,32 @@ async def test_a_path_holding_a_lone_surrogate_is_keyed_as_any_other(store: Idem
     assert first == again == (201, {"written": True})
     assert (other[0], other[1]["error"]) == (422, "idempotency_key_reused")
     assert len(calls) == 1
+
+
+async def test_a_task_its_handler_left_running_commits_fenced_after_the_call_ended(store: IdempotencyStore) -> None:
+    """A handler answers 202 and leaves a task that commits later in ``effect_transaction``: the call's key was
+    settled by then, so the task's commit is fenced and stores nothing, never refused as a key taken over; a newer
+    generation that arrived meanwhile refuses it."""
+    later: list[Any] = []
+
+    async def accept(request: Request) -> JSONResponse:
+        async def job() -> None:
+            await gate.wait()
+            async with effect_transaction(store.engine) as effect:
+                await effect.conn.execute(sa.text("SELECT 1"))
+
+        later.append(asyncio.get_running_loop().create_task(job()))
+        return JSONResponse({"accepted": True}, status_code=202)
+
+    gate = asyncio.Event()
+    routes = [Route("/jobs", accept, methods=["POST"])]
+    app = IdempotencyMiddleware(Starlette(routes=routes), store=store, anonymous=True)
+    assert await post(app, "/jobs", [(b"fencing-token", b"3")]) == (202, {"accepted": True})
+    resource = scoped_key("", "k-1")  # the anonymous caller's copy of the resource (the key)
+    async with fenced_write(store.engine, resource, 4):
+        pass
+    gate.set()
+    with pytest.raises(StaleFencingTokenError):  # KeyTakenOverError before: the settled key taken for lost
+        await later[0]
+    async with store.engine.connect() as conn:
+        assert await read_fence(conn, resource) == 4
