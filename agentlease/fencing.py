@@ -82,7 +82,7 @@ def check_resource_key(resource_key: str) -> str:
     if (
         not isinstance(resource_key, str)
         or not 0 < len(resource_key) <= MAX_RESOURCE_KEY_LENGTH
-        or not _text(resource_key)
+        or not _storable(resource_key)
     ):
         raise ValueError(
             f"a fenced resource key has 1 to {MAX_RESOURCE_KEY_LENGTH} characters, none NUL or a lone surrogate, "
@@ -91,7 +91,7 @@ def check_resource_key(resource_key: str) -> str:
     return resource_key
 
 
-def _text(value: str) -> bool:
+def _storable(value: str) -> bool:
     """Whether ``value`` is text a database stores: UTF-8 can encode it, and it holds no NUL."""
     try:
         value.encode("utf-8")

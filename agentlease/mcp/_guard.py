@@ -5,7 +5,7 @@ does, and serves the readback tool ``agentlease_was_applied`` (``docs/mcp.md``, 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -280,14 +280,12 @@ class LeaseGuard(Extension):
                 _store=self.store,
                 _clock=self.clock,
             )
-            try:
+
+            async def served() -> HandlerResult:
                 with serving(fenced):  # effect_transaction checks the fence again
-                    result: HandlerResult = await run()
-            except StaleFencingTokenError as exc:
-                if exc is not fenced._fence_refused:  # another resource's: an error of the tool's
-                    raise
-                raise _stale(exc, resource) from None
-            return _unless_fenced(fenced, result)
+                    return await run()
+
+            return await _answer(fenced, served())
         try:
             claim = await self.store.claim(
                 scoped_key(caller, lease.idempotency_key),
@@ -320,13 +318,7 @@ class LeaseGuard(Extension):
             with anyio.CancelScope(shield=True):
                 await self.store.release(claim)
             raise
-        try:
-            result = await run_guarded(call, run, _verdict)
-        except StaleFencingTokenError as exc:  # the tool's own fence check (a low-level server's handler)
-            if exc is not call._fence_refused:  # another resource's: an error of the tool's (key in doubt)
-                raise
-            raise _stale(exc, named.resource_key if named else None) from None
-        return _unless_fenced(call, result)
+        return await _answer(call, run_guarded(call, run, _verdict))
 
     def _expired(self, lease: LeaseMeta) -> MCPError | None:
         """``lease_expired`` when the caller's lease-expires-at passed over :data:`EXPIRY_SKEW` ago by this clock
@@ -420,12 +412,18 @@ def _verdict(result: Any) -> tuple[Verdict, StoredResponse | None]:
     return (Verdict.FAILED if _failed(result) else Verdict.ANSWERED), _stored_value(result)
 
 
-def _unless_fenced(call: GuardedCall, result: HandlerResult) -> HandlerResult:
-    """``result``; but the ``stale_fencing_token`` refusal when it is the error result ``MCPServer`` made of the
-    refusal of the call's fence in ``effect_transaction`` (nothing was written)."""
-    refused = call._fence_refused
-    if refused is not None and _failed(result):
-        raise _stale(refused, call.resource)
+async def _answer(call: GuardedCall, running: Awaitable[HandlerResult]) -> HandlerResult:
+    """The tool's result; but the ``stale_fencing_token`` refusal when the call's own fence refused its write, let
+    out by a low-level server's handler or made an error result by ``MCPServer``. A refusal of another resource's
+    fence is the tool's own error (its key in doubt)."""
+    try:
+        result = await running
+    except StaleFencingTokenError as exc:
+        if exc is not call._fence_refused:
+            raise
+        raise _stale(exc, call.resource) from None
+    if call._fence_refused is not None and _failed(result):
+        raise _stale(call._fence_refused, call.resource)
     return result
 
 
