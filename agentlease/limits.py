@@ -109,14 +109,17 @@ def read_file(path: Path, max_bytes: int) -> bytes:
     """The bytes of a file or a device, read without waiting for a writer and at most ``max_bytes`` + 1 of them.
 
     Raises:
-        OSError: it cannot be read, it is a FIFO or a socket (refused at once: a FIFO would wait for a writer
-            forever), or it holds more than ``max_bytes`` (``/dev/zero`` ends there); ``strerror`` says which.
+        OSError: it cannot be read, it is a FIFO, a socket or a terminal (refused at once: each would wait for a
+            writer or a typist forever), or it holds more than ``max_bytes`` (``/dev/zero`` ends there);
+            ``strerror`` says which.
     """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
             raise OSError(0, "a FIFO or a socket, not a file")
+        if os.isatty(fd):
+            raise OSError(0, "a terminal, not a file")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as file:
             data = file.read(max_bytes + 1)

@@ -153,6 +153,18 @@ def test_run_on_a_fifo(cli: Cli) -> None:  # noqa: F811
     assert_one_error_line(result, BAD_INPUT, "cannot read plan plan.json: a FIFO or a socket, not a file")
 
 
+def test_run_on_a_terminal(cli: Cli) -> None:  # noqa: F811
+    """A terminal nobody types into waited forever, as a FIFO did."""
+    controller, terminal = os.openpty()
+    try:
+        name = os.ttyname(terminal)
+        result = cli("run", name, env=UNREACHABLE_TEMPORAL, timeout=BOUNDED_S)
+        assert_one_error_line(result, BAD_INPUT, f"cannot read plan {name}: a terminal, not a file")
+    finally:
+        os.close(terminal)
+        os.close(controller)
+
+
 @pytest.mark.parametrize(
     ("key", "refusal"),
     [("fifo", "a FIFO or a socket, not a file"), ("/dev/zero", "larger than"), ("big", "larger than")],
