@@ -305,23 +305,43 @@ def raise_for_status(response: Any, what: str = "") -> None:
     any other 4xx                               :class:`PermanentToolError`: dead-lettered
     ==========================================  ===========================================================
 
-    ``what`` names the request in the message ("POST /tickets"); default the response's method and URL.
+    ``what`` names the request in the message ("POST /tickets"); default the response's method and URL. A leased
+    tool that lets an exception carrying such an answer out (httpx's ``HTTPStatusError`` from
+    ``response.raise_for_status()``) is classified by the same table (:func:`answer_error`).
     """
-    status_code = response if isinstance(response, int) else int(response.status_code)
+    error = answer_error(response, what)
+    if error is not None:
+        raise error
+
+
+def answer_error(answer: Any, what: str = "") -> ToolError | None:
+    """The tool error of :func:`raise_for_status`'s table for ``answer``: a response, its bare status code, or an
+    exception carrying a response in ``response`` (httpx's ``HTTPStatusError``, requests' ``HTTPError``);
+    ``None`` for 1xx-3xx or an exception that carries no answer."""
+    if isinstance(answer, BaseException):
+        if isinstance(answer, ToolError):
+            return None
+        answer = getattr(answer, "response", None)
+        if not isinstance(getattr(answer, "status_code", None), int):
+            return None
+    status_code = answer if isinstance(answer, int) else int(answer.status_code)
     if status_code < 400:
-        return
-    if not what and not isinstance(response, int):
-        request = getattr(response, "request", None)
+        return None
+    if not what and not isinstance(answer, int):
+        try:
+            request = getattr(answer, "request", None)
+        except RuntimeError:  # httpx: a response built without its request
+            request = None
         what = f"{request.method} {request.url}" if request is not None else ""
-    refusal = None if isinstance(response, int) else downstream_refusal(response, what)
+    refusal = None if isinstance(answer, int) else downstream_refusal(answer, what)
     if refusal is not None:
-        raise refusal
+        return refusal
     message = f"{what}: HTTP {status_code}"
     if status_code in (401, 403):
-        raise CredentialToolError(message)
+        return CredentialToolError(message)
     if status_code in (408, 409, 425, 429) or status_code >= 500:
-        raise RetryableToolError(message)
-    raise PermanentToolError(message)
+        return RetryableToolError(message)
+    return PermanentToolError(message)
 
 
 def downstream_refusal(answer: Any, what: str = "") -> KeyInFlightError | EffectInDoubtError | None:

@@ -28,6 +28,7 @@ from agentlease.errors import (
     LedgerRefusedValueError,
     LedgerUnavailableError,
     TaskClosedError,
+    answer_error,
     downstream_refusal,
     one_line,
 )
@@ -352,7 +353,7 @@ class LeasedActivities:
                 ) from None
             raise
         except Exception as exc:  # noqa: BLE001 - every way a tool fails is classified and recorded
-            error_class = classify(downstream_refusal(exc) or exc)
+            error_class = classify(answer_error(exc) or exc)
             error = limits.clip(redact(one_line(exc)))  # what the ledger, the run and history keep (docs/security.md)
             after = decide(
                 spec.side_effect_class,

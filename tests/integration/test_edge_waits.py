@@ -1,25 +1,29 @@
-"""A downstream that answers "still executing" (409 ``idempotency_key_in_flight``) is waited for inside the
-attempt: no real attempt is spent, no new claim generation taken, never a dead letter (``docs/edge.md``).
+"""What a downstream's answer means to the attempt that got it, through the documented
+``response.raise_for_status()`` (``docs/edge.md``). "Still executing" (409 ``idempotency_key_in_flight``) is waited
+for inside the attempt: no real attempt is spent, no new claim generation taken, never a dead letter. A refusal of
+the caller (401) blocks the call after that one attempt: nothing ran, so nothing is held in doubt.
 
-The downstream is a real HTTP service on 127.0.0.1 that answers the convention's in-flight refusal to the first
-requests of a key, then charges; the tool is ``busy_downstream_charge`` (``max_attempts=2``), which uses the
-documented ``response.raise_for_status()``.
+The downstream is a real HTTP service on 127.0.0.1; the tool is ``busy_downstream_charge`` (``max_attempts=2``).
 """
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from temporalio.client import Client
 
 from agentlease.demo.downstream import serve_app
-from agentlease.enums import EventKind, TaskStatus
+from agentlease.enums import ErrorClass, EventKind, TaskStatus
+from agentlease.idempotency import IdempotencyMiddleware, IdempotencyStore
 from agentlease.settings import AgentLeaseSettings
 from agentlease.workflow._plan import AgentRunWorkflow
+from tests.eventually import assert_eventually
 from tests.integration.test_lease_on_temporal import _plan, _worker, opened_ledger
 
 BUSY_ANSWERS = 6
@@ -52,3 +56,45 @@ async def test_a_busy_downstream_is_waited_for_without_spending_attempts(
     assert len(waits) == BUSY_ANSWERS
     assert [e.kind for e in events if e.kind in (EventKind.CLAIMED, EventKind.RELEASED)] == [EventKind.CLAIMED]
     assert [t.status for t in run.tasks] == ["settled"]
+
+
+async def test_a_downstream_refusing_the_caller_blocks_the_call_after_one_attempt(
+    client: Client, settings: AgentLeaseSettings, tmp_path: Path
+) -> None:
+    """The middleware refuses a write that names no caller (401 ``missing_credentials``) before its handler runs.
+    Through httpx's ``raise_for_status()`` that answer was any exception: retried until the attempts ran out, then
+    parked for reconciliation as an effect that may be in place."""
+    handled: list[str | None] = []
+
+    async def charge(request: Request) -> JSONResponse:
+        handled.append(request.headers.get("idempotency-key"))
+        return JSONResponse({"charge_id": 7}, status_code=201)
+
+    store = IdempotencyStore.from_url(f"sqlite:///{tmp_path / 'service.db'}")
+    run_id = f"refused-{uuid.uuid4().hex[:8]}"
+    app = Starlette(
+        routes=[Route("/charges", charge, methods=["POST"])],
+        middleware=[Middleware(IdempotencyMiddleware, store=store)],  # anonymous=False: credentials required
+    )
+    try:
+        await store.create_tables()
+        async with serve_app(app) as base_url, opened_ledger(settings) as ledger:
+            async with _worker(client, ledger, settings, "w"):
+                plan = _plan(run_id, ("charge", "busy_downstream_charge", {"url": f"{base_url}charges"}))
+                run = await client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue)
+
+                async def blocked() -> bool:
+                    tasks = await ledger.list_tasks(run_id)
+                    return [t.status for t in tasks] == [TaskStatus.BLOCKED]
+
+                await assert_eventually(blocked, timeout=60, message="the call blocked")
+                await run.terminate("the test saw what it waited for")
+            task = await ledger.get_task(f"{run_id}/charge")
+            events = await ledger.events(task.task_id)
+    finally:
+        await store.close()
+
+    assert handled == []  # refused before the handler: no effect
+    assert (task.attempts, task.claim_generation, task.error_class) == (1, 1, ErrorClass.CREDENTIAL.value)
+    assert "401" in (task.last_error or "")
+    assert EventKind.BLOCKED in [e.kind for e in events]

@@ -9,10 +9,12 @@ import pytest
 
 from agentlease.enums import ErrorClass
 from agentlease.errors import (
+    CredentialToolError,
     EffectInDoubtError,
     KeyInFlightError,
     PermanentToolError,
     RetryableToolError,
+    answer_error,
     downstream_refusal,
     raise_for_status,
 )
@@ -66,3 +68,33 @@ def test_other_answers_keep_their_meaning(response: httpx.Response | int, raised
         raise_for_status(response, "POST /charges")
     assert type(found.value) is raised
     raise_for_status(httpx.Response(201, request=REQUEST))  # nothing for a success
+
+
+@pytest.mark.parametrize(
+    ("response", "error_class"),
+    [
+        (httpx.Response(401, request=REQUEST), ErrorClass.CREDENTIAL),
+        (httpx.Response(403, request=REQUEST), ErrorClass.CREDENTIAL),
+        (answer("idempotency_key_reused", status=422), ErrorClass.PERMANENT),
+        (answer("idempotency_key_in_doubt"), ErrorClass.IN_DOUBT),
+        (httpx.Response(503, request=REQUEST), ErrorClass.RETRYABLE),
+    ],
+)
+def test_an_answer_raised_by_httpx_is_classified_by_the_same_table(
+    response: httpx.Response, error_class: ErrorClass
+) -> None:
+    """``response.raise_for_status()`` in a leased tool: its ``HTTPStatusError`` means what the answer means (a 401
+    was retried as any exception, and a write past ``external_call`` parked as an effect that may be in place)."""
+    with pytest.raises(httpx.HTTPStatusError) as raised:
+        response.raise_for_status()
+    error = answer_error(raised.value)
+    assert error is not None and classify(error) is error_class
+    assert "POST http://svc/charges" in str(error)
+
+
+def test_an_exception_without_an_answer_keeps_its_own_class() -> None:
+    assert answer_error(RuntimeError("boom")) is None
+    assert answer_error(CredentialToolError("revoked")) is None  # a tool error says what it means itself
+    no_request = httpx.Response(401)  # httpx raises reading .request of a response built without one
+    assert isinstance(answer_error(no_request), CredentialToolError)
+    assert answer_error(httpx.Response(204)) is None
