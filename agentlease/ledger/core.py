@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection
 
 from agentlease.clock import duration_ms, now_param
-from agentlease.enums import EventKind
+from agentlease.enums import EventKind, TaskStatus
 from agentlease.errors import LeaseLostError, LeaseTokenMismatchError, LedgerUnavailableError, TaskNotFoundError
 from agentlease.ledger.compiled import execute
 from agentlease.ledger.database import LedgerDatabase, Transaction
@@ -150,6 +150,18 @@ class LedgerCore:
         )
         refusal = Refusal(row.claim_generation, row.status, token_refused)
         reason = f"{operation} refused: ledger has generation {refusal.current_generation}, status {refusal.status}"
+        still_ours = (row.claim_generation, row.lease_owner, row.status) == (
+            claim.generation,
+            claim.owner,
+            TaskStatus.RUNNING.value,
+        )
+        lapsed_ms = None if row.lease_expires_at_ms is None else row.now_ms - row.lease_expires_at_ms
+        if still_ours and not token_refused and lapsed_ms is not None and lapsed_ms >= 0:
+            lapsed_s = lapsed_ms / 1000
+            reason = (
+                f"{operation} refused: the lease of generation {claim.generation} lapsed {lapsed_s:.1f}s earlier "
+                "(no renewal within its TTL); nobody has claimed the task since"
+            )
         if token_refused:
             reason = (
                 f"{operation} refused: the claim of generation {claim.generation} did not present the lease token "

@@ -94,7 +94,7 @@ class LeaseStatements:
     count_approval: Update
 
 
-_REFUSAL_COLUMNS = ("claim_generation", "status", "lease_owner", "lease_token_sha256")
+_REFUSAL_COLUMNS = ("claim_generation", "status", "lease_owner", "lease_token_sha256", "lease_expires_at_ms")
 
 
 def _column_of_task(column: Any) -> Any:

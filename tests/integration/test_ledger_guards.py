@@ -89,6 +89,12 @@ async def test_renew_after_expiry_raises_lease_lost_and_changes_nothing(ledger: 
     lost = [e for e in await ledger.events(spec.task_id) if e.kind == EventKind.LEASE_LOST]
     assert len(lost) == 3
     assert all(e.claim_generation == 1 and e.lease_owner == "w1" for e in lost)
+    # The entry says why: the holder's own lease lapsed (it said "ledger has generation 1, status running").
+    assert [e.reason for e in lost] == [
+        f"renew refused: the lease of generation 1 lapsed {lapsed}s earlier (no renewal within its TTL); "
+        "nobody has claimed the task since"
+        for lapsed in ("0.0", "0.0", "3600.0")
+    ]
 
 
 async def test_renew_within_lease_extends_by_own_ttl_and_records_stage(ledger: Ledger) -> None:
@@ -327,6 +333,7 @@ async def test_refused_settle_recorded_as_late_unapplied(ledger: Ledger) -> None
     late = [e for e in await ledger.events(spec.task_id) if e.kind == EventKind.LATE_UNAPPLIED]
     assert len(late) == 1
     event = late[0]
+    assert event.reason == "settle refused: ledger has generation 2, status running"  # taken over: no lapse told
     assert (event.claim_generation, event.lease_owner) == (1, "w1")
     assert event.details is not None
     assert event.details["operation"] == "settle"
