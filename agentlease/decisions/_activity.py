@@ -35,6 +35,7 @@ from agentlease.records import (
 from agentlease.runtime.names import APPLY_DECISION, RECORD_REFUSAL
 from agentlease.runtime.payloads import activity_input
 from agentlease.security.decision_auth import DecisionRefusedError, DecisionReplayedError, DecisionVerifier
+from agentlease.security.redaction import redact
 from agentlease.tools._binding import own_task, task_refusal
 
 logger = logging.getLogger("agentlease.lease")
@@ -225,10 +226,16 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
         if decision.kind is DecisionKind.AWAIT_APPROVAL and record.status is TaskStatus.SETTLED:
             # Its approved call settled before (a reset run asks again): the run settles the step from its receipt.
             return ToolOutcome.of(record).model_copy(update={"settled_by": SETTLED_BY_EARLIER_RECEIPT})
-        if record.status not in (rule.to, rule.to_if_effect_unknown) and not (
-            decision_id is not None and await _in_trail(ledger, decision.task.task_id, decision_id)
-        ):
+        if decision_id is not None and await _in_trail(ledger, decision.task.task_id, decision_id):
+            return ToolOutcome.of(record)  # a retry of the activity that applied it
+        if record.status not in (rule.to, rule.to_if_effect_unknown):
             raise _refused(str(exc)) from None
+        if not (decision.run_own or decision.kind is DecisionKind.AWAIT_APPROVAL):
+            # The status this decision leads to, but another's: a person who lost the race is told so, not "done".
+            earlier = await _applied_decision(ledger, decision)
+            if earlier is not None:
+                logger.warning("decision %s on %s refused: %s", decision.kind.value, decision.task.task_id, earlier)
+                raise _refused(f"decision refused: {earlier}") from None
     except TaskNotFoundError as exc:
         raise _refused(str(exc)) from None
     return ToolOutcome.of(record)
@@ -270,6 +277,24 @@ async def _once(ledger: Ledger, decision: LedgerDecision, decision_id: str, oper
     if await record_replay(ledger, decision.task, use, earlier, str(exc), trace=trace):
         logger.warning("%s", exc)
     raise _refused(f"decision refused: {exc}", {"refused": "replayed", "decision_id": decision_id})
+
+
+async def _applied_decision(ledger: Ledger, decision: LedgerDecision) -> str | None:
+    """Why ``decision`` is not the one that left its task where it is: the task's last entry of its kind is
+    another's (another operator, another reason, or another signed decision); ``None`` when it is this one
+    (unsigned: same name and reason, a retry of the activity that applied it)."""
+    kind = DECISIONS[decision.kind].event
+    made = [e for e in await ledger.events(decision.task.task_id) if e.kind is kind]
+    if not made:
+        return None
+    last = made[-1]
+    details = last.details or {}
+    if decision.signed is None and (details.get("by"), last.reason) == (decision.by, redact(decision.reason)):
+        return None
+    return (
+        f"another decision got there first: {decision.task.task_id} was {kind.value} by {details.get('by')!r} "
+        f"({last.reason}); this one changed nothing"
+    )
 
 
 async def _in_trail(ledger: Ledger, task_id: str, decision_id: str) -> bool:

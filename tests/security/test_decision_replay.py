@@ -32,8 +32,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
-from agentlease.decisions.table import DecisionRequest, LedgerDecision, verify_recorded
-from agentlease.enums import DecisionKind, EventKind, SideEffectClass, TaskStatus
+from agentlease.decisions.table import DecisionRequest, LedgerDecision, ReconcileRequest, verify_recorded
+from agentlease.enums import DecisionKind, ErrorClass, EventKind, SideEffectClass, TaskStatus
 from agentlease.errors import TaskMovedError
 from agentlease.ledger.grants import LedgerRoles, grant_statements
 from agentlease.ledger.migrate import upgrade
@@ -44,6 +44,7 @@ from agentlease.security.decision_auth import (
     DecisionVerifier,
     OperatorKey,
     SignedDecision,
+    load_public_keys,
     signed_message,
 )
 from agentlease.settings import AgentLeaseSettings
@@ -53,12 +54,13 @@ from tests.security.edge_cli import agentlease
 pytestmark = pytest.mark.timeout(150)
 
 
-def _operator(tmp_path: Path, key: Ed25519PrivateKey | None = None) -> tuple[OperatorKey, str]:
-    """Alice's key file (as ``agentlease keys new-operator`` writes it) and her public key, base64."""
+def _operator(tmp_path: Path, key: Ed25519PrivateKey | None = None, name: str = "alice") -> tuple[OperatorKey, str]:
+    """An operator's key file (as ``agentlease keys new-operator`` writes it; default Alice's) and the public key,
+    base64."""
     key = key or Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    path = tmp_path / "alice.key"
-    path.write_bytes(b"agentlease-operator: alice\n" + pem)
+    path = tmp_path / f"{name}.key"
+    path.write_bytes(f"agentlease-operator: {name}\n".encode() + pem)
     raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return OperatorKey(path), base64.b64encode(raw).decode()
 
@@ -224,8 +226,6 @@ def test_a_changed_decision_id_or_generation_breaks_the_signature(tmp_path: Path
 
 
 def _public(raw: str) -> Any:
-    from agentlease.security.decision_auth import load_public_keys
-
     return load_public_keys(f"alice={raw}")["alice"]
 
 
@@ -314,6 +314,72 @@ async def test_a_retry_of_the_same_activity_is_applied_and_another_activity_repl
     for activity_id in ("6", "6"):
         done = await scheduled(activity_id).run(open_apply, unsigned.model_dump(mode="json"))
         assert done["status"] == TaskStatus.PENDING.value
+
+
+async def test_of_two_operators_reconciling_at_once_the_second_is_refused_not_told_done(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """Both confirms of a call parked for reconciliation reach the ledger; the second finds the task settled.
+    It was reported applied (its sender saw exit 0) though nothing of it was recorded: what that person saw
+    was lost. A Temporal retry of the first still reports it applied."""
+    from agentlease.decisions._activity import DecisionActivities
+
+    keys = {name: _operator(tmp_path, name=name) for name in ("alice", "bob")}
+    verifier = DecisionVerifier("authenticated", load_public_keys(",".join(f"{n}={k[1]}" for n, k in keys.items())))
+    env = ActivityEnvironment()
+
+    def scheduled(activity_id: str, attempt: int = 1) -> ActivityEnvironment:
+        env.info = dataclasses.replace(
+            env.info,
+            workflow_id="run-1",
+            workflow_run_id="r1",
+            activity_id=activity_id,
+            attempt=attempt,
+            scheduled_time=datetime.now(UTC),
+        )
+        return env
+
+    async def parked(step: str) -> tuple[TaskSpec, int]:
+        spec = _spec("run-1", step)
+        claim = await ledger.claim(spec, "worker-a")
+        await ledger.await_decision(
+            claim, status=TaskStatus.NEEDS_RECONCILIATION, error_class=ErrorClass.AMBIGUOUS, error="sent, no answer"
+        )
+        return spec, claim.generation
+
+    def confirm(spec: TaskSpec, by: str, seen: str, generation: int | None) -> dict[str, Any]:
+        reason = f"{by} saw {seen}"
+        signed = None
+        if generation is not None:
+            request = ReconcileRequest(step_id=spec.step_id, by=by, reason=reason, action="confirm", external_id=seen)
+            payload = _signed(keys[by][0], "run-1", "reconcile", request, generation=generation)
+            signed = SignedDecision(command="reconcile", request=payload)
+        decision = LedgerDecision(
+            kind=DecisionKind.CONFIRM, task=spec, by=by, reason=reason, external_id=seen, signed=signed
+        )
+        return decision.model_dump(mode="json")
+
+    for mode, activities in (
+        ("signed", DecisionActivities(ledger, verifier)),
+        ("unsigned", DecisionActivities(ledger, DecisionVerifier())),
+    ):
+        [apply_decision, _] = activities.activities()
+        spec, generation = await parked(f"charge-{mode}")
+        bound = generation if mode == "signed" else None
+        alice, bob = confirm(spec, "alice", "A-1", bound), confirm(spec, "bob", "B-1", bound)
+        assert (await scheduled(f"{mode}-1").run(apply_decision, alice))["status"] == TaskStatus.SETTLED.value
+        with pytest.raises(ApplicationError) as refused:
+            await scheduled(f"{mode}-2").run(apply_decision, bob)
+        assert refused.value.non_retryable and refused.value.type == "DecisionRefused", mode
+        assert "another decision got there first" in refused.value.message, mode
+        assert "was reconciled by 'alice' (alice saw A-1)" in refused.value.message, mode
+        # Temporal retries the first (its result was lost): still applied.
+        again = await scheduled(f"{mode}-1", attempt=2).run(apply_decision, alice)
+        assert again["status"] == TaskStatus.SETTLED.value, mode
+        reconciled = [e for e in await ledger.events(spec.task_id) if e.kind is EventKind.RECONCILED]
+        assert [(e.details or {}).get("by") for e in reconciled] == ["alice"], mode
+        stored = await ledger.receipt(spec.idempotency_key)
+        assert stored is not None and stored.receipt.external_id == "A-1", mode
 
 
 # -- the migration and the worker role ------------------------------------------------------------
