@@ -18,7 +18,7 @@ from starlette.routing import Route
 from agentlease.clock import from_ms, to_ms
 from agentlease.decisions.table import suggested_commands
 from agentlease.enums import EventKind, LedgerRunState, TaskStatus
-from agentlease.errors import TaskNotFoundError
+from agentlease.errors import LedgerRefusedValueError, TaskNotFoundError
 from agentlease.ledger.listing import RunSummary, TaskFilter, collect, event_pages, failed_before_calls, run_failures
 from agentlease.ledger.statements import runs_page, tasks_page
 from agentlease.ledger.store import Ledger
@@ -367,6 +367,10 @@ def ui_app(
     def bad_query(request: Request, exc: Exception) -> Response:
         return JSONResponse({"error": "bad_query", "detail": str(exc)}, 400)
 
+    def unstorable(request: Request, exc: Exception) -> Response:
+        # An id or filter the ledger refused to compare (PostgreSQL: a NUL byte): no row can hold it.
+        return bad_query(request, BadQuery("the request holds a character no ledger value can (a NUL byte)"))
+
     app = Starlette(
         routes=[
             Route("/", front_page, methods=["GET"]),
@@ -377,7 +381,7 @@ def ui_app(
             Route("/api/events/{task_id:path}", task_events_json, methods=["GET"]),
             Route("/api/tasks/{task_id:path}", task_json, methods=["GET"]),
         ],
-        exception_handlers={BadQuery: bad_query},
+        exception_handlers={BadQuery: bad_query, LedgerRefusedValueError: unstorable},
     )
     app.add_middleware(UiGuard, allowed_hosts=allowed_hosts, token=token)
     return app

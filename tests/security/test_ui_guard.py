@@ -182,3 +182,26 @@ def test_loopback_by_default(cli: Cli, background: object) -> None:  # noqa: F81
         for own in {socket.gethostname(), socket.getfqdn()}:  # this machine's names, as documented
             assert http.get("/runs/r", headers={"Host": f"{own.upper()}:{port}"}).status_code == 404, own
     assert ui.stop() == 0
+
+
+async def test_a_nul_byte_in_an_id_or_a_filter_is_a_bad_query_not_a_500(ledger: Ledger) -> None:
+    """PostgreSQL refuses to compare a NUL byte: each of these was a 500 and a traceback in the server's log.
+    No id holds one (SQLite finds nothing: not found, or no run with that tool)."""
+    await ledger.claim(_spec("r", "s"), "worker-a")
+    postgres = ledger.database.dialect == "postgresql"
+    paths = [
+        "/runs/r%00",
+        "/tasks/r%00/s",
+        "/api/runs/r%00/tasks",
+        "/api/tasks/r%00/s",
+        "/api/events/r%00/s",
+        "/api/runs/r/tasks?after=1:r%00",
+        "/?tool=a%00b",
+    ]
+    async with serve_app(ui_app(ledger)) as base, httpx.AsyncClient(base_url=base.rstrip("/"), timeout=30) as http:
+        for path in paths:
+            answer = await http.get(path)
+            if postgres:
+                assert (answer.status_code, answer.json()["error"]) == (400, "bad_query"), (path, answer.text)
+            else:
+                assert answer.status_code in (200, 404), (path, answer.text)
