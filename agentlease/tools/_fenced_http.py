@@ -48,14 +48,28 @@ def is_fenced(url: httpx.URL, downstreams: Iterable[str]) -> bool:
     return any(target == downstream or target.startswith(downstream + "/") for downstream in downstreams)
 
 
+_STAMPED = "agentlease.stamped"
+"""A request the lease stamped: the downstreams it was stamped for (httpx passes a request's extensions on to the
+redirects it follows)."""
+
+
 def _stamp(request: httpx.Request, fenced: Iterable[str] | None) -> None:
     """Put the running lease's headers on ``request`` when it goes to one of ``fenced`` (``None``: the downstreams
-    the running tool declared) and carries none of them yet; outside a lease, nothing."""
+    the running tool declared) and carries none of them yet; outside a lease, nothing. A redirect of a stamped
+    request (httpx copies its headers) to where they would not be stamped goes without them."""
+    stamped_for = request.extensions.get(_STAMPED)
+    if stamped_for is not None:  # stamped by this layer or another (a FencedClient over a stamping transport)
+        if not is_fenced(request.url, stamped_for):
+            for name in _CONVENTION:
+                request.headers.pop(name, None)
+        return
     ctx = _current.get()
     if ctx is None or any(name in request.headers for name in _CONVENTION):
         return
-    if is_fenced(request.url, ctx.fenced if fenced is None else fenced):
+    downstreams = tuple(ctx.fenced if fenced is None else fenced)
+    if is_fenced(request.url, downstreams):
         request.headers.update(ctx.downstream_headers(ctx.idempotency_key))
+        request.extensions[_STAMPED] = downstreams
 
 
 _STAMPING = "__agentlease_stamps__"

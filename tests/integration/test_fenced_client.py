@@ -158,3 +158,60 @@ async def test_a_leased_clients_writes_are_fenced_with_no_header_line(
         outside = f"/articles/c-{uuid.uuid4().hex[:6]}"
         assert await tool(service_url=fenced, target=outside, title="T", declared=declared) == {"status": 400}
         assert SENT[outside][0][2]["error"] == "missing_idempotency_key"
+
+
+SEEN: dict[str, list[dict[str, str]]] = {}
+"""The convention's headers each route of the redirecting service received, by route."""
+
+
+async def post_redirected(service_url: str, declared: bool) -> dict[str, Any]:
+    """A write whose answer is a redirect elsewhere, followed by the client (``follow_redirects=True``)."""
+    client_class = httpx.AsyncClient if declared else FencedClient
+    async with client_class(base_url=service_url, timeout=30, follow_redirects=True) as http:
+        response = await http.post("go", json={})
+    return {"status": response.status_code}
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["fenced-client", "declared-fenced"])
+async def test_a_redirect_elsewhere_does_not_carry_the_stamped_headers(
+    client: Client, settings: AgentLeaseSettings, declared: bool
+) -> None:
+    """A fenced downstream that answers 307 to another host: httpx copies the request's headers onto the
+    redirected request, and the stamp the lease put on the first one went to the other host too."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, RedirectResponse, Response
+    from starlette.routing import Route
+
+    from agentlease.demo.serving import serve_app
+    from agentlease.idempotency.convention import FENCING_TOKEN_HEADER, IDEMPOTENCY_KEY_HEADER
+
+    def seen(route: str, request: Request) -> None:
+        names = (IDEMPOTENCY_KEY_HEADER, FENCING_TOKEN_HEADER)
+        SEEN.setdefault(route, []).append({n: request.headers[n] for n in names if n in request.headers})
+
+    async def go(request: Request) -> Response:
+        seen("go", request)
+        port = request.url.port
+        return RedirectResponse(f"http://localhost:{port}/collect", status_code=307)  # another host name
+
+    async def collect(request: Request) -> Response:
+        seen("collect", request)
+        return JSONResponse({"ok": True})
+
+    SEEN.clear()
+    app = Starlette(routes=[Route("/go", go, methods=["POST"]), Route("/collect", collect, methods=["POST"])])
+    run_id = f"redirect-{uuid.uuid4().hex[:8]}"
+    async with serve_app(app) as base_url, opened_ledger(settings) as ledger:
+        tool = leased(
+            post_redirected, side_effect="fenced", lease_ttl=timedelta(seconds=10), fenced=base_url if declared else None
+        )
+        async with _worker(client, ledger, settings, "w", registry=ToolRegistry([tool])):
+            plan = _plan(run_id, ("post", "post_redirected", {"service_url": base_url, "declared": declared}))
+            result = await client.execute_workflow(
+                AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue
+            )
+    assert [t.status.value for t in result.tasks] == ["settled"]
+    [stamped] = SEEN["go"]
+    assert stamped == {IDEMPOTENCY_KEY_HEADER: f"{run_id}:post", FENCING_TOKEN_HEADER: "1"}
+    assert SEEN["collect"] == [{}]  # the other host got none of the lease's headers
