@@ -203,9 +203,8 @@ async def test_a_redirect_elsewhere_does_not_carry_the_stamped_headers(
     app = Starlette(routes=[Route("/go", go, methods=["POST"]), Route("/collect", collect, methods=["POST"])])
     run_id = f"redirect-{uuid.uuid4().hex[:8]}"
     async with serve_app(app) as base_url, opened_ledger(settings) as ledger:
-        tool = leased(
-            post_redirected, side_effect="fenced", lease_ttl=timedelta(seconds=10), fenced=base_url if declared else None
-        )
+        declaring = base_url if declared else None
+        tool = leased(post_redirected, side_effect="fenced", lease_ttl=timedelta(seconds=10), fenced=declaring)
         async with _worker(client, ledger, settings, "w", registry=ToolRegistry([tool])):
             plan = _plan(run_id, ("post", "post_redirected", {"service_url": base_url, "declared": declared}))
             result = await client.execute_workflow(
