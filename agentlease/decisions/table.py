@@ -192,7 +192,7 @@ def suggested_commands(
 ) -> list[str]:
     """The ``agentlease`` command lines that decide a task waiting in ``status`` (cancel last); ``approve`` names
     the fingerprint of the arguments of ``request``, the call the person was asked to approve. Each argument is
-    quoted for a POSIX shell (``docs/decisions.md``)."""
+    quoted for a POSIX shell, and a run id beginning with ``-`` follows ``--`` (``docs/decisions.md``)."""
     actions = [a for a in RECONCILE_ACTIONS if reconcile_kind(a, status) is not None]
     lines = []
     for rule in sorted(offered(status), key=lambda r: r.kind is DecisionKind.CANCEL):
@@ -201,7 +201,11 @@ def suggested_commands(
             action = f" --arguments-sha256 {request.arguments_sha256}"
         note = f"{WAITING_NOTES[status]} " if status in WAITING_NOTES and rule.kind is not DecisionKind.CANCEL else ""
         target = f"{shlex.quote(agent_run_id)} {shlex.quote(step_id)}"  # a run id may hold anything: quoted
-        lines.append(f"{note}agentlease {rule.command} {target}{action} --by WHO --reason WHY")
+        options = f"{action} --by WHO --reason WHY"
+        if agent_run_id.startswith("-"):  # read as an option: the ids go after "--", the options before
+            lines.append(f"{note}agentlease {rule.command}{options} -- {target}")
+        else:
+            lines.append(f"{note}agentlease {rule.command} {target}{options}")
     return lines
 
 
