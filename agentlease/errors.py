@@ -321,8 +321,11 @@ def answer_error(answer: Any, what: str = "") -> ToolError | None:
     if isinstance(answer, BaseException):
         if isinstance(answer, ToolError):
             return None
-        answer = getattr(answer, "response", None)
-        if not isinstance(getattr(answer, "status_code", None), int):
+        try:  # whatever a tool's exception carries: a read that raises is no answer
+            answer = getattr(answer, "response", None)
+            if not isinstance(getattr(answer, "status_code", None), int):
+                return None
+        except Exception:  # noqa: BLE001
             return None
     status_code = answer if isinstance(answer, int) else int(answer.status_code)
     if status_code < 400:

@@ -98,3 +98,10 @@ def test_an_exception_without_an_answer_keeps_its_own_class() -> None:
     no_request = httpx.Response(401)  # httpx raises reading .request of a response built without one
     assert isinstance(answer_error(no_request), CredentialToolError)
     assert answer_error(httpx.Response(204)) is None
+
+    class Odd(Exception):
+        @property
+        def response(self) -> object:
+            raise RuntimeError("no response here")
+
+    assert answer_error(Odd()) is None  # classified as any exception, not a crash of the classification
