@@ -306,8 +306,8 @@ def raise_for_status(response: Any, what: str = "") -> None:
     ==========================================  ===========================================================
 
     ``what`` names the request in the message ("POST /tickets"); default the response's method and URL. A leased
-    tool that lets an exception carrying such an answer out (httpx's ``HTTPStatusError`` from
-    ``response.raise_for_status()``) is classified by the same table (:func:`answer_error`).
+    tool that lets an exception carrying an answer out (httpx's ``HTTPStatusError``) is read by
+    :func:`raised_refusal`.
     """
     error = answer_error(response, what)
     if error is not None:
@@ -315,18 +315,8 @@ def raise_for_status(response: Any, what: str = "") -> None:
 
 
 def answer_error(answer: Any, what: str = "") -> ToolError | None:
-    """The tool error of :func:`raise_for_status`'s table for ``answer``: a response, its bare status code, or an
-    exception carrying a response in ``response`` (httpx's ``HTTPStatusError``, requests' ``HTTPError``);
-    ``None`` for 1xx-3xx or an exception that carries no answer."""
-    if isinstance(answer, BaseException):
-        if isinstance(answer, ToolError):
-            return None
-        try:  # whatever a tool's exception carries: a read that raises is no answer
-            answer = getattr(answer, "response", None)
-            if not isinstance(getattr(answer, "status_code", None), int):
-                return None
-        except Exception:  # noqa: BLE001
-            return None
+    """The tool error of :func:`raise_for_status`'s table for ``answer``, a response or its bare status code;
+    ``None`` for 1xx-3xx."""
     status_code = answer if isinstance(answer, int) else int(answer.status_code)
     if status_code < 400:
         return None
@@ -345,6 +335,24 @@ def answer_error(answer: Any, what: str = "") -> ToolError | None:
     if status_code in (408, 409, 425, 429) or status_code >= 500:
         return RetryableToolError(message)
     return PermanentToolError(message)
+
+
+def raised_refusal(exc: BaseException) -> ToolError | None:
+    """What an exception a leased tool let out means when it carries an HTTP answer (``response``: httpx's
+    ``HTTPStatusError`` from ``response.raise_for_status()``, requests' ``HTTPError``) that says more than "it
+    failed": the convention's two 409s (:func:`downstream_refusal`) and 401 / 403 (:class:`CredentialToolError`:
+    blocked). ``None`` for any other: the exception is retried per its stage, as any, since a 4xx answering a retry
+    may be the downstream's view of an earlier attempt's effect (``docs/edge.md``)."""
+    if isinstance(exc, ToolError):
+        return None
+    try:  # whatever the exception carries: a read that raises is no answer
+        response = getattr(exc, "response", None)
+        status_code = getattr(response, "status_code", None)
+    except Exception:  # noqa: BLE001
+        return None
+    if status_code in (401, 403):
+        return answer_error(response)
+    return downstream_refusal(exc)
 
 
 def downstream_refusal(answer: Any, what: str = "") -> KeyInFlightError | EffectInDoubtError | None:

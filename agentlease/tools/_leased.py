@@ -28,9 +28,9 @@ from agentlease.errors import (
     LedgerRefusedValueError,
     LedgerUnavailableError,
     TaskClosedError,
-    answer_error,
     downstream_refusal,
     one_line,
+    raised_refusal,
 )
 from agentlease.lease import _entered as entered_lease
 from agentlease.ledger.refusals import record_refusal
@@ -353,7 +353,7 @@ class LeasedActivities:
                 ) from None
             raise
         except Exception as exc:  # noqa: BLE001 - every way a tool fails is classified and recorded
-            error_class = classify(answer_error(exc) or exc)
+            error_class = classify(raised_refusal(exc) or exc)
             error = limits.clip(redact(one_line(exc)))  # what the ledger, the run and history keep (docs/security.md)
             after = decide(
                 spec.side_effect_class,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -98,3 +99,37 @@ async def test_a_downstream_refusing_the_caller_blocks_the_call_after_one_attemp
     assert (task.attempts, task.claim_generation, task.error_class) == (1, 1, ErrorClass.CREDENTIAL.value)
     assert "401" in (task.last_error or "")
     assert EventKind.BLOCKED in [e.kind for e in events]
+
+
+@pytest.mark.parametrize("answer", [404, 422])
+async def test_a_4xx_answering_the_retry_of_a_write_that_landed_is_no_dead_letter(
+    client: Client, settings: AgentLeaseSettings, answer: int
+) -> None:
+    """The charge lands and the gateway answers 504; the retry, with the same key, is answered a 4xx (the
+    downstream's "already charged", an ingress's default backend). The call may have had its effect: it is parked
+    for a person, never dead-lettered (a dead letter says "not done")."""
+    charged: list[str | None] = []
+
+    async def charge(request: Request) -> JSONResponse:
+        if not charged:
+            charged.append(request.headers.get("idempotency-key"))  # the effect lands, its answer is lost
+            return JSONResponse({"error": "gateway timeout"}, status_code=504)
+        return JSONResponse({"error": "already charged"}, status_code=answer)
+
+    run_id = f"landed-{uuid.uuid4().hex[:8]}"
+    app = Starlette(routes=[Route("/charges", charge, methods=["POST"])])
+    async with serve_app(app) as base_url, opened_ledger(settings) as ledger:
+        async with _worker(client, ledger, settings, "w"):
+            plan = _plan(run_id, ("charge", "busy_downstream_charge", {"url": f"{base_url}charges"}))
+            run = await client.start_workflow(AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue)
+
+            async def parked() -> bool:
+                tasks = await ledger.list_tasks(run_id)
+                return bool(tasks) and tasks[0].status.waits_for_person
+
+            await assert_eventually(parked, timeout=60, message="the call parked")
+            await run.terminate("the test saw what it waited for")
+        task = await ledger.get_task(f"{run_id}/charge")
+
+    assert len(charged) == 1
+    assert (task.status, task.attempts) == (TaskStatus.NEEDS_RECONCILIATION, 2)

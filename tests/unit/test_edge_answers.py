@@ -17,6 +17,7 @@ from agentlease.errors import (
     answer_error,
     downstream_refusal,
     raise_for_status,
+    raised_refusal,
 )
 from agentlease.recovery._policy import classify
 
@@ -75,26 +76,30 @@ def test_other_answers_keep_their_meaning(response: httpx.Response | int, raised
     [
         (httpx.Response(401, request=REQUEST), ErrorClass.CREDENTIAL),
         (httpx.Response(403, request=REQUEST), ErrorClass.CREDENTIAL),
-        (answer("idempotency_key_reused", status=422), ErrorClass.PERMANENT),
         (answer("idempotency_key_in_doubt"), ErrorClass.IN_DOUBT),
+        (answer("idempotency_key_reused", status=422), ErrorClass.RETRYABLE),
+        (httpx.Response(404, request=REQUEST), ErrorClass.RETRYABLE),
         (httpx.Response(503, request=REQUEST), ErrorClass.RETRYABLE),
     ],
 )
-def test_an_answer_raised_by_httpx_is_classified_by_the_same_table(
+def test_an_answer_raised_by_httpx_says_what_it_means_beyond_failed(
     response: httpx.Response, error_class: ErrorClass
 ) -> None:
-    """``response.raise_for_status()`` in a leased tool: its ``HTTPStatusError`` means what the answer means (a 401
-    was retried as any exception, and a write past ``external_call`` parked as an effect that may be in place)."""
+    """``response.raise_for_status()`` in a leased tool: a 401 or 403 blocks the call (it was retried until the
+    attempts ran out, then a write past ``external_call`` parked as an effect that may be in place); any other
+    4xx is retried per its stage as any exception, never dead-lettered: answering a retry, it may be the
+    downstream's view of an earlier attempt's effect."""
     with pytest.raises(httpx.HTTPStatusError) as raised:
         response.raise_for_status()
-    error = answer_error(raised.value)
-    assert error is not None and classify(error) is error_class
-    assert "POST http://svc/charges" in str(error)
+    refusal = raised_refusal(raised.value)
+    assert classify(refusal or raised.value) is error_class
+    if error_class is ErrorClass.CREDENTIAL:
+        assert str(refusal) == "POST http://svc/charges: HTTP " + str(response.status_code)
 
 
 def test_an_exception_without_an_answer_keeps_its_own_class() -> None:
-    assert answer_error(RuntimeError("boom")) is None
-    assert answer_error(CredentialToolError("revoked")) is None  # a tool error says what it means itself
+    assert raised_refusal(RuntimeError("boom")) is None
+    assert raised_refusal(CredentialToolError("revoked")) is None  # a tool error says what it means itself
     no_request = httpx.Response(401)  # httpx raises reading .request of a response built without one
     assert isinstance(answer_error(no_request), CredentialToolError)
     assert answer_error(httpx.Response(204)) is None
@@ -104,4 +109,4 @@ def test_an_exception_without_an_answer_keeps_its_own_class() -> None:
         def response(self) -> object:
             raise RuntimeError("no response here")
 
-    assert answer_error(Odd()) is None  # classified as any exception, not a crash of the classification
+    assert raised_refusal(Odd()) is None  # classified as any exception, not a crash of the classification
