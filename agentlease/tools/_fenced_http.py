@@ -49,18 +49,21 @@ def is_fenced(url: httpx.URL, downstreams: Iterable[str]) -> bool:
 
 
 _STAMPED = "agentlease.stamped"
-"""A request the lease stamped: the downstreams it was stamped for (httpx passes a request's extensions on to the
-redirects it follows)."""
+"""A request the lease stamped: the downstreams it was stamped for and the headers (httpx passes a request's
+extensions on to the redirects it follows)."""
 
 
 def _stamp(request: httpx.Request, fenced: Iterable[str] | None) -> None:
     """Put the running lease's headers on ``request`` when it goes to one of ``fenced`` (``None``: the downstreams
     the running tool declared) and carries none of them yet; outside a lease, nothing. A redirect of a stamped
     request (httpx copies its headers) to where they would not be stamped goes without them."""
-    stamped_for = request.extensions.get(_STAMPED)
-    if stamped_for is not None:  # stamped by this layer or another (a FencedClient over a stamping transport)
-        if not is_fenced(request.url, stamped_for):
-            for name in _CONVENTION:
+    stamped = request.extensions.get(_STAMPED)
+    if stamped is not None:  # by this layer or another (a FencedClient over a stamping transport), or a redirect
+        downstreams, headers = stamped
+        if is_fenced(request.url, downstreams):
+            request.headers.update(headers)  # a redirect back from elsewhere: stamped again
+        else:
+            for name in headers:
                 request.headers.pop(name, None)
         return
     ctx = _current.get()
@@ -68,8 +71,9 @@ def _stamp(request: httpx.Request, fenced: Iterable[str] | None) -> None:
         return
     downstreams = tuple(ctx.fenced if fenced is None else fenced)
     if is_fenced(request.url, downstreams):
-        request.headers.update(ctx.downstream_headers(ctx.idempotency_key))
-        request.extensions[_STAMPED] = downstreams
+        headers = ctx.downstream_headers(ctx.idempotency_key)
+        request.headers.update(headers)
+        request.extensions[_STAMPED] = (downstreams, headers)
 
 
 _STAMPING = "__agentlease_stamps__"

@@ -176,8 +176,9 @@ async def post_redirected(service_url: str, declared: bool) -> dict[str, Any]:
 async def test_a_redirect_elsewhere_does_not_carry_the_stamped_headers(
     client: Client, settings: AgentLeaseSettings, declared: bool
 ) -> None:
-    """A fenced downstream that answers 307 to another host: httpx copies the request's headers onto the
-    redirected request, and the stamp the lease put on the first one went to the other host too."""
+    """A fenced downstream that answers 307 to another host, which answers 307 back to the fenced one: httpx
+    copies the request's headers onto each redirected request. The stamp went to the other host too; then, taken
+    off there, it was missing from the write the chain ended with at the fenced downstream."""
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -190,19 +191,22 @@ async def test_a_redirect_elsewhere_does_not_carry_the_stamped_headers(
         names = (IDEMPOTENCY_KEY_HEADER, FENCING_TOKEN_HEADER)
         SEEN.setdefault(route, []).append({n: request.headers[n] for n in names if n in request.headers})
 
-    async def go(request: Request) -> Response:
+    async def go(request: Request) -> Response:  # fenced: 127.0.0.1
         seen("go", request)
-        port = request.url.port
-        return RedirectResponse(f"http://localhost:{port}/collect", status_code=307)  # another host name
+        return RedirectResponse(f"http://localhost:{request.url.port}/hop", status_code=307)  # another host name
 
-    async def collect(request: Request) -> Response:
-        seen("collect", request)
+    async def hop(request: Request) -> Response:  # the other host
+        seen("hop", request)
+        return RedirectResponse(f"http://127.0.0.1:{request.url.port}/charge", status_code=307)
+
+    async def charge(request: Request) -> Response:  # fenced again: the write
+        seen("charge", request)
         return JSONResponse({"ok": True})
 
     SEEN.clear()
-    app = Starlette(routes=[Route("/go", go, methods=["POST"]), Route("/collect", collect, methods=["POST"])])
+    routes = [Route(f"/{f.__name__}", f, methods=["POST"]) for f in (go, hop, charge)]
     run_id = f"redirect-{uuid.uuid4().hex[:8]}"
-    async with serve_app(app) as base_url, opened_ledger(settings) as ledger:
+    async with serve_app(Starlette(routes=routes)) as base_url, opened_ledger(settings) as ledger:
         declaring = base_url if declared else None
         tool = leased(post_redirected, side_effect="fenced", lease_ttl=timedelta(seconds=10), fenced=declaring)
         async with _worker(client, ledger, settings, "w", registry=ToolRegistry([tool])):
@@ -211,6 +215,5 @@ async def test_a_redirect_elsewhere_does_not_carry_the_stamped_headers(
                 AgentRunWorkflow.run, plan, id=run_id, task_queue=settings.task_queue
             )
     assert [t.status.value for t in result.tasks] == ["settled"]
-    [stamped] = SEEN["go"]
-    assert stamped == {IDEMPOTENCY_KEY_HEADER: f"{run_id}:post", FENCING_TOKEN_HEADER: "1"}
-    assert SEEN["collect"] == [{}]  # the other host got none of the lease's headers
+    stamp = {IDEMPOTENCY_KEY_HEADER: f"{run_id}:post", FENCING_TOKEN_HEADER: "1"}
+    assert dict(SEEN) == {"go": [stamp], "hop": [{}], "charge": [stamp]}  # the other host got no header of the lease
