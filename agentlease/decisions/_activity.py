@@ -232,7 +232,7 @@ async def apply(ledger: Ledger, decision: LedgerDecision, *, signed_by: str | No
             raise _refused(str(exc)) from None
         if not (decision.run_own or decision.kind is DecisionKind.AWAIT_APPROVAL):
             # The status this decision leads to, but another's: a person who lost the race is told so, not "done".
-            earlier = await _applied_decision(ledger, decision)
+            earlier = await _applied_decision(ledger, decision, verified=decision_id is not None)
             if earlier is not None:
                 logger.warning("decision %s on %s refused: %s", decision.kind.value, decision.task.task_id, earlier)
                 raise _refused(f"decision refused: {earlier}") from None
@@ -279,21 +279,22 @@ async def _once(ledger: Ledger, decision: LedgerDecision, decision_id: str, oper
     raise _refused(f"decision refused: {exc}", {"refused": "replayed", "decision_id": decision_id})
 
 
-async def _applied_decision(ledger: Ledger, decision: LedgerDecision) -> str | None:
-    """Why ``decision`` is not the one that left its task where it is: the task's last entry of its kind is
-    another's (another operator, another reason, or another signed decision); ``None`` when it is this one
-    (unsigned: same name and reason, a retry of the activity that applied it)."""
+async def _applied_decision(ledger: Ledger, decision: LedgerDecision, *, verified: bool) -> str | None:
+    """Why ``decision`` is not among those that left its task where it is: the task's entries of its kind are
+    others' (other operators, other reasons, other signed decisions); ``None`` when one is this decision's, a
+    retry of the activity that applied it (``verified``: a signed decision, found by its id in ``apply``; else by
+    its name and reason: an approval counted with others is one of several)."""
     kind = DECISIONS[decision.kind].event
     made = [e for e in await ledger.events(decision.task.task_id) if e.kind is kind]
     if not made:
         return None
-    last = made[-1]
-    details = last.details or {}
-    if decision.signed is None and (details.get("by"), last.reason) == (decision.by, redact(decision.reason)):
+    ours = (decision.by, redact(decision.reason))
+    if not verified and any(((e.details or {}).get("by"), e.reason) == ours for e in made):
         return None
+    last = made[-1]
     return (
-        f"another decision got there first: {decision.task.task_id} was {kind.value} by {details.get('by')!r} "
-        f"({last.reason}); this one changed nothing"
+        f"another decision got there first: {decision.task.task_id} was {kind.value} by "
+        f"{(last.details or {}).get('by')!r} ({last.reason}); this one changed nothing"
     )
 
 

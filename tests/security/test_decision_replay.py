@@ -38,7 +38,7 @@ from agentlease.errors import TaskMovedError
 from agentlease.ledger.grants import LedgerRoles, grant_statements
 from agentlease.ledger.migrate import upgrade
 from agentlease.ledger.store import Ledger
-from agentlease.records import TaskSpec
+from agentlease.records import ApprovalRequest, TaskSpec
 from agentlease.security.decision_auth import (
     DecisionRefusedError,
     DecisionVerifier,
@@ -380,6 +380,50 @@ async def test_of_two_operators_reconciling_at_once_the_second_is_refused_not_to
         assert [(e.details or {}).get("by") for e in reconciled] == ["alice"], mode
         stored = await ledger.receipt(spec.idempotency_key)
         assert stored is not None and stored.receipt.external_id == "A-1", mode
+
+
+async def test_a_retry_of_an_applied_decision_is_applied_whoever_came_after(ledger: Ledger, tmp_path: Path) -> None:
+    """Retries the refusal of a second decision must not catch: an approval signed by an operator the worker holds
+    no key for (open mode: no verified id), and the first of two approvals a call needs, retried after the second
+    completed it. Each was refused "another decision got there first", the run left waiting on a call the ledger
+    had approved."""
+    from agentlease.decisions._activity import DecisionActivities
+
+    key, _ = _operator(tmp_path)
+    [apply_decision, _] = DecisionActivities(ledger, DecisionVerifier()).activities()  # open mode, no keys
+    env = ActivityEnvironment()
+
+    async def run(decision: LedgerDecision, activity_id: str, attempt: int = 1) -> str:
+        env.info = dataclasses.replace(
+            env.info,
+            workflow_id="run-1",
+            workflow_run_id="r1",
+            activity_id=activity_id,
+            attempt=attempt,
+            scheduled_time=datetime.now(UTC),
+        )
+        return str((await env.run(apply_decision, decision.model_dump(mode="json")))["status"])
+
+    async def parked(step: str, approvals: int) -> TaskSpec:
+        spec = _spec("run-1", step)
+        request = ApprovalRequest(tool=spec.tool, arguments={}, arguments_sha256="a" * 64, approvals_required=approvals)
+        gate = LedgerDecision(kind=DecisionKind.AWAIT_APPROVAL, task=spec, by="agentlease", reason="gate")
+        await run(gate.model_copy(update={"request": request}), f"park-{step}")
+        return spec
+
+    spec = await parked("signed", 1)
+    request = DecisionRequest(step_id="signed", by="alice", reason="ticket OPS-1")
+    signed = SignedDecision(command="approve", request=_signed(key, "run-1", "approve", request, generation=0))
+    approve = LedgerDecision(kind=DecisionKind.APPROVE, task=spec, by="alice", reason="ticket OPS-1", signed=signed)
+    assert [await run(approve, "a1"), await run(approve, "a1", attempt=2)] == ["pending", "pending"]
+
+    spec = await parked("two", 2)
+    alice = LedgerDecision(kind=DecisionKind.APPROVE, task=spec, by="alice", reason="looks right")
+    bob = LedgerDecision(kind=DecisionKind.APPROVE, task=spec, by="bob", reason="agreed")
+    assert [await run(alice, "b1"), await run(bob, "b2")] == ["awaiting_approval", "pending"]
+    assert await run(alice, "b1", attempt=2) == "pending"
+    with pytest.raises(ApplicationError, match="another decision got there first"):
+        await run(alice.model_copy(update={"by": "carol"}), "b3")  # a third person, after it was complete
 
 
 # -- the migration and the worker role ------------------------------------------------------------
