@@ -4,7 +4,6 @@ or every task a filter selects; ``docs/decisions.md``)."""
 from __future__ import annotations
 
 import asyncio
-import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -383,9 +382,12 @@ def cancel(
     )
     unknown = [t.step_id for t in run.tasks if t.status == TaskStatus.CANCELLED_EFFECT_UNKNOWN.value]
     if unknown and (step_id is None or step_id in unknown):
+        from agentlease.decisions.table import command_line
+
+        reconcile = command_line("reconcile", agent_run_id, "STEP", " --action 'confirm|abandon'")
         err.print(
             f"its effect may have happened ({', '.join(unknown)}: the call may have reached the downstream); "
-            f"record what happened: agentlease reconcile {shlex.quote(agent_run_id)} STEP --action 'confirm|abandon'"
+            f"record what happened: {reconcile}"
         )
 
 

@@ -200,13 +200,19 @@ def suggested_commands(
         if rule.kind is DecisionKind.APPROVE and request is not None:
             action = f" --arguments-sha256 {request.arguments_sha256}"
         note = f"{WAITING_NOTES[status]} " if status in WAITING_NOTES and rule.kind is not DecisionKind.CANCEL else ""
-        target = f"{shlex.quote(agent_run_id)} {shlex.quote(step_id)}"  # a run id may hold anything: quoted
         options = f"{action} --by WHO --reason WHY"
-        if agent_run_id.startswith("-"):  # read as an option: the ids go after "--", the options before
-            lines.append(f"{note}agentlease {rule.command}{options} -- {target}")
-        else:
-            lines.append(f"{note}agentlease {rule.command} {target}{options}")
+        lines.append(note + command_line(str(rule.command), agent_run_id, shlex.quote(step_id), options))
     return lines
+
+
+def command_line(command: str, agent_run_id: str, step: str, options: str) -> str:
+    """``agentlease COMMAND RUN STEP OPTIONS`` for a POSIX shell: the run id quoted (it may hold anything; ``step``
+    and ``options``, each option after a space, as given), after ``--`` when it begins with ``-``, which would be
+    read as an option."""
+    run = shlex.quote(agent_run_id)
+    if agent_run_id.startswith("-"):
+        return f"agentlease {command}{options} -- {run} {step}"
+    return f"agentlease {command} {run} {step}{options}"
 
 
 class _Request(BaseModel):

@@ -170,9 +170,13 @@ def _limit(request: Request, default: int) -> int:
     return int(raw)
 
 
+_MAX_CURSOR = 2**63 - 1
+"""The largest number a cursor holds: an event id or a time in ms, each a signed 64-bit integer in the ledger."""
+
+
 def _event_cursor(request: Request) -> int | None:
     raw = request.query_params.get("after")
-    if raw is not None and (not is_decimal(raw) or len(raw) > 19):
+    if raw is not None and (not is_decimal(raw) or len(raw) > 19 or int(raw) > _MAX_CURSOR):
         raise BadQuery("after is the event id of the last entry of the previous page")
     return None if raw is None else int(raw)
 
@@ -182,7 +186,7 @@ def _task_cursor(request: Request) -> TaskCursor | None:
     if raw is None:
         return None
     ms, sep, task_id = raw.partition(":")
-    if not sep or not is_decimal(ms) or len(ms) > 19 or not task_id or len(task_id) > 400:
+    if not sep or not is_decimal(ms) or len(ms) > 19 or int(ms) > _MAX_CURSOR or not task_id or len(task_id) > 400:
         raise BadQuery("after is the cursor the previous page linked to")
     return int(ms), task_id
 

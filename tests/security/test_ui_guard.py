@@ -184,7 +184,7 @@ def test_loopback_by_default(cli: Cli, background: object) -> None:  # noqa: F81
     assert ui.stop() == 0
 
 
-async def test_a_nul_byte_in_an_id_or_a_filter_is_a_bad_query_not_a_500(ledger: Ledger) -> None:
+async def test_a_nul_byte_or_a_cursor_past_int64_is_a_bad_query_not_a_500(ledger: Ledger) -> None:
     """PostgreSQL refuses to compare a NUL byte: each of these was a 500 and a traceback in the server's log.
     No id holds one (SQLite finds nothing: not found, or no run with that tool)."""
     await ledger.claim(_spec("r", "s"), "worker-a")
@@ -198,6 +198,12 @@ async def test_a_nul_byte_in_an_id_or_a_filter_is_a_bad_query_not_a_500(ledger: 
         "/api/runs/r/tasks?after=1:r%00",
         "/?tool=a%00b",
     ]
+    past_int64 = [  # a cursor past the ledger's 64-bit integers: a 500 on SQLite (OverflowError)
+        "/api/events/r/s?after=9223372036854775808",
+        "/tasks/r/s?after=9999999999999999999",
+        "/api/runs/r/tasks?after=9223372036854775808:x",
+        "/runs/r?after=9999999999999999999:x",
+    ]
     async with serve_app(ui_app(ledger)) as base, httpx.AsyncClient(base_url=base.rstrip("/"), timeout=30) as http:
         for path in paths:
             answer = await http.get(path)
@@ -205,3 +211,6 @@ async def test_a_nul_byte_in_an_id_or_a_filter_is_a_bad_query_not_a_500(ledger: 
                 assert (answer.status_code, answer.json()["error"]) == (400, "bad_query"), (path, answer.text)
             else:
                 assert answer.status_code in (200, 404), (path, answer.text)
+        for path in past_int64:
+            answer = await http.get(path)
+            assert (answer.status_code, answer.json()["error"]) == (400, "bad_query"), (path, answer.text)
