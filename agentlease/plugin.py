@@ -12,7 +12,7 @@ from typing import Any
 
 import temporalio.activity
 from temporalio.plugin import SimplePlugin
-from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from agentlease.decisions._activity import DecisionActivities
@@ -40,6 +40,12 @@ PLUGIN_NAME = "agentlease.AgentLeasePlugin"
 MAX_HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """The longest the SDK holds a heartbeat back on a worker with the plugin (``docs/ttl.md``)."""
 
+_SDK_POLLS = PollerBehaviorSimpleMaximum()
+"""Temporal's default task polls, which the plugin replaces by ``AGENTLEASE_ACTIVITY_POLLERS`` and
+``AGENTLEASE_WORKFLOW_POLLERS``."""
+_SDK_STICKY_WAIT = timedelta(seconds=10)
+"""Temporal's default sticky queue wait, which the plugin replaces by ``AGENTLEASE_STICKY_SCHEDULE_TO_START``."""
+
 
 def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: bool = False) -> ToolRegistry:
     """``tools`` (module names, modules, or declared tools), and the built-in tools with ``builtins``
@@ -57,7 +63,8 @@ def tool_registry(tools: Iterable[str | ModuleType | ToolSpec], *, builtins: boo
 class AgentLeasePlugin(SimplePlugin):
     """Does on its worker the set-up a leased agent needs: the leased and decision activities (and, when asked,
     ``AgentRunWorkflow``), the sandbox passthrough, every workflow's status query and decision updates, the
-    search attributes and the ledger's schema.
+    search attributes and the ledger's schema; task polls and the sticky wait left at Temporal's defaults are
+    the settings' (``activity_pollers``, ``workflow_pollers``, ``sticky_schedule_to_start``: ``docs/agents.md``).
 
     Args:
         settings / ledger: default from the ``AGENTLEASE_*`` environment; a ledger given is the caller's to close.
@@ -124,6 +131,15 @@ class AgentLeasePlugin(SimplePlugin):
         config["client"] = worker_client(config["client"])  # an unopenable payload fails only its own signal
         throttle = config.get("max_heartbeat_throttle_interval") or MAX_HEARTBEAT_THROTTLE
         config["max_heartbeat_throttle_interval"] = min(throttle, MAX_HEARTBEAT_THROTTLE)
+        # Left at Temporal's defaults, the polls and the sticky wait are the settings' (docs/ttl.md): a paused
+        # worker's open polls each take a retry of a call and hold it for a lease TTL.
+        settings = self.settings
+        for kind, polls in (("activity", settings.activity_pollers), ("workflow", settings.workflow_pollers)):
+            behavior = f"{kind}_task_poller_behavior"
+            if config.get(f"max_concurrent_{kind}_task_polls") is None and config.get(behavior) == _SDK_POLLS:
+                config[behavior] = PollerBehaviorSimpleMaximum(polls)  # type: ignore[literal-required]
+        if config.get("sticky_queue_schedule_to_start_timeout") == _SDK_STICKY_WAIT:
+            config["sticky_queue_schedule_to_start_timeout"] = settings.sticky_schedule_to_start
         return super().configure_worker(config)
 
     def _approval_ttl(self, tool: str) -> timedelta:

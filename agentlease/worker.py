@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from pydantic import ValidationError
 from temporalio.client import Client
-from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
+from temporalio.worker import Worker
 
 from agentlease.errors import AgentLeaseError, ConfigurationError
 from agentlease.ledger.migrate import require_current, upgrade
@@ -77,9 +77,6 @@ def build_worker(
         identity=identity,
         max_concurrent_activities=settings.max_concurrent_activities,
         graceful_shutdown_timeout=settings.shutdown_grace,
-        sticky_queue_schedule_to_start_timeout=settings.sticky_schedule_to_start,
-        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.activity_pollers),
-        workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.workflow_pollers),
     )
 
 

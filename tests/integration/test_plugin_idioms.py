@@ -296,6 +296,32 @@ def test_the_plugin_caps_the_heartbeat_throttle(
     assert worker.config(active_config=True).get("max_heartbeat_throttle_interval") == (applied or given)
 
 
+def test_the_plugin_applies_the_poll_and_sticky_settings_to_a_worker_left_at_temporals_defaults(
+    client: Client, settings: AgentLeaseSettings
+) -> None:
+    """A team's worker built with the plugin kept Temporal's 5 activity polls: a paused worker's open polls took
+    retries of a leased call, each for a lease TTL (``docs/ttl.md``), and used up its attempts. A worker that sets
+    its own keeps them."""
+    from temporalio.worker import PollerBehaviorSimpleMaximum
+
+    settings = settings.model_copy(update={"activity_pollers": 1, "sticky_schedule_to_start": timedelta(seconds=3)})
+    plain = Worker(client, task_queue=settings.task_queue, plugins=[AgentLeasePlugin(settings=settings, tools=[])])
+    applied = plain.config(active_config=True)
+    assert applied.get("activity_task_poller_behavior") == PollerBehaviorSimpleMaximum(1)
+    assert applied.get("workflow_task_poller_behavior") == PollerBehaviorSimpleMaximum(settings.workflow_pollers)
+    assert applied.get("sticky_queue_schedule_to_start_timeout") == timedelta(seconds=3)
+    own = Worker(
+        client,
+        task_queue=f"{settings.task_queue}-own",
+        plugins=[AgentLeasePlugin(settings=settings, tools=[])],
+        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(3),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=7),
+    )
+    kept = own.config(active_config=True)
+    assert kept.get("activity_task_poller_behavior") == PollerBehaviorSimpleMaximum(3)
+    assert kept.get("sticky_queue_schedule_to_start_timeout") == timedelta(seconds=7)
+
+
 async def test_builtins_and_the_plan_workflow_are_opt_in(client: Client, settings: AgentLeaseSettings) -> None:
     team = Worker(
         client,
