@@ -27,6 +27,9 @@ FENCING_TOKEN_META = f"{NAMESPACE}fencing-token"
 RESOURCE_META = f"{NAMESPACE}resource"
 LEASE_EXPIRES_AT_META = f"{NAMESPACE}lease-expires-at"
 REPLAYED_META = f"{NAMESPACE}replayed"
+
+READBACK_TOOL = "agentlease_was_applied"
+"""The default name of the readback tool a guard serves (agentlease's own: never one of the model's tools)."""
 """On a result: ``true`` when the server replayed the result stored under the key."""
 
 EXTENSION = "io.agentlease/lease"

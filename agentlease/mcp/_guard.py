@@ -42,6 +42,7 @@ from agentlease.mcp._convention import (
     FENCING_TOKEN_META,
     IDEMPOTENCY_KEY_META,
     LEASE_EXPIRES_AT_META,
+    READBACK_TOOL,
     REFUSAL_CODE,
     REPLAYED_META,
     RESOURCE_META,
@@ -52,9 +53,6 @@ from agentlease.mcp._convention import (
     read_lease_meta,
     refusal_data,
 )
-
-READBACK_TOOL = "agentlease_was_applied"
-"""The default name of the readback tool a guard serves."""
 
 _STORED_STATUS = 200
 """The status a stored ``tools/call`` result carries in the shared ``idempotency_keys`` table."""

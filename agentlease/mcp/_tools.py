@@ -15,6 +15,7 @@ from typing import Any
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError
 from agentlease.mcp._client import MCPServer, list_tools, session
+from agentlease.mcp._convention import READBACK_TOOL
 from agentlease.mcp._listing import Listed, args_model, optional_key_fields, read_listed, recorded_path
 from agentlease.mcp._policy import MCPBinding, ToolPolicy, binding_of, compare
 from agentlease.records import DEFAULT_MAX_ATTEMPTS, DEFAULT_START_TO_CLOSE, action_key_fields
@@ -79,7 +80,9 @@ def mcp_tools(
     if listed is None:
         listed = _recorded(server, sys._getframe(1).f_globals.get("__file__"))
     known = read_listed(listed)
-    names = list(policies) + ([name for name in known if name not in policies] if every_listed else [])
+    # A recording of a guarded server lists the guard's readback tool: agentlease's own, not the model's.
+    unnamed = [name for name in known if name not in policies and name != READBACK_TOOL]
+    names = list(policies) + (unnamed if every_listed else [])
     guarded_names = set(guarded or ())
     specs: list[ToolSpec] = []
     for tool in names:

@@ -38,6 +38,10 @@ HERE = Path(__file__).parent  # no resolve(): this module is also imported in th
 CRM = MCPServer.stdio(
     "crm", "python", [str(HERE / "crm_server.py")], env={"CRM_DATABASE_URL": f"sqlite:///{HERE}/crm.db"}
 )
+if __name__ == "__main__" and sys.argv[1:] == ["record"]:  # before the declaration below, which reads it
+    print(asyncio.run(record_server_tools(CRM, HERE / "crm.tools.json")))
+    sys.exit(0)
+
 # The arguments' schemas and descriptions come from crm.tools.json, the server's tools/list recorded beside
 # this file (agentlease.mcp.record_server_tools); the policies say what the listing cannot.
 crm_create_contact, crm_find_contact = mcp_tools(
@@ -80,9 +84,6 @@ class CrmAgentWorkflow(PydanticAIWorkflow):
 async def main(argv: list[str]) -> Any:
     from temporalio.client import Client
     from temporalio.worker import Worker
-
-    if argv[:1] == ["record"]:
-        return print(await record_server_tools(CRM, HERE / "crm.tools.json"))
 
     client = await Client.connect(
         os.environ.get("AGENTLEASE_TEMPORAL_ADDRESS", "localhost:7233"), plugins=[PydanticAIPlugin()]

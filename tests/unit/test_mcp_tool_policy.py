@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from agentlease import ProbeQuery, ProbeResult
 from agentlease.enums import SideEffectClass
 from agentlease.errors import ConfigurationError
-from agentlease.mcp import MCPServer, ToolPolicy, mcp_tools
+from agentlease.mcp import READBACK_TOOL, MCPServer, ToolPolicy, mcp_tools
 from agentlease.records import ApprovalRule
 from agentlease.tools import LeaseContext, ToolResult, tool
 
@@ -94,6 +94,14 @@ def test_a_default_policy_gives_its_probe_and_approval_ttl_and_refuses_an_action
         mcp_tools(
             CRM, default=ToolPolicy(side_effect="unsafe", lease_ttl=TTL, action_key="x:{order_id}"), listed=[REFUND]
         )
+
+
+def test_the_guards_readback_tool_in_a_recording_is_not_declared_for_the_model() -> None:
+    """A guarded server's recorded tools/list holds ``agentlease_was_applied``, the guard's own: declared from the
+    recording, it was a read-only tool the model could call."""
+    readback = {"name": READBACK_TOOL, "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    default = ToolPolicy(side_effect="unsafe", lease_ttl=TTL)
+    assert [spec.name for spec in mcp_tools(CRM, default=default, listed=[REFUND, readback])] == ["refund"]
 
 
 async def _body(ctx: LeaseContext, args: Refund) -> ToolResult:
