@@ -245,6 +245,19 @@ def _spec(run: str, step: str) -> TaskSpec:
     )
 
 
+def _scheduled(env: ActivityEnvironment, activity_id: str, attempt: int = 1) -> ActivityEnvironment:
+    """``env`` as for the decision activity ``activity_id`` of run-1, scheduled now (``attempt``: Temporal's retry)."""
+    env.info = dataclasses.replace(
+        env.info,
+        workflow_id="run-1",
+        workflow_run_id="r1",
+        activity_id=activity_id,
+        attempt=attempt,
+        scheduled_time=datetime.now(UTC),
+    )
+    return env
+
+
 async def test_a_retry_of_the_same_activity_is_applied_and_another_activity_replays(
     ledger: Ledger, tmp_path: Path
 ) -> None:
@@ -258,15 +271,7 @@ async def test_a_retry_of_the_same_activity_is_applied_and_another_activity_repl
     env = ActivityEnvironment()
 
     def scheduled(activity_id: str, attempt: int = 1) -> ActivityEnvironment:
-        env.info = dataclasses.replace(
-            env.info,
-            workflow_id=run,
-            workflow_run_id="r1",
-            activity_id=activity_id,
-            attempt=attempt,
-            scheduled_time=datetime.now(UTC),
-        )
-        return env
+        return _scheduled(env, activity_id, attempt)
 
     # The run parks the call for approval (its own decision, unsigned).
     parked = LedgerDecision(kind=DecisionKind.AWAIT_APPROVAL, task=spec, by="agentlease", reason="needs approval")
@@ -329,15 +334,7 @@ async def test_of_two_operators_reconciling_at_once_the_second_is_refused_not_to
     env = ActivityEnvironment()
 
     def scheduled(activity_id: str, attempt: int = 1) -> ActivityEnvironment:
-        env.info = dataclasses.replace(
-            env.info,
-            workflow_id="run-1",
-            workflow_run_id="r1",
-            activity_id=activity_id,
-            attempt=attempt,
-            scheduled_time=datetime.now(UTC),
-        )
-        return env
+        return _scheduled(env, activity_id, attempt)
 
     async def parked(step: str) -> tuple[TaskSpec, int]:
         spec = _spec("run-1", step)
@@ -394,15 +391,8 @@ async def test_a_retry_of_an_applied_decision_is_applied_whoever_came_after(ledg
     env = ActivityEnvironment()
 
     async def run(decision: LedgerDecision, activity_id: str, attempt: int = 1) -> str:
-        env.info = dataclasses.replace(
-            env.info,
-            workflow_id="run-1",
-            workflow_run_id="r1",
-            activity_id=activity_id,
-            attempt=attempt,
-            scheduled_time=datetime.now(UTC),
-        )
-        return str((await env.run(apply_decision, decision.model_dump(mode="json")))["status"])
+        scheduled = _scheduled(env, activity_id, attempt)
+        return str((await scheduled.run(apply_decision, decision.model_dump(mode="json")))["status"])
 
     async def parked(step: str, approvals: int) -> TaskSpec:
         spec = _spec("run-1", step)
