@@ -289,9 +289,11 @@ async def _applied_decision(ledger: Ledger, decision: LedgerDecision, *, verifie
     if not made:
         return None
     ours = (decision.by, redact(decision.reason))
-    if not verified and any(((e.details or {}).get("by"), e.reason) == ours for e in made):
-        return None
     last = made[-1]
+    # This round's entries only (the generation of the one that left the task where it is), not an earlier one's.
+    this_round = [e for e in made if e.claim_generation == last.claim_generation]
+    if not verified and any(((e.details or {}).get("by"), e.reason) == ours for e in this_round):
+        return None
     return (
         f"another decision got there first: {decision.task.task_id} was {kind.value} by "
         f"{(last.details or {}).get('by')!r} ({last.reason}); this one changed nothing"

@@ -27,10 +27,11 @@ FENCING_TOKEN_META = f"{NAMESPACE}fencing-token"
 RESOURCE_META = f"{NAMESPACE}resource"
 LEASE_EXPIRES_AT_META = f"{NAMESPACE}lease-expires-at"
 REPLAYED_META = f"{NAMESPACE}replayed"
+"""On a result: ``true`` when the server replayed the result stored under the key."""
 
 READBACK_TOOL = "agentlease_was_applied"
-"""The default name of the readback tool a guard serves (agentlease's own: never one of the model's tools)."""
-"""On a result: ``true`` when the server replayed the result stored under the key."""
+"""The default name of the readback tool a guard serves: agentlease's own, never declared for the model from a
+recorded listing (a guard serving it under another name: name the model's tools with ``tools=``)."""
 
 EXTENSION = "io.agentlease/lease"
 """The identifier a guarded server advertises under ``capabilities.extensions`` (with its settings:

@@ -415,6 +415,20 @@ async def test_a_retry_of_an_applied_decision_is_applied_whoever_came_after(ledg
     with pytest.raises(ApplicationError, match="another decision got there first"):
         await run(alice.model_copy(update={"by": "carol"}), "b3")  # a third person, after it was complete
 
+    # Two rounds of reconciliation: alice's new decision in the second, after bob's applied, is not her first
+    # round's entry (same name and reason), which it was taken for.
+    spec = _spec("run-1", "rounds")
+    alice = LedgerDecision(kind=DecisionKind.RETRY, task=spec, by="alice", reason="checked, not sent")
+    bob = LedgerDecision(kind=DecisionKind.RETRY, task=spec, by="bob", reason="checked again")
+    for n, decision in enumerate((alice, bob)):
+        claim = await ledger.claim(spec, "worker-a")
+        await ledger.await_decision(
+            claim, status=TaskStatus.NEEDS_RECONCILIATION, error_class=ErrorClass.AMBIGUOUS, error="no answer"
+        )
+        assert await run(decision, f"c{n}") == "released"
+    with pytest.raises(ApplicationError, match="was reconciled by 'bob'"):
+        await run(alice, "c2")
+
 
 # -- the migration and the worker role ------------------------------------------------------------
 
