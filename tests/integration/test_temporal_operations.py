@@ -148,7 +148,8 @@ async def test_the_worker_applies_its_recovery_settings(client: Client, settings
         update={"sticky_schedule_to_start": timedelta(seconds=2), "activity_pollers": 3, "workflow_pollers": 4}
     )
     async with opened_ledger(settings) as ledger:
-        config = build_worker(client, ledger, load_registry(["tests.integration.tools"]), tuned).config()
+        worker = build_worker(client, ledger, load_registry(["tests.integration.tools"]), tuned)
+        config = worker.config(active_config=True)  # as its plugins left it
     assert config["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=2)
     assert config["activity_task_poller_behavior"] == PollerBehaviorSimpleMaximum(3)
     assert config["workflow_task_poller_behavior"] == PollerBehaviorSimpleMaximum(4)
