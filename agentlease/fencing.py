@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from agentlease.clock import db_now_ms
 from agentlease.errors import ConfigurationError, InvalidFencingTokenError, StaleFencingTokenError
 from agentlease.ledger.tables import NAMING_CONVENTION
-from agentlease.limits import is_decimal
+from agentlease.limits import check_text, is_decimal
 
 MAX_GENERATION = 2**63 - 1
 """The largest generation a ``BIGINT`` column holds."""
@@ -79,25 +79,15 @@ def check_resource_key(resource_key: str) -> str:
     Raises:
         ValueError: anything else.
     """
-    if (
-        not isinstance(resource_key, str)
-        or not 0 < len(resource_key) <= MAX_RESOURCE_KEY_LENGTH
-        or not _storable(resource_key)
-    ):
-        raise ValueError(
-            f"a fenced resource key has 1 to {MAX_RESOURCE_KEY_LENGTH} characters, none NUL or a lone surrogate, "
-            f"not {resource_key!r:.440}"
-        )
-    return resource_key
-
-
-def _storable(value: str) -> bool:
-    """Whether ``value`` is text a database stores: UTF-8 can encode it, and it holds no NUL."""
     try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in value
+        if isinstance(resource_key, str) and 0 < len(resource_key) <= MAX_RESOURCE_KEY_LENGTH:
+            return check_text(resource_key)
+    except ValueError:  # a NUL or a lone surrogate: told below, with the rest of the rule
+        pass
+    raise ValueError(
+        f"a fenced resource key has 1 to {MAX_RESOURCE_KEY_LENGTH} characters, none NUL or a lone surrogate, "
+        f"not {resource_key!r:.440}"
+    )
 
 
 refusals_told: ContextVar[Callable[[StaleFencingTokenError, AsyncEngine], None] | None] = ContextVar(
